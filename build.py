@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The one entry point for building, testing and running loaderx from a fresh clone.
+
+    python3 build.py demo      the main job: a short end-to-end run that prints what it did
+    python3 build.py test      native build, Zig suite (Debug + ReleaseFast), mypy, pytest
+    python3 build.py native    fetch zstd's sources (pinned) and build the Zig library
+    python3 build.py compile   compile the mypyc modules in place
+    python3 build.py bench     the side-by-side benchmarks (see benchmarks/)
+    python3 build.py asv       the asv suite over recent commits, then its HTML dashboard
+    python3 build.py wheels    wheels for every platform plus the sdist, each checked
+
+Every command first makes sure the project's virtual environment (.venv) exists with the pinned
+tools, then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
+when its inputs did not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+CACHE = ROOT / ".cache"
+LIB_DIR = ROOT / "loaderx" / "lib"
+
+# Tools the project's environment needs (runtime deps numpy and msgpack included).
+DEV_REQUIREMENTS = [
+    "numpy>=1.26",
+    "msgpack>=1.0",
+    "ziglang==0.17.0",
+    "mypy==2.4.1",
+    "setuptools>=70",
+    "wheel",
+    "pytest>=8",
+    "hypothesis>=6.100",
+]
+
+# zstd's C sources come from this registry sdist, never from the repository.
+ZSTD_SDIST_NAME = "backports.zstd"
+ZSTD_SDIST_VERSION = "1.8.0"
+ZSTD_SDIST_FILE = "backports_zstd-1.8.0.tar.gz"
+ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3db316"
+ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
+
+# Modules compiled with mypyc; every other module stays interpreted (see README).
+MYPYC_MODULES = ["loaderx/dataset.py", "loaderx/dataloader.py", "loaderx/prefetch.py"]
+
+
+def log(message: str) -> None:
+    print(f"[build] {message}", flush=True)
+
+
+def run(cmd: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
+    log(" ".join(str(c) for c in cmd))
+    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+
+
+# --- virtual environment ---------------------------------------------------------------------
+
+
+def venv_python() -> Path:
+    if sys.platform == "win32":
+        return VENV / "Scripts" / "python.exe"
+    return VENV / "bin" / "python"
+
+
+def in_venv() -> bool:
+    return Path(sys.prefix).resolve() == VENV.resolve()
+
+
+def ensure_venv() -> None:
+    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there."""
+    stamp = VENV / ".loaderx-requirements"
+    wanted = "\n".join(DEV_REQUIREMENTS)
+    if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
+        return
+    if not venv_python().exists():
+        run([sys.executable, "-m", "venv", str(VENV)])
+    py = str(venv_python())
+    run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    run([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS])
+    stamp.write_text(wanted)
+
+
+def reexec_in_venv() -> None:
+    ensure_venv()
+    if not in_venv():
+        os.execv(str(venv_python()), [str(venv_python()), __file__, *sys.argv[1:]])
+
+
+# --- zstd sources and the Zig library ---------------------------------------------------------
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
+    """Returns a folder holding zstd's lib/ and LICENSE, fetched and verified once."""
+    tree = cache / f"zstd-from-{ZSTD_SDIST_NAME}-{ZSTD_SDIST_VERSION}"
+    if (tree / "lib" / "zstd.h").exists():
+        return tree
+    downloads = cache / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    sdist = downloads / ZSTD_SDIST_FILE
+    if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
+        run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             "--dest", str(downloads), f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"])
+    found = sha256_of(sdist)
+    if found != ZSTD_SDIST_SHA256:
+        raise SystemExit(f"{sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256}; refusing it")
+    staging = cache / "zstd-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    with tarfile.open(sdist) as archive:
+        members = [m for m in archive.getmembers() if m.name.startswith(ZSTD_TREE_PREFIX)
+                   and (m.isfile() or m.isdir())]
+        archive.extractall(staging, members=members, filter="data")
+    shutil.rmtree(tree, ignore_errors=True)
+    (staging / ZSTD_TREE_PREFIX).rename(tree)
+    shutil.rmtree(staging, ignore_errors=True)
+    return tree
+
+
+def zig(args: list[str], python: str = sys.executable) -> None:
+    run([python, "-m", "ziglang", *args], cwd=ROOT / "zig")
+
+
+def library_file_name() -> str:
+    if sys.platform == "win32":
+        return "loaderx.dll"
+    if sys.platform == "darwin":
+        return "libloaderx.dylib"
+    return "libloaderx.so"
+
+
+def build_native(python: str = sys.executable, extra: list[str] | None = None) -> Path:
+    """Builds the host library (ReleaseFast) and copies it into loaderx/lib/."""
+    zstd = fetch_zstd(python=python)
+    prefix = CACHE / "zig-out"
+    zig(["build", f"-Dzstd={zstd}", "--release=fast", "--prefix", str(prefix), *(extra or [])],
+        python=python)
+    sub = "bin" if sys.platform == "win32" else "lib"
+    built = prefix / sub / library_file_name()
+    LIB_DIR.mkdir(parents=True, exist_ok=True)
+    target = LIB_DIR / library_file_name()
+    if not target.exists() or target.read_bytes() != built.read_bytes():
+        # Replace, never overwrite in place: a running process may have the old one mapped.
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, target)
+    return target
+
+
+def zig_tests() -> None:
+    zstd = fetch_zstd()
+    zig(["build", "test", f"-Dzstd={zstd}", "--summary", "all"])
+
+
+# --- mypyc ----------------------------------------------------------------------------------
+
+
+def compiled_artifacts() -> list[Path]:
+    found = list((ROOT / "loaderx").glob("*.so")) + list((ROOT / "loaderx").glob("*.pyd"))
+    found += list(ROOT.glob("loaderx_compiled__mypyc*"))
+    return found
+
+
+def remove_compiled() -> None:
+    for path in compiled_artifacts():
+        path.unlink()
+
+
+def compile_mypyc() -> None:
+    run([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+        env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def cmd_native(_: list[str]) -> None:
+    path = build_native()
+    log(f"library ready: {path.relative_to(ROOT)}")
+
+
+def cmd_compile(_: list[str]) -> None:
+    compile_mypyc()
+
+
+def pytest(args: list[str], label: str) -> None:
+    log(f"pytest ({label})")
+    run([sys.executable, "-m", "pytest", *args])
+
+
+def cmd_test(args: list[str]) -> None:
+    """Everything CI checks, in order of cost; any failure stops the run."""
+    started = time.monotonic()
+    build_native()
+    zig_tests()
+    run([sys.executable, "-m", "mypy", "--strict", "loaderx", "tests"])
+    remove_compiled()
+    pytest(["-q", *args], "interpreted")
+    compile_mypyc()
+    # The compiled modules must pass the same tests as the interpreted ones.
+    compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
+                      if p.stem in {"test_dataset", "test_converter", "test_dataloader",
+                                    "test_prefetch"}]
+    if compiled_tests:
+        pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
+    log(f"all checks passed in {time.monotonic() - started:.0f} s")
+
+
+def cmd_demo(args: list[str]) -> None:
+    build_native()
+    run([sys.executable, "-m", "loaderx.demo", *args])
+
+
+def cmd_bench(args: list[str]) -> None:
+    build_native()
+    run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args])
+
+
+def cmd_asv(args: list[str]) -> None:
+    run([sys.executable, str(ROOT / "benchmarks" / "run_asv.py"), *args])
+
+
+def cmd_wheels(args: list[str]) -> None:
+    run([sys.executable, str(ROOT / "tools" / "wheels.py"), *args])
+
+
+COMMANDS = {
+    "native": cmd_native,
+    "compile": cmd_compile,
+    "test": cmd_test,
+    "demo": cmd_demo,
+    "bench": cmd_bench,
+    "asv": cmd_asv,
+    "wheels": cmd_wheels,
+}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(__doc__)
+        raise SystemExit(2)
+    reexec_in_venv()
+    COMMANDS[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()

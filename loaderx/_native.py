@@ -1,0 +1,183 @@
+"""The ctypes binding to libloaderx: loading, one table of signatures, status -> exception.
+
+This is the only module that touches ctypes. It is deliberately left out of mypyc: ctypes
+objects are dynamic and gain nothing from compilation. Compiled modules call the small typed
+functions below. ctypes releases the GIL for the whole duration of every foreign call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Final, NoReturn
+
+from loaderx.errors import (
+    CodecError,
+    CorruptStoreError,
+    DictionaryError,
+    LibraryNotFoundError,
+    NotAStoreError,
+    StoreFullError,
+)
+
+ABI_VERSION: Final = 1
+
+c_u8p = ctypes.POINTER(ctypes.c_uint8)
+c_u64p = ctypes.POINTER(ctypes.c_uint64)
+c_i64p = ctypes.POINTER(ctypes.c_int64)
+
+
+class Stats(ctypes.Structure):
+    """Mirror of lx_stats."""
+
+    _fields_ = [
+        ("records", ctypes.c_uint64),
+        ("live_bytes", ctypes.c_uint64),
+        ("chunk_bytes", ctypes.c_uint64),
+        ("reclaimable", ctypes.c_uint64),
+    ]
+
+
+# Status codes, as in zig/include/loaderx.h.
+OK: Final = 0
+INVALID_ARGUMENT: Final = 1
+INDEX_OUT_OF_RANGE: Final = 2
+NOT_FOUND: Final = 3
+NOT_A_STORE: Final = 4
+CORRUPT: Final = 5
+RECORD_TOO_LARGE: Final = 6
+STORE_FULL: Final = 7
+NO_DICTIONARY: Final = 8
+DICTIONARY_EXISTS: Final = 9
+CODEC_FAILED: Final = 10
+OUT_OF_MEMORY: Final = 11
+IO: Final = 12
+SIZE_MISMATCH: Final = 13
+PERMISSION_DENIED: Final = 14
+
+# The one table from status to exception class.
+_EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
+    INVALID_ARGUMENT: ValueError,
+    INDEX_OUT_OF_RANGE: IndexError,
+    NOT_FOUND: FileNotFoundError,
+    NOT_A_STORE: NotAStoreError,
+    CORRUPT: CorruptStoreError,
+    RECORD_TOO_LARGE: ValueError,
+    STORE_FULL: StoreFullError,
+    NO_DICTIONARY: DictionaryError,
+    DICTIONARY_EXISTS: DictionaryError,
+    CODEC_FAILED: CodecError,
+    OUT_OF_MEMORY: MemoryError,
+    IO: OSError,
+    SIZE_MISMATCH: ValueError,
+    PERMISSION_DENIED: PermissionError,
+}
+
+OPEN_CREATE: Final = 1
+OPEN_DURABLE: Final = 2
+
+SAMPLER_SEQUENTIAL: Final = 0
+SAMPLER_IID: Final = 1
+SAMPLER_CYCLIC: Final = 2
+
+
+def library_file_name() -> str:
+    """The file name Zig gives the shared library on this platform."""
+    if sys.platform == "win32":
+        return "loaderx.dll"
+    if sys.platform == "darwin":
+        return "libloaderx.dylib"
+    return "libloaderx.so"
+
+
+def library_path() -> str:
+    """Where the library is loaded from: $LOADERX_LIBRARY, else loaderx/lib/ beside this file."""
+    override = os.environ.get("LOADERX_LIBRARY")
+    if override:
+        return override
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", library_file_name())
+
+
+def _load() -> ctypes.CDLL:
+    path = library_path()
+    if not os.path.exists(path):
+        raise LibraryNotFoundError(
+            f"loaderx's native library was not found at {path!r}; "
+            "build it with 'python3 build.py native' (or install a wheel)"
+        )
+    lib = ctypes.CDLL(path)
+    _declare(lib)
+    found = int(lib.lx_abi_version())
+    if found != ABI_VERSION:
+        raise LibraryNotFoundError(
+            f"{path!r} has C ABI version {found}, this package needs {ABI_VERSION}; rebuild it"
+        )
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """argtypes and restype for every exported function (never rely on ctypes' int default)."""
+    vp = ctypes.c_void_p
+    u8, u32, u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
+    st = ctypes.c_int
+    table: dict[str, tuple[object, list[object]]] = {
+        "lx_abi_version": (u32, []),
+        "lx_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "lx_last_error": (ctypes.c_char_p, []),
+        "lx_after_fork_child": (None, []),
+        "lx_store_open": (st, [ctypes.c_char_p, u32, ctypes.POINTER(vp)]),
+        "lx_store_close": (None, [vp]),
+        "lx_store_length": (u64, [vp]),
+        "lx_store_has_dict": (ctypes.c_int, [vp]),
+        "lx_store_append": (st, [vp, vp, vp, u64, u8, c_u64p]),
+        "lx_store_append_fixed": (st, [vp, vp, u64, u64, u8, c_u64p]),
+        "lx_store_gather_fixed": (st, [vp, vp, u64, vp, u64]),
+        "lx_store_record_lengths": (st, [vp, vp, u64, vp]),
+        "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
+        "lx_store_delete": (st, [vp, vp, u64]),
+        "lx_store_compact": (st, [vp]),
+        "lx_store_stats": (st, [vp, ctypes.POINTER(Stats)]),
+        "lx_store_sync": (st, [vp]),
+        "lx_store_train_dict": (st, [vp, vp, vp, u64, u64]),
+        "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
+    }
+    for name, (restype, argtypes) in table.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as exc:
+            raise LibraryNotFoundError(
+                f"loaderx's native library lacks {name}; rebuild it ('python3 build.py native')"
+            ) from exc
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+lib: Final = _load()
+
+
+def raise_status(code: int, context: str) -> NoReturn:
+    """Raises the exception mapped to a non-zero status, with the native message appended."""
+    detail = lib.lx_last_error()
+    message = context
+    if detail:
+        message = f"{context}: {detail.decode('utf-8', 'replace')}"
+    exc_type = _EXCEPTIONS.get(code)
+    if exc_type is None:
+        raise RuntimeError(f"{message} (unknown native status {code})")
+    raise exc_type(message)
+
+
+def check(code: int, context: str) -> None:
+    """Raises for a non-zero status; does nothing for LX_OK."""
+    if code != OK:
+        raise_status(code, context)
+
+
+def _after_fork_in_child() -> None:
+    lib.lx_after_fork_child()
+
+
+if hasattr(os, "register_at_fork"):
+    # The native thread pool does not survive fork(); the child gets a fresh one.
+    os.register_at_fork(after_in_child=_after_fork_in_child)

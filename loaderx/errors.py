@@ -1,0 +1,35 @@
+"""Exception classes raised by loaderx beyond Python's built-in ones."""
+
+from __future__ import annotations
+
+
+class LoaderxError(Exception):
+    """Base class of every loaderx-specific error."""
+
+
+class NotAStoreError(LoaderxError, ValueError):
+    """The path exists but is not a Zrecord store (wrong magic, version or file size)."""
+
+
+class CorruptStoreError(LoaderxError):
+    """The store's files disagree with each other (a table entry outside its chunk, a bad frame)."""
+
+
+class StoreFullError(LoaderxError):
+    """An append would take the store past its 2**24 record limit."""
+
+
+class DictionaryError(LoaderxError):
+    """A zstd dictionary is missing where one is needed, or cannot be replaced."""
+
+
+class CodecError(LoaderxError):
+    """zstd reported an error while compressing or decompressing."""
+
+
+class SchemaError(LoaderxError, ValueError):
+    """A dataset's schema is missing, malformed, or disagrees with what was asked for."""
+
+
+class LibraryNotFoundError(LoaderxError, ImportError):
+    """The native library was not found or does not match this version of the Python package."""

@@ -1,0 +1,123 @@
+//! Builds libloaderx: the Zig store and sampler plus zstd compiled from its C sources.
+//!
+//! zstd's sources are not in this repository. `build.py` fetches them (a registry package pinned
+//! by version and sha256) and passes the folder holding zstd's `lib/` as `-Dzstd=...`.
+//!
+//! Steps: `install` (the shared library), `test` (the Zig suite in Debug and ReleaseFast),
+//! `dist` (every published platform, one folder per wheel platform tag).
+const std = @import("std");
+
+/// zstd's C files, relative to its `lib/` folder. Legacy formats are left out on purpose: the
+/// store only ever reads frames it wrote itself.
+const zstd_c_files = [_][]const u8{
+    "common/debug.c",                    "common/entropy_common.c",
+    "common/error_private.c",            "common/fse_decompress.c",
+    "common/pool.c",                     "common/threading.c",
+    "common/xxhash.c",                   "common/zstd_common.c",
+    "compress/fse_compress.c",           "compress/hist.c",
+    "compress/huf_compress.c",           "compress/zstd_compress.c",
+    "compress/zstd_compress_literals.c", "compress/zstd_compress_sequences.c",
+    "compress/zstd_compress_superblock.c", "compress/zstd_double_fast.c",
+    "compress/zstd_fast.c",              "compress/zstd_lazy.c",
+    "compress/zstd_ldm.c",               "compress/zstd_opt.c",
+    "compress/zstd_preSplit.c",          "compress/zstdmt_compress.c",
+    "decompress/huf_decompress.c",       "decompress/zstd_ddict.c",
+    "decompress/zstd_decompress.c",      "decompress/zstd_decompress_block.c",
+    "dictBuilder/cover.c",               "dictBuilder/divsufsort.c",
+    "dictBuilder/fastcover.c",           "dictBuilder/zdict.c",
+};
+
+/// Flags that keep zstd's symbols private to the library: only `lx_*` is exported.
+const zstd_c_flags = [_][]const u8{
+    "-DZSTD_LEGACY_SUPPORT=0",
+    "-DZSTDLIB_VISIBILITY=",
+    "-DZDICTLIB_VISIBILITY=",
+    "-DZSTDERRORLIB_VISIBILITY=",
+    "-DZSTD_MULTITHREAD=0",
+    "-fvisibility=hidden",
+    "-std=c99",
+};
+
+/// Every published platform: the Zig target, the portable CPU baseline, and the wheel platform
+/// tag its folder is named after. This table is the one place the mapping lives.
+pub const DistTarget = struct { triple: []const u8, cpu: []const u8, wheel_tag: []const u8 };
+pub const dist_targets = [_]DistTarget{
+    .{ .triple = "x86_64-linux-gnu.2.17", .cpu = "x86_64", .wheel_tag = "manylinux_2_17_x86_64" },
+    .{ .triple = "aarch64-linux-gnu.2.17", .cpu = "generic", .wheel_tag = "manylinux_2_17_aarch64" },
+    .{ .triple = "x86_64-linux-musl", .cpu = "x86_64", .wheel_tag = "musllinux_1_2_x86_64" },
+    .{ .triple = "aarch64-linux-musl", .cpu = "generic", .wheel_tag = "musllinux_1_2_aarch64" },
+    .{ .triple = "x86_64-macos.11.0", .cpu = "x86_64", .wheel_tag = "macosx_11_0_x86_64" },
+    .{ .triple = "aarch64-macos.11.0", .cpu = "apple_m1", .wheel_tag = "macosx_11_0_arm64" },
+    .{ .triple = "x86_64-windows-gnu", .cpu = "x86_64", .wheel_tag = "win_amd64" },
+    .{ .triple = "aarch64-windows-gnu", .cpu = "generic", .wheel_tag = "win_arm64" },
+};
+
+pub fn build(b: *std.Build) void {
+    const target = b.standardTargetOptions(.{});
+    const optimize = b.standardOptimizeOption(.{ .preferred_optimize_mode = .fast });
+    const zstd_dir = b.option([]const u8, "zstd", "folder holding zstd's lib/ (set by build.py)") orelse
+        @panic("pass -Dzstd=<folder with zstd's lib/>; build.py does this for you");
+    const zstd_lib = std.Build.LazyPath{ .cwd_relative = b.pathJoin(&.{ zstd_dir, "lib" }) };
+
+    const lib = addLoaderxLibrary(b, target, optimize, zstd_lib);
+    b.installArtifact(lib);
+
+    const test_step = b.step("test", "run the Zig suite in Debug and ReleaseFast");
+    for ([_]std.builtin.Optimize{ .debug, .fast }) |mode| {
+        const tests = b.addTest(.{
+            .name = b.fmt("loaderx-test-{s}", .{@tagName(mode)}),
+            .root_module = createRootModule(b, target, mode, zstd_lib),
+        });
+        test_step.dependOn(&b.addRunArtifact(tests).step);
+    }
+
+    const dist_step = b.step("dist", "build the library for every published platform");
+    for (dist_targets) |dist| {
+        const query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple, .cpu_features = dist.cpu }) catch
+            @panic("bad triple in dist_targets");
+        const dist_lib = addLoaderxLibrary(b, b.resolveTargetQuery(query), .fast, zstd_lib);
+        const install = b.addInstallArtifact(dist_lib, .{
+            .dest_dir = .{ .override = .{ .custom = b.pathJoin(&.{ "dist", dist.wheel_tag }) } },
+            .implib_dir = .disabled,
+            .pdb_dir = .disabled,
+        });
+        dist_step.dependOn(&install.step);
+    }
+}
+
+fn addLoaderxLibrary(
+    b: *std.Build,
+    target: std.Build.ResolvedTarget,
+    optimize: std.builtin.Optimize,
+    zstd_lib: std.Build.LazyPath,
+) *std.Build.Step.Compile {
+    const module = createRootModule(b, target, optimize, zstd_lib);
+    module.strip = optimize != .debug;
+    return b.addLibrary(.{ .name = "loaderx", .linkage = .dynamic, .root_module = module });
+}
+
+/// The module shared by the library and the test binaries: Zig sources plus zstd.
+fn createRootModule(
+    b: *std.Build,
+    target: std.Build.ResolvedTarget,
+    optimize: std.builtin.Optimize,
+    zstd_lib: std.Build.LazyPath,
+) *std.Build.Module {
+    const module = b.createModule(.{
+        .root_source_file = b.path("src/root.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+        .pic = true,
+    });
+    module.addIncludePath(zstd_lib);
+    module.addCSourceFiles(.{ .root = zstd_lib, .files = &zstd_c_files, .flags = &zstd_c_flags });
+    // zstd's hand-written Huffman decoder is x86-64 System V assembly; elsewhere zstd uses C.
+    const t = target.result;
+    if (t.cpu.arch == .x86_64 and t.os.tag != .windows) {
+        module.addAssemblyFile(zstd_lib.path(b, "decompress/huf_decompress_amd64.S"));
+    } else {
+        module.addCMacro("ZSTD_DISABLE_ASM", "1");
+    }
+    return module;
+}

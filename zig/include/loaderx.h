@@ -1,0 +1,110 @@
+/* loaderx.h: the C ABI of libloaderx (the contract between zig/src/exports.zig and
+ * loaderx/_native.py). Everything here is implemented in Zig; this header documents it.
+ *
+ * Conventions
+ * - Every function that can fail returns an lx_status (0 = LX_OK). On failure a message for the
+ *   calling thread is available from lx_last_error() until that thread's next call.
+ * - Handles are opaque. lx_store_close(NULL) does nothing.
+ * - Buffers are supplied by the caller. Indices are int64, already normalised by the caller to
+ *   0 <= i < length; anything else is LX_INDEX_OUT_OF_RANGE, reported before any byte is copied.
+ * - Codecs: 0 raw, 1 zstd (level 3), 2 zstd with the store's dictionary (level 19).
+ * - Threads: gather, record_lengths, stats and length may run from any number of threads at once;
+ *   append may run concurrently with them (appends serialise among themselves). delete, compact
+ *   and train_dict take the store exclusively (they wait for readers and writers to finish).
+ *   The native pool is shared by all stores; the calling thread also does work.
+ */
+#ifndef LOADERX_H
+#define LOADERX_H
+#include <stdint.h>
+
+typedef enum lx_status {
+    LX_OK = 0,
+    LX_INVALID_ARGUMENT = 1,   /* ValueError: bad codec, bad offsets, zero stride, ... */
+    LX_INDEX_OUT_OF_RANGE = 2, /* IndexError */
+    LX_NOT_FOUND = 3,          /* FileNotFoundError: no store at path (and create not asked) */
+    LX_NOT_A_STORE = 4,        /* loaderx.errors.NotAStoreError: wrong magic/version/size */
+    LX_CORRUPT = 5,            /* loaderx.errors.CorruptStoreError: table points outside chunk, bad frame */
+    LX_RECORD_TOO_LARGE = 6,   /* ValueError: a record over record_size_max (1 MiB) */
+    LX_STORE_FULL = 7,         /* loaderx.errors.StoreFullError: past 2^24 records */
+    LX_NO_DICTIONARY = 8,      /* loaderx.errors.DictionaryError: zstd_dict without dict.zr */
+    LX_DICTIONARY_EXISTS = 9,  /* loaderx.errors.DictionaryError: retrain over a non-empty store */
+    LX_CODEC_FAILED = 10,      /* loaderx.errors.CodecError: zstd reported an error */
+    LX_OUT_OF_MEMORY = 11,     /* MemoryError */
+    LX_IO = 12,                /* OSError */
+    LX_SIZE_MISMATCH = 13,     /* ValueError: destination slot size != record's logical length */
+    LX_PERMISSION_DENIED = 14, /* PermissionError */
+    LX_STATUS_COUNT = 15
+} lx_status;
+
+/* Flags of lx_store_open. */
+#define LX_OPEN_CREATE 1u  /* create the store (and its folder's files) if meta.zr is absent */
+#define LX_OPEN_DURABLE 2u /* fsync data before the table and the table before the length */
+
+typedef struct lx_store lx_store;
+
+typedef struct lx_stats {
+    uint64_t records;     /* live records: the length */
+    uint64_t live_bytes;  /* stored (physical) bytes of the live records */
+    uint64_t chunk_bytes; /* bytes up to the write frontier: tail_chunk * 2^32 + tail_offset */
+    uint64_t reclaimable; /* chunk_bytes - live_bytes */
+} lx_stats;
+
+/* --- library ---------------------------------------------------------------------------- */
+uint32_t lx_abi_version(void);            /* bumped on any ABI change; Python checks it */
+const char *lx_status_name(int status);   /* static string, "LX_OK", ... ; "unknown" otherwise */
+const char *lx_last_error(void);          /* thread-local, valid until this thread's next call */
+void lx_after_fork_child(void);           /* rebuilds the thread pool in a forked child */
+
+/* --- store ------------------------------------------------------------------------------ */
+/* path: the store's folder (must exist; Python creates it). */
+lx_status lx_store_open(const char *path, uint32_t flags, lx_store **out);
+void lx_store_close(lx_store *store);
+uint64_t lx_store_length(const lx_store *store); /* atomic load of the published length */
+int lx_store_has_dict(const lx_store *store);    /* 1 if dict.zr is loaded */
+
+/* Appends count records; record i is data[offsets[i] .. offsets[i+1]) (count+1 offsets,
+ * non-decreasing). All or nothing: on failure the store is exactly as before.
+ * out_first receives the index of the first new record. */
+lx_status lx_store_append(lx_store *store, const uint8_t *data, const uint64_t *offsets,
+                          uint64_t count, uint8_t codec, uint64_t *out_first);
+/* Same with every record exactly `stride` bytes: record i is data[i*stride .. (i+1)*stride). */
+lx_status lx_store_append_fixed(lx_store *store, const uint8_t *data, uint64_t stride,
+                                uint64_t count, uint8_t codec, uint64_t *out_first);
+
+/* Dense gather: record indices[i] is written (decompressed) to dst + i*stride. Every record's
+ * logical length must equal stride (else LX_SIZE_MISMATCH). */
+lx_status lx_store_gather_fixed(lx_store *store, const int64_t *indices, uint64_t count,
+                                uint8_t *dst, uint64_t stride);
+/* Logical (decompressed) length of each record. */
+lx_status lx_store_record_lengths(lx_store *store, const int64_t *indices, uint64_t count,
+                                  uint64_t *out_lengths);
+/* Ragged gather: record indices[i] goes to dst + dst_offsets[i]; the slot
+ * [dst_offsets[i], dst_offsets[i+1]) must be exactly its logical length. */
+lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t count, uint8_t *dst,
+                          const uint64_t *dst_offsets);
+
+/* Swap-last delete of the given records (any order, duplicates allowed). */
+lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t count);
+/* Offline, in-place compaction (see README). */
+lx_status lx_store_compact(lx_store *store);
+lx_status lx_store_stats(lx_store *store, lx_stats *out);
+/* fsync every chunk and msync meta.zr. */
+lx_status lx_store_sync(lx_store *store);
+
+/* Trains a zstd dictionary of at most dict_size bytes from count samples laid out like
+ * lx_store_append's input, writes it as dict.zr (atomically) and loads it. Refused with
+ * LX_DICTIONARY_EXISTS when the store already has a dictionary and at least one record. */
+lx_status lx_store_train_dict(lx_store *store, const uint8_t *samples, const uint64_t *offsets,
+                              uint64_t count, uint64_t dict_size);
+
+/* --- sampler (pure functions of their arguments) --------------------------------------- */
+#define LX_SAMPLER_SEQUENTIAL 0u
+#define LX_SAMPLER_IID 1u
+#define LX_SAMPLER_CYCLIC 2u
+/* Writes this shard's batch_size indices for `step` into out. The global batch of a step is
+ * batch_size * shard_count indices; shard shard_index takes the contiguous slice
+ * [shard_index*batch_size, (shard_index+1)*batch_size) of it. */
+lx_status lx_sampler_fill(uint32_t mode, uint64_t length, uint64_t batch_size, uint64_t seed,
+                          uint64_t step, uint64_t shard_index, uint64_t shard_count, int64_t *out);
+
+#endif
