@@ -1,0 +1,129 @@
+"""Index normalisation: any NumPy-style index over a length becomes a C-contiguous int64 array.
+
+Accepted forms follow NumPy's rules for a one-dimensional array: an integer (negative counts
+from the end), a slice, a sequence or array of integers, a boolean mask of exactly the length,
+and NumPy integer scalars. Everything else is a TypeError; an index outside the length is an
+IndexError that names the index and the length. The result is what the native store expects:
+every value in 0 <= i < length.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+IndexArray = npt.NDArray[np.int64]
+
+_INT64: Final = np.dtype(np.int64)
+_EMPTY: Final[IndexArray] = np.empty(0, dtype=np.int64)
+
+
+def normalize_index(index: object, length: int) -> IndexArray:
+    """Returns the records `index` selects from `length` records as an int64 array.
+
+    An int64 array that is already one-dimensional, C-contiguous and in range is returned as
+    it is (no copy), so callers that already hold normalised indices pay only a bounds check.
+    """
+    if length < 0:
+        raise ValueError(f"length must be non-negative, got {length}")
+    if isinstance(index, np.ndarray):
+        return _from_array(index, length)
+    if isinstance(index, slice):
+        start, stop, step = index.indices(length)
+        return np.arange(start, stop, step, dtype=np.int64)
+    if isinstance(index, (bool, np.bool_)):
+        raise TypeError(
+            "a bool is not a record index; use an integer, a slice, an integer array or a "
+            "bool mask array"
+        )
+    if isinstance(index, (int, np.integer)):
+        return np.array([_scalar(int(index), length)], dtype=np.int64)
+    if isinstance(index, (list, tuple, range)):
+        return _from_sequence(index, length)
+    if isinstance(index, (float, np.floating, complex, str, bytes)):
+        raise TypeError(f"record indices must be integers, not {type(index).__name__}")
+    if isinstance(index, SupportsIndex):
+        return np.array([_scalar(operator.index(index), length)], dtype=np.int64)
+    raise TypeError(
+        f"cannot index records with {type(index).__name__}; use an integer, a slice, an "
+        "integer sequence or array, or a bool mask"
+    )
+
+
+def _scalar(value: int, length: int) -> int:
+    """One integer index, negative counting from the end, checked against the length."""
+    if value < -length or value >= length:
+        raise IndexError(f"index {value} is out of range for length {length}")
+    return value + length if value < 0 else value
+
+
+def _from_sequence(index: list[Any] | tuple[Any, ...] | range, length: int) -> IndexArray:
+    if len(index) == 0:
+        return _EMPTY.copy()
+    if isinstance(index, range):
+        return _from_array(np.arange(index.start, index.stop, index.step, dtype=np.int64), length)
+    for item in index:
+        # np.asarray would turn floats into a float array and mixed objects into an object array;
+        # check the items so the message names what was wrong.
+        if isinstance(item, (bool, np.bool_, int, np.integer)):
+            continue
+        raise TypeError(
+            f"record indices must be integers (or all bools for a mask), found "
+            f"{type(item).__name__} ({item!r})"
+        )
+    bools = sum(1 for item in index if isinstance(item, (bool, np.bool_)))
+    if bools == len(index):
+        return _from_array(np.array(index, dtype=np.bool_), length)
+    if bools:
+        raise TypeError("a mask must contain only bools; mixing bools and integers is ambiguous")
+    values = [int(item) for item in index]
+    low = min(values)
+    high = max(values)
+    # Checked on Python ints, so values beyond 64 bits are reported, not wrapped.
+    if high >= length:
+        raise IndexError(f"index {high} is out of range for length {length}")
+    if low < -length:
+        raise IndexError(f"index {low} is out of range for length {length}")
+    result = np.array(values, dtype=np.int64)
+    if low < 0:
+        result[result < 0] += length
+    return result
+
+
+def _from_array(array: npt.NDArray[Any], length: int) -> IndexArray:
+    kind = array.dtype.kind
+    if array.ndim == 0:
+        if kind == "b":
+            raise TypeError("a 0-d bool array is not a record index; use a 1-d bool mask")
+        if kind not in "iu":
+            raise TypeError(f"record indices must be integers, not {array.dtype} values")
+        return np.array([_scalar(int(array), length)], dtype=np.int64)
+    if array.ndim != 1:
+        raise IndexError(f"record indices must be one-dimensional, got shape {array.shape}")
+    if kind == "b":
+        if array.shape[0] != length:
+            raise IndexError(
+                f"bool mask has {array.shape[0]} entries but there are {length} records"
+            )
+        return np.flatnonzero(array).astype(np.int64, copy=False)
+    if kind not in "iu":
+        if array.size == 0:
+            return _EMPTY.copy()
+        raise TypeError(f"record indices must be integers, not {array.dtype} values")
+    if array.size == 0:
+        return _EMPTY.copy()
+    low = int(array.min())
+    high = int(array.max())
+    if high >= length:
+        raise IndexError(f"index {high} is out of range for length {length}")
+    if low < -length:
+        raise IndexError(f"index {low} is out of range for length {length}")
+    if low >= 0 and array.dtype == _INT64 and array.flags.c_contiguous:
+        return array
+    result = np.array(array, dtype=np.int64, order="C", copy=True)
+    if low < 0:
+        result[result < 0] += length
+    return result
