@@ -1,0 +1,190 @@
+"""Owns Prefetcher: bounded, ordered, closable computation of numbered steps on worker threads.
+
+A Prefetcher calls ``produce(step)`` for step = start_step, start_step + 1, ... on a few worker
+threads and hands the results to its consumer strictly in step order. The contract, which the
+DataLoader builds on:
+
+- Bounded: a worker starts step ``s`` only once the consumer has taken step ``s - depth``, so at
+  most ``depth`` results are computed-but-not-taken or in flight at any time. Nothing grows with
+  the length of a run.
+- Ordered: ``next()`` returns step ``s`` before step ``s + 1``, whatever order workers finish in.
+- Faithful errors: an exception raised by ``produce(step)`` is raised by the ``next()`` call that
+  would have returned that step, with its original traceback; the step still counts as taken,
+  so iterating further continues with the following step.
+- Closable: ``close()`` stops every worker and joins it (a worker inside ``produce`` finishes that
+  call first). It is idempotent, safe from any thread, and wakes a consumer blocked in
+  ``next()``, which then raises StopIteration. Workers are daemon threads and ``close`` is also
+  registered with atexit, so a forgotten Prefetcher never keeps the interpreter from exiting.
+
+All shared state is guarded by one lock; nothing relies on the GIL, so the same code is correct
+on free-threaded CPython, where ``produce`` calls truly run in parallel.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Callable, Final, Generic, TypeVar
+
+T = TypeVar("T")
+
+# Sanity limits: far beyond anything useful, low enough to catch a unit mix-up early.
+DEPTH_MAX: Final = 4096
+WORKERS_MAX: Final = 1024
+
+
+def _check_count(name: str, value: int, maximum: int) -> None:
+    if not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1 or value > maximum:
+        raise ValueError(f"{name} must be in 1..{maximum}, got {value}")
+
+
+class Prefetcher(Generic[T]):
+    """Computes produce(step) ahead of the consumer on worker threads; see the module docstring.
+
+    Only ``min(workers, depth)`` threads are started: a worker beyond the depth could never
+    claim a step.
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[int], T],
+        start_step: int,
+        depth: int,
+        workers: int,
+        name: str = "loaderx-prefetch",
+    ) -> None:
+        if not isinstance(start_step, int):
+            raise TypeError(f"start_step must be an int, got {type(start_step).__name__}")
+        if start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
+        _check_count("depth", depth, DEPTH_MAX)
+        _check_count("workers", workers, WORKERS_MAX)
+        if not callable(produce):
+            raise TypeError("produce must be callable")
+        self._produce: Callable[[int], T] = produce
+        self._depth: int = depth
+        # A reentrant lock: a garbage-collector finaliser may call close() on a worker thread
+        # that already holds the lock (see close()).
+        self._lock: threading.RLock = threading.RLock()
+        self._ready: threading.Condition = threading.Condition(self._lock)
+        self._space: threading.Condition = threading.Condition(self._lock)
+        # Guarded by _lock: the next step a worker will claim, the next step the consumer will
+        # take, finished steps not yet taken, and whether close() was called.
+        self._claim_step: int = start_step
+        self._take_step: int = start_step
+        self._values: dict[int, T] = {}
+        self._errors: dict[int, BaseException] = {}
+        self._closed: bool = False
+        self._threads: list[threading.Thread] = []
+        atexit.register(self.close)
+        try:
+            self._start(min(workers, depth), name)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, count: int, name: str) -> None:
+        with self._lock:
+            for index in range(count):
+                thread = threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def next_step(self) -> int:
+        """The step the next successful ``next()`` returns."""
+        with self._lock:
+            return self._take_step
+
+    @property
+    def closed(self) -> bool:
+        with self._lock:
+            return self._closed
+
+    def __iter__(self) -> Prefetcher[T]:
+        return self
+
+    def __next__(self) -> T:
+        """Returns the next step's result (or raises its error); blocks until it is ready."""
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise StopIteration
+                step = self._take_step
+                if step in self._values or step in self._errors:
+                    break
+                self._ready.wait()
+            self._take_step = step + 1
+            # One more step may now be claimed.
+            self._space.notify()
+            if step in self._errors:
+                error = self._errors.pop(step)
+            else:
+                return self._values.pop(step)
+        # Re-raising keeps the worker's traceback and appends this frame to it.
+        raise error
+
+    def _claim(self) -> int:
+        """Returns the next step for this worker to compute, or -1 once closed."""
+        with self._lock:
+            while not self._closed and self._claim_step - self._take_step >= self._depth:
+                self._space.wait()
+            if self._closed:
+                return -1
+            step = self._claim_step
+            self._claim_step = step + 1
+            return step
+
+    def _work(self) -> None:
+        produce = self._produce
+        while True:
+            step = self._claim()
+            if step < 0:
+                return
+            try:
+                value = produce(step)
+            except BaseException as error:  # delivered to the consumer, never swallowed
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._errors[step] = error
+                    if step == self._take_step:
+                        self._ready.notify_all()
+                continue
+            with self._lock:
+                if self._closed:
+                    return
+                self._values[step] = value
+                if step == self._take_step:
+                    self._ready.notify_all()
+
+    def close(self) -> None:
+        """Stops and joins every worker; results not yet taken are dropped. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._values.clear()
+            self._errors.clear()
+            self._ready.notify_all()
+            self._space.notify_all()
+            threads = list(self._threads)
+        current = threading.current_thread()
+        if current in threads:
+            # Called from inside produce (or by a finaliser the collector ran on a worker): the
+            # other workers may need the lock this thread holds, so they cannot be joined here.
+            # Each of them exits as soon as it sees the flag.
+            return
+        for thread in threads:
+            thread.join()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> Prefetcher[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,220 @@
+"""Tests for loaderx.prefetch: order, bounds, error delivery, close and thread hygiene."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+
+import pytest
+
+from loaderx.prefetch import Prefetcher
+
+
+def prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("loaderx-prefetch")]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    yield
+    assert prefetch_threads() == []
+
+
+def jittery_square(step: int) -> int:
+    # Random short sleeps make workers finish out of order.
+    time.sleep(random.random() * 0.0005)
+    return step * step
+
+
+@pytest.mark.parametrize("depth,workers", [(1, 1), (1, 4), (2, 2), (4, 4), (8, 3), (3, 8)])
+def test_results_arrive_in_step_order(depth: int, workers: int) -> None:
+    with Prefetcher(jittery_square, 5, depth, workers) as prefetcher:
+        got = [next(prefetcher) for _ in range(200)]
+        assert prefetcher.next_step == 205
+    assert got == [s * s for s in range(5, 205)]
+
+
+def test_thread_count_is_min_of_workers_and_depth() -> None:
+    with Prefetcher(jittery_square, 0, 2, 6):
+        assert len(prefetch_threads()) == 2
+    with Prefetcher(jittery_square, 0, 8, 3):
+        assert len(prefetch_threads()) == 3
+
+
+class Recorder:
+    """produce() that records which steps started, so tests can check the depth bound."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: list[int] = []
+
+    def __call__(self, step: int) -> int:
+        with self.lock:
+            self.started.append(step)
+        return step
+
+    def max_started(self) -> int:
+        with self.lock:
+            return max(self.started, default=-1)
+
+
+def settle(recorder: Recorder, expected: int) -> None:
+    deadline = time.monotonic() + 5.0
+    while recorder.max_started() < expected and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.02)  # give any over-eager worker the chance to break the bound
+
+
+@pytest.mark.parametrize("depth,workers", [(1, 1), (3, 2), (4, 4), (6, 2)])
+def test_at_most_depth_steps_ahead_of_the_consumer(depth: int, workers: int) -> None:
+    recorder = Recorder()
+    with Prefetcher(recorder, 10, depth, workers) as prefetcher:
+        settle(recorder, 10 + depth - 1)
+        assert recorder.max_started() == 10 + depth - 1
+        for taken in range(1, 6):
+            assert next(prefetcher) == 10 + taken - 1
+            settle(recorder, 10 + taken + depth - 1)
+            assert recorder.max_started() == 10 + taken + depth - 1
+    assert sorted(recorder.started) == list(range(10, recorder.max_started() + 1))
+
+
+def fail_at_7(step: int) -> int:
+    if step == 7:
+        raise KeyError(f"bad record at step {step}")
+    return step
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_error_surfaces_at_its_step_with_traceback(workers: int) -> None:
+    with Prefetcher(fail_at_7, 0, 4, workers) as prefetcher:
+        assert [next(prefetcher) for _ in range(7)] == list(range(7))
+        with pytest.raises(KeyError, match="bad record at step 7") as info:
+            next(prefetcher)
+        frames = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+        assert "fail_at_7" in frames
+        # The failed step counts as taken; the following steps still arrive in order.
+        assert prefetcher.next_step == 8
+        assert [next(prefetcher) for _ in range(3)] == [8, 9, 10]
+
+
+def test_close_wakes_a_consumer_blocked_in_another_thread() -> None:
+    release = threading.Event()
+
+    def slow(step: int) -> int:
+        if step >= 2:
+            release.wait(10.0)
+        return step
+
+    prefetcher = Prefetcher(slow, 0, 2, 2)
+    outcome: list[object] = []
+    waiting = threading.Event()
+
+    def consume() -> None:
+        try:
+            for value in prefetcher:
+                outcome.append(value)
+                if value == 1:
+                    waiting.set()
+        except BaseException as error:  # pragma: no cover - reported by the assert below
+            outcome.append(error)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert waiting.wait(5.0)
+    time.sleep(0.05)  # the consumer is now blocked waiting for step 2
+    closer = threading.Thread(target=prefetcher.close)
+    closer.start()
+    time.sleep(0.02)
+    release.set()  # the workers are inside produce(2) and produce(3); let them finish
+    closer.join(5.0)
+    consumer.join(5.0)
+    assert not closer.is_alive() and not consumer.is_alive()
+    assert outcome == [0, 1]  # iteration simply ended: StopIteration after close
+    assert prefetcher.closed
+    with pytest.raises(StopIteration):
+        next(prefetcher)
+
+
+def test_close_while_workers_wait_for_room_and_consumer_stopped() -> None:
+    prefetcher = Prefetcher(jittery_square, 0, 4, 4)
+    assert next(prefetcher) == 0
+    time.sleep(0.02)  # workers fill the window, then block waiting for room
+    started = time.monotonic()
+    prefetcher.close()
+    assert time.monotonic() - started < 5.0
+    assert prefetch_threads() == []
+
+
+def test_close_is_idempotent_and_safe_from_many_threads() -> None:
+    prefetcher = Prefetcher(jittery_square, 0, 3, 3)
+    closers = [threading.Thread(target=prefetcher.close) for _ in range(4)]
+    for closer in closers:
+        closer.start()
+    prefetcher.close()
+    for closer in closers:
+        closer.join(5.0)
+    prefetcher.close()
+    assert prefetch_threads() == []
+
+
+def test_close_from_inside_produce_does_not_deadlock() -> None:
+    holder: list[Prefetcher[int]] = []
+    closed_from_worker = threading.Event()
+
+    def produce(step: int) -> int:
+        if step == 3:
+            holder[0].close()
+            closed_from_worker.set()
+        return step
+
+    prefetcher = Prefetcher(produce, 0, 1, 1)
+    holder.append(prefetcher)
+    got = list(prefetcher)  # ends with StopIteration once the worker closed it
+    assert closed_from_worker.wait(5.0)
+    assert got == [0, 1, 2]
+    prefetcher.close()  # joins the worker that closed it
+
+
+def test_many_consumers_share_one_ordered_stream() -> None:
+    with Prefetcher(jittery_square, 0, 4, 4) as prefetcher:
+        lock = threading.Lock()
+        taken: list[int] = []
+
+        def consume() -> None:
+            for _ in range(100):
+                value = next(prefetcher)
+                with lock:
+                    taken.append(value)
+
+        consumers = [threading.Thread(target=consume) for _ in range(3)]
+        for consumer in consumers:
+            consumer.start()
+        for consumer in consumers:
+            consumer.join(10.0)
+    assert sorted(taken) == [s * s for s in range(300)]
+
+
+@pytest.mark.parametrize(
+    "start_step,depth,workers,message",
+    [
+        (-1, 1, 1, "start_step"),
+        (0, 0, 1, "depth"),
+        (0, 1, 0, "workers"),
+        (0, 10**6, 1, "depth"),
+    ],
+)
+def test_bad_arguments_are_refused(start_step: int, depth: int, workers: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Prefetcher(jittery_square, start_step, depth, workers)
+
+
+def test_non_int_arguments_are_refused() -> None:
+    # The compiled module refuses a float at the call boundary with its own message.
+    with pytest.raises(TypeError):
+        Prefetcher(jittery_square, 0, 2.0, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Prefetcher(jittery_square, "0", 2, 1)  # type: ignore[arg-type]
+
