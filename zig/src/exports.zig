@@ -24,6 +24,200 @@ export fn lx_last_error() callconv(.c) [*:0]const u8 {
 // ---- store ---------------------------------------------------------------------------------
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
+const store_mod = @import("store.zig");
+const store_pool = @import("pool.zig");
+const store_errors = @import("errors.zig");
+const Store = store_mod.Store;
+
+/// Flags of lx_store_open (LX_OPEN_CREATE, LX_OPEN_DURABLE in loaderx.h).
+const open_create: u32 = 1;
+const open_durable: u32 = 2;
+
+/// Mirrors lx_stats in loaderx.h.
+pub const LxStats = extern struct {
+    records: u64,
+    live_bytes: u64,
+    chunk_bytes: u64,
+    reclaimable: u64,
+};
+
+/// Turns a store result into a status (the message was set where the failure happened).
+fn storeStatus(result: store_errors.Error!void) Status {
+    result catch |err| return store_errors.toStatus(err);
+    status.clearMessage();
+    return .ok;
+}
+
+fn invalid(comptime fmt: []const u8, args: anytype) Status {
+    status.setMessage(fmt, args);
+    return .invalid_argument;
+}
+
+export fn lx_after_fork_child() callconv(.c) void {
+    store_pool.afterForkChild();
+}
+
+export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callconv(.c) Status {
+    const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});
+    out_ptr.* = null;
+    const path_z = path orelse return invalid("lx_store_open: path is NULL", .{});
+    if (flags & ~(open_create | open_durable) != 0) return invalid("lx_store_open: unknown flags 0x{x}", .{flags});
+    const path_slice = std.mem.span(path_z);
+    if (path_slice.len == 0) return invalid("lx_store_open: path is empty", .{});
+    const store = Store.open(std.heap.c_allocator, path_slice, .{
+        .create = flags & open_create != 0,
+        .durable = flags & open_durable != 0,
+    }) catch |err| return store_errors.toStatus(err);
+    out_ptr.* = store;
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_store_close(store: ?*Store) callconv(.c) void {
+    if (store) |s| s.close();
+}
+
+export fn lx_store_length(store: ?*const Store) callconv(.c) u64 {
+    const s = store orelse return 0;
+    return s.length();
+}
+
+export fn lx_store_has_dict(store: ?*const Store) callconv(.c) c_int {
+    const s = store orelse return 0;
+    return @intFromBool(s.hasDict());
+}
+
+export fn lx_store_append(
+    store: ?*Store,
+    data: ?[*]const u8,
+    offsets: ?[*]const u64,
+    count: u64,
+    codec_tag: u8,
+    out_first: ?*u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_append: store is NULL", .{});
+    const offsets_ptr = offsets orelse return invalid("lx_store_append: offsets is NULL", .{});
+    if (offsets_ptr[count] != offsets_ptr[0] and data == null) return invalid("lx_store_append: data is NULL", .{});
+    const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
+    const first = s.append(records, codec_tag) catch |err| return store_errors.toStatus(err);
+    if (out_first) |f| f.* = first;
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_store_append_fixed(
+    store: ?*Store,
+    data: ?[*]const u8,
+    stride: u64,
+    count: u64,
+    codec_tag: u8,
+    out_first: ?*u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_append_fixed: store is NULL", .{});
+    if (stride == 0 and count > 0) return invalid("lx_store_append_fixed: stride is 0", .{});
+    if (count > 0 and data == null) return invalid("lx_store_append_fixed: data is NULL", .{});
+    const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .stride = stride, .count = count };
+    const first = s.append(records, codec_tag) catch |err| return store_errors.toStatus(err);
+    if (out_first) |f| f.* = first;
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_store_gather_fixed(
+    store: ?*Store,
+    indices: ?[*]const i64,
+    count: u64,
+    dst: ?[*]u8,
+    stride: u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_gather_fixed: store is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_store_gather_fixed: indices is NULL", .{});
+    if (stride == 0) return invalid("lx_store_gather_fixed: stride is 0", .{});
+    const dst_ptr = dst orelse return invalid("lx_store_gather_fixed: dst is NULL", .{});
+    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_store_gather_fixed: count * stride overflows", .{});
+    return storeStatus(s.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+}
+
+export fn lx_store_record_lengths(
+    store: ?*Store,
+    indices: ?[*]const i64,
+    count: u64,
+    out_lengths: ?[*]u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_record_lengths: store is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_store_record_lengths: indices is NULL", .{});
+    const out_ptr = out_lengths orelse return invalid("lx_store_record_lengths: out_lengths is NULL", .{});
+    return storeStatus(s.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+}
+
+export fn lx_store_gather(
+    store: ?*Store,
+    indices: ?[*]const i64,
+    count: u64,
+    dst: ?[*]u8,
+    dst_offsets: ?[*]const u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_gather: store is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_store_gather: indices is NULL", .{});
+    const offsets_ptr = dst_offsets orelse return invalid("lx_store_gather: dst_offsets is NULL", .{});
+    for (0..count) |i| {
+        if (offsets_ptr[i + 1] < offsets_ptr[i])
+            return invalid("lx_store_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
+    }
+    const byte_count = offsets_ptr[count] - offsets_ptr[0];
+    if (byte_count > 0 and dst == null) return invalid("lx_store_gather: dst is NULL", .{});
+    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
+    return storeStatus(s.gather(indices_ptr[0..count], destination, byte_count));
+}
+
+export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_delete: store is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
+    return storeStatus(s.delete(indices_ptr[0..count]));
+}
+
+export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_compact: store is NULL", .{});
+    return storeStatus(s.compact());
+}
+
+export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_stats: store is NULL", .{});
+    const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
+    const stats = s.stats();
+    out_ptr.* = .{
+        .records = stats.records,
+        .live_bytes = stats.live_bytes,
+        .chunk_bytes = stats.chunk_bytes,
+        .reclaimable = stats.reclaimable,
+    };
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_store_sync(store: ?*Store) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_sync: store is NULL", .{});
+    return storeStatus(s.sync());
+}
+
+export fn lx_store_train_dict(
+    store: ?*Store,
+    samples: ?[*]const u8,
+    offsets: ?[*]const u64,
+    count: u64,
+    dict_size: u64,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_train_dict: store is NULL", .{});
+    const offsets_ptr = offsets orelse return invalid("lx_store_train_dict: offsets is NULL", .{});
+    if (offsets_ptr[count] != offsets_ptr[0] and samples == null) return invalid("lx_store_train_dict: samples is NULL", .{});
+    const records: store_mod.Records = .{ .data = samples orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
+    return storeStatus(s.trainDict(records, dict_size));
+}
+
 // ---- sampler -------------------------------------------------------------------------------
 // (lx_sampler_fill: owned by the sampler work)
 

@@ -10,4 +10,13 @@ test {
     // Every file with tests is listed here so `zig build test` runs them all.
     _ = @import("exports.zig");
     _ = @import("status.zig");
+    _ = @import("limits.zig");
+    _ = @import("format.zig");
+    _ = @import("errors.zig");
+    _ = @import("meta.zig");
+    _ = @import("chunk.zig");
+    _ = @import("codec.zig");
+    _ = @import("pool.zig");
+    _ = @import("store.zig");
+    _ = @import("store_test.zig");
 }

@@ -1,0 +1,207 @@
+//! zstd: the few C functions the store uses, a pool of reusable contexts, the shared dictionary,
+//! per-record compression with the raw fallback, and checked decompression.
+const std = @import("std");
+const Io = std.Io;
+const limits = @import("limits.zig");
+const Codec = @import("format.zig").Codec;
+
+pub const CCtx = opaque {};
+pub const DCtx = opaque {};
+pub const CDict = opaque {};
+pub const DDict = opaque {};
+
+extern fn ZSTD_createCCtx() ?*CCtx;
+extern fn ZSTD_freeCCtx(cctx: ?*CCtx) usize;
+extern fn ZSTD_compressCCtx(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize, level: c_int) usize;
+extern fn ZSTD_compress_usingCDict(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize, cdict: *const CDict) usize;
+extern fn ZSTD_createDCtx() ?*DCtx;
+extern fn ZSTD_freeDCtx(dctx: ?*DCtx) usize;
+extern fn ZSTD_decompressDCtx(dctx: *DCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize) usize;
+extern fn ZSTD_decompress_usingDDict(dctx: *DCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize, ddict: *const DDict) usize;
+extern fn ZSTD_createCDict(dict: [*]const u8, dict_size: usize, level: c_int) ?*CDict;
+extern fn ZSTD_freeCDict(cdict: ?*CDict) usize;
+extern fn ZSTD_createDDict(dict: [*]const u8, dict_size: usize) ?*DDict;
+extern fn ZSTD_freeDDict(ddict: ?*DDict) usize;
+extern fn ZSTD_isError(code: usize) c_uint;
+extern fn ZSTD_getErrorName(code: usize) [*:0]const u8;
+extern fn ZSTD_getErrorCode(code: usize) c_int;
+extern fn ZDICT_trainFromBuffer(dict: [*]u8, dict_capacity: usize, samples: [*]const u8, sample_sizes: [*]const usize, sample_count: c_uint) usize;
+extern fn ZDICT_isError(code: usize) c_uint;
+extern fn ZDICT_getErrorName(code: usize) [*:0]const u8;
+
+/// ZSTD_error_dstSize_tooSmall in zstd_errors.h.
+const zstd_error_dst_size_too_small: c_int = 70;
+
+pub const level_zstd: c_int = 3;
+pub const level_zstd_dict: c_int = 19;
+/// Dictionary sizes train_dict accepts (ZDICT's minimum; the README's maximum).
+pub const dict_size_min: u64 = 256;
+pub const dict_size_max: u64 = 1 << 20;
+/// ZDICT keeps a quarter of the samples for testing and needs at least 5 to train on.
+pub const dict_sample_count_min: u64 = 7;
+
+/// The dictionary loaded from dict.zr. Immutable once built; shared by all threads.
+pub const Dictionary = struct {
+    bytes: []u8,
+    ddict: *DDict,
+    /// Built on the first dictionary append (level 19 tables are costly and readers never need
+    /// them); guarded by the store's append mutex.
+    cdict: ?*CDict = null,
+
+    /// Takes ownership of `bytes` (allocated with `allocator`) on success.
+    pub fn init(bytes: []u8) error{OutOfMemory}!Dictionary {
+        const ddict = ZSTD_createDDict(bytes.ptr, bytes.len) orelse return error.OutOfMemory;
+        return .{ .bytes = bytes, .ddict = ddict };
+    }
+
+    pub fn deinit(dict: *Dictionary, allocator: std.mem.Allocator) void {
+        _ = ZSTD_freeDDict(dict.ddict);
+        _ = ZSTD_freeCDict(dict.cdict);
+        allocator.free(dict.bytes);
+        dict.* = undefined;
+    }
+
+    pub fn compressionDict(dict: *Dictionary) error{OutOfMemory}!*const CDict {
+        if (dict.cdict == null) {
+            dict.cdict = ZSTD_createCDict(dict.bytes.ptr, dict.bytes.len, level_zstd_dict) orelse
+                return error.OutOfMemory;
+        }
+        return dict.cdict.?;
+    }
+};
+
+/// Reusable compression and decompression contexts: a shard takes one for its whole block of
+/// records and gives it back, so contexts are created once per concurrent shard, not per record.
+pub const ContextPool = struct {
+    mutex: Io.Mutex = .init,
+    cctxs: [capacity]*CCtx = undefined,
+    cctx_count: usize = 0,
+    dctxs: [capacity]*DCtx = undefined,
+    dctx_count: usize = 0,
+
+    const capacity = 64;
+
+    pub fn acquireCompressor(pool: *ContextPool, io: Io) error{OutOfMemory}!*CCtx {
+        pool.mutex.lockUncancelable(io);
+        if (pool.cctx_count > 0) {
+            pool.cctx_count -= 1;
+            const cctx = pool.cctxs[pool.cctx_count];
+            pool.mutex.unlock(io);
+            return cctx;
+        }
+        pool.mutex.unlock(io);
+        return ZSTD_createCCtx() orelse error.OutOfMemory;
+    }
+
+    pub fn releaseCompressor(pool: *ContextPool, io: Io, cctx: *CCtx) void {
+        pool.mutex.lockUncancelable(io);
+        defer pool.mutex.unlock(io);
+        if (pool.cctx_count == capacity) {
+            _ = ZSTD_freeCCtx(cctx);
+            return;
+        }
+        pool.cctxs[pool.cctx_count] = cctx;
+        pool.cctx_count += 1;
+    }
+
+    pub fn acquireDecompressor(pool: *ContextPool, io: Io) error{OutOfMemory}!*DCtx {
+        pool.mutex.lockUncancelable(io);
+        if (pool.dctx_count > 0) {
+            pool.dctx_count -= 1;
+            const dctx = pool.dctxs[pool.dctx_count];
+            pool.mutex.unlock(io);
+            return dctx;
+        }
+        pool.mutex.unlock(io);
+        return ZSTD_createDCtx() orelse error.OutOfMemory;
+    }
+
+    pub fn releaseDecompressor(pool: *ContextPool, io: Io, dctx: *DCtx) void {
+        pool.mutex.lockUncancelable(io);
+        defer pool.mutex.unlock(io);
+        if (pool.dctx_count == capacity) {
+            _ = ZSTD_freeDCtx(dctx);
+            return;
+        }
+        pool.dctxs[pool.dctx_count] = dctx;
+        pool.dctx_count += 1;
+    }
+
+    pub fn deinit(pool: *ContextPool) void {
+        for (pool.cctxs[0..pool.cctx_count]) |cctx| _ = ZSTD_freeCCtx(cctx);
+        for (pool.dctxs[0..pool.dctx_count]) |dctx| _ = ZSTD_freeDCtx(dctx);
+        pool.* = .{};
+    }
+};
+
+pub const Compressed = union(enum) {
+    /// The frame's size (smaller than the input).
+    size: usize,
+    /// The frame would not be smaller: store the record raw.
+    raw,
+    /// zstd's description of its error.
+    failed: [*:0]const u8,
+};
+
+/// Compresses `src` into `dst` (room for src.len - 1 bytes is enough: anything larger is
+/// stored raw anyway).
+pub fn compress(cctx: *CCtx, codec: Codec, cdict: ?*const CDict, src: []const u8, dst: []u8) Compressed {
+    std.debug.assert(codec == .zstd or codec == .zstd_dict);
+    if (src.len == 0) return .raw;
+    const capacity = @min(dst.len, src.len - 1);
+    if (capacity == 0) return .raw;
+    const result = switch (codec) {
+        .zstd => ZSTD_compressCCtx(cctx, dst.ptr, capacity, src.ptr, src.len, level_zstd),
+        .zstd_dict => ZSTD_compress_usingCDict(cctx, dst.ptr, capacity, src.ptr, src.len, cdict.?),
+        else => unreachable,
+    };
+    if (ZSTD_isError(result) != 0) {
+        if (ZSTD_getErrorCode(result) == zstd_error_dst_size_too_small) return .raw;
+        return .{ .failed = ZSTD_getErrorName(result) };
+    }
+    std.debug.assert(result < src.len);
+    return .{ .size = result };
+}
+
+/// Decompresses one frame into exactly `dst`. Returns null on success, else why the frame is
+/// corrupt (a frame of any other size than dst.len is corrupt too).
+pub fn decompress(dctx: *DCtx, ddict: ?*const DDict, src: []const u8, dst: []u8) ?[*:0]const u8 {
+    const result = if (ddict) |d|
+        ZSTD_decompress_usingDDict(dctx, dst.ptr, dst.len, src.ptr, src.len, d)
+    else
+        ZSTD_decompressDCtx(dctx, dst.ptr, dst.len, src.ptr, src.len);
+    if (ZSTD_isError(result) != 0) return ZSTD_getErrorName(result);
+    if (result != dst.len) return "frame size differs from the table's logical length";
+    return null;
+}
+
+/// Trains a dictionary of at most dst.len bytes; returns its size or ZDICT's error description.
+pub fn train(dst: []u8, samples: []const u8, sample_sizes: []const usize) union(enum) { size: usize, failed: [*:0]const u8 } {
+    const result = ZDICT_trainFromBuffer(dst.ptr, dst.len, samples.ptr, sample_sizes.ptr, @intCast(sample_sizes.len));
+    if (ZDICT_isError(result) != 0) return .{ .failed = ZDICT_getErrorName(result) };
+    return .{ .size = result };
+}
+
+test "compress and decompress round trip, with the raw fallback" {
+    const cctx = ZSTD_createCCtx().?;
+    defer _ = ZSTD_freeCCtx(cctx);
+    const dctx = ZSTD_createDCtx().?;
+    defer _ = ZSTD_freeDCtx(dctx);
+    var src: [4096]u8 = undefined;
+    for (&src, 0..) |*b, i| b.* = @intCast(i % 7);
+    var compressed: [4096]u8 = undefined;
+    const size = compress(cctx, .zstd, null, &src, &compressed).size;
+    try std.testing.expect(size < 100);
+    var out: [4096]u8 = undefined;
+    try std.testing.expect(decompress(dctx, null, compressed[0..size], &out) == null);
+    try std.testing.expectEqualSlices(u8, &src, &out);
+    // A wrong destination size is corruption, not a crash.
+    try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..100]) != null);
+    try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..0]) != null);
+    try std.testing.expect(decompress(dctx, null, src[0..size], &out) != null);
+    // Incompressible bytes do not shrink: stored raw.
+    var prng = std.Random.DefaultPrng.init(1);
+    prng.random().bytes(&src);
+    try std.testing.expect(compress(cctx, .zstd, null, &src, &compressed) == .raw);
+    try std.testing.expect(compress(cctx, .zstd, null, "", &compressed) == .raw);
+}

@@ -1,0 +1,144 @@
+//! meta.zr mapped in place: creating it (sparse, full size, atomically), opening and checking
+//! it, the header and the record table as typed memory, and flushing them.
+const std = @import("std");
+const builtin = @import("builtin");
+const Io = std.Io;
+const format = @import("format.zig");
+const limits = @import("limits.zig");
+const errors = @import("errors.zig");
+const status = @import("status.zig");
+const Error = errors.Error;
+
+pub const file_name = "meta.zr";
+const temporary_name = "meta.zr.tmp";
+
+pub const Meta = struct {
+    file: Io.File,
+    map: Io.File.MemoryMap,
+    header: *format.Header,
+    table: *[limits.record_count_max]format.RecordLoc,
+
+    /// Creates an empty meta.zr: written under a temporary name and renamed, so an interrupted
+    /// creation never leaves a half-made store behind.
+    pub fn create(io: Io, dir: Io.Dir) Error!void {
+        const file = dir.createFile(io, temporary_name, .{ .read = true, .truncate = true }) catch |err|
+            return fail(err, "create {s}", .{temporary_name});
+        defer file.close(io);
+        file.setLength(io, format.meta_size) catch |err| return fail(err, "size {s}", .{temporary_name});
+        const header: format.Header = .{
+            .magic = format.magic,
+            .version = format.version,
+            .tail_chunk = 0,
+            .tail_offset = 0,
+            .length = 0,
+        };
+        file.writePositionalAll(io, std.mem.asBytes(&header), 0) catch |err|
+            return fail(err, "write {s}", .{temporary_name});
+        dir.rename(temporary_name, dir, file_name, io) catch |err|
+            return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
+    }
+
+    /// Opens and maps meta.zr and checks its header (not its table: see Store.open).
+    pub fn open(io: Io, dir: Io.Dir) Error!Meta {
+        const file = dir.openFile(io, file_name, .{ .mode = .read_write }) catch |err| switch (err) {
+            error.FileNotFound => {
+                status.setMessage("no store here: {s} does not exist", .{file_name});
+                return error.NotFound;
+            },
+            else => return fail(err, "open {s}", .{file_name}),
+        };
+        errdefer file.close(io);
+        const size = file.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
+        if (size != format.meta_size) {
+            status.setMessage("not a store: {s} is {d} bytes, expected {d}", .{ file_name, size, format.meta_size });
+            return error.NotAStore;
+        }
+        var map = Io.File.MemoryMap.create(io, file, .{ .len = format.meta_size, .populate = false }) catch |err|
+            return fail(err, "map {s}", .{file_name});
+        errdefer map.destroy(io);
+        if (!isMapped(&map)) {
+            status.setMessage("cannot memory-map {s} on this system", .{file_name});
+            return error.Io;
+        }
+        const header: *format.Header = @ptrCast(map.memory.ptr);
+        const table: *[limits.record_count_max]format.RecordLoc = @ptrCast(@alignCast(map.memory.ptr + @sizeOf(format.Header)));
+        switch (format.checkHeader(header)) {
+            .ok => {},
+            .bad_magic => {
+                status.setMessage("not a store: {s} does not start with ZREC", .{file_name});
+                return error.NotAStore;
+            },
+            .bad_version => {
+                status.setMessage("not a store: {s} has version {d}, this library reads {d}", .{ file_name, header.version, format.version });
+                return error.NotAStore;
+            },
+            .bad_tail => {
+                status.setMessage("corrupt store: write frontier at chunk {d} offset {d}", .{ header.tail_chunk, header.tail_offset });
+                return error.Corrupt;
+            },
+            .bad_length => {
+                status.setMessage("corrupt store: length {d} exceeds {d}", .{ header.length, limits.record_count_max });
+                return error.Corrupt;
+            },
+        }
+        return .{ .file = file, .map = map, .header = header, .table = table };
+    }
+
+    pub fn close(meta: *Meta, io: Io) void {
+        meta.map.destroy(io);
+        meta.file.close(io);
+        meta.* = undefined;
+    }
+
+    /// The published length (acquire: entries below it are complete).
+    pub fn length(meta: *const Meta) u32 {
+        return @atomicLoad(u32, &meta.header.length, .acquire);
+    }
+
+    /// Publishes a new length (release: entries below it were written first).
+    pub fn publishLength(meta: *Meta, new_length: u32) void {
+        std.debug.assert(new_length <= limits.record_count_max);
+        @atomicStore(u32, &meta.header.length, new_length, .release);
+    }
+
+    /// Flushes the table entries [first, first + count) to the file.
+    pub fn flushEntries(meta: *Meta, io: Io, first: u64, count: u64) Error!void {
+        const begin = @sizeOf(format.Header) + first * @sizeOf(format.RecordLoc);
+        return meta.flushRange(io, begin, count * @sizeOf(format.RecordLoc));
+    }
+
+    pub fn flushHeader(meta: *Meta, io: Io) Error!void {
+        return meta.flushRange(io, 0, @sizeOf(format.Header));
+    }
+
+    pub fn flushAll(meta: *Meta, io: Io) Error!void {
+        return meta.flushRange(io, 0, format.meta_size);
+    }
+
+    /// Writes dirty pages of the mapping in [begin, begin + size) back to disk and waits.
+    fn flushRange(meta: *Meta, io: Io, begin: u64, size: u64) Error!void {
+        if (size == 0) return;
+        if (builtin.os.tag == .windows) {
+            // FlushFileBuffers also writes back the file's mapped views on Windows.
+            meta.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
+            return;
+        }
+        const page = std.heap.pageSize();
+        const first_page = std.mem.alignBackward(u64, begin, page);
+        const end = std.mem.alignForward(u64, begin + size, page);
+        const memory: []align(std.heap.page_size_min) u8 = @alignCast(meta.map.memory[first_page..@min(end, meta.map.memory.len)]);
+        std.posix.msync(memory, std.posix.MSF.SYNC) catch |err| return fail(err, "msync {s}", .{file_name});
+    }
+};
+
+/// True when the MemoryMap is a real mapping (std falls back to a heap copy when mapping fails,
+/// which would be wrong for the table and ruinous for a 4 GiB chunk).
+pub fn isMapped(map: *const Io.File.MemoryMap) bool {
+    return map.section != null;
+}
+
+/// Records a message for a failed std call and narrows the error.
+pub fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {
+    status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
+    return errors.fromStd(err);
+}

@@ -1,0 +1,842 @@
+//! Store: open/close, append, gather, record lengths, delete, compaction, stats, sync and the
+//! dictionary. The only file that combines the others (format, meta, chunks, codec, pool).
+const std = @import("std");
+const Io = std.Io;
+const Allocator = std.mem.Allocator;
+const assert = std.debug.assert;
+const limits = @import("limits.zig");
+const format = @import("format.zig");
+const meta_file = @import("meta.zig");
+const chunk = @import("chunk.zig");
+const codec = @import("codec.zig");
+const pool = @import("pool.zig");
+const errors = @import("errors.zig");
+const status = @import("status.zig");
+const Error = errors.Error;
+const Codec = format.Codec;
+const Position = format.Position;
+const RecordLoc = format.RecordLoc;
+const fail = meta_file.fail;
+
+pub const dict_file_name = "dict.zr";
+const dict_temporary_name = "dict.zr.tmp";
+
+/// Bytes below which a batch is not split further: handing a shard to the pool costs more than
+/// copying or compressing a few small records.
+const shard_bytes_min: u64 = 64 * 1024;
+
+pub const Options = struct {
+    /// Create meta.zr when it is absent.
+    create: bool = false,
+    /// fsync data before the table, the table before the length.
+    durable: bool = false,
+};
+
+/// A batch of input records: record i is data[offsets[i] .. offsets[i+1]) or, without offsets,
+/// data[i*stride .. (i+1)*stride).
+pub const Records = struct {
+    data: [*]const u8,
+    offsets: ?[*]const u64 = null,
+    stride: u64 = 0,
+    count: u64,
+
+    pub fn fromSlices(data: []const u8, offsets: []const u64) Records {
+        assert(offsets.len >= 1);
+        return .{ .data = data.ptr, .offsets = offsets.ptr, .count = offsets.len - 1 };
+    }
+
+    fn begin(records: Records, i: u64) u64 {
+        return if (records.offsets) |o| o[i] - o[0] else i * records.stride;
+    }
+
+    fn get(records: Records, i: u64) []const u8 {
+        if (records.offsets) |o| return records.data[o[i]..o[i + 1]];
+        return records.data[i * records.stride ..][0..records.stride];
+    }
+
+    fn totalSize(records: Records) u64 {
+        if (records.offsets) |o| return o[records.count] - o[0];
+        return records.count * records.stride;
+    }
+
+    /// Offsets must not decrease and no record may exceed record_size_max.
+    fn validate(records: Records) Error!void {
+        if (records.offsets) |o| {
+            for (0..records.count) |i| {
+                if (o[i + 1] < o[i]) {
+                    status.setMessage("offsets decrease at record {d} ({d} then {d})", .{ i, o[i], o[i + 1] });
+                    return error.InvalidArgument;
+                }
+                if (o[i + 1] - o[i] > limits.record_size_max) {
+                    status.setMessage("record {d} is {d} bytes; the limit is {d}", .{ i, o[i + 1] - o[i], limits.record_size_max });
+                    return error.RecordTooLarge;
+                }
+            }
+        } else if (records.stride > limits.record_size_max and records.count > 0) {
+            status.setMessage("records of {d} bytes; the limit is {d}", .{ records.stride, limits.record_size_max });
+            return error.RecordTooLarge;
+        }
+    }
+};
+
+/// A gather destination: slot i is base[offsets[i] .. offsets[i+1]) or, without offsets,
+/// base[i*stride .. (i+1)*stride).
+pub const Destination = struct {
+    base: [*]u8,
+    offsets: ?[*]const u64 = null,
+    stride: u64 = 0,
+
+    fn slot(destination: Destination, i: u64) []u8 {
+        if (destination.offsets) |o| return destination.base[o[i]..o[i + 1]];
+        return destination.base[i * destination.stride ..][0..destination.stride];
+    }
+};
+
+/// The first failure of a sharded operation, with its message carried back to the calling
+/// thread (messages are thread-local; shards run on pool threads).
+const Failure = struct {
+    claimed: std.atomic.Value(bool) = .init(false),
+    err: Error = error.Io,
+    message: [256]u8 = undefined,
+    message_len: usize = 0,
+
+    fn failed(failure: *const Failure) bool {
+        return failure.claimed.load(.monotonic);
+    }
+
+    fn record(failure: *Failure, err: Error, comptime fmt: []const u8, args: anytype) void {
+        if (failure.claimed.swap(true, .acq_rel)) return;
+        failure.err = err;
+        const written = std.fmt.bufPrint(&failure.message, fmt, args) catch failure.message[0..];
+        failure.message_len = written.len;
+    }
+
+    /// Records an error whose message this thread has just set.
+    fn recordCurrent(failure: *Failure, err: Error) void {
+        failure.record(err, "{s}", .{std.mem.span(status.message())});
+    }
+
+    fn check(failure: *const Failure) Error!void {
+        if (!failure.claimed.load(.acquire)) return;
+        status.setMessage("{s}", .{failure.message[0..failure.message_len]});
+        return failure.err;
+    }
+};
+
+pub const Stats = struct {
+    records: u64,
+    live_bytes: u64,
+    chunk_bytes: u64,
+    reclaimable: u64,
+};
+
+pub const Store = struct {
+    allocator: Allocator,
+    dir: Io.Dir,
+    meta: meta_file.Meta,
+    chunks: *chunk.Chunks,
+    durable: bool,
+    /// Shared: gather, record_lengths, stats, append, sync. Exclusive: delete, compact,
+    /// train_dict. Misuse from several threads waits instead of corrupting.
+    lock: Io.RwLock = .init,
+    /// Appends serialise among themselves (never blocking gathers).
+    append_mutex: Io.Mutex = .init,
+    contexts: codec.ContextPool = .{},
+    /// Replaced only under the exclusive lock.
+    dict: ?*codec.Dictionary = null,
+
+    /// Opens the store in the folder `path` (which must exist).
+    pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
+        const io = pool.io();
+        const dir = Io.Dir.cwd().openDir(io, path, .{}) catch |err| switch (err) {
+            error.FileNotFound => {
+                status.setMessage("no such folder: {s}", .{path});
+                return error.NotFound;
+            },
+            else => return fail(err, "open folder {s}", .{path}),
+        };
+        errdefer dir.close(io);
+        var meta = meta_file.Meta.open(io, dir) catch |err| switch (err) {
+            error.NotFound => if (options.create) blk: {
+                try meta_file.Meta.create(io, dir);
+                break :blk try meta_file.Meta.open(io, dir);
+            } else return err,
+            else => return err,
+        };
+        errdefer meta.close(io);
+        try checkTable(&meta);
+        try checkChunks(io, dir, meta.header.tail());
+        if (options.create and meta.header.length == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
+            // A fresh store gets its first chunk right away, like the format describes.
+            const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
+                return fail(err, "create chunk 0.zr", .{});
+            defer f.close(io);
+            const size = f.length(io) catch |err| return fail(err, "stat chunk 0.zr", .{});
+            if (size < limits.chunk_size_max) f.setLength(io, limits.chunk_size_max) catch |err|
+                return fail(err, "size chunk 0.zr", .{});
+        }
+
+        const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
+        errdefer allocator.destroy(chunks);
+        chunks.* = .{};
+        const store = allocator.create(Store) catch return outOfMemory();
+        errdefer allocator.destroy(store);
+        store.* = .{ .allocator = allocator, .dir = dir, .meta = meta, .chunks = chunks, .durable = options.durable };
+        store.dict = try loadDictionary(allocator, io, dir);
+        return store;
+    }
+
+    /// Releases everything. The caller guarantees no other thread uses the store.
+    pub fn close(store: *Store) void {
+        const io = pool.io();
+        if (store.dict) |d| {
+            d.deinit(store.allocator);
+            store.allocator.destroy(d);
+        }
+        store.contexts.deinit();
+        store.chunks.closeAll(io);
+        store.allocator.destroy(store.chunks);
+        store.meta.close(io);
+        store.dir.close(io);
+        store.allocator.destroy(store);
+    }
+
+    pub fn length(store: *const Store) u64 {
+        return store.meta.length();
+    }
+
+    pub fn hasDict(store: *const Store) bool {
+        return @atomicLoad(?*codec.Dictionary, &store.dict, .acquire) != null;
+    }
+
+    // ---- append -------------------------------------------------------------------------
+
+    /// Appends a batch, all or nothing; returns the index of its first record.
+    pub fn append(store: *Store, records: Records, codec_tag: u8) Error!u64 {
+        const io = pool.io();
+        const record_codec = try checkCodec(codec_tag);
+        try records.validate();
+        store.lock.lockSharedUncancelable(io);
+        defer store.lock.unlockShared(io);
+        store.append_mutex.lockUncancelable(io);
+        defer store.append_mutex.unlock(io);
+
+        const first: u64 = store.meta.header.length;
+        if (records.count > limits.record_count_max - first) {
+            status.setMessage("appending {d} records to {d} would exceed the limit of {d}", .{ records.count, first, limits.record_count_max });
+            return error.StoreFull;
+        }
+        var cdict: ?*const codec.CDict = null;
+        if (record_codec == .zstd_dict) {
+            const dict = store.dict orelse {
+                status.setMessage("codec zstd_dict needs a dictionary: train one first (dict.zr is absent)", .{});
+                return error.NoDictionary;
+            };
+            cdict = dict.compressionDict() catch return outOfMemory();
+        }
+        if (records.count == 0) return first;
+
+        const slots = store.allocator.alloc(Slot, records.count) catch return outOfMemory();
+        defer store.allocator.free(slots);
+        var staging: []u8 = &.{};
+        defer store.allocator.free(staging);
+        if (record_codec == .raw) {
+            for (slots, 0..) |*slot, i| slot.* = .{ .phys_length = @intCast(records.get(i).len), .codec = .raw, .start = undefined };
+        } else {
+            staging = store.allocator.alloc(u8, records.totalSize()) catch return outOfMemory();
+            var task: CompressTask = .{ .store = store, .records = records, .codec = record_codec, .cdict = cdict, .staging = staging, .slots = slots };
+            pool.run(CompressTask, &task, records.count, pool.shardCount(records.count, records.totalSize(), shard_bytes_min));
+            try task.failure.check();
+        }
+
+        const frontier = try store.assignLocations(slots);
+        var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots };
+        var stored_bytes: u64 = 0;
+        for (slots) |slot| stored_bytes += slot.phys_length;
+        pool.run(WriteTask, &write_task, records.count, pool.shardCount(records.count, stored_bytes, shard_bytes_min));
+        try write_task.failure.check();
+        if (store.durable) try store.syncChunks(slots[0].start.chunk, frontier.chunk);
+
+        for (slots, 0..) |slot, i| {
+            store.meta.table[first + i] = .{
+                .offset = @intCast(slot.start.offset),
+                .phys_length = slot.phys_length,
+                .logic_length = @intCast(records.get(i).len),
+                .chunk_id = @intCast(slot.start.chunk),
+                .codec = slot.codec,
+            };
+        }
+        if (store.durable) try store.meta.flushEntries(io, first, records.count);
+        store.meta.header.setTail(frontier);
+        store.meta.publishLength(@intCast(first + records.count));
+        if (store.durable) try store.meta.flushHeader(io);
+        return first;
+    }
+
+    const Slot = struct {
+        phys_length: u32,
+        codec: Codec,
+        start: Position,
+    };
+
+    /// Places every record after the frontier (serially: the only order-dependent step) and
+    /// makes sure its chunk file exists. Returns the new frontier.
+    fn assignLocations(store: *Store, slots: []Slot) Error!Position {
+        const io = pool.io();
+        var tail = store.meta.header.tail();
+        for (slots) |*slot| {
+            const placement = format.place(tail, slot.phys_length) orelse {
+                status.setMessage("all {d} chunks are used; compact the store to reclaim deleted records' bytes", .{limits.chunk_count_max});
+                return error.StoreFull;
+            };
+            if (slot.phys_length > 0 and (placement.start.chunk != tail.chunk or store.chunks.files[tail.chunk] == null))
+                _ = try store.chunks.file(io, store.dir, placement.start.chunk, true);
+            slot.start = placement.start;
+            tail = placement.end;
+        }
+        return tail;
+    }
+
+    fn syncChunks(store: *Store, first_chunk: u32, last_chunk: u32) Error!void {
+        const io = pool.io();
+        for (first_chunk..@min(last_chunk, limits.chunk_count_max - 1) + 1) |id| {
+            const f = store.chunks.files[id] orelse continue;
+            f.sync(io) catch |err| return fail(err, "sync chunk {d}.zr", .{id});
+        }
+    }
+
+    const CompressTask = struct {
+        store: *Store,
+        records: Records,
+        codec: Codec,
+        cdict: ?*const codec.CDict,
+        staging: []u8,
+        slots: []Slot,
+        failure: Failure = .{},
+
+        pub fn runShard(task: *CompressTask, begin: usize, end: usize) void {
+            const io = pool.io();
+            const cctx = task.store.contexts.acquireCompressor(io) catch {
+                task.failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
+                return;
+            };
+            defer task.store.contexts.releaseCompressor(io, cctx);
+            for (begin..end) |i| {
+                if (task.failure.failed()) return;
+                const src = task.records.get(i);
+                const dst = task.staging[task.records.begin(i)..][0..src.len];
+                task.slots[i] = switch (codec.compress(cctx, task.codec, task.cdict, src, dst)) {
+                    .size => |size| .{ .phys_length = @intCast(size), .codec = task.codec, .start = undefined },
+                    .raw => .{ .phys_length = @intCast(src.len), .codec = .raw, .start = undefined },
+                    .failed => |detail| {
+                        task.failure.record(error.CodecFailed, "zstd failed on record {d}: {s}", .{ i, detail });
+                        return;
+                    },
+                };
+            }
+        }
+    };
+
+    const WriteTask = struct {
+        store: *Store,
+        records: Records,
+        staging: []const u8,
+        slots: []const Slot,
+        failure: Failure = .{},
+
+        pub fn runShard(task: *WriteTask, begin: usize, end: usize) void {
+            // Neighbouring records that are adjacent both in memory and in the chunk (raw
+            // batches) go out in one write.
+            var run: ?struct { chunk: u32, offset: u64, bytes: []const u8 } = null;
+            for (begin..end) |i| {
+                const slot = task.slots[i];
+                if (slot.phys_length == 0) continue;
+                const bytes = if (slot.codec == .raw)
+                    task.records.get(i)
+                else
+                    task.staging[task.records.begin(i)..][0..slot.phys_length];
+                if (run) |*r| {
+                    if (r.chunk == slot.start.chunk and r.offset + r.bytes.len == slot.start.offset and
+                        r.bytes.ptr + r.bytes.len == bytes.ptr)
+                    {
+                        r.bytes.len += bytes.len;
+                        continue;
+                    }
+                    if (!task.write(r.chunk, r.offset, r.bytes)) return;
+                }
+                run = .{ .chunk = slot.start.chunk, .offset = slot.start.offset, .bytes = bytes };
+            }
+            if (run) |r| _ = task.write(r.chunk, r.offset, r.bytes);
+        }
+
+        fn write(task: *WriteTask, chunk_id: u32, offset: u64, bytes: []const u8) bool {
+            const f = task.store.chunks.files[chunk_id].?;
+            f.writePositionalAll(pool.io(), bytes, offset) catch |err| {
+                task.failure.recordCurrent(fail(err, "write chunk {d}.zr", .{chunk_id}));
+                return false;
+            };
+            return true;
+        }
+    };
+
+    // ---- gather -------------------------------------------------------------------------
+
+    /// Writes record indices[i] (decompressed) into destination slot i, for every i.
+    pub fn gather(store: *Store, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
+        const io = pool.io();
+        store.lock.lockSharedUncancelable(io);
+        defer store.lock.unlockShared(io);
+        try checkIndices(indices, store.meta.length());
+        var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
+        pool.run(GatherTask, &task, indices.len, pool.shardCount(indices.len, byte_count, shard_bytes_min));
+        try task.failure.check();
+    }
+
+    const GatherTask = struct {
+        store: *Store,
+        indices: []const i64,
+        destination: Destination,
+        failure: Failure = .{},
+
+        pub fn runShard(task: *GatherTask, begin: usize, end: usize) void {
+            const io = pool.io();
+            const store = task.store;
+            var dctx: ?*codec.DCtx = null;
+            defer if (dctx) |d| store.contexts.releaseDecompressor(io, d);
+            for (begin..end) |i| {
+                if (task.failure.failed()) return;
+                const index: u64 = @intCast(task.indices[i]);
+                const entry = store.meta.table[index];
+                const problem = format.checkEntryShape(entry);
+                if (problem != .ok) {
+                    task.failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
+                    return;
+                }
+                const slot = task.destination.slot(i);
+                if (slot.len != entry.logic_length) {
+                    task.failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
+                    return;
+                }
+                if (entry.phys_length == 0 and entry.codec == .raw) continue;
+                const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
+                    task.failure.recordCurrent(err);
+                    return;
+                };
+                const src = view[entry.offset..][0..entry.phys_length];
+                if (entry.codec == .raw) {
+                    @memcpy(slot, src);
+                    continue;
+                }
+                var ddict: ?*const codec.DDict = null;
+                if (entry.codec == .zstd_dict) {
+                    const dict = store.dict orelse {
+                        task.failure.record(error.NoDictionary, "record {d} needs the store's dictionary, and dict.zr is absent", .{index});
+                        return;
+                    };
+                    ddict = dict.ddict;
+                }
+                if (dctx == null) dctx = store.contexts.acquireDecompressor(io) catch {
+                    task.failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
+                    return;
+                };
+                if (codec.decompress(dctx.?, ddict, src, slot)) |detail| {
+                    task.failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
+                    return;
+                }
+            }
+        }
+    };
+
+    /// The logical length of each record.
+    pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void {
+        const io = pool.io();
+        store.lock.lockSharedUncancelable(io);
+        defer store.lock.unlockShared(io);
+        try checkIndices(indices, store.meta.length());
+        for (indices, out) |index, *len| len.* = store.meta.table[@intCast(index)].logic_length;
+    }
+
+    // ---- delete, stats, sync --------------------------------------------------------------
+
+    /// Swap-last delete: targets in descending order, duplicates once each.
+    pub fn delete(store: *Store, indices: []const i64) Error!void {
+        const io = pool.io();
+        store.lock.lockUncancelable(io);
+        defer store.lock.unlock(io);
+        const old_length = store.meta.length();
+        try checkIndices(indices, old_length);
+        if (indices.len == 0) return;
+        const targets = store.allocator.alloc(u32, indices.len) catch return outOfMemory();
+        defer store.allocator.free(targets);
+        for (indices, targets) |index, *target| target.* = @intCast(index);
+        std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
+        var new_length = old_length;
+        var previous: ?u32 = null;
+        for (targets) |target| {
+            if (previous == target) continue;
+            previous = target;
+            new_length -= 1;
+            assert(target <= new_length);
+            store.meta.table[target] = store.meta.table[new_length];
+        }
+        if (store.durable) try store.meta.flushAll(io);
+        store.meta.publishLength(new_length);
+        if (store.durable) try store.meta.flushHeader(io);
+    }
+
+    pub fn stats(store: *Store) Stats {
+        const io = pool.io();
+        store.lock.lockSharedUncancelable(io);
+        defer store.lock.unlockShared(io);
+        store.append_mutex.lockUncancelable(io);
+        const records = store.meta.length();
+        const tail = store.meta.header.tail();
+        store.append_mutex.unlock(io);
+        var live_bytes: u64 = 0;
+        for (store.meta.table[0..records]) |entry| live_bytes += entry.phys_length;
+        const chunk_bytes = tail.bytes();
+        return .{
+            .records = records,
+            .live_bytes = live_bytes,
+            .chunk_bytes = chunk_bytes,
+            .reclaimable = chunk_bytes -| live_bytes,
+        };
+    }
+
+    /// fsyncs every chunk up to the frontier and msyncs meta.zr.
+    pub fn sync(store: *Store) Error!void {
+        const io = pool.io();
+        store.lock.lockSharedUncancelable(io);
+        defer store.lock.unlockShared(io);
+        store.append_mutex.lockUncancelable(io);
+        defer store.append_mutex.unlock(io);
+        const tail = store.meta.header.tail();
+        const last = if (tail.offset > 0) tail.chunk else tail.chunk -| 1;
+        if (tail.offset > 0 or tail.chunk > 0) {
+            for (0..last + 1) |id| _ = try store.chunks.file(io, store.dir, @intCast(id), false);
+            try store.syncChunks(0, last);
+        }
+        try store.meta.flushAll(io);
+    }
+
+    // ---- compaction ---------------------------------------------------------------------
+
+    /// Offline in-place compaction (takes the store exclusively).
+    pub fn compact(store: *Store) Error!void {
+        const io = pool.io();
+        store.lock.lockUncancelable(io);
+        defer store.lock.unlock(io);
+        var compaction = try Compaction.init(store);
+        defer compaction.deinit();
+        while (try compaction.step()) {}
+        try compaction.finish();
+    }
+
+    /// Compaction in steps, so a test can stop it after any single record move. The caller
+    /// holds the store exclusively. Records are visited in physical order and packed from the
+    /// start of chunk 0 in that order, so each one only moves to a lower address and never onto
+    /// bytes of a record not yet visited; each table entry is updated as soon as its record
+    /// lands, so the store is valid between any two steps.
+    pub const Compaction = struct {
+        store: *Store,
+        /// Live record indices in physical order.
+        order: []u32,
+        next: usize = 0,
+        /// Where the next record goes.
+        cursor: Position = .{ .chunk = 0, .offset = 0 },
+        /// The last non-empty record visited: its old and new location (exact duplicate
+        /// entries, which only an interrupted delete leaves, share the new location).
+        previous: ?struct { source: RecordLoc, destination: Position } = null,
+        buffer: []u8,
+        /// Records whose bytes moved so far.
+        moved: u64 = 0,
+        /// Highest chunk the store used before (files past the new frontier up to it are removed).
+        chunk_last: u32,
+
+        pub fn init(store: *Store) Error!Compaction {
+            const record_count = store.meta.length();
+            const order = store.allocator.alloc(u32, record_count) catch return outOfMemory();
+            errdefer store.allocator.free(order);
+            for (order, 0..) |*o, i| o.* = @intCast(i);
+            std.mem.sortUnstable(u32, order, store.meta.table, physicallyBefore);
+            try checkNoOverlap(store.meta.table, order);
+            const buffer = store.allocator.alloc(u8, limits.record_size_max) catch return outOfMemory();
+            const tail = store.meta.header.tail();
+            return .{
+                .store = store,
+                .order = order,
+                .buffer = buffer,
+                .chunk_last = @min(tail.chunk + 1, limits.chunk_count_max - 1),
+            };
+        }
+
+        pub fn deinit(compaction: *Compaction) void {
+            compaction.store.allocator.free(compaction.order);
+            compaction.store.allocator.free(compaction.buffer);
+            compaction.* = undefined;
+        }
+
+        fn physicallyBefore(table: *const [limits.record_count_max]RecordLoc, a: u32, b: u32) bool {
+            const ea = table[a];
+            const eb = table[b];
+            if (ea.chunk_id != eb.chunk_id) return ea.chunk_id < eb.chunk_id;
+            if (ea.offset != eb.offset) return ea.offset < eb.offset;
+            if (ea.phys_length != eb.phys_length) return ea.phys_length < eb.phys_length;
+            return a < b;
+        }
+
+        /// Records must not overlap (except exact duplicates): moving one would clobber another.
+        fn checkNoOverlap(table: *const [limits.record_count_max]RecordLoc, order: []const u32) Error!void {
+            var end: Position = .{ .chunk = 0, .offset = 0 };
+            var last: ?RecordLoc = null;
+            for (order) |index| {
+                const entry = table[index];
+                if (entry.phys_length == 0) continue;
+                const start: Position = .{ .chunk = entry.chunk_id, .offset = entry.offset };
+                if (last) |l| if (l.chunk_id == entry.chunk_id and l.offset == entry.offset and l.phys_length == entry.phys_length) continue;
+                if (start.order(end) == .lt) {
+                    status.setMessage("corrupt store: record {d} overlaps another record", .{index});
+                    return error.Corrupt;
+                }
+                end = .{ .chunk = entry.chunk_id, .offset = @as(u64, entry.offset) + entry.phys_length };
+                last = entry;
+            }
+        }
+
+        /// Visits records until one has moved; false when every record has been visited.
+        pub fn step(compaction: *Compaction) Error!bool {
+            const store = compaction.store;
+            while (compaction.next < compaction.order.len) {
+                const index = compaction.order[compaction.next];
+                compaction.next += 1;
+                const entry = &store.meta.table[index];
+                if (entry.phys_length == 0) {
+                    // Empty records own no bytes; they just follow the frontier.
+                    entry.chunk_id = @intCast(compaction.cursor.chunk);
+                    entry.offset = @intCast(compaction.cursor.offset);
+                    continue;
+                }
+                if (compaction.previous) |p| if (p.source.chunk_id == entry.chunk_id and p.source.offset == entry.offset and
+                    p.source.phys_length == entry.phys_length)
+                {
+                    entry.chunk_id = @intCast(p.destination.chunk);
+                    entry.offset = @intCast(p.destination.offset);
+                    continue;
+                };
+                const source: Position = .{ .chunk = entry.chunk_id, .offset = entry.offset };
+                const placement = format.place(compaction.cursor, entry.phys_length).?;
+                assert(placement.start.order(source) != .gt);
+                compaction.previous = .{ .source = entry.*, .destination = placement.start };
+                compaction.cursor = placement.end;
+                if (placement.start.order(source) == .eq) continue;
+                try compaction.move(entry, source, placement.start);
+                compaction.moved += 1;
+                return true;
+            }
+            return false;
+        }
+
+        /// Moves one record to a lower address and points its entry there. A destination that
+        /// overlaps the source is staged past the frontier first, so a crash in the middle of
+        /// the copy never leaves the entry pointing at half-overwritten bytes.
+        fn move(compaction: *Compaction, entry: *RecordLoc, source: Position, destination: Position) Error!void {
+            const store = compaction.store;
+            const io = pool.io();
+            const size = entry.phys_length;
+            const bytes = compaction.buffer[0..size];
+            const source_file = try store.chunks.file(io, store.dir, source.chunk, false);
+            const read = source_file.readPositionalAll(io, bytes, source.offset) catch |err|
+                return fail(err, "read chunk {d}.zr", .{source.chunk});
+            if (read != size) {
+                status.setMessage("corrupt store: chunk {d}.zr ends inside a record", .{source.chunk});
+                return error.Corrupt;
+            }
+            const overlaps = destination.chunk == source.chunk and destination.offset + size > source.offset;
+            if (overlaps) {
+                const tail = store.meta.header.tail();
+                if (format.place(tail, size)) |scratch| {
+                    // The scratch area becomes part of the written space first, so the entry
+                    // pointing there is valid at every moment.
+                    try compaction.writeBytes(scratch.start, bytes);
+                    store.meta.header.setTail(scratch.end);
+                    compaction.chunk_last = @max(compaction.chunk_last, @min(scratch.start.chunk, limits.chunk_count_max - 1));
+                    try compaction.pointAt(entry, scratch.start, true);
+                }
+            }
+            try compaction.writeBytes(destination, bytes);
+            try compaction.pointAt(entry, destination, false);
+        }
+
+        fn writeBytes(compaction: *Compaction, position: Position, bytes: []const u8) Error!void {
+            const store = compaction.store;
+            const io = pool.io();
+            const f = try store.chunks.file(io, store.dir, position.chunk, true);
+            f.writePositionalAll(io, bytes, position.offset) catch |err|
+                return fail(err, "write chunk {d}.zr", .{position.chunk});
+            if (store.durable) f.sync(io) catch |err| return fail(err, "sync chunk {d}.zr", .{position.chunk});
+        }
+
+        fn pointAt(compaction: *Compaction, entry: *RecordLoc, position: Position, header_too: bool) Error!void {
+            const store = compaction.store;
+            entry.chunk_id = @intCast(position.chunk);
+            entry.offset = @intCast(position.offset);
+            if (store.durable) {
+                const io = pool.io();
+                const index = (@intFromPtr(entry) - @intFromPtr(&store.meta.table[0])) / @sizeOf(RecordLoc);
+                try store.meta.flushEntries(io, index, 1);
+                if (header_too) try store.meta.flushHeader(io);
+            }
+        }
+
+        /// Moves the frontier down to the packed end and removes chunk files past it.
+        pub fn finish(compaction: *Compaction) Error!void {
+            assert(compaction.next == compaction.order.len);
+            const store = compaction.store;
+            const io = pool.io();
+            store.meta.header.setTail(compaction.cursor);
+            // The frontier must be on disk before the files it no longer covers disappear.
+            try store.meta.flushAll(io);
+            store.chunks.unmapAll(io);
+            var id = compaction.cursor.chunk + 1;
+            while (id <= compaction.chunk_last) : (id += 1) try store.chunks.remove(io, store.dir, id);
+        }
+    };
+
+    // ---- dictionary ---------------------------------------------------------------------
+
+    /// Trains a dictionary from samples, writes dict.zr atomically and loads it.
+    pub fn trainDict(store: *Store, samples: Records, dict_size: u64) Error!void {
+        const io = pool.io();
+        store.lock.lockUncancelable(io);
+        defer store.lock.unlock(io);
+        if (store.dict != null and store.meta.length() > 0) {
+            status.setMessage("the store already has a dictionary and {d} records; a new one would make them unreadable", .{store.meta.length()});
+            return error.DictionaryExists;
+        }
+        if (dict_size < codec.dict_size_min or dict_size > codec.dict_size_max) {
+            status.setMessage("dict_size {d} is outside [{d}, {d}]", .{ dict_size, codec.dict_size_min, codec.dict_size_max });
+            return error.InvalidArgument;
+        }
+        if (samples.count < codec.dict_sample_count_min) {
+            status.setMessage("training a dictionary needs at least {d} samples (ideally hundreds); got {d}", .{ codec.dict_sample_count_min, samples.count });
+            return error.InvalidArgument;
+        }
+        try samples.validate();
+        const sizes = store.allocator.alloc(usize, samples.count) catch return outOfMemory();
+        defer store.allocator.free(sizes);
+        for (sizes, 0..) |*size, i| size.* = samples.get(i).len;
+        const bytes = store.allocator.alloc(u8, dict_size) catch return outOfMemory();
+        var owned = true;
+        defer if (owned) store.allocator.free(bytes);
+        const base: u64 = if (samples.offsets) |o| o[0] else 0;
+        const contiguous = samples.data[base..][0..samples.totalSize()];
+        const trained_size = switch (codec.train(bytes, contiguous, sizes)) {
+            .size => |size| size,
+            .failed => |detail| {
+                status.setMessage("dictionary training failed ({s}); give more and larger samples (about 100x dict_size in total)", .{detail});
+                return error.InvalidArgument;
+            },
+        };
+        const trained = store.allocator.realloc(bytes, trained_size) catch bytes[0..trained_size];
+        owned = false;
+        var dict_owned = true;
+        defer if (dict_owned) store.allocator.free(trained);
+        try writeDictionary(io, store.dir, trained, store.durable);
+        const dict = store.allocator.create(codec.Dictionary) catch return outOfMemory();
+        dict.* = codec.Dictionary.init(trained) catch {
+            store.allocator.destroy(dict);
+            return outOfMemory();
+        };
+        dict_owned = false;
+        if (store.dict) |old| {
+            old.deinit(store.allocator);
+            store.allocator.destroy(old);
+        }
+        @atomicStore(?*codec.Dictionary, &store.dict, dict, .release);
+    }
+};
+
+fn writeDictionary(io: Io, dir: Io.Dir, bytes: []const u8, durable: bool) Error!void {
+    {
+        const f = dir.createFile(io, dict_temporary_name, .{ .truncate = true }) catch |err|
+            return fail(err, "create {s}", .{dict_temporary_name});
+        defer f.close(io);
+        f.writePositionalAll(io, bytes, 0) catch |err| return fail(err, "write {s}", .{dict_temporary_name});
+        if (durable) f.sync(io) catch |err| return fail(err, "sync {s}", .{dict_temporary_name});
+    }
+    dir.rename(dict_temporary_name, dir, dict_file_name, io) catch |err|
+        return fail(err, "rename {s} to {s}", .{ dict_temporary_name, dict_file_name });
+}
+
+fn loadDictionary(allocator: Allocator, io: Io, dir: Io.Dir) Error!?*codec.Dictionary {
+    const f = dir.openFile(io, dict_file_name, .{}) catch |err| switch (err) {
+        error.FileNotFound => return null,
+        else => return fail(err, "open {s}", .{dict_file_name}),
+    };
+    defer f.close(io);
+    const size = f.length(io) catch |err| return fail(err, "stat {s}", .{dict_file_name});
+    if (size == 0 or size > codec.dict_size_max) {
+        status.setMessage("corrupt store: {s} is {d} bytes", .{ dict_file_name, size });
+        return error.Corrupt;
+    }
+    const bytes = allocator.alloc(u8, @intCast(size)) catch return outOfMemory();
+    var owned = true;
+    defer if (owned) allocator.free(bytes);
+    const read = f.readPositionalAll(io, bytes, 0) catch |err| return fail(err, "read {s}", .{dict_file_name});
+    if (read != size) {
+        status.setMessage("corrupt store: {s} shrank while being read", .{dict_file_name});
+        return error.Corrupt;
+    }
+    const dict = allocator.create(codec.Dictionary) catch return outOfMemory();
+    dict.* = codec.Dictionary.init(bytes) catch {
+        allocator.destroy(dict);
+        return outOfMemory();
+    };
+    owned = false;
+    return dict;
+}
+
+/// Every live entry must lie inside the written chunk space with sane sizes and codec.
+fn checkTable(meta: *const meta_file.Meta) Error!void {
+    const tail = meta.header.tail();
+    for (meta.table[0..meta.header.length], 0..) |entry, index| {
+        const problem = format.checkEntry(entry, tail);
+        if (problem != .ok) {
+            status.setMessage("corrupt store: record {d}'s table entry {s} (chunk {d}, offset {d}, {d} bytes)", .{
+                index, format.describeEntryProblem(problem), entry.chunk_id, entry.offset, entry.phys_length,
+            });
+            return error.Corrupt;
+        }
+    }
+}
+
+/// Every chunk up to the frontier must exist at full size: mapping a short one would crash the
+/// process on first touch.
+fn checkChunks(io: Io, dir: Io.Dir, tail: Position) Error!void {
+    var id: u32 = 0;
+    while (id < tail.chunk) : (id += 1) try chunk.checkPresent(io, dir, id);
+    if (tail.offset > 0) try chunk.checkPresent(io, dir, tail.chunk);
+}
+
+fn checkCodec(tag: u8) Error!Codec {
+    const c: Codec = @enumFromInt(tag);
+    if (!c.isKnown()) {
+        status.setMessage("unknown codec {d} (0 raw, 1 zstd, 2 zstd_dict)", .{tag});
+        return error.InvalidArgument;
+    }
+    return c;
+}
+
+fn checkIndices(indices: []const i64, length: u64) Error!void {
+    for (indices, 0..) |index, i| {
+        if (index < 0 or @as(u64, @intCast(index)) >= length) {
+            status.setMessage("index {d} (position {d}) is out of range for a store of {d} records", .{ index, i, length });
+            return error.IndexOutOfRange;
+        }
+    }
+}
+
+fn outOfMemory() Error {
+    status.setMessage("out of memory", .{});
+    return error.OutOfMemory;
+}
