@@ -1,0 +1,396 @@
+"""Converters into dataset folders: from_numpy (dense), from_iterator (ragged) and recode.
+
+Every converter builds its result in a private staging folder beside the destination and moves
+it into place only when everything was written, so a failed or interrupted conversion leaves the
+destination as it was. An existing destination is replaced only with overwrite=True, and only
+when it holds nothing but a loaderx store's own files. Memory stays bounded: data moves in
+blocks of about chunk_bytes, and a dictionary trains on a strided sample of bounded size.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
+
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.progress import Progress
+from loaderx.schema import (
+    Schema,
+    check_codec,
+    check_dtype,
+    check_item_shape,
+    make_schema,
+    read_schema,
+    resolve_dict_size,
+    schema_path,
+)
+from loaderx.zrecord import RECORD_COUNT_MAX
+
+CHUNK_BYTES_DEFAULT: Final = 64 << 20
+# A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
+DICT_SAMPLE_FACTOR: Final = 100
+# Ragged stores: how many record lengths are looked at at once when cutting blocks.
+_LENGTH_WINDOW: Final = 1 << 16
+# Marks the end of an iterator (None could be a record, if a wrong one).
+_END: Final = object()
+# What a store folder may hold: the schema, the Zrecord files, and their temporary siblings.
+_STORE_FILE: Final = re.compile(r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr)(\.tmp[-.\w]*)?")
+
+
+# --- destinations -----------------------------------------------------------------------------
+
+
+def _foreign_entries(folder: str) -> list[str]:
+    """Names in folder that are not a loaderx store's own files."""
+    return sorted(n for n in os.listdir(folder) if not _STORE_FILE.fullmatch(n))
+
+
+def _is_store(folder: str) -> bool:
+    return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, "meta.zr"))
+
+
+def _check_destination(path: str, overwrite: bool) -> bool:
+    """Raises unless path may be written; returns whether an old store has to be replaced.
+
+    An empty folder counts as free. Anything else needs overwrite=True and must be a loaderx
+    store holding only its own files: nothing else is ever deleted.
+    """
+    if not os.path.lexists(path):
+        return False
+    if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+        return False
+    if not overwrite:
+        raise FileExistsError(
+            f"{path!r} already exists; pass overwrite=True to replace the store there"
+        )
+    if os.path.islink(path) or not os.path.isdir(path) or not _is_store(path):
+        raise FileExistsError(
+            f"{path!r} exists and is not a loaderx store; refusing to remove it even with "
+            "overwrite=True (delete it yourself or pick another path)"
+        )
+    foreign = _foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise FileExistsError(
+            f"{path!r} is a loaderx store but also holds other files ({shown}); refusing to "
+            "remove them even with overwrite=True"
+        )
+    return True
+
+
+class _Staging:
+    """A private folder beside the destination that becomes the destination on commit()."""
+
+    path: str
+    final: str
+    replace: bool
+
+    def __init__(self, final: str, overwrite: bool) -> None:
+        self.final = os.path.abspath(final)
+        self.replace = _check_destination(self.final, overwrite)
+        parent = os.path.dirname(self.final)
+        os.makedirs(parent, exist_ok=True)
+        name = os.path.basename(self.final)
+        self.path = tempfile.mkdtemp(prefix=f".{name}.loaderx-partial-", dir=parent)
+
+    def commit(self) -> None:
+        """Moves the finished store into place (the old one, if any, is removed afterwards)."""
+        trash = None
+        if self.replace:
+            # Checked again: the folder may have changed while the conversion ran.
+            _check_destination(self.final, True)
+            trash = tempfile.mkdtemp(
+                prefix=f".{os.path.basename(self.final)}.loaderx-old-",
+                dir=os.path.dirname(self.final),
+            )
+            os.replace(self.final, os.path.join(trash, "store"))
+        elif os.path.isdir(self.final):
+            os.rmdir(self.final)  # the empty folder that was there (fails if it filled up)
+        os.replace(self.path, self.final)
+        if trash is not None:
+            shutil.rmtree(trash)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _check_chunk_bytes(chunk_bytes: int) -> int:
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, (int, np.integer)):
+        raise TypeError(f"chunk_bytes must be an int, got {chunk_bytes!r}")
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    return int(chunk_bytes)
+
+
+def _sample_positions(count: int, record_bytes: float, dict_size: int) -> npt.NDArray[np.int64]:
+    """Evenly strided positions over 0..count whose records total about 100x dict_size bytes."""
+    budget = DICT_SAMPLE_FACTOR * dict_size
+    wanted = int(budget // max(record_bytes, 1.0))
+    taken = max(1, min(count, wanted))
+    return np.unique(np.linspace(0, count - 1, taken).astype(np.int64))
+
+
+# --- from_numpy -------------------------------------------------------------------------------
+
+
+def from_numpy(
+    path: str | os.PathLike[str],
+    array: npt.ArrayLike,
+    codec: str = "zstd",
+    dict_size: str | int = "balanced",
+    chunk_bytes: int = CHUNK_BYTES_DEFAULT,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> int:
+    """Writes array as a dense dataset at path, one record per slice along axis 0.
+
+    A 1-D array becomes a dataset of scalars. The array is read in blocks of about chunk_bytes,
+    so an np.memmap (or np.load(..., mmap_mode='r')) of any size is never loaded whole. With
+    codec="zstd_dict" the dictionary is trained first on an evenly strided sample of the whole
+    array (about 100x dict_size bytes), so the result is appendable at once. Returns the number
+    of records written.
+    """
+    data = array if isinstance(array, np.ndarray) else np.asarray(array)
+    if data.ndim == 0:
+        raise ValueError("from_numpy needs an array with at least one dimension (axis 0: records)")
+    schema = make_schema("dense", data.dtype, data.shape[1:], codec, dict_size)
+    block_bytes = _check_chunk_bytes(chunk_bytes)
+    count = int(data.shape[0])
+    if count > RECORD_COUNT_MAX:
+        raise ValueError(f"{count} records exceed the store's limit of {RECORD_COUNT_MAX}")
+    staging = _Staging(os.fspath(path), overwrite)
+    try:
+        with DenseDataset(
+            staging.path, schema.dtype, schema.item_shape, schema.codec, dict_size
+        ) as ds:
+            if schema.codec == "zstd_dict" and count > 0:
+                positions = _sample_positions(count, ds.record_size, schema.dict_size)
+                ds.train_dict(np.ascontiguousarray(data[positions]))
+            rows = max(1, block_bytes // ds.record_size)
+            report = Progress(f"from_numpy {os.fspath(path)}", count, progress)
+            for start in range(0, count, rows):
+                block = np.ascontiguousarray(data[start : start + rows])
+                ds.append(block)
+                report.update(block.shape[0], block.nbytes)
+                del block
+            report.finish()
+        staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
+    return count
+
+
+# --- from_iterator ----------------------------------------------------------------------------
+
+
+def _as_record(record: object, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """An array record as it is (the dataset checks its dtype); other sequences via np.asarray."""
+    if isinstance(record, np.ndarray):
+        return record
+    return np.asarray(record, dtype=dtype)
+
+
+def from_iterator(
+    path: str | os.PathLike[str],
+    iterable: Iterable[Any],
+    codec: str = "zstd",
+    dtype: DTypeLike | None = None,
+    item_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
+    chunk_bytes: int = CHUNK_BYTES_DEFAULT,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> int:
+    """Writes a ragged dataset at path from an iterable of (L, *item_shape) arrays.
+
+    dtype and item_shape default to the first record's dtype and trailing shape. Array records
+    must have that dtype exactly; non-array records (lists) go through np.asarray(r, dtype).
+    Records are appended in batches of about chunk_bytes. "zstd_dict" is refused: a dictionary
+    must be trained on final data, so stream with "zstd" and recode afterwards. Returns the
+    number of records written.
+    """
+    if codec == "zstd_dict":
+        raise ValueError(
+            "from_iterator cannot write 'zstd_dict': a dictionary must be trained on the "
+            "complete data. Convert with codec='zstd' first, then "
+            "recode(src, dst, codec='zstd_dict') once the data is final"
+        )
+    check_codec(codec)
+    block_bytes = _check_chunk_bytes(chunk_bytes)
+    records: Iterator[Any] = iter(iterable)
+    first: object = next(records, _END)
+    if dtype is None and first is _END:
+        raise ValueError("from_iterator got no records and no dtype; pass dtype= for an empty store")
+    found_dtype = check_dtype(dtype) if dtype is not None else np.asarray(first).dtype
+    if item_shape is not None:
+        shape = check_item_shape(item_shape)
+    elif first is _END:
+        shape = ()
+    else:
+        first_shape = _as_record(first, found_dtype).shape
+        if len(first_shape) == 0:
+            raise ValueError("records must have at least one dimension (L, *item_shape)")
+        shape = tuple(first_shape[1:])
+    schema = make_schema("ragged", found_dtype, shape, codec, "balanced")
+    total = len(iterable) if isinstance(iterable, Sequence) else None
+    staging = _Staging(os.fspath(path), overwrite)
+    try:
+        with RaggedDataset(staging.path, schema.dtype, schema.item_shape, schema.codec) as ds:
+            _stream_records(ds, first, records, block_bytes, Progress(
+                f"from_iterator {os.fspath(path)}", total, progress
+            ))
+            count = len(ds)
+        staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
+    return count
+
+
+def _stream_records(
+    ds: RaggedDataset, first: object, rest: Iterator[Any], block_bytes: int, report: Progress
+) -> None:
+    pending: list[npt.NDArray[Any]] = []
+    pending_bytes = 0
+    current = first
+    while current is not _END:
+        record = _as_record(current, ds.dtype)
+        pending.append(record)
+        pending_bytes += record.nbytes
+        if pending_bytes >= block_bytes:
+            ds.append(pending)
+            report.update(len(pending), pending_bytes)
+            pending = []
+            pending_bytes = 0
+        current = next(rest, _END)
+    if pending:
+        ds.append(pending)
+        report.update(len(pending), pending_bytes)
+    report.finish()
+
+
+# --- recode -----------------------------------------------------------------------------------
+
+
+def _same_place(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
+def _dense_blocks(count: int, record_size: int, block_bytes: int) -> Iterator[tuple[int, int]]:
+    rows = max(1, block_bytes // record_size)
+    for start in range(0, count, rows):
+        yield start, min(count, start + rows)
+
+
+def _ragged_blocks(src: RaggedDataset, block_bytes: int) -> Iterator[tuple[int, int]]:
+    """Consecutive [start, stop) ranges of about block_bytes each (at least one record)."""
+    count = len(src)
+    start = 0
+    while start < count:
+        window = src.lengths(slice(start, min(count, start + _LENGTH_WINDOW)))
+        sizes = np.cumsum(window * src.row_size)
+        fit = int(np.searchsorted(sizes, block_bytes, side="right"))
+        stop = start + max(1, fit)
+        yield start, stop
+        start = stop
+
+
+def _ragged_sample(src: RaggedDataset, dict_size: int) -> list[npt.NDArray[Any]]:
+    """An evenly strided sample of non-empty records of about 100x dict_size bytes."""
+    count = len(src)
+    probe = src.lengths(np.unique(np.linspace(0, count - 1, min(count, 4096)).astype(np.int64)))
+    mean_bytes = float(probe.mean()) * src.row_size if len(probe) else 1.0
+    positions = _sample_positions(count, mean_bytes, dict_size)
+    records: list[npt.NDArray[Any]] = src[positions]
+    return [r for r in records if r.shape[0] > 0]
+
+
+def recode(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    codec: str = "zstd",
+    dict_size: str | int = "balanced",
+    chunk_bytes: int = CHUNK_BYTES_DEFAULT,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> int:
+    """Rewrites the dataset at src into dst with another codec (any codec to any codec).
+
+    Records are copied in ascending index order, so datasets recoded together stay aligned;
+    the schema is carried over with only the codec (and dict_size) replaced. For "zstd_dict"
+    the dictionary is trained first on a strided sample of the whole source. Memory is bounded
+    by chunk_bytes plus that sample. Returns the number of records written.
+    """
+    src_path = os.fspath(src)
+    dst_path = os.fspath(dst)
+    if _same_place(src_path, dst_path):
+        raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
+    found = read_schema(src_path)
+    target = found.with_codec(codec, dict_size)
+    block_bytes = _check_chunk_bytes(chunk_bytes)
+    staging = _Staging(dst_path, overwrite)
+    try:
+        if found.kind == "dense":
+            count = _recode_dense(src_path, staging.path, target, block_bytes, progress)
+        else:
+            count = _recode_ragged(src_path, staging.path, target, block_bytes, progress)
+        staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
+    return count
+
+
+def _recode_dense(
+    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: bool | None
+) -> int:
+    with DenseDataset(src_path) as src, DenseDataset(
+        dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
+    ) as dst:
+        count = len(src)
+        if target.codec == "zstd_dict" and count > 0:
+            dst.train_dict(src[_sample_positions(count, src.record_size, target.dict_size)])
+        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
+        for start, stop in _dense_blocks(count, src.record_size, block_bytes):
+            block = src[start:stop]
+            dst.append(block)
+            report.update(stop - start, block.nbytes)
+        report.finish()
+        return len(dst)
+
+
+def _recode_ragged(
+    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: bool | None
+) -> int:
+    with RaggedDataset(src_path) as src, RaggedDataset(
+        dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
+    ) as dst:
+        count = len(src)
+        if target.codec == "zstd_dict" and count > 0:
+            sample = _ragged_sample(src, target.dict_size)
+            if sample:
+                dst.train_dict(sample)
+        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
+        for start, stop in _ragged_blocks(src, block_bytes):
+            records: list[npt.NDArray[Any]] = src[start:stop]
+            dst.append(records)
+            report.update(stop - start, sum(r.nbytes for r in records))
+        report.finish()
+        return len(dst)
+
+
+def _dict_arg(schema: Schema) -> str | int:
+    return schema.dict_size if schema.codec == "zstd_dict" else "balanced"
+
+
+__all__ = ["CHUNK_BYTES_DEFAULT", "from_iterator", "from_numpy", "recode", "resolve_dict_size"]

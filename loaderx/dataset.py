@@ -1,0 +1,473 @@
+"""DenseDataset, RaggedDataset, pad and DICT_TIERS: typed NumPy datasets over a Zrecord store.
+
+A dataset folder is a Zrecord store plus schema.msgpack (see loaderx.schema). A dense dataset
+holds one fixed-shape sample per record, so its reads are fixed-stride gathers whose result shape
+comes from the schema alone; a ragged dataset holds records of shape (L, *item_shape) with their
+own L and reads them into a list. Every read and every append is one batch and one native call.
+
+Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
+
+from loaderx.errors import CorruptStoreError, DictionaryError, SchemaError
+from loaderx.indexing import normalize_index
+from loaderx.schema import (
+    DICT_SIZE_MAX,
+    DICT_SIZE_MIN,
+    DICT_TIERS,
+    RECORD_SIZE_MAX,
+    Schema,
+    make_schema,
+    read_schema,
+    require_same,
+    resolve_dict_size,
+    schema_path,
+    write_schema,
+)
+from loaderx.zrecord import Zrecord
+
+__all__ = [
+    "DICT_SIZE_MAX",
+    "DICT_SIZE_MIN",
+    "DICT_TIERS",
+    "DenseDataset",
+    "RaggedDataset",
+    "pad",
+]
+
+_INT64: Final = np.dtype(np.int64)
+_META_FILE: Final = "meta.zr"
+
+Shape = SupportsIndex | Sequence[SupportsIndex]
+
+
+def _is_scalar_index(index: object) -> bool:
+    """True for an index that selects one record (and so returns one sample, not a batch)."""
+    if isinstance(index, (bool, np.bool_)):
+        return False
+    if isinstance(index, (int, np.integer)):
+        return True
+    return isinstance(index, np.ndarray) and index.ndim == 0
+
+
+def _open_store(path: str, kind: str, wanted: Schema | None) -> tuple[Schema, Zrecord]:
+    """Opens (wanted is None) or creates the dataset folder and returns its schema and store.
+
+    Creation validates the schema before touching the disk, then creates the store, then writes
+    the schema; opening a folder that already has a schema compares it with the one asked for.
+    """
+    if os.path.exists(schema_path(path)):
+        found = read_schema(path)
+        if found.kind != kind:
+            right = "RaggedDataset" if found.kind == "ragged" else "DenseDataset"
+            raise SchemaError(f"{path!r} holds a {found.kind} dataset; open it with {right}")
+        if wanted is not None:
+            require_same(path, found, wanted)
+        return found, Zrecord(path, create=wanted is not None, codec=found.codec)
+    if wanted is None:
+        if os.path.isfile(os.path.join(path, _META_FILE)):
+            raise SchemaError(
+                f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
+                "open it with loaderx.zrecord.Zrecord, or pass dtype= (and item_shape=) to "
+                "declare the schema of an empty store"
+            )
+        raise FileNotFoundError(
+            f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
+        )
+    store = Zrecord(path, create=True, codec=wanted.codec)
+    count = len(store)
+    if count > 0:
+        store.close()
+        raise SchemaError(
+            f"{path!r} already holds {count} Zrecord records but no schema; refusing to "
+            "declare one over data of unknown layout"
+        )
+    try:
+        write_schema(path, wanted)
+    except BaseException:
+        store.close()
+        raise
+    return wanted, store
+
+
+def _create_schema(
+    kind: str,
+    dtype: DTypeLike | None,
+    item_shape: Shape | None,
+    codec: str,
+    dict_size: str | int,
+) -> Schema | None:
+    """The schema a constructor asked for, or None when it only opens."""
+    if dtype is None:
+        if item_shape is not None:
+            raise TypeError("item_shape was given without dtype; a new dataset needs both")
+        return None
+    return make_schema(kind, dtype, () if item_shape is None else item_shape, codec, dict_size)
+
+
+def _check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """value as an ndarray of exactly dtype; TypeError otherwise (never a silent cast)."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"{what} must be a numpy array of dtype {dtype}, not {type(value).__name__} "
+            "(build it with np.asarray(..., dtype=...))"
+        )
+    if value.dtype != dtype:
+        raise TypeError(
+            f"{what} has dtype {value.dtype} but the dataset holds {dtype}; convert it "
+            f"explicitly with .astype(np.{dtype.name}) if that is what you mean"
+        )
+    return value
+
+
+class _DatasetBase:
+    """What dense and ragged datasets share: the schema, the store and its maintenance."""
+
+    path: str
+    schema: Schema
+    dtype: np.dtype[Any]
+    item_shape: tuple[int, ...]
+    codec: str
+    dict_size: int
+    _store: Zrecord
+
+    def __init__(self, path: str | os.PathLike[str], kind: str, wanted: Schema | None) -> None:
+        self.path = os.fspath(path)
+        schema, store = _open_store(self.path, kind, wanted)
+        self.schema = schema
+        self.dtype = schema.dtype
+        self.item_shape = schema.item_shape
+        self.codec = schema.codec
+        self.dict_size = schema.dict_size
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @property
+    def store(self) -> Zrecord:
+        """The underlying byte-record store."""
+        return self._store
+
+    @property
+    def has_dict(self) -> bool:
+        return self._store.has_dict
+
+    def delete(self, index: object) -> None:
+        """Swap-last delete of the selected records: survivors reindex to stay 0..len-1."""
+        indices = normalize_index(index, len(self._store))
+        if len(indices):
+            self._store.delete(indices)
+
+    def stats(self) -> dict[str, int]:
+        """records, live_bytes, chunk_bytes and reclaimable, straight from the store."""
+        return self._store.stats()
+
+    def compact(self) -> None:
+        """Reclaims deleted bytes in place (offline: no other reader or writer may be active)."""
+        self._store.compact()
+
+    def sync(self) -> None:
+        """Flushes the store's data and table to stable storage."""
+        self._store.sync()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def _check_appendable(self) -> None:
+        if self.codec == "zstd_dict" and not self._store.has_dict:
+            raise DictionaryError(
+                f"{self.path!r} is a zstd_dict dataset without a dictionary yet; call "
+                "train_dict(samples) with representative samples before the first append"
+            )
+
+    def _train(self, records: list[npt.NDArray[np.uint8]], dict_size: str | int | None) -> None:
+        if self.codec != "zstd_dict":
+            raise ValueError(
+                f"train_dict applies to a zstd_dict dataset; {self.path!r} uses {self.codec!r} "
+                "(loaderx.converter.recode rewrites a store with another codec)"
+            )
+        size = self.dict_size if dict_size is None else resolve_dict_size(dict_size)
+        if not records:
+            raise ValueError("train_dict needs at least one sample")
+        self._store.train_dict(records, size)
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return (
+            f"{name}({self.path!r}, dtype={self.dtype}, item_shape={self.item_shape}, "
+            f"codec={self.codec!r})"
+        )
+
+
+class DenseDataset(_DatasetBase):
+    """A dataset of fixed-shape samples: every record is one item_shape array of dtype.
+
+    DenseDataset(path) opens an existing dataset; DenseDataset(path, dtype=..., item_shape=...,
+    codec="zstd", dict_size="balanced") creates one (writing its schema at once) or reopens one
+    whose schema is the same. Reads return (B, *item_shape) arrays, or one sample for an int.
+    """
+
+    record_size: int
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dtype: DTypeLike | None = None,
+        item_shape: Shape | None = None,
+        codec: str = "zstd",
+        dict_size: str | int = "balanced",
+    ) -> None:
+        wanted = _create_schema("dense", dtype, item_shape, codec, dict_size)
+        super().__init__(path, "dense", wanted)
+        self.record_size = self.schema.row_size
+
+    def __enter__(self) -> DenseDataset:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getitem__(self, index: object) -> npt.NDArray[Any]:
+        return self.read(index)
+
+    def read(self, index: object, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """The selected samples, gathered in one native call (into out when given).
+
+        An int returns one sample of shape item_shape; a slice, an integer sequence or array or
+        a bool mask returns a (B, *item_shape) batch in index order. out must then have exactly
+        that shape and the dataset's dtype, and be C-contiguous and writable.
+        """
+        indices = normalize_index(index, len(self._store))
+        if _is_scalar_index(index):
+            shape = self.item_shape
+        else:
+            shape = (len(indices), *self.item_shape)
+        if out is None:
+            result = np.empty(shape, dtype=self.dtype)
+        else:
+            result = _check_array(out, "out", self.dtype)
+            if result.shape != shape:
+                raise ValueError(f"out has shape {result.shape}, the selection needs {shape}")
+            if not result.flags.c_contiguous or not result.flags.writeable:
+                raise ValueError("out must be a writable C-contiguous array")
+        if len(indices):
+            self._store.gather_into(indices, result, self.record_size)
+        return result
+
+    def gather_into(self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]) -> None:
+        """The loader's hot path: samples indices[i] into out[i], one native call.
+
+        indices must already be normalised (a C-contiguous int64 array with 0 <= i < len);
+        out a writable C-contiguous array of this dtype holding exactly len(indices) samples.
+        Only cheap checks run here; the native side refuses out-of-range indices before copying.
+        """
+        if out.dtype != self.dtype:
+            raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
+        if indices.dtype != _INT64:
+            raise TypeError(f"indices must be int64, not {indices.dtype}")
+        self._store.gather_into(indices, out, self.record_size)
+
+    def _batch(self, batch: object, what: str) -> npt.NDArray[Any]:
+        """batch validated as (B, *item_shape) of the dataset's dtype, made C-contiguous."""
+        array = _check_array(batch, what, self.dtype)
+        if array.ndim != len(self.item_shape) + 1 or array.shape[1:] != self.item_shape:
+            hint = ""
+            if array.shape == self.item_shape:
+                hint = " (one sample is a batch of one: pass sample[None])"
+            raise ValueError(
+                f"{what} has shape {array.shape}; this dataset takes batches of shape "
+                f"(B, *{self.item_shape}){hint}"
+            )
+        return np.ascontiguousarray(array)
+
+    def append(self, batch: npt.NDArray[Any]) -> int:
+        """Appends a (B, *item_shape) batch in one native call and returns its first index.
+
+        The batch must already have the dataset's dtype: a different dtype is refused with a
+        TypeError (convert with .astype yourself; nothing is cast silently). A non-contiguous
+        batch is copied first. Everything is checked before anything is written.
+        """
+        data = self._batch(batch, "batch")
+        self._check_appendable()
+        if data.shape[0] == 0:
+            return len(self._store)
+        return self._store.append_fixed(data, self.record_size)
+
+    def train_dict(self, samples: npt.NDArray[Any], dict_size: str | int | None = None) -> None:
+        """Trains the zstd_dict dictionary on a (N, *item_shape) array of samples.
+
+        dict_size defaults to the schema's; a tier name or a byte count overrides it.
+        """
+        data = self._batch(samples, "samples")
+        flat = data.reshape(-1).view(np.uint8)
+        size = self.record_size
+        records = [flat[i * size : (i + 1) * size] for i in range(data.shape[0])]
+        self._train(records, dict_size)
+
+
+class RaggedDataset(_DatasetBase):
+    """A dataset of variable-length records: record i has shape (L_i, *item_shape).
+
+    Construction works as for DenseDataset. Reads return a list of arrays (one array for an
+    int); append takes a sequence of arrays whose trailing dimensions equal item_shape.
+    """
+
+    row_size: int
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dtype: DTypeLike | None = None,
+        item_shape: Shape | None = None,
+        codec: str = "zstd",
+        dict_size: str | int = "balanced",
+    ) -> None:
+        wanted = _create_schema("ragged", dtype, item_shape, codec, dict_size)
+        super().__init__(path, "ragged", wanted)
+        self.row_size = self.schema.row_size
+
+    def __enter__(self) -> RaggedDataset:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getitem__(self, index: object) -> Any:
+        return self.read(index)
+
+    def read(self, index: object) -> Any:
+        """One array for an int index, else a list of arrays in index order.
+
+        The records of one read are views into a single buffer filled by one gather.
+        """
+        indices = normalize_index(index, len(self._store))
+        records = self._read(indices)
+        if _is_scalar_index(index):
+            return records[0]
+        return records
+
+    def _read(self, indices: npt.NDArray[np.int64]) -> list[npt.NDArray[Any]]:
+        if len(indices) == 0:
+            return []
+        data, offsets = self._store.gather_ragged(indices)
+        bounds: list[int] = offsets.tolist()
+        row = self.row_size
+        shape = (-1, *self.item_shape)
+        records: list[npt.NDArray[Any]] = []
+        for i in range(len(bounds) - 1):
+            start = bounds[i]
+            stop = bounds[i + 1]
+            if (stop - start) % row:
+                raise CorruptStoreError(
+                    f"record {int(indices[i])} of {self.path!r} has {stop - start} bytes, not a "
+                    f"whole number of {row}-byte rows of the schema"
+                )
+            records.append(data[start:stop].view(self.dtype).reshape(shape))
+        return records
+
+    def lengths(self, index: object) -> npt.NDArray[np.int64]:
+        """The number of rows (L) of each selected record, without reading the records."""
+        indices = normalize_index(index, len(self._store))
+        if len(indices) == 0:
+            return np.empty(0, dtype=np.int64)
+        sizes = self._store.record_lengths(indices)
+        return (sizes // np.uint64(self.row_size)).astype(np.int64)
+
+    def _records(self, records: object, what: str) -> list[npt.NDArray[Any]]:
+        """Every record validated against the schema and made C-contiguous (nothing written)."""
+        if isinstance(records, np.ndarray) or not isinstance(records, Sequence):
+            raise TypeError(
+                f"{what} must be a list (or other sequence) of arrays, not "
+                f"{type(records).__name__}; wrap a single record as [record]"
+            )
+        checked: list[npt.NDArray[Any]] = []
+        ndim = len(self.item_shape) + 1
+        for position, record in enumerate(records):
+            name = f"{what}[{position}]"
+            array = _check_array(record, name, self.dtype)
+            if array.ndim != ndim or array.shape[1:] != self.item_shape:
+                raise ValueError(
+                    f"{name} has shape {array.shape}; records of this dataset have shape "
+                    f"(L, *{self.item_shape})"
+                )
+            if array.nbytes > RECORD_SIZE_MAX:
+                raise ValueError(
+                    f"{name} is {array.nbytes} bytes, over the store's {RECORD_SIZE_MAX}-byte "
+                    "(1 MiB) record limit"
+                )
+            checked.append(np.ascontiguousarray(array))
+        return checked
+
+    def append(self, records: Sequence[npt.NDArray[Any]]) -> int:
+        """Appends a list of (L, *item_shape) arrays in one native call; returns the first index.
+
+        Every record must have the dataset's dtype exactly (no silent casts: use .astype) and
+        at most 1 MiB; every record is checked before anything is written.
+        """
+        checked = self._records(records, "records")
+        self._check_appendable()
+        if not checked:
+            return len(self._store)
+        return self._store.append(checked)
+
+    def train_dict(
+        self, samples: Sequence[npt.NDArray[Any]], dict_size: str | int | None = None
+    ) -> None:
+        """Trains the zstd_dict dictionary on a list of sample records."""
+        checked = self._records(samples, "samples")
+        self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
+
+
+def pad(
+    records: Sequence[npt.NDArray[Any]], value: Any = 0
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """Pads a list of (L_i, *trailing) arrays into a (B, max L, *trailing) array plus the L_i.
+
+    Every record must have the same dtype and trailing shape; the padding is `value`.
+    """
+    if len(records) == 0:
+        raise ValueError("pad needs at least one record to know the dtype and trailing shape")
+    first = records[0]
+    if not isinstance(first, np.ndarray) or first.ndim == 0:
+        raise TypeError("pad takes a list of arrays with at least one dimension")
+    trailing = first.shape[1:]
+    lengths = np.empty(len(records), dtype=np.int64)
+    for position, record in enumerate(records):
+        if not isinstance(record, np.ndarray) or record.ndim == 0:
+            raise TypeError(f"records[{position}] is not an array with at least one dimension")
+        if record.dtype != first.dtype:
+            raise TypeError(
+                f"records[{position}] has dtype {record.dtype}, records[0] has {first.dtype}"
+            )
+        if record.shape[1:] != trailing:
+            raise ValueError(
+                f"records[{position}] has trailing shape {record.shape[1:]}, records[0] has "
+                f"{trailing}"
+            )
+        lengths[position] = record.shape[0]
+    longest = int(lengths.max())
+    dense = np.full((len(records), longest, *trailing), value, dtype=first.dtype)
+    for position, record in enumerate(records):
+        dense[position, : record.shape[0]] = record
+    return dense, lengths

@@ -1,0 +1,625 @@
+"""Tests of loaderx.dataset: bit-exact round trips, every index form, append validation that
+leaves the store untouched, schema checks on open, dictionaries, pad, and the README's examples.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loaderx import schema as schema_module
+from loaderx import zrecord
+from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
+from loaderx.errors import DictionaryError, SchemaError
+
+NUMERIC = [
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64, np.complex64, np.complex128,
+]
+SHAPES = [(), (3,), (2, 4), (28, 28)]
+
+
+def random_samples(
+    rng: np.random.Generator, dtype: Any, shape: tuple[int, ...], count: int
+) -> npt.NDArray[Any]:
+    """count samples of dtype whose bits are random; floats also get NaN payloads, inf, -0.0."""
+    dt = np.dtype(dtype)
+    full = (count, *shape)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=full).astype(np.bool_)
+    size = int(np.prod(full, dtype=np.int64)) * dt.itemsize
+    values = np.frombuffer(rng.bytes(size), dtype=dt).reshape(full).copy()
+    if dt.kind in "fc" and values.size >= 6:
+        part = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
+        flat = values.reshape(-1).view(part)
+        bits = flat.view(f"u{part.itemsize}")
+        flat[0] = np.inf
+        flat[1] = -np.inf
+        flat[2] = -0.0
+        flat[3] = np.nan
+        # A NaN with a non-default payload and the sign bit set.
+        bits[4] = bits.dtype.type(~0 & ((1 << (8 * part.itemsize)) - 1)) ^ bits.dtype.type(2)
+        flat[5] = np.finfo(part).tiny / 4  # a subnormal
+    return values
+
+
+def same_bits(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> None:
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def swap_last_delete(values: list[Any], indices: list[int]) -> list[Any]:
+    """The store's documented delete: descending unique indices, each filled from the tail."""
+    result = list(values)
+    for index in sorted(set(indices), reverse=True):
+        result[index] = result[-1]
+        result.pop()
+    return result
+
+
+@pytest.fixture
+def dense(store_path: str, rng: np.random.Generator) -> tuple[DenseDataset, npt.NDArray[Any]]:
+    values = random_samples(rng, np.float32, (2, 3), 20)
+    ds = DenseDataset(store_path, dtype=np.float32, item_shape=(2, 3))
+    assert ds.append(values) == 0
+    return ds, values
+
+
+# --- round trips ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", NUMERIC, ids=lambda d: np.dtype(d).name)
+def test_dense_round_trip_is_bit_exact(
+    store_path: str, rng: np.random.Generator, dtype: Any, shape: tuple[int, ...]
+) -> None:
+    values = random_samples(rng, dtype, shape, 9)
+    with DenseDataset(store_path, dtype=dtype, item_shape=shape) as ds:
+        assert ds.record_size == np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
+        assert ds.append(values[:4]) == 0
+        assert ds.append(values[4:]) == 4
+        same_bits(ds[:], values)
+        same_bits(ds[3], values[3])
+    with DenseDataset(store_path) as again:
+        assert again.dtype == np.dtype(dtype)
+        assert again.item_shape == shape
+        same_bits(again[::-1], values[::-1])
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_dense_round_trip_per_codec(store_path: str, rng: np.random.Generator, codec: str) -> None:
+    values = random_samples(rng, np.float64, (3,), 200)
+    values[::2] = 1.5  # something to compress
+    with DenseDataset(store_path, dtype=np.float64, item_shape=(3,), codec=codec) as ds:
+        if codec == "zstd_dict":
+            ds.train_dict(values)
+        ds.append(values)
+        same_bits(ds[:], values)
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 2)], ids=str)
+@pytest.mark.parametrize("dtype", NUMERIC, ids=lambda d: np.dtype(d).name)
+def test_ragged_round_trip_is_bit_exact(
+    store_path: str, rng: np.random.Generator, dtype: Any, shape: tuple[int, ...]
+) -> None:
+    records = [random_samples(rng, dtype, shape, length) for length in (3, 0, 1, 7, 2)]
+    with RaggedDataset(store_path, dtype=dtype, item_shape=shape) as rs:
+        assert rs.append(records[:2]) == 0
+        assert rs.append(records[2:]) == 2
+        got = rs[:]
+        assert isinstance(got, list) and len(got) == len(records)
+        for have, want in zip(got, records):
+            same_bits(have, want)
+        same_bits(rs[-2], records[-2])
+        assert rs.lengths(slice(None)).tolist() == [3, 0, 1, 7, 2]
+    with RaggedDataset(store_path) as again:
+        for have, want in zip(again[[4, 1, 0]], [records[4], records[1], records[0]]):
+            same_bits(have, want)
+
+
+# --- index forms ------------------------------------------------------------------------------
+
+INDEX_FORMS: list[Any] = [
+    0, 19, -1, -20, np.int64(7), np.uint8(3), np.array(5),
+    slice(None), slice(2, 11, 3), slice(None, None, -1), slice(15, 2, -4), slice(30, 40),
+    [0, 5, 2], [-1, -1, 0], [], (4, 3), range(1, 9, 2),
+    np.array([3, 1, 3], dtype=np.int32), np.array([19, 0], dtype=np.uint64),
+    np.array([-3, 2], dtype=np.int64),
+    np.arange(20) % 3 == 0, [i % 2 == 1 for i in range(20)],
+]
+
+
+def reference_positions(index: Any, length: int) -> Any:
+    """What NumPy selects from arange(length); a Python sequence is a list of record indices."""
+    if isinstance(index, (list, tuple, range)):
+        index = np.array(list(index), dtype=np.bool_ if index and isinstance(index[0], bool)
+                         else np.int64)
+    return np.arange(length)[index]
+
+
+@pytest.mark.parametrize("index", INDEX_FORMS, ids=repr)
+def test_dense_index_forms_match_numpy(
+    dense: tuple[DenseDataset, npt.NDArray[Any]], index: Any
+) -> None:
+    ds, values = dense
+    want = values[reference_positions(index, len(values))]
+    same_bits(ds[index], want)
+    same_bits(ds.read(index), want)
+
+
+@pytest.mark.parametrize("index", INDEX_FORMS, ids=repr)
+def test_ragged_index_forms_match_numpy(store_path: str, index: Any) -> None:
+    records = [np.arange(i % 5, dtype=np.int16) + i for i in range(20)]
+    rs = RaggedDataset(store_path, dtype=np.int16)
+    rs.append(records)
+    got = rs[index]
+    positions = reference_positions(index, 20)
+    if np.ndim(positions) == 0:
+        same_bits(got, records[int(positions)])
+    else:
+        assert isinstance(got, list) and len(got) == len(positions)
+        for have, position in zip(got, positions):
+            same_bits(have, records[int(position)])
+
+
+@pytest.mark.parametrize(
+    ("index", "error"),
+    [(20, IndexError), (-21, IndexError), ([0, 20], IndexError), (np.ones(3, bool), IndexError),
+     (1.0, TypeError), ("0", TypeError), (True, TypeError), ([0.5], TypeError)],
+    ids=repr,
+)
+def test_bad_indices(dense: tuple[DenseDataset, npt.NDArray[Any]], index: Any, error: type) -> None:
+    ds, _ = dense
+    with pytest.raises(error):
+        ds[index]
+
+
+def test_read_into_out(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> None:
+    ds, values = dense
+    out = np.zeros((3, 2, 3), np.float32)
+    assert ds.read([4, 0, 9], out=out) is out
+    same_bits(out, values[[4, 0, 9]])
+    one = np.zeros((2, 3), np.float32)
+    ds.read(-1, out=one)
+    same_bits(one, values[-1])
+    with pytest.raises(TypeError, match="dtype"):
+        ds.read([1], out=np.zeros((1, 2, 3), np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        ds.read([1, 2], out=np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="contiguous"):
+        ds.read([1, 2], out=np.zeros((2, 3, 2), np.float32).transpose(0, 2, 1))
+
+
+def test_gather_into_hot_path(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> None:
+    ds, values = dense
+    indices = np.array([19, 0, 7, 7], dtype=np.int64)
+    out = np.empty((4, 2, 3), np.float32)
+    ds.gather_into(indices, out)
+    same_bits(out, values[indices])
+    with pytest.raises(TypeError):
+        ds.gather_into(indices, np.empty((4, 2, 3), np.float64))
+    with pytest.raises(TypeError):
+        ds.gather_into(indices.astype(np.int32), out)
+    with pytest.raises(ValueError):
+        ds.gather_into(indices, np.empty((3, 2, 3), np.float32))
+    with pytest.raises(IndexError):
+        ds.gather_into(np.array([20], dtype=np.int64), np.empty((1, 2, 3), np.float32))
+
+
+# --- append -----------------------------------------------------------------------------------
+
+
+def test_append_returns_first_index_and_copies_non_contiguous(
+    store_path: str, rng: np.random.Generator
+) -> None:
+    base = random_samples(rng, np.int32, (4, 3), 10)
+    ds = DenseDataset(store_path, dtype=np.int32, item_shape=(3, 4))
+    strided = base.transpose(0, 2, 1)  # (10, 3, 4), not C-contiguous
+    assert not strided.flags.c_contiguous
+    assert ds.append(strided) == 0
+    assert ds.append(strided[::3]) == 10
+    assert ds.append(strided[:0]) == 14  # an empty batch writes nothing
+    assert len(ds) == 14
+    same_bits(ds[:10], np.ascontiguousarray(strided))
+    same_bits(ds[10:], np.ascontiguousarray(strided[::3]))
+
+
+def snapshot(ds: DenseDataset | RaggedDataset) -> tuple[int, dict[str, int], bytes]:
+    records = ds[:]
+    content = b"".join(r.tobytes() for r in records) if isinstance(records, list) else records.tobytes()
+    return len(ds), ds.stats(), content
+
+
+WRONG_DENSE: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
+    ("dtype", lambda: np.zeros((2, 2, 3), np.float64), TypeError),
+    ("list", lambda: [[[0.0] * 3] * 2], TypeError),
+    ("trailing shape", lambda: np.zeros((2, 3, 2), np.float32), ValueError),
+    ("no batch axis", lambda: np.zeros((2, 3), np.float32), ValueError),
+    ("scalar", lambda: np.float32(1), TypeError),
+    ("0-d array", lambda: np.array(1, np.float32), ValueError),
+    ("object", lambda: np.empty((2, 2, 3), object), TypeError),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "error"), WRONG_DENSE, ids=[w[0] for w in WRONG_DENSE])
+def test_wrong_dense_append_changes_nothing(
+    dense: tuple[DenseDataset, npt.NDArray[Any]],
+    name: str,
+    make: Callable[[], Any],
+    error: type[BaseException],
+) -> None:
+    ds, _ = dense
+    before = snapshot(ds)
+    with pytest.raises(error):
+        ds.append(make())
+    assert snapshot(ds) == before
+
+
+def test_missing_batch_axis_hint(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> None:
+    ds, _ = dense
+    with pytest.raises(ValueError, match=r"sample\[None\]"):
+        ds.append(np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="astype"):
+        ds.append(np.zeros((1, 2, 3), np.float64))
+
+
+WRONG_RAGGED: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
+    ("bare array", lambda: np.zeros((4, 2), np.int16), TypeError),
+    ("dtype in the middle", lambda: [np.zeros((1, 2), np.int16), np.zeros((1, 2), np.int32)],
+     TypeError),
+    ("trailing shape", lambda: [np.zeros((1, 2), np.int16), np.zeros((1, 3), np.int16)],
+     ValueError),
+    ("missing L axis", lambda: [np.zeros(2, np.int16)], ValueError),
+    ("list record", lambda: [np.zeros((1, 2), np.int16), [[1, 2]]], TypeError),
+    ("over 1 MiB", lambda: [np.zeros((1, 2), np.int16), np.zeros((1 << 18 + 1, 2), np.int16)],
+     ValueError),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "error"), WRONG_RAGGED, ids=[w[0] for w in WRONG_RAGGED])
+def test_wrong_ragged_append_changes_nothing(
+    store_path: str, name: str, make: Callable[[], Any], error: type[BaseException]
+) -> None:
+    rs = RaggedDataset(store_path, dtype=np.int16, item_shape=(2,))
+    rs.append([np.arange(2 * n, dtype=np.int16).reshape(n, 2) for n in (1, 4, 2)])
+    before = snapshot(rs)
+    with pytest.raises(error):
+        rs.append(make())
+    assert snapshot(rs) == before
+
+
+def test_ragged_append_takes_non_contiguous_and_empty(store_path: str) -> None:
+    rs = RaggedDataset(store_path, dtype=np.float32, item_shape=(2,))
+    base = np.arange(24, dtype=np.float32).reshape(2, 12)
+    view = base.T[::2]  # (6, 2), strided
+    assert rs.append([view, view[:0]]) == 0
+    assert rs.append([]) == 2
+    same_bits(rs[0], np.ascontiguousarray(view))
+    assert rs[1].shape == (0, 2)
+
+
+# --- schema on open ---------------------------------------------------------------------------
+
+
+def test_schema_is_written_at_construction(store_path: str) -> None:
+    ds = DenseDataset(store_path, dtype=np.uint8, item_shape=(28, 28), codec="raw")
+    raw = msgpack.unpackb(Path(store_path, "schema.msgpack").read_bytes())
+    assert raw["kind"] == "dense" and raw["dtype"] == "|u1" and raw["item_shape"] == [28, 28]
+    assert raw["codec"] == "raw"
+    ds.close()
+    again = DenseDataset(store_path)
+    assert (again.dtype, again.item_shape, again.codec) == (np.dtype(np.uint8), (28, 28), "raw")
+    # Reopening with the same schema is fine.
+    DenseDataset(store_path, dtype="u1", item_shape=[28, 28], codec="raw").close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"dtype": np.int8, "item_shape": (28, 28)}, "dtype"),
+     ({"dtype": np.uint8, "item_shape": (28,)}, "item_shape"),
+     ({"dtype": np.uint8, "item_shape": (28, 28), "codec": "zstd"}, "codec")],
+)
+def test_reopen_with_another_schema_names_the_field(
+    store_path: str, kwargs: dict[str, Any], field: str
+) -> None:
+    DenseDataset(store_path, dtype=np.uint8, item_shape=(28, 28), codec="raw").close()
+    with pytest.raises(SchemaError, match=f"{field}: store has"):
+        DenseDataset(store_path, **kwargs)
+
+
+def test_kind_mismatch_points_to_the_right_class(tmp_path: Path) -> None:
+    DenseDataset(str(tmp_path / "d"), dtype=np.int32).close()
+    RaggedDataset(str(tmp_path / "r"), dtype=np.int32).close()
+    with pytest.raises(SchemaError, match="RaggedDataset"):
+        DenseDataset(str(tmp_path / "r"))
+    with pytest.raises(SchemaError, match="DenseDataset"):
+        RaggedDataset(str(tmp_path / "d"))
+    with pytest.raises(SchemaError, match="RaggedDataset"):
+        DenseDataset(str(tmp_path / "r"), dtype=np.int32)
+
+
+def test_missing_path_and_incomplete_arguments(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="dtype"):
+        DenseDataset(str(tmp_path / "nothing"))
+    with pytest.raises(FileNotFoundError):
+        RaggedDataset(str(tmp_path))  # a folder, but no dataset in it
+    with pytest.raises(TypeError, match="dtype"):
+        DenseDataset(str(tmp_path / "x"), item_shape=(3,))
+    assert not os.path.exists(tmp_path / "nothing")
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_bare_zrecord_store_is_not_taken_for_a_dataset(store_path: str) -> None:
+    with zrecord.Zrecord(store_path) as store:
+        store.append([b"abc"])
+    with pytest.raises(SchemaError, match="Zrecord"):
+        DenseDataset(store_path)
+    with pytest.raises(SchemaError, match="unknown layout"):
+        DenseDataset(store_path, dtype=np.uint8, item_shape=(3,))
+    assert not os.path.exists(os.path.join(store_path, "schema.msgpack"))
+
+
+def test_sizes_refused_at_creation(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="1 MiB"):
+        DenseDataset(str(tmp_path / "a"), dtype=np.float64, item_shape=(512, 257))
+    with pytest.raises(ValueError, match="at least one byte"):
+        DenseDataset(str(tmp_path / "b"), dtype=np.float64, item_shape=(4, 0))
+    with pytest.raises(ValueError, match="at least one byte"):
+        RaggedDataset(str(tmp_path / "c"), dtype=np.float64, item_shape=(0,))
+    assert os.listdir(tmp_path) == []  # nothing was created
+    biggest = DenseDataset(str(tmp_path / "d"), dtype=np.uint8, item_shape=(1 << 20,), codec="raw")
+    sample = np.full((1, 1 << 20), 7, np.uint8)
+    biggest.append(sample)
+    same_bits(biggest[0:1], sample)
+
+
+def test_codec_constants_agree_with_zrecord() -> None:
+    assert schema_module.CODEC_NAMES == tuple(zrecord.CODECS)
+    assert schema_module.RECORD_SIZE_MAX == zrecord.RECORD_SIZE_MAX
+
+
+def test_empty_dataset_reads(store_path: str) -> None:
+    ds = DenseDataset(store_path, dtype=np.int64, item_shape=(2,))
+    assert len(ds) == 0
+    assert ds[:].shape == (0, 2)
+    assert ds[[]].shape == (0, 2)
+    with pytest.raises(IndexError):
+        ds[0]
+    rs = RaggedDataset(store_path + "r", dtype=np.int64)
+    assert rs[:] == []
+
+
+# --- maintenance ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "index",
+    [np.arange(0, 20, 2), slice(5, None, 3), -1, [3, 3, 0], np.arange(20) >= 17],
+    ids=repr,
+)
+def test_delete_stats_compact_pass_through(
+    dense: tuple[DenseDataset, npt.NDArray[Any]], index: Any
+) -> None:
+    ds, values = dense
+    picked = np.arange(20)[index]
+    model = swap_last_delete(list(values), [int(i) for i in np.atleast_1d(picked)])
+    ds.delete(index)
+    assert len(ds) == len(model)
+    same_bits(ds[:], np.array(model, dtype=np.float32).reshape(-1, 2, 3))
+    stats = ds.stats()
+    assert set(stats) == {"records", "live_bytes", "chunk_bytes", "reclaimable"}
+    assert stats["records"] == len(model)
+    assert stats["reclaimable"] > 0
+    ds.compact()
+    assert ds.stats()["reclaimable"] <= stats["reclaimable"]
+    same_bits(ds[:], np.array(model, dtype=np.float32).reshape(-1, 2, 3))
+
+
+def test_ragged_delete(store_path: str) -> None:
+    records = [np.full(i, i, np.uint16) for i in range(10)]
+    rs = RaggedDataset(store_path, dtype=np.uint16)
+    rs.append(records)
+    rs.delete([1, -1, 4])
+    model = swap_last_delete(records, [1, 9, 4])
+    for have, want in zip(rs[:], model):
+        same_bits(have, want)
+    rs.compact()
+    for have, want in zip(rs[:], model):
+        same_bits(have, want)
+
+
+# --- dictionaries -----------------------------------------------------------------------------
+
+
+def test_dict_tiers() -> None:
+    assert DICT_TIERS == {"small": 32 * 1024, "balanced": 128 * 1024, "max": 1024 * 1024}
+
+
+@pytest.mark.parametrize(
+    ("dict_size", "stored"), [("small", 32 << 10), ("max", 1 << 20), (40_000, 40_000)]
+)
+def test_dict_size_is_recorded(store_path: str, dict_size: str | int, stored: int) -> None:
+    ds = DenseDataset(store_path, dtype=np.uint8, item_shape=(64,), codec="zstd_dict",
+                      dict_size=dict_size)
+    assert ds.dict_size == stored
+    ds.close()
+    assert DenseDataset(store_path).dict_size == stored
+
+
+@pytest.mark.parametrize("dict_size", [(1 << 20) + 1, 10, "giant"])
+def test_bad_dict_sizes(store_path: str, dict_size: str | int) -> None:
+    with pytest.raises(ValueError):
+        DenseDataset(store_path, dtype=np.uint8, codec="zstd_dict", dict_size=dict_size)
+    assert not os.path.exists(store_path)
+
+
+def similar_records(rng: np.random.Generator, count: int, size: int) -> npt.NDArray[np.uint8]:
+    """Small records sharing most of their content: a few templates with sparse edits."""
+    templates = rng.integers(0, 256, size=(4, size), dtype=np.uint8)
+    records = templates[rng.integers(0, 4, size=count)].copy()
+    edits = rng.integers(0, size, size=(count, size // 16))
+    for row, cols in enumerate(edits):
+        records[row, cols] = rng.integers(0, 256, size=len(cols), dtype=np.uint8)
+    return records
+
+
+def test_zstd_dict_refuses_append_until_trained(store_path: str, rng: np.random.Generator) -> None:
+    values = similar_records(rng, 300, 128)
+    ds = DenseDataset(store_path, dtype=np.uint8, item_shape=(128,), codec="zstd_dict",
+                      dict_size="small")
+    with pytest.raises(DictionaryError, match="train_dict"):
+        ds.append(values)
+    assert len(ds) == 0 and not ds.has_dict
+    ds.train_dict(values)
+    assert ds.has_dict
+    assert ds.append(values) == 0
+    same_bits(ds[:], values)
+    ds.close()
+    with DenseDataset(store_path) as again:
+        assert again.has_dict
+        same_bits(again[::7], values[::7])
+
+
+def test_ragged_zstd_dict_refuses_append_until_trained(
+    store_path: str, rng: np.random.Generator
+) -> None:
+    records = [row[: 40 + i % 50] for i, row in enumerate(similar_records(rng, 200, 128))]
+    rs = RaggedDataset(store_path, dtype=np.uint8, codec="zstd_dict", dict_size=8192)
+    with pytest.raises(DictionaryError, match="train_dict"):
+        rs.append(records)
+    rs.train_dict(records)
+    rs.append(records)
+    for have, want in zip(rs[:], records):
+        same_bits(have, want)
+
+
+def test_train_dict_only_for_zstd_dict(store_path: str, rng: np.random.Generator) -> None:
+    ds = DenseDataset(store_path, dtype=np.uint8, item_shape=(128,))
+    with pytest.raises(ValueError, match="zstd_dict"):
+        ds.train_dict(similar_records(rng, 100, 128))
+
+
+def test_zstd_dict_beats_plain_zstd_on_small_similar_records(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    values = similar_records(rng, 2000, 256)
+    sizes = {}
+    for codec in ("zstd", "zstd_dict"):
+        with DenseDataset(str(tmp_path / codec), dtype=np.uint8, item_shape=(256,), codec=codec,
+                          dict_size="small") as ds:
+            if codec == "zstd_dict":
+                ds.train_dict(values[::2])
+            ds.append(values)
+            same_bits(ds[:], values)
+            sizes[codec] = ds.stats()["live_bytes"]
+    assert sizes["zstd_dict"] < 0.5 * sizes["zstd"], sizes
+
+
+# --- pad --------------------------------------------------------------------------------------
+
+
+def test_pad() -> None:
+    records = [np.arange(3, dtype=np.int32), np.arange(1, dtype=np.int32) + 7,
+               np.zeros(0, np.int32)]
+    dense, lengths = pad(records)
+    assert dense.dtype == np.int32 and lengths.dtype == np.int64
+    assert dense.tolist() == [[0, 1, 2], [7, 0, 0], [0, 0, 0]]
+    assert lengths.tolist() == [3, 1, 0]
+    filled, _ = pad(records, value=-1)
+    assert filled.tolist() == [[0, 1, 2], [7, -1, -1], [-1, -1, -1]]
+
+
+def test_pad_with_trailing_dimensions() -> None:
+    records = [np.ones((2, 3), np.float16), np.full((4, 3), 2, np.float16)]
+    dense, lengths = pad(records)
+    assert dense.shape == (2, 4, 3)
+    same_bits(dense[0, :2], records[0])
+    same_bits(dense[1], records[1])
+    assert not dense[0, 2:].any()
+    assert lengths.tolist() == [2, 4]
+
+
+def test_pad_refuses_mixed_records() -> None:
+    with pytest.raises(ValueError):
+        pad([])
+    with pytest.raises(TypeError):
+        pad([np.zeros(2, np.int32), np.zeros(2, np.int64)])
+    with pytest.raises(ValueError):
+        pad([np.zeros((2, 2)), np.zeros((2, 3))])
+    with pytest.raises(TypeError):
+        pad([np.float64(1.0)])  # type: ignore[list-item]
+
+
+# --- the README's examples, as written ----------------------------------------------------------
+
+
+def test_readme_records_dense(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    import numpy as np
+    from loaderx.converter import from_numpy
+    from loaderx.dataset import DenseDataset
+
+    from_numpy('data', np.arange(64, dtype=np.float32).reshape(8, 2, 4))
+    ds = DenseDataset('data')
+    result = ds[[0, 5, 2]]
+    assert result.shape == (3, 2, 4)
+    same_bits(result, np.arange(64, dtype=np.float32).reshape(8, 2, 4)[[0, 5, 2]])
+
+
+def test_readme_records_ragged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    from loaderx.converter import from_iterator
+    from loaderx.dataset import RaggedDataset, pad
+
+    seqs = [np.arange(L, dtype=np.int32) for L in (3, 1, 4, 1, 5)]
+    from_iterator('tokens', seqs)
+    rs = RaggedDataset('tokens')
+
+    records = rs[[0, 2, 4]]
+    padded, lengths = pad(records)
+    assert [r.tolist() for r in records] == [[0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    assert padded.shape == (3, 5) and padded.dtype == np.int32
+    assert lengths.tolist() == [3, 4, 5]
+
+
+def test_readme_writable_datasets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    images = rng.integers(0, 256, size=(2048, 28, 28), dtype=np.uint8)
+    single_image = images[5]
+    i = 1024
+    seq_a, seq_b, seq_c = (np.arange(n, dtype=np.int32) for n in (4, 0, 9))
+
+    from loaderx.dataset import DenseDataset, RaggedDataset
+
+    ds = DenseDataset('mnist/x', dtype=np.uint8, item_shape=(28, 28))  # schema written now
+    assert os.path.isfile('mnist/x/schema.msgpack')
+    assert ds.append(images[i:i + 1024]) == 0
+    assert ds.append(single_image[None]) == 1024
+    head = ds[:4]
+    same_bits(head, images[i:i + 4])
+
+    tok = RaggedDataset('tokens', dtype=np.int32, item_shape=())
+    assert tok.append([seq_a, seq_b, seq_c]) == 0
+    picked = tok[[0, 2]]
+    assert isinstance(picked, list)
+    same_bits(picked[0], seq_a)
+    same_bits(picked[1], seq_c)
+
+    model = swap_last_delete(list(np.concatenate([images[i:i + 1024], single_image[None]])),
+                             list(range(0, 1025, 2)))
+    ds.delete(np.arange(0, len(ds), 2))
+    stats = ds.stats()
+    assert set(stats) == {'records', 'live_bytes', 'chunk_bytes', 'reclaimable'}
+    ds.compact()
+    assert len(ds) == 512
+    same_bits(ds[:], np.array(model))
