@@ -37,6 +37,10 @@ from loaderx.zrecord import RECORD_COUNT_MAX
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
 DICT_SAMPLE_FACTOR: Final = 100
+# zstd's trainer refuses fewer than 7 samples (codec.zig's dict_sample_count_min); a sample is
+# never cut below this many records even when they are large, so training has material.
+DICT_SAMPLE_COUNT_MIN: Final = 7
+_SAMPLE_COUNT_FLOOR: Final = 32
 # Ragged stores: how many record lengths are looked at at once when cutting blocks.
 _LENGTH_WINDOW: Final = 1 << 16
 # Marks the end of an iterator (None could be a record, if a wrong one).
@@ -134,7 +138,7 @@ def _sample_positions(count: int, record_bytes: float, dict_size: int) -> npt.ND
     """Evenly strided positions over 0..count whose records total about 100x dict_size bytes."""
     budget = DICT_SAMPLE_FACTOR * dict_size
     wanted = int(budget // max(record_bytes, 1.0))
-    taken = max(1, min(count, wanted))
+    taken = min(count, max(_SAMPLE_COUNT_FLOOR, wanted))
     return np.unique(np.linspace(0, count - 1, taken).astype(np.int64))
 
 
@@ -166,6 +170,7 @@ def from_numpy(
     count = int(data.shape[0])
     if count > RECORD_COUNT_MAX:
         raise ValueError(f"{count} records exceed the store's limit of {RECORD_COUNT_MAX}")
+    _check_trainable(schema.codec, count)
     staging = _Staging(os.fspath(path), overwrite)
     try:
         with DenseDataset(
@@ -315,6 +320,15 @@ def _ragged_sample(src: RaggedDataset, dict_size: int) -> list[npt.NDArray[Any]]
     return [r for r in records if r.shape[0] > 0]
 
 
+def _check_trainable(codec: str, count: int) -> None:
+    """A zstd_dict conversion needs enough records to train on (none at all is fine)."""
+    if codec == "zstd_dict" and 0 < count < DICT_SAMPLE_COUNT_MIN:
+        raise ValueError(
+            f"'zstd_dict' trains a dictionary on the records, which needs at least "
+            f"{DICT_SAMPLE_COUNT_MIN} of them (ideally hundreds); there are {count}: use 'zstd'"
+        )
+
+
 def recode(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -358,6 +372,7 @@ def _recode_dense(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)
+        _check_trainable(target.codec, count)
         if target.codec == "zstd_dict" and count > 0:
             dst.train_dict(src[_sample_positions(count, src.record_size, target.dict_size)])
         report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
@@ -378,8 +393,13 @@ def _recode_ragged(
         count = len(src)
         if target.codec == "zstd_dict" and count > 0:
             sample = _ragged_sample(src, target.dict_size)
-            if sample:
-                dst.train_dict(sample)
+            if len(sample) < DICT_SAMPLE_COUNT_MIN:
+                raise ValueError(
+                    f"'zstd_dict' needs at least {DICT_SAMPLE_COUNT_MIN} non-empty records to "
+                    f"train a dictionary; a strided sample of {count} records found "
+                    f"{len(sample)}: use 'zstd'"
+                )
+            dst.train_dict(sample)
         report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
         for start, stop in _ragged_blocks(src, block_bytes):
             records: list[npt.NDArray[Any]] = src[start:stop]

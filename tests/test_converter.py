@@ -108,6 +108,19 @@ def test_from_numpy_refuses_bad_input_before_touching_disk(tmp_path: Path) -> No
     assert os.listdir(tmp_path) == []
 
 
+def test_zstd_dict_needs_enough_records_to_train(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 7"):
+        from_numpy(str(tmp_path / "a"), np.arange(12.0).reshape(3, 4), codec="zstd_dict")
+    assert os.listdir(tmp_path) == []
+    from_numpy(str(tmp_path / "b"), np.zeros((0, 4)), codec="zstd_dict")
+    with DenseDataset(str(tmp_path / "b")) as ds:  # nothing to train on: created untrained
+        assert ds.codec == "zstd_dict" and not ds.has_dict and len(ds) == 0
+    from_iterator(str(tmp_path / "c"), [np.zeros(0, np.int8)] * 20 + [np.ones(3, np.int8)])
+    with pytest.raises(ValueError, match="non-empty"):
+        recode(str(tmp_path / "c"), str(tmp_path / "d"), codec="zstd_dict")
+    assert not os.path.exists(tmp_path / "d") and leftovers(tmp_path) == []
+
+
 # --- from_iterator ----------------------------------------------------------------------------
 
 
