@@ -19,4 +19,5 @@ test {
     _ = @import("pool.zig");
     _ = @import("store.zig");
     _ = @import("store_test.zig");
+    _ = @import("sampler.zig");
 }
