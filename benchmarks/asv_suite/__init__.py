@@ -1,0 +1,1 @@
+"""asv benchmarks of loaderx (discovered by asv through asv.conf.json's benchmark_dir)."""

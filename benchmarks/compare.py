@@ -1,0 +1,131 @@
+"""Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
+
+Layers: sampler, store, loader, scale, memory, or all (the default). The machine block comes
+first, then one table per layer; every table's contenders are timed round-robin in this run and
+compared with a reference measured in the same run. The peers live in a separate environment
+(.cache/bench-venv) that this script creates on first use and re-runs itself in; `--here` runs
+in the current interpreter instead, skipping whatever peer it lacks. Examples:
+
+    python3 build.py bench all --json bench.json --plot bench.png
+    python3 build.py bench store --shape 256,256,3 --dict-tiers
+    python3 build.py bench store --only zarr,h5py-gzip
+    python3 build.py bench loader --transform augment --only loaderx,torch,grain
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from layers import data, env, machine  # noqa: E402
+from layers.report import Report, render_machine  # noqa: E402
+
+LAYERS = ("sampler", "store", "loader", "scale", "memory")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="build.py bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("layers", nargs="*", default=["all"],
+                        help=f"any of {', '.join(LAYERS)}, or all")
+    parser.add_argument("--only", type=lambda s: [p for p in s.split(",") if p], default=None,
+                        help="comma-separated contenders (slugs such as loaderx, h5py-gzip, "
+                             "zarr, torch, grain); heavy ones run only when named here")
+    parser.add_argument("--shape", type=data.parse_shape, default=(64, 64, 3),
+                        help="record shape of uint8 (default 64,64,3 = 12 KiB)")
+    parser.add_argument("--records", type=int, default=10_000, help="records per store")
+    parser.add_argument("--batch", type=int, default=256, help="records per batch")
+    parser.add_argument("--dict-tiers", action="store_true",
+                        help="one zstd_dict row per DICT_TIERS tier")
+    parser.add_argument("--transform", choices=("none", "augment"), default="none",
+                        help="loader transform: none, or a Python-bound per-sample loop")
+    parser.add_argument("--workers", type=lambda s: [int(p) for p in s.split(",")],
+                        default=[0, 2, 4], help="torch num_workers values (default 0,2,4)")
+    parser.add_argument("--big", action="store_true", help="memory layer over 4 GiB, not 1 GiB")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per table")
+    parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
+    parser.add_argument("--tiny", action="store_true",
+                        help="minimal sizes: checks the harness end to end, measures nothing")
+    parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    parser.add_argument("--plot", type=Path, help="draw the store and loader tables (PNG)")
+    parser.add_argument("--here", action="store_true",
+                        help="run in this interpreter; do not create or use the bench venv")
+    parser.add_argument("--retry-peers", action="store_true",
+                        help="retry installing peers whose install failed before")
+    parser.add_argument("--workdir", type=Path, default=env.ROOT / ".cache" / "bench-data")
+    parser.add_argument("--keep", action="store_true", help="keep the stores written")
+    args = parser.parse_args(argv)
+    chosen = LAYERS if "all" in args.layers else tuple(args.layers)
+    unknown = [layer for layer in chosen if layer not in LAYERS]
+    if unknown:
+        parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(LAYERS)} or all")
+    args.layers = [layer for layer in LAYERS if layer in chosen]
+    if args.tiny:
+        args.records, args.rounds, args.block = min(args.records, 512), 2, 0.01
+        args.workers = [w for w in args.workers if w == 0]
+    return args
+
+
+def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
+    peers = dict(env.PEERS)
+    for name, requirement in env.OPTIONAL_PEERS.items():
+        if args.only and name in args.only:
+            peers[name] = requirement
+    return peers
+
+
+def run_layers(args: argparse.Namespace, rep: Report) -> None:
+    from layers import loader, memory, sampler, scale, store
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    for layer in args.layers:
+        started = time.monotonic()
+        if layer == "sampler":
+            sampler.run(args, rep)
+        elif layer == "store":
+            store.run(args, rep, args.workdir)
+        elif layer == "loader":
+            loader.run(args, rep, args.workdir)
+        elif layer == "scale":
+            scale.run(args, rep, args.workdir)
+        elif layer == "memory":
+            memory.run(args, rep, args.workdir)
+        print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if not args.here and not env.inside_bench_venv():
+        env.reexec([str(Path(__file__).resolve()), *argv], wanted_peers(args), args.retry_peers)
+    started = time.monotonic()
+    rep = Report(machine=machine.machine_rows())
+    rep.settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    print(render_machine(rep.machine), end="\n\n", flush=True)
+    if env.inside_bench_venv():
+        for requirement, why in env.install_failures().items():
+            rep.skip(requirement, why)
+    try:
+        run_layers(args, rep)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+    if rep.targets:
+        print(rep.render_targets(), flush=True)
+    if args.json:
+        rep.write_json(args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        from layers import plot
+
+        plot.draw(rep, args.plot)
+    print(f"total {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

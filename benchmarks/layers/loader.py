@@ -1,0 +1,141 @@
+"""The loader layer: batches per second of the whole loop (sample, fetch, collate, hand over).
+
+Same records as the store layer's mildly compressible set. loaderx reads its own stores (raw
+and zstd); torch and grain read a .npy memmap, the array layout they are built for. Every
+iterator stays alive for the whole table and gets one block of batches per round, round-robin,
+so epoch restarts and worker start-up of torch are paid as a training loop pays them. After
+each block the next contender waits briefly, untimed, so the previous one's background
+prefetch (threads or worker processes) does not steal its cores. References in the same run:
+the bare gather (sampler + one gather into a reused array on this thread) for loaderx, and
+torch's best per-sample configuration for everyone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import data, loaders, report, select, stores, timing
+from .report import Column, Report, Table
+
+MIB = float(1 << 20)
+SETTLE_SECONDS = 0.15
+
+
+def build_stores(args: argparse.Namespace, folder: Path) -> tuple[np.ndarray, dict[str, Path]]:
+    array = data.generate("mild", args.records, args.shape, seed=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    npy = folder / "data.npy"
+    stores.NpyMmap().write(npy, array)
+    paths["npy"] = npy
+    try:
+        from loaderx.converter import from_numpy
+    except Exception as error:  # noqa: BLE001
+        print(f"skipped loaderx stores: {type(error).__name__}: {error}")
+        return array, paths
+    for codec in ("raw", "zstd"):
+        stores.remove(folder / codec)
+        from_numpy(str(folder / codec), array, codec=codec)
+        paths[codec] = folder / codec
+    return array, paths
+
+
+def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
+               ) -> dict[str, tuple[dict[str, object], loaders.Next, Callable[[], None]]]:
+    transform = loaders.augment if args.transform == "augment" else None
+    made: dict[str, tuple[dict[str, object], loaders.Next, Callable[[], None]]] = {}
+
+    def add(name: str, info: dict[str, object], heavy: bool, factory: Callable[[], tuple[
+            loaders.Next, Callable[[], None]]]) -> None:
+        if not select.wanted(name, heavy, args.only):
+            return
+        try:
+            step, close = factory()
+        except Exception as error:  # noqa: BLE001 - a missing or broken peer is skipped
+            rep.skip(name, f"{type(error).__name__}: {error}")
+            return
+        made[name] = (info, step, close)
+
+    for codec in ("raw", "zstd"):
+        if codec in paths:
+            add(f"loaderx bare-gather {codec}", {"kind": "reference", "codec": codec}, False,
+                lambda c=codec: loaders.bare_gather(paths[c], args.batch))  # type: ignore[misc]
+            add(f"loaderx {codec}", {"kind": "loaderx", "codec": codec}, False,
+                lambda c=codec: loaders.loaderx_loop(paths[c], args.batch, transform))  # type: ignore[misc]
+    for whole in (False, True):
+        for workers in args.workers:
+            label = "batch" if whole else "per-sample"
+            add(f"torch {label} w{workers}", {"kind": f"torch {label}", "workers": workers},
+                False, lambda w=workers, b=whole: loaders.torch_loop(  # type: ignore[misc]
+                    paths["npy"], args.batch, w, b, transform))
+    for workers in args.workers:
+        add(f"grain w{workers}", {"kind": "grain", "workers": workers}, True,
+            lambda w=workers: loaders.grain_loop(paths["npy"], args.batch, w, transform))  # type: ignore[misc]
+    return made
+
+
+def settle(name: str) -> None:
+    if "bare-gather" in name or name.endswith("w0"):
+        return
+    time.sleep(SETTLE_SECONDS)
+
+
+def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
+    folder = workdir / "loader"
+    array, paths = build_stores(args, folder)
+    made = contenders(args, paths, rep)
+    calls = {name: step for name, (_, step, _) in made.items()}
+    try:
+        timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block * 2.5,
+                                    settle=settle)
+    finally:
+        for _, _, close in made.values():
+            close()
+    batch_bytes = args.batch * array[0].nbytes
+    table = Table("loader", f"Loader: batches of {args.batch} x {array[0].nbytes / 1024:g} KiB "
+                  f"from {args.records} records, transform {args.transform}", [
+                      Column("loader", "loader"),
+                      Column("batches_s", "batches/s", report.per_second),
+                      Column("mib_s", "MiB/s", report.mib_s),
+                      Column("vs_torch_sample", "vs torch per-sample best", report.ratio),
+                      Column("vs_bare", "vs bare gather", report.ratio),
+                  ])
+    rates = {name: 1.0 / t.median for name, t in timings.items()}
+    per_sample = [r for n, r in rates.items() if n.startswith("torch per-sample")]
+    torch_any = [r for n, r in rates.items() if n.startswith("torch")]
+    best_sample = max(per_sample) if per_sample else None
+    for name, rate in rates.items():
+        info = made[name][0]
+        bare = rates.get(f"loaderx bare-gather {info.get('codec')}")
+        table.add(loader=name, batches_s=rate, mib_s=rate * batch_bytes / MIB,
+                  vs_torch_sample=rate / best_sample if best_sample else None,
+                  vs_bare=rate / bare if bare and info["kind"] == "loaderx" else None,
+                  timing=timings[name].as_json(), **info)
+    table.notes.append(f"median of {args.rounds} interleaved rounds; torch and grain read a "
+                       ".npy memmap; torch w>0 uses persistent workers, prefetch_factor 2")
+    if args.transform == "augment":
+        table.notes.append("augment: mirrors every other row of each sample in a Python loop "
+                           "(GIL-bound); bare gather rows run without it")
+    rep.emit(table)
+    loader_targets(rates, best_sample, max(torch_any) if torch_any else None, rep, args)
+    stores.remove(folder)
+
+
+def loader_targets(rates: dict[str, float], best_sample: float | None, best_torch: float | None,
+                   rep: Report, args: argparse.Namespace) -> None:
+    if args.transform != "none":
+        return
+    for codec in ("raw", "zstd"):
+        loop, bare = rates.get(f"loaderx {codec}"), rates.get(f"loaderx bare-gather {codec}")
+        if loop and bare:
+            rep.target("issue 5", f"loader {codec} vs bare {codec} gather", loop / bare, 0.85)
+    raw = rates.get("loaderx raw")
+    if raw and best_sample:
+        rep.target("issue 5", "loader raw vs torch per-sample best", raw / best_sample, 5.0)
+    if raw and best_torch:
+        rep.target("issue 5", "loader raw vs torch best of any kind", raw / best_torch, 1.3)

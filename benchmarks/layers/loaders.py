@@ -1,0 +1,193 @@
+"""The loader contenders: endless iterators of batches over the same records.
+
+Each factory returns a zero-argument callable handing over the next batch, built the way that
+loader's users build it: loaderx's DataLoader over DenseDatasets; torch's DataLoader over a
+map-style Dataset reading a NumPy memmap, per sample (default collate) or per batch (a
+BatchSampler feeding whole index lists to __getitem__); grain's DataLoader over a random
+access source. `augment` is the Python-bound per-sample transform used by --transform augment.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+Next = Callable[[], object]
+Transform = Callable[[np.ndarray], np.ndarray] | None
+
+
+def augment_sample(sample: np.ndarray) -> np.ndarray:
+    """Mirrors every other row of one sample, one row per Python iteration (GIL-bound)."""
+    rows = sample.reshape(sample.shape[0], -1) if sample.ndim > 1 else sample.reshape(1, -1)
+    out = np.empty_like(rows)
+    for r in range(rows.shape[0]):
+        out[r] = rows[r, ::-1] if r & 1 else rows[r]
+    return out.reshape(sample.shape)
+
+
+def augment(batch: np.ndarray) -> np.ndarray:
+    return np.stack([augment_sample(sample) for sample in batch])
+
+
+# --- loaderx ---------------------------------------------------------------------------------
+
+
+def loaderx_loop(path: Path, batch: int, transform: Transform) -> tuple[Next, Callable[[], None]]:
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import DenseDataset
+
+    dataset = DenseDataset(str(path))
+    stream_transform = None
+    if transform is not None:
+        def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {name: transform(values) for name, values in b.items()}
+    loader = DataLoader({"x": dataset}, batch_size=batch, transform=stream_transform,
+                        mode="iid", seed=0)
+    iterator = iter(loader)
+
+    def close() -> None:
+        loader.close()
+        dataset.close()
+
+    return (lambda: next(iterator)), close
+
+
+def bare_gather(path: Path, batch: int) -> tuple[Next, Callable[[], None]]:
+    """Sampler plus one gather into a reused array, on this thread: the loop's floor."""
+    from loaderx.dataset import DenseDataset
+    from loaderx.sampler import Sampler
+
+    dataset = DenseDataset(str(path))
+    sampler = Sampler(len(dataset), batch, mode="iid", seed=0)
+    indices = np.empty(batch, dtype=np.int64)
+    out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)
+    steps = itertools.count()
+
+    def step() -> object:
+        sampler.fill(next(steps), indices)
+        dataset.gather_into(indices, out)
+        return out
+
+    return step, dataset.close
+
+
+# --- torch -----------------------------------------------------------------------------------
+
+
+class MemmapSamples:
+    """torch map-style Dataset: one sample per __getitem__, from a NumPy memmap."""
+
+    def __init__(self, npy: Path, transform: Transform) -> None:
+        self.npy = npy
+        self.array = np.load(npy, mmap_mode="r")
+        self.transform = augment_sample if transform is not None else None
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __getitem__(self, index: int) -> Any:
+        import torch
+
+        sample = np.array(self.array[index])  # a writable copy, as torch wants
+        if self.transform is not None:
+            sample = self.transform(sample)
+        return torch.from_numpy(sample)
+
+
+class MemmapBatches(MemmapSamples):
+    """torch map-style Dataset whose __getitem__ takes a whole list of indices."""
+
+    def __getitem__(self, indices: Any) -> Any:
+        import torch
+
+        rows = self.array[np.asarray(indices, dtype=np.int64)]
+        if self.transform is not None:
+            rows = augment(rows)
+        return torch.from_numpy(rows)
+
+
+def endless(make: Callable[[], Iterator[object]]) -> Next:
+    """Restarts the iterator at each epoch's end, as a training loop over epochs does."""
+    state = {"it": make()}
+
+    def step() -> object:
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = make()
+            return next(state["it"])
+
+    return step
+
+
+def torch_loop(npy: Path, batch: int, workers: int, whole_batch: bool,
+               transform: Transform) -> tuple[Next, Callable[[], None]]:
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    torch.set_num_threads(1)  # the collate runs on one core per process either way
+    generator = torch.Generator().manual_seed(0)
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        extra = {"persistent_workers": True, "prefetch_factor": 2}
+    if whole_batch:
+        dataset: Any = MemmapBatches(npy, transform)
+        sampler = BatchSampler(RandomSampler(dataset, generator=generator), batch,
+                               drop_last=True)
+        loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
+                            **extra)
+    else:
+        dataset = MemmapSamples(npy, transform)
+        loader = DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True,
+                            num_workers=workers, generator=generator, **extra)
+    step = endless(lambda: iter(loader))
+
+    def close() -> None:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+    return step, close
+
+
+# --- grain -----------------------------------------------------------------------------------
+
+
+class GrainSource:
+    """A random-access source for grain: opens the memmap lazily so it pickles small."""
+
+    def __init__(self, npy: Path, transform: Transform) -> None:
+        self.npy = str(npy)
+        self.length = int(np.load(npy, mmap_mode="r").shape[0])
+        self.array: np.ndarray | None = None
+        self.transform = transform is not None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if self.array is None:
+            self.array = np.load(self.npy, mmap_mode="r")
+        sample = np.array(self.array[index])
+        return augment_sample(sample) if self.transform else sample
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"npy": self.npy, "length": self.length, "array": None,
+                "transform": self.transform}
+
+
+def grain_loop(npy: Path, batch: int, workers: int,
+               transform: Transform) -> tuple[Next, Callable[[], None]]:
+    import grain.python as gp
+
+    source = GrainSource(npy, transform)
+    sampler = gp.IndexSampler(num_records=len(source), shuffle=True, seed=0, num_epochs=None,
+                              shard_options=gp.NoSharding())
+    loader = gp.DataLoader(data_source=source, sampler=sampler,
+                           operations=[gp.Batch(batch, drop_remainder=True)],
+                           worker_count=workers)
+    iterator = iter(loader)
+    return (lambda: next(iterator)), (lambda: None)

@@ -1,0 +1,165 @@
+"""The store layer: random batch gather of `batch` records out of `records`, every contender.
+
+For each data set (mildly compressible, smooth images) every selected store is written once
+from the same array (write MiB/s, bytes on disk as allocated blocks, compression ratio =
+logical bytes / bytes on disk), checked to return exactly the array's rows for two batches,
+then all gathers are timed round-robin over the same list of random batches. The reference is
+npy-mmap fancy indexing. A decode-only row, zstd level 3 on one thread through the zstandard
+package over the same records, gives the single-core decompression rate that bounds any
+zstd store on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import data, report, select, stores, timing
+from .report import Column, Report, Table
+
+MIB = float(1 << 20)
+BATCH_COUNT = 64  # distinct random batches cycled through by every contender
+
+
+def columns() -> list[Column]:
+    return [
+        Column("store", "store"),
+        Column("write_mib_s", "write", report.mib_s),
+        Column("gather_mib_s", "gather", report.mib_s),
+        Column("vs_npy", "vs npy-mmap", report.ratio),
+        Column("disk_bytes", "on disk", report.mib),
+        Column("ratio", "compression", report.ratio),
+    ]
+
+
+def cycling(gather: stores.Gather, batches: list[np.ndarray]) -> Callable[[], object]:
+    pool = itertools.cycle(batches)
+    return lambda: gather(next(pool))
+
+
+def single_core_zstd(array: np.ndarray, batches: list[np.ndarray]) -> Callable[[], object] | None:
+    """Decodes one batch's records one after another on this thread (zstandard, level 3)."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    cctx = zstandard.ZstdCompressor(level=3)
+    frames = [[cctx.compress(array[i].tobytes()) for i in batch.tolist()] for batch in batches[:8]]
+    dctx = zstandard.ZstdDecompressor()
+    record_bytes = array[0].nbytes
+    pool = itertools.cycle(frames)
+
+    def decode() -> object:
+        return [dctx.decompress(f, max_output_size=record_bytes) for f in next(pool)]
+
+    return decode
+
+
+def prepare(store: stores.Store, folder: Path, array: np.ndarray, batches: list[np.ndarray],
+            table: Table, rep: Report) -> stores.Gather | None:
+    """Writes, measures and verifies one store; None (with a printed reason) when it fails."""
+    path = folder / select.slug(store.name)
+    stores.remove(path)
+    try:
+        seconds = timing.time_once(lambda: store.write(path, array))
+        gather = store.open(path, array.shape[1:])
+        for batch in batches[:2]:
+            if not np.array_equal(np.asarray(gather(batch)), array[batch]):
+                raise AssertionError("gathered rows differ from the written array")
+    except Exception as error:  # noqa: BLE001 - a failing peer is skipped, not fatal
+        rep.skip(f"{store.name} ({table.title.split(':')[0]})",
+                 f"{type(error).__name__}: {error}")
+        store.close()
+        return None
+    on_disk = stores.disk_bytes(path)
+    table.add(store=store.name, write_mib_s=array.nbytes / seconds / MIB, disk_bytes=on_disk,
+              ratio=array.nbytes / on_disk if on_disk else None)
+    return gather
+
+
+def payload_ratio(opened: list[stores.Store], array: np.ndarray) -> str:
+    for store in opened:
+        if isinstance(store, stores.Loaderx) and store.codec == "zstd":
+            live = store.compressed_bytes()
+            if live:
+                return f"per-record zstd-3 ratio {array.nbytes / live:.2f} (loaderx zstd payload)"
+    return "per-record zstd ratio not measured (loaderx zstd not in this run)"
+
+
+def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> None:
+    shape = args.shape
+    array = data.generate(kind, args.records, shape, seed=0)
+    batches = data.batches(args.records, args.batch, BATCH_COUNT)
+    record_kib = array[0].nbytes / 1024
+    title = (f"Store ({kind}): random gather of {len(batches[0])} of {args.records} records, "
+             f"{record_kib:g} KiB each ({'x'.join(map(str, shape))} uint8)")
+    table = Table("store", title, columns())
+    folder.mkdir(parents=True, exist_ok=True)
+    calls: dict[str, Callable[[], object]] = {}
+    opened: list[stores.Store] = []
+    left_out: list[str] = []
+    for store in stores.contenders(args.dict_tiers):
+        if not select.wanted(store.name, store.heavy, args.only, store.name == "npy-mmap"):
+            if store.heavy and not args.only:
+                left_out.append(select.slug(store.name))
+            continue
+        why = store.missing()
+        if why is not None:
+            rep.skip(store.name, why)
+            continue
+        gather = prepare(store, folder, array, batches, table, rep)
+        if gather is not None:
+            calls[store.name] = cycling(gather, batches)
+            opened.append(store)
+    decode = single_core_zstd(array, batches)
+    if decode is not None:
+        calls["zstd decode, 1 thread"] = decode
+        table.add(store="zstd decode, 1 thread")
+    timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
+    fill_gather(table, timings, len(batches[0]) * array[0].nbytes)
+    table.notes.append(f"data set {kind}: {payload_ratio(opened, array)}")
+    table.notes.append("write is one timed pass; gather is the median of "
+                       f"{args.rounds} interleaved rounds; on disk = allocated blocks")
+    if left_out:
+        table.notes.append(f"heavy, not in the default run (add --only NAME): "
+                           f"{', '.join(left_out)}")
+    for store in opened:
+        store.close()
+    rep.emit(table)
+    zstd_targets(kind, table, rep)
+
+
+def fill_gather(table: Table, timings: dict[str, timing.Timing], batch_bytes: int) -> None:
+    npy = timings.get("npy-mmap")
+    for row in table.rows:
+        t = timings.get(str(row["store"]))
+        if t is None:
+            continue
+        row["gather_mib_s"] = batch_bytes / t.median / MIB
+        row["gather_best_mib_s"] = batch_bytes / t.best / MIB
+        row["gather_s"] = t.as_json()
+        if npy is not None:
+            row["vs_npy"] = npy.median / t.median
+
+
+def zstd_targets(kind: str, table: Table, rep: Report) -> None:
+    rows = {str(r["store"]): r for r in table.rows}
+    raw = rows.get("loaderx raw", {}).get("vs_npy")
+    if raw is not None and kind == "mild":
+        rep.target("issue 2", "loaderx raw gather vs npy-mmap (mild)", float(raw), 1.5)  # type: ignore[arg-type]
+    one_core = rows.get("zstd decode, 1 thread", {}).get("gather_mib_s")
+    zstd = rows.get("loaderx zstd", {}).get("gather_mib_s")
+    if one_core and zstd:
+        rep.target("issue 2", f"loaderx zstd gather vs 2x one-core zstd decode ({kind}); "
+                   "wanted 0.90 of 2 cores", float(zstd) / (2 * float(one_core)), 0.9)  # type: ignore[arg-type]
+
+
+def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
+    for kind in data.KINDS:
+        folder = workdir / f"store-{kind}"
+        run_kind(kind, args, rep, folder)
+        stores.remove(folder)
