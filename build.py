@@ -8,6 +8,9 @@
     python3 build.py bench     the side-by-side benchmarks (see benchmarks/)
     python3 build.py asv       the asv suite over recent commits, then its HTML dashboard
     python3 build.py wheels    wheels for every platform plus the sdist, each checked
+    python3 build.py install-check [--sdist]   install dist/'s host wheels (or the sdist) into
+                               fresh venvs and run the tests against the installed package
+    python3 build.py qemu-test the Zig suite cross-compiled for aarch64 Linux, run under qemu
 
 Every command first makes sure the project's virtual environment (.venv) exists with the pinned
 tools, then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
@@ -239,6 +242,14 @@ def cmd_wheels(args: list[str]) -> None:
     run([sys.executable, str(ROOT / "tools" / "wheels.py"), *args])
 
 
+def cmd_install_check(args: list[str]) -> None:
+    run([sys.executable, str(ROOT / "tools" / "install_check.py"), *args])
+
+
+def cmd_qemu_test(args: list[str]) -> None:
+    run([sys.executable, str(ROOT / "tools" / "qemu_test.py"), *args])
+
+
 COMMANDS = {
     "native": cmd_native,
     "compile": cmd_compile,
@@ -247,6 +258,8 @@ COMMANDS = {
     "bench": cmd_bench,
     "asv": cmd_asv,
     "wheels": cmd_wheels,
+    "install-check": cmd_install_check,
+    "qemu-test": cmd_qemu_test,
 }
 
 

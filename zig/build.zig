@@ -10,21 +10,21 @@ const std = @import("std");
 /// zstd's C files, relative to its `lib/` folder. Legacy formats are left out on purpose: the
 /// store only ever reads frames it wrote itself.
 const zstd_c_files = [_][]const u8{
-    "common/debug.c",                    "common/entropy_common.c",
-    "common/error_private.c",            "common/fse_decompress.c",
-    "common/pool.c",                     "common/threading.c",
-    "common/xxhash.c",                   "common/zstd_common.c",
-    "compress/fse_compress.c",           "compress/hist.c",
-    "compress/huf_compress.c",           "compress/zstd_compress.c",
-    "compress/zstd_compress_literals.c", "compress/zstd_compress_sequences.c",
+    "common/debug.c",                      "common/entropy_common.c",
+    "common/error_private.c",              "common/fse_decompress.c",
+    "common/pool.c",                       "common/threading.c",
+    "common/xxhash.c",                     "common/zstd_common.c",
+    "compress/fse_compress.c",             "compress/hist.c",
+    "compress/huf_compress.c",             "compress/zstd_compress.c",
+    "compress/zstd_compress_literals.c",   "compress/zstd_compress_sequences.c",
     "compress/zstd_compress_superblock.c", "compress/zstd_double_fast.c",
-    "compress/zstd_fast.c",              "compress/zstd_lazy.c",
-    "compress/zstd_ldm.c",               "compress/zstd_opt.c",
-    "compress/zstd_preSplit.c",          "compress/zstdmt_compress.c",
-    "decompress/huf_decompress.c",       "decompress/zstd_ddict.c",
-    "decompress/zstd_decompress.c",      "decompress/zstd_decompress_block.c",
-    "dictBuilder/cover.c",               "dictBuilder/divsufsort.c",
-    "dictBuilder/fastcover.c",           "dictBuilder/zdict.c",
+    "compress/zstd_fast.c",                "compress/zstd_lazy.c",
+    "compress/zstd_ldm.c",                 "compress/zstd_opt.c",
+    "compress/zstd_preSplit.c",            "compress/zstdmt_compress.c",
+    "decompress/huf_decompress.c",         "decompress/zstd_ddict.c",
+    "decompress/zstd_decompress.c",        "decompress/zstd_decompress_block.c",
+    "dictBuilder/cover.c",                 "dictBuilder/divsufsort.c",
+    "dictBuilder/fastcover.c",             "dictBuilder/zdict.c",
 };
 
 /// Flags that keep zstd's symbols private to the library: only `lx_*` is exported.
@@ -39,7 +39,13 @@ const zstd_c_flags = [_][]const u8{
 };
 
 /// Every published platform: the Zig target, the portable CPU baseline, and the wheel platform
-/// tag its folder is named after. This table is the one place the mapping lives.
+/// tag its folder is named after. This table is the one place the mapping lives: `zig build dist`
+/// writes it out as `dist/targets.json`, which is what tools/wheels.py reads.
+///
+/// Floors are pinned in the triple (glibc 2.17, macOS 11.0): they decide which symbol versions
+/// and load commands the linker may use, which is what makes the manylinux_2_17 and macosx_11_0
+/// tags true. CPU baselines are each architecture's oldest: plain x86-64 (SSE2; zstd still picks
+/// its BMI2 decoders at run time), ARMv8-A with NEON, and Apple's first arm64 Mac (the M1).
 pub const DistTarget = struct { triple: []const u8, cpu: []const u8, wheel_tag: []const u8 };
 pub const dist_targets = [_]DistTarget{
     .{ .triple = "x86_64-linux-gnu.2.17", .cpu = "x86_64", .wheel_tag = "manylinux_2_17_x86_64" },
@@ -72,7 +78,8 @@ pub fn build(b: *std.Build) void {
     }
 
     const dist_step = b.step("dist", "build the library for every published platform");
-    for (dist_targets) |dist| {
+    var manifest_entries: [dist_targets.len][]const u8 = undefined;
+    for (dist_targets, &manifest_entries) |dist, *entry| {
         const query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple, .cpu_features = dist.cpu }) catch
             @panic("bad triple in dist_targets");
         const dist_lib = addLoaderxLibrary(b, b.resolveTargetQuery(query), .fast, zstd_lib);
@@ -82,7 +89,16 @@ pub fn build(b: *std.Build) void {
             .pdb_dir = .disabled,
         });
         dist_step.dependOn(&install.step);
+        entry.* = b.fmt("  {{\"wheel_tag\": \"{s}\", \"triple\": \"{s}\", \"cpu\": \"{s}\", \"library\": \"{s}\"}}", .{
+            dist.wheel_tag, dist.triple, dist.cpu, dist_lib.out_filename,
+        });
     }
+    // The table as data for the Python packaging tools, so they never restate it.
+    const manifest = b.fmt("{{\"targets\": [\n{s}\n]}}\n", .{
+        std.mem.join(b.allocator, ",\n", &manifest_entries) catch @panic("OOM"),
+    });
+    const manifest_file = b.addWriteFiles().add("targets.json", manifest);
+    dist_step.dependOn(&b.addInstallFile(manifest_file, "dist/targets.json").step);
 }
 
 fn addLoaderxLibrary(

@@ -1,0 +1,121 @@
+"""Fast packaging checks: the C ABI agrees everywhere, the dist table is sound, wheels re-tag right.
+
+The slow work (cross-compiling, packing and installing wheels) is `python3 build.py wheels`;
+these tests only guard the pieces it relies on. They need the repository's tools/ and zig/
+folders, so they skip when the suite runs against an installed package from a copied tests/.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if not (ROOT / "tools" / "libinspect.py").exists():
+    pytest.skip("the repository's tools/ is not beside these tests", allow_module_level=True)
+
+from tools import libinspect, wheel_check, wheelfile  # noqa: E402
+
+HEADER = ROOT / "zig" / "include" / "loaderx.h"
+BUILD_ZIG = ROOT / "zig" / "build.zig"
+PUBLISHED = {
+    ("linux-gnu", "x86_64"), ("linux-gnu", "aarch64"), ("linux-musl", "x86_64"),
+    ("linux-musl", "aarch64"), ("macos", "x86_64"), ("macos", "aarch64"),
+    ("windows-gnu", "x86_64"), ("windows-gnu", "aarch64"),
+}
+
+
+def abi() -> frozenset[str]:
+    return libinspect.header_functions(HEADER.read_text())
+
+
+def dist_rows() -> list[dict[str, str]]:
+    """The dist_targets table as written in build.zig (validated here, never restated)."""
+    table = BUILD_ZIG.read_text().split("pub const dist_targets", 1)[1].split("};", 1)[0]
+    return [dict(re.findall(r'\.(\w+) = "([^"]*)"', row)) for row in table.splitlines()
+            if ".triple" in row]
+
+
+def test_header_and_ctypes_table_declare_the_same_functions() -> None:
+    native = (ROOT / "loaderx" / "_native.py").read_text()
+    declared = frozenset(re.findall(r'^\s*"(lx_\w+)": \(', native, flags=re.MULTILINE))
+    assert declared == abi()
+    assert len(abi()) == 19
+
+
+def test_host_library_exports_exactly_the_header() -> None:
+    from loaderx import _native
+
+    info = libinspect.inspect_file(Path(_native.library_path()))
+    assert info.exports == abi()
+    assert not [s for s in info.exports if s.lower().startswith(("zstd", "zdict", "huf_", "fse_"))]
+
+
+def test_dist_table_covers_every_published_platform_once() -> None:
+    rows = dist_rows()
+    platforms = set()
+    for row in rows:
+        arch, os_abi = row["triple"].split("-", 1)
+        platforms.add((re.sub(r"\.[\d.]+", "", os_abi), arch))
+    assert platforms == PUBLISHED and len(rows) == len(PUBLISHED)
+    assert len({row["wheel_tag"] for row in rows}) == len(rows)
+
+
+def test_dist_floors_in_triples_match_the_wheel_tags() -> None:
+    for row in dist_rows():
+        target = wheel_check.Target(row["wheel_tag"], row["triple"], row["cpu"], "lib")
+        tag = row["wheel_tag"]
+        if tag.startswith(("manylinux", "macosx")):
+            assert target.floor == wheel_check.tag_floor(tag) == ((2, 17) if "linux" in tag else (11, 0))
+        else:
+            assert target.floor is None
+        suffix = re.search(r"(x86_64|aarch64|amd64|arm64)$", tag)
+        assert suffix is not None
+        assert target.arch == {"amd64": "x86_64", "arm64": "aarch64"}.get(suffix[1], suffix[1])
+
+
+def test_tag_string_compresses_each_position() -> None:
+    tags = [("py3", "none", "manylinux_2_17_x86_64"), ("py3", "none", "manylinux2014_x86_64")]
+    assert wheelfile.tag_string(tags) == "py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64"
+
+
+def test_retagged_wheel_has_a_valid_record_and_new_tags(tmp_path: Path) -> None:
+    wheel = wheelfile.Wheel("loaderx", "0.9.17", {
+        "loaderx/__init__.py": b"",
+        "loaderx-0.9.17.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "loaderx-0.9.17.dist-info/METADATA": b"Metadata-Version: 2.4\nName: loaderx\n\nbody\n",
+    })
+    wheelfile.add_licence(wheel, "zstd/LICENSE", b"BSD", "MIT AND BSD-3-Clause")
+    tags = [("py3", "none", "win_arm64")]
+    wheelfile.set_tags(wheel, tags, root_is_purelib=False)
+    path = tmp_path / wheelfile.wheel_file_name(wheel, tags)
+    wheelfile.write_wheel(wheel, path)
+    assert path.name == "loaderx-0.9.17-py3-none-win_arm64.whl"
+    back = wheelfile.read_wheel(path)
+    assert "Tag: py3-none-win_arm64" in back.text("WHEEL").splitlines()
+    assert "Root-Is-Purelib: false" in back.text("WHEEL").splitlines()
+    metadata = back.text("METADATA")
+    assert "License-File: zstd/LICENSE\n" in metadata and metadata.endswith("\n\nbody\n")
+    with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as archive:
+        assert archive.namelist()[-1] == "loaderx-0.9.17.dist-info/RECORD"
+    wheel_check._check_record(back, path.name)
+    back.files["loaderx/__init__.py"] = b"changed"
+    with pytest.raises(wheel_check.CheckFailed, match="RECORD hash"):
+        wheel_check._check_record(back, path.name)
+
+
+def test_library_check_rejects_a_foreign_platform() -> None:
+    from loaderx import _native
+
+    data = Path(_native.library_path()).read_bytes()
+    mac = wheel_check.Target("macosx_11_0_arm64", "aarch64-macos.11.0", "apple_m1", "x")
+    with pytest.raises(wheel_check.CheckFailed, match="needs macho/aarch64"):
+        wheel_check.check_library("lib", data, mac, abi(), mac.wheel_tag)
+    arch = libinspect.inspect_bytes(data).arch
+    host = wheel_check.Target(f"linux_{arch}", f"{arch}-linux-gnu", "baseline", "x")
+    with pytest.raises(wheel_check.CheckFailed, match="exports differ"):
+        wheel_check.check_library("lib", data, host, abi() | {"lx_missing"}, host.wheel_tag)

@@ -1,0 +1,231 @@
+"""Checks a packed wheel or sdist against what it must contain; any failure stops the release.
+
+A wheel must carry the tags its file name states, exactly one native library (its own
+platform's: right format, CPU, exports and loader floor), py.typed, METADATA requiring numpy and
+msgpack, and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
+wheel must also carry the mypyc extension modules of exactly its interpreter, and none of them
+may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from tools import libinspect
+from tools.wheelfile import Wheel, read_wheel, wheel_file_name
+
+NATIVE_SUFFIXES: Final = (".so", ".dylib", ".dll", ".pyd")
+REQUIRED_DEPENDENCIES: Final = ("numpy", "msgpack")
+ZSTD_LICENCE: Final = "zstd/LICENSE"
+MYPYC_LICENCE: Final = "mypyc/LICENSE"  # compiled wheels embed mypyc's runtime library
+# What a library may ask the loader for, beyond the C library itself.
+WINDOWS_SYSTEM_DLL: Final = re.compile(r"(?i)(kernel32|ntdll|ucrtbase|msvcrt|api-ms-win-[\w-]+)\.dll")
+MACOS_SYSTEM_DYLIBS: Final = ("/usr/lib/libSystem.B.dylib",)
+
+
+class CheckFailed(Exception):
+    """A packed artefact is wrong; the message says which file and what."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row of zig-out/dist/targets.json, with the facts its Zig triple implies."""
+
+    wheel_tag: str
+    triple: str
+    cpu: str
+    library: str
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-")[0]
+
+    @property
+    def format(self) -> str:
+        os_name = self.triple.split("-")[1].split(".")[0]
+        return {"linux": "elf", "macos": "macho", "windows": "pe"}[os_name]
+
+    @property
+    def floor(self) -> tuple[int, int] | None:
+        """The glibc or macOS version pinned in the triple, if any."""
+        found = re.search(r"(?:gnu|macos)\.(\d+)\.(\d+)", self.triple)
+        return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one wheel must be."""
+
+    tags: list[tuple[str, str, str]]
+    target: Target
+    extension_suffix: str | None = None  # e.g. ".cpython-313-x86_64-linux-gnu.so" when compiled
+    compiled_modules: tuple[str, ...] = field(default=())  # archive paths without the suffix
+
+
+def tag_floor(platform_tag: str) -> tuple[int, int] | None:
+    """The glibc (manylinux_X_Y) or macOS (macosx_X_Y) version a platform tag promises."""
+    found = re.match(r"(?:manylinux|macosx)_(\d+)_(\d+)_", platform_tag)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def check_library(name: str, data: bytes, target: Target, abi: frozenset[str],
+                  platform_tag: str) -> libinspect.LibraryInfo:
+    """The platform library is the platform's, exports exactly the C ABI, and needs no more."""
+    info = libinspect.inspect_bytes(data)
+    if (info.format, info.arch) != (target.format, target.arch):
+        raise CheckFailed(f"{name} is {info.format}/{info.arch}, "
+                          f"{target.wheel_tag} needs {target.format}/{target.arch}")
+    if info.exports != abi:
+        zstd = sorted(s for s in info.exports if re.match(r"(?i)(zstd|zdict|huf|fse|hist)_", s))
+        raise CheckFailed(f"{name} exports differ from loaderx.h: extra "
+                          f"{sorted(info.exports - abi)} (zstd's: {zstd}), missing {sorted(abi - info.exports)}")
+    _check_loader_needs(name, info, platform_tag)
+    return info
+
+
+def _check_loader_needs(name: str, info: libinspect.LibraryInfo, platform_tag: str) -> None:
+    promised = tag_floor(platform_tag)
+    if info.format == "elf":
+        if platform_tag.startswith("manylinux"):
+            needs = libinspect.glibc_floor(info)
+            if promised is None or needs > promised:
+                raise CheckFailed(f"{name} needs glibc {needs}, the tag {platform_tag} promises {promised}")
+        elif platform_tag.startswith("musllinux"):
+            if info.symbol_versions or any(n != "libc.so" for n in info.needed):
+                raise CheckFailed(f"{name} is not a plain musl library: needs {info.needed}, "
+                                  f"versions {sorted(info.symbol_versions)}")
+    elif info.format == "macho":
+        if info.macos_min is None or promised is None or info.macos_min > promised:
+            raise CheckFailed(f"{name} targets macOS {info.macos_min}, the tag promises {promised}")
+        if any(n not in MACOS_SYSTEM_DYLIBS for n in info.needed):
+            raise CheckFailed(f"{name} links non-system dylibs: {info.needed}")
+    elif info.format == "pe":
+        foreign = [n for n in info.needed if not WINDOWS_SYSTEM_DLL.fullmatch(n)]
+        if foreign:
+            raise CheckFailed(f"{name} imports DLLs a Windows machine may lack: {foreign}")
+
+
+def _check_record(wheel: Wheel, label: str) -> None:
+    record = f"{wheel.dist_info}/RECORD"
+    listed = {}
+    for row in wheel.files[record].decode("utf-8").splitlines():
+        path, digest, size = row.rsplit(",", 2)
+        listed[path] = (digest, size)
+    if set(listed) != set(wheel.files):
+        raise CheckFailed(f"{label}: RECORD and archive disagree: "
+                          f"{sorted(set(listed) ^ set(wheel.files))}")
+    for path, data in wheel.files.items():
+        if path == record:
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if listed[path] != (f"sha256={digest}", str(len(data))):
+            raise CheckFailed(f"{label}: RECORD hash or size is wrong for {path}")
+
+
+def _check_metadata(wheel: Wheel, label: str, licences_needed: tuple[str, ...]) -> None:
+    header = wheel.text("METADATA").partition("\n\n")[0]
+    fields: dict[str, list[str]] = {}
+    for line in header.splitlines():
+        key, _, value = line.partition(": ")
+        fields.setdefault(key, []).append(value)
+    if fields.get("Name") != [wheel.name] or fields.get("Version") != [wheel.version]:
+        raise CheckFailed(f"{label}: METADATA names {fields.get('Name')} {fields.get('Version')}")
+    required = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
+                for r in fields.get("Requires-Dist", [])}
+    missing = [d for d in REQUIRED_DEPENDENCIES if d not in required]
+    if missing:
+        raise CheckFailed(f"{label}: METADATA lacks Requires-Dist for {missing}")
+    licences = set(fields.get("License-File", []))
+    for relative in licences_needed:
+        text = wheel.files.get(f"{wheel.dist_info}/licenses/{relative}", b"")
+        if relative not in licences or not text.strip():
+            raise CheckFailed(f"{label}: licence {relative} missing (listed: {sorted(licences)})")
+    if b"MIT License" not in wheel.files[f"{wheel.dist_info}/licenses/LICENSE"]:
+        raise CheckFailed(f"{label}: dist-info/licenses/LICENSE is not loaderx's MIT licence")
+    if b"Zstandard" not in wheel.files[f"{wheel.dist_info}/licenses/{ZSTD_LICENCE}"]:
+        raise CheckFailed(f"{label}: dist-info/licenses/{ZSTD_LICENCE} is not zstd's licence")
+
+
+def _check_tags(wheel: Wheel, path: Path, expected: Expected) -> None:
+    if path.name != wheel_file_name(wheel, expected.tags):
+        raise CheckFailed(f"{path.name}: file name should be {wheel_file_name(wheel, expected.tags)}")
+    lines = wheel.text("WHEEL").splitlines()
+    tags = [tuple(line.removeprefix("Tag: ").split("-")) for line in lines if line.startswith("Tag: ")]
+    if tags != expected.tags:
+        raise CheckFailed(f"{path.name}: WHEEL tags {tags}, expected {expected.tags}")
+    if "Root-Is-Purelib: false" not in lines or "Wheel-Version: 1.0" not in lines:
+        raise CheckFailed(f"{path.name}: WHEEL must say Wheel-Version 1.0, Root-Is-Purelib false")
+
+
+def _check_natives(wheel: Wheel, label: str, expected: Expected) -> list[str]:
+    """Exactly the platform library plus, when compiled, exactly this interpreter's modules."""
+    natives = sorted(p for p in wheel.files if p.endswith(NATIVE_SUFFIXES))
+    library = f"loaderx/lib/{expected.target.library}"
+    in_lib = [p for p in wheel.files if p.startswith("loaderx/lib/")]
+    if in_lib != [library]:
+        raise CheckFailed(f"{label}: loaderx/lib/ holds {in_lib}, expected exactly {library}")
+    extensions = [p for p in natives if p != library]
+    wanted = sorted(m + (expected.extension_suffix or "") for m in expected.compiled_modules)
+    if extensions != wanted:
+        raise CheckFailed(f"{label}: extension modules {extensions}, expected {wanted}")
+    return extensions
+
+
+def check_wheel(path: Path, expected: Expected, abi: frozenset[str]) -> Wheel:
+    """Raises CheckFailed on the first thing wrong with the wheel at `path`."""
+    wheel = read_wheel(path)
+    label = path.name
+    _check_tags(wheel, path, expected)
+    _check_record(wheel, label)
+    needed = ("LICENSE", ZSTD_LICENCE) + ((MYPYC_LICENCE,) if expected.compiled_modules else ())
+    _check_metadata(wheel, label, needed)
+    if "loaderx/py.typed" not in wheel.files:
+        raise CheckFailed(f"{label}: loaderx/py.typed is missing")
+    stray = [p for p in wheel.files if "__pycache__" in p or p.endswith(".pyc")
+             or not p.startswith(("loaderx/", wheel.dist_info + "/", "loaderx_compiled__mypyc"))]
+    if stray:
+        raise CheckFailed(f"{label}: unexpected files {stray}")
+    extensions = _check_natives(wheel, label, expected)
+    platform_tag = expected.tags[0][2]
+    library = f"loaderx/lib/{expected.target.library}"
+    check_library(f"{label}:{library}", wheel.files[library], expected.target, abi, platform_tag)
+    for extension in extensions:
+        info = libinspect.inspect_bytes(wheel.files[extension])
+        _check_loader_needs(f"{label}:{extension}", info, platform_tag)
+    return wheel
+
+
+SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "README.md",
+                         "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
+                         "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
+                         "loaderx/_native.py", "loaderx/py.typed")
+SDIST_FORBIDDEN: Final = re.compile(
+    r"(^|/)(\.zig-cache|zig-out|\.cache|\.venv|__pycache__|build|dist)/|^loaderx/lib/"
+    r"|\.(so|dylib|dll|pyd|o|a|obj|lib|whl|pyc)$")
+
+
+def check_sdist(path: Path, root: Path) -> list[str]:
+    """Sources only, and every source the build needs; returns the member list."""
+    prefix = path.name.removesuffix(".tar.gz") + "/"
+    with tarfile.open(path) as archive:
+        members = [m.name for m in archive.getmembers() if m.isfile()]
+    outside = [m for m in members if not m.startswith(prefix)]
+    if outside:
+        raise CheckFailed(f"{path.name}: members outside {prefix}: {outside}")
+    relative = {m.removeprefix(prefix) for m in members}
+    built = sorted(m for m in relative if SDIST_FORBIDDEN.search(m))
+    if built:
+        raise CheckFailed(f"{path.name}: holds build outputs, not sources: {built}")
+    sources = [p.relative_to(root).as_posix() for pattern in
+               ("loaderx/*.py", "zig/src/*.zig", "zig/include/*.h", "typings/**/*.pyi")
+               for p in root.glob(pattern)]
+    missing = sorted(set(SDIST_REQUIRED).union(sources) - relative)
+    if missing:
+        raise CheckFailed(f"{path.name}: lacks {missing}")
+    return sorted(relative)
