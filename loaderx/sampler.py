@@ -1,0 +1,238 @@
+"""Sampler: the record indices of every training step, a thin typed layer over lx_sampler_fill.
+
+Every batch is a pure function of (length, batch_size, mode, seed, step, shard): nothing is
+carried from one step to the next, so a run resumes exactly by asking for the step it stopped
+at, whatever the number of threads or hosts. One native call writes a whole batch.
+
+Modes (the exact definitions are in zig/src/sampler.zig):
+
+- ``"sequential"``: step k reads the window starting at k * global_batch_size, wrapping around
+  the end of the index space.
+- ``"iid"``: uniform draws with replacement: a SplitMix64 stream keyed by the seed, counted from
+  step * global_batch_size, reduced to [0, length) by Lemire's multiply-shift with rejection
+  (unbiased).
+- ``"cyclic"``: without replacement. Cycle c (steps_per_cycle steps) walks a fresh permutation
+  of [0, length), a Feistel network keyed by (seed, c) over the next power of two, brought into
+  range by cycle-walking. A cycle drops length mod global_batch_size records, a different set
+  each cycle.
+
+Sharding: with ``shard=(index, count)`` the global batch of a step has batch_size * count
+indices and this host takes the contiguous slice [index * batch_size, (index + 1) * batch_size).
+The global batch depends only on batch_size * count, so a run may resume on another number of
+hosts (with batch_size adjusted) and see the same global batches.
+
+Left interpreted (not compiled with mypyc): the work is one ctypes call per batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from collections.abc import Iterator
+from typing import Any, Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx import _native
+
+MODES: Final = ("sequential", "iid", "cyclic")
+_MODE_IDS: Final = {
+    "sequential": _native.SAMPLER_SEQUENTIAL,
+    "iid": _native.SAMPLER_IID,
+    "cyclic": _native.SAMPLER_CYCLIC,
+}
+
+# Indices are int64, so the index space is at most 2^63 records.
+LENGTH_MAX: Final = 1 << 63
+# Seeds and steps are unsigned 64-bit integers on the native side.
+SEED_LIMIT: Final = 1 << 64
+STEP_LIMIT: Final = 1 << 64
+
+_INT64: Final = np.dtype(np.int64)
+_U64_MAX: Final = (1 << 64) - 1
+
+
+def _integer(value: object, name: str) -> int:
+    """value as a Python int (Python and NumPy integers); TypeError for anything else."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not bool")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+
+
+def _check_step(step: object) -> int:
+    """A valid step as a Python int: 0 <= step < 2**64."""
+    value = _integer(step, "step")
+    if value < 0:
+        raise ValueError(f"step must be >= 0, got {value}")
+    if value >= STEP_LIMIT:
+        raise ValueError(f"step must be < 2**64, got {value}")
+    return value
+
+
+def _check_shard(shard: object) -> tuple[int, int]:
+    """(index, count) of a shard; None means the single host (0, 1)."""
+    if shard is None:
+        return 0, 1
+    if not isinstance(shard, (tuple, list)) or len(shard) != 2:
+        raise TypeError(f"shard must be None or a pair (index, count), got {shard!r}")
+    index = _integer(shard[0], "shard index")
+    count = _integer(shard[1], "shard count")
+    if count < 1:
+        raise ValueError(f"shard count must be >= 1, got {count}")
+    if not 0 <= index < count:
+        raise ValueError(f"shard index must be in [0, {count}), got {index}")
+    return index, count
+
+
+def _address(out: Any) -> int:
+    """The data address of a writable array (cheaper than out.ctypes.data)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(out))
+
+
+class Sampler:
+    """Indices of each step's batch for an index space of ``length`` records.
+
+    ``batch(step)`` returns a new int64 array of ``batch_size`` indices, ``fill(step, out)``
+    writes them into a caller's array (the allocation-free path), and iteration yields the
+    batches of steps start_step, start_step + 1, ... without end. Seeds are integers in
+    [0, 2**64); reduce larger or negative seeds yourself (for example ``seed % 2**64``).
+    """
+
+    length: Final[int]
+    batch_size: Final[int]
+    mode: Final[str]
+    seed: Final[int]
+    shard_index: Final[int]
+    shard_count: Final[int]
+    global_batch_size: Final[int]
+    steps_per_cycle: Final[int | None]
+
+    def __init__(
+        self,
+        length: SupportsIndex,
+        batch_size: SupportsIndex,
+        mode: str = "cyclic",
+        seed: SupportsIndex = 0,
+        shard: tuple[SupportsIndex, SupportsIndex] | None = None,
+    ) -> None:
+        length = _integer(length, "length")
+        batch_size = _integer(batch_size, "batch_size")
+        seed = _integer(seed, "seed")
+        shard_index, shard_count = _check_shard(shard)
+        if not isinstance(mode, str):
+            raise TypeError(f"mode must be a str, one of {MODES}, not {type(mode).__name__}")
+        mode_id = _MODE_IDS.get(mode)
+        if mode_id is None:
+            valid = ", ".join(repr(known) for known in MODES)
+            raise ValueError(f"unknown sampler mode {mode!r}; valid modes are {valid}")
+        if length < 1:
+            raise ValueError(f"length must be >= 1 (there is nothing to sample), got {length}")
+        if length > LENGTH_MAX:
+            raise ValueError(f"length must be <= 2**63, got {length}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= seed < SEED_LIMIT:
+            raise ValueError(
+                f"seed must be in [0, 2**64), got {seed}; reduce it first, e.g. seed % 2**64"
+            )
+        global_batch_size = batch_size * shard_count
+        if global_batch_size > _U64_MAX:
+            raise ValueError(
+                f"the global batch batch_size * shard count = {global_batch_size} is too large"
+            )
+        steps_per_cycle: int | None = None
+        if mode == "cyclic":
+            if global_batch_size > length:
+                raise ValueError(
+                    f"cyclic mode needs batch_size * shard count ({batch_size} * {shard_count})"
+                    f" <= length ({length}): a batch never repeats an index"
+                )
+            steps_per_cycle = length // global_batch_size
+
+        self.length = length
+        self.batch_size = batch_size
+        self.mode = mode
+        self.seed = seed
+        self.shard_index = shard_index
+        self.shard_count = shard_count
+        self.global_batch_size = global_batch_size
+        self.steps_per_cycle = steps_per_cycle
+        # The call's constant arguments, converted once: a batch pays only for the step.
+        self._fill_native = _native.lib.lx_sampler_fill
+        self._c_mode = ctypes.c_uint32(mode_id)
+        self._c_length = ctypes.c_uint64(length)
+        self._c_batch_size = ctypes.c_uint64(batch_size)
+        self._c_seed = ctypes.c_uint64(seed)
+        self._c_shard_index = ctypes.c_uint64(shard_index)
+        self._c_shard_count = ctypes.c_uint64(shard_count)
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(index, count): this host's place among the hosts sharing each global batch."""
+        return self.shard_index, self.shard_count
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler(length={self.length}, batch_size={self.batch_size}, mode={self.mode!r}, "
+            f"seed={self.seed}, shard={self.shard!r})"
+        )
+
+    def __reduce__(self) -> tuple[type[Sampler], tuple[int, int, str, int, tuple[int, int]]]:
+        # Pickles by its arguments (the ctypes fields are rebuilt), e.g. for worker processes.
+        return Sampler, (self.length, self.batch_size, self.mode, self.seed, self.shard)
+
+    def _call(self, step: int, address: int) -> None:
+        code = self._fill_native(
+            self._c_mode,
+            self._c_length,
+            self._c_batch_size,
+            self._c_seed,
+            step,
+            self._c_shard_index,
+            self._c_shard_count,
+            address,
+        )
+        if code:
+            _native.raise_status(code, f"sampling step {step} of {self!r}")
+
+    def batch(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
+        """This host's indices for ``step``: a new int64 array of shape (batch_size,)."""
+        if type(step) is not int or not 0 <= step <= _U64_MAX:
+            step = _check_step(step)
+        out = np.empty(self.batch_size, dtype=_INT64)
+        self._call(step, _address(out))
+        return out
+
+    def fill(self, step: SupportsIndex, out: npt.NDArray[np.int64]) -> None:
+        """Writes this host's indices for ``step`` into ``out``.
+
+        ``out`` must be a writable, C-contiguous int64 array of shape (batch_size,).
+        """
+        if type(step) is not int or not 0 <= step <= _U64_MAX:
+            step = _check_step(step)
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+        if out.dtype != _INT64:
+            raise TypeError(f"out must have dtype int64, not {out.dtype}")
+        if out.shape != (self.batch_size,):
+            raise ValueError(f"out must have shape ({self.batch_size},), got {out.shape}")
+        flags = out.flags
+        if not flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+        if not flags.writeable:
+            raise ValueError("out must be writable")
+        self._call(step, _address(out))
+
+    def iter(self, start_step: SupportsIndex = 0) -> Iterator[npt.NDArray[np.int64]]:
+        """The batches of steps start_step, start_step + 1, ... (endless; each a new array)."""
+        step = _check_step(start_step)
+        while True:
+            yield self.batch(step)
+            step += 1
+
+    def __iter__(self) -> Iterator[npt.NDArray[np.int64]]:
+        return self.iter(0)
