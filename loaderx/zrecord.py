@@ -1,0 +1,417 @@
+"""Zrecord: the persistent byte-record store, a thin typed layer over libloaderx's lx_store_*.
+
+Every operation is one native call on a whole batch; the native side validates again, so the
+checks here exist to give clear messages early. The store handle is guarded by an in-flight
+counter under a lock (not the GIL: free-threaded builds are a target), so close() waits for
+calls already inside the library and every later call raises ValueError.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx import _native
+from loaderx.indexing import normalize_index
+
+CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
+RECORD_SIZE_MAX: Final = 1 << 20
+RECORD_COUNT_MAX: Final = 1 << 24
+
+# A batch of records: a sequence of bytes-like objects, or an array whose rows are the records.
+Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
+
+_INT64: Final = np.dtype(np.int64)
+_UINT64: Final = np.dtype(np.uint64)
+_STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
+
+
+def codec_id(name: str) -> int:
+    """The native tag of a codec name; ValueError listing the valid names otherwise."""
+    tag = CODECS.get(name) if isinstance(name, str) else None
+    if tag is None:
+        valid = ", ".join(repr(known) for known in CODECS)
+        raise ValueError(f"unknown codec {name!r}; valid codecs are {valid}")
+    return tag
+
+
+def _record_view(record: object, position: int) -> memoryview:
+    """A flat, C-contiguous byte view of one record (numpy arrays and memoryviews included)."""
+    if isinstance(record, (bytes, bytearray)):
+        return memoryview(record)
+    if isinstance(record, np.ndarray):
+        if record.dtype.hasobject:
+            raise TypeError(f"record {position} is an object array; records must be bytes-like")
+        return np.ascontiguousarray(record).reshape(-1).view(np.uint8).data
+    if isinstance(record, str):
+        raise TypeError(f"record {position} is a str; encode it to bytes first")
+    try:
+        view = memoryview(record)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"record {position} is {type(record).__name__}; records must be bytes-like "
+            "(bytes, bytearray, memoryview or a numpy array)"
+        ) from None
+    if view.format == "B" and view.ndim == 1 and view.c_contiguous:
+        return view
+    if view.c_contiguous:
+        try:
+            return view.cast("B")
+        except TypeError:
+            pass  # an exotic element format: fall back to a copy
+    return memoryview(view.tobytes())
+
+
+def pack_records(records: Records) -> tuple[bytes, npt.NDArray[np.uint64]]:
+    """One contiguous buffer plus count+1 offsets, after checking every record's type and size."""
+    if isinstance(records, (bytes, bytearray, memoryview, str)):
+        raise TypeError(
+            "records must be a sequence of bytes-like records, not a single "
+            f"{type(records).__name__}; wrap one record in a list"
+        )
+    if not isinstance(records, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"records must be a sequence of bytes-like records, not {type(records).__name__}"
+        )
+    views = [_record_view(record, position) for position, record in enumerate(records)]
+    sizes = [view.nbytes for view in views]
+    for position, size in enumerate(sizes):
+        if size > RECORD_SIZE_MAX:
+            raise ValueError(
+                f"record {position} is {size} bytes; a record holds at most "
+                f"{RECORD_SIZE_MAX} bytes (1 MiB)"
+            )
+    offsets = np.zeros(len(views) + 1, dtype=np.uint64)
+    if views:
+        np.cumsum(np.array(sizes, dtype=np.uint64), out=offsets[1:])
+    return b"".join(views), offsets
+
+
+class Zrecord:
+    """A persistent store of byte records at `path` (a folder holding meta.zr and chunk files)."""
+
+    path: str
+    codec: str
+    durable: bool
+    _codec_id: int
+    _handle: int
+    _inflight: int
+    _closed: bool
+    _lock: threading.Lock
+    _idle: threading.Condition
+    _finalizer: weakref.finalize[Any, Any]
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        codec: str = "zstd",
+        durable: bool = False,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._codec_id = codec_id(codec)
+        self.codec = codec
+        self.durable = bool(durable)
+        self._inflight = 0
+        self._closed = True
+        self._handle = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        if create:
+            os.makedirs(self.path, exist_ok=True)
+        elif not os.path.isfile(os.path.join(self.path, "meta.zr")):
+            raise FileNotFoundError(
+                f"no Zrecord store at {self.path!r} (meta.zr is missing) and create=False"
+            )
+        flags = (_native.OPEN_CREATE if create else 0) | (_native.OPEN_DURABLE if durable else 0)
+        handle = ctypes.c_void_p()
+        code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
+        _native.check(code, f"cannot open Zrecord store {self.path!r}")
+        if not handle.value:
+            raise RuntimeError(f"opening {self.path!r} returned no store handle")
+        self._handle = handle.value
+        self._closed = False
+        # Closes the native store if this object is collected without close(). Not at exit:
+        # daemon threads may still be inside a call then, and the OS releases everything anyway.
+        self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
+        self._finalizer.atexit = False
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def _enter(self) -> int:
+        """Marks one call in flight and returns the handle; ValueError once closed."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"Zrecord {self.path!r} is closed")
+            self._inflight += 1
+            return self._handle
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0 and self._closed:
+                self._idle.notify_all()
+
+    def close(self) -> None:
+        """Closes the store after calls already in flight return; later calls raise ValueError."""
+        with self._lock:
+            self._closed = True
+            while self._inflight:
+                self._idle.wait()
+            if self._handle:
+                self._handle = 0
+                self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Zrecord:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        handle = self._enter()
+        try:
+            return int(_native.lib.lx_store_length(handle))
+        finally:
+            self._leave()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"Zrecord({self.path!r}, closed)"
+        return f"Zrecord({self.path!r}, records={len(self)}, codec={self.codec!r})"
+
+    @property
+    def has_dict(self) -> bool:
+        """Whether the store has a trained dictionary (dict.zr) loaded."""
+        handle = self._enter()
+        try:
+            return bool(_native.lib.lx_store_has_dict(handle))
+        finally:
+            self._leave()
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def _codec_for(self, codec: str | None) -> int:
+        return self._codec_id if codec is None else codec_id(codec)
+
+    def append(self, records: Records, *, codec: str | None = None) -> int:
+        """Appends a batch of bytes-like records in one native call; returns the first new index."""
+        tag = self._codec_for(codec)
+        data, offsets = pack_records(records)
+        count = len(offsets) - 1
+        handle = self._enter()
+        try:
+            if count == 0:
+                return int(_native.lib.lx_store_length(handle))
+            first = ctypes.c_uint64()
+            code = _native.lib.lx_store_append(
+                handle, data, offsets.ctypes.data, count, tag, ctypes.byref(first)
+            )
+            _native.check(code, f"append of {count} records to {self.path!r}")
+            return int(first.value)
+        finally:
+            self._leave()
+
+    def append_fixed(
+        self, data: npt.NDArray[Any], record_size: int, *, codec: str | None = None
+    ) -> int:
+        """Appends nbytes // record_size records of exactly record_size bytes from one array."""
+        tag = self._codec_for(codec)
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"data must be a numpy array, not {type(data).__name__}")
+        if data.dtype.hasobject:
+            raise TypeError("data is an object array; its bytes are pointers, not records")
+        if isinstance(record_size, bool) or not isinstance(record_size, (int, np.integer)):
+            raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
+        record_size = int(record_size)
+        if record_size <= 0 or record_size > RECORD_SIZE_MAX:
+            raise ValueError(
+                f"record_size must be in 1..{RECORD_SIZE_MAX} bytes, got {record_size}"
+            )
+        if data.nbytes % record_size:
+            raise ValueError(
+                f"data holds {data.nbytes} bytes, not a whole number of {record_size}-byte records"
+            )
+        contiguous = np.ascontiguousarray(data)
+        count = contiguous.nbytes // record_size
+        handle = self._enter()
+        try:
+            if count == 0:
+                return int(_native.lib.lx_store_length(handle))
+            first = ctypes.c_uint64()
+            code = _native.lib.lx_store_append_fixed(
+                handle, contiguous.ctypes.data, record_size, count, tag, ctypes.byref(first)
+            )
+            _native.check(code, f"append of {count} records to {self.path!r}")
+            return int(first.value)
+        finally:
+            self._leave()
+
+    def train_dict(self, samples: Records, dict_size: int) -> None:
+        """Trains the store's zstd dictionary (dict.zr) from sample records: at most dict_size."""
+        if isinstance(dict_size, bool) or not isinstance(dict_size, (int, np.integer)):
+            raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
+        if dict_size <= 0:
+            raise ValueError(f"dict_size must be positive, got {dict_size}")
+        data, offsets = pack_records(samples)
+        count = len(offsets) - 1
+        if count == 0:
+            raise ValueError("train_dict needs at least one sample record")
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_train_dict(
+                handle, data, offsets.ctypes.data, count, int(dict_size)
+            )
+            _native.check(code, f"dictionary training for {self.path!r}")
+        finally:
+            self._leave()
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _lengths(self, handle: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        lengths = np.empty(len(indices), dtype=np.uint64)
+        if len(indices):
+            code = _native.lib.lx_store_record_lengths(
+                handle, indices.ctypes.data, len(indices), lengths.ctypes.data
+            )
+            _native.check(code, f"record lengths in {self.path!r}")
+        return lengths
+
+    def _gather_ragged(
+        self, handle: int, index: object
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
+        count = len(indices)
+        offsets = np.zeros(count + 1, dtype=np.uint64)
+        np.cumsum(self._lengths(handle, indices), out=offsets[1:])
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        if count:
+            code = _native.lib.lx_store_gather(
+                handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
+            )
+            _native.check(code, f"gather of {count} records from {self.path!r}")
+        return data, offsets
+
+    def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
+        """The logical (decompressed) size of each selected record."""
+        handle = self._enter()
+        try:
+            normal = normalize_index(indices, int(_native.lib.lx_store_length(handle)))
+            return self._lengths(handle, normal)
+        finally:
+            self._leave()
+
+    def gather_ragged(
+        self, indices: object
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """The selected records in one uint8 buffer plus count+1 offsets into it."""
+        handle = self._enter()
+        try:
+            return self._gather_ragged(handle, indices)
+        finally:
+            self._leave()
+
+    def gather(self, index: object) -> list[bytes]:
+        """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""
+        handle = self._enter()
+        try:
+            data, offsets = self._gather_ragged(handle, index)
+        finally:
+            self._leave()
+        view = data.data
+        bounds = offsets.tolist()
+        return [bytes(view[bounds[i] : bounds[i + 1]]) for i in range(len(bounds) - 1)]
+
+    def gather_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> None:
+        """Dense hot path: record indices[i] fills bytes [i*record_size, (i+1)*record_size) of out.
+
+        indices must be a C-contiguous int64 array already in range (not normalised here; the
+        native side refuses anything out of range before copying); out a writable C-contiguous
+        array of exactly len(indices) * record_size bytes.
+        """
+        if type(record_size) is not int:
+            raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
+        if type(indices) is not np.ndarray or indices.dtype != _INT64:
+            raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
+        if not indices.flags.c_contiguous or indices.ndim != 1:
+            raise ValueError("indices must be a one-dimensional C-contiguous array")
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writable C-contiguous array")
+        count = indices.shape[0]
+        if out.nbytes != count * record_size:
+            raise ValueError(
+                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
+                f"need {count * record_size}"
+            )
+        handle = self._enter()
+        try:
+            if count:
+                code = _native.lib.lx_store_gather_fixed(
+                    handle, indices.ctypes.data, count, out.ctypes.data, record_size
+                )
+                if code:
+                    _native.raise_status(code, f"gather of {count} records from {self.path!r}")
+        finally:
+            self._leave()
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def delete(self, index: object) -> None:
+        """Swap-last delete of the selected records (descending order, duplicates ignored)."""
+        handle = self._enter()
+        try:
+            indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
+            if len(indices):
+                code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
+                _native.check(code, f"delete of {len(indices)} records from {self.path!r}")
+        finally:
+            self._leave()
+
+    def compact(self) -> None:
+        """Rewrites live records in place to reclaim deleted bytes (takes the store exclusively)."""
+        handle = self._enter()
+        try:
+            _native.check(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+        finally:
+            self._leave()
+
+    def stats(self) -> dict[str, int]:
+        """records, live_bytes, chunk_bytes and reclaimable (chunk_bytes - live_bytes)."""
+        out = _native.Stats()
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_stats(handle, ctypes.byref(out))
+            _native.check(code, f"stats of {self.path!r}")
+        finally:
+            self._leave()
+        return {key: int(getattr(out, key)) for key in _STATS_KEYS}
+
+    def sync(self) -> None:
+        """Flushes every chunk file and the table to stable storage."""
+        handle = self._enter()
+        try:
+            _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
+        finally:
+            self._leave()

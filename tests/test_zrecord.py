@@ -1,0 +1,433 @@
+"""Tests of loaderx.zrecord.Zrecord: round trips per codec, index forms, delete, compact, stats."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from loaderx.errors import DictionaryError
+from loaderx.zrecord import CODECS, RECORD_SIZE_MAX, Zrecord
+
+MiB = 1 << 20
+
+
+def compressible(rng: np.random.Generator, size: int) -> bytes:
+    """Bytes from a 16-symbol alphabet: zstd takes them to about half their size."""
+    return rng.integers(0, 16, size, dtype=np.uint8).tobytes()
+
+
+def swap_last_delete(model: list[bytes], indices: list[int]) -> None:
+    """The spec's delete: unique targets in descending order, each filled by the last record."""
+    for index in sorted({i % len(model) for i in indices}, reverse=True):
+        model[index] = model[-1]
+        model.pop()
+
+
+def read_all(store: Zrecord) -> list[bytes]:
+    return store.gather(slice(None))
+
+
+# --- round trips -------------------------------------------------------------------------------
+
+
+def mixed_records(rng: np.random.Generator, sizes: list[int]) -> list[bytes]:
+    """Alternately compressible and incompressible records of the given sizes."""
+    return [compressible(rng, n) if k % 2 else rng.bytes(n) for k, n in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_round_trip_random_sizes_up_to_one_mib(
+    store_path: str, rng: np.random.Generator, codec: str
+) -> None:
+    sizes = [0, RECORD_SIZE_MAX, 1, RECORD_SIZE_MAX - 1, 0]
+    sizes += [int(n) for n in rng.integers(0, RECORD_SIZE_MAX + 1, 6)]
+    sizes += [int(n) for n in rng.integers(0, 4096, 20)]
+    records = mixed_records(rng, sizes)
+    with Zrecord(store_path, codec=codec) as store:
+        assert store.append(records[:7]) == 0
+        assert store.append(records[7:]) == 7
+        assert len(store) == len(records)
+        assert read_all(store) == records
+        assert store.record_lengths(slice(None)).tolist() == sizes
+    with Zrecord(store_path, create=False) as store:
+        assert len(store) == len(records)
+        assert read_all(store) == records
+        data, offsets = store.gather_ragged([3, 0, 1])
+        assert offsets.tolist() == [0, sizes[3], sizes[3], sizes[3] + sizes[1]]
+        assert data.tobytes() == records[3] + records[0] + records[1]
+
+
+def test_zstd_dict_train_append_reopen(store_path: str, rng: np.random.Generator) -> None:
+    # Small, similar records: a shared header plus a little noise, the dictionary's use case.
+    header = rng.bytes(600)
+    records = [header + compressible(rng, int(n)) + header[:200] for n in rng.integers(0, 300, 120)]
+    records += [b"", rng.bytes(5000)]  # an empty and an incompressible record ride along
+    with Zrecord(store_path, codec="zstd_dict") as store:
+        assert not store.has_dict
+        store.train_dict(records[:100], 16 * 1024)
+        assert store.has_dict
+        assert os.path.isfile(os.path.join(store_path, "dict.zr"))
+        assert store.append(records) == 0
+        assert read_all(store) == records
+        stored = store.stats()["live_bytes"]
+    logical = sum(len(r) for r in records)
+    assert stored < logical // 2
+    with Zrecord(store_path, create=False) as store:
+        assert store.has_dict
+        assert read_all(store) == records
+        assert store.gather([-1, 0, 5]) == [records[-1], records[0], records[5]]
+
+
+def test_zstd_dict_append_without_dictionary_is_refused(store_path: str) -> None:
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append([b"kept"])
+        with pytest.raises(DictionaryError):
+            store.append([b"x" * 1000, b"y" * 10], codec="zstd_dict")
+        assert len(store) == 1
+        assert read_all(store) == [b"kept"]
+    with Zrecord(store_path, codec="zstd_dict") as store:
+        with pytest.raises(DictionaryError):
+            store.append([b"z" * 100])
+        with pytest.raises(DictionaryError):
+            store.append_fixed(np.zeros(64, np.uint8), 16)
+        assert len(store) == 1
+
+
+def test_retraining_a_used_dictionary_is_refused(store_path: str, rng: np.random.Generator) -> None:
+    samples = [b"common prefix " * 20 + compressible(rng, 50) for _ in range(50)]
+    with Zrecord(store_path, codec="zstd_dict") as store:
+        store.train_dict(samples, 4096)
+        store.append(samples[:3])
+        with pytest.raises(DictionaryError):
+            store.train_dict(samples, 4096)
+        assert read_all(store) == samples[:3]
+
+
+def test_plain_zstd_records_in_a_store_with_a_dictionary(
+    store_path: str, rng: np.random.Generator
+) -> None:
+    samples = [b"abcdefgh" * 30 + compressible(rng, 64) for _ in range(60)]
+    with Zrecord(store_path, codec="zstd") as store:
+        store.train_dict(samples, 4096)
+        store.append(samples[:10])
+        store.append(samples[10:20], codec="zstd_dict")
+        store.append(samples[20:30], codec="raw")
+        assert read_all(store) == samples[:30]
+
+
+# --- codec accounting --------------------------------------------------------------------------
+
+
+def test_incompressible_records_fall_back_to_raw(store_path: str, rng: np.random.Generator) -> None:
+    records = [rng.bytes(int(n)) for n in rng.integers(1, 40_000, 30)] + [rng.bytes(MiB)]
+    logical = sum(len(r) for r in records)
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append(records)
+        stats = store.stats()
+        assert stats == {
+            "records": len(records),
+            "live_bytes": logical,
+            "chunk_bytes": logical,
+            "reclaimable": 0,
+        }
+        assert read_all(store) == records
+
+
+def test_compressible_records_shrink(store_path: str, rng: np.random.Generator) -> None:
+    records = [compressible(rng, 12 * 1024) for _ in range(40)] + [bytes(MiB)]
+    logical = sum(len(r) for r in records)
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append(records)
+        stats = store.stats()
+        assert stats["records"] == len(records)
+        assert stats["live_bytes"] < logical * 0.6
+        assert stats["chunk_bytes"] == stats["live_bytes"]
+        assert stats["reclaimable"] == 0
+        assert read_all(store) == records
+
+
+def test_raw_codec_stores_logical_bytes(store_path: str) -> None:
+    records = [b"a" * 10_000, b"", b"b" * 3]
+    with Zrecord(store_path, codec="raw") as store:
+        store.append(records)
+        assert store.stats()["live_bytes"] == 10_003
+        assert read_all(store) == records
+
+
+def test_codec_names() -> None:
+    assert CODECS == {"raw": 0, "zstd": 1, "zstd_dict": 2}
+
+
+# --- inputs of append --------------------------------------------------------------------------
+
+
+def test_append_accepts_bytes_like_records(store_path: str) -> None:
+    matrix = np.arange(24, dtype=np.uint16).reshape(4, 6)
+    column = matrix[:, 1]  # a non-contiguous view
+    big_endian = np.arange(3, dtype=">u4")
+    records: list[Any] = [
+        b"bytes",
+        bytearray(b"bytearray"),
+        memoryview(b"0123456789")[2:8],
+        memoryview(b"0123456789")[::2],  # non-contiguous memoryview
+        matrix,
+        column,
+        np.float32(1.5),
+        big_endian,
+        np.zeros(0, dtype=np.float64),
+    ]
+    expected = [
+        b"bytes",
+        b"bytearray",
+        b"234567",
+        b"02468",
+        matrix.tobytes(),
+        column.tobytes(),
+        np.float32(1.5).tobytes(),
+        big_endian.tobytes(),
+        b"",
+    ]
+    with Zrecord(store_path, codec="raw") as store:
+        assert store.append(records) == 0
+        assert read_all(store) == expected
+        assert store.append(np.arange(12, dtype=np.uint8).reshape(3, 4)) == len(expected)
+        assert store.gather([-3, -1]) == [bytes([0, 1, 2, 3]), bytes([8, 9, 10, 11])]
+
+
+def test_append_of_nothing_returns_the_length(store_path: str) -> None:
+    with Zrecord(store_path) as store:
+        assert store.append([]) == 0
+        store.append([b"x"])
+        assert store.append([]) == 1
+        assert store.append_fixed(np.zeros(0, np.uint8), 8) == 1
+        assert len(store) == 1
+
+
+def test_append_fixed_and_gather_into(store_path: str, rng: np.random.Generator) -> None:
+    rows = rng.integers(0, 8, (300, 5, 7), dtype=np.int32)  # 140-byte records, compressible
+    with Zrecord(store_path) as store:
+        assert store.append_fixed(rows, 140) == 0
+        assert store.append_fixed(rows[::-1, :, ::2], 5 * 4 * 4) == 300  # non-contiguous input
+        indices = rng.integers(0, 300, 64).astype(np.int64)
+        out = np.empty((64, 5, 7), dtype=np.int32)
+        store.gather_into(indices, out, 140)
+        assert np.array_equal(out, rows[indices])
+        flipped = np.ascontiguousarray(rows[::-1, :, ::2])
+        out2 = np.empty(64 * 80, dtype=np.uint8)
+        store.gather_into(indices + 300, out2, 80)
+        assert out2.tobytes() == flipped[indices].tobytes()
+        assert store.gather(5) == [rows[5].tobytes()]
+        with pytest.raises(ValueError, match="whole number"):
+            store.append_fixed(np.zeros(10, np.uint8), 3)
+        with pytest.raises(ValueError):
+            store.append_fixed(np.zeros(10, np.uint8), 0)
+        with pytest.raises(ValueError):
+            store.gather_into(indices, out, 80)  # 140-byte records into 80-byte slots
+        assert len(store) == 600
+
+
+def test_gather_into_empty_batch(store_path: str) -> None:
+    with Zrecord(store_path) as store:
+        store.append([b"abcd"])
+        out = np.empty(0, np.uint8)
+        store.gather_into(np.zeros(0, np.int64), out, 4)
+
+
+# --- index forms -------------------------------------------------------------------------------
+
+
+def test_every_index_form(store_path: str) -> None:
+    records = [bytes([i]) * (i % 7) + i.to_bytes(2, "little") for i in range(40)]
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append(records)
+        for index in [
+            0,
+            39,
+            -1,
+            -40,
+            np.int32(7),
+            np.uint8(3),
+            slice(None),
+            slice(5, 30, 4),
+            slice(None, None, -3),
+            slice(-5, None),
+            slice(30, 2, -7),
+            slice(50, 60),
+            [3, 3, 0, -1, -2],
+            (1, 2),
+            np.array([39, 0, 20], dtype=np.int64),
+            np.array([-1, 5], dtype=np.int16),
+            np.arange(40, dtype=np.int64)[::5],
+            np.arange(40) % 3 == 0,
+            [i % 2 == 1 for i in range(40)],
+            [],
+        ]:
+            # A tuple is a sequence of record indices here (NumPy would read it as axes).
+            selected = np.arange(40)[list(index) if isinstance(index, tuple) else index]
+            expected = [records[i] for i in np.atleast_1d(selected)]
+            assert store.gather(index) == expected, index
+            lengths = store.record_lengths(index)
+            assert lengths.dtype == np.uint64
+            assert lengths.tolist() == [len(r) for r in expected]
+
+
+# --- delete, compact, stats --------------------------------------------------------------------
+
+
+def test_delete_is_swap_last_in_descending_order(store_path: str) -> None:
+    records = [f"record {i}".encode() for i in range(10)]
+    with Zrecord(store_path) as store:
+        store.append(records)
+        # Targets 9, 5, 2 in that order: 9 is the last (just dropped); 8 fills 5; 7 fills 2.
+        store.delete([2, 5, 9, 5, -5])
+        assert len(store) == 7
+        assert read_all(store) == [records[i] for i in (0, 1, 7, 3, 4, 8, 6)]
+        store.delete(np.array([True] + [False] * 6))  # 6 fills 0
+        assert read_all(store) == [records[i] for i in (6, 1, 7, 3, 4, 8)]
+        # Targets 4, 2, 0: slot 4 takes record 8 (the last); then slot 2 takes record 8 again
+        # (now the last); then slot 0 takes record 3.
+        store.delete(slice(None, None, 2))
+        assert read_all(store) == [records[i] for i in (3, 1, 8)]
+        store.delete(slice(None))
+        assert len(store) == 0
+        assert read_all(store) == []
+        assert store.append([b"again"]) == 0
+        assert read_all(store) == [b"again"]
+
+
+def test_delete_out_of_range_changes_nothing(store_path: str) -> None:
+    with Zrecord(store_path) as store:
+        store.append([b"a", b"b", b"c"])
+        with pytest.raises(IndexError):
+            store.delete([0, 3])
+        with pytest.raises(IndexError):
+            store.delete(-4)
+        assert read_all(store) == [b"a", b"b", b"c"]
+
+
+def test_compact_reclaims_deleted_bytes(store_path: str, rng: np.random.Generator) -> None:
+    records = mixed_records(rng, [int(n) for n in rng.integers(0, 50_000, 60)])
+    model = list(records)
+    with Zrecord(store_path) as store:
+        store.append(records)
+        before = store.stats()
+        assert before["reclaimable"] == 0
+        targets = [int(i) for i in rng.choice(60, 25, replace=False)]
+        store.delete(targets)
+        swap_last_delete(model, targets)
+        deleted = store.stats()
+        assert deleted["records"] == 35
+        assert deleted["chunk_bytes"] == before["chunk_bytes"]
+        assert deleted["reclaimable"] == deleted["chunk_bytes"] - deleted["live_bytes"] > 0
+        store.compact()
+        after = store.stats()
+        assert after["live_bytes"] == deleted["live_bytes"]
+        assert after["chunk_bytes"] == after["live_bytes"]
+        assert after["reclaimable"] == 0
+        assert read_all(store) == model
+        store.compact()  # nothing to do: idempotent
+        assert store.stats() == after
+        assert store.append([b"tail"]) == 35
+        model.append(b"tail")
+    with Zrecord(store_path, create=False) as store:
+        assert read_all(store) == model
+
+
+def test_durable_store_and_sync(store_path: str) -> None:
+    with Zrecord(store_path, durable=True) as store:
+        store.append([b"one", b"two" * 1000])
+        store.sync()
+    with Zrecord(store_path, create=False, durable=True) as store:
+        assert read_all(store) == [b"one", b"two" * 1000]
+
+
+def test_repr_len_and_context_manager(store_path: str) -> None:
+    store = Zrecord(store_path, codec="raw")
+    store.append([b"x", b"y"])
+    assert len(store) == 2
+    assert "records=2" in repr(store) and store_path in repr(store)
+    with store as same:
+        assert same is store
+    assert "closed" in repr(store)
+    store.close()  # idempotent
+
+
+# --- a stateful model --------------------------------------------------------------------------
+
+record_bytes = st.one_of(
+    st.binary(max_size=300),
+    st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=4), st.integers(1, 800)),
+)
+
+
+class StoreModel(RuleBasedStateMachine):
+    """append / delete / compact / reopen / gather against a plain list and the spec's delete."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="zrecord-model-")
+        self.path = os.path.join(self.folder, "store")
+        self.store = Zrecord(self.path)
+        self.model: list[bytes] = []
+
+    @rule(records=st.lists(record_bytes, max_size=12), codec=st.sampled_from(["raw", "zstd"]))
+    def append(self, records: list[bytes], codec: str) -> None:
+        first = self.store.append(records, codec=codec)
+        assert first == len(self.model)
+        self.model.extend(records)
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        n = len(self.model)
+        targets = data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=8))
+        self.store.delete(targets)
+        swap_last_delete(self.model, targets)
+
+    @rule()
+    def compact(self) -> None:
+        self.store.compact()
+        assert self.store.stats()["reclaimable"] == 0
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = Zrecord(self.path, create=False)
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(data=st.data())
+    def gather(self, data: st.DataObject) -> None:
+        n = len(self.model)
+        picks = data.draw(st.lists(st.integers(-n, n - 1), max_size=10))
+        assert self.store.gather(picks) == [self.model[i] for i in picks]
+
+    @invariant()
+    def same_length_and_stats(self) -> None:
+        assert len(self.store) == len(self.model)
+        stats = self.store.stats()
+        assert stats["records"] == len(self.model)
+        assert stats["reclaimable"] == stats["chunk_bytes"] - stats["live_bytes"] >= 0
+
+    def teardown(self) -> None:
+        try:
+            assert self.store.gather(slice(None)) == self.model
+        finally:
+            self.store.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+StoreModel.TestCase.settings = settings(
+    max_examples=25,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestStoreModel = StoreModel.TestCase

@@ -1,0 +1,312 @@
+"""Bad inputs to Zrecord: damaged stores, oversized records, wrong types and indices, use after
+close, and fork()."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loaderx import _native
+from loaderx.errors import CorruptStoreError, LoaderxError, NotAStoreError, StoreFullError
+from loaderx.zrecord import RECORD_COUNT_MAX, RECORD_SIZE_MAX, Zrecord
+
+RECORDS = [b"first", b"", b"third" * 1000, bytes(range(256)) * 64]
+
+
+def make_store(path: str, codec: str = "zstd") -> None:
+    with Zrecord(path, codec=codec) as store:
+        store.append(RECORDS)
+
+
+def snapshot(store: Zrecord) -> tuple[int, dict[str, int], list[bytes]]:
+    return len(store), store.stats(), store.gather(slice(None))
+
+
+# --- damaged stores --------------------------------------------------------------------------------
+
+
+def test_missing_store_without_create_names_the_path(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        Zrecord(missing, create=False)
+    assert not os.path.exists(missing)
+    os.makedirs(missing)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        Zrecord(missing, create=False)
+
+
+def test_corrupt_magic(store_path: str) -> None:
+    make_store(store_path)
+    with open(os.path.join(store_path, "meta.zr"), "r+b") as meta:
+        assert meta.read(4) == b"ZREC"
+        meta.seek(0)
+        meta.write(b"ZREX")
+    for create in (False, True):
+        with pytest.raises(NotAStoreError):
+            Zrecord(store_path, create=create)
+
+
+def test_unknown_version(store_path: str) -> None:
+    make_store(store_path)
+    with open(os.path.join(store_path, "meta.zr"), "r+b") as meta:
+        meta.seek(4)
+        meta.write((0xBEEF).to_bytes(2, "little"))
+    with pytest.raises(NotAStoreError):
+        Zrecord(store_path, create=False)
+
+
+@pytest.mark.parametrize("size", [0, 8, 16 + 16 * 4, 4096, (16 + 16 * RECORD_COUNT_MAX) - 1])
+def test_truncated_meta(store_path: str, size: int) -> None:
+    make_store(store_path)
+    os.truncate(os.path.join(store_path, "meta.zr"), size)
+    with pytest.raises(NotAStoreError):
+        Zrecord(store_path, create=False)
+
+
+def test_missing_chunk_file(store_path: str) -> None:
+    make_store(store_path)
+    os.remove(os.path.join(store_path, "0.zr"))
+    with pytest.raises((NotAStoreError, CorruptStoreError, FileNotFoundError)) as caught:
+        Zrecord(store_path, create=False)
+    assert "0.zr" in str(caught.value)
+
+
+def test_chunk_shorter_than_its_table(store_path: str) -> None:
+    make_store(store_path, codec="raw")
+    os.truncate(os.path.join(store_path, "0.zr"), 100)
+    with pytest.raises(CorruptStoreError):
+        with Zrecord(store_path, create=False) as store:
+            store.gather(slice(None))  # if opening did not notice, reading must
+
+
+def test_table_entry_pointing_outside_its_chunk(store_path: str) -> None:
+    make_store(store_path, codec="raw")
+    with open(os.path.join(store_path, "meta.zr"), "r+b") as meta:
+        meta.seek(16 + 16 * 2)  # record 2's offset
+        meta.write((0xFFFF_FF00).to_bytes(4, "little"))
+    with pytest.raises(CorruptStoreError):
+        with Zrecord(store_path, create=False) as store:
+            store.gather(slice(None))
+
+
+def test_not_a_store_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "junk"
+    folder.mkdir()
+    (folder / "meta.zr").write_bytes(b"this is not a store" * 10)
+    with pytest.raises(NotAStoreError):
+        Zrecord(str(folder), create=False)
+
+
+# --- limits ------------------------------------------------------------------------------------------
+
+
+def test_one_mib_plus_one_record_changes_nothing(store_path: str) -> None:
+    make_store(store_path)
+    with Zrecord(store_path) as store:
+        before = snapshot(store)
+        with pytest.raises(ValueError, match=rf"record 2 is {RECORD_SIZE_MAX + 1} bytes"):
+            store.append([b"ok", b"", bytes(RECORD_SIZE_MAX + 1), b"ok"])
+        with pytest.raises(ValueError):
+            store.append_fixed(np.zeros(RECORD_SIZE_MAX + 1, np.uint8), RECORD_SIZE_MAX + 1)
+        assert snapshot(store) == before
+        # The native side refuses it as well, before writing anything.
+        data = bytes(RECORD_SIZE_MAX + 3)
+        offsets = np.array([0, 2, RECORD_SIZE_MAX + 3], dtype=np.uint64)
+        first = ctypes.c_uint64()
+        handle = store._enter()
+        try:
+            code = _native.lib.lx_store_append(
+                handle, data, offsets.ctypes.data, 2, 1, ctypes.byref(first)
+            )
+        finally:
+            store._leave()
+        assert code == _native.RECORD_TOO_LARGE
+        assert snapshot(store) == before
+    with Zrecord(store_path, create=False) as store:
+        assert snapshot(store) == before
+
+
+def test_append_past_the_record_limit_changes_nothing(store_path: str) -> None:
+    make_store(store_path)
+    with Zrecord(store_path) as store:
+        before = snapshot(store)
+        with pytest.raises(StoreFullError):
+            store.append_fixed(np.zeros(RECORD_COUNT_MAX, np.uint8), 1)
+        assert snapshot(store) == before
+
+
+# --- argument types and indices -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "records",
+    [b"abc", "abc", bytearray(b"abc"), None, 5, [1, 2], ["text"], [b"ok", None], [object()],
+     [np.array([object()])], iter([b"a"])],
+)
+def test_append_wrong_types(store_path: str, records: Any) -> None:
+    with Zrecord(store_path) as store:
+        store.append([b"kept"])
+        with pytest.raises(TypeError):
+            store.append(records)
+        assert store.gather(slice(None)) == [b"kept"]
+
+
+def test_other_wrong_arguments(store_path: str) -> None:
+    with pytest.raises(ValueError, match="'raw', 'zstd', 'zstd_dict'"):
+        Zrecord(store_path, codec="lz4")
+    with pytest.raises(TypeError):
+        Zrecord(42)  # type: ignore[arg-type]
+    with Zrecord(store_path) as store:
+        store.append([b"a" * 8, b"b" * 8])
+        with pytest.raises(ValueError, match="zstd_dict"):
+            store.append([b"x"], codec="gzip")
+        with pytest.raises(TypeError):
+            store.append_fixed([1, 2, 3], 1)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.append_fixed(np.array([object()] * 8), 8)
+        with pytest.raises(TypeError):
+            store.append_fixed(np.zeros(8, np.uint8), 2.0)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.train_dict([b"sample"], "big")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            store.train_dict([], 1024)
+        out = np.zeros((2, 8), np.uint8)
+        with pytest.raises(TypeError):
+            store.gather_into([0, 1], out, 8)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.gather_into(np.array([0, 1], dtype=np.int32), out, 8)
+        with pytest.raises(ValueError):
+            store.gather_into(np.array([0, 1, 2, 3])[::2], out, 8)
+        with pytest.raises(ValueError):
+            store.gather_into(np.array([0, 1]), out[:, ::2], 4)
+        with pytest.raises(ValueError):
+            store.gather_into(np.array([0, 1]), np.zeros(15, np.uint8), 8)
+        readonly = np.zeros(16, np.uint8)
+        readonly.flags.writeable = False
+        with pytest.raises(ValueError):
+            store.gather_into(np.array([0, 1]), readonly, 8)
+        with pytest.raises(TypeError):
+            store.gather_into(np.array([0, 1]), out, 8.0)  # type: ignore[arg-type]
+        assert out.tobytes() == bytes(16)
+
+
+@pytest.mark.parametrize(
+    "index", [1.5, "0", None, [0.0], np.array([1.0]), {0: 1}, True, [True, 0], b"\x00"]
+)
+def test_non_integer_indices(store_path: str, index: Any) -> None:
+    with Zrecord(store_path) as store:
+        store.append([b"a", b"b"])
+        with pytest.raises(TypeError):
+            store.gather(index)
+        with pytest.raises(TypeError):
+            store.delete(index)
+        with pytest.raises(TypeError):
+            store.record_lengths(index)
+        assert store.gather(slice(None)) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("index", [2, -3, [0, 2], np.array([5]), np.array([True]), 2**64])
+def test_out_of_range_indices(store_path: str, index: Any) -> None:
+    with Zrecord(store_path) as store:
+        store.append([b"a", b"b"])
+        with pytest.raises(IndexError):
+            store.gather(index)
+        with pytest.raises(IndexError):
+            store.delete(index)
+        with pytest.raises(IndexError):
+            store.gather_ragged(index)
+        assert store.gather(slice(None)) == [b"a", b"b"]
+
+
+def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> None:
+    with Zrecord(store_path) as store:
+        store.append_fixed(np.arange(40, dtype=np.uint8), 4)
+        for bad in ([0, 10], [-1, 0], [3, 2**62]):
+            out = np.full(8, 0xEE, np.uint8)
+            with pytest.raises(IndexError):
+                store.gather_into(np.array(bad, dtype=np.int64), out, 4)
+            assert out.tobytes() == b"\xee" * 8
+        out = np.full(8, 0xEE, np.uint8)
+        store.gather_into(np.array([9, 0], dtype=np.int64), out, 4)
+        assert out.tolist() == [36, 37, 38, 39, 0, 1, 2, 3]
+
+
+# --- lifetime -------------------------------------------------------------------------------------
+
+
+def test_use_after_close(store_path: str) -> None:
+    store = Zrecord(store_path)
+    store.append([b"a"])
+    store.close()
+    store.close()
+    out = np.zeros(1, np.uint8)
+    calls: list[Callable[[], object]] = [
+        lambda: len(store),
+        lambda: store.append([b"b"]),
+        lambda: store.append_fixed(np.zeros(4, np.uint8), 4),
+        lambda: store.gather(0),
+        lambda: store.gather_into(np.zeros(1, np.int64), out, 1),
+        lambda: store.gather_ragged([0]),
+        lambda: store.record_lengths([0]),
+        lambda: store.delete(0),
+        lambda: store.compact(),
+        lambda: store.stats(),
+        lambda: store.sync(),
+        lambda: store.train_dict([b"sample"], 1024),
+        lambda: store.has_dict,
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    assert "closed" in repr(store)
+    with Zrecord(store_path, create=False) as again:
+        assert again.gather(slice(None)) == [b"a"]
+
+
+def test_unclosed_store_is_released_when_collected(store_path: str) -> None:
+    store = Zrecord(store_path)
+    store.append([b"a"])
+    finalizer = store._finalizer
+    assert finalizer.alive
+    del store
+    gc.collect()
+    assert not finalizer.alive  # lx_store_close ran
+    with Zrecord(store_path, create=False) as again:
+        assert again.gather(slice(None)) == [b"a"]
+
+
+def test_errors_are_loaderx_or_builtin_classes() -> None:
+    assert issubclass(NotAStoreError, LoaderxError) and issubclass(NotAStoreError, ValueError)
+    assert issubclass(CorruptStoreError, LoaderxError)
+
+
+# --- fork -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_gathers_and_parent_keeps_working(store_path: str) -> None:
+    records = [bytes([i % 256]) * (i * 37 % 5000) + i.to_bytes(4, "little") for i in range(600)]
+    with Zrecord(store_path) as store:
+        store.append(records)
+        assert store.gather(slice(None)) == records  # the parent's pool is up and used
+        pid = os.fork()
+        if pid == 0:  # the child: any failure is its exit status
+            status = 1
+            try:
+                picks = list(range(599, -1, -2))
+                ok = store.gather(picks) == [records[i] for i in picks]
+                status = 0 if ok else 2
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert store.gather(slice(None)) == records
+        assert store.append([b"after fork"]) == 600
+        assert store.gather(-1) == [b"after fork"]

@@ -1,0 +1,157 @@
+"""Concurrency: many gathering threads beside an appending one, and close() under load."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from loaderx.zrecord import Zrecord
+
+GATHERERS = 8
+ROUNDS = 30
+
+
+def record_of(index: int) -> bytes:
+    """Record `index`: its index, then a size and content that depend on it (some compressible)."""
+    draw = random.Random(index)
+    size = draw.randrange(0, 6000)
+    if index % 2:
+        body = draw.randbytes(size)
+    else:
+        body = bytes([index % 251, 7, 7, 7]) * (size // 4)
+    return index.to_bytes(8, "little") + body
+
+
+def dense_of(indices: np.ndarray) -> np.ndarray:
+    """Dense 256-byte records of 32 uint64 words: the index, then small index-dependent values."""
+    base = indices.astype(np.uint64)[:, None]
+    words = (base * np.uint64(2654435761) + np.arange(32, dtype=np.uint64)[None, :]) % np.uint64(7)
+    words[:, 0] = base[:, 0]
+    return words
+
+
+def run_threads(targets: list[Callable[[], None]]) -> None:
+    """Runs each target on its own thread and re-raises the first failure."""
+    failures: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                target()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+
+        return body
+
+    threads = [threading.Thread(target=guarded(t)) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def test_eight_gatherers_and_one_appender(store_path: str) -> None:
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append([record_of(i) for i in range(1500)])
+        appended = threading.Event()
+
+        def appender() -> None:
+            draw = random.Random(1)
+            for _ in range(ROUNDS):
+                first = len(store)
+                batch = [record_of(first + k) for k in range(draw.randrange(1, 60))]
+                codec = draw.choice(["raw", "zstd"])
+                assert store.append(batch, codec=codec) == first
+            appended.set()
+
+        def gatherer(seed: int) -> Callable[[], None]:
+            def body() -> None:
+                draw = random.Random(seed)
+                for _ in range(ROUNDS):
+                    length = len(store)  # grows while we read: anything below it is committed
+                    picks = [draw.randrange(length) for _ in range(draw.randrange(1, 128))]
+                    got = store.gather(picks)
+                    for index, record in zip(picks, got):
+                        assert record == record_of(index), f"record {index}"
+
+            return body
+
+        run_threads([appender] + [gatherer(s) for s in range(GATHERERS)])
+        assert appended.is_set()
+        assert store.gather(slice(1500, None)) == [
+            record_of(i) for i in range(1500, len(store))
+        ]
+
+
+def test_eight_dense_gatherers_and_one_appender(store_path: str) -> None:
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append_fixed(dense_of(np.arange(2000)), 256)
+
+        def appender() -> None:
+            for round_index in range(ROUNDS):
+                first = len(store)
+                count = 1 + round_index * 7 % 50
+                rows = dense_of(np.arange(first, first + count))
+                codec = "raw" if round_index % 2 else None
+                assert store.append_fixed(rows, 256, codec=codec) == first
+
+        def gatherer(seed: int) -> Callable[[], None]:
+            def body() -> None:
+                rng = np.random.default_rng(seed)
+                out = np.empty((256, 32), dtype=np.uint64)
+                for _ in range(ROUNDS):
+                    indices = rng.integers(0, len(store), 256, dtype=np.int64)
+                    store.gather_into(indices, out, 256)
+                    assert np.array_equal(out, dense_of(indices))
+
+            return body
+
+        run_threads([appender] + [gatherer(s) for s in range(GATHERERS)])
+
+
+def test_close_while_threads_are_inside_calls(store_path: str) -> None:
+    store = Zrecord(store_path, codec="zstd")
+    store.append([record_of(i) for i in range(400)])
+    progress = threading.Semaphore(0)
+    outcomes: list[int] = []
+    lock = threading.Lock()
+
+    def reader(seed: int) -> Callable[[], None]:
+        def body() -> None:
+            draw = random.Random(seed)
+            done = 0
+            while True:
+                picks = [draw.randrange(400) for _ in range(64)]
+                try:
+                    got = store.gather(picks)
+                    size = int(store.record_lengths(picks).sum())
+                except ValueError as exc:
+                    assert "closed" in str(exc)
+                    break
+                assert got == [record_of(i) for i in picks]
+                assert size == sum(len(record) for record in got)
+                done += 1
+                progress.release()
+            with lock:
+                outcomes.append(done)
+
+        return body
+
+    threads = [threading.Thread(target=reader(s)) for s in range(4)]
+    for thread in threads:
+        thread.start()
+    for _ in range(20):  # close while the readers are busy, not before they begin
+        assert progress.acquire(timeout=60)
+    store.close()
+    store.close()
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    # Every reader saw either whole, correct batches or a clean "closed", nothing else.
+    assert len(outcomes) == 4
+    assert sum(outcomes) >= 20
