@@ -1,6 +1,495 @@
-//! Tests of the store engine (store.zig) through its Zig API, in a temporary folder.
+//! Tests of the store engine (store.zig) through its Zig API, each in a temporary folder.
 const std = @import("std");
+const testing = std.testing;
+const Io = std.Io;
 const store_mod = @import("store.zig");
+const format = @import("format.zig");
+const limits = @import("limits.zig");
+const pool = @import("pool.zig");
 const Store = store_mod.Store;
+const Records = store_mod.Records;
 
-test "placeholder" {}
+const Folder = struct {
+    tmp: testing.TmpDir,
+    path_buffer: [64]u8 = undefined,
+
+    fn init() Folder {
+        return .{ .tmp = testing.tmpDir(.{}) };
+    }
+
+    fn deinit(folder: *Folder) void {
+        folder.tmp.cleanup();
+    }
+
+    /// The folder relative to the working directory (where tmpDir makes it).
+    fn path(folder: *Folder) []const u8 {
+        return std.fmt.bufPrint(&folder.path_buffer, ".zig-cache/tmp/{s}", .{folder.tmp.sub_path}) catch unreachable;
+    }
+
+    fn open(folder: *Folder) !*Store {
+        return Store.open(testing.allocator, folder.path(), .{ .create = true });
+    }
+
+    fn openExisting(folder: *Folder) !*Store {
+        return Store.open(testing.allocator, folder.path(), .{});
+    }
+};
+
+/// Deterministic record contents: compressible unless `noisy`, sized by `size`.
+fn fillRecord(buffer: []u8, id: u64, noisy: bool) void {
+    var prng = std.Random.DefaultPrng.init(id);
+    for (buffer, 0..) |*b, j| b.* = if (noisy) prng.random().int(u8) else @truncate(id *% 31 +% j / 9);
+}
+
+/// A batch of `count` records with ids starting at `first_id`; sizes from `sizeOf`.
+const Batch = struct {
+    data: []u8,
+    offsets: []u64,
+
+    fn init(first_id: u64, count: usize, sizeOf: *const fn (u64) usize, noisy: bool) !Batch {
+        const offsets = try testing.allocator.alloc(u64, count + 1);
+        offsets[0] = 0;
+        for (0..count) |i| offsets[i + 1] = offsets[i] + sizeOf(first_id + i);
+        const data = try testing.allocator.alloc(u8, offsets[count]);
+        for (0..count) |i| fillRecord(data[offsets[i]..offsets[i + 1]], first_id + i, noisy);
+        return .{ .data = data, .offsets = offsets };
+    }
+
+    fn deinit(batch: *Batch) void {
+        testing.allocator.free(batch.data);
+        testing.allocator.free(batch.offsets);
+    }
+
+    fn records(batch: *const Batch) Records {
+        return Records.fromSlices(batch.data, batch.offsets);
+    }
+};
+
+fn sizeSmall(id: u64) usize {
+    return @intCast((id * 7919) % 3000);
+}
+
+/// Checks record `index` holds the contents of record `id`.
+fn expectRecord(store: *Store, index: u64, id: u64, size: usize, noisy: bool) !void {
+    const expected = try testing.allocator.alloc(u8, size);
+    defer testing.allocator.free(expected);
+    fillRecord(expected, id, noisy);
+    const got = try testing.allocator.alloc(u8, size);
+    defer testing.allocator.free(got);
+    const indices = [_]i64{@intCast(index)};
+    const offsets = [_]u64{ 0, size };
+    try store.gather(&indices, .{ .base = got.ptr, .offsets = &offsets }, size);
+    try testing.expectEqualSlices(u8, expected, got);
+}
+
+test "round trips of every codec, the raw fallback, empty and 1 MiB records" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    var store_open = true;
+    defer if (store_open) store.close();
+
+    var batch = try Batch.init(0, 64, &sizeSmall, false);
+    defer batch.deinit();
+    for ([_]u8{ 0, 1 }, 0..) |codec_tag, round| {
+        const first = try store.append(batch.records(), codec_tag);
+        try testing.expectEqual(@as(u64, round * 64), first);
+    }
+    // Incompressible records come back stored raw even when zstd was asked for.
+    var noisy = try Batch.init(1000, 8, &sizeSmall, true);
+    defer noisy.deinit();
+    const noisy_first = try store.append(noisy.records(), 1);
+    for (0..8) |i| {
+        const entry = store.meta.table[noisy_first + i];
+        try testing.expectEqual(format.Codec.raw, entry.codec);
+        try testing.expectEqual(entry.logic_length, entry.phys_length);
+    }
+    // Compressible records are stored compressed and smaller.
+    try testing.expectEqual(format.Codec.zstd, store.meta.table[64 + 1].codec);
+    try testing.expect(store.meta.table[64 + 1].phys_length < store.meta.table[64 + 1].logic_length);
+    // Empty records (id 0 has size 0) and full-size records.
+    try testing.expectEqual(@as(u32, 0), store.meta.table[0].logic_length);
+    const big = try testing.allocator.alloc(u8, limits.record_size_max * 2);
+    defer testing.allocator.free(big);
+    fillRecord(big[0..limits.record_size_max], 5000, false);
+    fillRecord(big[limits.record_size_max..], 5001, true);
+    const big_first = try store.append(.{ .data = big.ptr, .stride = limits.record_size_max, .count = 2 }, 1);
+
+    for (0..2) |round| for (0..64) |i| try expectRecord(store, round * 64 + i, i, sizeSmall(i), false);
+    for (0..8) |i| try expectRecord(store, noisy_first + i, 1000 + i, sizeSmall(1000 + i), true);
+    try expectRecord(store, big_first, 5000, limits.record_size_max, false);
+    try expectRecord(store, big_first + 1, 5001, limits.record_size_max, true);
+
+    // Fixed-stride gather of records that all have the stride's size.
+    const out = try testing.allocator.alloc(u8, limits.record_size_max * 2);
+    defer testing.allocator.free(out);
+    const both = [_]i64{ @intCast(big_first + 1), @intCast(big_first) };
+    try store.gather(&both, .{ .base = out.ptr, .stride = limits.record_size_max }, out.len);
+    try testing.expectEqualSlices(u8, big[limits.record_size_max..], out[0..limits.record_size_max]);
+    try testing.expectEqualSlices(u8, big[0..limits.record_size_max], out[limits.record_size_max..]);
+    // A slot of the wrong size and an index out of range are refused.
+    const wrong = [_]i64{0};
+    try testing.expectError(error.SizeMismatch, store.gather(&wrong, .{ .base = out.ptr, .stride = 10 }, 10));
+    const outside = [_]i64{ 0, @intCast(store.length()) };
+    try testing.expectError(error.IndexOutOfRange, store.gather(&outside, .{ .base = out.ptr, .stride = 0 }, 0));
+    const negative = [_]i64{-1};
+    try testing.expectError(error.IndexOutOfRange, store.gather(&negative, .{ .base = out.ptr, .stride = 0 }, 0));
+    try testing.expectError(error.InvalidArgument, store.append(batch.records(), 3));
+
+    // Everything survives a reopen.
+    const length = store.length();
+    store.close();
+    store_open = false;
+    const reopened = try folder.open();
+    defer reopened.close();
+    try testing.expectEqual(length, reopened.length());
+    for (0..64) |i| try expectRecord(reopened, 64 + i, i, sizeSmall(i), false);
+    try expectRecord(reopened, big_first + 1, 5001, limits.record_size_max, true);
+    var lengths: [2]u64 = undefined;
+    try reopened.recordLengths(&both, &lengths);
+    try testing.expectEqual([2]u64{ limits.record_size_max, limits.record_size_max }, lengths);
+}
+
+fn jsonSample(buffer: []u8, id: u64) []u8 {
+    return std.fmt.bufPrint(buffer, "{{\"id\": {d}, \"name\": \"user-{d}\", \"tags\": [\"alpha\", \"beta\", \"gamma\"], \"score\": {d}, \"note\": \"the quick brown fox jumps over the lazy dog\"}}", .{ id, id * 7, id % 13 }) catch unreachable;
+}
+
+test "dictionary: refused without one, trained, used, reloaded, missing later" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const count = 300;
+    const data = try testing.allocator.alloc(u8, count * 256);
+    defer testing.allocator.free(data);
+    var offsets: [count + 1]u64 = undefined;
+    offsets[0] = 0;
+    for (0..count) |i| offsets[i + 1] = offsets[i] + jsonSample(data[offsets[i]..][0..256], i).len;
+    const records = Records.fromSlices(data[0..offsets[count]], &offsets);
+    {
+        const store = try folder.open();
+        defer store.close();
+        try testing.expectError(error.NoDictionary, store.append(records, 2));
+        try testing.expectEqual(@as(u64, 0), store.length());
+        try testing.expect(!store.hasDict());
+        try testing.expectError(error.InvalidArgument, store.trainDict(Records.fromSlices(data, offsets[0..4]), 4096));
+        try testing.expectError(error.InvalidArgument, store.trainDict(records, 10));
+        try store.trainDict(records, 4096);
+        try testing.expect(store.hasDict());
+        _ = try store.append(records, 2);
+        _ = try store.append(records, 1);
+        try testing.expectEqual(format.Codec.zstd_dict, store.meta.table[5].codec);
+        // The dictionary beats plain zstd on these small similar records.
+        try testing.expect(store.meta.table[5].phys_length < store.meta.table[count + 5].phys_length);
+        try testing.expectError(error.DictionaryExists, store.trainDict(records, 4096));
+        try expectJson(store, count);
+    }
+    {
+        const store = try folder.openExisting();
+        defer store.close();
+        try testing.expect(store.hasDict());
+        try expectJson(store, count);
+    }
+    try folder.tmp.dir.deleteFile(pool.io(), "dict.zr");
+    {
+        const store = try folder.openExisting();
+        defer store.close();
+        try testing.expect(!store.hasDict());
+        var out: [256]u8 = undefined;
+        const indices = [_]i64{3};
+        var lengths: [1]u64 = undefined;
+        try store.recordLengths(&indices, &lengths);
+        const offsets_out = [_]u64{ 0, lengths[0] };
+        try testing.expectError(error.NoDictionary, store.gather(&indices, .{ .base = &out, .offsets = &offsets_out }, lengths[0]));
+        // Plain zstd records never needed it.
+        const plain = [_]i64{count + 3};
+        try store.gather(&plain, .{ .base = &out, .offsets = &offsets_out }, lengths[0]);
+    }
+}
+
+fn expectJson(store: *Store, count: u64) !void {
+    var expected: [256]u8 = undefined;
+    var got: [256]u8 = undefined;
+    for (0..store.length()) |index| {
+        const sample = jsonSample(&expected, index % count);
+        const indices = [_]i64{@intCast(index)};
+        const offsets = [_]u64{ 0, sample.len };
+        try store.gather(&indices, .{ .base = &got, .offsets = &offsets }, sample.len);
+        try testing.expectEqualSlices(u8, sample, got[0..sample.len]);
+    }
+}
+
+fn sizeHundreds(id: u64) usize {
+    return @intCast(100 + id);
+}
+
+test "delete: descending order, duplicates once, swap-last" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    var batch = try Batch.init(0, 10, &sizeHundreds, false);
+    defer batch.deinit();
+    _ = try store.append(batch.records(), 0);
+    try testing.expectError(error.IndexOutOfRange, store.delete(&[_]i64{ 1, 10 }));
+    try testing.expectEqual(@as(u64, 10), store.length());
+    try store.delete(&[_]i64{ 2, 9, 2, 5 });
+    // 9 is dropped, then 8 fills 5, then 7 fills 2.
+    const expected_ids = [_]u64{ 0, 1, 7, 3, 4, 8, 6 };
+    try testing.expectEqual(@as(u64, expected_ids.len), store.length());
+    for (expected_ids, 0..) |id, index| try expectRecord(store, index, id, sizeHundreds(id), false);
+    try store.delete(&[_]i64{ 0, 1, 2, 3, 4, 5, 6, 6 });
+    try testing.expectEqual(@as(u64, 0), store.length());
+}
+
+/// Checks every live record against the model (model[index] = id).
+fn expectModel(store: *Store, model: []const u64) !void {
+    try testing.expectEqual(@as(u64, model.len), store.length());
+    for (model, 0..) |id, index| try expectRecord(store, index, id, sizeSmall(id), false);
+}
+
+test "compaction stopped after every single record move stays valid, and re-running finishes it" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    var model: std.ArrayList(u64) = .empty;
+    defer model.deinit(testing.allocator);
+    var store = try folder.open();
+    var store_open = true;
+    defer if (store_open) store.close();
+    for (0..3) |round| {
+        var batch = try Batch.init(round * 20, 20, &sizeSmall, false);
+        defer batch.deinit();
+        _ = try store.append(batch.records(), @intCast(round % 2));
+        for (0..20) |i| try model.append(testing.allocator, round * 20 + i);
+    }
+    const doomed = [_]i64{ 3, 10, 11, 25, 59, 0, 41, 42, 43 };
+    try store.delete(&doomed);
+    var sorted = doomed;
+    std.mem.sortUnstable(i64, &sorted, {}, std.sort.desc(i64));
+    for (sorted) |d| _ = model.swapRemove(@intCast(d));
+    try expectModel(store, model.items);
+    const before = store.stats();
+    try testing.expect(before.reclaimable > 0);
+
+    var moves: usize = 0;
+    while (true) {
+        var compaction = try Store.Compaction.init(store);
+        const moved = compaction.step() catch |err| {
+            compaction.deinit();
+            return err;
+        };
+        if (!moved) {
+            defer compaction.deinit();
+            try compaction.finish();
+            break;
+        }
+        // Abandoned right after one move, as if the process had stopped there.
+        compaction.deinit();
+        moves += 1;
+        // Stopped right after one move: valid now and after a reopen.
+        try expectModel(store, model.items);
+        store.close();
+        store_open = false;
+        store = try folder.openExisting();
+        store_open = true;
+        try expectModel(store, model.items);
+    }
+    try testing.expect(moves > 0);
+    const after = store.stats();
+    try testing.expectEqual(before.live_bytes, after.live_bytes);
+    try testing.expectEqual(after.live_bytes, after.chunk_bytes);
+    try testing.expectEqual(@as(u64, 0), after.reclaimable);
+    // Compacting a compact store moves nothing; appends still work.
+    try store.compact();
+    try testing.expectEqual(after, store.stats());
+    var more = try Batch.init(100, 5, &sizeSmall, false);
+    defer more.deinit();
+    _ = try store.append(more.records(), 1);
+    for (0..5) |i| try model.append(testing.allocator, 100 + i);
+    try expectModel(store, model.items);
+}
+
+test "records roll over to a new chunk, and compaction moves them back and removes the file" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    // Pretend chunk 0 is nearly full of garbage.
+    store.meta.header.setTail(.{ .chunk = 0, .offset = limits.chunk_size_max - 99 });
+    var batch = try Batch.init(0, 5, &sizeHundreds, false);
+    defer batch.deinit();
+    _ = try store.append(batch.records(), 0);
+    for (0..5) |i| try testing.expectEqual(@as(u16, 1), store.meta.table[i].chunk_id);
+    try testing.expectEqual(@as(u64, 0), store.meta.table[0].offset);
+    _ = try folder.tmp.dir.statFile(pool.io(), "1.zr", .{});
+    try store.compact();
+    for (0..5) |i| {
+        try testing.expectEqual(@as(u16, 0), store.meta.table[i].chunk_id);
+        try expectRecord(store, i, i, sizeHundreds(i), false);
+    }
+    try testing.expectError(error.FileNotFound, folder.tmp.dir.statFile(pool.io(), "1.zr", .{}));
+    try testing.expectEqual(@as(u64, 100 + 101 + 102 + 103 + 104), store.stats().chunk_bytes);
+}
+
+test "limits: an oversized record and a count past the table are refused with the store unchanged" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    var batch = try Batch.init(0, 3, &sizeHundreds, false);
+    defer batch.deinit();
+    _ = try store.append(batch.records(), 1);
+    const before = store.stats();
+    const big = try testing.allocator.alloc(u8, limits.record_size_max + 11);
+    defer testing.allocator.free(big);
+    @memset(big, 7);
+    const offsets = [_]u64{ 0, 10, 10, 10 + limits.record_size_max + 1 };
+    try testing.expectError(error.RecordTooLarge, store.append(Records.fromSlices(big, &offsets), 1));
+    try testing.expectError(error.RecordTooLarge, store.append(.{ .data = big.ptr, .stride = big.len, .count = 1 }, 0));
+    try testing.expectEqual(before, store.stats());
+    // Fill the table by setting the length directly (entries below it are valid empty records).
+    store.meta.publishLength(limits.record_count_max - 1);
+    const empty = [_]u64{ 0, 0, 0 };
+    try testing.expectError(error.StoreFull, store.append(Records.fromSlices(big[0..0], &empty), 0));
+    try testing.expectEqual(@as(u64, limits.record_count_max - 1), store.length());
+    try testing.expectEqual(@as(u64, limits.record_count_max - 1), try store.append(Records.fromSlices(big[0..10], empty[0..1] ++ [_]u64{10}), 0));
+    try testing.expectError(error.StoreFull, store.append(Records.fromSlices(big[0..0], empty[0..2]), 0));
+    try testing.expectEqual(@as(u64, limits.record_count_max), store.length());
+    store.meta.publishLength(3);
+}
+
+fn writeAt(folder: *Folder, name: []const u8, bytes: []const u8, offset: u64) !void {
+    const io = pool.io();
+    const f = try folder.tmp.dir.openFile(io, name, .{ .mode = .read_write });
+    defer f.close(io);
+    try f.writePositionalAll(io, bytes, offset);
+}
+
+fn makeSmallStore(folder: *Folder) !void {
+    const store = try folder.open();
+    defer store.close();
+    var batch = try Batch.init(0, 3, &sizeHundreds, false);
+    defer batch.deinit();
+    _ = try store.append(batch.records(), 0);
+}
+
+test "corrupt and foreign stores are refused on open" {
+    const io = pool.io();
+    {
+        var folder = Folder.init();
+        defer folder.deinit();
+        try testing.expectError(error.NotFound, folder.openExisting());
+        try testing.expectError(error.NotFound, Store.open(testing.allocator, ".zig-cache/tmp/no-such-folder-here", .{ .create = true }));
+    }
+    {
+        var folder = Folder.init();
+        defer folder.deinit();
+        try makeSmallStore(&folder);
+        try writeAt(&folder, "meta.zr", "XREC", 0);
+        try testing.expectError(error.NotAStore, folder.openExisting());
+        try writeAt(&folder, "meta.zr", "ZREC\x09\x00", 0);
+        try testing.expectError(error.NotAStore, folder.openExisting());
+    }
+    {
+        var folder = Folder.init();
+        defer folder.deinit();
+        try makeSmallStore(&folder);
+        const f = try folder.tmp.dir.openFile(io, "meta.zr", .{ .mode = .read_write });
+        try f.setLength(io, 4096);
+        f.close(io);
+        try testing.expectError(error.NotAStore, folder.openExisting());
+    }
+    {
+        var folder = Folder.init();
+        defer folder.deinit();
+        try makeSmallStore(&folder);
+        // Record 1 pointing past the frontier, then into a chunk that does not exist.
+        var entry: format.RecordLoc = .{ .offset = 10_000, .phys_length = 101, .logic_length = 101, .chunk_id = 0, .codec = .raw };
+        try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
+        try testing.expectError(error.Corrupt, folder.openExisting());
+        entry.offset = 0;
+        entry.chunk_id = 7;
+        try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
+        try testing.expectError(error.Corrupt, folder.openExisting());
+        entry.chunk_id = 0;
+        entry.codec = @enumFromInt(9);
+        try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
+        try testing.expectError(error.Corrupt, folder.openExisting());
+        entry.codec = .raw;
+        try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
+        const store = try folder.openExisting();
+        store.close();
+    }
+    {
+        var folder = Folder.init();
+        defer folder.deinit();
+        try makeSmallStore(&folder);
+        const f = try folder.tmp.dir.openFile(io, "0.zr", .{ .mode = .read_write });
+        try f.setLength(io, 4096);
+        f.close(io);
+        try testing.expectError(error.Corrupt, folder.openExisting());
+        try folder.tmp.dir.deleteFile(io, "0.zr");
+        try testing.expectError(error.Corrupt, folder.openExisting());
+    }
+}
+
+const Reader = struct {
+    store: *Store,
+    seed: u64,
+    failed: *std.atomic.Value(bool),
+    gathered: u64 = 0,
+
+    fn run(reader: *Reader) void {
+        reader.loop() catch reader.failed.store(true, .release);
+    }
+
+    fn loop(reader: *Reader) !void {
+        var prng = std.Random.DefaultPrng.init(reader.seed);
+        var indices: [16]i64 = undefined;
+        var lengths: [16]u64 = undefined;
+        var offsets: [17]u64 = undefined;
+        const buffer = try testing.allocator.alloc(u8, 16 * 3000);
+        defer testing.allocator.free(buffer);
+        const expected = try testing.allocator.alloc(u8, 3000);
+        defer testing.allocator.free(expected);
+        for (0..150) |_| {
+            const length = reader.store.length();
+            for (&indices) |*index| index.* = @intCast(prng.random().uintLessThan(u64, length));
+            try reader.store.recordLengths(&indices, &lengths);
+            offsets[0] = 0;
+            for (0..16) |i| offsets[i + 1] = offsets[i] + lengths[i];
+            try reader.store.gather(&indices, .{ .base = buffer.ptr, .offsets = &offsets }, offsets[16]);
+            for (indices, 0..) |index, i| {
+                const id: u64 = @intCast(index);
+                try testing.expectEqual(@as(u64, sizeSmall(id)), lengths[i]);
+                fillRecord(expected[0..lengths[i]], id, false);
+                try testing.expectEqualSlices(u8, expected[0..lengths[i]], buffer[offsets[i]..offsets[i + 1]]);
+            }
+            reader.gathered += 16;
+        }
+    }
+};
+
+test "gathers from several threads while another thread appends see exact records" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    var initial = try Batch.init(0, 100, &sizeSmall, false);
+    defer initial.deinit();
+    _ = try store.append(initial.records(), 1);
+    var failed: std.atomic.Value(bool) = .init(false);
+    var readers: [3]Reader = undefined;
+    var threads: [3]std.Thread = undefined;
+    for (&readers, &threads, 0..) |*reader, *thread, i| {
+        reader.* = .{ .store = store, .seed = i, .failed = &failed };
+        thread.* = try std.Thread.spawn(.{}, Reader.run, .{reader});
+    }
+    for (0..40) |round| {
+        var batch = try Batch.init(store.length(), 20, &sizeSmall, false);
+        defer batch.deinit();
+        _ = try store.append(batch.records(), @intCast(round % 2));
+    }
+    for (threads) |thread| thread.join();
+    try testing.expect(!failed.load(.acquire));
+    try testing.expectEqual(@as(u64, 900), store.length());
+    for (readers) |reader| try testing.expectEqual(@as(u64, 150 * 16), reader.gathered);
+}
