@@ -243,8 +243,13 @@ class DenseDataset(_DatasetBase):
     ) -> None:
         self.close()
 
-    def __getitem__(self, index: object) -> npt.NDArray[Any]:
-        return self.read(index)
+    def __getitem__(self, index: object) -> Any:
+        """ds[index] as NumPy would index an array: read(index), except that an int index into
+        a dataset of scalars (item_shape ()) gives a NumPy scalar rather than a 0-d array."""
+        result = self.read(index)
+        if result.ndim == 0:
+            return result[()]
+        return result
 
     def read(self, index: object, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """The selected samples, gathered in one native call (into out when given).
