@@ -284,6 +284,21 @@ fn samplerStatus(err: sampler.Error, r: sampler.Request) Status {
     return .invalid_argument;
 }
 
+test "lx_sampler_fill writes a batch and refuses bad arguments with a message" {
+    var out: [4]i64 = undefined;
+    try std.testing.expectEqual(Status.ok, lx_sampler_fill(0, 10, 4, 0, 2, 0, 1, &out));
+    try std.testing.expectEqualSlices(i64, &.{ 8, 9, 0, 1 }, &out);
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 10, 4, 0, 0, 0, 1, null));
+    try std.testing.expectEqualStrings("the output buffer is NULL", std.mem.span(lx_last_error()));
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(2, 10, 4, 0, 0, 1, 3, &out));
+    try std.testing.expectEqualStrings(
+        "cyclic mode needs batch_size * shard_count (4 * 3) <= length 10",
+        std.mem.span(lx_last_error()),
+    );
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(7, 10, 4, 0, 0, 0, 1, &out));
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 0, 4, 0, 0, 0, 1, &out));
+}
+
 test "abi basics" {
     try std.testing.expectEqual(abi_version, lx_abi_version());
     try std.testing.expectEqualStrings("LX_IO", std.mem.span(lx_status_name(12)));
