@@ -1,0 +1,268 @@
+"""Owns DataLoader: the endless, step-based, thread-prefetched loader over dense datasets.
+
+Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
+gathers those same indices in one native call into arrays made for that step, and the transform
+(the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
+ahead on worker threads (loaderx.prefetch) and delivered strictly in step order, so
+``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
+``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
+depth or worker count.
+
+Batch lifetime: by default every step gets freshly allocated arrays that belong to the consumer
+for good. With ``reuse_buffers=True`` the gather arrays come from a ring of ``prefetch + 1``
+slots per stream instead, which saves the allocation and page faults of each batch; a batch is
+then valid only until the next call to ``next()`` on the loader (the step after next may be
+written into it), so a consumer that keeps batches (or hands them to code that aliases NumPy
+memory without copying) must copy them or keep the default.
+
+Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.prefetch import DEPTH_MAX, WORKERS_MAX, Prefetcher
+from loaderx.sampler import Sampler
+
+__all__ = ["DataLoader", "Batch", "Transform"]
+
+Batch = dict[str, Any]
+Transform = Callable[[dict[str, npt.NDArray[Any]]], Batch]
+
+BATCH_SIZE_DEFAULT: Final = 256
+PREFETCH_DEFAULT: Final = 4
+WORKERS_DEFAULT_MAX: Final = 4
+_INT64: Final = np.dtype(np.int64)
+
+
+def default_workers() -> int:
+    """min(4, the machine's CPU count): the loader's worker threads when none are asked for."""
+    return max(1, min(WORKERS_DEFAULT_MAX, os.cpu_count() or 1))
+
+
+def _check_streams(streams: object) -> int:
+    """Validates the stream dict and returns the common length of its datasets.
+
+    streams is taken as a plain object so that the compiled module reaches these checks (and
+    their messages) instead of refusing a wrongly typed item at the call boundary.
+    """
+    if not isinstance(streams, Mapping):
+        kind = type(streams).__name__
+        raise TypeError(f"streams must be a dict of name -> DenseDataset, not {kind}")
+    if len(streams) == 0:
+        raise ValueError("a DataLoader needs at least one stream")
+    lengths: dict[str, int] = {}
+    for name, dataset in streams.items():
+        if not isinstance(name, str):
+            raise TypeError(f"stream names must be str, got {name!r}")
+        if isinstance(dataset, RaggedDataset):
+            raise TypeError(
+                f"stream {name!r} is a RaggedDataset; the loader is dense-only: pad its records "
+                "into a dense dataset first (loaderx.dataset.pad) and load that"
+            )
+        if not isinstance(dataset, DenseDataset):
+            raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")
+        lengths[name] = len(dataset)
+    distinct = set(lengths.values())
+    if len(distinct) != 1:
+        listed = ", ".join(f"{name}={length}" for name, length in lengths.items())
+        raise ValueError(f"all streams must have the same length, got {listed}")
+    length = distinct.pop()
+    if length == 0:
+        raise ValueError("the streams are empty: there is nothing to load")
+    return length
+
+
+def _check_count(name: str, value: int, maximum: int) -> None:
+    if not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1 or value > maximum:
+        raise ValueError(f"{name} must be in 1..{maximum}, got {value}")
+
+
+class _StepMaker:
+    """Computes one step's batch; shared by all worker threads, so it holds no mutable state.
+
+    The worker threads reference this object, never the DataLoader, so a loader the user drops
+    can be collected (and its finaliser can stop the threads).
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        streams: Mapping[str, DenseDataset],
+        batch_size: int,
+        transform: Transform | None,
+        ring_size: int,
+    ) -> None:
+        self._sampler: Sampler = sampler
+        self._batch_size: int = batch_size
+        self._names: list[str] = list(streams)
+        self._datasets: list[DenseDataset] = [streams[name] for name in self._names]
+        self._shapes: list[tuple[int, ...]] = [
+            (batch_size, *streams[name].item_shape) for name in self._names
+        ]
+        self._dtypes: list[np.dtype[Any]] = [streams[name].dtype for name in self._names]
+        # Typed loosely on purpose: the result is checked below with a clear message.
+        self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
+        # ring_size == 0: fresh arrays every step; otherwise slot step % ring_size is reused.
+        self._ring_size: int = ring_size
+        self._ring_indices: list[npt.NDArray[np.int64]] = []
+        self._ring_arrays: list[list[npt.NDArray[Any]]] = []
+        for _ in range(ring_size):
+            self._ring_indices.append(np.empty(batch_size, dtype=_INT64))
+            self._ring_arrays.append(
+                [np.empty(shape, dtype=dtype) for shape, dtype in zip(self._shapes, self._dtypes)]
+            )
+
+    def indices(self, step: int) -> npt.NDArray[np.int64]:
+        out = np.empty(self._batch_size, dtype=_INT64)
+        self._sampler.fill(step, out)
+        return out
+
+    def make(self, step: int) -> Batch:
+        names = self._names
+        datasets = self._datasets
+        batch: dict[str, npt.NDArray[Any]] = {}
+        if self._ring_size:
+            slot = step % self._ring_size
+            indices = self._ring_indices[slot]
+            self._sampler.fill(step, indices)
+            arrays = self._ring_arrays[slot]
+            for i in range(len(names)):
+                out = arrays[i]
+                datasets[i].gather_into(indices, out)
+                batch[names[i]] = out
+        else:
+            indices = np.empty(self._batch_size, dtype=_INT64)
+            self._sampler.fill(step, indices)
+            shapes = self._shapes
+            dtypes = self._dtypes
+            for i in range(len(names)):
+                out = np.empty(shapes[i], dtype=dtypes[i])
+                datasets[i].gather_into(indices, out)
+                batch[names[i]] = out
+        transform = self._transform
+        if transform is None:
+            return batch
+        result: object = transform(batch)
+        if not isinstance(result, dict):
+            raise TypeError(
+                f"the transform must return a batch dict, it returned {type(result).__name__}"
+            )
+        return result
+
+
+class DataLoader:
+    """Endless iteration over dict batches {name: (batch_size, *item_shape) array}.
+
+    streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
+    indices, so record i lines up across them. mode, seed and shard=(index, count) go to the
+    Sampler (sequential, iid or cyclic; with a shard, batch_size is this host's part of a global
+    batch of batch_size * count). transform runs on the worker threads. prefetch bounds how many
+    steps are computed ahead of the consumer; workers is the thread count (at most prefetch are
+    used). close() (or leaving a with block) stops and joins the threads; it does not close the
+    datasets, which stay the caller's. A loader dropped without close() is closed when collected
+    and at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, DenseDataset],
+        batch_size: int = BATCH_SIZE_DEFAULT,
+        transform: Transform | None = None,
+        mode: str = "cyclic",
+        seed: int = 0,
+        start_step: int = 0,
+        prefetch: int = PREFETCH_DEFAULT,
+        workers: int | None = None,
+        shard: tuple[int, int] | None = None,
+        reuse_buffers: bool = False,
+    ) -> None:
+        length = _check_streams(streams)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
+        if workers is None:
+            workers = default_workers()
+        _check_count("prefetch", prefetch, DEPTH_MAX)
+        _check_count("workers", workers, WORKERS_MAX)
+        self._length: int = length
+        self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
+        self.streams: dict[str, DenseDataset] = dict(streams)
+        self.batch_size: int = batch_size
+        self.mode: str = mode
+        self.seed: int = seed
+        self.shard: tuple[int, int] | None = shard
+        self.prefetch: int = prefetch
+        self.workers: int = workers
+        self.reuse_buffers: bool = reuse_buffers
+        ring_size = prefetch + 1 if reuse_buffers else 0
+        self._maker: _StepMaker = _StepMaker(
+            self.sampler, self.streams, batch_size, transform, ring_size
+        )
+        self._prefetcher: Prefetcher[Batch] = Prefetcher(
+            self._maker.make, start_step, prefetch, workers, name="loaderx-prefetch"
+        )
+        # Native classes take no weak references, so the finaliser watches a set that only this
+        # loader holds: when the loader is collected the set goes too, and the threads stop.
+        self._lifetime: set[int] = set()
+        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
+            self._lifetime, self._prefetcher.close
+        )
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch to be yielded: with seed, a complete checkpoint."""
+        return self._prefetcher.next_step
+
+    @property
+    def closed(self) -> bool:
+        return self._prefetcher.closed
+
+    @property
+    def length(self) -> int:
+        """The number of records in every stream."""
+        return self._length
+
+    def indices(self, step: int) -> npt.NDArray[np.int64]:
+        """The record indices of any step's batch (what every stream is gathered at)."""
+        return self._maker.indices(step)
+
+    def __iter__(self) -> DataLoader:
+        return self
+
+    def __next__(self) -> Batch:
+        """The next step's batch; StopIteration only once the loader is closed."""
+        return next(self._prefetcher)
+
+    def close(self) -> None:
+        """Stops and joins every worker thread; idempotent. The datasets stay open."""
+        self._finalizer.detach()
+        self._prefetcher.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.streams)
+        return (
+            f"DataLoader(streams=[{names}], batch_size={self.batch_size}, mode={self.mode!r}, "
+            f"seed={self.seed}, step={self.step}, prefetch={self.prefetch}, workers={self.workers})"
+        )

@@ -1,0 +1,240 @@
+"""The main job (`python3 build.py demo`, i.e. `python -m loaderx.demo`): the Quick Start, measured.
+
+It makes a small image-like dataset with labels, saves both as .npy files, converts them with
+from_numpy under each codec (raw, zstd, zstd_dict), checks that the loader's batches equal the
+same records read from the .npy files, runs the DataLoader for a few hundred steps, and prints
+records, bytes on disk, compression ratio, write speed, batches per second of the bare gather and
+of the loader, next to a NumPy memmap baseline over the very same steps. Everything lives in a
+temporary folder (or --dir) and is removed afterwards unless --keep is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader, default_workers
+from loaderx.dataset import DenseDataset
+from loaderx.sampler import Sampler
+
+CODECS: Final = ("raw", "zstd", "zstd_dict")
+RECORDS_DEFAULT: Final = 4096
+SIDE_DEFAULT: Final = 32
+STEPS_DEFAULT: Final = 300
+BATCH_SIZE_DEFAULT: Final = 256
+CLASS_COUNT: Final = 10
+GLYPH_SIDE: Final = 12  # glyph cells; each cell is 2x2 pixels
+GLYPH_SEED: Final = 12345
+MIB: Final = 1 << 20
+
+
+def synthetic_images(
+    count: int, side: int = SIDE_DEFAULT, seed: int = 0
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """count image-like samples (count, side, side, 3) uint8 and their int64 labels in 0..9.
+
+    Each image is a smooth colour gradient, posterised to steps of 8 like a cheaply encoded
+    photo, with one of ten fixed blocky glyphs drawn in a random colour at a random place. The
+    label is the glyph's class, so a small CNN has something real to learn, and the images share
+    structure the way a real image set does (which is what compression, and a dictionary, use).
+    """
+    if side < 2 * GLYPH_SIDE:
+        raise ValueError(f"side must be at least {2 * GLYPH_SIDE}, got {side}")
+    glyphs = np.random.default_rng(GLYPH_SEED).random((CLASS_COUNT, GLYPH_SIDE, GLYPH_SIDE)) < 0.45
+    glyphs |= np.roll(glyphs, 1, axis=1) & np.roll(glyphs, 1, axis=2)
+    glyphs = np.kron(glyphs, np.ones((1, 2, 2), dtype=bool))  # each cell 2x2 pixels
+    rng = np.random.default_rng(seed)
+    axis = np.linspace(0.0, 1.0, side, dtype=np.float32)
+    y, x = np.meshgrid(axis, axis, indexing="ij")
+    images = np.empty((count, side, side, 3), dtype=np.uint8)
+    labels = rng.integers(0, CLASS_COUNT, count).astype(np.int64)
+    block = 512
+    for start in range(0, count, block):
+        n = min(block, count - start)
+        base = rng.uniform(30, 200, (n, 1, 1, 3)).astype(np.float32)
+        slope_x = rng.uniform(-60, 60, (n, 1, 1, 3)).astype(np.float32)
+        slope_y = rng.uniform(-60, 60, (n, 1, 1, 3)).astype(np.float32)
+        image = base + slope_x * x[None, :, :, None] + slope_y * y[None, :, :, None]
+        images[start:start + n] = np.clip(np.round(image / 8) * 8, 0, 255).astype(np.uint8)
+    span = side - glyphs.shape[1] + 1
+    rows = rng.integers(0, span, count)
+    cols = rng.integers(0, span, count)
+    colours = rng.integers(0, 256, (count, 3)).astype(np.uint8)
+    size = glyphs.shape[1]
+    for i in range(count):
+        patch = images[i, rows[i]:rows[i] + size, cols[i]:cols[i] + size]
+        patch[glyphs[labels[i]]] = colours[i]
+    return images, labels
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes allocated on disk for every file under folder (sparse holes are not counted)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def rate(count: int, run: Callable[[], None]) -> float:
+    """count / the seconds run() takes."""
+    started = time.perf_counter()
+    run()
+    return count / max(time.perf_counter() - started, 1e-9)
+
+
+def loader_rate(streams: dict[str, DenseDataset], steps: int, args: argparse.Namespace) -> float:
+    """Batches per second of the DataLoader over steps, after a short warm-up."""
+    warmup = min(10, steps)
+    with DataLoader(
+        streams, batch_size=args.batch_size, seed=args.seed, workers=args.workers
+    ) as loader:
+        for _ in range(warmup):
+            next(loader)
+
+        def consume() -> None:
+            for _ in range(steps):
+                next(loader)
+
+        return rate(steps, consume)
+
+
+def bare_gather_rate(
+    streams: dict[str, DenseDataset], sampler: Sampler, steps: int
+) -> float:
+    """Batches per second of the same steps gathered on one thread, no loader in between."""
+    indices = np.empty(sampler.batch_size, dtype=np.int64)
+    outs = {
+        name: np.empty((sampler.batch_size, *ds.item_shape), dtype=ds.dtype)
+        for name, ds in streams.items()
+    }
+
+    def run() -> None:
+        for step in range(steps):
+            sampler.fill(step, indices)
+            for name, ds in streams.items():
+                ds.gather_into(indices, outs[name])
+
+    return rate(steps, run)
+
+
+def memmap_rate(arrays: dict[str, npt.NDArray[Any]], sampler: Sampler, steps: int) -> float:
+    """Batches per second of np.load(mmap_mode='r')[indices] over the same steps."""
+    indices = np.empty(sampler.batch_size, dtype=np.int64)
+
+    def run() -> None:
+        for step in range(steps):
+            sampler.fill(step, indices)
+            for array in arrays.values():
+                array[indices]
+
+    return rate(steps, run)
+
+
+def check_against_numpy(
+    streams: dict[str, DenseDataset], arrays: dict[str, npt.NDArray[Any]], args: argparse.Namespace
+) -> None:
+    """The loader's first batches must be exactly the .npy rows at the sampler's indices."""
+    with DataLoader(streams, batch_size=args.batch_size, seed=args.seed, prefetch=2) as loader:
+        for step in range(3):
+            indices = loader.indices(step)
+            batch = next(loader)
+            for name, array in arrays.items():
+                if not np.array_equal(batch[name], array[indices]):
+                    raise SystemExit(f"demo: stream {name!r} differs from the .npy at step {step}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m loaderx.demo", description=__doc__)
+    parser.add_argument("--records", type=int, default=RECORDS_DEFAULT)
+    parser.add_argument("--side", type=int, default=SIDE_DEFAULT, help="image side in pixels")
+    parser.add_argument("--steps", type=int, default=STEPS_DEFAULT)
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE_DEFAULT)
+    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--codecs", default=",".join(CODECS), help="comma-separated subset")
+    parser.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args(argv)
+    if args.batch_size > args.records:
+        parser.error("--batch-size must not exceed --records (cyclic mode)")
+    return args
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    images, labels = synthetic_images(args.records, args.side, args.seed)
+    np.save(work / "data.npy", images)
+    np.save(work / "label.npy", labels)
+    arrays = {
+        "data": np.load(work / "data.npy", mmap_mode="r"),
+        "label": np.load(work / "label.npy", mmap_mode="r"),
+    }
+    logical = images.nbytes
+    print(
+        f"loaderx demo: {args.records} images {images.shape[1:]} uint8 "
+        f"({logical / MIB:.1f} MiB) + int64 labels; batch {args.batch_size}, {args.steps} steps, "
+        f"{args.workers} workers; in {work}"
+    )
+    from_numpy(work / "label", arrays["label"], codec="raw", overwrite=True)
+    sampler = Sampler(args.records, args.batch_size, seed=args.seed)
+    print(
+        f"{'codec':<10} {'records':>8} {'on disk':>10} {'ratio':>7} {'write':>11} "
+        f"{'gather':>12} {'loader':>12} {'loader/gather':>14}"
+    )
+    for codec in args.codecs.split(","):
+        store = work / f"data-{codec}"
+        started = time.perf_counter()
+        from_numpy(store, arrays["data"], codec=codec, overwrite=True)
+        write_seconds = time.perf_counter() - started
+        on_disk = disk_bytes(store)
+        with DenseDataset(store) as data, DenseDataset(work / "label") as label:
+            streams = {"data": data, "label": label}
+            check_against_numpy(streams, arrays, args)
+            gather = bare_gather_rate(streams, sampler, args.steps)
+            loader = loader_rate(streams, args.steps, args)
+            print(
+                f"{codec:<10} {len(data):>8} {on_disk / MIB:>6.2f} MiB {logical / on_disk:>6.2f}x "
+                f"{logical / MIB / write_seconds:>6.1f} MiB/s {gather:>8.0f} b/s {loader:>8.0f} b/s "
+                f"{loader / gather:>13.2f}x"
+            )
+    memmap = memmap_rate(arrays, sampler, args.steps)
+    print(
+        f"{'npy-mmap':<10} {args.records:>8} {disk_bytes_of_npy(work) / MIB:>6.2f} MiB "
+        f"{'1.00x':>7} {'':>11} {memmap:>8.0f} b/s   (np.load(mmap_mode='r')[indices], same steps)"
+    )
+    print("b/s: batches per second; gather: the same steps gathered on one thread, no loader")
+
+
+def disk_bytes_of_npy(work: Path) -> int:
+    return os.stat(work / "data.npy").st_blocks * 512
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.dir is not None:
+        work = Path(args.dir)
+        work.mkdir(parents=True, exist_ok=True)
+        run(args, work)
+        return
+    work = Path(tempfile.mkdtemp(prefix="loaderx-demo-"))
+    try:
+        run(args, work)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,357 @@
+"""Tests for loaderx.dataloader: alignment, endlessness, resume, seeds, coverage, errors, close."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader, default_workers
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.sampler import MODES, Sampler
+
+RECORDS = 1000
+ITEM_SHAPE = (4, 3)
+ITEM_SIZE = 12  # elements per data record
+
+
+def encoded(indices: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """What the data stream holds for each index: record i is i * 12 + [0, 12)."""
+    values = indices[:, None] * ITEM_SIZE + np.arange(ITEM_SIZE)[None, :]
+    return values.astype(np.int32).reshape(len(indices), *ITEM_SHAPE)
+
+
+def loader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("loaderx-prefetch")]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    yield
+    assert loader_threads() == []
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("loader")
+    every = np.arange(RECORDS, dtype=np.int64)
+    from_numpy(base / "data", encoded(every), codec="zstd")
+    from_numpy(base / "label", every, codec="raw")
+    from_numpy(base / "short", every[:-1], codec="raw")
+    return base
+
+
+@pytest.fixture
+def streams(folder: Path) -> Iterator[dict[str, DenseDataset]]:
+    data = DenseDataset(folder / "data")
+    label = DenseDataset(folder / "label")
+    yield {"data": data, "label": label}
+    data.close()
+    label.close()
+
+
+def check_aligned(batch: dict[str, Any], indices: npt.NDArray[np.int64] | None = None) -> None:
+    labels = batch["label"]
+    assert labels.dtype == np.int64
+    assert ((labels >= 0) & (labels < RECORDS)).all()
+    assert np.array_equal(batch["data"], encoded(labels))
+    if indices is not None:
+        assert np.array_equal(labels, indices)
+
+
+def take(loader: DataLoader, count: int) -> list[dict[str, Any]]:
+    return [next(loader) for _ in range(count)]
+
+
+def test_batches_align_across_streams_and_follow_the_sampler(
+    streams: dict[str, DenseDataset],
+) -> None:
+    sampler = Sampler(RECORDS, 32, mode="cyclic", seed=7)
+    with DataLoader(streams, batch_size=32, seed=7) as loader:
+        for step in range(100):
+            assert loader.step == step
+            batch = next(loader)
+            assert set(batch) == {"data", "label"}
+            assert batch["data"].shape == (32, *ITEM_SHAPE)
+            assert batch["data"].dtype == np.int32
+            assert batch["label"].shape == (32,)
+            check_aligned(batch, sampler.batch(step))
+            assert np.array_equal(loader.indices(step), sampler.batch(step))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_endless_far_past_one_pass(streams: dict[str, DenseDataset], mode: str) -> None:
+    # 100 records a step over 1000 records: 300 steps are 30 passes.
+    sampler = Sampler(RECORDS, 100, mode=mode, seed=3)
+    with DataLoader(streams, batch_size=100, mode=mode, seed=3) as loader:
+        for step, batch in enumerate(loader):
+            check_aligned(batch, sampler.batch(step))
+            if step == 299:
+                break
+        assert loader.step == 300
+
+
+def test_transform_is_applied_on_every_batch(streams: dict[str, DenseDataset]) -> None:
+    def collate(batch: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+        return {
+            "x": batch["data"].reshape(len(batch["data"]), -1).astype(np.float32),
+            "y": batch["label"] + 1,
+        }
+
+    sampler = Sampler(RECORDS, 16, mode="iid", seed=11)
+    with DataLoader(streams, batch_size=16, mode="iid", seed=11, transform=collate) as loader:
+        for step in range(50):
+            batch = next(loader)
+            indices = sampler.batch(step)
+            assert set(batch) == {"x", "y"}
+            assert batch["x"].dtype == np.float32
+            assert np.array_equal(batch["x"], encoded(indices).reshape(16, -1).astype(np.float32))
+            assert np.array_equal(batch["y"], indices + 1)
+
+
+def snapshot(loader: DataLoader, count: int) -> list[tuple[bytes, bytes]]:
+    """Copies of count batches, each taken before the next is asked for."""
+    copies = []
+    for _ in range(count):
+        batch = next(loader)
+        copies.append((batch["data"].tobytes(), batch["label"].tobytes()))
+    return copies
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resume_at_step_k_equals_the_uninterrupted_run(
+    streams: dict[str, DenseDataset], mode: str
+) -> None:
+    total = 40
+    with DataLoader(streams, batch_size=48, mode=mode, seed=5, prefetch=1, workers=1) as loader:
+        reference = snapshot(loader, total)
+    for k, prefetch, workers in [(0, 2, 2), (1, 4, 4), (13, 3, 1), (17, 8, 3), (29, 1, 2)]:
+        with DataLoader(
+            streams, batch_size=48, mode=mode, seed=5, start_step=k,
+            prefetch=prefetch, workers=workers,
+        ) as resumed:
+            assert resumed.step == k
+            assert snapshot(resumed, total - k) == reference[k:]
+            assert resumed.step == total
+
+
+def test_resume_from_a_checkpointed_step(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=64, seed=9, prefetch=6, workers=3) as first:
+        take(first, 23)
+        checkpoint = (first.seed, first.step)
+        expected = snapshot(first, 10)
+    seed, step = checkpoint
+    assert step == 23
+    with DataLoader(streams, batch_size=64, seed=seed, start_step=step) as second:
+        assert snapshot(second, 10) == expected
+
+
+@pytest.mark.parametrize("mode", ["iid", "cyclic"])
+def test_same_seed_same_stream_other_seed_other_stream(
+    streams: dict[str, DenseDataset], mode: str
+) -> None:
+    runs = []
+    for seed in (1, 1, 2):
+        with DataLoader(streams, batch_size=32, mode=mode, seed=seed, workers=2) as loader:
+            runs.append(snapshot(loader, 12))
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+@pytest.mark.parametrize("batch_size", [100, 125, 300])
+def test_cyclic_reaches_every_record_once_per_cycle(
+    streams: dict[str, DenseDataset], batch_size: int
+) -> None:
+    steps_per_cycle = RECORDS // batch_size
+    with DataLoader(streams, batch_size=batch_size, mode="cyclic", seed=4) as loader:
+        for _cycle in range(3):
+            labels = np.concatenate([next(loader)["label"] for _ in range(steps_per_cycle)])
+            # No record twice in a cycle; when batch_size divides the length, every record once.
+            assert len(np.unique(labels)) == len(labels) == steps_per_cycle * batch_size
+            if RECORDS % batch_size == 0:
+                assert np.array_equal(np.sort(labels), np.arange(RECORDS))
+
+
+def test_transform_error_surfaces_at_its_step(streams: dict[str, DenseDataset]) -> None:
+    def picky(batch: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+        if int(batch["label"][0]) == 5 * 10:  # sequential: step 5 starts at record 50
+            raise ArithmeticError("collate failed on the batch starting at record 50")
+        return batch
+
+    with DataLoader(
+        streams, batch_size=10, mode="sequential", transform=picky, prefetch=4, workers=4
+    ) as loader:
+        for step in range(5):
+            check_aligned(next(loader), np.arange(step * 10, step * 10 + 10))
+        with pytest.raises(ArithmeticError, match="record 50") as info:
+            next(loader)
+        names = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+        assert "picky" in names
+        # The failed step is consumed; the loader goes on with the next one.
+        assert loader.step == 6
+        check_aligned(next(loader), np.arange(60, 70))
+
+
+def test_a_transform_must_return_a_dict(streams: dict[str, DenseDataset]) -> None:
+    def bad(batch: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+        return [batch["data"]]  # type: ignore[return-value]
+
+    with DataLoader(streams, batch_size=8, transform=bad) as loader:
+        with pytest.raises(TypeError, match="batch dict"):
+            next(loader)
+
+
+def test_close_while_a_consumer_waits_in_another_thread(
+    streams: dict[str, DenseDataset],
+) -> None:
+    gate = threading.Event()
+
+    def slow_after_two(batch: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+        if int(batch["label"][0]) >= 20:  # sequential: steps 2 and later wait for the gate
+            gate.wait(10.0)
+        return batch
+
+    loader = DataLoader(
+        streams, batch_size=10, mode="sequential", transform=slow_after_two, prefetch=2, workers=2
+    )
+    seen: list[int] = []
+    two_seen = threading.Event()
+
+    def consume() -> None:
+        for batch in loader:
+            seen.append(int(batch["label"][0]))
+            if len(seen) == 2:
+                two_seen.set()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert two_seen.wait(10.0)
+    time.sleep(0.05)  # the consumer now waits for step 2
+    closer = threading.Thread(target=loader.close)
+    closer.start()
+    time.sleep(0.02)
+    gate.set()  # let the workers finish the steps they hold
+    closer.join(10.0)
+    consumer.join(10.0)
+    assert not closer.is_alive() and not consumer.is_alive()
+    assert seen == [0, 10]
+    assert loader.closed
+    with pytest.raises(StopIteration):
+        next(loader)
+    loader.close()  # idempotent
+
+
+def test_close_stops_every_thread(streams: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(streams, batch_size=32, prefetch=6, workers=4)
+    take(loader, 3)
+    assert len(loader_threads()) == 4
+    loader.close()
+    assert loader_threads() == []
+
+
+def test_a_dropped_loader_stops_its_threads(streams: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(streams, batch_size=32, prefetch=3, workers=3)
+    take(loader, 2)
+    assert len(loader_threads()) == 3
+    del loader
+    gc.collect()
+    assert loader_threads() == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stress_thousands_of_steps_with_four_workers(
+    streams: dict[str, DenseDataset], mode: str
+) -> None:
+    steps = 2000
+    sampler = Sampler(RECORDS, 24, mode=mode, seed=21)
+    expected = np.stack([sampler.batch(step) for step in range(steps)])
+    labels = np.empty((steps, 24), dtype=np.int64)
+    data_ok = True
+    with DataLoader(streams, batch_size=24, mode=mode, seed=21, prefetch=8, workers=4) as loader:
+        for step in range(steps):
+            batch = next(loader)
+            labels[step] = batch["label"]
+            data_ok = data_ok and np.array_equal(batch["data"], encoded(batch["label"]))
+    assert data_ok
+    assert np.array_equal(labels, expected)
+
+
+def test_shards_are_slices_of_the_global_batch(streams: dict[str, DenseDataset]) -> None:
+    whole = Sampler(RECORDS, 3 * 16, mode="cyclic", seed=8)
+    parts = []
+    for index in range(3):
+        with DataLoader(streams, batch_size=16, seed=8, shard=(index, 3)) as loader:
+            parts.append([next(loader) for _ in range(6)])
+    for step in range(6):
+        glued = {
+            name: np.concatenate([parts[index][step][name] for index in range(3)])
+            for name in ("data", "label")
+        }
+        check_aligned(glued, whole.batch(step))
+
+
+def test_reused_buffers_give_the_same_batches(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=40, mode="iid", seed=2) as fresh:
+        expected = snapshot(fresh, 30)
+    with DataLoader(
+        streams, batch_size=40, mode="iid", seed=2, reuse_buffers=True, prefetch=3, workers=3
+    ) as reused:
+        got = snapshot(reused, 30)
+    assert got == expected
+
+
+def test_fresh_batches_stay_valid_after_later_steps(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=40, seed=6, prefetch=2, workers=2) as loader:
+        kept = take(loader, 20)
+    sampler = Sampler(RECORDS, 40, seed=6)
+    for step, batch in enumerate(kept):
+        check_aligned(batch, sampler.batch(step))
+
+
+def test_streams_must_share_one_length(folder: Path) -> None:
+    with DenseDataset(folder / "data") as data, DenseDataset(folder / "short") as short:
+        with pytest.raises(ValueError, match=r"data=1000.*label=999"):
+            DataLoader({"data": data, "label": short})
+
+
+def test_a_ragged_stream_is_refused_with_a_pointer_to_pad(tmp_path: Path) -> None:
+    with RaggedDataset(tmp_path / "tokens", dtype=np.int32, item_shape=()) as tokens:
+        tokens.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
+        with pytest.raises(TypeError, match="pad"):
+            DataLoader({"tokens": tokens})  # type: ignore[dict-item]
+
+
+def test_bad_arguments_are_refused(streams: dict[str, DenseDataset]) -> None:
+    with pytest.raises(ValueError, match="at least one stream"):
+        DataLoader({})
+    with pytest.raises(TypeError, match="DenseDataset"):
+        DataLoader({"x": np.arange(4)})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="prefetch"):
+        DataLoader(streams, prefetch=0)
+    with pytest.raises(ValueError, match="workers"):
+        DataLoader(streams, workers=0)
+    with pytest.raises(TypeError, match="transform"):
+        DataLoader(streams, transform=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        DataLoader(streams, mode="shuffled")
+
+
+def test_defaults(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams) as loader:
+        assert loader.batch_size == 256
+        assert loader.mode == "cyclic"
+        assert loader.seed == 0
+        assert loader.step == 0
+        assert loader.workers == default_workers() <= 4
+        assert loader.length == RECORDS
+        batch = next(loader)
+        check_aligned(batch, Sampler(RECORDS, 256).batch(0))
