@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import ctypes
 import operator
-from collections.abc import Iterator
-from typing import Any, Final, SupportsIndex
+from collections.abc import Callable, Iterator
+from typing import Any, Final, NoReturn, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,10 @@ SEED_LIMIT: Final = 1 << 64
 STEP_LIMIT: Final = 1 << 64
 
 _INT64: Final = np.dtype(np.int64)
+# A writable array's data address is _addressof(_first_byte(array)): two C calls, about half
+# the cost of array.ctypes.data. from_buffer also refuses read-only memory.
+_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
+_addressof: Final = ctypes.addressof
 _U64_MAX: Final = (1 << 64) - 1
 
 
@@ -86,11 +90,6 @@ def _check_shard(shard: object) -> tuple[int, int]:
     if not 0 <= index < count:
         raise ValueError(f"shard index must be in [0, {count}), got {index}")
     return index, count
-
-
-def _address(out: Any) -> int:
-    """The data address of a writable array (cheaper than out.ctypes.data)."""
-    return ctypes.addressof(ctypes.c_char.from_buffer(out))
 
 
 class Sampler:
@@ -185,7 +184,16 @@ class Sampler:
         # Pickles by its arguments (the ctypes fields are rebuilt), e.g. for worker processes.
         return Sampler, (self.length, self.batch_size, self.mode, self.seed, self.shard)
 
-    def _call(self, step: int, address: int) -> None:
+    def _fail(self, code: int, step: int) -> NoReturn:
+        _native.raise_status(code, f"sampling step {step} of {self!r}")
+
+    def batch(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
+        """This host's indices for ``step``: a new int64 array of shape (batch_size,)."""
+        if type(step) is not int or not 0 <= step <= _U64_MAX:
+            step = _check_step(step)
+        out = np.empty(self.batch_size, dtype=_INT64)
+        # The call is written out here and in fill() rather than shared: a batch of 256
+        # indices costs about a microsecond, so one more Python frame is a visible share.
         code = self._fill_native(
             self._c_mode,
             self._c_length,
@@ -194,17 +202,10 @@ class Sampler:
             step,
             self._c_shard_index,
             self._c_shard_count,
-            address,
+            _addressof(_first_byte(out)),
         )
         if code:
-            _native.raise_status(code, f"sampling step {step} of {self!r}")
-
-    def batch(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
-        """This host's indices for ``step``: a new int64 array of shape (batch_size,)."""
-        if type(step) is not int or not 0 <= step <= _U64_MAX:
-            step = _check_step(step)
-        out = np.empty(self.batch_size, dtype=_INT64)
-        self._call(step, _address(out))
+            self._fail(code, step)
         return out
 
     def fill(self, step: SupportsIndex, out: npt.NDArray[np.int64]) -> None:
@@ -225,7 +226,18 @@ class Sampler:
             raise ValueError("out must be C-contiguous")
         if not flags.writeable:
             raise ValueError("out must be writable")
-        self._call(step, _address(out))
+        code = self._fill_native(
+            self._c_mode,
+            self._c_length,
+            self._c_batch_size,
+            self._c_seed,
+            step,
+            self._c_shard_index,
+            self._c_shard_count,
+            _addressof(_first_byte(out)),
+        )
+        if code:
+            self._fail(code, step)
 
     def iter(self, start_step: SupportsIndex = 0) -> Iterator[npt.NDArray[np.int64]]:
         """The batches of steps start_step, start_step + 1, ... (endless; each a new array)."""

@@ -11,7 +11,9 @@
 //!   mix64(x + redraw_increment) until one is accepted, which keeps the result unbiased.
 //! - cyclic: cycle `c = k / steps_per_cycle` with `steps_per_cycle = length / global`; the index is
 //!   perm_c((k mod steps_per_cycle) * global + j), where perm_c is a keyed Feistel network over
-//!   the next power of two >= length, brought into [0, length) by cycle-walking.
+//!   the next power of two >= length (six alternating rounds on unbalanced halves, round
+//!   function mix32(half ^ round_key), round keys from (seed, c)), brought into [0, length) by
+//!   cycle-walking: a value >= length goes through the network again until it is in range.
 const std = @import("std");
 
 pub const Mode = enum(u32) {
@@ -230,9 +232,6 @@ fn mix32V(x: H) H {
 /// position always ends, since its orbit returns to that position.
 pub const Permutation = struct {
     length: u64,
-    /// length split at the halves' boundary, for comparing halves without recombining them.
-    length_high: u32,
-    length_low: u32,
     low_bits: u6,
     high_mask: u32,
     low_mask: u32,
@@ -250,8 +249,6 @@ pub const Permutation = struct {
         }
         return .{
             .length = length,
-            .length_high = @intCast(length >> low_bits), // <= 2^31
-            .length_low = @truncate(length & ((@as(u64, 1) << low_bits) - 1)),
             .low_bits = low_bits,
             .high_mask = @intCast((@as(u64, 1) << high_bits) - 1),
             .low_mask = @intCast((@as(u64, 1) << low_bits) - 1),
