@@ -454,6 +454,28 @@ def test_dict_size_is_recorded(store_path: str, dict_size: str | int, stored: in
     assert DenseDataset(store_path).dict_size == stored
 
 
+def test_explicit_dict_size_bounds_the_trained_dictionary(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    values = similar_records(rng, 2000, 128)
+    sizes = {}
+    for dict_size in (2048, 16384):
+        path = str(tmp_path / str(dict_size))
+        with DenseDataset(path, dtype=np.uint8, item_shape=(128,), codec="zstd_dict",
+                          dict_size=dict_size) as ds:
+            ds.train_dict(values)
+            sizes[dict_size] = os.path.getsize(os.path.join(path, "dict.zr"))
+            ds.append(values[:50])
+            same_bits(ds[:], values[:50])
+        assert 0 < sizes[dict_size] <= dict_size
+    # A per-call size overrides the schema's.
+    with DenseDataset(str(tmp_path / "override"), dtype=np.uint8, item_shape=(128,),
+                      codec="zstd_dict", dict_size="max") as ds:
+        ds.train_dict(values, dict_size=1024)
+        assert os.path.getsize(os.path.join(ds.path, "dict.zr")) <= 1024
+        assert ds.dict_size == 1 << 20
+
+
 @pytest.mark.parametrize("dict_size", [(1 << 20) + 1, 10, "giant"])
 def test_bad_dict_sizes(store_path: str, dict_size: str | int) -> None:
     with pytest.raises(ValueError):
