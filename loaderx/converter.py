@@ -118,7 +118,13 @@ class _Staging:
             os.replace(self.final, os.path.join(trash, "store"))
         elif os.path.isdir(self.final):
             os.rmdir(self.final)  # the empty folder that was there (fails if it filled up)
-        os.replace(self.path, self.final)
+        try:
+            os.replace(self.path, self.final)
+        except BaseException:
+            if trash is not None:  # put the old store back rather than lose both
+                os.replace(os.path.join(trash, "store"), self.final)
+                os.rmdir(trash)
+            raise
         if trash is not None:
             shutil.rmtree(trash)
 
