@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from loaderx import _native
-from loaderx.errors import CorruptStoreError, LoaderxError, NotAStoreError, StoreFullError
+from loaderx.errors import (
+    CorruptStoreError,
+    DictionaryError,
+    LoaderxError,
+    NotAStoreError,
+    StoreFullError,
+)
 from loaderx.zrecord import RECORD_COUNT_MAX, RECORD_SIZE_MAX, Zrecord
 
 RECORDS = [b"first", b"", b"third" * 1000, bytes(range(256)) * 64]
@@ -102,6 +108,40 @@ def test_not_a_store_folder(tmp_path: Path) -> None:
     (folder / "meta.zr").write_bytes(b"this is not a store" * 10)
     with pytest.raises(NotAStoreError):
         Zrecord(str(folder), create=False)
+
+
+def test_dictionary_records_without_dict_file(store_path: str) -> None:
+    samples = [b"shared structure " * 30 + bytes([i]) * 40 for i in range(64)]
+    with Zrecord(store_path, codec="zstd_dict") as store:
+        store.train_dict(samples, 4096)
+        store.append(samples[:5])
+        store.append([b"plain " * 100], codec="zstd")
+        store.append([b"raw"], codec="raw")
+    os.remove(os.path.join(store_path, "dict.zr"))
+    with Zrecord(store_path, create=False) as store:
+        assert not store.has_dict
+        with pytest.raises(DictionaryError):
+            store.gather(0)
+        out = np.empty(len(samples[0]), np.uint8)
+        with pytest.raises(DictionaryError):
+            store.gather_into(np.array([1], dtype=np.int64), out, len(samples[0]))
+        assert store.gather([5, 6]) == [b"plain " * 100, b"raw"]
+        assert store.record_lengths([0]).tolist() == [len(samples[0])]
+
+
+def test_retraining_an_empty_store_replaces_the_dictionary(store_path: str) -> None:
+    first = [b"alpha beta gamma " * 20 + bytes([i]) for i in range(40)]
+    second = [b"one two three four " * 20 + bytes([i]) for i in range(40)]
+    with Zrecord(store_path, codec="zstd_dict") as store:
+        store.train_dict(first, 2048)
+        before = Path(store_path, "dict.zr").read_bytes()
+        store.train_dict(second, 2048)
+        after = Path(store_path, "dict.zr").read_bytes()
+        assert before != after
+        store.append(second)
+        assert store.gather(slice(None)) == second
+    with Zrecord(store_path, create=False) as store:
+        assert store.gather(slice(None)) == second
 
 
 # --- limits ------------------------------------------------------------------------------------------
