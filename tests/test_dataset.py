@@ -13,6 +13,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loaderx import schema as schema_module
 from loaderx import zrecord
@@ -645,3 +647,43 @@ def test_readme_writable_datasets(
     ds.compact()
     assert len(ds) == 512
     same_bits(ds[:], np.array(model))
+
+
+# --- a model check ------------------------------------------------------------------------------
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 6)),
+        st.tuples(st.just("delete"), st.lists(st.integers(-40, 40), max_size=4)),
+        st.tuples(st.just("compact"), st.just(0)),
+    ),
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=OPERATIONS, codec=st.sampled_from(["raw", "zstd"]))
+def test_dense_matches_a_list_model(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, Any]], codec: str
+) -> None:
+    path = str(tmp_path_factory.mktemp("model") / "ds")
+    model: list[npt.NDArray[np.int16]] = []
+    counter = 0
+    with DenseDataset(path, dtype=np.int16, item_shape=(3,), codec=codec) as ds:
+        for name, argument in operations:
+            if name == "append":
+                batch = (np.arange(argument * 3, dtype=np.int16) + counter).reshape(-1, 3)
+                counter += argument * 3
+                assert ds.append(batch) == len(model)
+                model.extend(batch)
+            elif name == "delete":
+                picked = [i for i in argument if -len(model) <= i < len(model)]
+                ds.delete(picked)
+                model = swap_last_delete(model, [i % len(model) for i in picked])
+            else:
+                ds.compact()
+            assert len(ds) == len(model)
+        want = np.array(model, dtype=np.int16).reshape(-1, 3)
+        same_bits(ds[:], want)
