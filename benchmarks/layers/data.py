@@ -39,7 +39,8 @@ def normal_table() -> np.ndarray:
     dist = NormalDist(128.0, MILD_SIGMA)
     probs = (np.arange(65536, dtype=np.float64) + 0.5) / 65536.0
     values = np.array([dist.inv_cdf(float(p)) for p in probs[::16]])
-    return np.clip(np.rint(np.repeat(values, 16)), 0, 255).astype(np.uint8)
+    table: np.ndarray = np.clip(np.rint(np.repeat(values, 16)), 0, 255).astype(np.uint8)
+    return table
 
 
 def mild(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:

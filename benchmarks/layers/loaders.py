@@ -10,6 +10,7 @@ access source. `augment` is the Python-bound per-sample transform used by --tran
 from __future__ import annotations
 
 import itertools
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -129,6 +130,8 @@ def torch_loop(npy: Path, batch: int, workers: int, whole_batch: bool,
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     torch.set_num_threads(1)  # the collate runs on one core per process either way
+    # torch warns when workers outnumber cores; 4 workers on 2 cores is asked for on purpose.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     generator = torch.Generator().manual_seed(0)
     extra: dict[str, Any] = {}
     if workers > 0:

@@ -87,7 +87,12 @@ class Loaderx(Store):
 
         dataset = DenseDataset(str(path))
         self.dataset = dataset
-        return dataset.__getitem__
+
+        def gather(indices: np.ndarray) -> np.ndarray:
+            rows: np.ndarray = dataset[indices]
+            return rows
+
+        return gather
 
     def compressed_bytes(self) -> int | None:
         """Stored payload bytes (what the codec produced), without allocation slack."""
@@ -112,8 +117,13 @@ class NpyMmap(Store):
             np.save(f, array)
 
     def open(self, path: Path, shape: tuple[int, ...]) -> Gather:
-        mapped = np.load(path, mmap_mode="r")
-        return mapped.__getitem__
+        mapped: np.ndarray = np.load(path, mmap_mode="r")
+
+        def gather(indices: np.ndarray) -> np.ndarray:
+            rows: np.ndarray = mapped[indices]
+            return rows
+
+        return gather
 
 
 # --- HDF5 ------------------------------------------------------------------------------------
@@ -274,7 +284,7 @@ class Lance(Store):
 
         def gather(indices: np.ndarray) -> np.ndarray:
             table = dataset.take(indices, columns=["x"])
-            values = table.column("x").combine_chunks().flatten().to_numpy()
+            values: np.ndarray = table.column("x").combine_chunks().flatten().to_numpy()
             return values.reshape(len(indices), *shape)
 
         return gather
