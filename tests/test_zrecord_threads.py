@@ -155,3 +155,31 @@ def test_close_while_threads_are_inside_calls(store_path: str) -> None:
     # Every reader saw either whole, correct batches or a clean "closed", nothing else.
     assert len(outcomes) == 4
     assert sum(outcomes) >= 20
+
+
+def test_concurrent_appenders_get_disjoint_contiguous_ranges(store_path: str) -> None:
+    with Zrecord(store_path, codec="zstd") as store:
+        placed: dict[int, list[bytes]] = {}
+        lock = threading.Lock()
+
+        def appender(writer: int) -> Callable[[], None]:
+            def body() -> None:
+                draw = random.Random(writer)
+                for batch_index in range(ROUNDS):
+                    batch = [
+                        f"writer {writer} batch {batch_index} record {k} ".encode() * (k + 1)
+                        for k in range(draw.randrange(1, 20))
+                    ]
+                    first = store.append(batch, codec=draw.choice(["raw", "zstd"]))
+                    with lock:
+                        placed[first] = batch
+
+            return body
+
+        run_threads([appender(w) for w in range(3)])
+        expected: list[bytes] = []
+        for first in sorted(placed):
+            assert first == len(expected), "batches must land contiguously, without gaps"
+            expected.extend(placed[first])
+        assert len(store) == len(expected)
+        assert store.gather(slice(None)) == expected
