@@ -89,6 +89,10 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     folder = workdir / "loader"
     array, paths = build_stores(args, folder)
     made = contenders(args, paths, rep)
+    if not made:
+        rep.skip("loader layer", "no contender could be built")
+        stores.remove(folder)
+        return
     calls = {name: step for name, (_, step, _) in made.items()}
     try:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block * 2.5,

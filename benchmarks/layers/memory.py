@@ -103,7 +103,7 @@ def measure(npy: Path, dest: Path, codec: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
-    total = (4 << 30) if args.big else (32 << 20) if args.tiny else (1 << 30)
+    total = (4 << 30) if args.big else (8 << 20) if args.tiny else (1 << 30)
     folder = workdir / "memory"
     folder.mkdir(parents=True, exist_ok=True)
     npy = folder / "input.npy"

@@ -61,6 +61,8 @@ def interleave(calls: dict[str, Call], *, rounds: int = ROUNDS,
     """Times every call round-robin; `settle(name)` runs after each block, untimed."""
     names = list(calls)
     timings = {name: Timing(name) for name in names}
+    if not names:
+        return timings
     for name in names:  # warm-up: first-touch costs, lazy imports, caches
         calls[name]()
         if settle is not None:
