@@ -184,6 +184,19 @@ def remove_compiled() -> None:
         path.unlink()
 
 
+def assert_compiled() -> None:
+    """Fails unless every mypyc module now imports from its compiled extension."""
+    names = [Path(m).stem for m in MYPYC_MODULES]
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    path = importlib.import_module('loaderx.' + name).__file__ or ''\n"
+        "    if not path.endswith(('.so', '.pyd')):\n"
+        "        sys.exit(f'loaderx.{name} is not compiled: {path}')\n"
+    )
+    run([sys.executable, "-c", probe])
+
+
 def compile_mypyc() -> None:
     run([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
         env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
@@ -215,6 +228,7 @@ def cmd_test(args: list[str]) -> None:
     remove_compiled()
     pytest(["-q", *args], "interpreted")
     compile_mypyc()
+    assert_compiled()
     # The compiled modules must pass the same tests as the interpreted ones.
     compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
                       if p.stem in {"test_dataset", "test_converter", "test_dataloader",
