@@ -233,13 +233,18 @@ def cmd_test(args: list[str]) -> None:
     compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
                       if p.stem in {"test_dataset", "test_converter", "test_dataloader",
                                     "test_prefetch"}]
-    if compiled_tests:
-        pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
+    try:
+        if compiled_tests:
+            pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
+    finally:
+        # Leave the tree in source form: a stale extension would shadow later edits of the .py.
+        remove_compiled()
     log(f"all checks passed in {time.monotonic() - started:.0f} s")
 
 
 def cmd_demo(args: list[str]) -> None:
     build_native()
+    compile_mypyc()
     run([sys.executable, "-m", "loaderx.demo", *args])
 
 
