@@ -1,11 +1,11 @@
-//! The process-wide std.Io thread pool, and the splitting of a batch into contiguous shards run
-//! on it (the calling thread runs one shard itself).
+//! The process-wide std.Io thread pool, and the splitting of a batch into contiguous blocks that
+//! the calling thread and pool threads claim until none are left.
 const std = @import("std");
 const Io = std.Io;
 const assert = std.debug.assert;
 
-/// Shards one batch may be split into (one per CPU, capped).
-pub const shard_count_max = 64;
+/// Threads working on one batch (one per CPU, capped), the caller included.
+pub const runner_count_max = 64;
 
 const State = enum(u8) { absent, initializing, ready };
 
@@ -30,7 +30,7 @@ fn initSlow() void {
 }
 
 fn newThreaded() Io.Threaded {
-    // Pool threads exclude the caller, which always runs a shard itself.
+    // Pool threads exclude the caller, which always works on its own batch too.
     return Io.Threaded.init(std.heap.c_allocator, .{ .async_limit = .limited(cpu_count - 1) });
 }
 
@@ -45,68 +45,89 @@ pub fn cpus() usize {
     return cpu_count;
 }
 
-/// How many shards a batch of `item_count` items totalling `byte_count` bytes gets: about one
-/// per CPU, but none smaller than `shard_bytes_min` bytes (the pool hand-off costs more than
+/// How a batch is split: `runner_count` threads (the caller included) claim contiguous blocks
+/// of `block_items` items until none are left.
+pub const Plan = struct {
+    runner_count: usize,
+    block_items: usize,
+};
+
+/// Blocks each runner gets on average: small enough that a runner the scheduler starts late (or
+/// never) only leaves a little work for the others to wait on, large enough to keep the shared
+/// counter cold.
+const blocks_per_runner = 8;
+
+/// Plans a batch of `item_count` items totalling `byte_count` bytes: about one runner per CPU,
+/// but none with fewer than `runner_bytes_min` bytes (handing work to the pool costs more than
 /// copying a few small records).
-pub fn shardCount(item_count: usize, byte_count: u64, shard_bytes_min: u64) usize {
-    if (item_count == 0) return 0;
-    const by_bytes: u64 = @max(1, byte_count / @max(1, shard_bytes_min));
-    const count: usize = @intCast(@min(by_bytes, @as(u64, @min(cpus(), shard_count_max))));
-    return @min(count, item_count);
+pub fn plan(item_count: usize, byte_count: u64, runner_bytes_min: u64) Plan {
+    if (item_count == 0) return .{ .runner_count = 0, .block_items = 1 };
+    const by_bytes: u64 = @max(1, byte_count / @max(1, runner_bytes_min));
+    const runner_count: usize = @intCast(@min(@min(by_bytes, @as(u64, @min(cpus(), runner_count_max))), item_count));
+    if (runner_count == 1) return .{ .runner_count = 1, .block_items = item_count };
+    const block_count = runner_count * blocks_per_runner;
+    return .{ .runner_count = runner_count, .block_items = @max(1, (item_count + block_count - 1) / block_count) };
 }
 
-/// Items [begin, end) of shard `shard` when `item_count` items are split in `shard_count`
-/// contiguous blocks.
-pub fn shardRange(item_count: usize, shard_count: usize, shard: usize) struct { begin: usize, end: usize } {
-    assert(shard < shard_count);
-    return .{
-        .begin = item_count * shard / shard_count,
-        .end = item_count * (shard + 1) / shard_count,
-    };
-}
+/// The contiguous blocks of a batch, handed out in order to whichever runner asks next.
+pub const Blocks = struct {
+    next_block: std.atomic.Value(usize) = .init(0),
+    item_count: usize,
+    block_items: usize,
 
-/// Runs `task.runShard(begin, end)` for every shard of `item_count` items, shard 0 on the
-/// calling thread and the rest on the pool, and returns once all have finished.
+    pub const Range = struct { begin: usize, end: usize };
+
+    pub fn next(blocks: *Blocks) ?Range {
+        const block = blocks.next_block.fetchAdd(1, .monotonic);
+        if (block >= (blocks.item_count + blocks.block_items - 1) / blocks.block_items) return null;
+        const begin = block * blocks.block_items;
+        return .{ .begin = begin, .end = @min(blocks.item_count, begin + blocks.block_items) };
+    }
+};
+
+/// Runs `task.runShard(&blocks)` on `plan.runner_count` runners: the calling thread and pool
+/// threads. Each runner claims blocks until none are left; returns once all runners finished.
 /// `Task.runShard` must not fail: it records its own failure for the caller to read.
-pub fn run(comptime Task: type, task: *Task, item_count: usize, shard_count: usize) void {
-    assert(shard_count <= shard_count_max);
-    if (shard_count == 0) return;
-    if (shard_count == 1) return task.runShard(0, item_count);
+pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan) void {
+    assert(batch_plan.runner_count <= runner_count_max);
+    if (batch_plan.runner_count == 0) return;
+    var blocks: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
+    if (batch_plan.runner_count == 1) return task.runShard(&blocks);
     const pool_io = io();
     var group: Io.Group = .init;
-    for (1..shard_count) |shard| {
-        const range = shardRange(item_count, shard_count, shard);
-        group.async(pool_io, Task.runShard, .{ task, range.begin, range.end });
-    }
-    const first = shardRange(item_count, shard_count, 0);
-    task.runShard(first.begin, first.end);
+    for (1..batch_plan.runner_count) |_| group.async(pool_io, Task.runShard, .{ task, &blocks });
+    task.runShard(&blocks);
     group.await(pool_io) catch {};
 }
 
-test "shards are contiguous, cover the batch, and respect the minimum size" {
-    const count = 1000;
-    for (1..9) |shard_count| {
-        var next: usize = 0;
-        for (0..shard_count) |shard| {
-            const range = shardRange(count, shard_count, shard);
-            try std.testing.expectEqual(next, range.begin);
-            next = range.end;
+test "blocks are contiguous, cover the batch once, and runners respect the minimum size" {
+    for ([_]usize{ 1, 7, 256, 1000 }) |count| {
+        for ([_]usize{ 1, 3, 16 }) |block_items| {
+            var blocks: Blocks = .{ .item_count = count, .block_items = block_items };
+            var next: usize = 0;
+            while (blocks.next()) |range| {
+                try std.testing.expectEqual(next, range.begin);
+                try std.testing.expect(range.end > range.begin);
+                next = range.end;
+            }
+            try std.testing.expectEqual(count, next);
         }
-        try std.testing.expectEqual(@as(usize, count), next);
     }
-    try std.testing.expectEqual(@as(usize, 0), shardCount(0, 0, 1));
-    try std.testing.expectEqual(@as(usize, 1), shardCount(10, 100, 1 << 20));
-    try std.testing.expect(shardCount(3, 1 << 30, 1) <= 3);
+    try std.testing.expectEqual(@as(usize, 0), plan(0, 0, 1).runner_count);
+    try std.testing.expectEqual(@as(usize, 1), plan(10, 100, 1 << 20).runner_count);
+    try std.testing.expect(plan(3, 1 << 30, 1).runner_count <= 3);
 }
 
 test "run visits every item exactly once" {
     const Task = struct {
-        hits: [4096]u32 = @splat(0),
-        fn runShard(task: *@This(), begin: usize, end: usize) void {
-            for (begin..end) |i| task.hits[i] += 1;
+        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
         }
     };
     var task: Task = .{};
-    run(Task, &task, task.hits.len, shardCount(task.hits.len, 1 << 30, 1));
-    for (task.hits) |hit| try std.testing.expectEqual(@as(u32, 1), hit);
+    run(Task, &task, task.hits.len, plan(task.hits.len, 1 << 30, 1));
+    for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
 }

@@ -21,9 +21,9 @@ const fail = meta_file.fail;
 pub const dict_file_name = "dict.zr";
 const dict_temporary_name = "dict.zr.tmp";
 
-/// Bytes below which a batch is not split further: handing a shard to the pool costs more than
+/// Bytes below which a batch gets no further thread: handing work to the pool costs more than
 /// copying or compressing a few small records.
-const shard_bytes_min: u64 = 64 * 1024;
+const runner_bytes_min: u64 = 64 * 1024;
 
 pub const Options = struct {
     /// Create meta.zr when it is absent.
@@ -245,7 +245,7 @@ pub const Store = struct {
         } else {
             staging = store.allocator.alloc(u8, records.totalSize()) catch return outOfMemory();
             var task: CompressTask = .{ .store = store, .records = records, .codec = record_codec, .cdict = cdict, .staging = staging, .slots = slots };
-            pool.run(CompressTask, &task, records.count, pool.shardCount(records.count, records.totalSize(), shard_bytes_min));
+            pool.run(CompressTask, &task, records.count, pool.plan(records.count, records.totalSize(), runner_bytes_min));
             try task.failure.check();
         }
 
@@ -253,7 +253,7 @@ pub const Store = struct {
         var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots };
         var stored_bytes: u64 = 0;
         for (slots) |slot| stored_bytes += slot.phys_length;
-        pool.run(WriteTask, &write_task, records.count, pool.shardCount(records.count, stored_bytes, shard_bytes_min));
+        pool.run(WriteTask, &write_task, records.count, pool.plan(records.count, stored_bytes, runner_bytes_min));
         try write_task.failure.check();
         if (store.durable) try store.syncChunks(slots[0].start.chunk, frontier.chunk);
 
@@ -314,13 +314,17 @@ pub const Store = struct {
         slots: []Slot,
         failure: Failure = .{},
 
-        pub fn runShard(task: *CompressTask, begin: usize, end: usize) void {
+        pub fn runShard(task: *CompressTask, blocks: *pool.Blocks) void {
             const io = pool.io();
             const cctx = task.store.contexts.acquireCompressor(io) catch {
                 task.failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
                 return;
             };
             defer task.store.contexts.releaseCompressor(io, cctx);
+            while (blocks.next()) |range| task.compressBlock(cctx, range.begin, range.end);
+        }
+
+        fn compressBlock(task: *CompressTask, cctx: *codec.CCtx, begin: usize, end: usize) void {
             for (begin..end) |i| {
                 if (task.failure.failed()) return;
                 const src = task.records.get(i);
@@ -344,7 +348,13 @@ pub const Store = struct {
         slots: []const Slot,
         failure: Failure = .{},
 
-        pub fn runShard(task: *WriteTask, begin: usize, end: usize) void {
+        pub fn runShard(task: *WriteTask, blocks: *pool.Blocks) void {
+            while (blocks.next()) |range| {
+                if (!task.writeBlock(range.begin, range.end)) return;
+            }
+        }
+
+        fn writeBlock(task: *WriteTask, begin: usize, end: usize) bool {
             // Neighbouring records that are adjacent both in memory and in the chunk (raw
             // batches) go out in one write.
             var run: ?struct { chunk: u32, offset: u64, bytes: []const u8 } = null;
@@ -362,11 +372,12 @@ pub const Store = struct {
                         r.bytes.len += bytes.len;
                         continue;
                     }
-                    if (!task.write(r.chunk, r.offset, r.bytes)) return;
+                    if (!task.write(r.chunk, r.offset, r.bytes)) return false;
                 }
                 run = .{ .chunk = slot.start.chunk, .offset = slot.start.offset, .bytes = bytes };
             }
-            if (run) |r| _ = task.write(r.chunk, r.offset, r.bytes);
+            if (run) |r| return task.write(r.chunk, r.offset, r.bytes);
+            return true;
         }
 
         fn write(task: *WriteTask, chunk_id: u32, offset: u64, bytes: []const u8) bool {
@@ -388,7 +399,7 @@ pub const Store = struct {
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
         var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
-        pool.run(GatherTask, &task, indices.len, pool.shardCount(indices.len, byte_count, shard_bytes_min));
+        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, runner_bytes_min));
         try task.failure.check();
     }
 
@@ -398,29 +409,38 @@ pub const Store = struct {
         destination: Destination,
         failure: Failure = .{},
 
-        pub fn runShard(task: *GatherTask, begin: usize, end: usize) void {
+        pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
+            const io = pool.io();
+            // Taken on the first compressed record, then reused for every block of this runner.
+            var dctx: ?*codec.DCtx = null;
+            defer if (dctx) |d| task.store.contexts.releaseDecompressor(io, d);
+            while (blocks.next()) |range| {
+                if (task.failure.failed()) return;
+                if (!task.gatherBlock(&dctx, range.begin, range.end)) return;
+            }
+        }
+
+        /// False after recording a failure.
+        fn gatherBlock(task: *GatherTask, dctx: *?*codec.DCtx, begin: usize, end: usize) bool {
             const io = pool.io();
             const store = task.store;
-            var dctx: ?*codec.DCtx = null;
-            defer if (dctx) |d| store.contexts.releaseDecompressor(io, d);
             for (begin..end) |i| {
-                if (task.failure.failed()) return;
                 const index: u64 = @intCast(task.indices[i]);
                 const entry = store.meta.table[index];
                 const problem = format.checkEntryShape(entry);
                 if (problem != .ok) {
                     task.failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
-                    return;
+                    return false;
                 }
                 const slot = task.destination.slot(i);
                 if (slot.len != entry.logic_length) {
                     task.failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
-                    return;
+                    return false;
                 }
                 if (entry.phys_length == 0 and entry.codec == .raw) continue;
                 const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
                     task.failure.recordCurrent(err);
-                    return;
+                    return false;
                 };
                 const src = view[entry.offset..][0..entry.phys_length];
                 if (entry.codec == .raw) {
@@ -431,19 +451,20 @@ pub const Store = struct {
                 if (entry.codec == .zstd_dict) {
                     const dict = store.dict orelse {
                         task.failure.record(error.NoDictionary, "record {d} needs the store's dictionary, and dict.zr is absent", .{index});
-                        return;
+                        return false;
                     };
                     ddict = dict.ddict;
                 }
-                if (dctx == null) dctx = store.contexts.acquireDecompressor(io) catch {
+                if (dctx.* == null) dctx.* = store.contexts.acquireDecompressor(io) catch {
                     task.failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
-                    return;
+                    return false;
                 };
-                if (codec.decompress(dctx.?, ddict, src, slot)) |detail| {
+                if (codec.decompress(dctx.*.?, ddict, src, slot)) |detail| {
                     task.failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
-                    return;
+                    return false;
                 }
             }
+            return true;
         }
     };
 
@@ -548,8 +569,9 @@ pub const Store = struct {
         /// entries, which only an interrupted delete leaves, share the new location).
         previous: ?struct { source: RecordLoc, destination: Position } = null,
         buffer: []u8,
-        /// Records whose bytes moved so far.
+        /// Records whose bytes moved so far, and how many of them went through the scratch area.
         moved: u64 = 0,
+        staged: u64 = 0,
         /// Highest chunk the store used before (files past the new frontier up to it are removed).
         chunk_last: u32,
 
@@ -661,6 +683,7 @@ pub const Store = struct {
                     store.meta.header.setTail(scratch.end);
                     compaction.chunk_last = @max(compaction.chunk_last, @min(scratch.start.chunk, limits.chunk_count_max - 1));
                     try compaction.pointAt(entry, scratch.start, true);
+                    compaction.staged += 1;
                 }
             }
             try compaction.writeBytes(destination, bytes);
