@@ -3,8 +3,8 @@
     pip install jax flax optax       # flax and optax are optional: without them, pure JAX
     python examples/jax_flax_train.py --steps 200
 
-The model is the Data2Latent layout: convolutions at half resolution, a global average, a 2-D
-latent, then class logits. With flax (the NNX API) and optax installed it is an nnx.Module
+The model is the Data2Latent layout: convolutions at half resolution, a global average (layer
+normalised), a 2-D latent, then class logits. With flax (the NNX API) and optax installed it is an nnx.Module
 trained by an nnx.Optimizer with AdamW inside nnx.jit; otherwise the same network is written
 with jax.lax and trained by a hand-written Adam inside jax.jit (--backend picks one explicitly).
 
@@ -39,9 +39,10 @@ StepFn = Callable[[dict[str, np.ndarray[Any, Any]]], float]
 
 
 def collate(batch: dict[str, np.ndarray[Any, Any]]) -> dict[str, Any]:
-    """Runs on the loader's threads: uint8 NHWC images become float32 in [0, 1]."""
+    """Runs on the loader's threads: uint8 NHWC images become float32 in [-0.5, 0.5]."""
     images = batch["data"].astype(np.float32)
     images *= 1.0 / 255.0
+    images -= 0.5
     return {"data": images, "label": batch["label"].astype(np.int32)}
 
 
@@ -73,13 +74,14 @@ def flax_step_fn(seed: int, lr: float) -> StepFn:
         def __init__(self, rngs: nnx.Rngs) -> None:
             self.conv1 = nnx.Conv(3, 16, kernel_size=(3, 3), padding="SAME", rngs=rngs)
             self.conv2 = nnx.Conv(16, 32, kernel_size=(3, 3), padding="SAME", rngs=rngs)
+            self.norm = nnx.LayerNorm(32, rngs=rngs)
             self.embed = nnx.Linear(32, 2, rngs=rngs)
             self.logits = nnx.Linear(2, CLASSES, rngs=rngs)
 
         def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
             x = pool2(nnx.relu(self.conv1(half(x))))
             x = nnx.relu(self.conv2(x)).mean(axis=(1, 2))
-            latent = self.embed(x)
+            latent = self.embed(self.norm(x))
             return latent, self.logits(latent)
 
     model = LatentCNN(nnx.Rngs(seed))
@@ -138,6 +140,7 @@ def conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
 def forward(params: Params, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     x = pool2(jax.nn.relu(conv(half(x), params["conv1_w"], params["conv1_b"])))
     x = jax.nn.relu(conv(x, params["conv2_w"], params["conv2_b"])).mean(axis=(1, 2))
+    x = (x - x.mean(axis=1, keepdims=True)) / jnp.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
     latent = x @ params["embed_w"] + params["embed_b"]
     return latent, latent @ params["logits_w"] + params["logits_b"]
 

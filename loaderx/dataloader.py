@@ -196,6 +196,7 @@ class DataLoader:
         _check_count("prefetch", prefetch, DEPTH_MAX)
         _check_count("workers", workers, WORKERS_MAX)
         self._length: int = length
+        self._pid: int = os.getpid()
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         self.streams: dict[str, DenseDataset] = dict(streams)
         self.batch_size: int = batch_size
@@ -242,6 +243,13 @@ class DataLoader:
 
     def __next__(self) -> Batch:
         """The next step's batch; StopIteration only once the loader is closed."""
+        if os.getpid() != self._pid:
+            # A forked child inherits the loader's state but none of its threads: it would wait
+            # forever for batches nobody computes.
+            raise RuntimeError(
+                "this DataLoader was created in another process (before a fork); create the "
+                f"loader in this process, starting at step {self.step} to continue the stream"
+            )
         return next(self._prefetcher)
 
     def close(self) -> None:

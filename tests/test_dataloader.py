@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 import traceback
@@ -315,6 +316,28 @@ def test_fresh_batches_stay_valid_after_later_steps(streams: dict[str, DenseData
     sampler = Sampler(RECORDS, 40, seed=6)
     for step, batch in enumerate(kept):
         check_aligned(batch, sampler.batch(step))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_told_to_make_its_own_loader(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=8, prefetch=1, workers=1) as loader:
+        next(loader)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what next() did, then leave at once
+            try:
+                next(loader)
+                verdict = b"no error"
+            except RuntimeError as error:
+                verdict = b"ok" if b"another process" in str(error).encode() else b"wrong error"
+            os.write(write, verdict)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            verdict = pipe.read()
+        os.waitpid(pid, 0)
+        assert verdict == b"ok"
+        check_aligned(next(loader), Sampler(RECORDS, 8).batch(1))
 
 
 def test_streams_must_share_one_length(folder: Path) -> None:

@@ -36,15 +36,15 @@ def check_training(output: str, steps: int) -> None:
                         rf"start_step={steps}", output)
     assert summary is not None, output
     first, last = float(summary.group(1)), float(summary.group(2))
-    # Fixed seeds make the run deterministic; 60 steps are enough to learn something.
-    assert last < first, output
+    # Fixed seeds make the run repeatable; 120 steps are enough to learn something.
+    assert last < first - 0.1, output
 
 
 @pytest.mark.skipif(not installed("torch"), reason="needs torch (pip install torch==2.13.0)")
 def test_torch_example_trains() -> None:
-    output = run_example("torch_train.py", "--steps", "60", "--records", "1024",
-                         "--batch-size", "32", "--log-every", "20")
-    check_training(output, 60)
+    output = run_example("torch_train.py", "--steps", "120", "--records", "1024",
+                         "--batch-size", "32", "--log-every", "40")
+    check_training(output, 120)
 
 
 @pytest.mark.skipif(not installed("jax"), reason="jax is not installed (pip install jax)")
@@ -52,7 +52,7 @@ def test_torch_example_trains() -> None:
 def test_jax_example_trains(backend: str) -> None:
     if backend == "flax" and not (installed("flax") and installed("optax")):
         pytest.skip("flax and optax are not installed")
-    output = run_example("jax_flax_train.py", "--backend", backend, "--steps", "60",
-                         "--records", "1024", "--batch-size", "32", "--log-every", "20")
-    check_training(output, 60)
+    output = run_example("jax_flax_train.py", "--backend", backend, "--steps", "120",
+                         "--records", "1024", "--batch-size", "32", "--log-every", "40")
+    check_training(output, 120)
     assert f"[{backend}]" in output
