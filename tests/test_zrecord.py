@@ -234,6 +234,20 @@ def test_append_fixed_and_gather_into(store_path: str, rng: np.random.Generator)
         assert len(store) == 600
 
 
+def test_gather_into_read_only_indices_and_unusual_dtypes(store_path: str) -> None:
+    values = np.arange(10, dtype=np.int64) * 1000
+    with Zrecord(store_path, codec="raw") as store:
+        store.append_fixed(values, 8)
+        indices = np.array([9, 0, 4], dtype=np.int64)
+        indices.flags.writeable = False
+        stamps = np.zeros(3, dtype="datetime64[s]")  # no buffer-protocol format
+        store.gather_into(indices, stamps, 8)
+        assert stamps.view(np.int64).tolist() == [9000, 0, 4000]
+        pairs = np.zeros(3, dtype=[("a", np.int32), ("b", np.int32)])
+        store.gather_into(indices, pairs, 8)
+        assert pairs.view(np.int64).tolist() == [9000, 0, 4000]
+
+
 def test_gather_into_empty_batch(store_path: str) -> None:
     with Zrecord(store_path) as store:
         store.append([b"abcd"])
