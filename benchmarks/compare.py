@@ -15,9 +15,10 @@ in the current interpreter instead, skipping whatever peer it lacks. Examples:
 from __future__ import annotations
 
 import argparse
-import shutil
+import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # benchmarks/ for the layers package; the repository root so that loaderx is the working tree's
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from layers import data, env, machine  # noqa: E402
+from layers import data, env, machine, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
 LAYERS = ("sampler", "store", "loader", "scale", "memory")
@@ -112,11 +113,16 @@ def main(argv: list[str]) -> int:
     if env.inside_bench_venv():
         for requirement, why in env.install_failures().items():
             rep.skip(requirement, why)
+    # lance warns at every fork once imported; torch's workers fork after the store layer.
+    warnings.filterwarnings("ignore", message="lance is not fork-safe")
+    os.environ.setdefault("LANCE_LOG", "error")  # its Rust logger chats on stderr otherwise
+    workdir.configure(args.workdir)
     try:
         run_layers(args, rep)
     finally:
         if not args.keep:
-            shutil.rmtree(args.workdir, ignore_errors=True)
+            workdir.discard(args.workdir)
+            workdir.empty_trash_later()
     if args.tiny:
         print("(--tiny: sizes too small to mean anything; the issue targets are not judged)")
     elif rep.targets:

@@ -67,6 +67,9 @@ def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
                 lambda c=codec: loaders.bare_gather(paths[c], args.batch))  # type: ignore[misc]
             add(f"loaderx {codec}", {"kind": "loaderx", "codec": codec}, False,
                 lambda c=codec: loaders.loaderx_loop(paths[c], args.batch, transform))  # type: ignore[misc]
+            add(f"loaderx {codec} reuse", {"kind": "loaderx", "codec": codec}, False,
+                lambda c=codec: loaders.loaderx_loop(  # type: ignore[misc]
+                    paths[c], args.batch, transform, reuse=True))
     for whole in (False, True):
         for workers in args.workers:
             label = "batch" if whole else "per-sample"

@@ -36,7 +36,8 @@ def augment(batch: np.ndarray) -> np.ndarray:
 # --- loaderx ---------------------------------------------------------------------------------
 
 
-def loaderx_loop(path: Path, batch: int, transform: Transform) -> tuple[Next, Callable[[], None]]:
+def loaderx_loop(path: Path, batch: int, transform: Transform,
+                 reuse: bool = False) -> tuple[Next, Callable[[], None]]:
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
 
@@ -45,8 +46,9 @@ def loaderx_loop(path: Path, batch: int, transform: Transform) -> tuple[Next, Ca
     if transform is not None:
         def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {name: transform(values) for name, values in b.items()}
+    extra: dict[str, Any] = {"reuse_buffers": True} if reuse else {}
     loader = DataLoader({"x": dataset}, batch_size=batch, transform=stream_transform,
-                        mode="iid", seed=0)
+                        mode="iid", seed=0, **extra)
     iterator = iter(loader)
 
     def close() -> None:

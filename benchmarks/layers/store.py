@@ -115,6 +115,11 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
         if gather is not None:
             calls[store.name] = cycling(gather, batches)
             opened.append(store)
+            if isinstance(store, stores.Loaderx) and store.codec in ("raw", "zstd"):
+                # The same store through gather_into: no result allocation (the loader's path).
+                name = f"{store.name} gather_into"
+                calls[name] = cycling(store.into_reused(len(batches[0])), batches)
+                table.add(store=name)
     decode = single_core_zstd(array, batches)
     if decode is not None:
         calls["zstd decode, 1 thread"] = decode

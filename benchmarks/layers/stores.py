@@ -11,11 +11,13 @@ is used, as a client tuning its pipeline would.
 from __future__ import annotations
 
 import importlib
-import shutil
+import os
 from pathlib import Path
 from typing import Callable, Final
 
 import numpy as np
+
+from . import workdir
 
 Gather = Callable[[np.ndarray], np.ndarray]
 
@@ -52,10 +54,8 @@ def disk_bytes(path: Path) -> int:
 
 
 def remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
+    """Gets path out of the way; the files are deleted after the run (see workdir.py)."""
+    workdir.discard(path)
 
 
 # --- loaderx ---------------------------------------------------------------------------------
@@ -91,6 +91,17 @@ class Loaderx(Store):
         def gather(indices: np.ndarray) -> np.ndarray:
             rows: np.ndarray = dataset[indices]
             return rows
+
+        return gather
+
+    def into_reused(self, batch: int) -> Gather:
+        """Gathers into one preallocated array, reused call after call."""
+        dataset = self.dataset
+        out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)  # type: ignore[attr-defined]
+
+        def gather(indices: np.ndarray) -> np.ndarray:
+            dataset.gather_into(indices, out)  # type: ignore[attr-defined]
+            return out
 
         return gather
 
@@ -269,6 +280,7 @@ class Lance(Store):
     module = "lance"
 
     def write(self, path: Path, array: np.ndarray) -> None:
+        os.environ.setdefault("LANCE_LOG", "error")
         import lance
         import pyarrow as pa
 
