@@ -3,8 +3,9 @@
 Layers: sampler, store, loader, scale, memory, or all (the default). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
-(.cache/bench-venv) that this script creates on first use and re-runs itself in; `--here` runs
-in the current interpreter instead, skipping whatever peer it lacks. Examples:
+per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
+re-runs itself in; `--here` runs in the current interpreter instead, skipping whatever peer it
+lacks. Examples:
 
     python3 build.py bench all --json bench.json --plot bench.png
     python3 build.py bench store --shape 256,256,3 --dict-tiers

@@ -1,8 +1,8 @@
 """The benchmark environment: a separate venv holding the peers, built on first use.
 
 The peers (h5py, torch, tensorstore, ...) never enter the project's own environment or its
-runtime dependencies. They live in `.cache/bench-venv`, created from the interpreter that runs
-compare.py, without the system site-packages. Each peer is installed by its own pip call so one
+runtime dependencies. They live in `.cache/bench-venv-<tag>` (cp311, cp314t, ...), created from
+the interpreter that runs compare.py, without the system site-packages. Each peer is installed by its own pip call so one
 that cannot be had only removes its rows; the reason is kept in a stamp and printed on every run.
 loaderx itself is not installed there: the repository root goes on PYTHONPATH, so the benchmark
 measures the working tree, with the library built by `build.py native`.
@@ -14,11 +14,20 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
-BENCH_VENV: Final = ROOT / ".cache" / "bench-venv"
+
+
+def interpreter_tag() -> str:
+    """cp311, cp313, cp314t, ...: one bench venv per interpreter, so runs never mix them."""
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}{'t' if free_threaded else ''}"
+
+
+BENCH_VENV: Final = ROOT / ".cache" / f"bench-venv-{interpreter_tag()}"
 STAMP: Final = BENCH_VENV / ".loaderx-peers.json"
 # Set in the re-executed process so it does not try to re-exec again.
 MARKER: Final = "LOADERX_BENCH_VENV"

@@ -52,7 +52,7 @@ def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
 
     def add(name: str, info: dict[str, object], heavy: bool, factory: Callable[[], tuple[
             loaders.Next, Callable[[], None]]]) -> None:
-        if not select.wanted(name, heavy, args.only):
+        if not select.wanted(name, heavy, args.only, info["kind"] == "reference"):
             return
         try:
             step, close = factory()

@@ -186,6 +186,9 @@ class GrainSource:
 
 def grain_loop(npy: Path, batch: int, workers: int,
                transform: Transform) -> tuple[Next, Callable[[], None]]:
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # "no jax profiler" is not news here
     import grain.python as gp
 
     source = GrainSource(npy, transform)
