@@ -170,9 +170,14 @@ class DataLoader:
     Sampler (sequential, iid or cyclic; with a shard, batch_size is this host's part of a global
     batch of batch_size * count). transform runs on the worker threads. prefetch bounds how many
     steps are computed ahead of the consumer; workers is the thread count (at most prefetch are
-    used). close() (or leaving a with block) stops and joins the threads; it does not close the
-    datasets, which stay the caller's. A loader dropped without close() is closed when collected
-    and at interpreter exit.
+    used). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
+
+    An exception raised while making a step (a read or the transform) is raised by the next()
+    that would have returned that step, with its original traceback; the step counts as taken,
+    so iterating again continues with the following one. close() (or leaving a with block)
+    stops and joins the threads, after which iteration ends (StopIteration); it does not close
+    the datasets, which stay the caller's. A loader dropped without close() is closed when it
+    is collected, and at interpreter exit.
     """
 
     def __init__(
