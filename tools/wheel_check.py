@@ -27,6 +27,9 @@ MYPYC_LICENCE: Final = "mypyc/LICENSE"  # compiled wheels embed mypyc's runtime 
 # What a library may ask the loader for, beyond the C library itself.
 WINDOWS_SYSTEM_DLL: Final = re.compile(r"(?i)(kernel32|ntdll|ucrtbase|msvcrt|api-ms-win-[\w-]+)\.dll")
 MACOS_SYSTEM_DYLIBS: Final = ("/usr/lib/libSystem.B.dylib",)
+# Zig's Mach-O linker exports the image's own header symbols from every dylib it links (Apple's
+# ld keeps them private). They are not code and not zstd's; nothing else beyond the ABI is allowed.
+LINKER_SYMBOLS: Final = {"macho": frozenset({"_mh_dylib_header", "__dso_handle"})}
 
 
 class CheckFailed(Exception):
@@ -81,10 +84,11 @@ def check_library(name: str, data: bytes, target: Target, abi: frozenset[str],
     if (info.format, info.arch) != (target.format, target.arch):
         raise CheckFailed(f"{name} is {info.format}/{info.arch}, "
                           f"{target.wheel_tag} needs {target.format}/{target.arch}")
-    if info.exports != abi:
-        zstd = sorted(s for s in info.exports if re.match(r"(?i)(zstd|zdict|huf|fse|hist)_", s))
-        raise CheckFailed(f"{name} exports differ from loaderx.h: extra "
-                          f"{sorted(info.exports - abi)} (zstd's: {zstd}), missing {sorted(abi - info.exports)}")
+    exports = info.exports - LINKER_SYMBOLS.get(info.format, frozenset())
+    if exports != abi:
+        zstd = sorted(s for s in exports if re.match(r"(?i)(zstd|zdict|huf|fse|hist)_", s))
+        raise CheckFailed(f"{name} exports differ from loaderx.h: extra {sorted(exports - abi)} "
+                          f"(zstd's: {zstd}), missing {sorted(abi - exports)}")
     _check_loader_needs(name, info, platform_tag)
     return info
 

@@ -101,7 +101,9 @@ def write_wheel(wheel: Wheel, path: Path) -> None:
     record = f"{wheel.dist_info}/RECORD"
     wheel.files[record] = record_text(wheel).encode("utf-8")
     stamp = time.gmtime(max(ZIP_EPOCH, int(os.environ.get("SOURCE_DATE_EPOCH", ZIP_EPOCH))))
-    ordered = sorted(p for p in wheel.files if p != record) + [record]
+    # The package first, then its metadata, RECORD last (as installers expect to find them).
+    ordered = sorted((p for p in wheel.files if p != record),
+                     key=lambda p: (p.startswith(wheel.dist_info + "/"), p)) + [record]
     tmp = path.with_name(path.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
         for member in ordered:

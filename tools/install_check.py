@@ -1,0 +1,130 @@
+"""Proves the artefacts in dist/ install and work: each into a fresh venv, tested from outside.
+
+    python3 tools/install_check.py            every host wheel in dist/ (compiled and generic)
+    python3 tools/install_check.py --sdist    the sdist, built by pip from a venv holding only pip
+
+The test suite is copied to a temporary folder and run from there, so `import loaderx` can only
+resolve to the installed package; that is asserted before pytest runs (and, for a compiled wheel,
+that the mypyc modules really are extension modules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import build as project_build  # noqa: E402
+from tools.wheels import DIST, Interpreter, find_interpreters, host_target, log, nice  # noqa: E402
+from tools.wheel_check import CheckFailed, Target  # noqa: E402
+
+TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
+                     if r.startswith(("pytest", "hypothesis"))]
+WHERE: Final = """
+import json, sys, sysconfig, loaderx, loaderx._native as native
+modules = {}
+for name in sys.argv[1:]:
+    modules[name] = __import__(name, fromlist=["_"]).__file__
+print(json.dumps({"site": sysconfig.get_paths()["purelib"], "platsite": sysconfig.get_paths()["platlib"],
+                  "package": loaderx.__file__, "library": native.library_path(), "modules": modules}))
+"""
+
+
+def fresh_venv(interpreter: str, where: Path) -> str:
+    subprocess.run([interpreter, "-m", "venv", "--clear", str(where)], check=True)
+    return str(where / "bin" / "python")
+
+
+def assert_installed(python: str, compiled: list[str], env: dict[str, str]) -> None:
+    out = subprocess.run([python, "-c", WHERE, *compiled], capture_output=True, text=True,
+                         check=True, cwd=tempfile.gettempdir(), env=env)
+    found = json.loads(out.stdout)
+    sites = (found["site"], found["platsite"])
+    for key in ("package", "library"):
+        if not found[key].startswith(sites):
+            raise CheckFailed(f"loaderx's {key} came from {found[key]}, not {sites}")
+    for name, path in found["modules"].items():
+        if not path.endswith((".so", ".pyd")):
+            raise CheckFailed(f"{name} imported from {path}: not the compiled extension module")
+    log(f"installed package: {found['package']}, library {found['library']}")
+
+
+def run_suite(python: str, label: str, compiled: list[str]) -> None:
+    """pytest over a copy of tests/, from a folder with no loaderx in it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOADERX_LIBRARY", "PYTHONPATH")}
+    assert_installed(python, compiled, env)
+    with tempfile.TemporaryDirectory(prefix="loaderx-installed-") as tmp:
+        tests = Path(tmp) / "tests"
+        shutil.copytree(ROOT / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))
+        log(f"pytest ({label}) in {tmp}")
+        subprocess.run(nice([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]),
+                       cwd=tmp, env=env, check=True)
+
+
+def check_wheel_install(wheel: Path, interpreter: Interpreter, work: Path) -> None:
+    python = fresh_venv(interpreter.path, work / f"venv-{wheel.stem}")
+    subprocess.run(nice([python, "-m", "pip", "install", "--quiet", str(wheel), *TEST_TOOLS]),
+                   check=True)
+    compiled = ([m.removesuffix(".py").replace("/", ".") for m in project_build.MYPYC_MODULES]
+                if wheel.name.split("-")[2].startswith("cp") else [])
+    run_suite(python, wheel.name, compiled)
+
+
+def host_wheels(host: Target) -> list[tuple[Path, Interpreter]]:
+    """Each compiled wheel with its interpreter, and the generic one with this venv's."""
+    interpreters = {i.abi: i for i in find_interpreters()}
+    chosen = []
+    for wheel in sorted(DIST.glob("loaderx-*.whl")):
+        _, _, python_tag, abi, platform_tag = wheel.stem.split("-")
+        if python_tag == "py3" and platform_tag == host.wheel_tag:
+            chosen.append((wheel, interpreters[f"cp{sys.version_info[0]}{sys.version_info[1]}"]))
+        elif abi in interpreters and platform_tag.endswith(host.arch):
+            chosen.append((wheel, interpreters[abi]))
+    return chosen
+
+
+def check_sdist_install(work: Path) -> None:
+    sdists = sorted(DIST.glob("loaderx-*.tar.gz"))
+    if len(sdists) != 1:
+        raise CheckFailed(f"expected one sdist in {DIST}, found {sdists}")
+    python = fresh_venv(sys.executable, work / "venv-sdist")
+    # Only pip is in this venv: Zig comes from the ziglang build requirement, zstd via pip.
+    subprocess.run(nice([python, "-m", "pip", "install", "--verbose", str(sdists[0])]), check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", *TEST_TOOLS], check=True)
+    run_suite(python, sdists[0].name, [m.removesuffix(".py").replace("/", ".")
+                                       for m in project_build.MYPYC_MODULES])
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sdist", action="store_true", help="install the sdist instead")
+    args = parser.parse_args(argv)
+    work = ROOT / "build" / "install-check"
+    work.mkdir(parents=True, exist_ok=True)
+    if args.sdist:
+        check_sdist_install(work)
+        return
+    manifest = json.loads((ROOT / "zig" / "zig-out" / "dist" / "targets.json").read_text())
+    host = host_target([Target(**row) for row in manifest["targets"]])
+    chosen = host_wheels(host)
+    if not chosen:
+        raise CheckFailed(f"no wheel for this host in {DIST}; run 'python3 build.py wheels'")
+    for wheel, interpreter in chosen:
+        check_wheel_install(wheel, interpreter, work)
+    log(f"passed: {', '.join(w.name for w, _ in chosen)}")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except CheckFailed as failure:
+        raise SystemExit(f"[install-check] failed: {failure}") from None
