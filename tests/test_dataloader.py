@@ -310,6 +310,21 @@ def test_reused_buffers_give_the_same_batches(streams: dict[str, DenseDataset]) 
     assert got == expected
 
 
+@pytest.mark.parametrize("prefetch,workers", [(1, 1), (2, 2), (3, 4)])
+def test_a_reused_buffer_is_not_touched_until_the_next_call(
+    streams: dict[str, DenseDataset], prefetch: int, workers: int
+) -> None:
+    sampler = Sampler(RECORDS, 40, mode="iid", seed=12)
+    with DataLoader(
+        streams, batch_size=40, mode="iid", seed=12, reuse_buffers=True,
+        prefetch=prefetch, workers=workers,
+    ) as loader:
+        for step in range(25):
+            batch = next(loader)
+            time.sleep(0.002)  # the workers fill every step they may start meanwhile
+            check_aligned(batch, sampler.batch(step))
+
+
 def test_fresh_batches_stay_valid_after_later_steps(streams: dict[str, DenseDataset]) -> None:
     with DataLoader(streams, batch_size=40, seed=6, prefetch=2, workers=2) as loader:
         kept = take(loader, 20)
