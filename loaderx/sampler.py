@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn, SupportsIndex
 
@@ -45,6 +46,8 @@ _MODE_IDS: Final = {
 
 # Indices are int64, so the index space is at most 2^63 records.
 LENGTH_MAX: Final = 1 << 63
+# A batch is one int64 array, so it must be addressable.
+BATCH_SIZE_MAX: Final = sys.maxsize // 8
 # Seeds and steps are unsigned 64-bit integers on the native side.
 SEED_LIMIT: Final = 1 << 64
 STEP_LIMIT: Final = 1 << 64
@@ -136,6 +139,8 @@ class Sampler:
             raise ValueError(f"length must be <= 2**63, got {length}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size > BATCH_SIZE_MAX:
+            raise ValueError(f"batch_size {batch_size} is larger than an array can be")
         if not 0 <= seed < SEED_LIMIT:
             raise ValueError(
                 f"seed must be in [0, 2**64), got {seed}; reduce it first, e.g. seed % 2**64"

@@ -298,6 +298,7 @@ def test_pickles_by_its_arguments() -> None:
         ({"length": 0, "batch_size": 1}, ValueError, "length must be >= 1"),
         ({"length": 2**63 + 1, "batch_size": 1}, ValueError, "length must be <= 2"),
         ({"length": 10, "batch_size": 0}, ValueError, "batch_size must be >= 1"),
+        ({"length": 10, "batch_size": 2**62, "mode": "iid"}, ValueError, "larger than an array"),
         ({"length": 10, "batch_size": 11}, ValueError, "cyclic mode needs"),
         ({"length": 10, "batch_size": 4, "shard": (0, 3)}, ValueError, "cyclic mode needs"),
         ({"length": 10, "batch_size": 1, "mode": "random"}, ValueError, "unknown sampler mode"),
@@ -314,7 +315,7 @@ def test_pickles_by_its_arguments() -> None:
         ({"length": 10, "batch_size": 1, "shard": (0, 0)}, ValueError, "count must be >= 1"),
         ({"length": 10, "batch_size": 1, "shard": (-1, 2)}, ValueError, "shard index"),
         (
-            {"length": 10, "batch_size": 2**62, "mode": "iid", "shard": (0, 8)},
+            {"length": 10, "batch_size": 2**59, "mode": "iid", "shard": (0, 2**6)},
             ValueError,
             "too large",
         ),
