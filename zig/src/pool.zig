@@ -37,7 +37,13 @@ fn newThreaded() Io.Threaded {
 /// In a forked child the parent's pool threads do not exist: build a fresh pool. The old one is
 /// abandoned, not deinitialised (joining threads that are gone would hang).
 pub fn afterForkChild() void {
-    if (state.load(.acquire) == .ready) threaded = newThreaded();
+    if (state.load(.acquire) != .ready) return;
+    threaded = newThreaded();
+    // Recycled jobs may count helpers of the parent that do not exist here: start afresh
+    // (the old ones are abandoned, like the old pool).
+    jobs_free = null;
+    jobs_mutex = .init;
+    job_count = 0;
 }
 
 pub fn cpus() usize {
@@ -85,19 +91,110 @@ pub const Blocks = struct {
     }
 };
 
-/// Runs `task.runShard(&blocks)` on `plan.runner_count` runners: the calling thread and pool
-/// threads. Each runner claims blocks until none are left; returns once all runners finished.
+/// The shared state of one batch between its caller and the pool threads helping it. Lives on
+/// the heap and is recycled, so a helper the scheduler starts only after the caller returned
+/// touches nothing of the caller's: it sees `closed`, leaves, and the batch never waited for it.
+const Job = struct {
+    /// Helpers of the last use; awaited before the job is reused (by then they are long done).
+    group: Io.Group = .init,
+    next_free: ?*Job = null,
+    blocks: Blocks = .{ .item_count = 0, .block_items = 1 },
+    context: *anyopaque = undefined,
+    runFn: *const fn (context: *anyopaque, blocks: *Blocks) void = undefined,
+    /// Helpers inside `runFn` right now.
+    active: std.atomic.Value(u32) = .init(0),
+    /// Set by the caller once every block is claimed: helpers arriving later do nothing.
+    closed: std.atomic.Value(u32) = .init(0),
+
+    fn help(job: *Job) void {
+        _ = job.active.fetchAdd(1, .seq_cst);
+        if (job.closed.load(.seq_cst) == 0) job.runFn(job.context, &job.blocks);
+        if (job.active.fetchSub(1, .seq_cst) == 1) io().futexWake(u32, &job.active.raw, 1);
+    }
+};
+
+var jobs_free: ?*Job = null;
+var jobs_mutex: Io.Mutex = .init;
+var job_count: usize = 0;
+/// Jobs ever created; past this, a job whose late helper has not run yet is awaited instead.
+const job_count_max = 64;
+
+/// A recycled job whose helpers have all finished (its group has no pending task), else a new
+/// one. Returns null only when out of memory (the batch then runs on the calling thread).
+fn acquireJob() ?*Job {
+    const pool_io = io();
+    jobs_mutex.lockUncancelable(pool_io);
+    var link: *?*Job = &jobs_free;
+    while (link.*) |job| : (link = &job.next_free) {
+        // A null token means the group has no pending tasks (Io.Group's documented meaning).
+        if (job.group.token.load(.acquire) == null) {
+            link.* = job.next_free;
+            jobs_mutex.unlock(pool_io);
+            return job;
+        }
+    }
+    if (job_count == job_count_max) {
+        const job = jobs_free.?;
+        jobs_free = job.next_free;
+        jobs_mutex.unlock(pool_io);
+        job.group.await(pool_io) catch {};
+        return job;
+    }
+    job_count += 1;
+    jobs_mutex.unlock(pool_io);
+    const fresh = std.heap.c_allocator.create(Job) catch {
+        jobs_mutex.lockUncancelable(pool_io);
+        job_count -= 1;
+        jobs_mutex.unlock(pool_io);
+        return null;
+    };
+    fresh.* = .{};
+    return fresh;
+}
+
+fn releaseJob(job: *Job) void {
+    const pool_io = io();
+    jobs_mutex.lockUncancelable(pool_io);
+    defer jobs_mutex.unlock(pool_io);
+    job.next_free = jobs_free;
+    jobs_free = job;
+}
+
+/// Runs `task.runShard(&blocks)` on up to `plan.runner_count` runners: the calling thread and
+/// pool threads, each claiming contiguous blocks until none are left. Returns once every block
+/// is done; it waits only for helpers that actually joined, never for one still unscheduled.
 /// `Task.runShard` must not fail: it records its own failure for the caller to read.
 pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan) void {
     assert(batch_plan.runner_count <= runner_count_max);
     if (batch_plan.runner_count == 0) return;
-    var blocks: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
-    if (batch_plan.runner_count == 1) return task.runShard(&blocks);
+    const blocks_init: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
+    const job = if (batch_plan.runner_count > 1) acquireJob() else null;
+    if (job == null) {
+        var blocks = blocks_init;
+        return task.runShard(&blocks);
+    }
+    const Erased = struct {
+        fn runShard(context: *anyopaque, blocks: *Blocks) void {
+            Task.runShard(@ptrCast(@alignCast(context)), blocks);
+        }
+    };
+    const j = job.?;
+    j.blocks = blocks_init;
+    j.context = task;
+    j.runFn = Erased.runShard;
+    j.active.store(0, .seq_cst);
+    j.closed.store(0, .seq_cst);
     const pool_io = io();
-    var group: Io.Group = .init;
-    for (1..batch_plan.runner_count) |_| group.async(pool_io, Task.runShard, .{ task, &blocks });
-    task.runShard(&blocks);
-    group.await(pool_io) catch {};
+    for (1..batch_plan.runner_count) |_| j.group.async(pool_io, Job.help, .{j});
+    task.runShard(&j.blocks);
+    // Every block is claimed; helpers that joined may still be finishing theirs.
+    j.closed.store(1, .seq_cst);
+    while (true) {
+        const active = j.active.load(.seq_cst);
+        if (active == 0) break;
+        pool_io.futexWaitUncancelable(u32, &j.active.raw, active);
+    }
+    releaseJob(j);
 }
 
 test "blocks are contiguous, cover the batch once, and runners respect the minimum size" {
@@ -130,4 +227,29 @@ test "run visits every item exactly once" {
     var task: Task = .{};
     run(Task, &task, task.hits.len, plan(task.hits.len, 1 << 30, 1));
     for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+}
+
+test "many threads running batches at once share recycled jobs correctly" {
+    const Task = struct {
+        hits: [512]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
+        }
+    };
+    const Caller = struct {
+        fn loop(ok: *std.atomic.Value(bool)) void {
+            for (0..200) |_| {
+                var task: Task = .{};
+                run(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 7 });
+                for (&task.hits) |*hit| if (hit.load(.monotonic) != 1) ok.store(false, .monotonic);
+            }
+        }
+    };
+    var ok: std.atomic.Value(bool) = .init(true);
+    var threads: [4]std.Thread = undefined;
+    for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Caller.loop, .{&ok});
+    for (threads) |t| t.join();
+    try std.testing.expect(ok.load(.monotonic));
 }
