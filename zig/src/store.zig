@@ -215,6 +215,10 @@ pub const Store = struct {
     pub fn append(store: *Store, records: Records, codec_tag: u8) Error!u64 {
         const io = pool.io();
         const record_codec = try checkCodec(codec_tag);
+        if (records.count > limits.record_count_max) {
+            status.setMessage("a batch of {d} records exceeds the limit of {d}", .{ records.count, limits.record_count_max });
+            return error.StoreFull;
+        }
         try records.validate();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);

@@ -171,6 +171,7 @@ test "dictionary: refused without one, trained, used, reloaded, missing later" {
         try testing.expectEqual(@as(u64, 0), store.length());
         try testing.expect(!store.hasDict());
         try testing.expectError(error.InvalidArgument, store.trainDict(Records.fromSlices(data, offsets[0..4]), 4096));
+        try expectMessage("needs at least 7 samples");
         try testing.expectError(error.InvalidArgument, store.trainDict(records, 10));
         try store.trainDict(records, 4096);
         try testing.expect(store.hasDict());
@@ -348,6 +349,7 @@ test "limits: an oversized record and a count past the table are refused with th
     @memset(big, 7);
     const offsets = [_]u64{ 0, 10, 10, 10 + limits.record_size_max + 1 };
     try testing.expectError(error.RecordTooLarge, store.append(Records.fromSlices(big, &offsets), 1));
+    try expectMessage("record 2 is 1048577 bytes");
     try testing.expectError(error.RecordTooLarge, store.append(.{ .data = big.ptr, .stride = big.len, .count = 1 }, 0));
     try testing.expectEqual(before, store.stats());
     // Fill the table by setting the length directly (entries below it are valid empty records).
@@ -359,6 +361,14 @@ test "limits: an oversized record and a count past the table are refused with th
     try testing.expectError(error.StoreFull, store.append(Records.fromSlices(big[0..0], empty[0..2]), 0));
     try testing.expectEqual(@as(u64, limits.record_count_max), store.length());
     store.meta.publishLength(3);
+}
+
+fn expectMessage(part: []const u8) !void {
+    const message = std.mem.span(@import("status.zig").message());
+    if (std.mem.indexOf(u8, message, part) == null) {
+        std.debug.print("message \"{s}\" lacks \"{s}\"\n", .{ message, part });
+        return error.TestUnexpectedResult;
+    }
 }
 
 fn writeAt(folder: *Folder, name: []const u8, bytes: []const u8, offset: u64) !void {
@@ -390,6 +400,7 @@ test "corrupt and foreign stores are refused on open" {
         try makeSmallStore(&folder);
         try writeAt(&folder, "meta.zr", "XREC", 0);
         try testing.expectError(error.NotAStore, folder.openExisting());
+        try expectMessage("does not start with ZREC");
         try writeAt(&folder, "meta.zr", "ZREC\x09\x00", 0);
         try testing.expectError(error.NotAStore, folder.openExisting());
     }
@@ -431,8 +442,10 @@ test "corrupt and foreign stores are refused on open" {
         try f.setLength(io, 4096);
         f.close(io);
         try testing.expectError(error.Corrupt, folder.openExisting());
+        try expectMessage("0.zr is 4096 bytes");
         try folder.tmp.dir.deleteFile(io, "0.zr");
         try testing.expectError(error.Corrupt, folder.openExisting());
+        try expectMessage("0.zr is missing");
     }
 }
 
