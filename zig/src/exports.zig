@@ -28,6 +28,7 @@ export fn lx_last_error() callconv(.c) [*:0]const u8 {
 const store_mod = @import("store.zig");
 const store_pool = @import("pool.zig");
 const store_errors = @import("errors.zig");
+const store_limits = @import("limits.zig");
 const Store = store_mod.Store;
 
 /// Flags of lx_store_open (LX_OPEN_CREATE, LX_OPEN_DURABLE in loaderx.h).
@@ -98,7 +99,9 @@ export fn lx_store_append(
 ) callconv(.c) Status {
     const s = store orelse return invalid("lx_store_append: store is NULL", .{});
     const offsets_ptr = offsets orelse return invalid("lx_store_append: offsets is NULL", .{});
-    if (offsets_ptr[count] != offsets_ptr[0] and data == null) return invalid("lx_store_append: data is NULL", .{});
+    // An oversized count is refused by append before any offset past the first is read.
+    if (data == null and count <= store_limits.record_count_max and offsets_ptr[count] != offsets_ptr[0])
+        return invalid("lx_store_append: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
     const first = s.append(records, codec_tag) catch |err| return store_errors.toStatus(err);
     if (out_first) |f| f.* = first;
@@ -214,7 +217,9 @@ export fn lx_store_train_dict(
 ) callconv(.c) Status {
     const s = store orelse return invalid("lx_store_train_dict: store is NULL", .{});
     const offsets_ptr = offsets orelse return invalid("lx_store_train_dict: offsets is NULL", .{});
-    if (offsets_ptr[count] != offsets_ptr[0] and samples == null) return invalid("lx_store_train_dict: samples is NULL", .{});
+    if (count > store_limits.record_count_max)
+        return invalid("lx_store_train_dict: {d} samples; at most {d} are accepted", .{ count, store_limits.record_count_max });
+    if (samples == null and offsets_ptr[count] != offsets_ptr[0]) return invalid("lx_store_train_dict: samples is NULL", .{});
     const records: store_mod.Records = .{ .data = samples orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
     return storeStatus(s.trainDict(records, dict_size));
 }
