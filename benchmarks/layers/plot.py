@@ -2,7 +2,8 @@
 
 matplotlib lives in the benchmark environment only; without it the plot is skipped with a line
 saying so. One panel per store table (gather MiB/s, log scale: the peers span three orders of
-magnitude) and one for the loader table (batches/s).
+magnitude) and one for the loader table (batches/s). loaderx is blue, the same run's references
+(npy-mmap, one-thread zstd decode, the bare gather) orange, the peers gray.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ def panels(rep: Report) -> list[tuple[Table, str, str]]:
         elif table.layer == "loader":
             chosen.append((table, "loader", "batches_s"))
     return chosen
+
+
+def color(name: str) -> str:
+    """References orange, loaderx blue, peers gray."""
+    if name == "npy-mmap" or "bare-gather" in name or name.startswith("zstd decode"):
+        return "tab:orange"
+    return "tab:blue" if name.startswith("loaderx") else "tab:gray"
 
 
 def draw(rep: Report, path: Path) -> None:
@@ -42,7 +50,7 @@ def draw(rep: Report, path: Path) -> None:
         rows = [r for r in table.rows if r.get(value_key) is not None]
         names = [str(r[name_key]) for r in rows]
         values = [float(r[value_key]) for r in rows]  # type: ignore[arg-type]
-        colors = ["tab:blue" if n.startswith("loaderx") else "tab:gray" for n in names]
+        colors = [color(n) for n in names]
         ax.barh(names[::-1], values[::-1], color=colors[::-1])
         if table.layer == "store":
             ax.set_xscale("log")

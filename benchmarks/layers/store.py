@@ -87,7 +87,14 @@ def payload_ratio(opened: list[stores.Store], array: np.ndarray) -> str:
             live = store.compressed_bytes()
             if live:
                 return f"per-record zstd-3 ratio {array.nbytes / live:.2f} (loaderx zstd payload)"
-    return "per-record zstd ratio not measured (loaderx zstd not in this run)"
+    try:
+        import zstandard
+    except ImportError:
+        return "per-record zstd ratio not measured (neither loaderx zstd nor zstandard here)"
+    cctx = zstandard.ZstdCompressor(level=3)
+    sample = array[:: max(1, len(array) // 512)]
+    packed = sum(len(cctx.compress(record.tobytes())) for record in sample)
+    return f"per-record zstd-3 ratio {sample.nbytes / packed:.2f} (zstandard, {len(sample)} records)"
 
 
 def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> None:
@@ -118,8 +125,12 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
             if isinstance(store, stores.Loaderx) and store.codec in ("raw", "zstd"):
                 # The same store through gather_into: no result allocation (the loader's path).
                 name = f"{store.name} gather_into"
-                calls[name] = cycling(store.into_reused(len(batches[0])), batches)
-                table.add(store=name)
+                into = store.into_reused(len(batches[0]))
+                if np.array_equal(into(batches[2]), array[batches[2]]):
+                    calls[name] = cycling(into, batches)
+                    table.add(store=name)
+                else:
+                    rep.skip(name, "gathered rows differ from the written array")
     decode = single_core_zstd(array, batches)
     if decode is not None:
         calls["zstd decode, 1 thread"] = decode
@@ -153,14 +164,16 @@ def fill_gather(table: Table, timings: dict[str, timing.Timing], batch_bytes: in
 
 def zstd_targets(kind: str, table: Table, rep: Report) -> None:
     rows = {str(r["store"]): r for r in table.rows}
+    # Raw: ds[idx] allocates its result like numpy's fancy indexing does, so they pair up.
     raw = rows.get("loaderx raw", {}).get("vs_npy")
-    if raw is not None and kind == "mild":
-        rep.target("issue 2", "loaderx raw gather vs npy-mmap (mild)", float(raw), 1.5)  # type: ignore[arg-type]
+    if raw is not None:
+        rep.target("issue 2", f"loaderx raw ds[idx] vs npy-mmap ({kind})", float(raw), 1.5)  # type: ignore[arg-type]
+    # zstd: decompression speed is the question, so the allocation-free call is compared.
     one_core = rows.get("zstd decode, 1 thread", {}).get("gather_mib_s")
-    zstd = rows.get("loaderx zstd", {}).get("gather_mib_s")
+    zstd = rows.get("loaderx zstd gather_into", {}).get("gather_mib_s")
     if one_core and zstd:
-        rep.target("issue 2", f"loaderx zstd gather vs 2x one-core zstd decode ({kind}); "
-                   "wanted 0.90 of 2 cores", float(zstd) / (2 * float(one_core)), 0.9)  # type: ignore[arg-type]
+        rep.target("issue 2", f"loaderx zstd gather_into vs two cores of one-thread zstd decode "
+                   f"({kind})", float(zstd) / (2 * float(one_core)), 0.9)  # type: ignore[arg-type]
 
 
 def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
