@@ -8,12 +8,15 @@ ahead on worker threads (loaderx.prefetch) and delivered strictly in step order,
 ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
 depth or worker count.
 
-Batch lifetime: by default every step gets freshly allocated arrays that belong to the consumer
-for good. With ``reuse_buffers=True`` the gather arrays come from a ring of ``prefetch + 1``
-slots per stream instead, which saves the allocation and page faults of each batch; a batch is
-then valid only until the next call to ``next()`` on the loader (the step after next may be
-written into it), so a consumer that keeps batches (or hands them to code that aliases NumPy
-memory without copying) must copy them or keep the default.
+Batch lifetime: by default a batch's arrays belong to the consumer for good, exactly as if each
+step allocated new ones: an array is written again only once nothing references it any more (no
+variable, view, memoryview, torch.from_numpy tensor or weak reference), and is then recycled
+for a later step instead of going back to malloc. Recycling matters: with several worker
+threads, glibc hands the freed memory of multi-megabyte batches back to the kernel, and fresh
+arrays then cost a page fault per 4 KiB on every step. With ``reuse_buffers=True`` the arrays
+are recycled without that check: a batch is then valid only until the next call to ``next()``
+on the loader (the step after next may be written into it), so a consumer that keeps batches
+must copy them.
 
 Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
 """
@@ -21,6 +24,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -89,11 +93,41 @@ def _check_count(name: str, value: int, maximum: int) -> None:
         raise ValueError(f"{name} must be in 1..{maximum}, got {value}")
 
 
+def _references(slots: list[npt.NDArray[Any] | None], slot: int) -> int:
+    """How many references the array in slots[slot] has, counted the same way every time."""
+    return sys.getrefcount(slots[slot])
+
+
+# What _references reports when the list slot holds the only reference (measured, not assumed:
+# the interpreter and the compiled module keep different temporaries).
+_REFERENCES_ALONE: Final = _references([np.empty(1, dtype=np.uint8)], 0)
+
+
+def _released(slots: list[npt.NDArray[Any] | None], slot: int) -> bool:
+    """True when slots[slot] holds an array that nothing else references, strongly or weakly.
+
+    Then no one can observe the array any more (a view, a memoryview, a tensor made by
+    torch.from_numpy all reference it), so writing into it is as safe as handing out new memory.
+    """
+    if slots[slot] is None:
+        return False
+    return _references(slots, slot) == _REFERENCES_ALONE and weakref.getweakrefcount(
+        slots[slot]
+    ) == 0
+
+
 class _StepMaker:
-    """Computes one step's batch; shared by all worker threads, so it holds no mutable state.
+    """Computes one step's batch; shared by all worker threads.
 
     The worker threads reference this object, never the DataLoader, so a loader the user drops
     can be collected (and its finaliser can stop the threads).
+
+    Output arrays live in a ring of prefetch + 1 slots per stream; step s uses slot s % ring.
+    The prefetcher never lets a worker start step s before the consumer has taken step s -
+    prefetch, so the steps being made and the one the consumer was given last always sit in
+    distinct slots, and each slot is touched by one thread at a time. A slot's previous array is
+    reused when it has been released (see _released); otherwise a new array replaces it and the
+    old one stays with whoever holds it. With reuse_buffers the previous array is always reused.
     """
 
     def __init__(
@@ -103,6 +137,7 @@ class _StepMaker:
         batch_size: int,
         transform: Transform | None,
         ring_size: int,
+        reuse_buffers: bool,
     ) -> None:
         self._sampler: Sampler = sampler
         self._batch_size: int = batch_size
@@ -114,43 +149,42 @@ class _StepMaker:
         self._dtypes: list[np.dtype[Any]] = [streams[name].dtype for name in self._names]
         # Typed loosely on purpose: the result is checked below with a clear message.
         self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
-        # ring_size == 0: fresh arrays every step; otherwise slot step % ring_size is reused.
         self._ring_size: int = ring_size
-        self._ring_indices: list[npt.NDArray[np.int64]] = []
-        self._ring_arrays: list[list[npt.NDArray[Any]]] = []
-        for _ in range(ring_size):
-            self._ring_indices.append(np.empty(batch_size, dtype=_INT64))
-            self._ring_arrays.append(
-                [np.empty(shape, dtype=dtype) for shape, dtype in zip(self._shapes, self._dtypes)]
-            )
+        self._reuse_buffers: bool = reuse_buffers
+        # Indices never leave make(), so their slot can always be reused.
+        self._indices: list[npt.NDArray[np.int64]] = [
+            np.empty(batch_size, dtype=_INT64) for _ in range(ring_size)
+        ]
+        self._outputs: list[list[npt.NDArray[Any] | None]] = [
+            [None] * ring_size for _ in self._names
+        ]
 
     def indices(self, step: int) -> npt.NDArray[np.int64]:
         out = np.empty(self._batch_size, dtype=_INT64)
         self._sampler.fill(step, out)
         return out
 
+    def _output(self, stream: int, slot: int) -> npt.NDArray[Any]:
+        slots = self._outputs[stream]
+        if self._reuse_buffers or _released(slots, slot):
+            reused = slots[slot]
+            if reused is not None:
+                return reused
+        fresh = np.empty(self._shapes[stream], dtype=self._dtypes[stream])
+        slots[slot] = fresh
+        return fresh
+
     def make(self, step: int) -> Batch:
+        slot = step % self._ring_size
+        indices = self._indices[slot]
+        self._sampler.fill(step, indices)
         names = self._names
         datasets = self._datasets
         batch: dict[str, npt.NDArray[Any]] = {}
-        if self._ring_size:
-            slot = step % self._ring_size
-            indices = self._ring_indices[slot]
-            self._sampler.fill(step, indices)
-            arrays = self._ring_arrays[slot]
-            for i in range(len(names)):
-                out = arrays[i]
-                datasets[i].gather_into(indices, out)
-                batch[names[i]] = out
-        else:
-            indices = np.empty(self._batch_size, dtype=_INT64)
-            self._sampler.fill(step, indices)
-            shapes = self._shapes
-            dtypes = self._dtypes
-            for i in range(len(names)):
-                out = np.empty(shapes[i], dtype=dtypes[i])
-                datasets[i].gather_into(indices, out)
-                batch[names[i]] = out
+        for i in range(len(names)):
+            out = self._output(i, slot)
+            datasets[i].gather_into(indices, out)
+            batch[names[i]] = out
         transform = self._transform
         if transform is None:
             return batch
@@ -211,9 +245,8 @@ class DataLoader:
         self.prefetch: int = prefetch
         self.workers: int = workers
         self.reuse_buffers: bool = reuse_buffers
-        ring_size = prefetch + 1 if reuse_buffers else 0
         self._maker: _StepMaker = _StepMaker(
-            self.sampler, self.streams, batch_size, transform, ring_size
+            self.sampler, self.streams, batch_size, transform, prefetch + 1, reuse_buffers
         )
         self._prefetcher: Prefetcher[Batch] = Prefetcher(
             self._maker.make, start_step, prefetch, workers, name="loaderx-prefetch"

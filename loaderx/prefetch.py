@@ -142,27 +142,35 @@ class Prefetcher(Generic[T]):
             return step
 
     def _work(self) -> None:
-        produce = self._produce
         while True:
             step = self._claim()
-            if step < 0:
+            if step < 0 or not self._run(step):
                 return
-            try:
-                value = produce(step)
-            except BaseException as error:  # delivered to the consumer, never swallowed
-                with self._lock:
-                    if self._closed:
-                        return
-                    self._errors[step] = error
-                    if step == self._take_step:
-                        self._ready.notify_all()
-                continue
+
+    def _run(self, step: int) -> bool:
+        """Produces one step and files its result; False once closed.
+
+        A function of its own so that no reference to the result outlives the filing: a worker
+        waiting for room must not keep its last result alive (the DataLoader recycles a batch's
+        arrays only when nothing references them).
+        """
+        try:
+            value = self._produce(step)
+        except BaseException as error:  # delivered to the consumer, never swallowed
             with self._lock:
                 if self._closed:
-                    return
-                self._values[step] = value
+                    return False
+                self._errors[step] = error
                 if step == self._take_step:
                     self._ready.notify_all()
+            return True
+        with self._lock:
+            if self._closed:
+                return False
+            self._values[step] = value
+            if step == self._take_step:
+                self._ready.notify_all()
+        return True
 
     def close(self) -> None:
         """Stops and joins every worker; results not yet taken are dropped. Idempotent."""

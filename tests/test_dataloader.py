@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,52 @@ def test_a_forked_child_is_told_to_make_its_own_loader(streams: dict[str, DenseD
         os.waitpid(pid, 0)
         assert verdict == b"ok"
         check_aligned(next(loader), Sampler(RECORDS, 8).batch(1))
+
+
+def test_released_batches_are_recycled(streams: dict[str, DenseDataset]) -> None:
+    sampler = Sampler(RECORDS, 32, seed=13)
+    addresses = set()
+    with DataLoader(streams, batch_size=32, seed=13, prefetch=3, workers=2) as loader:
+        for step in range(60):
+            batch = next(loader)
+            check_aligned(batch, sampler.batch(step))
+            addresses.add(batch["data"].ctypes.data)
+            del batch
+    # Dropped at once, every batch's memory comes back: at most one array per ring slot.
+    assert len(addresses) <= 3 + 1
+
+
+def test_a_batch_is_never_rewritten_while_anything_references_it(
+    streams: dict[str, DenseDataset],
+) -> None:
+    sampler = Sampler(RECORDS, 32, mode="iid", seed=14)
+    kept: list[tuple[int, memoryview | npt.NDArray[Any]]] = []
+    weak: list[tuple[int, weakref.ref[npt.NDArray[Any]], npt.NDArray[np.int64]]] = []
+    with DataLoader(streams, batch_size=32, mode="iid", seed=14, prefetch=2, workers=2) as loader:
+        for step in range(80):
+            batch = next(loader)
+            kind = step % 5
+            if kind == 0:
+                kept.append((step, batch["data"][1:]))  # a view
+            elif kind == 1:
+                kept.append((step, memoryview(batch["label"])))
+            elif kind == 2:
+                kept.append((step, np.frombuffer(batch["label"], dtype=np.int64)))
+            elif kind == 3:
+                weak.append((step, weakref.ref(batch["label"]), batch["label"].copy()))
+            del batch
+    for step, holder in kept:
+        indices = sampler.batch(step)
+        if isinstance(holder, memoryview):
+            assert np.array_equal(np.asarray(holder), indices)
+        elif isinstance(holder, np.ndarray) and holder.dtype == np.int64:
+            assert np.array_equal(holder, indices)
+        else:
+            assert np.array_equal(holder, encoded(indices)[1:])
+    for step, ref, copy in weak:
+        alive = ref()
+        # Either freed like any dropped array, or still exactly what was handed out.
+        assert alive is None or np.array_equal(alive, copy)
 
 
 def test_streams_must_share_one_length(folder: Path) -> None:
