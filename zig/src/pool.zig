@@ -30,8 +30,11 @@ fn initSlow() void {
 }
 
 fn newThreaded() Io.Threaded {
-    // Pool threads exclude the caller, which always works on its own batch too.
-    return Io.Threaded.init(std.heap.c_allocator, .{ .async_limit = .limited(cpu_count - 1) });
+    // Pool threads exclude the caller, which always works on its own batch too: cpu_count - 1
+    // of them do the work. One more absorbs a helper that has finished its blocks but not yet
+    // told the pool it is free; without it the next batch's helper would run inline on the
+    // caller (std runs a task eagerly once the limit is reached) and the batch would get one core.
+    return Io.Threaded.init(std.heap.c_allocator, .{ .async_limit = .limited(cpu_count) });
 }
 
 /// In a forked child the parent's pool threads do not exist: build a fresh pool. The old one is
@@ -106,11 +109,35 @@ const Job = struct {
     /// Set by the caller once every block is claimed: helpers arriving later do nothing.
     closed: std.atomic.Value(u32) = .init(0),
 
+    /// Set by the caller before it sleeps waiting for `active` to reach 0.
+    caller_sleeping: std.atomic.Value(u32) = .init(0),
+
     fn help(job: *Job) void {
         _ = job.active.fetchAdd(1, .seq_cst);
         if (job.closed.load(.seq_cst) == 0) job.runFn(job.context, &job.blocks);
-        if (job.active.fetchSub(1, .seq_cst) == 1) io().futexWake(u32, &job.active.raw, 1);
+        // Waking a caller that is still spinning would only cost a system call and invite the
+        // scheduler to switch to it before this thread has told the pool it is free.
+        if (job.active.fetchSub(1, .seq_cst) == 1 and job.caller_sleeping.load(.seq_cst) != 0)
+            io().futexWake(u32, &job.active.raw, 1);
     }
+
+    /// Waits until no helper is inside the batch: spins a little (a helper that joined is
+    /// running and usually finishes its last block soon), then sleeps.
+    fn waitForHelpers(job: *Job) void {
+        var spins: u32 = 0;
+        while (job.active.load(.seq_cst) != 0) : (spins += 1) {
+            if (spins < spin_count_max) {
+                std.atomic.spinLoopHint();
+                continue;
+            }
+            job.caller_sleeping.store(1, .seq_cst);
+            const active = job.active.load(.seq_cst);
+            if (active == 0) break;
+            io().futexWaitUncancelable(u32, &job.active.raw, active);
+        }
+    }
+
+    const spin_count_max = 20_000;
 };
 
 var jobs_free: ?*Job = null;
@@ -184,16 +211,13 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     j.runFn = Erased.runShard;
     j.active.store(0, .seq_cst);
     j.closed.store(0, .seq_cst);
+    j.caller_sleeping.store(0, .seq_cst);
     const pool_io = io();
     for (1..batch_plan.runner_count) |_| j.group.async(pool_io, Job.help, .{j});
     task.runShard(&j.blocks);
     // Every block is claimed; helpers that joined may still be finishing theirs.
     j.closed.store(1, .seq_cst);
-    while (true) {
-        const active = j.active.load(.seq_cst);
-        if (active == 0) break;
-        pool_io.futexWaitUncancelable(u32, &j.active.raw, active);
-    }
+    j.waitForHelpers();
     releaseJob(j);
 }
 
