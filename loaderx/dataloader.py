@@ -15,8 +15,9 @@ for a later step instead of going back to malloc. Recycling matters: with severa
 threads, glibc hands the freed memory of multi-megabyte batches back to the kernel, and fresh
 arrays then cost a page fault per 4 KiB on every step. With ``reuse_buffers=True`` the arrays
 are recycled without that check: a batch is then valid only until the next call to ``next()``
-on the loader (the step after next may be written into it), so a consumer that keeps batches
-must copy them.
+on the loader (after which a later step may be written into it), so a consumer that keeps
+batches must copy them. On a free-threaded build the reference count is as reliable for this
+as on a GIL build: once the ring holds the only reference, no other thread can reach the array.
 
 Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
 """
