@@ -34,6 +34,8 @@ pub const Meta = struct {
         };
         file.writePositionalAll(io, std.mem.asBytes(&header), 0) catch |err|
             return fail(err, "write {s}", .{temporary_name});
+        // On disk before the name appears, so a crash never leaves a meta.zr without its header.
+        file.sync(io) catch |err| return fail(err, "sync {s}", .{temporary_name});
         dir.rename(temporary_name, dir, file_name, io) catch |err|
             return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
     }
