@@ -511,3 +511,28 @@ test "gathers from several threads while another thread appends see exact record
     try testing.expectEqual(@as(u64, 900), store.length());
     for (readers) |reader| try testing.expectEqual(@as(u64, 150 * 16), reader.gathered);
 }
+
+test "durable mode: append, delete, compact, dictionary and sync flush in order and round trip" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    var model: std.ArrayList(u64) = .empty;
+    defer model.deinit(testing.allocator);
+    {
+        const store = try Store.open(testing.allocator, folder.path(), .{ .create = true, .durable = true });
+        defer store.close();
+        var batch = try Batch.init(0, 30, &sizeSmall, false);
+        defer batch.deinit();
+        _ = try store.append(batch.records(), 1);
+        for (0..30) |i| try model.append(testing.allocator, i);
+        try store.delete(&[_]i64{ 8, 2 });
+        _ = model.swapRemove(8);
+        _ = model.swapRemove(2);
+        try store.compact();
+        try store.sync();
+        try expectModel(store, model.items);
+    }
+    const store = try folder.openExisting();
+    defer store.close();
+    try expectModel(store, model.items);
+    try testing.expectEqual(@as(u64, 0), store.stats().reclaimable);
+}
