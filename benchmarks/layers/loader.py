@@ -7,7 +7,8 @@ so epoch restarts and worker start-up of torch are paid as a training loop pays 
 each block the next contender waits briefly, untimed, so the previous one's background
 prefetch (threads or worker processes) does not steal its cores. References in the same run:
 the bare gather (sampler + one gather into a reused array on this thread) for loaderx, and
-torch's best per-sample configuration for everyone.
+torch's best per-sample configuration for everyone. loaderx runs in its default cyclic mode
+(every record once per cycle, a new order each cycle), the counterpart of torch's shuffle=True.
 """
 
 from __future__ import annotations

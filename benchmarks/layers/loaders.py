@@ -48,7 +48,7 @@ def loaderx_loop(path: Path, batch: int, transform: Transform,
             return {name: transform(values) for name, values in b.items()}
     extra: dict[str, Any] = {"reuse_buffers": True} if reuse else {}
     loader = DataLoader({"x": dataset}, batch_size=batch, transform=stream_transform,
-                        mode="iid", seed=0, **extra)
+                        mode="cyclic", seed=0, **extra)
     iterator = iter(loader)
 
     def close() -> None:
@@ -59,12 +59,12 @@ def loaderx_loop(path: Path, batch: int, transform: Transform,
 
 
 def bare_gather(path: Path, batch: int) -> tuple[Next, Callable[[], None]]:
-    """Sampler plus one gather into a reused array, on this thread: the loop's floor."""
+    """Sampler plus one gather into a reused array, on this thread: what the loop wraps."""
     from loaderx.dataset import DenseDataset
     from loaderx.sampler import Sampler
 
     dataset = DenseDataset(str(path))
-    sampler = Sampler(len(dataset), batch, mode="iid", seed=0)
+    sampler = Sampler(len(dataset), batch, mode="cyclic", seed=0)
     indices = np.empty(batch, dtype=np.int64)
     out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)
     steps = itertools.count()
