@@ -7,6 +7,7 @@ const limits = @import("limits.zig");
 const errors = @import("errors.zig");
 const status = @import("status.zig");
 const meta = @import("meta.zig");
+const Mapping = @import("mapping.zig").Mapping;
 const Error = errors.Error;
 const fail = meta.fail;
 
@@ -31,7 +32,7 @@ pub const Chunks = struct {
     files: [limits.chunk_count_max]?Io.File = @splat(null),
     /// Read-only mappings of whole chunks, published with release ordering once complete.
     views: [limits.chunk_count_max]std.atomic.Value(?[*]const u8) = @splat(.init(null)),
-    maps: [limits.chunk_count_max]Io.File.MemoryMap = undefined,
+    maps: [limits.chunk_count_max]Mapping = undefined,
     map_mutex: Io.Mutex = .init,
 
     /// The writable handle of a chunk; creates the file (sparse, full size) when `create` says so.
@@ -81,16 +82,8 @@ pub const Chunks = struct {
             status.setMessage("corrupt store: chunk file {s} is {d} bytes, expected {d}", .{ chunk_name.slice(), size, limits.chunk_size_max });
             return error.Corrupt;
         }
-        var map = Io.File.MemoryMap.create(io, f, .{
-            .len = limits.chunk_size_max,
-            .protection = .{ .read = true, .write = false },
-            .populate = false,
-        }) catch |err| return fail(err, "map chunk {s}", .{chunk_name.slice()});
-        if (!meta.isMapped(&map)) {
-            map.destroy(io);
-            status.setMessage("cannot memory-map chunk {s} on this system", .{chunk_name.slice()});
-            return error.Io;
-        }
+        const map = Mapping.create(io, f, limits.chunk_size_max, false) catch |err|
+            return fail(err, "map chunk {s}", .{chunk_name.slice()});
         chunks.maps[chunk_id] = map;
         chunks.views[chunk_id].store(map.memory.ptr, .release);
         return map.memory.ptr;

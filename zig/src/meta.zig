@@ -7,6 +7,7 @@ const format = @import("format.zig");
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
 const status = @import("status.zig");
+const Mapping = @import("mapping.zig").Mapping;
 const Error = errors.Error;
 
 pub const file_name = "meta.zr";
@@ -14,7 +15,7 @@ const temporary_name = "meta.zr.tmp";
 
 pub const Meta = struct {
     file: Io.File,
-    map: Io.File.MemoryMap,
+    map: Mapping,
     header: *format.Header,
     table: *[limits.record_count_max]format.RecordLoc,
 
@@ -55,13 +56,9 @@ pub const Meta = struct {
             status.setMessage("not a store: {s} is {d} bytes, expected {d}", .{ file_name, size, format.meta_size });
             return error.NotAStore;
         }
-        var map = Io.File.MemoryMap.create(io, file, .{ .len = format.meta_size, .populate = false }) catch |err|
+        var map = Mapping.create(io, file, format.meta_size, true) catch |err|
             return fail(err, "map {s}", .{file_name});
         errdefer map.destroy(io);
-        if (!isMapped(&map)) {
-            status.setMessage("cannot memory-map {s} on this system", .{file_name});
-            return error.Io;
-        }
         const header: *format.Header = @ptrCast(map.memory.ptr);
         const table: *[limits.record_count_max]format.RecordLoc = @ptrCast(@alignCast(map.memory.ptr + @sizeOf(format.Header)));
         switch (format.checkHeader(header)) {
@@ -132,12 +129,6 @@ pub const Meta = struct {
         std.posix.msync(memory, std.posix.MSF.SYNC) catch |err| return fail(err, "msync {s}", .{file_name});
     }
 };
-
-/// True when the MemoryMap is a real mapping (std falls back to a heap copy when mapping fails,
-/// which would be wrong for the table and ruinous for a 4 GiB chunk).
-pub fn isMapped(map: *const Io.File.MemoryMap) bool {
-    return map.section != null;
-}
 
 /// Records a message for a failed std call and narrows the error.
 pub fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {

@@ -13,6 +13,7 @@ test {
     _ = @import("limits.zig");
     _ = @import("format.zig");
     _ = @import("errors.zig");
+    _ = @import("mapping.zig");
     _ = @import("meta.zig");
     _ = @import("chunk.zig");
     _ = @import("codec.zig");
