@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -257,18 +258,31 @@ def platform_wheels(source: Path, targets: list[Target], prefix: Path,
             for t in targets]
 
 
+def strip_debug(data: bytes) -> bytes:
+    """mypyc compiles with -g1; the debug sections would make up a third of the wheel."""
+    strip = shutil.which("strip")
+    if strip is None:
+        log("strip not found: compiled modules keep their debug sections")
+        return data
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "module.so"
+        path.write_bytes(data)
+        subprocess.run([strip, "--strip-debug", str(path)], check=True)
+        return path.read_bytes()
+
+
 def compiled_wheel(sdist: Path, interpreter: Interpreter, host: Target, prefix: Path,
                    abi: frozenset[str]) -> Path:
     """mypyc-compiled wheel for one interpreter, tagged by the glibc its modules really need."""
     source = unpack(sdist, WORK / f"src-{interpreter.abi}")
     python = build_environment(interpreter)
-    # -g0: the interpreter's own CFLAGS ask for debug info, which would double the wheel's size.
-    cflags = f"{os.environ.get('CFLAGS', '')} -g0".strip()
     built = pep517(python, "build_wheel", source, WORK / interpreter.abi,
-                   {"LOADERX_SKIP_NATIVE": "1", "CFLAGS": cflags})
+                   {"LOADERX_SKIP_NATIVE": "1"})
     wheel = wheelfile.read_wheel(built)
     suffix = interpreter.extension_suffix
     modules = tuple(sorted(p.removesuffix(suffix) for p in wheel.files if p.endswith(suffix)))
+    for module in modules:
+        wheel.files[module + suffix] = strip_debug(wheel.files[module + suffix])
     expected_modules = sorted([m.removesuffix(".py") for m in project_build.MYPYC_MODULES
                                if (source / m).exists()] + ["loaderx_compiled__mypyc"])
     if list(modules) != expected_modules:
