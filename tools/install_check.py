@@ -3,7 +3,7 @@
     python3 tools/install_check.py            every host wheel in dist/ (compiled and generic)
     python3 tools/install_check.py --sdist    the sdist, built by pip from a venv holding only pip
 
-The test suite (with benchmarks/ and examples/, which some tests drive) is copied to a temporary
+The test suite (with benchmarks/, examples/ and README.md, which some tests use) is copied to a temporary
 folder and run from there, so `import loaderx` can only
 resolve to the installed package; that is asserted before pytest runs (and, for a compiled wheel,
 that the mypyc modules really are extension modules).
@@ -71,6 +71,8 @@ def run_suite(python: str, label: str, compiled: list[str]) -> None:
             if (ROOT / folder).is_dir():
                 shutil.copytree(ROOT / folder, Path(tmp) / folder,
                                 ignore=shutil.ignore_patterns("__pycache__", "results", "*.so"))
+        for name in ("README.md", "LICENSE"):
+            shutil.copyfile(ROOT / name, Path(tmp) / name)
         if (Path(tmp) / "loaderx").exists():
             raise CheckFailed(f"{tmp} holds a loaderx folder; the test would not be of the wheel")
         log(f"pytest ({label}) in {tmp}")
