@@ -131,7 +131,6 @@ def torch_loop(npy: Path, batch: int, workers: int, whole_batch: bool,
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-    torch.set_num_threads(1)  # the collate runs on one core per process either way
     # torch warns when workers outnumber cores; 4 workers on 2 cores is asked for on purpose.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     generator = torch.Generator().manual_seed(0)

@@ -38,7 +38,7 @@ class Timing:
 
     def as_json(self) -> dict[str, object]:
         return {"median_s": self.median, "best_s": self.best, "rounds": len(self.samples),
-                "calls": self.calls}
+                "calls": self.calls, "per_round_s": list(self.samples)}
 
 
 def run_block(call: Call, block_seconds: float) -> tuple[float, int]:
