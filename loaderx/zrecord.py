@@ -47,6 +47,9 @@ def _address(array: npt.NDArray[Any]) -> int:
         # Read-only, or an element type the buffer protocol cannot describe (datetime64).
         return int(array.ctypes.data)
 
+# How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
+_RAGGED_GATHER_ATTEMPTS: Final = 8
+
 
 def codec_id(name: str) -> int:
     """The native tag of a codec name; ValueError listing the valid names otherwise."""
@@ -315,13 +318,20 @@ class Zrecord:
         indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
         count = len(indices)
         offsets = np.zeros(count + 1, dtype=np.uint64)
-        np.cumsum(self._lengths(handle, indices), out=offsets[1:])
-        data = np.empty(int(offsets[-1]), dtype=np.uint8)
-        if count:
+        # Sizing and copying are two native calls. A delete or compact from another thread may
+        # move records in between (each call is atomic, the pair is not); the copy then finds a
+        # slot of the wrong size and refuses to write, and the pair is simply run again.
+        for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
+            np.cumsum(self._lengths(handle, indices), out=offsets[1:])
+            data = np.empty(int(offsets[-1]), dtype=np.uint8)
+            if not count:
+                return data, offsets
             code = _native.lib.lx_store_gather(
                 handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
             )
-            _native.check(code, f"gather of {count} records from {self.path!r}")
+            if code != _native.SIZE_MISMATCH:
+                break
+        _native.check(code, f"gather of {count} records from {self.path!r}")
         return data, offsets
 
     def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
