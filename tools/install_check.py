@@ -2,6 +2,7 @@
 
     python3 tools/install_check.py            every host wheel in dist/ (compiled and generic)
     python3 tools/install_check.py --sdist    the sdist, built by pip from a venv holding only pip
+Other arguments are handed to pytest (e.g. --deselect tests/test_x.py::test_y).
 
 The test suite (with benchmarks/, examples/ and README.md, which some tests use) is copied to a temporary
 folder and run from there, so `import loaderx` can only
@@ -59,7 +60,7 @@ def assert_installed(python: str, compiled: list[str], env: dict[str, str]) -> N
     log(f"installed package: {found['package']}, library {found['library']}")
 
 
-def run_suite(python: str, label: str, compiled: list[str]) -> None:
+def run_suite(python: str, label: str, compiled: list[str], pytest_args: list[str]) -> None:
     """pytest over a copy of tests/, from a folder with no loaderx in it."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOADERX_LIBRARY", "PYTHONPATH")}
     assert_installed(python, compiled, env)
@@ -76,17 +77,19 @@ def run_suite(python: str, label: str, compiled: list[str]) -> None:
         if (Path(tmp) / "loaderx").exists():
             raise CheckFailed(f"{tmp} holds a loaderx folder; the test would not be of the wheel")
         log(f"pytest ({label}) in {tmp}")
-        subprocess.run(nice([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]),
+        subprocess.run(nice([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests),
+                             *pytest_args]),
                        cwd=tmp, env=env, check=True)
 
 
-def check_wheel_install(wheel: Path, interpreter: Interpreter, work: Path) -> None:
+def check_wheel_install(wheel: Path, interpreter: Interpreter, work: Path,
+                        pytest_args: list[str]) -> None:
     python = fresh_venv(interpreter.path, work / f"venv-{wheel.stem}")
     subprocess.run(nice([python, "-m", "pip", "install", "--quiet", str(wheel), *TEST_TOOLS]),
                    check=True)
     compiled = ([m.removesuffix(".py").replace("/", ".") for m in project_build.MYPYC_MODULES]
                 if wheel.name.split("-")[2].startswith("cp") else [])
-    run_suite(python, wheel.name, compiled)
+    run_suite(python, wheel.name, compiled, pytest_args)
 
 
 def host_wheels(host: Target) -> list[tuple[Path, Interpreter]]:
@@ -102,7 +105,7 @@ def host_wheels(host: Target) -> list[tuple[Path, Interpreter]]:
     return chosen
 
 
-def check_sdist_install(work: Path) -> None:
+def check_sdist_install(work: Path, pytest_args: list[str]) -> None:
     sdists = sorted(DIST.glob("loaderx-*.tar.gz"))
     if len(sdists) != 1:
         raise CheckFailed(f"expected one sdist in {DIST}, found {sdists}")
@@ -111,18 +114,19 @@ def check_sdist_install(work: Path) -> None:
     subprocess.run(nice([python, "-m", "pip", "install", "--verbose", str(sdists[0])]), check=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", *TEST_TOOLS], check=True)
     run_suite(python, sdists[0].name, [m.removesuffix(".py").replace("/", ".")
-                                       for m in project_build.MYPYC_MODULES])
+                                       for m in project_build.MYPYC_MODULES], pytest_args)
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sdist", action="store_true", help="install the sdist instead")
     parser.add_argument("--dist-prefix", type=Path, default=ROOT / "zig" / "zig-out")
-    args = parser.parse_args(argv)
+    # Anything not understood here goes to pytest (e.g. -k, --deselect, -x).
+    args, pytest_args = parser.parse_known_args(argv)
     work = ROOT / "build" / "install-check"
     work.mkdir(parents=True, exist_ok=True)
     if args.sdist:
-        check_sdist_install(work)
+        check_sdist_install(work, pytest_args)
         return
     manifest = json.loads((args.dist_prefix / "dist" / "targets.json").read_text())
     host = host_target([Target(**row) for row in manifest["targets"]])
@@ -130,7 +134,7 @@ def main(argv: list[str]) -> None:
     if not chosen:
         raise CheckFailed(f"no wheel for this host in {DIST}; run 'python3 build.py wheels'")
     for wheel, interpreter in chosen:
-        check_wheel_install(wheel, interpreter, work)
+        check_wheel_install(wheel, interpreter, work, pytest_args)
     log(f"passed: {', '.join(w.name for w, _ in chosen)}")
 
 
