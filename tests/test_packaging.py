@@ -8,7 +8,10 @@ folders, so they skip when the suite runs against an installed package from a co
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -119,3 +122,22 @@ def test_library_check_rejects_a_foreign_platform() -> None:
     host = wheel_check.Target(f"linux_{arch}", f"{arch}-linux-gnu", "baseline", "x")
     with pytest.raises(wheel_check.CheckFailed, match="exports differ"):
         wheel_check.check_library("lib", data, host, abi() | {"lx_missing"}, host.wheel_tag)
+
+
+@pytest.mark.parametrize(("platform", "name"), [
+    ("linux", "libloaderx.so"), ("darwin", "libloaderx.dylib"), ("win32", "loaderx.dll"),
+])
+def test_library_file_name_follows_the_platform(platform: str, name: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from loaderx import _native
+
+    monkeypatch.setattr(sys, "platform", platform)
+    assert _native.library_file_name() == name
+
+
+def test_a_missing_library_names_the_file_looked_for(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "libloaderx.so"
+    done = subprocess.run([sys.executable, "-c", "import loaderx._native"], capture_output=True,
+                          text=True, env={**os.environ, "LOADERX_LIBRARY": str(missing)})
+    assert done.returncode != 0
+    assert "LibraryNotFoundError" in done.stderr and str(missing) in done.stderr
