@@ -1,8 +1,9 @@
 """`--only` selection: which contenders of a layer run.
 
-A contender's slug is its name with spaces turned into dashes ("tensorstore-zarr-raw"). A
-selector picks every contender whose slug equals it or starts with it plus a dash, so "h5py"
-picks both HDF5 rows and "loaderx" every loaderx row. Without `--only`, every contender runs
+A contender's slug is its name in lower case with spaces turned into dashes
+("tensorstore-zarr-raw", "loaderx-zstd_dict"). A selector picks every contender whose slug equals
+it or starts with it plus a dash, so "h5py" picks both HDF5 rows, "loaderx" every loaderx row and
+"loaderx-zstd" plain zstd only (the dictionary codec is "loaderx-zstd_dict"). Without `--only`, every contender runs
 except the heavy ones; with it, exactly the selected ones run, plus the table's reference.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 
 def slug(name: str) -> str:
-    return name.replace(" ", "-").replace("_", "-").lower()
+    return name.replace(" ", "-").lower()
 
 
 def matches(name: str, selectors: list[str]) -> bool:

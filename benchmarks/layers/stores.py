@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Callable, Final
+from typing import Callable
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class Loaderx(Store):
         self.codec = codec
         self.dict_size = dict_size
         # zstd_dict compresses at level 19, a few MiB/s here: it runs only when asked for
-        # (--only loaderx-zstd-dict, or --dict-tiers for one row per tier).
+        # (--only loaderx-zstd_dict, or --dict-tiers for one row per tier).
         self.heavy = codec == "zstd_dict" and dict_size is None
         suffix = f"-{dict_size}" if dict_size else ""
         self.name = f"loaderx {codec}{suffix}"
@@ -374,14 +374,20 @@ class Lmdb(Store):
             self.env = None
 
 
-DICT_TIER_NAMES: Final = ("small", "balanced", "max")
+def dict_tier_names() -> list[str]:
+    """loaderx's DICT_TIERS names (in its order), or the documented three without loaderx."""
+    try:
+        from loaderx.dataset import DICT_TIERS
+    except Exception:  # noqa: BLE001 - the loaderx rows then report why they are skipped
+        return ["small", "balanced", "max"]
+    return list(DICT_TIERS)
 
 
 def contenders(dict_tiers: bool) -> list[Store]:
     """Every store in table order; loaderx first, then the reference, then the peers."""
     loaderx: list[Store] = [Loaderx("raw"), Loaderx("zstd")]
     if dict_tiers:
-        loaderx += [Loaderx("zstd_dict", tier) for tier in DICT_TIER_NAMES]
+        loaderx += [Loaderx("zstd_dict", tier) for tier in dict_tier_names()]
     else:
         loaderx.append(Loaderx("zstd_dict"))
     return [*loaderx, NpyMmap(), H5py(None), H5py("gzip"), Blosc2(), TensorStore(None),
