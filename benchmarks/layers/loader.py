@@ -139,9 +139,12 @@ def loader_targets(rates: dict[str, float], best_sample: float | None, best_torc
     if args.transform != "none":
         return
     for codec in ("raw", "zstd"):
-        loop, bare = rates.get(f"loaderx {codec}"), rates.get(f"loaderx bare-gather {codec}")
-        if loop and bare:
-            rep.target("issue 5", f"loader {codec} vs bare {codec} gather", loop / bare, 0.85)
+        bare = rates.get(f"loaderx bare-gather {codec}")
+        for variant in ("", " reuse"):
+            loop = rates.get(f"loaderx {codec}{variant}")
+            if loop and bare:
+                rep.target("issue 5", f"loader {codec}{variant} vs bare {codec} gather",
+                           loop / bare, 0.85)
     raw = rates.get("loaderx raw")
     if raw and best_sample:
         rep.target("issue 5", "loader raw vs torch per-sample best", raw / best_sample, 5.0)
