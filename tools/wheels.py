@@ -27,7 +27,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
