@@ -117,7 +117,7 @@ class Report:
             if t["lower_is_better"]:
                 shown = f"{measured:.1f} (wanted <= {wanted:.0f})"
             else:
-                shown = f"{measured:.2f}x (wanted >= {wanted:.2f}x)"
+                shown = f"{measured:.3f}x (wanted >= {wanted:.2f}x)"
             lines.append(f"  [{verdict:6}] {t['issue']}: {t['claim']}: {shown}")
         return "\n".join(lines)
 
