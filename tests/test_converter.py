@@ -387,29 +387,4 @@ def test_readme_converting_a_numpy_tensor(
     same_bits(ds[:], images)
 
 
-def test_readme_quick_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
-) -> None:
-    pytest.importorskip("loaderx.dataloader")
-    monkeypatch.chdir(tmp_path)
-    write_inputs(rng)
-
-    from loaderx.converter import from_numpy
-    from loaderx.dataset import DenseDataset
-    from loaderx.dataloader import DataLoader
-
-    from_numpy('train_data', np.load('data.npy', mmap_mode='r'))
-    from_numpy('train_label', np.load('label.npy', mmap_mode='r'))
-
-    loader = DataLoader({'data': DenseDataset('train_data'), 'label': DenseDataset('train_label')},
-                        transform=lambda batch: batch)
-
-    for i, batch in enumerate(loader):
-        if i >= 256:
-            break
-
-    print(batch['data'].shape)
-    print(batch['label'].shape)
-    assert batch['data'].shape[1:] == (4, 8)
-    assert batch['label'].shape == batch['data'].shape[:1]
-    loader.close()
+# The spec's Quick Start runs verbatim in tests/test_demo.py (in a fresh interpreter).
