@@ -62,9 +62,13 @@ pub const dist_targets = [_]DistTarget{
 pub fn build(b: *std.Build) void {
     const target = b.standardTargetOptions(.{});
     const optimize = b.standardOptimizeOption(.{ .preferred_optimize_mode = .fast });
-    const zstd_dir = b.option([]const u8, "zstd", "folder holding zstd's lib/ (set by build.py)") orelse
-        @panic("pass -Dzstd=<folder with zstd's lib/>; build.py does this for you");
-    const zstd_lib = std.Build.LazyPath{ .cwd_relative = b.pathJoin(&.{ zstd_dir, "lib" }) };
+    // build.py passes the folder it fetched; a plain `zig build` in zig/ uses the same cache, which
+    // exists once `python3 build.py native` (or any build.py command) has run.
+    const zstd_option = b.option([]const u8, "zstd", "folder holding zstd's lib/ (build.py fetches it)");
+    const zstd_lib: std.Build.LazyPath = if (zstd_option) |dir|
+        .{ .cwd_relative = b.pathJoin(&.{ dir, "lib" }) }
+    else
+        b.path("../.cache/zstd-from-backports.zstd-1.8.0/lib");
 
     const lib = addLoaderxLibrary(b, target, optimize, zstd_lib);
     b.installArtifact(lib);
