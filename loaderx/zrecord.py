@@ -143,6 +143,8 @@ class Zrecord:
         self._handle = 0
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
             os.makedirs(self.path, exist_ok=True)
         elif not os.path.isfile(os.path.join(self.path, "meta.zr")):

@@ -374,3 +374,11 @@ def test_forked_child_gathers_and_parent_keeps_working(store_path: str) -> None:
         assert store.gather(slice(None)) == records
         assert store.append([b"after fork"]) == 600
         assert store.gather(-1) == [b"after fork"]
+
+
+def test_a_file_in_place_of_the_store_folder_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-folder"
+    path.write_bytes(b"hello")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        Zrecord(path)
+    assert path.read_bytes() == b"hello"
