@@ -1,7 +1,8 @@
 //! The store's error set, the narrowing of std's I/O errors into it, and the one exhaustive
 //! mapping from it to the C ABI's statuses.
 const std = @import("std");
-const Status = @import("status.zig").Status;
+const status = @import("status.zig");
+const Status = status.Status;
 
 /// Every way a store operation can fail. Each failure also sets the thread's message.
 pub const Error = error{
@@ -40,6 +41,12 @@ pub fn toStatus(err: Error) Status {
         error.SizeMismatch => .size_mismatch,
         error.PermissionDenied => .permission_denied,
     };
+}
+
+/// Sets the thread's message and returns error.OutOfMemory.
+pub fn outOfMemory() Error {
+    status.setMessage("out of memory", .{});
+    return error.OutOfMemory;
 }
 
 /// Narrows an error from std (file, directory, mapping) into the store's set. Only the errors

@@ -19,6 +19,8 @@ test {
     _ = @import("codec.zig");
     _ = @import("pool.zig");
     _ = @import("store.zig");
+    _ = @import("compaction.zig");
+    _ = @import("dictionary.zig");
     _ = @import("store_test.zig");
     _ = @import("sampler.zig");
 }

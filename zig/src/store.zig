@@ -17,9 +17,11 @@ const Codec = format.Codec;
 const Position = format.Position;
 const RecordLoc = format.RecordLoc;
 const fail = meta_file.fail;
+const compaction = @import("compaction.zig");
+const dictionary = @import("dictionary.zig");
+const outOfMemory = errors.outOfMemory;
 
-pub const dict_file_name = "dict.zr";
-const dict_temporary_name = "dict.zr.tmp";
+pub const dict_file_name = dictionary.file_name;
 
 /// Bytes below which a batch gets no further thread: handing work to the pool costs more than
 /// copying or compressing a few small records.
@@ -45,22 +47,22 @@ pub const Records = struct {
         return .{ .data = data.ptr, .offsets = offsets.ptr, .count = offsets.len - 1 };
     }
 
-    fn begin(records: Records, i: u64) u64 {
+    pub fn begin(records: Records, i: u64) u64 {
         return if (records.offsets) |o| o[i] - o[0] else i * records.stride;
     }
 
-    fn get(records: Records, i: u64) []const u8 {
+    pub fn get(records: Records, i: u64) []const u8 {
         if (records.offsets) |o| return records.data[o[i]..o[i + 1]];
         return records.data[i * records.stride ..][0..records.stride];
     }
 
-    fn totalSize(records: Records) u64 {
+    pub fn totalSize(records: Records) u64 {
         if (records.offsets) |o| return o[records.count] - o[0];
         return records.count * records.stride;
     }
 
     /// Offsets must not decrease and no record may exceed record_size_max.
-    fn validate(records: Records) Error!void {
+    pub fn validate(records: Records) Error!void {
         if (records.offsets) |o| {
             for (0..records.count) |i| {
                 if (o[i + 1] < o[i]) {
@@ -94,7 +96,7 @@ pub const Destination = struct {
 
 /// The first failure of a sharded operation, with its message carried back to the calling
 /// thread (messages are thread-local; shards run on pool threads).
-const Failure = struct {
+pub const Failure = struct {
     claimed: std.atomic.Value(bool) = .init(false),
     err: Error = error.Io,
     message: [256]u8 = undefined,
@@ -182,7 +184,7 @@ pub const Store = struct {
         const store = allocator.create(Store) catch return outOfMemory();
         errdefer allocator.destroy(store);
         store.* = .{ .allocator = allocator, .dir = dir, .meta = meta, .chunks = chunks, .durable = options.durable };
-        store.dict = try loadDictionary(allocator, io, dir);
+        store.dict = try dictionary.load(allocator, io, dir);
         return store;
     }
 
@@ -544,284 +546,20 @@ pub const Store = struct {
         try store.meta.flushAll(io);
     }
 
-    // ---- compaction ---------------------------------------------------------------------
+    // ---- compaction and dictionary (their own files) --------------------------------------
 
-    /// Offline in-place compaction (takes the store exclusively).
+    /// Offline in-place compaction (takes the store exclusively); see compaction.zig.
     pub fn compact(store: *Store) Error!void {
-        const io = pool.io();
-        store.lock.lockUncancelable(io);
-        defer store.lock.unlock(io);
-        var compaction = try Compaction.init(store);
-        defer compaction.deinit();
-        while (try compaction.step()) {}
-        try compaction.finish();
+        return compaction.compact(store);
     }
 
-    /// Compaction in steps, so a test can stop it after any single record move. The caller
-    /// holds the store exclusively. Records are visited in physical order and packed from the
-    /// start of chunk 0 in that order, so each one only moves to a lower address and never onto
-    /// bytes of a record not yet visited; each table entry is updated as soon as its record
-    /// lands, so the store is valid between any two steps.
-    pub const Compaction = struct {
-        store: *Store,
-        /// Live record indices in physical order.
-        order: []u32,
-        next: usize = 0,
-        /// Where the next record goes.
-        cursor: Position = .{ .chunk = 0, .offset = 0 },
-        /// The last non-empty record visited: its old and new location (exact duplicate
-        /// entries, which only an interrupted delete leaves, share the new location).
-        previous: ?struct { source: RecordLoc, destination: Position } = null,
-        buffer: []u8,
-        /// Records whose bytes moved so far, and how many of them went through the scratch area.
-        moved: u64 = 0,
-        staged: u64 = 0,
-        /// Highest chunk the store used before (files past the new frontier up to it are removed).
-        chunk_last: u32,
-
-        pub fn init(store: *Store) Error!Compaction {
-            const record_count = store.meta.length();
-            const order = store.allocator.alloc(u32, record_count) catch return outOfMemory();
-            errdefer store.allocator.free(order);
-            for (order, 0..) |*o, i| o.* = @intCast(i);
-            std.mem.sortUnstable(u32, order, store.meta.table, physicallyBefore);
-            try checkNoOverlap(store.meta.table, order);
-            const buffer = store.allocator.alloc(u8, limits.record_size_max) catch return outOfMemory();
-            const tail = store.meta.header.tail();
-            return .{
-                .store = store,
-                .order = order,
-                .buffer = buffer,
-                .chunk_last = @min(tail.chunk + 1, limits.chunk_count_max - 1),
-            };
-        }
-
-        pub fn deinit(compaction: *Compaction) void {
-            compaction.store.allocator.free(compaction.order);
-            compaction.store.allocator.free(compaction.buffer);
-            compaction.* = undefined;
-        }
-
-        fn physicallyBefore(table: *const [limits.record_count_max]RecordLoc, a: u32, b: u32) bool {
-            const ea = table[a];
-            const eb = table[b];
-            if (ea.chunk_id != eb.chunk_id) return ea.chunk_id < eb.chunk_id;
-            if (ea.offset != eb.offset) return ea.offset < eb.offset;
-            if (ea.phys_length != eb.phys_length) return ea.phys_length < eb.phys_length;
-            return a < b;
-        }
-
-        /// Records must not overlap (except exact duplicates): moving one would clobber another.
-        fn checkNoOverlap(table: *const [limits.record_count_max]RecordLoc, order: []const u32) Error!void {
-            var end: Position = .{ .chunk = 0, .offset = 0 };
-            var last: ?RecordLoc = null;
-            for (order) |index| {
-                const entry = table[index];
-                if (entry.phys_length == 0) continue;
-                const start: Position = .{ .chunk = entry.chunk_id, .offset = entry.offset };
-                if (last) |l| if (l.chunk_id == entry.chunk_id and l.offset == entry.offset and l.phys_length == entry.phys_length) continue;
-                if (start.order(end) == .lt) {
-                    status.setMessage("corrupt store: record {d} overlaps another record", .{index});
-                    return error.Corrupt;
-                }
-                end = .{ .chunk = entry.chunk_id, .offset = @as(u64, entry.offset) + entry.phys_length };
-                last = entry;
-            }
-        }
-
-        /// Visits records until one has moved; false when every record has been visited.
-        pub fn step(compaction: *Compaction) Error!bool {
-            const store = compaction.store;
-            while (compaction.next < compaction.order.len) {
-                const index = compaction.order[compaction.next];
-                compaction.next += 1;
-                const entry = &store.meta.table[index];
-                if (entry.phys_length == 0) {
-                    // Empty records own no bytes; they just follow the frontier.
-                    entry.chunk_id = @intCast(compaction.cursor.chunk);
-                    entry.offset = @intCast(compaction.cursor.offset);
-                    continue;
-                }
-                if (compaction.previous) |p| if (p.source.chunk_id == entry.chunk_id and p.source.offset == entry.offset and
-                    p.source.phys_length == entry.phys_length)
-                {
-                    entry.chunk_id = @intCast(p.destination.chunk);
-                    entry.offset = @intCast(p.destination.offset);
-                    continue;
-                };
-                const source: Position = .{ .chunk = entry.chunk_id, .offset = entry.offset };
-                const placement = format.place(compaction.cursor, entry.phys_length).?;
-                assert(placement.start.order(source) != .gt);
-                compaction.previous = .{ .source = entry.*, .destination = placement.start };
-                compaction.cursor = placement.end;
-                if (placement.start.order(source) == .eq) continue;
-                try compaction.move(entry, source, placement.start);
-                compaction.moved += 1;
-                return true;
-            }
-            return false;
-        }
-
-        /// Moves one record to a lower address and points its entry there. A destination that
-        /// overlaps the source is staged past the frontier first, so a crash in the middle of
-        /// the copy never leaves the entry pointing at half-overwritten bytes.
-        fn move(compaction: *Compaction, entry: *RecordLoc, source: Position, destination: Position) Error!void {
-            const store = compaction.store;
-            const io = pool.io();
-            const size = entry.phys_length;
-            const bytes = compaction.buffer[0..size];
-            const source_file = try store.chunks.file(io, store.dir, source.chunk, false);
-            const read = source_file.readPositionalAll(io, bytes, source.offset) catch |err|
-                return fail(err, "read chunk {d}.zr", .{source.chunk});
-            if (read != size) {
-                status.setMessage("corrupt store: chunk {d}.zr ends inside a record", .{source.chunk});
-                return error.Corrupt;
-            }
-            const overlaps = destination.chunk == source.chunk and destination.offset + size > source.offset;
-            if (overlaps) {
-                const tail = store.meta.header.tail();
-                if (format.place(tail, size)) |scratch| {
-                    // The scratch area becomes part of the written space first, so the entry
-                    // pointing there is valid at every moment.
-                    try compaction.writeBytes(scratch.start, bytes);
-                    store.meta.header.setTail(scratch.end);
-                    compaction.chunk_last = @max(compaction.chunk_last, @min(scratch.start.chunk, limits.chunk_count_max - 1));
-                    try compaction.pointAt(entry, scratch.start, true);
-                    compaction.staged += 1;
-                }
-            }
-            try compaction.writeBytes(destination, bytes);
-            try compaction.pointAt(entry, destination, false);
-        }
-
-        fn writeBytes(compaction: *Compaction, position: Position, bytes: []const u8) Error!void {
-            const store = compaction.store;
-            const io = pool.io();
-            const f = try store.chunks.file(io, store.dir, position.chunk, true);
-            f.writePositionalAll(io, bytes, position.offset) catch |err|
-                return fail(err, "write chunk {d}.zr", .{position.chunk});
-            if (store.durable) f.sync(io) catch |err| return fail(err, "sync chunk {d}.zr", .{position.chunk});
-        }
-
-        fn pointAt(compaction: *Compaction, entry: *RecordLoc, position: Position, header_too: bool) Error!void {
-            const store = compaction.store;
-            entry.chunk_id = @intCast(position.chunk);
-            entry.offset = @intCast(position.offset);
-            if (store.durable) {
-                const io = pool.io();
-                const index = (@intFromPtr(entry) - @intFromPtr(&store.meta.table[0])) / @sizeOf(RecordLoc);
-                try store.meta.flushEntries(io, index, 1);
-                if (header_too) try store.meta.flushHeader(io);
-            }
-        }
-
-        /// Moves the frontier down to the packed end and removes chunk files past it.
-        pub fn finish(compaction: *Compaction) Error!void {
-            assert(compaction.next == compaction.order.len);
-            const store = compaction.store;
-            const io = pool.io();
-            store.meta.header.setTail(compaction.cursor);
-            // The frontier must be on disk before the files it no longer covers disappear.
-            try store.meta.flushAll(io);
-            store.chunks.unmapAll(io);
-            var id = compaction.cursor.chunk + 1;
-            while (id <= compaction.chunk_last) : (id += 1) try store.chunks.remove(io, store.dir, id);
-        }
-    };
-
-    // ---- dictionary ---------------------------------------------------------------------
+    pub const Compaction = compaction.Compaction;
 
     /// Trains a dictionary from samples, writes dict.zr atomically and loads it.
     pub fn trainDict(store: *Store, samples: Records, dict_size: u64) Error!void {
-        const io = pool.io();
-        store.lock.lockUncancelable(io);
-        defer store.lock.unlock(io);
-        if (store.dict != null and store.meta.length() > 0) {
-            status.setMessage("the store already has a dictionary and {d} records; a new one would make them unreadable", .{store.meta.length()});
-            return error.DictionaryExists;
-        }
-        if (dict_size < codec.dict_size_min or dict_size > codec.dict_size_max) {
-            status.setMessage("dict_size {d} is outside [{d}, {d}]", .{ dict_size, codec.dict_size_min, codec.dict_size_max });
-            return error.InvalidArgument;
-        }
-        if (samples.count < codec.dict_sample_count_min) {
-            status.setMessage("training a dictionary needs at least {d} samples (ideally hundreds); got {d}", .{ codec.dict_sample_count_min, samples.count });
-            return error.InvalidArgument;
-        }
-        try samples.validate();
-        const sizes = store.allocator.alloc(usize, samples.count) catch return outOfMemory();
-        defer store.allocator.free(sizes);
-        for (sizes, 0..) |*size, i| size.* = samples.get(i).len;
-        const bytes = store.allocator.alloc(u8, dict_size) catch return outOfMemory();
-        var owned = true;
-        defer if (owned) store.allocator.free(bytes);
-        const base: u64 = if (samples.offsets) |o| o[0] else 0;
-        const contiguous = samples.data[base..][0..samples.totalSize()];
-        const trained_size = switch (codec.train(bytes, contiguous, sizes)) {
-            .size => |size| size,
-            .failed => |detail| {
-                status.setMessage("dictionary training failed ({s}); give more and larger samples (about 100x dict_size in total)", .{detail});
-                return error.InvalidArgument;
-            },
-        };
-        const trained = store.allocator.realloc(bytes, trained_size) catch bytes[0..trained_size];
-        owned = false;
-        var dict_owned = true;
-        defer if (dict_owned) store.allocator.free(trained);
-        try writeDictionary(io, store.dir, trained, store.durable);
-        const dict = store.allocator.create(codec.Dictionary) catch return outOfMemory();
-        dict.* = codec.Dictionary.init(trained) catch {
-            store.allocator.destroy(dict);
-            return outOfMemory();
-        };
-        dict_owned = false;
-        if (store.dict) |old| {
-            old.deinit(store.allocator);
-            store.allocator.destroy(old);
-        }
-        @atomicStore(?*codec.Dictionary, &store.dict, dict, .release);
+        return dictionary.train(store, samples, dict_size);
     }
 };
-
-fn writeDictionary(io: Io, dir: Io.Dir, bytes: []const u8, durable: bool) Error!void {
-    {
-        const f = dir.createFile(io, dict_temporary_name, .{ .truncate = true }) catch |err|
-            return fail(err, "create {s}", .{dict_temporary_name});
-        defer f.close(io);
-        f.writePositionalAll(io, bytes, 0) catch |err| return fail(err, "write {s}", .{dict_temporary_name});
-        if (durable) f.sync(io) catch |err| return fail(err, "sync {s}", .{dict_temporary_name});
-    }
-    dir.rename(dict_temporary_name, dir, dict_file_name, io) catch |err|
-        return fail(err, "rename {s} to {s}", .{ dict_temporary_name, dict_file_name });
-}
-
-fn loadDictionary(allocator: Allocator, io: Io, dir: Io.Dir) Error!?*codec.Dictionary {
-    const f = dir.openFile(io, dict_file_name, .{}) catch |err| switch (err) {
-        error.FileNotFound => return null,
-        else => return fail(err, "open {s}", .{dict_file_name}),
-    };
-    defer f.close(io);
-    const size = f.length(io) catch |err| return fail(err, "stat {s}", .{dict_file_name});
-    if (size == 0 or size > codec.dict_size_max) {
-        status.setMessage("corrupt store: {s} is {d} bytes", .{ dict_file_name, size });
-        return error.Corrupt;
-    }
-    const bytes = allocator.alloc(u8, @intCast(size)) catch return outOfMemory();
-    var owned = true;
-    defer if (owned) allocator.free(bytes);
-    const read = f.readPositionalAll(io, bytes, 0) catch |err| return fail(err, "read {s}", .{dict_file_name});
-    if (read != size) {
-        status.setMessage("corrupt store: {s} shrank while being read", .{dict_file_name});
-        return error.Corrupt;
-    }
-    const dict = allocator.create(codec.Dictionary) catch return outOfMemory();
-    dict.* = codec.Dictionary.init(bytes) catch {
-        allocator.destroy(dict);
-        return outOfMemory();
-    };
-    owned = false;
-    return dict;
-}
 
 /// Every live entry must lie inside the written chunk space with sane sizes and codec.
 fn checkTable(meta: *const meta_file.Meta) Error!void {
@@ -863,7 +601,3 @@ fn checkIndices(indices: []const i64, length: u64) Error!void {
     }
 }
 
-fn outOfMemory() Error {
-    status.setMessage("out of memory", .{});
-    return error.OutOfMemory;
-}
