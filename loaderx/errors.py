@@ -33,3 +33,7 @@ class SchemaError(LoaderxError, ValueError):
 
 class LibraryNotFoundError(LoaderxError, ImportError):
     """The native library was not found or does not match this version of the Python package."""
+
+
+class ManifestError(LoaderxError, ValueError):
+    """A sharded dataset's manifest (shards.msgpack) is malformed or disagrees with its shards."""

@@ -1,0 +1,438 @@
+"""shards.msgpack: the manifest of a sharded dataset, and the atomic commit that adds shards.
+
+A sharded dataset folder holds
+    schema.msgpack     the dataset's schema (as for a single-store dataset)
+    shards.msgpack     this manifest: the format version and the ordered list of shards
+    shard-000001/ ...  one ordinary single-store dataset folder per shard (its own
+                       schema.msgpack, identical to the top one, plus meta.zr and chunks)
+Shard k's records are the global indices [sum of the counts before k, ... + its count).
+
+A single-store dataset (store files at the top level, no manifest) keeps opening as it always
+did. When it rolls over, the manifest names "." (the top-level store, left where it is) as
+shard 0 and the new shards follow as shard-000001, shard-000002, ...; nothing is moved.
+
+The counts. Each entry records how many records its store held when the manifest was written.
+A shard's store must hold exactly that many, with two exceptions that crashes make legitimate:
+- the last shard (the tail) may hold more: appends fill it without rewriting the manifest;
+- an entry with `records_before` is mid-delete: its store may hold any count from `records` to
+  `records_before` (the delete is written to the manifest first, then to the store).
+Anything else ("counts disagree") means a shard was replaced, truncated or lost, and opening
+refuses it naming the shard. Readers always use the store's own length.
+
+Commits. `commit_shards` moves complete staged shard folders in as the next shard names and
+rewrites the manifest atomically (temporary file, fsync, rename, fsync of the folder), under a
+commit lock (flock on `shards.lock` in the dataset folder), so independent jobs may append
+shards at the same time. A shard folder that no manifest lists (a crash between the move and the
+manifest write) is invisible to readers and removed by the next commit.
+
+This module stays interpreted: it runs once per open, commit or rollover, never on a read path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import msgpack
+
+from loaderx.errors import ManifestError, SchemaError
+from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
+
+MANIFEST_FILE: Final = "shards.msgpack"
+MANIFEST_FORMAT: Final = "loaderx-shards"
+MANIFEST_VERSION: Final = 1
+LOCK_FILE: Final = "shards.lock"
+STAGING_PREFIX: Final = ".staging-"
+# The name of the top-level store when a single-store dataset has rolled over.
+TOP_LEVEL: Final = "."
+
+# A store's record limit (loaderx.zrecord.RECORD_COUNT_MAX; limits.zig record_count_max): the
+# default capacity of a shard before appends roll over to a new one.
+SHARD_RECORDS_MAX: Final = 1 << 24
+# Shards a dataset may hold (limits.zig view_shard_count_max): 2^20 shards of 2^24 records
+# each is 2^44 records, far inside the int64 index space.
+SHARD_COUNT_MAX: Final = 1 << 20
+RECORD_COUNT_MAX: Final = SHARD_COUNT_MAX * SHARD_RECORDS_MAX
+
+_META_FILE: Final = "meta.zr"
+_NAME_PATTERN: Final = re.compile(r"shard-([0-9]{6,7})")
+# 2^20 entries of a name and two ints stay well under this.
+_MANIFEST_BYTES_MAX: Final = 1 << 26
+
+
+class ShardEntry:
+    """One shard: its folder name inside the dataset and its record count (see the module doc)."""
+
+    name: str
+    records: int
+    records_before: int | None
+
+    def __init__(self, name: str, records: int, records_before: int | None = None) -> None:
+        self.name = name
+        self.records = records
+        self.records_before = records_before
+
+    def accepts(self, length: int, is_tail: bool) -> bool:
+        """Whether a store holding `length` records agrees with this entry."""
+        if self.records_before is not None and self.records <= length <= self.records_before:
+            return True
+        return length >= self.records if is_tail else length == self.records
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name, "records": self.records}
+        if self.records_before is not None:
+            entry["records_before"] = self.records_before
+        return entry
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardEntry):
+            return NotImplemented
+        return (self.name, self.records, self.records_before) == (
+            other.name,
+            other.records,
+            other.records_before,
+        )
+
+    def __repr__(self) -> str:
+        extra = "" if self.records_before is None else f", records_before={self.records_before}"
+        return f"ShardEntry({self.name!r}, records={self.records}{extra})"
+
+
+class Manifest:
+    """The ordered shards of a dataset; `generation` grows by one with every write."""
+
+    version: int
+    generation: int
+    shards: list[ShardEntry]
+
+    def __init__(
+        self, shards: Sequence[ShardEntry], generation: int = 0, version: int = MANIFEST_VERSION
+    ) -> None:
+        self.version = version
+        self.generation = generation
+        self.shards = list(shards)
+
+    @property
+    def records(self) -> int:
+        """The total of the recorded counts (the tail's store may hold more)."""
+        return sum(entry.records for entry in self.shards)
+
+    @property
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.shards]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "version": self.version,
+            "generation": self.generation,
+            "shards": [entry.to_dict() for entry in self.shards],
+        }
+
+    def __repr__(self) -> str:
+        return f"Manifest(generation={self.generation}, shards={self.shards!r})"
+
+
+def manifest_path(folder: str) -> str:
+    return os.path.join(folder, MANIFEST_FILE)
+
+
+def shard_name(number: int) -> str:
+    """The folder name of shard `number` (shard-000001; "." is only ever the legacy shard 0)."""
+    if number < 0 or number >= SHARD_COUNT_MAX:
+        raise ValueError(f"shard number {number} is outside 0..{SHARD_COUNT_MAX - 1}")
+    return f"shard-{number:06d}"
+
+
+def shard_number(name: str) -> int | None:
+    """The number in a shard folder name, 0 for ".", None for anything else."""
+    if name == TOP_LEVEL:
+        return 0
+    found = _NAME_PATTERN.fullmatch(name)
+    return int(found.group(1)) if found else None
+
+
+def shard_folder(folder: str, name: str) -> str:
+    """The path of a shard's store folder ("." is the dataset folder itself)."""
+    return folder if name == TOP_LEVEL else os.path.join(folder, name)
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def _entry(raw: object, position: int, path: str) -> ShardEntry:
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{path}: shard entry {position} is not a map")
+    name = raw.get("name")
+    records = raw.get("records")
+    before = raw.get("records_before")
+    if not isinstance(name, str) or shard_number(name) is None:
+        raise ManifestError(f"{path}: shard entry {position} has a bad name {name!r}")
+    if name == TOP_LEVEL and position != 0:
+        raise ManifestError(f"{path}: '.' (the top-level store) may only be shard 0")
+    for what, value in (("records", records), ("records_before", before)):
+        if value is None and what == "records_before":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ManifestError(f"{path}: shard {name!r} has a bad {what} {value!r}")
+        if value > SHARD_RECORDS_MAX:
+            raise ManifestError(
+                f"{path}: shard {name!r} claims {value} records; a shard holds at most "
+                f"{SHARD_RECORDS_MAX}"
+            )
+    assert isinstance(records, int)
+    if before is not None and before < records:
+        raise ManifestError(f"{path}: shard {name!r} has records_before below records")
+    return ShardEntry(name, records, before)
+
+
+def parse_manifest(data: bytes, path: str) -> Manifest:
+    """A Manifest from a manifest file's bytes; ManifestError if they are not one."""
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, TypeError) as exc:
+        raise ManifestError(f"{path} is not a valid msgpack manifest: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{path} is not a loaderx shard manifest (no format {MANIFEST_FORMAT!r})")
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ManifestError(f"{path}: bad manifest version {version!r}")
+    if version > MANIFEST_VERSION:
+        raise ManifestError(
+            f"{path} has manifest version {version}; this loaderx reads version "
+            f"{MANIFEST_VERSION} (upgrade loaderx)"
+        )
+    generation = raw.get("generation")
+    shards = raw.get("shards")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise ManifestError(f"{path}: bad generation {generation!r}")
+    if not isinstance(shards, list):
+        raise ManifestError(f"{path}: 'shards' must be a list")
+    if len(shards) > SHARD_COUNT_MAX:
+        raise ManifestError(f"{path} lists {len(shards)} shards; the limit is {SHARD_COUNT_MAX}")
+    entries = [_entry(item, position, path) for position, item in enumerate(shards)]
+    names = [entry.name for entry in entries]
+    if len(set(names)) != len(names):
+        raise ManifestError(f"{path} lists a shard twice")
+    return Manifest(entries, generation, version)
+
+
+def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
+    """The manifest of a dataset folder, or None for a single-store (or absent) dataset."""
+    path = manifest_path(os.fspath(folder))
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MANIFEST_BYTES_MAX + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > _MANIFEST_BYTES_MAX:
+        raise ManifestError(f"{path} is too large to be a loaderx shard manifest")
+    return parse_manifest(data, path)
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def fsync_folder(folder: str) -> None:
+    """Makes a rename or a new entry in `folder` durable (a no-op where folders cannot be synced)."""
+    if sys.platform == "win32":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(folder: str | os.PathLike[str], manifest: Manifest) -> None:
+    """Writes the manifest atomically: a temporary file, fsync, rename over, fsync the folder."""
+    folder = os.fspath(folder)
+    path = manifest_path(folder)
+    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    data = msgpack.packb(manifest.to_dict(), use_bin_type=True)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fsync_folder(folder)
+
+
+@contextmanager
+def commit_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the dataset's commit lock (an exclusive flock on shards.lock) for the block.
+
+    Every manifest change takes it: commits, rollovers, appends to a sharded dataset and
+    maintenance. The lock is per open file, so it excludes other threads of this process too;
+    it is not re-entrant (code holding it calls the *_locked functions).
+    """
+    folder = os.fspath(folder)
+    fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock_file(fd)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _lock_file(fd: int) -> None:
+    if sys.platform == "win32":  # Windows wheels only
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def staging_folder(folder: str | os.PathLike[str]) -> str:
+    """A fresh, empty hidden folder inside the dataset folder (created if absent) to build one
+    shard in before commit_shards moves it in. Being inside the dataset, the move is a rename."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    os.mkdir(path)
+    return path
+
+
+def _store_length(folder: str) -> int:
+    # Imported here so that reading a manifest never needs the native library.
+    from loaderx.zrecord import Zrecord
+
+    with Zrecord(folder, create=False) as store:
+        return len(store)
+
+
+def _check_staged(folder: str, schema: Schema) -> int:
+    """A staged shard's record count, after checking it is one complete single-store dataset."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"staged shard {folder!r} is not a folder")
+    if os.path.exists(manifest_path(folder)):
+        raise ManifestError(f"staged shard {folder!r} is itself sharded; stage single stores")
+    if not os.path.isfile(os.path.join(folder, _META_FILE)):
+        raise ManifestError(f"staged shard {folder!r} has no {_META_FILE}: it is not a store")
+    try:
+        found = read_schema(folder)
+    except FileNotFoundError:
+        raise SchemaError(f"staged shard {folder!r} has no {SCHEMA_FILE}") from None
+    lines = differences(found, schema)
+    if lines:
+        raise SchemaError(f"staged shard {folder!r} has another schema: " + "; ".join(lines))
+    return _store_length(folder)
+
+
+def _prepare_dataset(folder: str, schema: Schema) -> bool:
+    """Checks the dataset's own schema, or writes it when the folder is a new dataset (and then
+    returns True, so that a failed commit can take it away again)."""
+    try:
+        found = read_schema(folder)
+    except FileNotFoundError:
+        if os.path.isfile(os.path.join(folder, _META_FILE)):
+            raise SchemaError(
+                f"{folder!r} is a Zrecord store without {SCHEMA_FILE}; refusing to add shards"
+            ) from None
+        write_schema(folder, schema)
+        return True
+    lines = differences(found, schema)
+    if lines:
+        raise SchemaError(
+            f"{folder!r} holds a dataset with another schema than the shards: " + "; ".join(lines)
+        )
+    return False
+
+
+def current_manifest(folder: str) -> Manifest:
+    """The manifest to extend: the written one, or the implied one of a single-store or new
+    dataset (the top-level store as shard 0, or no shards). The commit lock must be held."""
+    found = read_manifest(folder)
+    if found is not None:
+        return found
+    if os.path.isfile(os.path.join(folder, _META_FILE)):
+        return Manifest([ShardEntry(TOP_LEVEL, _store_length(folder))])
+    return Manifest([])
+
+
+def remove_unlisted(folder: str, manifest: Manifest) -> None:
+    """Removes shard folders that the manifest does not list (left by a crashed commit)."""
+    listed = set(manifest.names)
+    for name in os.listdir(folder):
+        if shard_number(name) is not None and name not in listed:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def next_shard_number(manifest: Manifest) -> int:
+    numbers = [shard_number(entry.name) for entry in manifest.shards]
+    return max((n for n in numbers if n is not None), default=-1) + 1
+
+
+def seal_tail(folder: str, manifest: Manifest) -> None:
+    """Sets the tail entry's count to its store's length (appends may have run ahead)."""
+    if manifest.shards:
+        tail = manifest.shards[-1]
+        tail.records = _store_length(shard_folder(folder, tail.name))
+        tail.records_before = None
+
+
+def commit_shards_locked(folder: str, staged: list[str], schema: Schema) -> Manifest:
+    """commit_shards for a caller that already holds the commit lock."""
+    counts = [_check_staged(path, schema) for path in staged]
+    manifest = current_manifest(folder)
+    if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
+        raise ManifestError(
+            f"{folder!r} has {len(manifest.shards)} shards; adding {len(staged)} would pass "
+            f"the limit of {SHARD_COUNT_MAX}"
+        )
+    created = _prepare_dataset(folder, schema)
+    moved: list[tuple[str, str]] = []
+    try:
+        remove_unlisted(folder, manifest)
+        seal_tail(folder, manifest)
+        first = next_shard_number(manifest)
+        for offset, (path, count) in enumerate(zip(staged, counts)):
+            name = shard_name(first + offset)
+            target = os.path.join(folder, name)
+            os.rename(path, target)
+            moved.append((path, target))
+            manifest.shards.append(ShardEntry(name, count))
+        fsync_folder(folder)
+        manifest.generation += 1
+        write_manifest(folder, manifest)
+    except BaseException:
+        for path, target in reversed(moved):
+            os.rename(target, path)
+        if created:
+            os.unlink(os.path.join(folder, SCHEMA_FILE))
+        raise
+    return manifest
+
+
+def commit_shards(
+    folder: str | os.PathLike[str], staged_folders: list[str], schema: Schema
+) -> Manifest:
+    """Adds complete staged shards to the dataset at `folder` in one atomic manifest write.
+
+    Each staged folder must be a complete single-store dataset with exactly `schema`; they
+    become the next shards in the order given. Creates the dataset (schema and manifest) if it
+    does not exist; a single-store dataset becomes sharded with its store as shard 0 ("."). The
+    staged folders are best placed with staging_folder(folder): the move is then a rename. Runs
+    under the commit lock, so independent jobs may commit at once. On any failure the dataset
+    is left as it was (folders already moved are moved back) and the error is raised.
+    """
+    folder = os.fspath(folder)
+    staged = [os.fspath(path) for path in staged_folders]
+    if len(set(os.path.realpath(p) for p in staged)) != len(staged):
+        raise ValueError("a staged shard folder is listed twice")
+    os.makedirs(folder, exist_ok=True)
+    with commit_lock(folder):
+        return commit_shards_locked(folder, staged, schema)

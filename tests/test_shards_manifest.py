@@ -1,0 +1,195 @@
+"""The shard manifest: parsing, atomic writes, and commit_shards (creation, appends, refusals,
+rollback, crash leftovers, concurrent committers)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+from loaderx.dataset import DenseDataset
+from loaderx.errors import ManifestError, SchemaError
+from loaderx.schema import make_schema, read_schema
+from loaderx.shards import (
+    MANIFEST_FILE,
+    Manifest,
+    ShardEntry,
+    commit_shards,
+    parse_manifest,
+    read_manifest,
+    shard_name,
+    staging_folder,
+    write_manifest,
+)
+
+SCHEMA = make_schema("dense", np.int64, (), "raw", "balanced")
+
+
+def _stage(dataset: Path, values: np.ndarray, codec: str = "raw") -> str:
+    """One complete single-store shard holding `values`, built in a staging folder."""
+    folder = staging_folder(dataset)
+    with DenseDataset(folder, dtype=values.dtype, item_shape=(), codec=codec) as ds:
+        ds.append(values)
+    return folder
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    """Every file under folder with its bytes (the dataset as the disk holds it)."""
+    found: dict[str, bytes] = {}
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            if name.endswith(".zr"):
+                found[os.path.relpath(path, folder)] = b"store"  # sparse 4 GiB: compare by name
+            else:
+                found[os.path.relpath(path, folder)] = Path(path).read_bytes()
+    return found
+
+
+def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
+    manifest = Manifest([ShardEntry(".", 5), ShardEntry("shard-000001", 7, 9)], generation=3)
+    write_manifest(tmp_path, manifest)
+    assert os.listdir(tmp_path) == [MANIFEST_FILE]  # no temporary file left behind
+    back = read_manifest(tmp_path)
+    assert back is not None
+    assert back.generation == 3
+    assert back.shards == manifest.shards
+    assert back.records == 12
+    assert read_manifest(tmp_path / "nothing") is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"format": "other"}, "not a loaderx shard manifest"),
+        ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": []}, "version 2"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "x", "records": 1}]}, "bad name"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": -1}]}, "bad records"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1 << 25}]}, "at most"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}, {"name": ".", "records": 1}]}, "only be shard 0"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}] * 2}, "twice"),
+    ],
+)
+def test_malformed_manifests_are_refused(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        parse_manifest(msgpack.packb(raw), "m")
+    with pytest.raises(ManifestError, match="not a valid msgpack"):
+        parse_manifest(b"\xc1", "m")
+
+
+def test_commit_creates_a_dataset_and_appends_shards(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    first = _stage(dataset, np.arange(10, dtype=np.int64))
+    second = _stage(dataset, np.arange(10, 13, dtype=np.int64))
+    manifest = commit_shards(dataset, [first, second], SCHEMA)
+    assert manifest.names == [shard_name(0), shard_name(1)]
+    assert [e.records for e in manifest.shards] == [10, 3]
+    assert not os.path.exists(first) and not os.path.exists(second)
+    assert read_schema(str(dataset)) == SCHEMA
+    third = _stage(dataset, np.arange(4, dtype=np.int64))
+    again = commit_shards(dataset, [third], SCHEMA)
+    assert again.names == ["shard-000000", "shard-000001", "shard-000002"]
+    assert again.generation == manifest.generation + 1
+    with DenseDataset(os.path.join(dataset, "shard-000002")) as shard:
+        assert (shard[:] == np.arange(4)).all()
+
+
+def test_a_single_store_dataset_becomes_shard_zero(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    with DenseDataset(dataset, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(6, dtype=np.int64))
+    manifest = commit_shards(dataset, [_stage(dataset, np.arange(2, dtype=np.int64))], SCHEMA)
+    assert manifest.names == [".", "shard-000001"]
+    assert [e.records for e in manifest.shards] == [6, 2]
+
+
+def test_refusals_leave_the_dataset_unchanged(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    commit_shards(dataset, [_stage(dataset, np.arange(3, dtype=np.int64))], SCHEMA)
+    other = _stage(dataset, np.arange(3, dtype=np.int64), codec="zstd")
+    before = _listing(dataset)
+    with pytest.raises(SchemaError, match="codec: store has 'zstd', asked for 'raw'"):
+        commit_shards(dataset, [other], SCHEMA)
+    assert _listing(dataset) == before
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        commit_shards(dataset, [str(tmp_path / "missing")], SCHEMA)
+    empty = staging_folder(dataset)
+    with pytest.raises(ManifestError, match="no meta.zr"):
+        commit_shards(dataset, [empty], SCHEMA)
+    wrong = make_schema("dense", np.int32, (), "raw", "balanced")
+    with pytest.raises(SchemaError, match="another schema than the shards"):
+        commit_shards(dataset, [], wrong)
+    assert read_manifest(dataset) is not None
+    assert [e.records for e in read_manifest(dataset).shards] == [3]  # type: ignore[union-attr]
+
+
+def test_a_failed_move_moves_everything_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = tmp_path / "ds"
+    commit_shards(dataset, [_stage(dataset, np.arange(3, dtype=np.int64))], SCHEMA)
+    staged = [_stage(dataset, np.arange(n, dtype=np.int64)) for n in (1, 2)]
+    before = _listing(dataset)
+    real_rename = os.rename
+    calls: list[str] = []
+
+    def failing_rename(src: str, dst: str) -> None:
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(18, "Invalid cross-device link")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", failing_rename)
+    with pytest.raises(OSError, match="cross-device"):
+        commit_shards(dataset, staged, SCHEMA)
+    monkeypatch.undo()
+    assert _listing(dataset) == before
+    assert all(os.path.isdir(path) for path in staged)
+
+
+def test_a_failed_first_commit_removes_the_schema_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = tmp_path / "ds"
+    staged = _stage(dataset, np.arange(3, dtype=np.int64))
+
+    def failing_write(folder: object, manifest: Manifest) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("loaderx.shards.write_manifest", failing_write)
+    with pytest.raises(OSError, match="No space"):
+        commit_shards(dataset, [staged], SCHEMA)
+    assert sorted(os.listdir(dataset)) == sorted([os.path.basename(staged), "shards.lock"])
+
+
+def test_unlisted_shard_folders_are_removed_by_the_next_commit(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    commit_shards(dataset, [_stage(dataset, np.arange(3, dtype=np.int64))], SCHEMA)
+    leftover = _stage(dataset, np.arange(3, dtype=np.int64))
+    os.rename(leftover, dataset / "shard-000001")  # a crash between the move and the manifest
+    manifest = commit_shards(dataset, [_stage(dataset, np.arange(5, dtype=np.int64))], SCHEMA)
+    assert manifest.names == ["shard-000000", "shard-000001"]
+    assert [e.records for e in manifest.shards] == [3, 5]
+
+
+def _commit_worker(dataset: str, value: int, rounds: int) -> None:
+    for _ in range(rounds):
+        commit_shards(dataset, [_stage(Path(dataset), np.full(value, value, dtype=np.int64))], SCHEMA)
+
+
+def test_concurrent_committers_lose_nothing(tmp_path: Path) -> None:
+    dataset = str(tmp_path / "ds")
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_commit_worker, args=(dataset, value, 4)) for value in (1, 2, 3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    manifest = read_manifest(dataset)
+    assert manifest is not None
+    assert len(manifest.shards) == 12
+    assert sorted(e.records for e in manifest.shards) == [1] * 4 + [2] * 4 + [3] * 4
+    for entry in manifest.shards:
+        with DenseDataset(os.path.join(dataset, entry.name)) as shard:
+            assert (shard[:] == entry.records).all()
