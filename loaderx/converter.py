@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,6 +24,7 @@ from numpy.typing import DTypeLike
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.progress import Progress
 from loaderx.schema import (
+    Codec,
     Schema,
     check_codec,
     check_dtype,
@@ -90,6 +92,20 @@ def _check_destination(path: str, overwrite: bool) -> bool:
     return True
 
 
+def _make_folder(parent: str, prefix: str) -> str:
+    """A new uniquely named folder in parent, with the permissions the umask gives any folder.
+
+    tempfile.mkdtemp would make it 0700, and the staging folder becomes the user's store.
+    """
+    while True:
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
+
+
 class _Staging:
     """A private folder beside the destination that becomes the destination on commit()."""
 
@@ -103,7 +119,7 @@ class _Staging:
         parent = os.path.dirname(self.final)
         os.makedirs(parent, exist_ok=True)
         name = os.path.basename(self.final)
-        self.path = tempfile.mkdtemp(prefix=f".{name}.loaderx-partial-", dir=parent)
+        self.path = _make_folder(parent, f".{name}.loaderx-partial-")
 
     def commit(self) -> None:
         """Moves the finished store into place (the old one, if any, is removed afterwards)."""
@@ -154,7 +170,7 @@ def _sample_positions(count: int, record_bytes: float, dict_size: int) -> npt.ND
 def from_numpy(
     path: str | os.PathLike[str],
     array: npt.ArrayLike,
-    codec: str = "zstd",
+    codec: Codec = "zstd",
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
@@ -213,7 +229,7 @@ def _as_record(record: object, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
 def from_iterator(
     path: str | os.PathLike[str],
     iterable: Iterable[Any],
-    codec: str = "zstd",
+    codec: Codec = "zstd",
     dtype: DTypeLike | None = None,
     item_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
@@ -338,7 +354,7 @@ def _check_trainable(codec: str, count: int) -> None:
 def recode(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
-    codec: str = "zstd",
+    codec: Codec = "zstd",
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,

@@ -24,19 +24,21 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Never
 
 import numpy as np
 import numpy.typing as npt
 
+from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.prefetch import DEPTH_MAX, WORKERS_MAX, Prefetcher
-from loaderx.sampler import Sampler
+from loaderx.sampler import Mode, Sampler
 
 __all__ = ["DataLoader", "Batch", "Transform"]
 
@@ -85,6 +87,43 @@ def _check_streams(streams: object) -> int:
     if length == 0:
         raise ValueError("the streams are empty: there is nothing to load")
     return length
+
+
+# Keywords that users of other loaders reach for, and what loaderx calls (or does instead of) them.
+_KEYWORD_HINTS: Final[dict[str, str]] = {
+    "num_workers": "workers= (worker threads, not processes)",
+    "prefetch_factor": "prefetch= (steps computed ahead, in total)",
+    "collate_fn": "transform= (a batch dict in, a batch dict out)",
+    "shuffle": 'mode= ("cyclic" shuffles without replacement, "iid" with, "sequential" not)',
+    "sampler": 'mode= and seed= (the sampler is built in: "sequential", "iid" or "cyclic")',
+    "batch_sampler": 'mode= and seed= (the sampler is built in: "sequential", "iid" or "cyclic")',
+    "generator": "seed=",
+    "drop_last": "nothing: the loader is endless and every batch is full",
+    "pin_memory": "loaderx.torch.TorchLoader(loader, pin_memory=True)",
+    "persistent_workers": "nothing: worker threads live as long as the loader",
+    "epochs": "nothing: the loader is endless; loader.steps_per_epoch converts epochs to steps",
+    "num_epochs": "nothing: the loader is endless; loader.steps_per_epoch converts epochs to steps",
+    "buffer_size": "prefetch=",
+    "start": "start_step=",
+    "step": "start_step=",
+}
+_PARAMETERS: Final = (
+    "streams", "batch_size", "transform", "mode", "seed", "start_step", "prefetch", "workers",
+    "shard", "reuse_buffers",
+)
+
+
+def _refuse_keywords(unknown: Mapping[str, object]) -> None:
+    """TypeError for keywords DataLoader does not take, naming the loaderx equivalent."""
+    for name in unknown:
+        hint = _KEYWORD_HINTS.get(name)
+        if hint is None:
+            close = difflib.get_close_matches(name, _PARAMETERS, n=1)
+            hint = f"{close[0]}=" if close else ""
+        text = f"DataLoader got an unexpected keyword argument {name!r}"
+        if hint:
+            text += f"; use {hint}"
+        raise TypeError(text)
 
 
 def _check_count(name: str, value: int, maximum: int) -> None:
@@ -220,14 +259,16 @@ class DataLoader:
         streams: Mapping[str, DenseDataset],
         batch_size: int = BATCH_SIZE_DEFAULT,
         transform: Transform | None = None,
-        mode: str = "cyclic",
+        mode: Mode = "cyclic",
         seed: int = 0,
         start_step: int = 0,
         prefetch: int = PREFETCH_DEFAULT,
         workers: int | None = None,
         shard: tuple[int, int] | None = None,
         reuse_buffers: bool = False,
+        **unknown: Never,
     ) -> None:
+        _refuse_keywords(unknown)
         length = _check_streams(streams)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
@@ -240,12 +281,13 @@ class DataLoader:
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         self.streams: dict[str, DenseDataset] = dict(streams)
         self.batch_size: int = batch_size
-        self.mode: str = mode
+        self.mode: Mode = mode
         self.seed: int = seed
         self.shard: tuple[int, int] | None = shard
         self.prefetch: int = prefetch
         self.workers: int = workers
         self.reuse_buffers: bool = reuse_buffers
+        self._transform: Transform | None = transform
         self._maker: _StepMaker = _StepMaker(
             self.sampler, self.streams, batch_size, transform, prefetch + 1, reuse_buffers
         )
@@ -257,6 +299,66 @@ class DataLoader:
         self._lifetime: set[int] = set()
         self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
             self._lifetime, self._prefetcher.close
+        )
+
+    def _restart(self, seed: int, step: int) -> None:
+        """Stops the threads and starts over at (seed, step) (what load_state_dict does)."""
+        self.close()
+        sampler = Sampler(
+            self._length, self.batch_size, mode=self.mode, seed=seed, shard=self.shard
+        )
+        self.sampler = sampler
+        self.seed = seed
+        self._maker = _StepMaker(
+            sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
+            self.reuse_buffers,
+        )
+        self._prefetcher = Prefetcher(
+            self._maker.make, step, self.prefetch, self.workers, name="loaderx-prefetch"
+        )
+        self._lifetime = set()
+        self._finalizer = weakref.finalize(self._lifetime, self._prefetcher.close)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the index stream depends on besides (seed, step); see loaderx.checkpoint."""
+        return {
+            "lengths": {name: len(dataset) for name, dataset in self.streams.items()},
+            "global_batch_size": self.sampler.global_batch_size,
+            "mode": self.mode,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """(seed, step) and the fingerprint, as plain data: save it beside the model.
+
+        The step is the next one the loader would yield, so a loader given this state with
+        load_state_dict (or DataLoader(..., seed=s, start_step=step)) continues the stream
+        exactly where this one stands.
+        """
+        return make_state(self.seed, self.step, self.fingerprint())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues from a state_dict(): same seed, next batch at its step.
+
+        Raises StateMismatchError, before anything changes, when the state was saved for other
+        data (another record count, global batch size or mode). Batches already prefetched are
+        dropped and the worker threads restart at the saved step.
+        """
+        seed, step = read_state(state, self.fingerprint())
+        self._restart(seed, step)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps per pass over the data: records // global batch size (at least 1).
+
+        In cyclic mode this is exactly one cycle (every record once, length mod global batch
+        left out, a different set each cycle); in sequential and iid mode it is the same count.
+        """
+        return max(1, self._length // self.sampler.global_batch_size)
+
+    def __len__(self) -> int:
+        raise TypeError(
+            "a loaderx DataLoader is endless and has no len(); use loader.steps_per_epoch "
+            f"({self.steps_per_epoch} steps here) to count steps per pass over the data"
         )
 
     @property

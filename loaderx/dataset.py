@@ -26,6 +26,7 @@ from loaderx.schema import (
     DICT_SIZE_MIN,
     DICT_TIERS,
     RECORD_SIZE_MAX,
+    Codec,
     Schema,
     make_schema,
     read_schema,
@@ -154,6 +155,11 @@ class _DatasetBase:
     def __len__(self) -> int:
         return len(self._store)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A dataset pickles as its path (made absolute, in case the receiver changes directory)
+        # and reopens there, never creating anything: e.g. for spawned torch DataLoader workers.
+        return _reopen_dataset, (type(self).__name__, os.path.abspath(self.path))
+
     @property
     def store(self) -> Zrecord:
         """The underlying byte-record store."""
@@ -225,7 +231,7 @@ class DenseDataset(_DatasetBase):
         path: str | os.PathLike[str],
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
-        codec: str = "zstd",
+        codec: Codec = "zstd",
         dict_size: str | int = "balanced",
     ) -> None:
         wanted = _create_schema("dense", dtype, item_shape, codec, dict_size)
@@ -340,7 +346,7 @@ class RaggedDataset(_DatasetBase):
         path: str | os.PathLike[str],
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
-        codec: str = "zstd",
+        codec: Codec = "zstd",
         dict_size: str | int = "balanced",
     ) -> None:
         wanted = _create_schema("ragged", dtype, item_shape, codec, dict_size)
@@ -442,6 +448,13 @@ class RaggedDataset(_DatasetBase):
         """Trains the zstd_dict dictionary on a list of sample records."""
         checked = self._records(samples, "samples")
         self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
+
+
+def _reopen_dataset(kind: str, path: str) -> DenseDataset | RaggedDataset:
+    """Unpickles a dataset: opens the existing one at path by its class name."""
+    if kind == "RaggedDataset":
+        return RaggedDataset(path)
+    return DenseDataset(path)
 
 
 def pad(

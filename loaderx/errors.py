@@ -37,3 +37,7 @@ class LibraryNotFoundError(LoaderxError, ImportError):
 
 class ManifestError(LoaderxError, ValueError):
     """A sharded dataset's manifest (shards.msgpack) is malformed or disagrees with its shards."""
+
+
+class StateMismatchError(LoaderxError, ValueError):
+    """A loader's saved state was made for other data (lengths, batch, mode) than it is loaded into."""

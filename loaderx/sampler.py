@@ -30,7 +30,7 @@ import ctypes
 import operator
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NoReturn, SupportsIndex
+from typing import Any, Final, Literal, NoReturn, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,8 @@ import numpy.typing as npt
 from loaderx import _native
 
 MODES: Final = ("sequential", "iid", "cyclic")
+# The mode names as a type, so that mypy catches mode="random" before anything runs.
+Mode = Literal["sequential", "iid", "cyclic"]
 _MODE_IDS: Final = {
     "sequential": _native.SAMPLER_SEQUENTIAL,
     "iid": _native.SAMPLER_IID,
@@ -119,7 +121,7 @@ class Sampler:
         self,
         length: SupportsIndex,
         batch_size: SupportsIndex,
-        mode: str = "cyclic",
+        mode: Mode = "cyclic",
         seed: SupportsIndex = 0,
         shard: tuple[SupportsIndex, SupportsIndex] | None = None,
     ) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any, Final, SupportsIndex
+from typing import Any, Final, Literal, SupportsIndex
 
 import msgpack
 import numpy as np
@@ -28,6 +28,8 @@ KINDS: Final = ("dense", "ragged")
 # Must agree with loaderx.zrecord.CODECS (a test checks it); kept here so that reading a schema
 # never needs the native library.
 CODEC_NAMES: Final = ("raw", "zstd", "zstd_dict")
+# The codec names as a type, so that mypy catches codec="gzip" before anything runs.
+Codec = Literal["raw", "zstd", "zstd_dict"]
 
 # Dictionary sizes by name (see the README's codec notes); an explicit byte count is also taken.
 DICT_TIERS: Final[dict[str, int]] = {"small": 32 << 10, "balanced": 128 << 10, "max": 1 << 20}
@@ -57,11 +59,11 @@ class Schema:
     kind: str
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
-    codec: str
+    codec: Codec
     dict_size: int
 
     def __init__(
-        self, kind: str, dtype: np.dtype[Any], item_shape: tuple[int, ...], codec: str, dict_size: int
+        self, kind: str, dtype: np.dtype[Any], item_shape: tuple[int, ...], codec: Codec, dict_size: int
     ) -> None:
         self.kind = kind
         self.dtype = dtype
@@ -88,7 +90,7 @@ class Schema:
             "dict_size": self.dict_size,
         }
 
-    def with_codec(self, codec: str, dict_size: str | int) -> Schema:
+    def with_codec(self, codec: Codec, dict_size: str | int) -> Schema:
         """The same data description with another codec (what recode writes)."""
         return make_schema(self.kind, self.dtype, self.item_shape, codec, dict_size)
 
@@ -138,10 +140,11 @@ def check_item_shape(item_shape: SupportsIndex | Sequence[SupportsIndex]) -> tup
     return tuple(result)
 
 
-def check_codec(codec: str) -> str:
-    if codec not in CODEC_NAMES:
-        raise ValueError(f"codec must be one of {', '.join(map(repr, CODEC_NAMES))}; got {codec!r}")
-    return codec
+def check_codec(codec: object) -> Codec:
+    """codec as a Codec; ValueError naming the valid codecs for anything else."""
+    if codec == "raw" or codec == "zstd" or codec == "zstd_dict":
+        return codec
+    raise ValueError(f"codec must be one of {', '.join(map(repr, CODEC_NAMES))}; got {codec!r}")
 
 
 def resolve_dict_size(dict_size: str | int) -> int:
@@ -173,9 +176,9 @@ def make_schema(
         raise ValueError(f"kind must be 'dense' or 'ragged', got {kind!r}")
     found_dtype = check_dtype(dtype)
     shape = check_item_shape(item_shape)
-    check_codec(codec)
+    checked = check_codec(codec)
     size = resolve_dict_size(dict_size)
-    schema = Schema(kind, found_dtype, shape, codec, size if codec == "zstd_dict" else 0)
+    schema = Schema(kind, found_dtype, shape, checked, size if codec == "zstd_dict" else 0)
     row_size = schema.row_size
     what = "sample" if kind == "dense" else "row (one step along a record's first axis)"
     if row_size == 0:

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from loaderx import _native
 from loaderx.indexing import normalize_index
+from loaderx.schema import Codec
 
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
 RECORD_SIZE_MAX: Final = 1 << 20
@@ -113,7 +114,13 @@ def pack_records(records: Records) -> tuple[bytes, npt.NDArray[np.uint64]]:
 
 
 class Zrecord:
-    """A persistent store of byte records at `path` (a folder holding meta.zr and chunk files)."""
+    """A persistent store of byte records at `path` (a folder holding meta.zr and chunk files).
+
+    Zrecord(path) opens an existing store and raises FileNotFoundError when there is none, so a
+    mistyped path never leaves an empty store behind; Zrecord(path, create=True) creates the
+    store if needed. A Zrecord pickles as its path and options and reopens the store (never
+    creating it) when unpickled, so it can travel to spawned worker processes.
+    """
 
     path: str
     codec: str
@@ -130,8 +137,8 @@ class Zrecord:
         self,
         path: str | os.PathLike[str],
         *,
-        create: bool = True,
-        codec: str = "zstd",
+        create: bool = False,
+        codec: Codec = "zstd",
         durable: bool = False,
     ) -> None:
         self.path = os.fspath(path)
@@ -149,7 +156,8 @@ class Zrecord:
             os.makedirs(self.path, exist_ok=True)
         elif not os.path.isfile(os.path.join(self.path, "meta.zr")):
             raise FileNotFoundError(
-                f"no Zrecord store at {self.path!r} (meta.zr is missing) and create=False"
+                f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
+                "create one"
             )
         flags = (_native.OPEN_CREATE if create else 0) | (_native.OPEN_DURABLE if durable else 0)
         handle = ctypes.c_void_p()
@@ -205,6 +213,10 @@ class Zrecord:
     ) -> None:
         self.close()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The handle belongs to this process: the copy reopens the same folder by path.
+        return _reopen, (self.path, self.codec, self.durable)
+
     def __len__(self) -> int:
         handle = self._enter()
         try:
@@ -228,10 +240,10 @@ class Zrecord:
 
     # --- writing ----------------------------------------------------------------------------
 
-    def _codec_for(self, codec: str | None) -> int:
+    def _codec_for(self, codec: Codec | None) -> int:
         return self._codec_id if codec is None else codec_id(codec)
 
-    def append(self, records: Records, *, codec: str | None = None) -> int:
+    def append(self, records: Records, *, codec: Codec | None = None) -> int:
         """Appends a batch of bytes-like records in one native call; returns the first new index."""
         tag = self._codec_for(codec)
         data, offsets = pack_records(records)
@@ -250,7 +262,7 @@ class Zrecord:
             self._leave()
 
     def append_fixed(
-        self, data: npt.NDArray[Any], record_size: int, *, codec: str | None = None
+        self, data: npt.NDArray[Any], record_size: int, *, codec: Codec | None = None
     ) -> int:
         """Appends nbytes // record_size records of exactly record_size bytes from one array."""
         tag = self._codec_for(codec)
@@ -441,3 +453,8 @@ class Zrecord:
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
             self._leave()
+
+
+def _reopen(path: str, codec: Codec, durable: bool) -> Zrecord:
+    """Unpickles a Zrecord: opens the existing store at path (it is never created here)."""
+    return Zrecord(path, create=False, codec=codec, durable=durable)

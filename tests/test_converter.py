@@ -17,7 +17,7 @@ import pytest
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.progress import Progress, wanted
-from loaderx.schema import read_schema
+from loaderx.schema import Codec, check_codec, read_schema
 
 
 def same_bits(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> None:
@@ -58,7 +58,7 @@ def test_from_numpy_one_dimensional_becomes_scalars(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
 def test_from_numpy_memmap_larger_than_chunk_bytes(
-    tmp_path: Path, rng: np.random.Generator, codec: str
+    tmp_path: Path, rng: np.random.Generator, codec: Codec
 ) -> None:
     shape = (3000, 8, 16)  # 3000 records of 512 bytes: 1.5 MiB, over 20 blocks of 64 KiB
     mm = np.lib.format.open_memmap(str(tmp_path / "data.npy"), mode="w+", dtype=np.float32,
@@ -188,7 +188,7 @@ def test_recode_chain_dense(tmp_path: Path, rng: np.random.Generator, delete_fir
         assert len(expected) == 400
     chain = [("raw", "zstd"), ("zstd", "zstd_dict"), ("zstd_dict", "raw2")]
     for src, dst in chain:
-        codec = "raw" if dst == "raw2" else dst
+        codec = check_codec("raw" if dst == "raw2" else dst)
         count = recode(str(tmp_path / src), str(tmp_path / dst), codec=codec, dict_size=4096,
                        chunk_bytes=10_000)
         assert count == len(expected)
@@ -212,8 +212,9 @@ def test_recode_chain_ragged(tmp_path: Path, rng: np.random.Generator, delete_fi
             rs.delete(np.arange(400) % 4 == 1)
             expected = [r.copy() for r in rs[:]]
         assert len(expected) == 300
-    for src, dst, codec in [("zstd", "dict", "zstd_dict"), ("dict", "raw", "raw"),
-                            ("raw", "zstd2", "zstd")]:
+    steps: list[tuple[str, str, Codec]] = [("zstd", "dict", "zstd_dict"), ("dict", "raw", "raw"),
+                                           ("raw", "zstd2", "zstd")]
+    for src, dst, codec in steps:
         assert recode(str(tmp_path / src), str(tmp_path / dst), codec=codec, dict_size="small",
                       chunk_bytes=500) == len(expected)
         assert read_schema(str(tmp_path / dst)).codec == codec
@@ -388,3 +389,18 @@ def test_readme_converting_a_numpy_tensor(
 
 
 # The spec's Quick Start runs verbatim in tests/test_demo.py (in a fresh interpreter).
+
+
+def test_converted_stores_follow_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        from_numpy(tmp_path / "dense", np.arange(50, dtype=np.int16))
+        from_iterator(tmp_path / "ragged", [np.arange(3, dtype=np.int8)])
+        recode(tmp_path / "dense", tmp_path / "recoded", codec="raw")
+    finally:
+        os.umask(old)
+    for name in ("dense", "ragged", "recoded"):
+        folder = tmp_path / name
+        assert folder.stat().st_mode & 0o777 == 0o750, name
+        for entry in folder.iterdir():
+            assert entry.stat().st_mode & 0o777 == 0o640, entry

@@ -19,7 +19,7 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.sampler import MODES, Sampler
+from loaderx.sampler import MODES, Mode, Sampler
 
 RECORDS = 1000
 ITEM_SHAPE = (4, 3)
@@ -91,7 +91,7 @@ def test_batches_align_across_streams_and_follow_the_sampler(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_endless_far_past_one_pass(streams: dict[str, DenseDataset], mode: str) -> None:
+def test_endless_far_past_one_pass(streams: dict[str, DenseDataset], mode: Mode) -> None:
     # 100 records a step over 1000 records: 300 steps are 30 passes.
     sampler = Sampler(RECORDS, 100, mode=mode, seed=3)
     with DataLoader(streams, batch_size=100, mode=mode, seed=3) as loader:
@@ -131,7 +131,7 @@ def snapshot(loader: DataLoader, count: int) -> list[tuple[bytes, bytes]]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_resume_at_step_k_equals_the_uninterrupted_run(
-    streams: dict[str, DenseDataset], mode: str
+    streams: dict[str, DenseDataset], mode: Mode
 ) -> None:
     total = 40
     with DataLoader(streams, batch_size=48, mode=mode, seed=5, prefetch=1, workers=1) as loader:
@@ -159,7 +159,7 @@ def test_resume_from_a_checkpointed_step(streams: dict[str, DenseDataset]) -> No
 
 @pytest.mark.parametrize("mode", ["iid", "cyclic"])
 def test_same_seed_same_stream_other_seed_other_stream(
-    streams: dict[str, DenseDataset], mode: str
+    streams: dict[str, DenseDataset], mode: Mode
 ) -> None:
     runs = []
     for seed in (1, 1, 2):
@@ -271,7 +271,7 @@ def test_a_dropped_loader_stops_its_threads(streams: dict[str, DenseDataset]) ->
 
 @pytest.mark.parametrize("mode", MODES)
 def test_stress_thousands_of_steps_with_four_workers(
-    streams: dict[str, DenseDataset], mode: str
+    streams: dict[str, DenseDataset], mode: Mode
 ) -> None:
     steps = 2000
     sampler = Sampler(RECORDS, 24, mode=mode, seed=21)
@@ -427,7 +427,7 @@ def test_bad_arguments_are_refused(streams: dict[str, DenseDataset]) -> None:
     with pytest.raises(TypeError, match="transform"):
         DataLoader(streams, transform=42)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        DataLoader(streams, mode="shuffled")
+        DataLoader(streams, mode="shuffled")  # type: ignore[arg-type]
 
 
 def test_defaults(streams: dict[str, DenseDataset]) -> None:
@@ -473,3 +473,98 @@ def test_spec_records_collate_example(tmp_path: Path) -> None:
     assert batch["input_ids"].shape == (32, 16)
     # Every row lines up with its label: row i of the store is tokens[i].
     assert np.array_equal(batch["input_ids"], tokens[batch["label"]])
+
+
+# --- checkpoint state, steps_per_epoch, len(), keywords ----------------------------------------
+
+
+def test_state_dict_resumes_exactly_in_a_new_loader(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=24, seed=11, mode="cyclic") as loader:
+        take(loader, 37)
+        state = loader.state_dict()
+        expected = [b["label"].copy() for b in take(loader, 50)]
+    assert state["seed"] == 11 and state["step"] == 37
+    # The state is plain data: it survives JSON (what a checkpoint file may be).
+    import json
+
+    restored = json.loads(json.dumps(state))
+    with DataLoader(streams, batch_size=24, seed=0, prefetch=2, workers=1) as loader:
+        take(loader, 5)
+        loader.load_state_dict(restored)
+        assert loader.seed == 11 and loader.step == 37
+        got = [b["label"] for b in take(loader, 50)]
+    for want, have in zip(expected, got, strict=True):
+        assert np.array_equal(want, have)
+
+
+def test_state_of_other_data_is_refused_naming_the_difference(
+    streams: dict[str, DenseDataset], folder: Path
+) -> None:
+    from loaderx.errors import StateMismatchError
+
+    with DataLoader(streams, batch_size=24, seed=3) as loader:
+        next(loader)
+        state = loader.state_dict()
+    with DataLoader(streams, batch_size=25, seed=3) as other:
+        with pytest.raises(StateMismatchError, match="global_batch_size: saved 24, now 25"):
+            other.load_state_dict(state)
+        assert other.step == 0  # nothing changed
+    with DataLoader(streams, batch_size=24, seed=3, mode="iid") as other:
+        with pytest.raises(StateMismatchError, match="mode: saved 'cyclic', now 'iid'"):
+            other.load_state_dict(state)
+    short = DenseDataset(folder / "short")
+    with DataLoader({"data": short, "label": short}, batch_size=24) as other:
+        with pytest.raises(StateMismatchError, match="lengths: saved .*1000.*, now .*999"):
+            other.load_state_dict(state)
+    short.close()
+    with DataLoader(streams, batch_size=24) as other:
+        with pytest.raises(TypeError, match="is a dict"):
+            other.load_state_dict([1, 2])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="not a loaderx loader state"):
+            other.load_state_dict({"seed": 1, "step": 2})
+        with pytest.raises(ValueError, match="step must be an int >= 0"):
+            other.load_state_dict({**state, "step": -1})
+
+
+def test_state_allows_another_host_count_with_the_same_global_batch(
+    streams: dict[str, DenseDataset],
+) -> None:
+    with DataLoader(streams, batch_size=12, seed=5, shard=(0, 2)) as first, DataLoader(
+        streams, batch_size=12, seed=5, shard=(1, 2)
+    ) as second:
+        take(first, 9)
+        take(second, 9)
+        state = first.state_dict()
+        halves = [np.concatenate([a["label"], b["label"]]) for a, b in zip(
+            take(first, 4), take(second, 4), strict=True)]
+    with DataLoader(streams, batch_size=24, seed=0) as single:
+        single.load_state_dict(state)
+        for half in halves:
+            assert np.array_equal(next(single)["label"], half)
+
+
+def test_steps_per_epoch_and_len(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=64) as loader:
+        assert loader.steps_per_epoch == RECORDS // 64
+        with pytest.raises(TypeError, match=r"endless.*steps_per_epoch \(15 steps here\)"):
+            len(loader)
+        # One epoch of cyclic batches visits 15 * 64 distinct records.
+        seen = np.concatenate([next(loader)["label"] for _ in range(loader.steps_per_epoch)])
+        assert len(np.unique(seen)) == 15 * 64
+    with DataLoader(streams, batch_size=10, shard=(1, 4), mode="iid") as loader:
+        assert loader.steps_per_epoch == RECORDS // 40
+
+
+@pytest.mark.parametrize(
+    ("keyword", "hint"),
+    [("num_workers", "use workers="), ("collate_fn", "use transform="),
+     ("shuffle", "use mode="), ("drop_last", "endless"), ("batchsize", "use batch_size="),
+     ("prefech", "use prefetch=")],
+)
+def test_a_wrong_keyword_names_the_right_one(
+    streams: dict[str, DenseDataset], keyword: str, hint: str
+) -> None:
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'.*{hint}"):
+        DataLoader(streams, **{keyword: 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'zzz'$"):
+        DataLoader(streams, zzz=1)  # type: ignore[arg-type]

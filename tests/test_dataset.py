@@ -20,6 +20,7 @@ from loaderx import schema as schema_module
 from loaderx import zrecord
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
 from loaderx.errors import DictionaryError, SchemaError
+from loaderx.schema import Codec
 
 NUMERIC = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
@@ -97,7 +98,7 @@ def test_dense_round_trip_is_bit_exact(
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_dense_round_trip_per_codec(store_path: str, rng: np.random.Generator, codec: str) -> None:
+def test_dense_round_trip_per_codec(store_path: str, rng: np.random.Generator, codec: Codec) -> None:
     values = random_samples(rng, np.float64, (3,), 200)
     values[::2] = 1.5  # something to compress
     with DenseDataset(store_path, dtype=np.float64, item_shape=(3,), codec=codec) as ds:
@@ -360,7 +361,7 @@ def test_missing_path_and_incomplete_arguments(tmp_path: Path) -> None:
 
 
 def test_bare_zrecord_store_is_not_taken_for_a_dataset(store_path: str) -> None:
-    with zrecord.Zrecord(store_path) as store:
+    with zrecord.Zrecord(store_path, create=True) as store:
         store.append([b"abc"])
     with pytest.raises(SchemaError, match="Zrecord"):
         DenseDataset(store_path)
@@ -666,7 +667,7 @@ OPERATIONS = st.lists(
 )
 @given(operations=OPERATIONS, codec=st.sampled_from(["raw", "zstd"]))
 def test_dense_matches_a_list_model(
-    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, Any]], codec: str
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, Any]], codec: Codec
 ) -> None:
     path = str(tmp_path_factory.mktemp("model") / "ds")
     model: list[npt.NDArray[np.int16]] = []
@@ -687,3 +688,49 @@ def test_dense_matches_a_list_model(
             assert len(ds) == len(model)
         want = np.array(model, dtype=np.int16).reshape(-1, 3)
         same_bits(ds[:], want)
+
+
+# --- pickling and opening what does not exist ---------------------------------------------------
+
+
+def test_datasets_pickle_by_path_and_reopen(tmp_path: Path, rng: np.random.Generator) -> None:
+    import pickle
+
+    images = rng.integers(0, 255, size=(40, 3, 5), dtype=np.uint8)
+    with DenseDataset(tmp_path / "dense", dtype=np.uint8, item_shape=(3, 5)) as ds:
+        ds.append(images)
+        copy = pickle.loads(pickle.dumps(ds))
+    assert type(copy) is DenseDataset
+    assert copy.path == str(tmp_path / "dense")
+    assert np.array_equal(copy[:], images)
+    copy.close()
+    seqs = [np.arange(n, dtype=np.int32) for n in (3, 0, 7)]
+    with RaggedDataset(tmp_path / "ragged", dtype=np.int32, item_shape=()) as rs:
+        rs.append(seqs)
+        ragged = pickle.loads(pickle.dumps(rs))
+    assert type(ragged) is RaggedDataset
+    for want, have in zip(seqs, ragged[:], strict=True):
+        assert np.array_equal(want, have)
+    ragged.close()
+
+
+def test_unpickling_a_removed_dataset_does_not_recreate_it(tmp_path: Path) -> None:
+    import pickle
+    import shutil
+
+    with DenseDataset(tmp_path / "gone", dtype=np.int64, item_shape=()) as ds:
+        data = pickle.dumps(ds)
+    shutil.rmtree(tmp_path / "gone")
+    with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
+        pickle.loads(data)
+    assert not (tmp_path / "gone").exists()
+
+
+def test_opening_a_missing_dataset_creates_nothing(tmp_path: Path) -> None:
+    for cls in (DenseDataset, RaggedDataset):
+        with pytest.raises(FileNotFoundError, match="pass dtype="):
+            cls(tmp_path / "typo")
+        assert not (tmp_path / "typo").exists()
+    with pytest.raises(FileNotFoundError, match="pass create=True"):
+        zrecord.Zrecord(tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()

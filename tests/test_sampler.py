@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaderx import _native
-from loaderx.sampler import MODES, Sampler
+from loaderx.sampler import MODES, Mode, Sampler
 
 # Fixed expected batches, also pinned in zig/src/sampler.zig ("golden sequences"). If one of
 # these changes, every user's stream of batches changed: that must be a deliberate decision.
@@ -49,7 +49,7 @@ GOLDEN: list[tuple[str, int, int, int, int, list[int]]] = [
 
 @pytest.mark.parametrize(("mode", "length", "batch_size", "seed", "step", "expected"), GOLDEN)
 def test_golden_sequences(
-    mode: str, length: int, batch_size: int, seed: int, step: int, expected: list[int]
+    mode: Mode, length: int, batch_size: int, seed: int, step: int, expected: list[int]
 ) -> None:
     sampler = Sampler(length, batch_size, mode=mode, seed=seed)
     got = sampler.batch(step)
@@ -61,7 +61,7 @@ def test_golden_sequences(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_same_request_same_batch_and_seeds_differ(mode: str) -> None:
+def test_same_request_same_batch_and_seeds_differ(mode: Mode) -> None:
     a = Sampler(100_000, 64, mode=mode, seed=1)
     b = Sampler(100_000, 64, mode=mode, seed=1)
     for step in (0, 1, 17, 10**12, 2**64 - 1):
@@ -74,7 +74,7 @@ def test_same_request_same_batch_and_seeds_differ(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_batch_of_a_step_equals_that_step_of_an_iteration(mode: str) -> None:
+def test_batch_of_a_step_equals_that_step_of_an_iteration(mode: Mode) -> None:
     sampler = Sampler(1000, 32, mode=mode, seed=9)
     iterated = [batch for _, batch in zip(range(70), sampler)]  # crosses cycles (31 steps each)
     for step, batch in enumerate(iterated):
@@ -96,7 +96,7 @@ def test_batches_are_new_arrays() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("length", [1, 2, 7, 1000, 2**40 + 3, 2**63])
-def test_indices_are_in_range(mode: str, length: int) -> None:
+def test_indices_are_in_range(mode: Mode, length: int) -> None:
     batch_size = min(length, 300)
     sampler = Sampler(length, batch_size, mode=mode, seed=4)
     for step in (0, 1, 2, 999, 2**63 + 5):
@@ -219,7 +219,7 @@ def test_sequential_wraps_around() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
-def test_shards_concatenate_to_the_single_host_batch(mode: str, count: int) -> None:
+def test_shards_concatenate_to_the_single_host_batch(mode: Mode, count: int) -> None:
     batch_size = 24
     single = Sampler(1000, batch_size * count, mode=mode, seed=6)
     hosts = [Sampler(1000, batch_size, mode=mode, seed=6, shard=(i, count)) for i in range(count)]
@@ -231,7 +231,7 @@ def test_shards_concatenate_to_the_single_host_batch(mode: str, count: int) -> N
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_elastic_resume_keeps_the_global_batch(mode: str) -> None:
+def test_elastic_resume_keeps_the_global_batch(mode: Mode) -> None:
     # 48 indices per step, on 1, 2, 3, 4, 6 or 8 hosts.
     def global_batch(count: int, step: int) -> npt.NDArray[np.int64]:
         hosts = [

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from loaderx.errors import DictionaryError
+from loaderx.schema import Codec
 from loaderx.zrecord import CODECS, RECORD_SIZE_MAX, Zrecord
 
 MiB = 1 << 20
@@ -45,13 +46,13 @@ def mixed_records(rng: np.random.Generator, sizes: list[int]) -> list[bytes]:
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
 def test_round_trip_random_sizes_up_to_one_mib(
-    store_path: str, rng: np.random.Generator, codec: str
+    store_path: str, rng: np.random.Generator, codec: Codec
 ) -> None:
     sizes = [0, RECORD_SIZE_MAX, 1, RECORD_SIZE_MAX - 1, 0]
     sizes += [int(n) for n in rng.integers(0, RECORD_SIZE_MAX + 1, 6)]
     sizes += [int(n) for n in rng.integers(0, 4096, 20)]
     records = mixed_records(rng, sizes)
-    with Zrecord(store_path, codec=codec) as store:
+    with Zrecord(store_path, create=True, codec=codec) as store:
         assert store.append(records[:7]) == 0
         assert store.append(records[7:]) == 7
         assert len(store) == len(records)
@@ -70,7 +71,7 @@ def test_zstd_dict_train_append_reopen(store_path: str, rng: np.random.Generator
     header = rng.bytes(600)
     records = [header + compressible(rng, int(n)) + header[:200] for n in rng.integers(0, 300, 120)]
     records += [b"", rng.bytes(5000)]  # an empty and an incompressible record ride along
-    with Zrecord(store_path, codec="zstd_dict") as store:
+    with Zrecord(store_path, create=True, codec="zstd_dict") as store:
         assert not store.has_dict
         store.train_dict(records[:100], 16 * 1024)
         assert store.has_dict
@@ -87,13 +88,13 @@ def test_zstd_dict_train_append_reopen(store_path: str, rng: np.random.Generator
 
 
 def test_zstd_dict_append_without_dictionary_is_refused(store_path: str) -> None:
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append([b"kept"])
         with pytest.raises(DictionaryError):
             store.append([b"x" * 1000, b"y" * 10], codec="zstd_dict")
         assert len(store) == 1
         assert read_all(store) == [b"kept"]
-    with Zrecord(store_path, codec="zstd_dict") as store:
+    with Zrecord(store_path, create=True, codec="zstd_dict") as store:
         with pytest.raises(DictionaryError):
             store.append([b"z" * 100])
         with pytest.raises(DictionaryError):
@@ -103,7 +104,7 @@ def test_zstd_dict_append_without_dictionary_is_refused(store_path: str) -> None
 
 def test_retraining_a_used_dictionary_is_refused(store_path: str, rng: np.random.Generator) -> None:
     samples = [b"common prefix " * 20 + compressible(rng, 50) for _ in range(50)]
-    with Zrecord(store_path, codec="zstd_dict") as store:
+    with Zrecord(store_path, create=True, codec="zstd_dict") as store:
         store.train_dict(samples, 4096)
         store.append(samples[:3])
         with pytest.raises(DictionaryError):
@@ -115,7 +116,7 @@ def test_plain_zstd_records_in_a_store_with_a_dictionary(
     store_path: str, rng: np.random.Generator
 ) -> None:
     samples = [b"abcdefgh" * 30 + compressible(rng, 64) for _ in range(60)]
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.train_dict(samples, 4096)
         store.append(samples[:10])
         store.append(samples[10:20], codec="zstd_dict")
@@ -129,7 +130,7 @@ def test_plain_zstd_records_in_a_store_with_a_dictionary(
 def test_incompressible_records_fall_back_to_raw(store_path: str, rng: np.random.Generator) -> None:
     records = [rng.bytes(int(n)) for n in rng.integers(1, 40_000, 30)] + [rng.bytes(MiB)]
     logical = sum(len(r) for r in records)
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append(records)
         stats = store.stats()
         assert stats == {
@@ -144,7 +145,7 @@ def test_incompressible_records_fall_back_to_raw(store_path: str, rng: np.random
 def test_compressible_records_shrink(store_path: str, rng: np.random.Generator) -> None:
     records = [compressible(rng, 12 * 1024) for _ in range(40)] + [bytes(MiB)]
     logical = sum(len(r) for r in records)
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append(records)
         stats = store.stats()
         assert stats["records"] == len(records)
@@ -156,7 +157,7 @@ def test_compressible_records_shrink(store_path: str, rng: np.random.Generator) 
 
 def test_raw_codec_stores_logical_bytes(store_path: str) -> None:
     records = [b"a" * 10_000, b"", b"b" * 3]
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, create=True, codec="raw") as store:
         store.append(records)
         assert store.stats()["live_bytes"] == 10_003
         assert read_all(store) == records
@@ -195,7 +196,7 @@ def test_append_accepts_bytes_like_records(store_path: str) -> None:
         big_endian.tobytes(),
         b"",
     ]
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, create=True, codec="raw") as store:
         assert store.append(records) == 0
         assert read_all(store) == expected
         assert store.append(np.arange(12, dtype=np.uint8).reshape(3, 4)) == len(expected)
@@ -203,7 +204,7 @@ def test_append_accepts_bytes_like_records(store_path: str) -> None:
 
 
 def test_append_of_nothing_returns_the_length(store_path: str) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         assert store.append([]) == 0
         store.append([b"x"])
         assert store.append([]) == 1
@@ -213,7 +214,7 @@ def test_append_of_nothing_returns_the_length(store_path: str) -> None:
 
 def test_append_fixed_and_gather_into(store_path: str, rng: np.random.Generator) -> None:
     rows = rng.integers(0, 8, (300, 5, 7), dtype=np.int32)  # 140-byte records, compressible
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         assert store.append_fixed(rows, 140) == 0
         assert store.append_fixed(rows[::-1, :, ::2], 5 * 4 * 4) == 300  # non-contiguous input
         indices = rng.integers(0, 300, 64).astype(np.int64)
@@ -236,7 +237,7 @@ def test_append_fixed_and_gather_into(store_path: str, rng: np.random.Generator)
 
 def test_gather_into_read_only_indices_and_unusual_dtypes(store_path: str) -> None:
     values = np.arange(10, dtype=np.int64) * 1000
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, create=True, codec="raw") as store:
         store.append_fixed(values, 8)
         indices = np.array([9, 0, 4], dtype=np.int64)
         indices.flags.writeable = False
@@ -249,7 +250,7 @@ def test_gather_into_read_only_indices_and_unusual_dtypes(store_path: str) -> No
 
 
 def test_gather_into_empty_batch(store_path: str) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"abcd"])
         out = np.empty(0, np.uint8)
         store.gather_into(np.zeros(0, np.int64), out, 4)
@@ -260,7 +261,7 @@ def test_gather_into_empty_batch(store_path: str) -> None:
 
 def test_every_index_form(store_path: str) -> None:
     records = [bytes([i]) * (i % 7) + i.to_bytes(2, "little") for i in range(40)]
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append(records)
         for index in [
             0,
@@ -298,7 +299,7 @@ def test_every_index_form(store_path: str) -> None:
 
 def test_delete_is_swap_last_in_descending_order(store_path: str) -> None:
     records = [f"record {i}".encode() for i in range(10)]
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append(records)
         # Targets 9, 5, 2 in that order: 9 is the last (just dropped); 8 fills 5; 7 fills 2.
         store.delete([2, 5, 9, 5, -5])
@@ -318,7 +319,7 @@ def test_delete_is_swap_last_in_descending_order(store_path: str) -> None:
 
 
 def test_delete_out_of_range_changes_nothing(store_path: str) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"a", b"b", b"c"])
         with pytest.raises(IndexError):
             store.delete([0, 3])
@@ -330,7 +331,7 @@ def test_delete_out_of_range_changes_nothing(store_path: str) -> None:
 def test_compact_reclaims_deleted_bytes(store_path: str, rng: np.random.Generator) -> None:
     records = mixed_records(rng, [int(n) for n in rng.integers(0, 50_000, 60)])
     model = list(records)
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append(records)
         before = store.stats()
         assert before["reclaimable"] == 0
@@ -356,7 +357,7 @@ def test_compact_reclaims_deleted_bytes(store_path: str, rng: np.random.Generato
 
 
 def test_durable_store_and_sync(store_path: str) -> None:
-    with Zrecord(store_path, durable=True) as store:
+    with Zrecord(store_path, create=True, durable=True) as store:
         store.append([b"one", b"two" * 1000])
         store.sync()
     with Zrecord(store_path, create=False, durable=True) as store:
@@ -364,7 +365,7 @@ def test_durable_store_and_sync(store_path: str) -> None:
 
 
 def test_repr_len_and_context_manager(store_path: str) -> None:
-    store = Zrecord(store_path, codec="raw")
+    store = Zrecord(store_path, create=True, codec="raw")
     store.append([b"x", b"y"])
     assert len(store) == 2
     assert "records=2" in repr(store) and store_path in repr(store)
@@ -389,11 +390,11 @@ class StoreModel(RuleBasedStateMachine):
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="zrecord-model-")
         self.path = os.path.join(self.folder, "store")
-        self.store = Zrecord(self.path)
+        self.store = Zrecord(self.path, create=True)
         self.model: list[bytes] = []
 
     @rule(records=st.lists(record_bytes, max_size=12), codec=st.sampled_from(["raw", "zstd"]))
-    def append(self, records: list[bytes], codec: str) -> None:
+    def append(self, records: list[bytes], codec: Codec) -> None:
         first = self.store.append(records, codec=codec)
         assert first == len(self.model)
         self.model.extend(records)
@@ -445,3 +446,25 @@ StoreModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreModel = StoreModel.TestCase
+
+
+def test_a_store_pickles_by_path_and_reopens(store_path: str) -> None:
+    import pickle
+
+    with Zrecord(store_path, create=True, codec="raw") as store:
+        store.append([b"alpha", b"", b"gamma"])
+        copy = pickle.loads(pickle.dumps(store))
+    assert copy.codec == "raw" and copy.path == store_path
+    assert copy.gather(slice(None)) == [b"alpha", b"", b"gamma"]
+    copy.close()
+
+
+def test_opening_without_create_never_creates(tmp_path: Any) -> None:
+    missing = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no Zrecord store .* pass create=True"):
+        Zrecord(missing)
+    assert not os.path.exists(missing)
+    os.mkdir(missing)  # an empty folder is not a store either, and stays empty
+    with pytest.raises(FileNotFoundError, match="meta.zr is missing"):
+        Zrecord(missing)
+    assert os.listdir(missing) == []

@@ -40,7 +40,7 @@ import random, sys
 sys.path.insert(0, {root!r})
 from loaderx.zrecord import Zrecord
 from tests.test_zrecord_crash import record_of
-store = Zrecord({path!r}, codec="zstd")
+store = Zrecord({path!r}, create=True, codec="zstd")
 draw = random.Random({seed})
 batches = 0
 while True:
@@ -75,7 +75,7 @@ def check_intact(path: str) -> int:
 def test_sigkill_during_appends_truncates_and_never_corrupts(store_path: str) -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     draw = random.Random(7)
-    Zrecord(store_path).close()
+    Zrecord(store_path, create=True).close()
     lengths = []
     for kill in range(KILLS):
         script = WRITER.format(root=root, path=store_path, seed=kill)

@@ -21,13 +21,14 @@ from loaderx.errors import (
     NotAStoreError,
     StoreFullError,
 )
+from loaderx.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, RECORD_SIZE_MAX, Zrecord
 
 RECORDS = [b"first", b"", b"third" * 1000, bytes(range(256)) * 64]
 
 
-def make_store(path: str, codec: str = "zstd") -> None:
-    with Zrecord(path, codec=codec) as store:
+def make_store(path: str, codec: Codec = "zstd") -> None:
+    with Zrecord(path, create=True, codec=codec) as store:
         store.append(RECORDS)
 
 
@@ -101,7 +102,7 @@ def test_table_entry_pointing_outside_its_chunk(store_path: str) -> None:
 
 def test_damaged_compressed_record_is_corrupt_not_a_crash(store_path: str) -> None:
     record = b"compressible text, " * 500
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append([b"intact", record])
         stored = store.stats()["live_bytes"]
     assert stored < len(record)
@@ -116,7 +117,7 @@ def test_damaged_compressed_record_is_corrupt_not_a_crash(store_path: str) -> No
 
 def test_logical_length_disagreeing_with_the_frame(store_path: str) -> None:
     record = b"abc" * 4000
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append([record])
     with open(os.path.join(store_path, "meta.zr"), "r+b") as meta:
         meta.seek(16 + 8)  # record 0's logic_length
@@ -136,7 +137,7 @@ def test_not_a_store_folder(tmp_path: Path) -> None:
 
 def test_dictionary_records_without_dict_file(store_path: str) -> None:
     samples = [b"shared structure " * 30 + bytes([i]) * 40 for i in range(64)]
-    with Zrecord(store_path, codec="zstd_dict") as store:
+    with Zrecord(store_path, create=True, codec="zstd_dict") as store:
         store.train_dict(samples, 4096)
         store.append(samples[:5])
         store.append([b"plain " * 100], codec="zstd")
@@ -156,7 +157,7 @@ def test_dictionary_records_without_dict_file(store_path: str) -> None:
 def test_retraining_an_empty_store_replaces_the_dictionary(store_path: str) -> None:
     first = [b"alpha beta gamma " * 20 + bytes([i]) for i in range(40)]
     second = [b"one two three four " * 20 + bytes([i]) for i in range(40)]
-    with Zrecord(store_path, codec="zstd_dict") as store:
+    with Zrecord(store_path, create=True, codec="zstd_dict") as store:
         store.train_dict(first, 2048)
         before = Path(store_path, "dict.zr").read_bytes()
         store.train_dict(second, 2048)
@@ -173,7 +174,7 @@ def test_retraining_an_empty_store_replaces_the_dictionary(store_path: str) -> N
 
 def test_one_mib_plus_one_record_changes_nothing(store_path: str) -> None:
     make_store(store_path)
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         before = snapshot(store)
         with pytest.raises(ValueError, match=rf"record 2 is {RECORD_SIZE_MAX + 1} bytes"):
             store.append([b"ok", b"", bytes(RECORD_SIZE_MAX + 1), b"ok"])
@@ -199,7 +200,7 @@ def test_one_mib_plus_one_record_changes_nothing(store_path: str) -> None:
 
 def test_append_past_the_record_limit_changes_nothing(store_path: str) -> None:
     make_store(store_path)
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         before = snapshot(store)
         with pytest.raises(StoreFullError):
             store.append_fixed(np.zeros(RECORD_COUNT_MAX, np.uint8), 1)
@@ -215,7 +216,7 @@ def test_append_past_the_record_limit_changes_nothing(store_path: str) -> None:
      [np.array([object()])], iter([b"a"])],
 )
 def test_append_wrong_types(store_path: str, records: Any) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"kept"])
         with pytest.raises(TypeError):
             store.append(records)
@@ -224,13 +225,13 @@ def test_append_wrong_types(store_path: str, records: Any) -> None:
 
 def test_other_wrong_arguments(store_path: str) -> None:
     with pytest.raises(ValueError, match="'raw', 'zstd', 'zstd_dict'"):
-        Zrecord(store_path, codec="lz4")
+        Zrecord(store_path, codec="lz4")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Zrecord(42)  # type: ignore[arg-type]
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"a" * 8, b"b" * 8])
         with pytest.raises(ValueError, match="zstd_dict"):
-            store.append([b"x"], codec="gzip")
+            store.append([b"x"], codec="gzip")  # type: ignore[arg-type]
         with pytest.raises(TypeError):
             store.append_fixed([1, 2, 3], 1)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
@@ -265,7 +266,7 @@ def test_other_wrong_arguments(store_path: str) -> None:
     "index", [1.5, "0", None, [0.0], np.array([1.0]), {0: 1}, True, [True, 0], b"\x00"]
 )
 def test_non_integer_indices(store_path: str, index: Any) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"a", b"b"])
         with pytest.raises(TypeError):
             store.gather(index)
@@ -278,7 +279,7 @@ def test_non_integer_indices(store_path: str, index: Any) -> None:
 
 @pytest.mark.parametrize("index", [2, -3, [0, 2], np.array([5]), np.array([True]), 2**64])
 def test_out_of_range_indices(store_path: str, index: Any) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append([b"a", b"b"])
         with pytest.raises(IndexError):
             store.gather(index)
@@ -290,7 +291,7 @@ def test_out_of_range_indices(store_path: str, index: Any) -> None:
 
 
 def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> None:
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append_fixed(np.arange(40, dtype=np.uint8), 4)
         for bad in ([0, 10], [-1, 0], [3, 2**62]):
             out = np.full(8, 0xEE, np.uint8)
@@ -306,7 +307,7 @@ def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> Non
 
 
 def test_use_after_close(store_path: str) -> None:
-    store = Zrecord(store_path)
+    store = Zrecord(store_path, create=True)
     store.append([b"a"])
     store.close()
     store.close()
@@ -335,7 +336,7 @@ def test_use_after_close(store_path: str) -> None:
 
 
 def test_unclosed_store_is_released_when_collected(store_path: str) -> None:
-    store = Zrecord(store_path)
+    store = Zrecord(store_path, create=True)
     store.append([b"a"])
     finalizer = store._finalizer
     assert finalizer.alive
@@ -357,7 +358,7 @@ def test_errors_are_loaderx_or_builtin_classes() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_forked_child_gathers_and_parent_keeps_working(store_path: str) -> None:
     records = [bytes([i % 256]) * (i * 37 % 5000) + i.to_bytes(4, "little") for i in range(600)]
-    with Zrecord(store_path) as store:
+    with Zrecord(store_path, create=True) as store:
         store.append(records)
         assert store.gather(slice(None)) == records  # the parent's pool is up and used
         pid = os.fork()

@@ -9,7 +9,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
+
+# Appends alternate between these codecs at random.
+CODECS_MIXED: list[Codec] = ["raw", "zstd"]
 
 GATHERERS = 8
 ROUNDS = 30
@@ -57,7 +61,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 
 
 def test_eight_gatherers_and_one_appender(store_path: str) -> None:
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append([record_of(i) for i in range(1500)])
         appended = threading.Event()
 
@@ -66,7 +70,7 @@ def test_eight_gatherers_and_one_appender(store_path: str) -> None:
             for _ in range(ROUNDS):
                 first = len(store)
                 batch = [record_of(first + k) for k in range(draw.randrange(1, 60))]
-                codec = draw.choice(["raw", "zstd"])
+                codec = draw.choice(CODECS_MIXED)
                 assert store.append(batch, codec=codec) == first
             appended.set()
 
@@ -90,7 +94,7 @@ def test_eight_gatherers_and_one_appender(store_path: str) -> None:
 
 
 def test_eight_dense_gatherers_and_one_appender(store_path: str) -> None:
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append_fixed(dense_of(np.arange(2000)), 256)
 
         def appender() -> None:
@@ -98,7 +102,7 @@ def test_eight_dense_gatherers_and_one_appender(store_path: str) -> None:
                 first = len(store)
                 count = 1 + round_index * 7 % 50
                 rows = dense_of(np.arange(first, first + count))
-                codec = "raw" if round_index % 2 else None
+                codec: Codec | None = "raw" if round_index % 2 else None
                 assert store.append_fixed(rows, 256, codec=codec) == first
 
         def gatherer(seed: int) -> Callable[[], None]:
@@ -116,7 +120,7 @@ def test_eight_dense_gatherers_and_one_appender(store_path: str) -> None:
 
 
 def test_close_while_threads_are_inside_calls(store_path: str) -> None:
-    store = Zrecord(store_path, codec="zstd")
+    store = Zrecord(store_path, create=True, codec="zstd")
     store.append([record_of(i) for i in range(400)])
     progress = threading.Semaphore(0)
     outcomes: list[int] = []
@@ -159,7 +163,7 @@ def test_close_while_threads_are_inside_calls(store_path: str) -> None:
 
 
 def test_concurrent_appenders_get_disjoint_contiguous_ranges(store_path: str) -> None:
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         placed: dict[int, list[bytes]] = {}
         lock = threading.Lock()
 
@@ -171,7 +175,7 @@ def test_concurrent_appenders_get_disjoint_contiguous_ranges(store_path: str) ->
                         f"writer {writer} batch {batch_index} record {k} ".encode() * (k + 1)
                         for k in range(draw.randrange(1, 20))
                     ]
-                    first = store.append(batch, codec=draw.choice(["raw", "zstd"]))
+                    first = store.append(batch, codec=draw.choice(CODECS_MIXED))
                     with lock:
                         placed[first] = batch
 
@@ -195,7 +199,7 @@ def self_checking(token: int) -> bytes:
 def test_delete_and_compact_while_others_gather(store_path: str) -> None:
     # delete and compact take the store exclusively: readers racing them must see whole records
     # (or an IndexError when the store shrank under a stale index), never torn bytes.
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, create=True, codec="zstd") as store:
         store.append([self_checking(i) for i in range(1200)])
         stop = threading.Event()
         seen = [0]
