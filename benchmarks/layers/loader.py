@@ -71,6 +71,13 @@ def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
             add(f"loaderx {codec} reuse", {"kind": "loaderx", "codec": codec}, False,
                 lambda c=codec: loaders.loaderx_loop(  # type: ignore[misc]
                     paths[c], args.batch, transform, reuse=True))
+    for codec in ("raw",):
+        for workers in args.workers:
+            if codec in paths:
+                add(f"loaderx.torch adapter {codec} w{workers}",
+                    {"kind": "loaderx.torch", "codec": codec, "workers": workers}, False,
+                    lambda c=codec, w=workers: loaders.torch_adapter_loop(  # type: ignore[misc]
+                        paths[c], args.batch, w, transform))
     for whole in (False, True):
         for workers in args.workers:
             label = "batch" if whole else "per-sample"

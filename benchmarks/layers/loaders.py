@@ -3,7 +3,8 @@
 Each factory returns a zero-argument callable handing over the next batch, built the way that
 loader's users build it: loaderx's DataLoader over DenseDatasets; torch's DataLoader over a
 map-style Dataset reading a NumPy memmap, per sample (default collate) or per batch (a
-BatchSampler feeding whole index lists to __getitem__); grain's DataLoader over a random
+BatchSampler feeding whole index lists to __getitem__); torch's DataLoader over loaderx's own
+adapter (loaderx.torch.TorchDataset, whose __getitems__ gathers a batch at once); grain's DataLoader over a random
 access source. `augment` is the Python-bound per-sample transform used by --transform augment.
 """
 
@@ -153,6 +154,37 @@ def torch_loop(npy: Path, batch: int, workers: int, whole_batch: bool,
         iterator = getattr(loader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
+
+    return step, close
+
+
+def torch_adapter_loop(path: Path, batch: int, workers: int,
+                       transform: Transform) -> tuple[Next, Callable[[], None]]:
+    """torch's DataLoader over loaderx.torch.TorchDataset: one gather per batch (__getitems__)."""
+    import torch
+
+    from loaderx.dataset import DenseDataset
+    from loaderx.torch import TorchDataset
+
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    dataset = DenseDataset(str(path))
+    stream_transform = None
+    if transform is not None:
+        def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {name: transform(values) for name, values in b.items()}
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        extra = {"persistent_workers": True, "prefetch_factor": 2}
+    loader = TorchDataset(dataset, transform=stream_transform).loader(
+        batch, shuffle=True, drop_last=True, num_workers=workers,
+        generator=torch.Generator().manual_seed(0), **extra)
+    step = endless(lambda: iter(loader))
+
+    def close() -> None:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        dataset.close()
 
     return step, close
 

@@ -1,0 +1,216 @@
+"""PyTorch adapters: a map-style Dataset with one gather per batch, and tensors from a DataLoader.
+
+torch stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
+
+- ``TorchDataset(streams)`` is a ``torch.utils.data.Dataset`` over dense datasets. It implements
+  ``__getitems__``, so torch's own DataLoader, when it has a batch sampler, asks for a whole
+  batch at once and the adapter answers with one native gather per stream, straight into the
+  batch's memory. The batch is already collated: give torch's DataLoader
+  ``collate_fn=loaderx.torch.collate`` (or build it with ``TorchDataset.loader(...)``, which
+  does). It pickles by path (the datasets reopen in the worker), so spawn and forkserver
+  workers work.
+- ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
+  made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
+  alive, so the loader never writes into an array a tensor still uses). With
+  ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused across
+  steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until ``ring`` more
+  batches have been taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.utils.data
+
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.indexing import normalize_index
+
+__all__ = ["TorchDataset", "TorchLoader", "collate"]
+
+TensorBatch = dict[str, torch.Tensor]
+RING_DEFAULT: Final = 2
+
+
+def collate(batch: Any) -> Any:
+    """The collate_fn for TorchDataset: its batches arrive collated, so this returns them as is.
+
+    (Typed Any because torch declares collate_fn as taking a list of samples.)
+    """
+    return batch
+
+
+def _streams(streams: Mapping[str, DenseDataset] | DenseDataset) -> dict[str, DenseDataset]:
+    if isinstance(streams, DenseDataset):
+        return {"data": streams}
+    if not isinstance(streams, Mapping) or not streams:
+        raise TypeError("streams must be a DenseDataset or a non-empty dict of name -> DenseDataset")
+    lengths = set()
+    for name, dataset in streams.items():
+        if not isinstance(dataset, DenseDataset):
+            raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")
+        lengths.add(len(dataset))
+    if len(lengths) != 1:
+        raise ValueError(f"all streams must have the same length, got {sorted(lengths)}")
+    return dict(streams)
+
+
+class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
+    """A map-style torch Dataset over dense loaderx datasets (one gather per batch and stream).
+
+    ``ds[i]`` is one sample as a dict of tensors; ``ds.__getitems__(indices)`` (what torch's
+    DataLoader calls with a batch sampler) is the whole batch as a dict of (B, *item_shape)
+    tensors. A single DenseDataset is served under the name "data". ``transform`` runs on each
+    batch dict of NumPy arrays before it becomes tensors, like DataLoader's transform.
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, DenseDataset] | DenseDataset,
+        transform: Callable[[dict[str, npt.NDArray[Any]]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.streams = _streams(streams)
+        self.transform = transform
+        self._length = len(next(iter(self.streams.values())))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _tensors(self, indices: npt.NDArray[np.int64], scalar: bool) -> TensorBatch:
+        arrays: dict[str, Any] = {}
+        for name, dataset in self.streams.items():
+            shape = dataset.item_shape if scalar else (len(indices), *dataset.item_shape)
+            out = np.empty(shape, dtype=dataset.dtype)
+            if len(indices):
+                dataset.gather_into(indices, out)
+            arrays[name] = out
+        if self.transform is not None:
+            arrays = self.transform(arrays)
+        return {name: torch.from_numpy(np.asarray(value)) for name, value in arrays.items()}
+
+    def __getitem__(self, index: int) -> TensorBatch:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"TorchDataset[i] takes one int index, not {type(index).__name__}")
+        return self._tensors(normalize_index(index, self._length), scalar=True)
+
+    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
+        """The batch of these indices, gathered in one native call per stream."""
+        return self._tensors(normalize_index(list(indices), self._length), scalar=False)
+
+    def loader(self, batch_size: int, **options: Any) -> torch.utils.data.DataLoader[TensorBatch]:
+        """torch's DataLoader over this dataset, with collate_fn=collate set for you.
+
+        Any other torch DataLoader option (shuffle, num_workers, multiprocessing_context,
+        drop_last, generator, ...) passes through.
+        """
+        if "collate_fn" in options:
+            raise TypeError("TorchDataset.loader sets collate_fn itself (batches come collated)")
+        return torch.utils.data.DataLoader(
+            self, batch_size=batch_size, collate_fn=collate, **options
+        )
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.streams)
+        return f"TorchDataset(streams=[{names}], length={self._length})"
+
+
+class _PinnedRing:
+    """Page-locked buffers per stream, reused in rotation: batch k is copied into slot k % size."""
+
+    def __init__(self, size: int, pin: bool) -> None:
+        self._size = size
+        self._pin = pin
+        self._slots: list[dict[str, torch.Tensor]] = [{} for _ in range(size)]
+        self._next = 0
+
+    def stage(self, batch: Mapping[str, Any]) -> TensorBatch:
+        slot = self._slots[self._next]
+        self._next = (self._next + 1) % self._size
+        staged: TensorBatch = {}
+        for name, value in batch.items():
+            source = torch.from_numpy(np.asarray(value))
+            buffer = slot.get(name)
+            if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
+                buffer = torch.empty(source.shape, dtype=source.dtype, pin_memory=self._pin)
+                slot[name] = buffer
+            buffer.copy_(source)
+            staged[name] = buffer
+        return staged
+
+
+class TorchLoader:
+    """Iterates a loaderx DataLoader as dicts of torch tensors; see the module docstring.
+
+    Without pin_memory the tensors share the loader's arrays (torch.from_numpy, no copy). With
+    pin_memory=True each batch is copied into page-locked memory reused across ``ring`` steps;
+    this needs an accelerator backend (CUDA, ROCm, XPU...), and asking for it without one
+    raises RuntimeError at construction. ``device`` (e.g. "cuda") moves each batch there with
+    non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader.
+    """
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        pin_memory: bool = False,
+        device: str | torch.device | None = None,
+        ring: int = RING_DEFAULT,
+    ) -> None:
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"loader must be a loaderx DataLoader, not {type(loader).__name__}")
+        if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
+            raise ValueError(f"ring must be an int >= 1, got {ring!r}")
+        if pin_memory:
+            try:
+                torch.empty(1, pin_memory=True)
+            except RuntimeError as error:
+                raise RuntimeError(
+                    "pin_memory=True needs an accelerator backend (CUDA, ROCm, XPU, MPS...); "
+                    f"this torch {torch.__version__} has none: leave pin_memory off on CPU "
+                    f"({error})"
+                ) from None
+        self.loader = loader
+        self.pin_memory = pin_memory
+        self.device = None if device is None else torch.device(device)
+        self._ring = _PinnedRing(ring, pin_memory) if pin_memory else None
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        return self
+
+    def __next__(self) -> TensorBatch:
+        batch = next(self.loader)
+        if self._ring is not None:
+            tensors = self._ring.stage(batch)
+        else:
+            tensors = {name: torch.from_numpy(np.asarray(v)) for name, v in batch.items()}
+        if self.device is not None:
+            tensors = {n: t.to(self.device, non_blocking=True) for n, t in tensors.items()}
+        return tensors
+
+    @property
+    def step(self) -> int:
+        return self.loader.step
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.loader.steps_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __enter__(self) -> TorchLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+

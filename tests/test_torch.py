@@ -1,0 +1,170 @@
+"""Tests for loaderx.torch: the map-style adapter under torch's DataLoader (spawn and forkserver
+workers included) and the tensor view of a loaderx DataLoader."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+import torch.utils.data
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.torch import TensorBatch, TorchDataset, TorchLoader, _PinnedRing, collate
+
+RECORDS = 300
+
+
+def images_of(indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+    """Record i of the image stream: a 4x5 block whose values are derived from i."""
+    return ((indices[:, None] * 7 + np.arange(20)[None, :]) % 251).astype(np.uint8).reshape(-1, 4, 5)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("torch")
+    every = np.arange(RECORDS, dtype=np.int64)
+    from_numpy(base / "image", images_of(every))
+    from_numpy(base / "label", every, codec="raw")
+    return base
+
+
+@pytest.fixture
+def adapter(folder: Path) -> TorchDataset:
+    return TorchDataset({"image": DenseDataset(folder / "image"),
+                         "label": DenseDataset(folder / "label")})
+
+
+def check(batch: TensorBatch, indices: npt.NDArray[np.int64] | None = None) -> None:
+    labels = batch["label"].numpy()
+    assert batch["label"].dtype == torch.int64 and batch["image"].dtype == torch.uint8
+    assert np.array_equal(batch["image"].numpy(), images_of(labels))
+    if indices is not None:
+        assert np.array_equal(labels, indices)
+
+
+class CountingDataset(TorchDataset):
+    """Counts how torch's DataLoader asks for data: batches (__getitems__) or samples."""
+
+    batches = 0
+    samples = 0
+
+    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
+        self.batches += 1
+        return super().__getitems__(indices)
+
+    def __getitem__(self, index: int) -> TensorBatch:
+        self.samples += 1
+        return super().__getitem__(index)
+
+
+def test_torch_dataloader_asks_for_whole_batches(folder: Path) -> None:
+    ds = CountingDataset({"image": DenseDataset(folder / "image"),
+                          "label": DenseDataset(folder / "label")})
+    order = torch.Generator().manual_seed(3)
+    loader = ds.loader(batch_size=32, shuffle=True, generator=order)
+    seen = []
+    for batch in loader:
+        check(batch)
+        seen.append(batch["label"].numpy())
+    assert ds.batches == len(loader) == 10 and ds.samples == 0
+    # One epoch of shuffle=True visits every record exactly once.
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(RECORDS))
+
+
+def test_single_samples_and_errors(adapter: TorchDataset) -> None:
+    sample = adapter[17]
+    assert sample["label"].item() == 17
+    assert np.array_equal(sample["image"].numpy(), images_of(np.array([17]))[0])
+    assert adapter[-1]["label"].item() == RECORDS - 1
+    assert len(adapter) == RECORDS
+    with pytest.raises(IndexError):
+        adapter[RECORDS]
+    with pytest.raises(TypeError, match="one int index"):
+        adapter[[1, 2]]  # type: ignore[index]
+    with pytest.raises(TypeError, match="sets collate_fn itself"):
+        adapter.loader(4, collate_fn=collate)
+    with pytest.raises(TypeError, match="must be a DenseDataset"):
+        TorchDataset({"x": np.zeros(3)})  # type: ignore[dict-item]
+    batch = adapter.__getitems__([5, 3, 5])
+    check(batch, np.array([5, 3, 5]))
+
+
+def test_a_single_dataset_and_a_transform(folder: Path) -> None:
+    def scale(batch: dict[str, npt.NDArray[np.uint8]]) -> dict[str, npt.NDArray[np.float32]]:
+        return {"data": batch["data"].astype(np.float32) / 255.0}
+
+    ds = TorchDataset(DenseDataset(folder / "image"), transform=scale)
+    batch = ds.__getitems__([0, 9])
+    assert batch["data"].dtype == torch.float32
+    assert torch.allclose(batch["data"], torch.from_numpy(images_of(np.array([0, 9])) / 255.0).float())
+
+
+def test_the_adapter_pickles_by_path(adapter: TorchDataset) -> None:
+    copy = pickle.loads(pickle.dumps(adapter))
+    check(copy.__getitems__([1, 2, 3]), np.array([1, 2, 3]))
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_worker_processes_started_without_fork(adapter: TorchDataset, context: str) -> None:
+    sampler = torch.utils.data.BatchSampler(
+        torch.utils.data.SequentialSampler(adapter), batch_size=50, drop_last=False
+    )
+    loader = torch.utils.data.DataLoader(
+        adapter, batch_sampler=sampler, collate_fn=collate, num_workers=2,
+        multiprocessing_context=context,
+    )
+    batches = list(loader)
+    assert len(batches) == 6
+    for k, batch in enumerate(batches):
+        check(batch, np.arange(50 * k, 50 * (k + 1)))
+
+
+def test_torch_loader_shares_the_loaders_arrays(folder: Path) -> None:
+    streams = {"image": DenseDataset(folder / "image"), "label": DenseDataset(folder / "label")}
+    # With reuse_buffers and prefetch=1 the loader writes step k into slot k % 2: two tensors
+    # two steps apart at the same address prove that no copy was made.
+    loader = DataLoader(streams, batch_size=16, seed=4, prefetch=1, workers=1, reuse_buffers=True)
+    with TorchLoader(loader) as tensors:
+        first = next(tensors)
+        check(first, loader.indices(0))
+        address = first["image"].data_ptr()
+        next(tensors)
+        third = next(tensors)
+        assert third["image"].data_ptr() == address
+        check(third, loader.indices(2))
+        assert tensors.step == 3 and tensors.steps_per_epoch == RECORDS // 16
+        state = tensors.state_dict()
+    assert loader.closed
+    with TorchLoader(DataLoader(streams, batch_size=16)) as resumed:
+        resumed.load_state_dict(state)
+        check(next(resumed), loader.indices(3))
+
+
+def test_pinned_memory_without_an_accelerator_is_a_clear_error(folder: Path) -> None:
+    with DataLoader({"label": DenseDataset(folder / "label")}, batch_size=4) as loader:
+        if torch.cuda.is_available():
+            TorchLoader(loader, pin_memory=True).close()
+        else:
+            with pytest.raises(RuntimeError, match="pin_memory=True needs an accelerator"):
+                TorchLoader(loader, pin_memory=True)
+        with pytest.raises(TypeError, match="loaderx DataLoader"):
+            TorchLoader(iter([]))  # type: ignore[arg-type]
+
+
+def test_the_staging_ring_reuses_its_buffers() -> None:
+    # The ring's rotation, run with ordinary memory (pinning itself needs an accelerator).
+    ring = _PinnedRing(2, pin=False)
+    batches = [{"x": np.full((3, 2), k, dtype=np.int16)} for k in range(5)]
+    staged = [ring.stage(b) for b in batches]
+    assert staged[0]["x"].data_ptr() == staged[2]["x"].data_ptr() == staged[4]["x"].data_ptr()
+    assert staged[1]["x"].data_ptr() == staged[3]["x"].data_ptr() != staged[0]["x"].data_ptr()
+    assert (staged[4]["x"] == 4).all() and (staged[3]["x"] == 3).all()
+    bigger = ring.stage({"x": np.ones((4, 2), dtype=np.int16)})  # a new shape gets a new buffer
+    assert bigger["x"].shape == (4, 2)
