@@ -1,0 +1,130 @@
+"""JAX helpers: device prefetch that overlaps host-to-device copies with compute, multi-host shards.
+
+jax stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
+
+- ``device_prefetch(loader, size=2, sharding=None)`` wraps any iterator of batch dicts (a
+  DataLoader, a MixtureLoader). It keeps ``size`` batches already handed to ``jax.device_put``:
+  JAX dispatches the copy asynchronously, so batch k+1 travels to the device while step k
+  computes. With ``sharding=`` each array is placed with that sharding; when several processes
+  run (multi-host), each contributes its local rows and the result is a global array
+  (``jax.make_array_from_process_local_data``).
+- ``process_shard()`` is the ``shard=`` for this process: ``(jax.process_index(),
+  jax.process_count())``, so every host's loader takes its slice of each global batch.
+- ``global_batch(batch, sharding)`` builds global arrays from this process's rows.
+
+Do not call ``float(loss)`` on every step: it waits for the device and so undoes the overlap.
+Keep losses as device arrays and read them every few hundred steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import jax
+import numpy as np
+
+__all__ = ["DevicePrefetch", "device_prefetch", "global_batch", "process_shard"]
+
+SIZE_DEFAULT: Final = 2
+
+
+def process_shard() -> tuple[int, int]:
+    """(index, count) of this process among all JAX processes: pass it as shard= to a loader."""
+    return jax.process_index(), jax.process_count()
+
+
+def global_batch(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
+    """Global arrays sharded by `sharding`, from this process's rows of each array in batch.
+
+    Every process passes its own rows (what its loader with shard=process_shard() gave it); the
+    global array's leading dimension is the sum over processes.
+    """
+    return {
+        name: jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
+            sharding, np.asarray(value)
+        )
+        for name, value in batch.items()
+    }
+
+
+def _place(batch: Mapping[str, Any], sharding: jax.sharding.Sharding | None) -> dict[str, Any]:
+    if sharding is not None and jax.process_count() > 1:
+        return global_batch(batch, sharding)
+    if sharding is None:
+        return {name: jax.device_put(value) for name, value in batch.items()}
+    return {name: jax.device_put(value, sharding) for name, value in batch.items()}
+
+
+class DevicePrefetch:
+    """Iterates device-resident batches, keeping `size` of them in flight; see the module doc.
+
+    state_dict() is the wrapped loader's state moved back by the batches still queued here, so
+    it names the next batch this iterator yields, not the next one the loader computes.
+    """
+
+    def __init__(
+        self, loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
+        sharding: jax.sharding.Sharding | None = None,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an int >= 1 (batches on the device ahead), got {size!r}")
+        if sharding is not None and not isinstance(sharding, jax.sharding.Sharding):
+            raise TypeError(f"sharding must be a jax.sharding.Sharding, not {type(sharding).__name__}")
+        self.loader = loader
+        self.size = size
+        self.sharding = sharding
+        self._queue: deque[dict[str, Any]] = deque()
+
+    def __iter__(self) -> DevicePrefetch:
+        return self
+
+    def _fill(self) -> None:
+        while len(self._queue) < self.size:
+            try:
+                batch = next(self.loader)
+            except StopIteration:
+                return
+            self._queue.append(_place(batch, self.sharding))
+
+    def __next__(self) -> dict[str, Any]:
+        self._fill()
+        if not self._queue:
+            raise StopIteration
+        batch = self._queue.popleft()
+        self._fill()  # the next copy starts now, while the caller computes on this batch
+        return batch
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch this iterator yields."""
+        return int(getattr(self.loader, "step")) - len(self._queue)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = getattr(self.loader, "state_dict")()
+        return {**state, "step": state["step"] - len(self._queue)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._queue.clear()
+        getattr(self.loader, "load_state_dict")(state)
+
+    def close(self) -> None:
+        self._queue.clear()
+        close = getattr(self.loader, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> DevicePrefetch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def device_prefetch(
+    loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
+    sharding: jax.sharding.Sharding | None = None,
+) -> DevicePrefetch:
+    """Device-resident batches from loader, `size` copies in flight (double-buffered at 2)."""
+    return DevicePrefetch(loader, size, sharding)

@@ -1,0 +1,108 @@
+"""Tests for loaderx.jax on CPU JAX with two host devices: device prefetch, sharding, state."""
+
+from __future__ import annotations
+
+import os
+
+# Two CPU devices, set before jax is first imported in this process (pytest imports every test
+# module at collection, before any test runs; nothing else in tests/ imports jax in-process).
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+
+from loaderx.converter import from_numpy  # noqa: E402
+from loaderx.dataloader import DataLoader  # noqa: E402
+from loaderx.dataset import DenseDataset  # noqa: E402
+from loaderx.jax import DevicePrefetch, device_prefetch, global_batch, process_shard  # noqa: E402
+
+RECORDS = 200
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DenseDataset]]:
+    base = tmp_path_factory.mktemp("jax")
+    labels = np.arange(RECORDS, dtype=np.int32)
+    from_numpy(base / "x", np.repeat(labels[:, None], 4, axis=1).astype(np.float32))
+    from_numpy(base / "y", labels, codec="raw")
+    made = {"x": DenseDataset(base / "x"), "y": DenseDataset(base / "y")}
+    yield made
+    for dataset in made.values():
+        dataset.close()
+
+
+def test_two_host_devices() -> None:
+    assert jax.device_count() == 2, "XLA_FLAGS was not applied: jax was imported before"
+    assert process_shard() == (0, 1)
+
+
+def test_device_prefetch_yields_the_loaders_batches_on_device(
+    streams: dict[str, DenseDataset],
+) -> None:
+    with DataLoader(streams, batch_size=8, seed=1) as loader:
+        expected = [loader.indices(step) for step in range(12)]
+        with device_prefetch(loader, size=3) as batches:
+            for step in range(12):
+                batch = next(batches)
+                assert isinstance(batch["y"], jax.Array)
+                assert batches.step == step + 1
+                assert loader.step == step + 1 + 3  # three more already on their way
+                assert np.array_equal(np.asarray(batch["y"]), expected[step])
+                assert np.array_equal(np.asarray(batch["x"])[:, 0], expected[step])
+
+
+def test_sharded_batches_split_rows_across_devices(streams: dict[str, DenseDataset]) -> None:
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    with DataLoader(streams, batch_size=8, seed=2) as loader:
+        first = loader.indices(0)
+        batches = DevicePrefetch(loader, size=2, sharding=sharding)
+        batch = next(batches)
+        shards = batch["y"].addressable_shards
+        assert len(shards) == 2
+        assert {shard.device for shard in shards} == set(jax.devices())
+        for shard in shards:
+            rows = shard.index[0]
+            assert np.array_equal(np.asarray(shard.data), first[rows])
+        # A jitted step over the sharded batch runs on both devices.
+        total = jax.jit(lambda b: jnp.sum(b["x"][:, 0]))(batch)
+        assert float(total) == float(first.sum())
+        # Global arrays from process-local rows (one process here: the rows are all of them).
+        made = global_batch({"y": np.arange(8, dtype=np.int32)}, sharding)
+        assert made["y"].sharding == sharding
+        assert np.array_equal(np.asarray(made["y"]), np.arange(8))
+
+
+def test_state_names_the_next_batch_yielded(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=8, seed=3) as loader:
+        batches = device_prefetch(loader, size=2)
+        for _ in range(5):
+            next(batches)
+        state = batches.state_dict()
+        following = np.asarray(next(batches)["y"])
+    assert state["step"] == 5
+    with DataLoader(streams, batch_size=8) as loader:
+        resumed = device_prefetch(loader)
+        resumed.load_state_dict(state)
+        assert np.array_equal(np.asarray(next(resumed)["y"]), following)
+
+
+def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
+    loader: Any = iter([])
+    with pytest.raises(ValueError, match="size must be an int >= 1"):
+        device_prefetch(loader, size=0)
+    with pytest.raises(TypeError, match="jax.sharding.Sharding"):
+        device_prefetch(loader, sharding="data")  # type: ignore[arg-type]
+    # A finite iterator ends the prefetch when it ends.
+    finite = list(device_prefetch(iter([{"a": np.full(2, k)} for k in range(3)]), size=2))
+    assert [int(b["a"][0]) for b in finite] == [0, 1, 2]
