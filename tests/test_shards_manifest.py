@@ -13,7 +13,7 @@ import pytest
 
 from loaderx.dataset import DenseDataset
 from loaderx.errors import ManifestError, SchemaError
-from loaderx.schema import make_schema, read_schema
+from loaderx.schema import Codec, make_schema, read_schema
 from loaderx.shards import (
     MANIFEST_FILE,
     Manifest,
@@ -29,7 +29,7 @@ from loaderx.shards import (
 SCHEMA = make_schema("dense", np.int64, (), "raw", "balanced")
 
 
-def _stage(dataset: Path, values: np.ndarray, codec: str = "raw") -> str:
+def _stage(dataset: Path, values: np.ndarray, codec: Codec = "raw") -> str:
     """One complete single-store shard holding `values`, built in a staging folder."""
     folder = staging_folder(dataset)
     with DenseDataset(folder, dtype=values.dtype, item_shape=(), codec=codec) as ds:
