@@ -1,0 +1,428 @@
+"""The `loaderx` command (also `python -m loaderx`): inspect, convert and check stores.
+
+A thin layer over the public API. Every subcommand has --help; the exit status is 0 when all
+is well, 1 when a problem was found (a store that cannot be opened, a failed check) and 2 for
+a usage error (argparse's own convention). Subcommands whose output is data take --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TextIO
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
+from loaderx.errors import LoaderxError
+from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, check_codec
+from loaderx.zrecord import Zrecord
+
+EXIT_OK: Final = 0
+EXIT_PROBLEM: Final = 1
+EXIT_USAGE: Final = 2
+
+Store = DenseDataset | RaggedDataset | Zrecord
+_BENCH_RECORDS_MAX: Final = 20_000
+
+
+class Problem(Exception):
+    """Something the user should hear about in one line, with exit status 1."""
+
+
+# --- opening ----------------------------------------------------------------------------------
+
+
+def open_store(path: str) -> Store:
+    """The dataset at path (by its schema), or the bare Zrecord store when it has none."""
+    if not os.path.exists(path):
+        raise Problem(f"{path}: no such file or folder")
+    if os.path.isfile(os.path.join(path, SCHEMA_FILE)):
+        from loaderx.schema import read_schema
+
+        if read_schema(path).kind == "ragged":
+            return RaggedDataset(path)
+        return DenseDataset(path)
+    if os.path.isfile(os.path.join(path, "meta.zr")):
+        return Zrecord(path)
+    raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
+
+
+def _store_of(opened: Store) -> Zrecord:
+    return opened if isinstance(opened, Zrecord) else opened.store
+
+
+def _disk_usage(path: str) -> tuple[int, int]:
+    """(apparent size, allocated bytes) of the files in a store folder."""
+    apparent = allocated = 0
+    for entry in os.scandir(path):
+        if entry.is_file(follow_symlinks=False):
+            info = entry.stat(follow_symlinks=False)
+            apparent += info.st_size
+            allocated += info.st_blocks * 512
+    return apparent, allocated
+
+
+# --- info, stats, head ------------------------------------------------------------------------
+
+
+def info_of(path: str) -> dict[str, Any]:
+    opened = open_store(path)
+    try:
+        store = _store_of(opened)
+        stats = store.stats()
+        count = stats["records"]
+        logical = int(store.record_lengths(slice(None)).sum()) if count else 0
+        apparent, allocated = _disk_usage(path)
+        result: dict[str, Any] = {"path": path}
+        if isinstance(opened, Zrecord):
+            result.update(kind="zrecord", dtype=None, item_shape=None, codec=opened.codec,
+                          dict_size=None)
+        else:
+            result.update(kind=opened.schema.kind, dtype=str(opened.dtype),
+                          item_shape=list(opened.item_shape), codec=opened.codec,
+                          dict_size=opened.dict_size or None)
+        result.update(
+            records=count, has_dict=store.has_dict, logical_bytes=logical,
+            data_bytes=stats["live_bytes"], chunk_bytes=stats["chunk_bytes"],
+            reclaimable_bytes=stats["reclaimable"], allocated_bytes=allocated,
+            apparent_bytes=apparent,
+            compression_ratio=round(logical / stats["live_bytes"], 4) if stats["live_bytes"] else None,
+        )
+        return result
+    finally:
+        opened.close()
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
+def _print_info(info: dict[str, Any], out: TextIO) -> None:
+    rows = [
+        ("kind", info["kind"]),
+        ("dtype", info["dtype"] or "-"),
+        ("item shape", tuple(info["item_shape"]) if info["item_shape"] is not None else "-"),
+        ("codec", info["codec"]),
+        ("dictionary", _size(info["dict_size"]) + (" (trained)" if info["has_dict"] else
+                                                     " (not trained)") if info["dict_size"] else "-"),
+        ("records", f"{info['records']:,}"),
+        ("logical bytes", _size(info["logical_bytes"])),
+        ("data bytes", _size(info["data_bytes"]) + " (stored records)"),
+        ("allocated", _size(info["allocated_bytes"]) + " (blocks on disk)"),
+        ("apparent size", _size(info["apparent_bytes"]) + " (sparse files)"),
+        ("compression", f"{info['compression_ratio']:.2f}x" if info["compression_ratio"] else "-"),
+    ]
+    if info.get("shards") is not None:
+        rows.insert(5, ("shards", ", ".join(info["shards"]) or "none"))
+    for label, value in rows:
+        print(f"{label:<14} {value}", file=out)
+
+
+def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    info = info_of(args.path)
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+    else:
+        _print_info(info, out)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+    opened = open_store(args.path)
+    try:
+        store = _store_of(opened)
+        stats: dict[str, Any] = dict(store.stats())
+        if stats["records"]:
+            lengths = store.record_lengths(slice(None))
+            stats.update(record_bytes_min=int(lengths.min()), record_bytes_max=int(lengths.max()),
+                         record_bytes_mean=round(float(lengths.mean()), 2))
+    finally:
+        opened.close()
+    if args.json:
+        json.dump(stats, out, indent=2)
+        print(file=out)
+    else:
+        for key, value in stats.items():
+            print(f"{key:<18} {value:,}" if isinstance(value, int) else f"{key:<18} {value}",
+                  file=out)
+    return EXIT_OK
+
+
+def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
+    if args.n < 0:
+        raise Problem(f"-n must be >= 0, got {args.n}")
+    opened = open_store(args.path)
+    try:
+        count = min(args.n, len(opened))
+        with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
+            if isinstance(opened, DenseDataset):
+                print(repr(opened[:count]), file=out)
+            elif isinstance(opened, RaggedDataset):
+                for index, record in enumerate(opened[:count]):
+                    print(f"[{index}] shape {record.shape}: {np.array2string(record)}", file=out)
+            else:
+                for index, raw in enumerate(opened.gather(slice(0, count))):
+                    shown = raw[:48]
+                    more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
+                    print(f"[{index}] {shown!r}{more}", file=out)
+        print(f"({count} of {len(opened):,} records)", file=out)
+    finally:
+        opened.close()
+    return EXIT_OK
+
+
+# --- convert, recode, compact -----------------------------------------------------------------
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.quiet else None
+
+
+def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
+    from loaderx.converter import from_numpy
+
+    source = args.source
+    if not os.path.isfile(source):
+        raise Problem(f"{source}: no such file")
+    codec = check_codec(args.codec)
+    dict_size = _dict_size(args.dict_size)
+    if source.endswith(".npz"):
+        with np.load(source) as archive:
+            names = list(archive.files)
+            for name in names:
+                target = os.path.join(args.dest, name)
+                count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,
+                                   overwrite=args.overwrite, progress=_progress(args))
+                print(f"{target}: {count:,} records ({codec})", file=out)
+        return EXIT_OK
+    try:
+        array = np.load(source, mmap_mode="r")
+    except ValueError as error:
+        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
+    count = from_numpy(args.dest, array, codec=codec, dict_size=dict_size,
+                       overwrite=args.overwrite, progress=_progress(args))
+    print(f"{args.dest}: {count:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
+def _dict_size(text: str) -> str | int:
+    if text in DICT_TIERS:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        names = ", ".join(DICT_TIERS)
+        raise Problem(f"--dict-size must be one of {names} or a byte count, got {text!r}") from None
+
+
+def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
+    from loaderx.converter import recode
+
+    count = recode(args.source, args.dest, codec=check_codec(args.codec),
+                   dict_size=_dict_size(args.dict_size), overwrite=args.overwrite,
+                   progress=_progress(args))
+    print(f"{args.dest}: {count:,} records ({args.codec})", file=out)
+    return EXIT_OK
+
+
+def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    opened = open_store(args.path)
+    try:
+        before = _store_of(opened).stats()
+        opened.compact()
+        after = _store_of(opened).stats()
+    finally:
+        opened.close()
+    freed = before["chunk_bytes"] - after["chunk_bytes"]
+    print(f"{args.path}: compacted, {_size(freed)} reclaimed; {after['records']:,} records, "
+          f"{_size(after['chunk_bytes'])} of chunk data", file=out)
+    return EXIT_OK
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+
+def _rate(run: Callable[[], object], batch_bytes: int, seconds: float) -> float:
+    """MiB/s of run() repeated for about `seconds` (after one warm-up call)."""
+    run()
+    calls = 0
+    started = time.perf_counter()
+    while True:
+        run()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return calls * batch_bytes / elapsed / (1 << 20)
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    opened = open_store(args.path)
+    if not isinstance(opened, DenseDataset):
+        kind = "ragged dataset" if isinstance(opened, RaggedDataset) else "bare Zrecord store"
+        opened.close()
+        raise Problem(f"{args.path}: bench compares a dense dataset with a NumPy memmap; this is a {kind}")
+    try:
+        return _bench_dense(opened, args, out)
+    finally:
+        opened.close()
+
+
+def _bench_dense(ds: DenseDataset, args: argparse.Namespace, out: TextIO) -> int:
+    count = min(len(ds), args.records)
+    if count == 0:
+        raise Problem(f"{args.path}: the dataset is empty")
+    batch = min(args.batch, count)
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, count, batch, dtype=np.int64) for _ in range(64)]
+    out_array = np.empty((batch, *ds.item_shape), dtype=ds.dtype)
+    with tempfile.TemporaryDirectory(prefix="loaderx-bench-", dir=args.tmp) as folder:
+        npy = os.path.join(folder, "records.npy")
+        copy = np.lib.format.open_memmap(npy, mode="w+", dtype=ds.dtype,
+                                         shape=(count, *ds.item_shape))
+        step = max(1, (64 << 20) // max(1, ds.record_size))
+        for start in range(0, count, step):
+            copy[start : start + step] = ds[start : min(count, start + step)]
+        copy.flush()
+        del copy
+        memmap: npt.NDArray[Any] = np.load(npy, mmap_mode="r")
+        turn = [0]
+
+        def next_indices() -> npt.NDArray[np.int64]:
+            turn[0] = (turn[0] + 1) % len(batches)
+            chosen: npt.NDArray[np.int64] = batches[turn[0]]
+            return chosen
+
+        contenders: dict[str, Callable[[], object]] = {
+            "loaderx gather_into": lambda: ds.gather_into(next_indices(), out_array),
+            "loaderx ds[idx]": lambda: ds[next_indices()],
+            "numpy memmap a[idx]": lambda: memmap[next_indices()],
+        }
+        batch_bytes = batch * ds.record_size
+        rates: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(args.rounds):  # round-robin, so that load on the machine hits all alike
+            for name, run in contenders.items():
+                rates[name].append(_rate(run, batch_bytes, args.seconds))
+        del memmap
+    medians = {name: float(np.median(values)) for name, values in rates.items()}
+    reference = medians["numpy memmap a[idx]"]
+    result = {
+        "path": args.path, "records": count, "batch": batch, "record_bytes": ds.record_size,
+        "codec": ds.codec, "rounds": args.rounds,
+        "mib_s": {name: round(value, 1) for name, value in medians.items()},
+        "vs_memmap": {name: round(value / reference, 3) for name, value in medians.items()},
+    }
+    if args.json:
+        json.dump(result, out, indent=2)
+        print(file=out)
+        return EXIT_OK
+    print(f"{args.path}: random batches of {batch} from {count:,} records of "
+          f"{_size(ds.record_size)}, codec {ds.codec}, median of {args.rounds} rounds "
+          "(warm page cache)", file=out)
+    for name, value in medians.items():
+        print(f"  {name:<22} {value:>10,.0f} MiB/s  {value / reference:6.2f}x", file=out)
+    return EXIT_OK
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loaderx",
+        description="Inspect, convert and check loaderx datasets and Zrecord stores.",
+        epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, run: Callable[[argparse.Namespace, TextIO], int]
+                ) -> argparse.ArgumentParser:
+        made = sub.add_parser(name, help=summary, description=summary)
+        made.set_defaults(run=run)
+        return made
+
+    info = command("info", "kind, dtype, shape, codec, records, bytes and compression ratio", cmd_info)
+    info.add_argument("path")
+    info.add_argument("--json", action="store_true", help="print JSON")
+
+    stats = command("stats", "the store's record and byte counts, record sizes", cmd_stats)
+    stats.add_argument("path")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+
+    head = command("head", "the first records, printed as NumPy prints them", cmd_head)
+    head.add_argument("path")
+    head.add_argument("-n", type=int, default=5, help="how many records (default 5)")
+
+    for name, summary, run in (
+        ("convert", "a .npy (memory-mapped) or .npz file into datasets (an .npz: one per array, "
+         "in DEST/<name>)", cmd_convert),
+        ("recode", "a dataset into another with another codec", cmd_recode),
+    ):
+        made = command(name, summary, run)
+        made.add_argument("source")
+        made.add_argument("dest")
+        made.add_argument("--codec", default="zstd", choices=CODEC_NAMES)
+        made.add_argument("--dict-size", default="balanced",
+                          help="zstd_dict dictionary: small, balanced, max or a byte count")
+        made.add_argument("--overwrite", action="store_true",
+                          help="replace an existing store at DEST (only ever a loaderx store)")
+        made.add_argument("--quiet", action="store_true", help="no progress line")
+
+    compact = command("compact", "reclaim the bytes of deleted records, in place (offline)",
+                      cmd_compact)
+    compact.add_argument("path")
+
+    bench = command("bench", "this dataset's random-gather speed next to a NumPy memmap of the "
+                    "same records", cmd_bench)
+    bench.add_argument("path")
+    bench.add_argument("--batch", type=int, default=256, help="records per batch (default 256)")
+    bench.add_argument("--records", type=int, default=_BENCH_RECORDS_MAX,
+                       help=f"use the first N records (default {_BENCH_RECORDS_MAX:,})")
+    bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    bench.add_argument("--seconds", type=float, default=0.3, help="seconds per contender and round")
+    bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")
+    bench.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Runs one command; returns the exit status (argparse exits with 2 on a usage error)."""
+    args = build_parser().parse_args(argv)
+    stream = sys.stdout if out is None else out
+    try:
+        status: int = args.run(args, stream)
+        stream.flush()
+        return status
+    except BrokenPipeError:
+        # The reader went away (`loaderx head ... | head -3`): not a problem with the store.
+        # Point stdout at /dev/null so that the interpreter's final flush stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except FileExistsError as error:
+        text = str(error).replace("overwrite=True", "--overwrite")
+        print(f"loaderx {args.command}: {text}", file=sys.stderr)
+        return EXIT_PROBLEM
+    except (Problem, LoaderxError, OSError, ValueError, TypeError) as error:
+        print(f"loaderx {args.command}: {error}", file=sys.stderr)
+        return EXIT_PROBLEM
+
+
+def entry_point() -> None:
+    """The console script: exit with main()'s status."""
+    sys.exit(main())
+
+
+__all__ = ["build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE"]

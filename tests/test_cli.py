@@ -1,0 +1,143 @@
+"""Tests for the loaderx command: every subcommand's output, exit codes 0 / 1 / 2, --json."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, main
+from loaderx.converter import from_iterator, from_numpy
+from loaderx.dataset import DenseDataset
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    status = main(list(argv), out=out)
+    return status, out.getvalue()
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> np.ndarray:
+    data = np.random.default_rng(1).integers(0, 8, size=(500, 32, 32), dtype=np.uint8)
+    np.save(tmp_path / "images.npy", data)
+    return data
+
+
+def test_convert_info_stats_head(tmp_path: Path, images: np.ndarray,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    status, text = run("convert", "images.npy", "ds", "--codec", "zstd")
+    assert status == EXIT_OK and "ds: 500 records (zstd)" in text
+    with DenseDataset("ds") as ds:
+        assert np.array_equal(ds[:], images)
+    status, text = run("info", "ds", "--json")
+    info = json.loads(text)
+    assert status == EXIT_OK
+    assert info["kind"] == "dense" and info["dtype"] == "uint8" and info["item_shape"] == [32, 32]
+    assert info["records"] == 500 and info["logical_bytes"] == images.nbytes
+    assert info["compression_ratio"] == round(images.nbytes / info["data_bytes"], 4) > 1.5
+    assert info["apparent_bytes"] > info["allocated_bytes"] > 0  # sparse chunk files
+    status, text = run("info", "ds")
+    assert "records        500" in text and "compression" in text
+    status, text = run("stats", "ds", "--json")
+    stats = json.loads(text)
+    assert stats["records"] == 500 and stats["record_bytes_min"] == stats["record_bytes_max"] == 1024
+    status, text = run("head", "ds", "-n", "2")
+    assert status == EXIT_OK and "(2 of 500 records)" in text
+    assert text.startswith(repr(images[:2])[:20])
+
+
+def test_npz_ragged_and_bare_stores(tmp_path: Path) -> None:
+    np.savez(tmp_path / "pair.npz", x=np.arange(10.0), y=np.ones((4, 3), np.int16))
+    status, text = run("convert", str(tmp_path / "pair.npz"), str(tmp_path / "out"), "--codec", "raw")
+    assert status == EXIT_OK and "out/x: 10 records (raw)" in text
+    assert json.loads(run("info", str(tmp_path / "out" / "y"), "--json")[1])["item_shape"] == [3]
+    from_iterator(tmp_path / "ragged", [np.arange(n, dtype=np.int32) for n in (2, 0, 5)])
+    status, text = run("head", str(tmp_path / "ragged"))
+    assert "[2] shape (5,): [0 1 2 3 4]" in text and "(3 of 3 records)" in text
+    assert json.loads(run("info", str(tmp_path / "ragged"), "--json")[1])["kind"] == "ragged"
+    from loaderx.zrecord import Zrecord
+
+    with Zrecord(tmp_path / "bare", create=True, codec="raw") as store:
+        store.append([b"hello", b"x" * 100])
+    status, text = run("head", str(tmp_path / "bare"))
+    assert "[0] b'hello'" in text and "(100 bytes)" in text
+    assert json.loads(run("info", str(tmp_path / "bare"), "--json")[1])["kind"] == "zrecord"
+    status, _ = run("bench", str(tmp_path / "ragged"))
+    assert status == EXIT_PROBLEM
+
+
+def test_recode_compact_and_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = np.arange(300, dtype=np.int64)
+    from_numpy(tmp_path / "a", values)
+    status, _ = run("recode", str(tmp_path / "a"), str(tmp_path / "b"), "--codec", "raw")
+    assert status == EXIT_OK
+    status, _ = run("recode", str(tmp_path / "a"), str(tmp_path / "b"), "--codec", "raw")
+    assert status == EXIT_PROBLEM
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    status, _ = run("recode", str(tmp_path / "a"), str(tmp_path / "b"), "--codec", "zstd",
+                    "--overwrite")
+    assert status == EXIT_OK
+    with DenseDataset(tmp_path / "b") as ds:
+        assert ds.codec == "zstd" and np.array_equal(ds[:], values)
+        ds.delete(np.arange(0, 300, 2))
+    status, text = run("compact", str(tmp_path / "b"))
+    assert status == EXIT_OK and "150 records" in text
+    with DenseDataset(tmp_path / "b") as ds:
+        assert ds.stats()["reclaimable"] == 0 and len(ds) == 150
+
+
+def test_problems_exit_1_and_usage_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("info", str(tmp_path / "missing"))[0] == EXIT_PROBLEM
+    assert "no such file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "empty").mkdir()
+    assert run("stats", str(tmp_path / "empty"))[0] == EXIT_PROBLEM
+    assert "not a loaderx dataset" in capsys.readouterr().err
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    assert run("convert", str(tmp_path / "bad.npy"), str(tmp_path / "d"))[0] == EXIT_PROBLEM
+    assert "not a .npy or .npz file" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    for argv in (["info"], ["frobnicate"], ["convert", "x.npy", "y", "--codec", "gzip"], []):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == EXIT_USAGE
+
+
+def test_bench_compares_with_a_memmap(tmp_path: Path, images: np.ndarray) -> None:
+    from_numpy(tmp_path / "raw", images, codec="raw")
+    status, text = run("bench", str(tmp_path / "raw"), "--json", "--rounds", "1",
+                       "--seconds", "0.02", "--batch", "64", "--tmp", str(tmp_path))
+    result: dict[str, Any] = json.loads(text)
+    assert status == EXIT_OK and result["records"] == 500 and result["batch"] == 64
+    assert set(result["mib_s"]) == {"loaderx gather_into", "loaderx ds[idx]", "numpy memmap a[idx]"}
+    assert result["vs_memmap"]["numpy memmap a[idx]"] == 1.0
+    assert all(value > 0 for value in result["mib_s"].values())
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("loaderx-bench-")] == []
+
+
+def test_python_m_loaderx_and_the_console_script(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "loaderx", "--help"], capture_output=True,
+                          text=True, env=env, check=False)
+    assert done.returncode == 0
+    for command in ("info", "stats", "head", "convert", "recode", "compact", "bench"):
+        assert command in done.stdout
+    done = subprocess.run([sys.executable, "-m", "loaderx", "info", str(tmp_path / "none")],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == EXIT_PROBLEM and "no such file" in done.stderr
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["loaderx"] == "loaderx.cli:entry_point"
