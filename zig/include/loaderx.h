@@ -97,6 +97,27 @@ lx_status lx_store_sync(lx_store *store);
 lx_status lx_store_train_dict(lx_store *store, const uint8_t *samples, const uint64_t *offsets,
                               uint64_t count, uint64_t dict_size);
 
+/* --- view: several open stores (the shards of a dataset) read as one index space -------- */
+typedef struct lx_view lx_view;
+/* A view over stores[0..count) (1 <= count <= 2^20), in that order: global index g is record
+ * g - start(k) of the store k whose range holds it. The lengths of every store but the last
+ * are taken now (make a new view after a delete); the last store's range ends at its live
+ * length, so appends to it are seen at once. The view borrows the handles: close it before
+ * any of its stores. At most 2^20 stores x 2^24 records = 2^44 records. */
+lx_status lx_view_open(lx_store *const *stores, uint64_t count, lx_view **out);
+void lx_view_close(lx_view *view);                 /* NULL does nothing */
+uint64_t lx_view_length(const lx_view *view);      /* total records; 0 for NULL */
+/* As lx_store_gather_fixed / lx_store_record_lengths / lx_store_gather, with global indices:
+ * the whole batch is one pool run, each record read by its own store under that store's
+ * shared lock. An index past a store that shrank since the view was made is
+ * LX_INDEX_OUT_OF_RANGE (with a message naming the shard). */
+lx_status lx_view_gather_fixed(lx_view *view, const int64_t *indices, uint64_t count,
+                               uint8_t *dst, uint64_t stride);
+lx_status lx_view_record_lengths(lx_view *view, const int64_t *indices, uint64_t count,
+                                 uint64_t *out_lengths);
+lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, uint8_t *dst,
+                         const uint64_t *dst_offsets);
+
 /* --- sampler (pure functions of their arguments) --------------------------------------- */
 #define LX_SAMPLER_SEQUENTIAL 0u
 #define LX_SAMPLER_IID 1u

@@ -6,7 +6,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 1;
+pub const abi_version: u32 = 2;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -222,6 +222,87 @@ export fn lx_store_train_dict(
     if (samples == null and offsets_ptr[count] != offsets_ptr[0]) return invalid("lx_store_train_dict: samples is NULL", .{});
     const records: store_mod.Records = .{ .data = samples orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
     return storeStatus(s.trainDict(records, dict_size));
+}
+
+// ---- view ----------------------------------------------------------------------------------
+// (lx_view_*: several open stores read as one index space; owned by the shards work)
+
+const View = @import("view.zig").View;
+
+export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) callconv(.c) Status {
+    const out_ptr = out orelse return invalid("lx_view_open: out is NULL", .{});
+    out_ptr.* = null;
+    if (count == 0 or count > store_limits.view_store_count_max)
+        return invalid("lx_view_open: count is {d}; a view holds 1 to {d} stores", .{ count, store_limits.view_store_count_max });
+    const stores_ptr = stores orelse return invalid("lx_view_open: stores is NULL", .{});
+    const handles = stores_ptr[0..@intCast(count)];
+    for (handles, 0..) |handle, i| {
+        if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
+    }
+    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
+    const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return store_errors.toStatus(err);
+    out_ptr.* = view;
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_view_close(view: ?*View) callconv(.c) void {
+    if (view) |v| v.close();
+}
+
+export fn lx_view_length(view: ?*const View) callconv(.c) u64 {
+    const v = view orelse return 0;
+    return v.length();
+}
+
+export fn lx_view_gather_fixed(
+    view: ?*View,
+    indices: ?[*]const i64,
+    count: u64,
+    dst: ?[*]u8,
+    stride: u64,
+) callconv(.c) Status {
+    const v = view orelse return invalid("lx_view_gather_fixed: view is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_view_gather_fixed: indices is NULL", .{});
+    if (stride == 0) return invalid("lx_view_gather_fixed: stride is 0", .{});
+    const dst_ptr = dst orelse return invalid("lx_view_gather_fixed: dst is NULL", .{});
+    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_view_gather_fixed: count * stride overflows", .{});
+    return storeStatus(v.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+}
+
+export fn lx_view_record_lengths(
+    view: ?*View,
+    indices: ?[*]const i64,
+    count: u64,
+    out_lengths: ?[*]u64,
+) callconv(.c) Status {
+    const v = view orelse return invalid("lx_view_record_lengths: view is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_view_record_lengths: indices is NULL", .{});
+    const out_ptr = out_lengths orelse return invalid("lx_view_record_lengths: out_lengths is NULL", .{});
+    return storeStatus(v.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+}
+
+export fn lx_view_gather(
+    view: ?*View,
+    indices: ?[*]const i64,
+    count: u64,
+    dst: ?[*]u8,
+    dst_offsets: ?[*]const u64,
+) callconv(.c) Status {
+    const v = view orelse return invalid("lx_view_gather: view is NULL", .{});
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid("lx_view_gather: indices is NULL", .{});
+    const offsets_ptr = dst_offsets orelse return invalid("lx_view_gather: dst_offsets is NULL", .{});
+    for (0..count) |i| {
+        if (offsets_ptr[i + 1] < offsets_ptr[i])
+            return invalid("lx_view_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
+    }
+    const byte_count = offsets_ptr[count] - offsets_ptr[0];
+    if (byte_count > 0 and dst == null) return invalid("lx_view_gather: dst is NULL", .{});
+    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
+    return storeStatus(v.gather(indices_ptr[0..count], destination, byte_count));
 }
 
 // ---- sampler -------------------------------------------------------------------------------

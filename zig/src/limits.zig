@@ -9,6 +9,10 @@ pub const chunk_size_max: u64 = 1 << 32;
 pub const record_size_max: u32 = 1 << 20;
 /// Records a store may hold: the number of entries in meta.zr's table.
 pub const record_count_max: u32 = 1 << 24;
+/// Stores (shards) one view may read as one index space (loaderx.shards.SHARD_COUNT_MAX).
+pub const view_store_count_max: u32 = 1 << 20;
+/// Records a view (a sharded dataset) may hold: 2^44, about 1.8 * 10^13.
+pub const view_record_count_max: u64 = @as(u64, view_store_count_max) * record_count_max;
 
 comptime {
     // Equality is the point: full-size records exactly fill every chunk when the table is full,
@@ -23,6 +27,10 @@ comptime {
     std.debug.assert(record_size_max <= std.math.maxInt(u32));
     std.debug.assert(chunk_size_max - 1 <= std.math.maxInt(u32));
     std.debug.assert(record_count_max <= std.math.maxInt(u32));
+    // A view's global indices are the C ABI's int64: every record of every store must be
+    // addressable, and a store number fits the u32 a route keeps.
+    std.debug.assert(view_record_count_max <= std.math.maxInt(i64));
+    std.debug.assert(view_store_count_max <= std.math.maxInt(u32));
 }
 
 test "limits agree" {

@@ -22,5 +22,6 @@ test {
     _ = @import("compaction.zig");
     _ = @import("dictionary.zig");
     _ = @import("store_test.zig");
+    _ = @import("view.zig");
     _ = @import("sampler.zig");
 }

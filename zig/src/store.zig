@@ -25,7 +25,7 @@ pub const dict_file_name = dictionary.file_name;
 
 /// Bytes below which a batch gets no further thread: handing work to the pool costs more than
 /// copying or compressing a few small records.
-const runner_bytes_min: u64 = 64 * 1024;
+pub const runner_bytes_min: u64 = 64 * 1024;
 
 pub const Options = struct {
     /// Create meta.zr when it is absent.
@@ -88,7 +88,7 @@ pub const Destination = struct {
     offsets: ?[*]const u64 = null,
     stride: u64 = 0,
 
-    fn slot(destination: Destination, i: u64) []u8 {
+    pub fn slot(destination: Destination, i: u64) []u8 {
         if (destination.offsets) |o| return destination.base[o[i]..o[i + 1]];
         return destination.base[i * destination.stride ..][0..destination.stride];
     }
@@ -102,11 +102,11 @@ pub const Failure = struct {
     message: [256]u8 = undefined,
     message_len: usize = 0,
 
-    fn failed(failure: *const Failure) bool {
+    pub fn failed(failure: *const Failure) bool {
         return failure.claimed.load(.monotonic);
     }
 
-    fn record(failure: *Failure, err: Error, comptime fmt: []const u8, args: anytype) void {
+    pub fn record(failure: *Failure, err: Error, comptime fmt: []const u8, args: anytype) void {
         if (failure.claimed.swap(true, .acq_rel)) return;
         failure.err = err;
         const written = std.fmt.bufPrint(&failure.message, fmt, args) catch failure.message[0..];
@@ -114,11 +114,11 @@ pub const Failure = struct {
     }
 
     /// Records an error whose message this thread has just set.
-    fn recordCurrent(failure: *Failure, err: Error) void {
+    pub fn recordCurrent(failure: *Failure, err: Error) void {
         failure.record(err, "{s}", .{std.mem.span(status.message())});
     }
 
-    fn check(failure: *const Failure) Error!void {
+    pub fn check(failure: *const Failure) Error!void {
         if (!failure.claimed.load(.acquire)) return;
         status.setMessage("{s}", .{failure.message[0..failure.message_len]});
         return failure.err;
@@ -428,51 +428,67 @@ pub const Store = struct {
 
         /// False after recording a failure.
         fn gatherBlock(task: *GatherTask, dctx: *?*codec.DCtx, begin: usize, end: usize) bool {
-            const io = pool.io();
             const store = task.store;
             for (begin..end) |i| {
                 const index: u64 = @intCast(task.indices[i]);
-                const entry = store.meta.table[index];
-                const problem = format.checkEntryShape(entry);
-                if (problem != .ok) {
-                    task.failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
-                    return false;
-                }
-                const slot = task.destination.slot(i);
-                if (slot.len != entry.logic_length) {
-                    task.failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
-                    return false;
-                }
-                if (entry.phys_length == 0 and entry.codec == .raw) continue;
-                const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
-                    task.failure.recordCurrent(err);
-                    return false;
-                };
-                const src = view[entry.offset..][0..entry.phys_length];
-                if (entry.codec == .raw) {
-                    @memcpy(slot, src);
-                    continue;
-                }
-                var ddict: ?*const codec.DDict = null;
-                if (entry.codec == .zstd_dict) {
-                    const dict = store.dict orelse {
-                        task.failure.record(error.NoDictionary, "record {d} needs the store's dictionary, and dict.zr is absent", .{index});
-                        return false;
-                    };
-                    ddict = dict.ddict;
-                }
-                if (dctx.* == null) dctx.* = store.contexts.acquireDecompressor(io) catch {
-                    task.failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
-                    return false;
-                };
-                if (codec.decompress(dctx.*.?, ddict, src, slot)) |detail| {
-                    task.failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
-                    return false;
-                }
+                if (!store.gatherRecord(index, task.destination.slot(i), &store.contexts, dctx, &task.failure)) return false;
             }
             return true;
         }
     };
+
+    /// Copies or decompresses record `index` into `slot`, after checking its table entry and
+    /// that the slot has its size. The caller holds the shared lock and has checked the index.
+    /// `dctx` is taken from `contexts` on the first compressed record, then reused by the
+    /// caller's later records (the caller releases it to `contexts`). False after recording a
+    /// failure. A view over several stores calls this for each record it routes here.
+    pub fn gatherRecord(
+        store: *Store,
+        index: u64,
+        slot: []u8,
+        contexts: *codec.ContextPool,
+        dctx: *?*codec.DCtx,
+        failure: *Failure,
+    ) bool {
+        const io = pool.io();
+        const entry = store.meta.table[index];
+        const problem = format.checkEntryShape(entry);
+        if (problem != .ok) {
+            failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
+            return false;
+        }
+        if (slot.len != entry.logic_length) {
+            failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
+            return false;
+        }
+        if (entry.phys_length == 0 and entry.codec == .raw) return true;
+        const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
+            failure.recordCurrent(err);
+            return false;
+        };
+        const src = view[entry.offset..][0..entry.phys_length];
+        if (entry.codec == .raw) {
+            @memcpy(slot, src);
+            return true;
+        }
+        var ddict: ?*const codec.DDict = null;
+        if (entry.codec == .zstd_dict) {
+            const dict = store.dict orelse {
+                failure.record(error.NoDictionary, "record {d} needs the store's dictionary, and dict.zr is absent", .{index});
+                return false;
+            };
+            ddict = dict.ddict;
+        }
+        if (dctx.* == null) dctx.* = contexts.acquireDecompressor(io) catch {
+            failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
+            return false;
+        };
+        if (codec.decompress(dctx.*.?, ddict, src, slot)) |detail| {
+            failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
+            return false;
+        }
+        return true;
+    }
 
     /// The logical length of each record.
     pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void {
@@ -592,7 +608,7 @@ fn checkCodec(tag: u8) Error!Codec {
     return c;
 }
 
-fn checkIndices(indices: []const i64, length: u64) Error!void {
+pub fn checkIndices(indices: []const i64, length: u64) Error!void {
     for (indices, 0..) |index, i| {
         if (index < 0 or @as(u64, @intCast(index)) >= length) {
             status.setMessage("index {d} (position {d}) is out of range for a store of {d} records", .{ index, i, length });

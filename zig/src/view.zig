@@ -1,0 +1,278 @@
+//! View: several open stores (the shards of a dataset) read as one index space. Global index g
+//! belongs to the store k with starts[k] <= g < starts[k + 1]; the last store's range is open
+//! and ends at its live length, so appends to it are seen at once. A gather routes every
+//! record to its store and runs the whole batch as one pool job, whatever the stores.
+const std = @import("std");
+const Allocator = std.mem.Allocator;
+const assert = std.debug.assert;
+const limits = @import("limits.zig");
+const codec = @import("codec.zig");
+const pool = @import("pool.zig");
+const errors = @import("errors.zig");
+const status = @import("status.zig");
+const store_mod = @import("store.zig");
+const Store = store_mod.Store;
+const Destination = store_mod.Destination;
+const Failure = store_mod.Failure;
+const Error = errors.Error;
+const outOfMemory = errors.outOfMemory;
+
+/// Where one global index lives.
+const Route = struct {
+    store_index: u32,
+    local: u64,
+};
+
+pub const View = struct {
+    allocator: Allocator,
+    /// Borrowed: the caller keeps every store open for the view's lifetime.
+    stores: []*Store,
+    /// starts[k] is the global index of store k's first record (store_count entries). The
+    /// lengths of every store but the last are taken at open; the caller makes a new view
+    /// when one of them changes (a delete).
+    starts: []u64,
+    /// Decompression contexts of this view's gathers (a context is not tied to a store).
+    contexts: codec.ContextPool = .{},
+
+    pub fn open(allocator: Allocator, stores: []const *Store) Error!*View {
+        if (stores.len == 0 or stores.len > limits.view_store_count_max) {
+            status.setMessage("a view holds 1 to {d} stores, not {d}", .{ limits.view_store_count_max, stores.len });
+            return error.InvalidArgument;
+        }
+        const owned = allocator.dupe(*Store, stores) catch return outOfMemory();
+        errdefer allocator.free(owned);
+        const starts = allocator.alloc(u64, stores.len) catch return outOfMemory();
+        errdefer allocator.free(starts);
+        var total: u64 = 0;
+        for (stores, starts) |store, *start| {
+            start.* = total;
+            total += store.length();
+        }
+        const view = allocator.create(View) catch return outOfMemory();
+        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts };
+        return view;
+    }
+
+    /// Releases the view (not its stores). No other thread may be using it.
+    pub fn close(view: *View) void {
+        view.contexts.deinit();
+        view.allocator.free(view.starts);
+        view.allocator.free(view.stores);
+        view.allocator.destroy(view);
+    }
+
+    pub fn length(view: *const View) u64 {
+        const last = view.stores.len - 1;
+        return view.starts[last] + view.stores[last].length();
+    }
+
+    /// The store holding global index `global` (any value; the caller checks the local index).
+    fn route(view: *const View, global: u64) Route {
+        // The last k with starts[k] <= global; starts[0] == 0 so one always exists.
+        var low: usize = 0;
+        var high: usize = view.starts.len;
+        while (high - low > 1) {
+            const middle = low + (high - low) / 2;
+            if (view.starts[middle] <= global) low = middle else high = middle;
+        }
+        assert(view.starts[low] <= global);
+        return .{ .store_index = @intCast(low), .local = global - view.starts[low] };
+    }
+
+    /// Routes every index, checking it against the total and its store's current length.
+    /// Takes the shared lock of every store the batch touches (in store order, so two views
+    /// never wait on each other) and returns the set for `unlockTouched`.
+    fn routeAndLock(view: *View, indices: []const i64, routes: []Route, touched: []u64) Error!void {
+        const total = view.length();
+        @memset(touched, 0);
+        for (indices, routes, 0..) |index, *r, position| {
+            if (index < 0 or @as(u64, @intCast(index)) >= total) {
+                status.setMessage("index {d} (position {d}) is out of range for a dataset of {d} records", .{ index, position, total });
+                return error.IndexOutOfRange;
+            }
+            r.* = view.route(@intCast(index));
+            touched[r.store_index / 64] |= @as(u64, 1) << @intCast(r.store_index % 64);
+        }
+        view.lockTouched(touched);
+        errdefer view.unlockTouched(touched);
+        for (indices, routes, 0..) |index, r, position| {
+            const store_length = view.stores[r.store_index].length();
+            if (r.local >= store_length) {
+                // A store shrank since the view was made (a delete through another handle).
+                status.setMessage("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
+                return error.IndexOutOfRange;
+            }
+        }
+    }
+
+    fn lockTouched(view: *View, touched: []const u64) void {
+        const io = pool.io();
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                view.stores[w * 64 + @ctz(bits)].lock.lockSharedUncancelable(io);
+            }
+        }
+    }
+
+    fn unlockTouched(view: *View, touched: []const u64) void {
+        const io = pool.io();
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                view.stores[w * 64 + @ctz(bits)].lock.unlockShared(io);
+            }
+        }
+    }
+
+    /// Per-call scratch: a route per index and one bit per store.
+    const Scratch = struct {
+        routes: []Route,
+        touched: []u64,
+
+        fn init(allocator: Allocator, index_count: usize, store_count: usize) Error!Scratch {
+            const routes = allocator.alloc(Route, index_count) catch return outOfMemory();
+            errdefer allocator.free(routes);
+            const touched = allocator.alloc(u64, (store_count + 63) / 64) catch return outOfMemory();
+            return .{ .routes = routes, .touched = touched };
+        }
+
+        fn deinit(scratch: Scratch, allocator: Allocator) void {
+            allocator.free(scratch.routes);
+            allocator.free(scratch.touched);
+        }
+    };
+
+    /// Writes global record indices[i] (decompressed) into destination slot i, for every i:
+    /// one pool run over the whole batch, each record read by its own store.
+    pub fn gather(view: *View, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
+        const scratch = try Scratch.init(view.allocator, indices.len, view.stores.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch.routes, scratch.touched);
+        defer view.unlockTouched(scratch.touched);
+        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
+        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, store_mod.runner_bytes_min));
+        try task.failure.check();
+    }
+
+    const GatherTask = struct {
+        view: *View,
+        routes: []const Route,
+        destination: Destination,
+        failure: Failure = .{},
+
+        pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
+            const io = pool.io();
+            var dctx: ?*codec.DCtx = null;
+            defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
+            while (blocks.next()) |range| {
+                if (task.failure.failed()) return;
+                for (range.begin..range.end) |i| {
+                    const r = task.routes[i];
+                    const store = task.view.stores[r.store_index];
+                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
+                }
+            }
+        }
+    };
+
+    /// The logical length of each global record.
+    pub fn recordLengths(view: *View, indices: []const i64, out: []u64) Error!void {
+        assert(indices.len == out.len);
+        const scratch = try Scratch.init(view.allocator, indices.len, view.stores.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch.routes, scratch.touched);
+        defer view.unlockTouched(scratch.touched);
+        for (scratch.routes, out) |r, *len| len.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
+    }
+};
+
+// ---- tests -----------------------------------------------------------------------------------
+
+const testing = std.testing;
+
+const Fixture = struct {
+    tmp: testing.TmpDir,
+    stores: [3]*Store,
+    paths: [3][96]u8 = undefined,
+
+    /// Three stores of 2, 0 and 3 records; record g holds the byte g repeated g + 1 times.
+    fn init() !Fixture {
+        var fixture: Fixture = .{ .tmp = testing.tmpDir(.{}), .stores = undefined };
+        errdefer fixture.tmp.cleanup();
+        const io = pool.io();
+        const counts = [_]u8{ 2, 0, 3 };
+        var next: u8 = 0;
+        for (counts, 0..) |count, k| {
+            var name_buffer: [8]u8 = undefined;
+            const name = try std.fmt.bufPrint(&name_buffer, "s{d}", .{k});
+            try fixture.tmp.dir.createDir(io, name, .default_dir);
+            const path = try std.fmt.bufPrint(&fixture.paths[k], ".zig-cache/tmp/{s}/{s}", .{ fixture.tmp.sub_path, name });
+            fixture.stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+            var data: [16]u8 = undefined;
+            var offsets: [4]u64 = .{ 0, 0, 0, 0 };
+            var size: u64 = 0;
+            for (0..count) |i| {
+                @memset(data[size..][0 .. next + 1], next);
+                size += next + 1;
+                offsets[i + 1] = size;
+                next += 1;
+            }
+            if (count > 0) _ = try fixture.stores[k].append(store_mod.Records.fromSlices(data[0..size], offsets[0 .. count + 1]), @intFromEnum(codec_tag(k)));
+        }
+        return fixture;
+    }
+
+    fn codec_tag(k: usize) @import("format.zig").Codec {
+        return if (k == 0) .raw else .zstd;
+    }
+
+    fn deinit(fixture: *Fixture) void {
+        for (fixture.stores) |s| s.close();
+        fixture.tmp.cleanup();
+    }
+};
+
+test "a view routes global indices across stores, empty ones included" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    try testing.expectEqual(@as(u64, 5), view.length());
+    const indices = [_]i64{ 4, 0, 2, 1, 4 };
+    var lengths: [5]u64 = undefined;
+    try view.recordLengths(&indices, &lengths);
+    try testing.expectEqualSlices(u64, &.{ 5, 1, 3, 2, 5 }, &lengths);
+    var offsets: [6]u64 = .{ 0, 0, 0, 0, 0, 0 };
+    for (lengths, 0..) |len, i| offsets[i + 1] = offsets[i] + len;
+    var out: [16]u8 = undefined;
+    try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, offsets[5]);
+    try testing.expectEqualSlices(u8, &.{ 4, 4, 4, 4, 4, 0, 2, 2, 2, 1, 1, 4, 4, 4, 4, 4 }, &out);
+}
+
+test "a view refuses out-of-range indices before copying, and a stale view names the shard" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    var out: [8]u8 = @splat(0xAA);
+    try testing.expectError(error.IndexOutOfRange, view.gather(&.{ 0, 5 }, .{ .base = &out, .stride = 1 }, 2));
+    try testing.expectError(error.IndexOutOfRange, view.gather(&.{-1}, .{ .base = &out, .stride = 1 }, 1));
+    try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
+    try fixture.stores[0].delete(&.{0});
+    try testing.expectError(error.IndexOutOfRange, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
+    try testing.expect(std.mem.indexOf(u8, std.mem.span(status.message()), "reopen the dataset") != null);
+    // Appends to the last store are seen at once.
+    const fresh = try View.open(testing.allocator, &fixture.stores);
+    defer fresh.close();
+    try testing.expectEqual(@as(u64, 4), fresh.length());
+    _ = try fixture.stores[2].append(.{ .data = "zz", .stride = 2, .count = 1 }, 0);
+    try testing.expectEqual(@as(u64, 5), fresh.length());
+    try fresh.gather(&.{4}, .{ .base = &out, .stride = 2 }, 2);
+    try testing.expectEqualSlices(u8, "zz", out[0..2]);
+    try testing.expectError(error.SizeMismatch, fresh.gather(&.{0}, .{ .base = &out, .stride = 1 }, 1));
+}
+
+test "a view of no stores is refused" {
+    try testing.expectError(error.InvalidArgument, View.open(testing.allocator, &.{}));
+}
