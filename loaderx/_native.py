@@ -21,7 +21,7 @@ from loaderx.errors import (
     StoreFullError,
 )
 
-ABI_VERSION: Final = 1
+ABI_VERSION: Final = 2
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -140,6 +140,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_stats": (st, [vp, ctypes.POINTER(Stats)]),
         "lx_store_sync": (st, [vp]),
         "lx_store_train_dict": (st, [vp, vp, vp, u64, u64]),
+        "lx_view_open": (st, [vp, u64, ctypes.POINTER(vp)]),
+        "lx_view_close": (None, [vp]),
+        "lx_view_length": (u64, [vp]),
+        "lx_view_gather_fixed": (st, [vp, vp, u64, vp, u64]),
+        "lx_view_record_lengths": (st, [vp, vp, u64, vp]),
+        "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
     }
     for name, (restype, argtypes) in table.items():

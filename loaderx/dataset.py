@@ -11,6 +11,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Final, SupportsIndex
@@ -19,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx.errors import CorruptStoreError, DictionaryError, SchemaError
+from loaderx.errors import CorruptStoreError, DictionaryError, SchemaError, StoreFullError
 from loaderx.indexing import normalize_index
 from loaderx.schema import (
     DICT_SIZE_MAX,
@@ -35,9 +36,12 @@ from loaderx.schema import (
     schema_path,
     write_schema,
 )
+from loaderx.sharded import ShardedStore, check_shard_records
+from loaderx.shards import SHARD_RECORDS_MAX, manifest_path
 from loaderx.zrecord import Zrecord
 
 __all__ = [
+    "SHARD_RECORDS_MAX",
     "DICT_SIZE_MAX",
     "DICT_SIZE_MIN",
     "DICT_TIERS",
@@ -50,6 +54,8 @@ _INT64: Final = np.dtype(np.int64)
 _META_FILE: Final = "meta.zr"
 
 Shape = SupportsIndex | Sequence[SupportsIndex]
+# What a dataset reads and writes through: one store, or the shards of a sharded dataset.
+Store = Zrecord | ShardedStore
 
 
 def _is_scalar_index(index: object) -> bool:
@@ -61,11 +67,14 @@ def _is_scalar_index(index: object) -> bool:
     return isinstance(index, np.ndarray) and index.ndim == 0
 
 
-def _open_store(path: str, kind: str, wanted: Schema | None) -> tuple[Schema, Zrecord]:
+def _open_store(
+    path: str, kind: str, wanted: Schema | None, shard_records: int
+) -> tuple[Schema, Store]:
     """Opens (wanted is None) or creates the dataset folder and returns its schema and store.
 
     Creation validates the schema before touching the disk, then creates the store, then writes
     the schema; opening a folder that already has a schema compares it with the one asked for.
+    A folder with a shard manifest opens as a ShardedStore.
     """
     if os.path.exists(schema_path(path)):
         found = read_schema(path)
@@ -74,6 +83,8 @@ def _open_store(path: str, kind: str, wanted: Schema | None) -> tuple[Schema, Zr
             raise SchemaError(f"{path!r} holds a {found.kind} dataset; open it with {right}")
         if wanted is not None:
             require_same(path, found, wanted)
+        if os.path.exists(manifest_path(path)):
+            return found, ShardedStore.open(path, found, shard_records)
         return found, Zrecord(path, create=wanted is not None, codec=found.codec)
     if wanted is None:
         if os.path.isfile(os.path.join(path, _META_FILE)):
@@ -140,17 +151,28 @@ class _DatasetBase:
     item_shape: tuple[int, ...]
     codec: str
     dict_size: int
-    _store: Zrecord
+    shard_records: int
+    _store: Store
+    _sharding: threading.Lock
 
-    def __init__(self, path: str | os.PathLike[str], kind: str, wanted: Schema | None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        kind: str,
+        wanted: Schema | None,
+        shard_records: int | None,
+    ) -> None:
         self.path = os.fspath(path)
-        schema, store = _open_store(self.path, kind, wanted)
+        capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
+        self.shard_records = check_shard_records(capacity)
+        schema, store = _open_store(self.path, kind, wanted, self.shard_records)
         self.schema = schema
         self.dtype = schema.dtype
         self.item_shape = schema.item_shape
         self.codec = schema.codec
         self.dict_size = schema.dict_size
         self._store = store
+        self._sharding = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._store)
@@ -161,22 +183,57 @@ class _DatasetBase:
         return _reopen_dataset, (type(self).__name__, os.path.abspath(self.path))
 
     @property
-    def store(self) -> Zrecord:
-        """The underlying byte-record store."""
+    def store(self) -> Store:
+        """The underlying byte-record store, or the ShardedStore of a sharded dataset."""
         return self._store
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the dataset is several stores (it has a shard manifest)."""
+        return isinstance(self._store, ShardedStore)
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """stats() of each shard with its folder name ('.' for a single store)."""
+        store = self._store
+        if isinstance(store, ShardedStore):
+            return store.shard_stats()
+        found: dict[str, Any] = {"name": "."}
+        found.update(store.stats())
+        return [found]
+
+    def _store_for(self, count: int) -> Store:
+        """The store an append of count records goes to. A single store is used while it has
+        room; past that the dataset becomes sharded, once, with its store as shard 0."""
+        store = self._store
+        if isinstance(store, Zrecord) and len(store) + count > self.shard_records:
+            return self._become_sharded()
+        return store
+
+    def _become_sharded(self) -> ShardedStore:
+        with self._sharding:
+            store = self._store
+            if isinstance(store, ShardedStore):
+                return store
+            sharded = ShardedStore.adopt(self.path, store, self.schema, self.shard_records)
+            self._store = sharded
+            return sharded
 
     @property
     def has_dict(self) -> bool:
         return self._store.has_dict
 
     def delete(self, index: object) -> None:
-        """Swap-last delete of the selected records: survivors reindex to stay 0..len-1."""
+        """Swap-last delete of the selected records: survivors reindex to stay 0..len-1.
+
+        In a sharded dataset each shard deletes swap-last within itself and later shards shift
+        down (see loaderx.sharded)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
             self._store.delete(indices)
 
     def stats(self) -> dict[str, int]:
-        """records, live_bytes, chunk_bytes and reclaimable, straight from the store."""
+        """records, live_bytes, chunk_bytes and reclaimable, straight from the store (summed
+        over the shards of a sharded dataset; shard_stats() lists them one by one)."""
         return self._store.stats()
 
     def compact(self) -> None:
@@ -233,9 +290,11 @@ class DenseDataset(_DatasetBase):
         item_shape: Shape | None = None,
         codec: Codec = "zstd",
         dict_size: str | int = "balanced",
+        *,
+        shard_records: int | None = None,
     ) -> None:
         wanted = _create_schema("dense", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "dense", wanted)
+        super().__init__(path, "dense", wanted, shard_records)
         self.record_size = self.schema.row_size
 
     def __enter__(self) -> DenseDataset:
@@ -318,7 +377,14 @@ class DenseDataset(_DatasetBase):
         self._check_appendable()
         if data.shape[0] == 0:
             return len(self._store)
-        return self._store.append_fixed(data, self.record_size)
+        store = self._store_for(data.shape[0])
+        try:
+            return store.append_fixed(data, self.record_size)
+        except StoreFullError:
+            if isinstance(store, ShardedStore) or len(store) == 0:
+                raise
+        # The single store ran out of chunk space before its record limit: roll over.
+        return self._become_sharded().append_fixed(data, self.record_size)
 
     def train_dict(self, samples: npt.NDArray[Any], dict_size: str | int | None = None) -> None:
         """Trains the zstd_dict dictionary on a (N, *item_shape) array of samples.
@@ -348,9 +414,11 @@ class RaggedDataset(_DatasetBase):
         item_shape: Shape | None = None,
         codec: Codec = "zstd",
         dict_size: str | int = "balanced",
+        *,
+        shard_records: int | None = None,
     ) -> None:
         wanted = _create_schema("ragged", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "ragged", wanted)
+        super().__init__(path, "ragged", wanted, shard_records)
         self.row_size = self.schema.row_size
 
     def __enter__(self) -> RaggedDataset:
@@ -440,7 +508,14 @@ class RaggedDataset(_DatasetBase):
         self._check_appendable()
         if not checked:
             return len(self._store)
-        return self._store.append(checked)
+        store = self._store_for(len(checked))
+        try:
+            return store.append(checked)
+        except StoreFullError:
+            if isinstance(store, ShardedStore) or len(store) == 0:
+                raise
+        # The single store ran out of chunk space before its record limit: roll over.
+        return self._become_sharded().append(checked)
 
     def train_dict(
         self, samples: Sequence[npt.NDArray[Any]], dict_size: str | int | None = None

@@ -352,14 +352,16 @@ def _prepare_dataset(folder: str, schema: Schema) -> bool:
     return False
 
 
-def current_manifest(folder: str) -> Manifest:
+def current_manifest(folder: str, tail_records: int | None = None) -> Manifest:
     """The manifest to extend: the written one, or the implied one of a single-store or new
-    dataset (the top-level store as shard 0, or no shards). The commit lock must be held."""
+    dataset (the top-level store as shard 0, or no shards). The commit lock must be held.
+    tail_records, when the caller has the tail store open, is its length (not reopened)."""
     found = read_manifest(folder)
     if found is not None:
         return found
     if os.path.isfile(os.path.join(folder, _META_FILE)):
-        return Manifest([ShardEntry(TOP_LEVEL, _store_length(folder))])
+        count = _store_length(folder) if tail_records is None else tail_records
+        return Manifest([ShardEntry(TOP_LEVEL, count)])
     return Manifest([])
 
 
@@ -376,18 +378,23 @@ def next_shard_number(manifest: Manifest) -> int:
     return max((n for n in numbers if n is not None), default=-1) + 1
 
 
-def seal_tail(folder: str, manifest: Manifest) -> None:
+def seal_tail(folder: str, manifest: Manifest, tail_records: int | None = None) -> None:
     """Sets the tail entry's count to its store's length (appends may have run ahead)."""
     if manifest.shards:
         tail = manifest.shards[-1]
-        tail.records = _store_length(shard_folder(folder, tail.name))
+        if tail_records is None:
+            tail_records = _store_length(shard_folder(folder, tail.name))
+        tail.records = tail_records
         tail.records_before = None
 
 
-def commit_shards_locked(folder: str, staged: list[str], schema: Schema) -> Manifest:
-    """commit_shards for a caller that already holds the commit lock."""
+def commit_shards_locked(
+    folder: str, staged: list[str], schema: Schema, tail_records: int | None = None
+) -> Manifest:
+    """commit_shards for a caller that already holds the commit lock. A caller that has the
+    dataset's tail store open passes its length as tail_records (it is then not reopened)."""
     counts = [_check_staged(path, schema) for path in staged]
-    manifest = current_manifest(folder)
+    manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
         raise ManifestError(
             f"{folder!r} has {len(manifest.shards)} shards; adding {len(staged)} would pass "
@@ -397,7 +404,7 @@ def commit_shards_locked(folder: str, staged: list[str], schema: Schema) -> Mani
     moved: list[tuple[str, str]] = []
     try:
         remove_unlisted(folder, manifest)
-        seal_tail(folder, manifest)
+        seal_tail(folder, manifest, tail_records)
         first = next_shard_number(manifest)
         for offset, (path, count) in enumerate(zip(staged, counts)):
             name = shard_name(first + offset)

@@ -202,6 +202,15 @@ class Zrecord:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def native_handle(self) -> int:
+        """The lx_store pointer, for a loaderx.view.View over this store (which must be closed
+        before this store is)."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"Zrecord {self.path!r} is closed")
+            return self._handle
+
     def __enter__(self) -> Zrecord:
         return self
 

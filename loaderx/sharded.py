@@ -1,0 +1,381 @@
+"""ShardedStore: the shards of a sharded dataset, open together and used like one Zrecord.
+
+DenseDataset and RaggedDataset hold either a Zrecord (a single-store dataset) or this. Reads go
+through one native View over every shard. Appends fill the last shard and roll over to a new
+one when it is full. Maintenance runs shard by shard. Every change to the manifest holds the
+dataset's commit lock (see loaderx.shards), so other processes may commit shards meanwhile.
+
+Deletes keep the global index space dense: each shard deletes swap-last within itself (its
+last records fill the holes) and every later shard's records shift down by the number deleted
+before them. The manifest records the new counts first, with the old ones as records_before, so
+a crash between the two leaves a dataset that still opens.
+
+Stays interpreted: it is ctypes glue (through View and Zrecord) and runs per call, not per
+record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx.errors import ManifestError, SchemaError, StoreFullError
+from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
+from loaderx.shards import (
+    MANIFEST_FILE,
+    SHARD_RECORDS_MAX,
+    TOP_LEVEL,
+    Manifest,
+    ShardEntry,
+    commit_lock,
+    commit_shards_locked,
+    manifest_path,
+    read_manifest,
+    shard_folder,
+    staging_folder,
+    write_manifest,
+)
+from loaderx.view import View
+from loaderx.zrecord import Zrecord
+
+_DICT_FILE: Final = "dict.zr"
+_META_FILE: Final = "meta.zr"
+
+_Signature = tuple[int, int, int]
+
+
+def check_shard_records(shard_records: int) -> int:
+    """A shard capacity as an int in 1 .. SHARD_RECORDS_MAX."""
+    if isinstance(shard_records, bool) or not isinstance(shard_records, (int, np.integer)):
+        raise TypeError(f"shard_records must be an int, not {type(shard_records).__name__}")
+    if not 1 <= shard_records <= SHARD_RECORDS_MAX:
+        raise ValueError(
+            f"shard_records must be in 1..{SHARD_RECORDS_MAX} (a store's limit), got {shard_records}"
+        )
+    return int(shard_records)
+
+
+def _signature(folder: str) -> _Signature | None:
+    """What identifies the manifest's current version cheaply (it is replaced by rename)."""
+    try:
+        found = os.stat(manifest_path(folder))
+    except FileNotFoundError:
+        return None
+    return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+class ShardedStore:
+    """The shards listed by a dataset's manifest, in order, as one store."""
+
+    path: str
+    schema: Schema
+    shard_records: int
+    entries: list[ShardEntry]
+    stores: list[Zrecord]
+    _view: View | None
+    # Views replaced by a rollover or a delete stay open until close(): a reader that picked
+    # one up just before keeps a valid handle (they are a few bytes per shard).
+    _retired: list[View]
+    _generation: int
+    _signature: _Signature | None
+    _guard: threading.Lock
+
+    def __init__(self, path: str, schema: Schema, shard_records: int) -> None:
+        self.path = path
+        self.schema = schema
+        self.shard_records = check_shard_records(shard_records)
+        self.entries = []
+        self.stores = []
+        self._view = None
+        self._retired = []
+        self._generation = 0
+        self._signature = None
+        self._guard = threading.Lock()
+
+    # --- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, schema: Schema, shard_records: int) -> ShardedStore:
+        """Opens every shard the manifest lists, refusing (naming the shard) one that is
+        missing, has another schema, or holds a count the manifest does not allow."""
+        sharded = cls(path, schema, shard_records)
+        try:
+            signature = _signature(path)
+            manifest = read_manifest(path)
+            if manifest is None:
+                raise ManifestError(f"{path!r} has no {MANIFEST_FILE}")
+            sharded._load(manifest, signature)
+        except BaseException:
+            sharded.close()
+            raise
+        return sharded
+
+    @classmethod
+    def adopt(cls, path: str, store: Zrecord, schema: Schema, shard_records: int) -> ShardedStore:
+        """A single-store dataset about to roll over: its open store becomes shard 0 ('.')."""
+        sharded = cls(path, schema, shard_records)
+        sharded.entries = [ShardEntry(TOP_LEVEL, len(store))]
+        sharded.stores = [store]
+        sharded._rebuild_view()
+        return sharded
+
+    def _open_shard(self, entry: ShardEntry) -> Zrecord:
+        name = entry.name
+        folder = shard_folder(self.path, name)
+        where = f"{self.path!r}: shard {name!r}"
+        if not os.path.isfile(os.path.join(folder, _META_FILE)):
+            raise ManifestError(
+                f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{_META_FILE})"
+            )
+        if name != TOP_LEVEL:
+            try:
+                found = read_schema(folder)
+            except FileNotFoundError:
+                raise SchemaError(f"{where} has no {SCHEMA_FILE}") from None
+            lines = differences(found, self.schema)
+            if lines:
+                raise SchemaError(
+                    f"{where} has another schema than the dataset: " + "; ".join(lines)
+                )
+        return Zrecord(folder, create=False, codec=self.schema.codec)
+
+    def _load(self, manifest: Manifest, signature: _Signature | None) -> None:
+        """Makes the manifest current: opens shards not open yet, checks every count."""
+        open_by_name = dict(zip([e.name for e in self.entries], self.stores))
+        stores: list[Zrecord] = []
+        opened: list[Zrecord] = []
+        try:
+            for position, entry in enumerate(manifest.shards):
+                store = open_by_name.get(entry.name)
+                if store is None:
+                    store = self._open_shard(entry)
+                    opened.append(store)
+                stores.append(store)
+                length = len(store)
+                if not entry.accepts(length, position == len(manifest.shards) - 1):
+                    raise ManifestError(
+                        f"{self.path!r}: shard {entry.name!r} holds {length} records but "
+                        f"{MANIFEST_FILE} records {entry.records}: the counts disagree (was the "
+                        "shard replaced or truncated?)"
+                    )
+        except BaseException:
+            for store in opened:
+                store.close()
+            raise
+        self.entries = [ShardEntry(e.name, e.records, e.records_before) for e in manifest.shards]
+        self.stores = stores
+        self._generation = manifest.generation
+        self._signature = signature
+        self._rebuild_view()
+
+    def _rebuild_view(self) -> None:
+        old = self._view
+        self._view = View(self.stores, self.path) if self.stores else None
+        if old is not None:
+            self._retired.append(old)
+
+    def _sync_manifest(self) -> None:
+        """Under the commit lock: catches up with commits made by other handles or processes."""
+        signature = _signature(self.path)
+        if signature is None or signature == self._signature:
+            return
+        manifest = read_manifest(self.path)
+        if manifest is not None:
+            self._load(manifest, signature)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        view = self._view
+        return 0 if view is None else len(view)
+
+    @property
+    def view(self) -> View | None:
+        return self._view
+
+    @property
+    def has_dict(self) -> bool:
+        return bool(self.stores) and self.stores[-1].has_dict
+
+    def gather_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> None:
+        view = self._view
+        if view is None:
+            if len(indices):
+                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+            return
+        view.gather_into(indices, out, record_size)
+
+    def gather_ragged(
+        self, indices: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        view = self._view
+        if view is None:
+            if len(indices):
+                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+            return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+        return view.gather_ragged(indices)
+
+    def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        view = self._view
+        if view is None:
+            if len(indices):
+                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+            return np.empty(0, dtype=np.uint64)
+        return view.record_lengths(indices)
+
+    # --- appending -------------------------------------------------------------------------
+
+    def append_fixed(self, data: npt.NDArray[Any], record_size: int) -> int:
+        """Appends the records of a C-contiguous (B, ...) array, rolling over as shards fill."""
+
+        def write(store: Zrecord, begin: int, end: int) -> int:
+            return store.append_fixed(data[begin:end], record_size)
+
+        return self._append(int(data.shape[0]), write)
+
+    def append(self, records: Sequence[Any]) -> int:
+        """Appends a list of bytes-like records, rolling over as shards fill."""
+
+        def write(store: Zrecord, begin: int, end: int) -> int:
+            return store.append(records[begin:end])
+
+        return self._append(len(records), write)
+
+    def _append(self, count: int, write: Callable[[Zrecord, int, int], int]) -> int:
+        """Writes records [0, count) to the tail shard, rolling over when it is full; returns
+        the global index of the first. A batch that spans shards is written shard by shard:
+        a failure in a later shard keeps the earlier part (each part is all or nothing)."""
+        with self._guard, commit_lock(self.path):
+            self._sync_manifest()
+            first: int | None = None
+            done = 0
+            while done < count:
+                if not self.stores:
+                    self._roll_over()
+                tail = self.stores[-1]
+                room = self.shard_records - len(tail)
+                if room <= 0:
+                    self._roll_over()
+                    continue
+                take = min(room, count - done)
+                try:
+                    local = write(tail, done, done + take)
+                except StoreFullError:
+                    if len(tail) == 0:
+                        raise
+                    self._roll_over()  # out of chunk space before the record limit
+                    continue
+                if first is None:
+                    first = self._tail_start() + local
+                done += take
+            return len(self) if first is None else first
+
+    def _tail_start(self) -> int:
+        """The global index of the tail shard's first record (the other shards are sealed)."""
+        return sum(len(store) for store in self.stores[:-1])
+
+    def _roll_over(self) -> None:
+        """Under the commit lock: seals the tail and commits a new, empty shard after it."""
+        tail = self.stores[-1] if self.stores else None
+        staged = staging_folder(self.path)
+        try:
+            write_schema(staged, self.schema)
+            if tail is not None:
+                # A zstd_dict dataset's shards share the dictionary its first shard trained.
+                dictionary = os.path.join(tail.path, _DICT_FILE)
+                if os.path.isfile(dictionary):
+                    shutil.copyfile(dictionary, os.path.join(staged, _DICT_FILE))
+            Zrecord(staged, create=True, codec=self.schema.codec).close()
+            manifest = commit_shards_locked(
+                self.path, [staged], self.schema, None if tail is None else len(tail)
+            )
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        self._load(manifest, _signature(self.path))
+
+    # --- maintenance -------------------------------------------------------------------------
+
+    def delete(self, indices: npt.NDArray[np.int64]) -> None:
+        """Deletes the selected global records (see the module doc for where survivors go)."""
+        with self._guard, commit_lock(self.path):
+            self._sync_manifest()
+            lengths = np.array([len(store) for store in self.stores], dtype=np.int64)
+            starts = np.concatenate(([0], np.cumsum(lengths)))
+            targets = np.unique(indices)
+            if len(targets) and (targets[0] < 0 or targets[-1] >= starts[-1]):
+                raise IndexError(f"index out of range for length {int(starts[-1])}")
+            owner = np.searchsorted(starts, targets, side="right") - 1
+            plan: list[tuple[int, npt.NDArray[np.int64]]] = []
+            for shard in np.unique(owner).tolist():
+                plan.append((shard, targets[owner == shard] - starts[shard]))
+            pending = Manifest(
+                [ShardEntry(e.name, int(n)) for e, n in zip(self.entries, lengths)],
+                self._generation + 1,
+            )
+            for shard, local in plan:
+                entry = pending.shards[shard]
+                entry.records_before = entry.records
+                entry.records -= len(local)
+            write_manifest(self.path, pending)
+            for shard, local in plan:
+                self.stores[shard].delete(local)
+            for entry in pending.shards:
+                entry.records_before = None
+            pending.generation += 1
+            write_manifest(self.path, pending)
+            self.entries = pending.shards
+            self._generation = pending.generation
+            self._signature = _signature(self.path)
+            self._rebuild_view()
+
+    def compact(self) -> None:
+        """Compacts every shard in place (offline, as for a single store)."""
+        with self._guard:
+            for store in self.stores:
+                store.compact()
+
+    def stats(self) -> dict[str, int]:
+        """The shards' stats summed."""
+        total = {"records": 0, "live_bytes": 0, "chunk_bytes": 0, "reclaimable": 0}
+        for found in self.shard_stats():
+            for key in total:
+                total[key] += int(found[key])
+        return total
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """One dict per shard: its name plus its store's stats."""
+        return [
+            {"name": entry.name, **store.stats()}
+            for entry, store in zip(self.entries, self.stores)
+        ]
+
+    def sync(self) -> None:
+        for store in self.stores:
+            store.sync()
+
+    def train_dict(self, records: Sequence[Any], dict_size: int) -> None:
+        """Trains the tail shard's dictionary (the one later rollovers copy)."""
+        with self._guard:
+            if not self.stores:
+                with commit_lock(self.path):
+                    self._roll_over()
+            self.stores[-1].train_dict(records, dict_size)
+
+    def close(self) -> None:
+        """Closes the views, then every shard's store."""
+        views = self._retired + ([] if self._view is None else [self._view])
+        self._view = None
+        self._retired = []
+        for view in views:
+            view.close()
+        for store in self.stores:
+            store.close()

@@ -1,0 +1,158 @@
+"""View: several open Zrecord stores read as one index space, a thin layer over lx_view_*.
+
+A gather through a view is one native call whatever the number of stores: the library routes
+each global index to its store (prefix sums of the lengths, taken when the view is made; the
+last store's range follows its live length) and runs the whole batch on its pool with the GIL
+released. The view borrows the stores' handles: whoever owns the stores closes the view first.
+Like Zrecord, calls in flight are counted under a lock, so close() waits for them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx import _native
+from loaderx.zrecord import Zrecord
+
+_INT64: Final = np.dtype(np.int64)
+# How often a ragged gather re-sizes after a concurrent delete moved its records.
+_RAGGED_GATHER_ATTEMPTS: Final = 8
+
+
+class View:
+    """The stores, in order, as one sequence of records (global indices 0 .. len - 1)."""
+
+    name: str
+    _handle: int
+    _inflight: int
+    _closed: bool
+    _lock: threading.Lock
+    _idle: threading.Condition
+
+    def __init__(self, stores: Sequence[Zrecord], name: str) -> None:
+        self.name = name
+        self._handle = 0
+        self._inflight = 0
+        self._closed = True
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        if not stores:
+            raise ValueError("a view needs at least one store")
+        handles = (ctypes.c_void_p * len(stores))(*[store.native_handle for store in stores])
+        out = ctypes.c_void_p()
+        code = _native.lib.lx_view_open(handles, len(stores), ctypes.byref(out))
+        _native.check(code, f"cannot open a view over the {len(stores)} shards of {name!r}")
+        if not out.value:
+            raise RuntimeError(f"opening a view over {name!r} returned no handle")
+        self._handle = out.value
+        self._closed = False
+
+    def _enter(self) -> int:
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"the view over {self.name!r} is closed")
+            self._inflight += 1
+            return self._handle
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0 and self._closed:
+                self._idle.notify_all()
+
+    def close(self) -> None:
+        """Closes the view after calls already in flight return (never its stores)."""
+        with self._lock:
+            self._closed = True
+            while self._inflight:
+                self._idle.wait()
+            if self._handle:
+                _native.lib.lx_view_close(self._handle)
+                self._handle = 0
+
+    def __len__(self) -> int:
+        handle = self._enter()
+        try:
+            return int(_native.lib.lx_view_length(handle))
+        finally:
+            self._leave()
+
+    def gather_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> None:
+        """Record indices[i] (global) into bytes [i*record_size, (i+1)*record_size) of out.
+
+        The same contract as Zrecord.gather_into: indices a C-contiguous int64 array, out a
+        writable C-contiguous array of exactly len(indices) * record_size bytes.
+        """
+        if type(indices) is not np.ndarray or indices.dtype != _INT64:
+            raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
+        if not indices.flags.c_contiguous or indices.ndim != 1:
+            raise ValueError("indices must be a one-dimensional C-contiguous array")
+        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writable C-contiguous numpy array")
+        count = indices.shape[0]
+        if out.nbytes != count * record_size:
+            raise ValueError(
+                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
+                f"need {count * record_size}"
+            )
+        if count == 0:
+            return
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_view_gather_fixed(
+                handle, indices.ctypes.data, count, out.ctypes.data, record_size
+            )
+            if code:
+                _native.raise_status(code, f"gather of {count} records from {self.name!r}")
+        finally:
+            self._leave()
+
+    def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        """The logical size of each selected (global, normalised) record."""
+        handle = self._enter()
+        try:
+            return self._lengths(handle, indices)
+        finally:
+            self._leave()
+
+    def _lengths(self, handle: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        lengths = np.empty(len(indices), dtype=np.uint64)
+        if len(indices):
+            code = _native.lib.lx_view_record_lengths(
+                handle, indices.ctypes.data, len(indices), lengths.ctypes.data
+            )
+            _native.check(code, f"record lengths in {self.name!r}")
+        return lengths
+
+    def gather_ragged(
+        self, indices: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """The selected (global, normalised) records in one buffer plus count+1 offsets."""
+        count = len(indices)
+        offsets = np.zeros(count + 1, dtype=np.uint64)
+        handle = self._enter()
+        try:
+            # Sizing and copying are two native calls; a delete in between makes the copy
+            # refuse a slot of the wrong size, and the pair simply runs again.
+            for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
+                np.cumsum(self._lengths(handle, indices), out=offsets[1:])
+                data = np.empty(int(offsets[-1]), dtype=np.uint8)
+                if not count:
+                    return data, offsets
+                code = _native.lib.lx_view_gather(
+                    handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
+                )
+                if code != _native.SIZE_MISMATCH:
+                    break
+            _native.check(code, f"gather of {count} records from {self.name!r}")
+            return data, offsets
+        finally:
+            self._leave()

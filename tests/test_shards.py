@@ -1,0 +1,312 @@
+"""Sharded datasets against single stores: byte-identical reads for every index form (dense and
+ragged, every codec), rollover, refusals at open, deletes across shards, maintenance, and the
+loader and sampler with shard=(rank, count) on a sharded dataset."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import ManifestError, SchemaError
+from loaderx.sampler import Sampler
+from loaderx.schema import make_schema, write_schema
+from loaderx.shards import read_manifest
+
+CAPACITY = 1000
+COUNT = 2500  # three shards: 1000, 1000, 500
+SHAPE = (3, 8)
+
+
+def _dense_data(count: int = COUNT) -> npt.NDArray[np.uint16]:
+    """Compressible but distinct rows: record i starts with i."""
+    rng = np.random.default_rng(7)
+    data = (rng.integers(0, 4, size=(count, *SHAPE)) * 1000).astype(np.uint16)
+    data[:, 0, 0] = np.arange(count) % 65536
+    return data
+
+
+def _ragged_data(count: int = COUNT) -> list[npt.NDArray[np.int32]]:
+    return [np.full((i % 11, 2), i, dtype=np.int32) for i in range(count)]
+
+
+def _dense_pair(tmp: Path, codec: str, data: npt.NDArray[Any]) -> tuple[DenseDataset, DenseDataset]:
+    """The same records as one store and as shards of CAPACITY records."""
+    single = DenseDataset(tmp / f"single-{codec}", dtype=data.dtype, item_shape=SHAPE, codec=codec, dict_size=1024)
+    sharded = DenseDataset(
+        tmp / f"sharded-{codec}", dtype=data.dtype, item_shape=SHAPE, codec=codec, dict_size=1024,
+        shard_records=CAPACITY,
+    )
+    for ds in (single, sharded):
+        if codec == "zstd_dict":
+            ds.train_dict(data[::5])
+        ds.append(data[:700])  # batches that straddle shard boundaries
+        ds.append(data[700:2100])
+        ds.append(data[2100:])
+    return single, sharded
+
+
+def _index_forms(count: int) -> list[object]:
+    rng = np.random.default_rng(3)
+    mask = rng.random(count) < 0.3
+    return [
+        0, 999, 1000, 1999, 2000, count - 1, -1, -count, np.int64(1500), np.uint32(7),
+        slice(None), slice(990, 1010), slice(None, None, -7), slice(2600, 3000), slice(5, 5),
+        rng.integers(0, count, 300), rng.integers(-count, 0, 50), [1000, 0, 1000, 2499],
+        (999, 1000), range(995, 1005), mask, [], np.array([], dtype=np.int64),
+    ]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_dense_sharded_reads_are_byte_identical(tmp_path: Path, codec: str) -> None:
+    data = _dense_data()
+    single, sharded = _dense_pair(tmp_path, codec, data)
+    try:
+        assert sharded.sharded and not single.sharded
+        assert [s["records"] for s in sharded.shard_stats()] == [1000, 1000, 500]
+        assert len(sharded) == len(single) == COUNT
+        for index in _index_forms(COUNT):
+            got = sharded[index]
+            want = single[index]
+            assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), index
+            as_numpy = list(index) if isinstance(index, (tuple, range)) else index
+            assert np.asarray(got).tobytes() == np.asarray(data[as_numpy]).tobytes(), index  # type: ignore[call-overload]
+        picks = np.random.default_rng(1).integers(0, COUNT, 256)
+        out = np.empty((256, *SHAPE), dtype=data.dtype)
+        sharded.gather_into(picks, out)
+        assert out.tobytes() == data[picks].tobytes()
+        out2 = np.zeros_like(out)
+        sharded.read(picks, out=out2)
+        assert out2.tobytes() == out.tobytes()
+    finally:
+        single.close()
+        sharded.close()
+    with DenseDataset(tmp_path / f"sharded-{codec}") as reopened:
+        assert reopened.sharded and reopened[:].tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize("index", [COUNT, -COUNT - 1, [0, COUNT], np.zeros(COUNT - 1, dtype=bool), 1.5, True])
+def test_bad_indices_fail_as_on_a_single_store(tmp_path: Path, index: object) -> None:
+    data = _dense_data()
+    single, sharded = _dense_pair(tmp_path, "raw", data)
+    try:
+        with pytest.raises(Exception) as want:
+            single[index]
+        with pytest.raises(want.type, match=None) as got:
+            sharded[index]
+        assert str(got.value) == str(want.value)
+        out = np.zeros((1, *SHAPE), dtype=data.dtype)
+        with pytest.raises(IndexError, match="out of range for a dataset of 2500 records"):
+            sharded.gather_into(np.array([COUNT], dtype=np.int64), out)
+        assert not out.any()  # refused before any byte moved
+    finally:
+        single.close()
+        sharded.close()
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_ragged_sharded_reads_are_byte_identical(tmp_path: Path, codec: str) -> None:
+    records = _ragged_data()
+    datasets = []
+    for name, capacity in (("single", None), ("sharded", CAPACITY)):
+        ds = RaggedDataset(tmp_path / name, dtype=np.int32, item_shape=(2,), codec=codec, dict_size=1024, shard_records=capacity)
+        if codec == "zstd_dict":
+            ds.train_dict(records[1:400:3])
+        ds.append(records[:1800])
+        ds.append(records[1800:])
+        datasets.append(ds)
+    single, sharded = datasets
+    try:
+        assert [s["records"] for s in sharded.shard_stats()] == [1000, 1000, 500]
+        for index in _index_forms(COUNT):
+            got, want = sharded[index], single[index]
+            if isinstance(want, list):
+                assert len(got) == len(want)
+                assert all(a.tobytes() == b.tobytes() and a.shape == b.shape for a, b in zip(got, want))
+            else:
+                assert got.tobytes() == want.tobytes() and got.shape == want.shape
+        picks = np.array([2499, 0, 999, 1000, 1000, 1234])
+        assert (sharded.lengths(picks) == np.array([i % 11 for i in picks])).all()
+    finally:
+        single.close()
+        sharded.close()
+
+
+def test_rollover_fills_each_shard_to_capacity_and_reopens(tmp_path: Path) -> None:
+    data = _dense_data(3456)
+    with DenseDataset(tmp_path / "d", dtype=data.dtype, item_shape=SHAPE, codec="raw", shard_records=CAPACITY) as ds:
+        firsts = [ds.append(data[i : i + 333]) for i in range(0, 3456, 333)]
+        assert firsts == list(range(0, 3456, 333))
+        assert ds.append(data[:0]) == 3456
+    manifest = read_manifest(tmp_path / "d")
+    assert manifest is not None
+    # The folder started as a single store: its top-level store is shard 0.
+    assert manifest.names == [".", "shard-000001", "shard-000002", "shard-000003"]
+    assert [e.records for e in manifest.shards][:3] == [1000, 1000, 1000]
+    with DenseDataset(tmp_path / "d", shard_records=CAPACITY) as ds:
+        assert [s["records"] for s in ds.shard_stats()] == [1000, 1000, 1000, 456]
+        ds.append(data[:600])  # the tail fills to 1000, then shard-000004 takes 56
+        assert [s["records"] for s in ds.shard_stats()] == [1000] * 4 + [56]
+        assert ds[-600:].tobytes() == data[:600].tobytes()
+        assert ds[:3456].tobytes() == data.tobytes()
+
+
+def test_a_single_store_dataset_opens_unchanged_and_rolls_over_in_place(tmp_path: Path) -> None:
+    data = _dense_data(1500)
+    with DenseDataset(tmp_path / "d", dtype=data.dtype, item_shape=SHAPE, codec="zstd") as ds:
+        ds.append(data[:800])
+    before = sorted(os.listdir(tmp_path / "d"))
+    with DenseDataset(tmp_path / "d") as ds:
+        assert not ds.sharded and len(ds) == 800
+    assert sorted(os.listdir(tmp_path / "d")) == before  # opening writes nothing
+    with DenseDataset(tmp_path / "d", shard_records=CAPACITY) as ds:
+        assert ds.append(data[800:]) == 800
+        assert ds.sharded
+        assert ds[:].tobytes() == data.tobytes()
+    with DenseDataset(tmp_path / "d") as ds:
+        assert [s["name"] for s in ds.shard_stats()] == [".", "shard-000001"]
+        assert ds[:].tobytes() == data.tobytes()
+
+
+def _sharded(tmp_path: Path) -> tuple[Path, npt.NDArray[np.uint16]]:
+    data = _dense_data()
+    with DenseDataset(tmp_path / "d", dtype=data.dtype, item_shape=SHAPE, codec="raw", shard_records=CAPACITY) as ds:
+        ds.append(data)
+    return tmp_path / "d", data
+
+
+def test_open_refuses_a_shard_with_another_schema(tmp_path: Path) -> None:
+    path, _data = _sharded(tmp_path)
+    write_schema(str(path / "shard-000001"), make_schema("dense", np.int16, SHAPE, "raw", "balanced"))
+    with pytest.raises(SchemaError, match=r"shard 'shard-000001' has another schema than the dataset: dtype"):
+        DenseDataset(path)
+
+
+def test_open_refuses_a_missing_shard(tmp_path: Path) -> None:
+    path, _data = _sharded(tmp_path)
+    shutil.rmtree(path / "shard-000002")
+    with pytest.raises(ManifestError, match=r"shard 'shard-000002' is listed in shards.msgpack but missing from disk"):
+        DenseDataset(path)
+
+
+def test_open_refuses_counts_that_disagree_but_accepts_a_tail_that_ran_ahead(tmp_path: Path) -> None:
+    path, data = _sharded(tmp_path)
+    with DenseDataset(path / "shard-000002") as tail:  # appends since the last manifest write
+        tail.append(data[:10])
+    with DenseDataset(path) as ds:
+        assert len(ds) == COUNT + 10
+        assert ds[-10:].tobytes() == data[:10].tobytes()
+    with DenseDataset(path / "shard-000001") as middle:
+        middle.delete(0)
+    with pytest.raises(ManifestError, match=r"shard 'shard-000001' holds 999 records but shards.msgpack records 1000: the counts disagree"):
+        DenseDataset(path)
+
+
+def test_a_shard_folder_no_manifest_lists_is_ignored(tmp_path: Path) -> None:
+    from loaderx.shards import staging_folder
+
+    path, data = _sharded(tmp_path)
+    staged = staging_folder(path)
+    with DenseDataset(staged, dtype=data.dtype, item_shape=SHAPE, codec="raw") as extra:
+        extra.append(data[:5])
+    os.rename(staged, path / "shard-000003")  # a crash between the move and the manifest
+    with DenseDataset(path) as ds:
+        assert len(ds) == COUNT and ds[:].tobytes() == data.tobytes()
+
+
+def test_delete_keeps_the_index_space_dense_shard_by_shard(tmp_path: Path) -> None:
+    path, data = _sharded(tmp_path)
+    shards = [list(range(0, 1000)), list(range(1000, 2000)), list(range(2000, 2500))]
+    victims = [3, 999, 1000, 1500, 1999, 2499, 3, 2100]
+    for shard in shards:  # the model: swap-last within each shard, descending, once each
+        for target in sorted({v for v in victims if v in shard}, reverse=True):
+            position = shard.index(target)
+            shard[position] = shard[-1]
+            shard.pop()
+    expected = np.array([i for shard in shards for i in shard])
+    with DenseDataset(path) as ds:
+        ds.delete(victims)
+        assert len(ds) == COUNT - 7
+        assert ds[:].tobytes() == data[expected].tobytes()
+        assert [s["records"] for s in ds.shard_stats()] == [998, 997, 498]
+        assert ds.stats()["reclaimable"] > 0
+        ds.compact()
+        stats = ds.stats()
+        assert stats["reclaimable"] == 0 and stats["records"] == COUNT - 7
+        assert stats["live_bytes"] == sum(s["live_bytes"] for s in ds.shard_stats())
+        assert ds[:].tobytes() == data[expected].tobytes()
+    manifest = read_manifest(path)
+    assert manifest is not None
+    assert [(e.records, e.records_before) for e in manifest.shards] == [(998, None), (997, None), (498, None)]
+    with DenseDataset(path) as ds:
+        assert ds[:].tobytes() == data[expected].tobytes()
+
+
+def test_a_delete_interrupted_after_the_manifest_still_opens(tmp_path: Path) -> None:
+    path, data = _sharded(tmp_path)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    manifest.shards[1].records_before = 1000  # the manifest says a delete of 4 was under way
+    manifest.shards[1].records = 996
+    from loaderx.shards import write_manifest
+
+    write_manifest(path, manifest)
+    with DenseDataset(path) as ds:  # the store never got the delete: still consistent
+        assert ds[:].tobytes() == data.tobytes()
+
+
+def test_recode_rewrites_every_shard(tmp_path: Path) -> None:
+    from loaderx.converter import recode
+
+    path, data = _sharded(tmp_path)
+    recode(str(path), str(tmp_path / "z"), codec="zstd")
+    with DenseDataset(tmp_path / "z") as ds:
+        assert ds.codec == "zstd" and ds[:].tobytes() == data.tobytes()
+
+
+def test_sampler_and_loader_shards_union_to_the_global_batch(tmp_path: Path) -> None:
+    path, data = _sharded(tmp_path)
+    labels_path = tmp_path / "labels"
+    with DenseDataset(labels_path, dtype=np.int64, codec="raw", shard_records=CAPACITY) as labels:
+        labels.append(np.arange(COUNT, dtype=np.int64))
+    with DenseDataset(path) as images, DenseDataset(labels_path) as labels:
+        assert images.sharded and labels.sharded
+        streams = {"image": images, "label": labels}
+        whole = Sampler(COUNT, 2 * 64, mode="cyclic", seed=5)
+        with DataLoader(streams, batch_size=2 * 64, seed=5) as single:
+            global_batches = [next(single) for _ in range(5)]
+        parts = []
+        for rank in range(2):
+            with DataLoader(streams, batch_size=64, seed=5, shard=(rank, 2), start_step=0) as loader:
+                parts.append([next(loader) for _ in range(5)])
+        for step in range(5):
+            indices = whole.batch(step)
+            union = np.concatenate([parts[rank][step]["label"] for rank in range(2)])
+            assert (union == indices).all()
+            assert len(set(parts[0][step]["label"]) & set(parts[1][step]["label"])) == 0
+            image = np.concatenate([parts[rank][step]["image"] for rank in range(2)])
+            assert image.tobytes() == global_batches[step]["image"].tobytes() == data[indices].tobytes()
+        with DataLoader(streams, batch_size=64, seed=5, shard=(1, 2), start_step=3) as resumed:
+            assert (next(resumed)["label"] == parts[1][3]["label"]).all()
+
+
+def test_an_appending_handle_sees_shards_committed_by_another(tmp_path: Path) -> None:
+    from loaderx.shards import commit_shards, staging_folder
+
+    path, data = _sharded(tmp_path)
+    with DenseDataset(path, shard_records=CAPACITY) as writer:
+        staged = staging_folder(path)
+        with DenseDataset(staged, dtype=data.dtype, item_shape=SHAPE, codec="raw") as shard:
+            shard.append(data[:5])
+        commit_shards(path, [staged], writer.schema)
+        assert writer.append(data[:3]) == COUNT + 5  # after the committed shard, not before it
+    with DenseDataset(path) as ds:
+        assert [s["records"] for s in ds.shard_stats()] == [1000, 1000, 500, 8]
+        assert ds[COUNT:].tobytes() == np.concatenate([data[:5], data[:3]]).tobytes()
