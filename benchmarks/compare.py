@@ -1,6 +1,6 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, or all (the default). The machine block comes
+Layers: sampler, store, loader, scale, memory, shards, or all (the default). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
 per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
@@ -30,7 +30,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory")
+LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=lambda s: [int(p) for p in s.split(",")],
                         default=[0, 2, 4], help="torch num_workers values (default 0,2,4)")
     parser.add_argument("--big", action="store_true", help="memory layer over 4 GiB, not 1 GiB")
+    parser.add_argument("--lookup-records", type=int, default=100_000_000,
+                        help="shards layer: the large record count of the lookup table")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per table")
     parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
     parser.add_argument("--tiny", action="store_true",
@@ -85,7 +87,7 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import loader, memory, sampler, scale, store
+    from layers import loader, memory, sampler, scale, shards, store
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -100,6 +102,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             scale.run(args, rep, args.workdir)
         elif layer == "memory":
             memory.run(args, rep, args.workdir)
+        elif layer == "shards":
+            shards.run(args, rep, args.workdir)
         print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
 
 

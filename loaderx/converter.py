@@ -34,7 +34,7 @@ from loaderx.schema import (
     resolve_dict_size,
     schema_path,
 )
-from loaderx.zrecord import RECORD_COUNT_MAX
+from loaderx.shards import RECORD_COUNT_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
@@ -48,7 +48,11 @@ _LENGTH_WINDOW: Final = 1 << 16
 # Marks the end of an iterator (None could be a record, if a wrong one).
 _END: Final = object()
 # What a store folder may hold: the schema, the Zrecord files, and their temporary siblings.
-_STORE_FILE: Final = re.compile(r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr)(\.tmp[-.\w]*)?")
+# A store's own files, plus a sharded dataset's manifest, commit lock and shard folders.
+_STORE_FILE: Final = re.compile(
+    r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock|shard-[0-9]{6,7})"
+    r"(\.tmp[-.\w]*)?"
+)
 
 
 # --- destinations -----------------------------------------------------------------------------
@@ -191,7 +195,9 @@ def from_numpy(
     block_bytes = _check_chunk_bytes(chunk_bytes)
     count = int(data.shape[0])
     if count > RECORD_COUNT_MAX:
-        raise ValueError(f"{count} records exceed the store's limit of {RECORD_COUNT_MAX}")
+        raise ValueError(
+            f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
+        )
     _check_trainable(schema.codec, count)
     staging = _Staging(os.fspath(path), overwrite)
     try:

@@ -21,8 +21,19 @@ from loaderx import _native
 from loaderx.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
+_BYTE: Final = ctypes.c_char
 # How often a ragged gather re-sizes after a concurrent delete moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
+
+
+def _address(array: npt.NDArray[Any]) -> int:
+    """The data pointer of a non-empty C-contiguous array (kept alive by the caller): ctypes'
+    from_buffer is several times cheaper than ndarray.ctypes.data on this hot path, but needs
+    a writable buffer; other arrays take the slower path."""
+    try:
+        return ctypes.addressof(_BYTE.from_buffer(array.data))
+    except (TypeError, ValueError, NotImplementedError):
+        return int(array.ctypes.data)
 
 
 class View:
@@ -108,7 +119,7 @@ class View:
         handle = self._enter()
         try:
             code = _native.lib.lx_view_gather_fixed(
-                handle, indices.ctypes.data, count, out.ctypes.data, record_size
+                handle, _address(indices), count, _address(out), record_size
             )
             if code:
                 _native.raise_status(code, f"gather of {count} records from {self.name!r}")

@@ -310,3 +310,88 @@ def test_an_appending_handle_sees_shards_committed_by_another(tmp_path: Path) ->
     with DenseDataset(path) as ds:
         assert [s["records"] for s in ds.shard_stats()] == [1000, 1000, 500, 8]
         assert ds[COUNT:].tobytes() == np.concatenate([data[:5], data[:3]]).tobytes()
+
+
+def test_a_dataset_past_one_store_limit_is_built_and_read(tmp_path: Path) -> None:
+    """2^24 + 2^20 int64 records (one store holds 2^24): from_numpy rolls over to a second
+    shard, and every record reads back. About 10 s and 400 MiB of disk here."""
+    from loaderx.converter import from_numpy
+    from loaderx.shards import SHARD_RECORDS_MAX
+
+    count = SHARD_RECORDS_MAX + (1 << 20)
+    values = np.arange(count, dtype=np.int64)
+    try:
+        assert from_numpy(str(tmp_path / "big"), values, codec="raw") == count
+        with DenseDataset(tmp_path / "big") as ds:
+            assert len(ds) == count
+            assert [s["records"] for s in ds.shard_stats()] == [SHARD_RECORDS_MAX, 1 << 20]
+            edges = np.array([0, SHARD_RECORDS_MAX - 1, SHARD_RECORDS_MAX, count - 1, -1])
+            assert (ds[edges] == values[edges]).all()
+            assert ds[SHARD_RECORDS_MAX] == SHARD_RECORDS_MAX
+            assert np.array_equal(ds[:], values)
+    finally:
+        shutil.rmtree(tmp_path / "big", ignore_errors=True)
+
+
+def test_readers_on_other_threads_stay_correct_while_appends_roll_over(tmp_path: Path) -> None:
+    import threading
+
+    with DenseDataset(tmp_path / "d", dtype=np.int64, codec="raw", shard_records=300) as ds:
+        ds.append(np.arange(100, dtype=np.int64))
+        stop = threading.Event()
+        failures: list[str] = []
+
+        def read() -> None:
+            rng = np.random.default_rng(threading.get_ident() % 1000)
+            while not stop.is_set():
+                length = len(ds)
+                picks = rng.integers(0, length, 64)
+                got = ds[picks]
+                if not np.array_equal(got, picks):
+                    failures.append(f"read {got[:4]} for {picks[:4]} at length {length}")
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        try:
+            for start in range(100, 5000, 70):
+                ds.append(np.arange(start, start + 70, dtype=np.int64))
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+        assert failures == []
+        assert len(ds) == 100 + 70 * 70
+        assert np.array_equal(ds[:], np.arange(len(ds)))
+        assert len(ds.shard_stats()) == -(-len(ds) // 300)
+
+
+def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> None:
+    from loaderx.view import View
+    from loaderx.zrecord import Zrecord
+
+    with pytest.raises(ValueError, match="at least one store"):
+        View([], "nothing")
+    store = Zrecord(tmp_path / "s", codec="raw")
+    store.append([b"abcd", b"efgh"])
+    view = View([store, store], "twice")  # the same store twice is two shards of it
+    try:
+        assert len(view) == 4
+        out = np.zeros(3, dtype=np.uint32)
+        view.gather_into(np.array([3, 0, 1], dtype=np.int64), out, 4)
+        assert out.tobytes() == b"efghabcdefgh"
+        with pytest.raises(TypeError, match="int64"):
+            view.gather_into(np.array([0], dtype=np.int32), out[:1], 4)
+        with pytest.raises(ValueError, match="need 8"):
+            view.gather_into(np.array([0, 1], dtype=np.int64), out, 4)
+        with pytest.raises(ValueError, match="record 0 is 4 bytes but its destination slot is 2"):
+            view.gather_into(np.array([0], dtype=np.int64), np.zeros(1, np.uint16), 2)
+        data, offsets = view.gather_ragged(np.array([2, 1], dtype=np.int64))
+        assert data.tobytes() == b"abcdefgh" and offsets.tolist() == [0, 4, 8]
+    finally:
+        view.close()
+        store.close()
+    with pytest.raises(ValueError, match="closed"):
+        len(view)
+    with pytest.raises(ValueError, match="closed"):
+        store.native_handle

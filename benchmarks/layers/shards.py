@@ -1,0 +1,213 @@
+"""The shards layer: what reading a sharded dataset costs against the same records in one store.
+
+Gather: the store layer's mildly compressible set (--records records of --shape, 12 KiB by
+default) written twice, once as one store and once as 64 shards; random batches of --batch
+through gather_into and ds[idx], raw and zstd. Loader: the default DataLoader loop over each.
+Lookup: 8-byte records (int64) at 10^4 and at --lookup-records (10^8 by default, in shards of
+2^22 records), ds[idx] against NumPy fancy indexing of a memory-mapped .npy holding the same
+values. The ratio of the two is taken at each size; loaderx's routing and table lookup must not
+make it fall as the count grows (both sides pay the same cache misses on the data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import time
+from pathlib import Path
+from typing import Callable, Final
+
+import numpy as np
+
+from . import data, report, stores, timing
+from .report import Column, Report, Table
+
+MIB = float(1 << 20)
+SHARD_COUNT: Final = 64
+LOOKUP_SMALL: Final = 10_000
+LOOKUP_SHARD_RECORDS: Final = 1 << 22
+LOOKUP_BLOCK: Final = 1 << 22  # records per from_numpy block and per .npy write
+
+
+def write_sharded(path: Path, array: np.ndarray, codec: str, shard_records: int) -> None:
+    """array as a dataset whose shards hold shard_records records each (appends roll over)."""
+    from loaderx.dataset import DenseDataset
+
+    stores.remove(path)
+    with DenseDataset(str(path), dtype=array.dtype, item_shape=array.shape[1:], codec=codec,
+                      shard_records=shard_records) as ds:
+        for start in range(0, array.shape[0], shard_records):
+            ds.append(array[start:start + shard_records])
+
+
+def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
+    from loaderx.converter import from_numpy
+    from loaderx.dataset import DenseDataset
+
+    array = data.generate("mild", args.records, args.shape, seed=0)
+    per_shard = math.ceil(args.records / SHARD_COUNT)
+    batches = data.batches(args.records, args.batch, 64, seed=5)
+    calls: dict[str, Callable[[], object]] = {}
+    opened: list[DenseDataset] = []
+    for codec in ("raw", "zstd"):
+        single_path, sharded_path = folder / f"one-{codec}", folder / f"shards-{codec}"
+        stores.remove(single_path)
+        from_numpy(str(single_path), array, codec=codec)
+        write_sharded(sharded_path, array, codec, per_shard)
+        for label, path in (("1 store", single_path), (f"{SHARD_COUNT} shards", sharded_path)):
+            ds = DenseDataset(str(path))
+            opened.append(ds)
+            if not np.array_equal(ds[batches[0]], array[batches[0]]):
+                raise AssertionError(f"{path} returned wrong records")
+            out = np.empty((args.batch, *args.shape), dtype=np.uint8)
+            pool = itertools.cycle(batches)
+            calls[f"{codec} gather_into, {label}"] = (
+                lambda d=ds, o=out, p=pool: d.gather_into(next(p), o))  # type: ignore[misc]
+            pool2 = itertools.cycle(batches)
+            calls[f"{codec} ds[idx], {label}"] = lambda d=ds, p=pool2: d[next(p)]  # type: ignore[misc]
+    try:
+        timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
+    finally:
+        for ds in opened:
+            ds.close()
+    table = Table("shards", f"Shards: random gather of {args.batch} x "
+                  f"{array[0].nbytes / 1024:g} KiB from {args.records} records, one store vs "
+                  f"{SHARD_COUNT} shards", [
+                      Column("read", "read"),
+                      Column("seconds", "per batch", report.duration),
+                      Column("mib_s", "gather", report.mib_s),
+                      Column("vs_single", "vs 1 store", report.ratio),
+                  ])
+    for name, t in timings.items():
+        single = timings[name.rsplit(", ", 1)[0] + ", 1 store"].median
+        table.add(read=name, seconds=t.median,
+                  mib_s=args.batch * array[0].nbytes / t.median / MIB,
+                  vs_single=single / t.median, timing=t.as_json())
+        if name.endswith("shards"):
+            rep.target("issue 14", f"{name.rsplit(',', 1)[0]} from {SHARD_COUNT} shards vs 1 store",
+                       single / t.median, 0.95)
+    table.notes.append(f"median of {args.rounds} interleaved rounds; shards of {per_shard} records")
+    rep.emit(table)
+
+
+def loader_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import DenseDataset
+
+    calls: dict[str, Callable[[], object]] = {}
+    loaders: list[DataLoader] = []
+    opened: list[DenseDataset] = []
+    for codec in ("raw", "zstd"):
+        for label, name in (("1 store", f"one-{codec}"), (f"{SHARD_COUNT} shards", f"shards-{codec}")):
+            ds = DenseDataset(str(folder / name))
+            opened.append(ds)
+            loader = DataLoader({"x": ds}, batch_size=args.batch, seed=0)
+            loaders.append(loader)
+            calls[f"loader {codec}, {label}"] = loader.__next__
+    try:
+        timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block * 2.5,
+                                    settle=lambda _name: time.sleep(0.1))
+    finally:
+        for loader in loaders:
+            loader.close()
+        for ds in opened:
+            ds.close()
+    table = Table("shards", f"Shards: DataLoader batches of {args.batch} from one store vs "
+                  f"{SHARD_COUNT} shards", [
+                      Column("loader", "loader"),
+                      Column("batches_s", "batches/s", report.per_second),
+                      Column("vs_single", "vs 1 store", report.ratio),
+                  ])
+    for name, t in timings.items():
+        single = timings[name.rsplit(", ", 1)[0] + ", 1 store"].median
+        table.add(loader=name, batches_s=1.0 / t.median, vs_single=single / t.median,
+                  timing=t.as_json())
+        if name.endswith("shards"):
+            rep.target("issue 14", f"{name.rsplit(',', 1)[0]} from {SHARD_COUNT} shards vs 1 store",
+                       single / t.median, 0.95)
+    rep.emit(table)
+
+
+def lookup_calls(folder: Path, count: int, batch: int) -> tuple[dict[str, Callable[[], object]],
+                                                                   float, object]:
+    """ds[idx] and memmap fancy indexing over `count` int64 records; returns the calls, the
+    seconds the loaderx dataset took to build, and the dataset (to close)."""
+    from loaderx.converter import from_numpy
+    from loaderx.dataset import DenseDataset
+
+    npy = folder / f"lookup-{count}.npy"
+    mapped = np.lib.format.open_memmap(npy, mode="w+", dtype=np.int64, shape=(count,))
+    for start in range(0, count, LOOKUP_BLOCK):
+        stop = min(count, start + LOOKUP_BLOCK)
+        mapped[start:stop] = np.arange(start, stop, dtype=np.int64)
+    mapped.flush()
+    del mapped
+    source = np.load(npy, mmap_mode="r")
+    path = folder / f"lookup-{count}"
+    stores.remove(path)
+    started = time.perf_counter()
+    if count > LOOKUP_SHARD_RECORDS:
+        with DenseDataset(str(path), dtype=np.int64, codec="raw",
+                          shard_records=LOOKUP_SHARD_RECORDS) as ds:
+            for start in range(0, count, LOOKUP_BLOCK):
+                ds.append(np.ascontiguousarray(source[start:start + LOOKUP_BLOCK]))
+    else:
+        from_numpy(str(path), source, codec="raw")
+    build_seconds = time.perf_counter() - started
+    dataset = DenseDataset(str(path))
+    batches = data.batches(count, batch, 64, seed=count)
+    if not np.array_equal(dataset[batches[0]], batches[0]):
+        raise AssertionError(f"loaderx returned wrong records at {count}")
+    pool_npy, pool_lx = itertools.cycle(batches), itertools.cycle(batches)
+    calls: dict[str, Callable[[], object]] = {
+        f"npy-mmap {count}": lambda: source[next(pool_npy)],
+        f"loaderx {count}": lambda: dataset[next(pool_lx)],
+    }
+    return calls, build_seconds, dataset
+
+
+def lookup_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
+    large = 30_000 if args.tiny else args.lookup_records
+    table = Table("shards", f"Shards: lookup cost, ds[idx] of {args.batch} int64 records vs "
+                  "NumPy memmap fancy indexing, as the record count grows", [
+                      Column("records", "records"),
+                      Column("shards", "shards"),
+                      Column("build", "build", report.duration),
+                      Column("npy", "npy-mmap", report.duration),
+                      Column("loaderx", "loaderx ds[idx]", report.duration),
+                      Column("ratio", "npy / loaderx", report.ratio),
+                  ])
+    ratios: dict[int, float] = {}
+    for count in (LOOKUP_SMALL, large):
+        calls, build_seconds, dataset = lookup_calls(folder, count, args.batch)
+        try:
+            shards = len(dataset.shard_stats())  # type: ignore[attr-defined]
+            timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
+        finally:
+            dataset.close()  # type: ignore[attr-defined]
+        npy, lx = timings[f"npy-mmap {count}"].median, timings[f"loaderx {count}"].median
+        ratios[count] = npy / lx
+        table.add(records=f"{count:,}", shards=shards, build=build_seconds, npy=npy, loaderx=lx,
+                  ratio=npy / lx)
+        for path in folder.glob(f"lookup-{count}*"):
+            stores.remove(path)
+    table.notes.append(f"shards of {LOOKUP_SHARD_RECORDS} records above that count; "
+                       f"--lookup-records sets the large count")
+    rep.emit(table)
+    rep.target("issue 14", f"lookup ratio at {large:,} records vs at {LOOKUP_SMALL:,}",
+               ratios[large] / ratios[LOOKUP_SMALL], 0.8)
+
+
+def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
+    folder = workdir / "shards"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        from loaderx.dataset import DenseDataset  # noqa: F401
+    except Exception as error:  # noqa: BLE001
+        rep.skip("shards layer", f"{type(error).__name__}: {error}")
+        return
+    gather_table(args, rep, folder)
+    loader_table(args, rep, folder)
+    lookup_table(args, rep, folder)
+    stores.remove(folder)
