@@ -21,14 +21,15 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "all", "--here", "--tiny",
          "--workdir", str(tmp_path / "work"), "--json", str(report)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("Machine\n")
     doc = json.loads(report.read_text())
     assert {"CPU", "memory", "python"} <= set(doc["machine"])
     layers = [table["layer"] for table in doc["tables"]]
-    assert layers == ["sampler", "store", "store", "loader", "scale", "scale", "memory"]
+    assert layers == ["sampler", "store", "store", "loader", "scale", "scale", "memory",
+                      "shards", "shards", "shards"]
     rows = {t["title"].split(":")[0]: {str(r.get("store") or r.get("loader") or r.get("sampler")
                                            or r.get("codec")) for r in t["rows"]}
             for t in doc["tables"]}
@@ -37,4 +38,9 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert {"loaderx raw", "loaderx bare-gather raw"} <= rows["Loader"]
     assert {"loaderx iid", "loaderx cyclic", "numpy default_rng"} <= rows["Sampler"]
     assert {"raw", "zstd"} <= rows["Memory"]
+    shards = [t for t in doc["tables"] if t["layer"] == "shards"]
+    assert {r["read"] for r in shards[0]["rows"]} >= {"raw gather_into, 64 shards",
+                                                       "zstd ds[idx], 1 store"}
+    assert {r["loader"] for r in shards[1]["rows"]} >= {"loader raw, 64 shards"}
+    assert [r["records"] for r in shards[2]["rows"]] == ["10,000", "30,000"]
     assert not (tmp_path / "work").exists(), "the stores written must be removed"
