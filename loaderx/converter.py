@@ -48,10 +48,11 @@ _LENGTH_WINDOW: Final = 1 << 16
 # Marks the end of an iterator (None could be a record, if a wrong one).
 _END: Final = object()
 # What a store folder may hold: the schema, the Zrecord files, and their temporary siblings.
-# A store's own files, plus a sharded dataset's manifest, commit lock and shard folders.
+# A store's own files, plus a sharded dataset's manifest, commit lock, shard folders and the
+# staging folders a crashed rollover or commit may leave.
 _STORE_FILE: Final = re.compile(
-    r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock|shard-[0-9]{6,7})"
-    r"(\.tmp[-.\w]*)?"
+    r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock|shard-[0-9]{6,7}"
+    r"|\.staging-[0-9]+-[0-9a-f]+)(\.tmp[-.\w]*)?"
 )
 
 

@@ -395,3 +395,35 @@ def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> No
         len(view)
     with pytest.raises(ValueError, match="closed"):
         store.native_handle
+
+
+def test_the_python_limits_agree_with_the_library() -> None:
+    import ctypes
+
+    from loaderx import _native
+    from loaderx.shards import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
+    from loaderx.zrecord import RECORD_COUNT_MAX as STORE_RECORDS_MAX
+
+    assert SHARD_RECORDS_MAX == STORE_RECORDS_MAX
+    assert RECORD_COUNT_MAX == SHARD_COUNT_MAX * SHARD_RECORDS_MAX == 1 << 44
+    out = ctypes.c_void_p()
+    # The count is checked before the (absent) handle array is read.
+    code = _native.lib.lx_view_open(None, SHARD_COUNT_MAX + 1, ctypes.byref(out))
+    assert code == _native.INVALID_ARGUMENT and out.value is None
+    assert f"a view holds 1 to {SHARD_COUNT_MAX} stores" in _native.lib.lx_last_error().decode()
+    assert _native.lib.lx_view_open(None, 0, ctypes.byref(out)) == _native.INVALID_ARGUMENT
+
+
+def test_converters_overwrite_a_sharded_dataset_but_nothing_foreign(tmp_path: Path) -> None:
+    from loaderx.converter import from_numpy
+
+    path, _data = _sharded(tmp_path)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        from_numpy(str(path), np.arange(5, dtype=np.int64))
+    assert from_numpy(str(path), np.arange(5, dtype=np.int64), overwrite=True) == 5
+    with DenseDataset(path) as ds:
+        assert not ds.sharded and (ds[:] == np.arange(5)).all()
+    path, _data = _sharded(tmp_path / "again")
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        from_numpy(str(path), np.arange(5, dtype=np.int64), overwrite=True)
