@@ -427,3 +427,28 @@ def test_converters_overwrite_a_sharded_dataset_but_nothing_foreign(tmp_path: Pa
     (path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="notes.txt"):
         from_numpy(str(path), np.arange(5, dtype=np.int64), overwrite=True)
+
+
+def test_a_store_out_of_chunk_space_rolls_over_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard whose chunk space runs out (deleted garbage) before its record limit: the
+    append that does not fit goes to a new shard. Chunk space cannot really be filled in a
+    test (4096 x 4 GiB), so the store reports full past 7 records, as it would."""
+    from loaderx.errors import StoreFullError
+    from loaderx.zrecord import Zrecord
+
+    real = Zrecord.append_fixed
+
+    def append_fixed(store: Zrecord, data: npt.NDArray[Any], record_size: int, **kw: Any) -> int:
+        if len(store) + data.nbytes // record_size > 7:
+            raise StoreFullError(f"append to {store.path!r}: out of chunk space")
+        return real(store, data, record_size, **kw)
+
+    monkeypatch.setattr(Zrecord, "append_fixed", append_fixed)
+    with DenseDataset(tmp_path / "d", dtype=np.int64, codec="raw") as ds:
+        assert ds.append(np.arange(5, dtype=np.int64)) == 0
+        assert ds.append(np.arange(5, 10, dtype=np.int64)) == 5  # does not fit: new shard
+        assert ds.append(np.arange(10, 12, dtype=np.int64)) == 10
+        assert [s["records"] for s in ds.shard_stats()] == [5, 7]
+        with pytest.raises(StoreFullError):  # a batch no empty shard can take is refused
+            ds.append(np.arange(9, dtype=np.int64))
+        assert (ds[:] == np.arange(12)).all()
