@@ -22,6 +22,8 @@ import numpy.typing as npt
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
 from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, check_codec
+from loaderx.sharded import ShardedStore
+from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
 
 EXIT_OK: Final = 0
@@ -54,18 +56,23 @@ def open_store(path: str) -> Store:
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
 
-def _store_of(opened: Store) -> Zrecord:
+def _store_of(opened: Store) -> Zrecord | ShardedStore:
+    """The byte store under what was opened (a sharded dataset's ShardedStore sums its shards)."""
     return opened if isinstance(opened, Zrecord) else opened.store
 
 
 def _disk_usage(path: str) -> tuple[int, int]:
-    """(apparent size, allocated bytes) of the files in a store folder."""
+    """(apparent size, allocated bytes) of the files in a store folder and its shard folders."""
     apparent = allocated = 0
     for entry in os.scandir(path):
         if entry.is_file(follow_symlinks=False):
             info = entry.stat(follow_symlinks=False)
             apparent += info.st_size
             allocated += info.st_blocks * 512
+        elif entry.is_dir(follow_symlinks=False) and shard_number(entry.name) is not None:
+            inner = _disk_usage(entry.path)
+            apparent += inner[0]
+            allocated += inner[1]
     return apparent, allocated
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.errors import ManifestError, SchemaError, StoreFullError
+from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 from loaderx.shards import (
     MANIFEST_FILE,
@@ -223,11 +224,11 @@ class ShardedStore:
             return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
         return view.gather_ragged(indices)
 
-    def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
+        """The logical size of each selected record (any index form, as Zrecord takes)."""
         view = self._view
-        if view is None:
-            if len(indices):
-                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+        indices = normalize_index(index, 0 if view is None else len(view))
+        if view is None:  # no shards: only an empty selection gets past normalize_index
             return np.empty(0, dtype=np.uint64)
         return view.record_lengths(indices)
 

@@ -17,7 +17,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.sampler import Sampler
-from loaderx.schema import make_schema, write_schema
+from loaderx.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
 
 CAPACITY = 1000
@@ -37,7 +37,7 @@ def _ragged_data(count: int = COUNT) -> list[npt.NDArray[np.int32]]:
     return [np.full((i % 11, 2), i, dtype=np.int32) for i in range(count)]
 
 
-def _dense_pair(tmp: Path, codec: str, data: npt.NDArray[Any]) -> tuple[DenseDataset, DenseDataset]:
+def _dense_pair(tmp: Path, codec: Codec, data: npt.NDArray[Any]) -> tuple[DenseDataset, DenseDataset]:
     """The same records as one store and as shards of CAPACITY records."""
     single = DenseDataset(tmp / f"single-{codec}", dtype=data.dtype, item_shape=SHAPE, codec=codec, dict_size=1024)
     sharded = DenseDataset(
@@ -65,7 +65,7 @@ def _index_forms(count: int) -> list[object]:
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_dense_sharded_reads_are_byte_identical(tmp_path: Path, codec: str) -> None:
+def test_dense_sharded_reads_are_byte_identical(tmp_path: Path, codec: Codec) -> None:
     data = _dense_data()
     single, sharded = _dense_pair(tmp_path, codec, data)
     try:
@@ -112,7 +112,7 @@ def test_bad_indices_fail_as_on_a_single_store(tmp_path: Path, index: object) ->
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_ragged_sharded_reads_are_byte_identical(tmp_path: Path, codec: str) -> None:
+def test_ragged_sharded_reads_are_byte_identical(tmp_path: Path, codec: Codec) -> None:
     records = _ragged_data()
     datasets = []
     for name, capacity in (("single", None), ("sharded", CAPACITY)):
@@ -372,7 +372,7 @@ def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> No
 
     with pytest.raises(ValueError, match="at least one store"):
         View([], "nothing")
-    store = Zrecord(tmp_path / "s", codec="raw")
+    store = Zrecord(tmp_path / "s", create=True, codec="raw")
     store.append([b"abcd", b"efgh"])
     view = View([store, store], "twice")  # the same store twice is two shards of it
     try:
@@ -452,3 +452,13 @@ def test_a_store_out_of_chunk_space_rolls_over_early(tmp_path: Path, monkeypatch
         with pytest.raises(StoreFullError):  # a batch no empty shard can take is refused
             ds.append(np.arange(9, dtype=np.int64))
         assert (ds[:] == np.arange(12)).all()
+
+
+def test_the_command_line_reports_a_sharded_dataset_whole(tmp_path: Path) -> None:
+    from loaderx.cli import info_of
+
+    path, data = _sharded(tmp_path)
+    info = info_of(str(path))
+    assert info["records"] == COUNT
+    assert info["logical_bytes"] == data.nbytes
+    assert info["allocated_bytes"] >= data.nbytes  # the shard folders are counted too
