@@ -2,8 +2,14 @@
 
 Steps: install asv 0.6.6 into the project's .venv if it is missing (asv is not a project or CI
 dependency), make every configured interpreter findable, `asv machine --yes`, `asv run` over the
-last N commits (default 2) for each interpreter, then `asv publish` (HTML in .asv/html). The
-timings are for the dashboard only: nothing here gates CI.
+last N commits (default 2) for each interpreter, then `asv publish` (HTML in .asv/html) with its
+JavaScript and CSS fetched from the npm registry (benchmarks/dashboard.py), so it renders offline.
+The machine's load is logged before and after each run (.asv/load.log) and recorded by the suite
+itself (bench_machine). Nothing here gates CI.
+
+Other modes: `--check` publishes and checks the dashboard in headless Chromium (screenshots in
+.asv/screenshots); `--compare main` benchmarks main and HEAD and exits 1 on a regression beyond
+REGRESSION_FACTOR; `--dry-run` prints the interpreters found and the asv command.
 
 Interpreters: 3.11 and 3.13 from asv.conf.json, plus 3.14 and 3.14t (free-threaded) whenever a
 python3.14 / python3.14t is on PATH, so GIL and free-threaded results share one dashboard.
@@ -19,12 +25,23 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import dashboard
+else:
+    from . import dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_VERSION = "0.6.6"
 CONFIGURED = ("3.11", "3.13")
 EXTRA = ("3.14", "3.14t")  # used when installed; not in asv.conf.json
+# A change beyond this factor is a regression: asv.conf.json's threshold 0.5 means 1.5x.
+REGRESSION_FACTOR = 1.5
+# The graph --check opens (a benchmark that every run has).
+CHECK_GRAPH = "bench_store.Gather.time_getitem"
 
 
 def log(message: str) -> None:
@@ -78,13 +95,58 @@ def available(env: dict[str, str], wanted: list[str]) -> list[str]:
     return found
 
 
-def asv(args: list[str], env: dict[str, str], check: bool = True) -> int:
+def asv(args: list[str], env: dict[str, str], check: bool = True, cwd: Path = ROOT) -> int:
     cmd = [sys.executable, "-m", "asv", *args]
     log(" ".join(cmd[2:]))
-    code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    code = subprocess.run(cmd, cwd=cwd, env=env).returncode
     if check and code != 0:
         raise SystemExit(f"asv {args[0]} failed with exit code {code}")
     return code
+
+
+def environments(pythons: list[str]) -> list[str]:
+    """asv's -E arguments: one virtualenv per interpreter; a free-threaded build keeps its "t"
+    (python3.14t), so its results sit beside 3.14's on the dashboard as their own line."""
+    return [arg for version in pythons for arg in ("-E", f"virtualenv:{version}")]
+
+
+def plan_run(pythons: list[str], commits: int, bench: str | None, quick: bool) -> list[str]:
+    """The `asv run` arguments for the last `commits` commits on every interpreter."""
+    run = ["run", "--show-stderr", f"HEAD~{commits}..HEAD", *environments(pythons)]
+    if bench:
+        run += ["--bench", bench]
+    if quick:
+        run.append("--quick")
+    return run
+
+
+def plan_compare(reference: str, pythons: list[str], bench: str | None) -> list[str]:
+    """`asv continuous`: benchmarks reference and HEAD and exits 1 when HEAD is slower by more
+    than the factor that asv.conf.json's regressions_thresholds also uses."""
+    args = ["continuous", "--show-stderr", "--factor", str(REGRESSION_FACTOR), "--split",
+            *environments(pythons[:1]), reference, "HEAD"]
+    if bench:
+        args += ["--bench", bench]
+    return args
+
+
+def record_load(label: str) -> None:
+    """Appends the machine's load to .asv/load.log: the context a reader of the numbers needs."""
+    one, five, fifteen = os.getloadavg()
+    path = ROOT / ".asv" / "load.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with path.open("a") as log_file:
+        log_file.write(f"{stamp} {label}: load {one:.2f} {five:.2f} {fifteen:.2f}\n")
+    log(f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({label}; kept in {path})")
+
+
+def publish(env: dict[str, str]) -> Path:
+    asv(["publish"], env)
+    html = ROOT / ".asv" / "html"
+    dashboard.localize(html, ROOT / ".cache" / "npm")
+    log(f"dashboard: {html / 'index.html'} (serve it with: .venv/bin/python -m asv preview)")
+    return html
 
 
 def main(argv: list[str]) -> int:
@@ -96,27 +158,38 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bench", help="only benchmarks matching this regular expression")
     parser.add_argument("--quick", action="store_true", help="one sample each (noise)")
     parser.add_argument("--no-publish", action="store_true")
+    parser.add_argument("--check", action="store_true",
+                        help="publish only (no run) and check the dashboard in headless Chromium")
+    parser.add_argument("--compare", metavar="REF",
+                        help="benchmark REF (e.g. main) and HEAD; exit 1 on a real regression")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the interpreters found and the asv commands, run nothing")
     args = parser.parse_args(argv)
-    ensure_asv()
     env = interpreter_env()
     pythons = available(env, args.python or [*CONFIGURED, *EXTRA])
+    if args.dry_run:
+        log(f"would run: asv {' '.join(plan_run(pythons or ['3.11'], args.commits, args.bench, args.quick))}")
+        return 0
+    ensure_asv()
+    if args.check:
+        html = publish(env)
+        dashboard.check(html, ROOT / ".asv" / "screenshots", CHECK_GRAPH)
+        return 0
     if not pythons:
         raise SystemExit("no configured interpreter found")
     asv(["machine", "--yes"], env)
-    run = ["run", "--show-stderr", f"HEAD~{args.commits}..HEAD"]
-    for version in pythons:
-        run += ["-E", f"virtualenv:{version}"]
-    if args.bench:
-        run += ["--bench", args.bench]
-    if args.quick:
-        run.append("--quick")
-    code = asv(run, env, check=False)
+    record_load("before")
+    if args.compare:
+        code = asv(plan_compare(args.compare, pythons, args.bench), env, check=False)
+        record_load("after")
+        log("no regression beyond the factor" if code == 0 else f"regression found (exit {code})")
+        return code
+    code = asv(plan_run(pythons, args.commits, args.bench, args.quick), env, check=False)
+    record_load("after")
     if code != 0:
         log(f"asv run exited with {code} (a build or a benchmark failed; see above)")
     if not args.no_publish:
-        asv(["publish"], env)
-        log(f"dashboard: {ROOT / '.asv' / 'html' / 'index.html'} "
-            "(serve it with: .venv/bin/python -m asv preview)")
+        publish(env)
     return code
 
 

@@ -12,12 +12,13 @@ NPY = "convert-input.npy"
 COUNT = 8192  # 96 MiB of 12 KiB records
 
 
-class FromNumpy:
+class FromNumpy(common.Steady):
     params = ["raw", "zstd"]
     param_names = ["codec"]
     timeout = 300
     number = 1
     repeat = 3
+    rounds = 2
 
     def setup_cache(self) -> None:
         mapped = np.lib.format.open_memmap(NPY, mode="w+", dtype=np.uint8,

@@ -7,7 +7,7 @@ from . import common
 STEPS = 32
 
 
-class Loop:
+class Loop(common.Steady):
     params = ["raw", "zstd"]
     param_names = ["codec"]
     timeout = 300

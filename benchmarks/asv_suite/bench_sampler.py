@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import common
 
-class Sampler:
+
+class Sampler(common.Steady):
     params = (["sequential", "iid", "cyclic"], [256, 8192])
     param_names = ["mode", "batch"]
 
@@ -24,8 +26,16 @@ class Sampler:
         self.step += 1
         self.sampler.fill(self.step, self.out)
 
+    def track_time_vs_numpy(self, mode: str, batch: int) -> float:
+        """Time of batch(step) over Generator.integers for the same batch, back to back."""
+        rng = np.random.default_rng(0)
+        return common.median_ratio(lambda: self.sampler.batch(3),
+                                   lambda: rng.integers(0, 1_000_000, size=batch), rounds=200)
 
-class NumpyReference:
+    track_time_vs_numpy.unit = "ratio"  # type: ignore[attr-defined]
+
+
+class NumpyReference(common.Steady):
     """NumPy's with-replacement draw over the same index space, for the dashboard's scale."""
 
     params = [256, 8192]

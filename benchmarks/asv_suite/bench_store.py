@@ -10,7 +10,7 @@ import numpy as np
 from . import common
 
 
-class Gather:
+class Gather(common.Steady):
     """Random gather of 256 of 2000 records of 12 KiB, per codec."""
 
     params = list(common.CODECS)
@@ -41,12 +41,21 @@ class Gather:
     def time_gather_into(self, codec: str) -> None:
         self.dataset.gather_into(self.next_batch(), self.out)
 
+    def track_time_vs_numpy(self, codec: str) -> float:
+        """Time of ds[idx] over NumPy's fancy indexing of the same records in a memmapped .npy,
+        measured back to back (lower is better; robust to machine load)."""
+        reference = np.load(common.NPY_REFERENCE, mmap_mode="r")
+        batch = self.batches[0]
+        return common.median_ratio(lambda: self.dataset[batch], lambda: reference[batch])
+
+    track_time_vs_numpy.unit = "ratio"  # type: ignore[attr-defined]
+
     def peakmem_getitem(self, codec: str) -> None:
         for batch in self.batches:
             self.dataset[batch]
 
 
-class Append:
+class Append(common.Steady):
     """Appending a batch of 256 records of 12 KiB to an open store, per codec."""
 
     params = list(common.CODECS)

@@ -7,6 +7,8 @@ Paths are relative: asv runs setup_cache and the benchmarks in the same cache fo
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -29,6 +31,9 @@ def batches(length: int, count: int = 32, seed: int = 1) -> list[np.ndarray]:
     return [rng.choice(length, size=BATCH, replace=False).astype(np.int64) for _ in range(count)]
 
 
+NPY_REFERENCE: Final = "reference.npy"
+
+
 def store_path(codec: str) -> str:
     return f"store-{codec}"
 
@@ -38,5 +43,40 @@ def build_stores(codecs: tuple[str, ...] = CODECS) -> None:
     from loaderx.converter import from_numpy
 
     data = records()
+    np.save(NPY_REFERENCE, data)
     for codec in codecs:
         from_numpy(store_path(codec), data, codec=codec, overwrite=True)
+
+
+class Steady:
+    """asv settings that keep a shared, noisy 2-core machine from posing as a regression.
+
+    - CPU time of the process (all threads), not wall time: another process taking a core
+      stretches wall time but hardly the CPU time this work needs.
+    - More rounds (asv interleaves them with the other benchmarks) and repeats, a warm-up, and
+      asv's median over all of them.
+    Thresholds for what counts as a regression are in asv.conf.json (regressions_thresholds).
+    """
+
+    timer = time.process_time
+    rounds = 4
+    repeat = (3, 10, 10.0)
+    warmup_time = 0.2
+
+
+def median_ratio(subject: Callable[[], object], reference: Callable[[], object],
+                 rounds: int = 15) -> float:
+    """subject's time over reference's, each round timing both back to back (the median of the
+    per-round ratios). Load from other processes slows both sides of a round alike, so the
+    ratio moves far less than either time."""
+    subject()
+    reference()
+    ratios = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subject()
+        middle = time.perf_counter()
+        reference()
+        end = time.perf_counter()
+        ratios.append((middle - start) / max(end - middle, 1e-9))
+    return float(np.median(ratios))
