@@ -43,6 +43,9 @@ DEV_REQUIREMENTS = [
     "wheel",
     "pytest>=8",
     "hypothesis>=6.100",
+    # asv: `build.py asv`, and the tests of its offline dashboard read asv's own pages.
+    "asv==0.6.6",
+    "virtualenv>=20",
 ]
 
 # The optional integrations, pinned, so that the test suite exercises every one of them (a test

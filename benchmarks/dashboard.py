@@ -166,7 +166,7 @@ def serve(directory: Path) -> tuple[socketserver.TCPServer, str]:
     def handler(*args: object, **kwargs: object) -> _QuietHandler:
         return _QuietHandler(*args, directory=str(directory), **kwargs)  # type: ignore[arg-type]
 
-    server = socketserver.TCPServer(("127.0.0.1", 0), handler)  # type: ignore[arg-type]
+    server = socketserver.TCPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -215,18 +215,19 @@ def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     rows: list[bytes] = []
     previous = bytearray(stride)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        filter_type = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
         for x in range(stride):
             left = line[x - channels] if x >= channels else 0
             up = previous[x]
             corner = previous[x - channels] if x >= channels else 0
-            if kind == 1:
+            if filter_type == 1:
                 line[x] = (line[x] + left) & 0xFF
-            elif kind == 2:
+            elif filter_type == 2:
                 line[x] = (line[x] + up) & 0xFF
-            elif kind == 3:
+            elif filter_type == 3:
                 line[x] = (line[x] + (left + up) // 2) & 0xFF
-            elif kind == 4:
+            elif filter_type == 4:
                 estimate = left + up - corner
                 pa, pb, pc = abs(estimate - left), abs(estimate - up), abs(estimate - corner)
                 best = left if pa <= pb and pa <= pc else up if pb <= pc else corner

@@ -29,10 +29,8 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import dashboard
-else:
-    from . import dashboard
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import dashboard  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_VERSION = "0.6.6"
@@ -50,7 +48,7 @@ def log(message: str) -> None:
 
 def ensure_asv() -> None:
     try:
-        import asv  # noqa: F401
+        import asv  # type: ignore[import-untyped]  # noqa: F401
         import virtualenv  # noqa: F401
     except ImportError:
         log(f"installing asv=={ASV_VERSION} and virtualenv into {sys.prefix}")
