@@ -97,13 +97,15 @@ def draw(rep: Report, path: Path) -> None:
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (table, name_key, value_key, label) in zip(axes[:, 0], chosen):
         draw_panel(ax, table, name_key, value_key, label)
-    fig.suptitle("loaderx benchmarks (python3 build.py bench)", fontsize=11, x=0.01, ha="left")
-    fig.text(0.01, 1 - 0.35 / (sum(heights) + 1.2), subtitle(rep), fontsize=7, ha="left")
+    total = sum(heights) + 1.2
+    fig.suptitle(f"loaderx benchmarks (python3 build.py bench)\n{subtitle(rep)}", fontsize=8,
+                 x=0.01, y=0.998, ha="left", va="top")
     legend = [Patch(color=LOADERX, label="loaderx"),
               Patch(color=REFERENCE, label="reference measured in the same run"),
               Patch(color=PEER, label="peer library")]
-    fig.legend(handles=legend, loc="upper right", fontsize=8, ncols=3)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (sum(heights) + 1.2)))
+    fig.legend(handles=legend, loc="upper right", bbox_to_anchor=(0.995, 1 - 0.42 / total),
+               fontsize=8, ncols=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / total))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     print(f"wrote {path}")
