@@ -1,7 +1,7 @@
 """`python3 build.py asv`: the asv suite over the last commits, on every interpreter found.
 
-Steps: install asv 0.6.6 into the project's .venv if it is missing (asv is not a project or CI
-dependency), make every configured interpreter findable, `asv machine --yes`, `asv run` over the
+Steps: install asv 0.6.6 into the project's .venv if it is missing (also in the dev environment
+build.py makes), make every configured interpreter findable, `asv machine --yes`, `asv run` over the
 last N commits (default 2) for each interpreter, then `asv publish` (HTML in .asv/html) with its
 JavaScript and CSS fetched from the npm registry (benchmarks/dashboard.py), so it renders offline.
 The machine's load is logged before and after each run (.asv/load.log) and recorded by the suite
@@ -9,7 +9,8 @@ itself (bench_machine). Nothing here gates CI.
 
 Other modes: `--check` publishes and checks the dashboard in headless Chromium (screenshots in
 .asv/screenshots); `--compare main` benchmarks main and HEAD and exits 1 on a regression beyond
-REGRESSION_FACTOR; `--dry-run` prints the interpreters found and the asv command.
+REGRESSION_FACTOR; `--noise-check` shows that this factor tells noise from a real 2x slowdown
+(benchmarks/asv_noise.py); `--dry-run` prints the interpreters found and the asv command.
 
 Interpreters: 3.11 and 3.13 from asv.conf.json, plus 3.14 and 3.14t (free-threaded) whenever a
 python3.14 / python3.14t is on PATH, so GIL and free-threaded results share one dashboard.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import dashboard  # noqa: E402
+from benchmarks import asv_noise, dashboard  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_VERSION = "0.6.6"
@@ -160,6 +161,9 @@ def main(argv: list[str]) -> int:
                         help="publish only (no run) and check the dashboard in headless Chromium")
     parser.add_argument("--compare", metavar="REF",
                         help="benchmark REF (e.g. main) and HEAD; exit 1 on a real regression")
+    parser.add_argument("--noise-check", action="store_true",
+                        help="show that the same commit twice flags nothing and a 2x slowdown is "
+                             "flagged (about 15 minutes)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the interpreters found and the asv commands, run nothing")
     args = parser.parse_args(argv)
@@ -175,6 +179,11 @@ def main(argv: list[str]) -> int:
         return 0
     if not pythons:
         raise SystemExit("no configured interpreter found")
+    if args.noise_check:
+        record_load("before noise check")
+        code = asv_noise.run(asv, REGRESSION_FACTOR, env, pythons[0])
+        record_load("after noise check")
+        return code
     asv(["machine", "--yes"], env)
     record_load("before")
     if args.compare:
