@@ -249,6 +249,9 @@ def colored_pixels(path: Path) -> int:
     return count
 
 
+LINE_PIXELS_MIN = 1500
+
+
 def check(html_dir: Path, out_dir: Path, graph: str) -> tuple[Path, Path]:
     """Screenshots of the grid and of the graph page of `graph`; fails on a blank plot."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -265,10 +268,12 @@ def check(html_dir: Path, out_dir: Path, graph: str) -> tuple[Path, Path]:
         shutil.rmtree(profile, ignore_errors=True)
     grid_colour, page_colour = colored_pixels(grid), colored_pixels(page)
     log(f"grid: {grid} ({grid_colour} coloured pixels); graph: {page} ({page_colour})")
-    if page_colour < 200:
+    # A plotted line across a graph is thousands of coloured pixels; markers of a single commit,
+    # the legend's swatches and the page's links come to well under a thousand.
+    if page_colour < LINE_PIXELS_MIN:
         raise SystemExit(f"the graph page of {graph} shows no plotted lines ({page_colour} "
-                         f"coloured pixels); see {page}")
-    if grid_colour < 200:
+                         f"coloured pixels; a line needs results of at least two commits on main); see {page}")
+    if grid_colour < LINE_PIXELS_MIN:
         raise SystemExit(f"the summary grid shows no thumbnails ({grid_colour} coloured "
                          f"pixels); see {grid}")
     return grid, page
