@@ -18,10 +18,12 @@ from loaderx.errors import (
     DictionaryError,
     LibraryNotFoundError,
     NotAStoreError,
+    ReadOnlyStoreError,
     StoreFullError,
+    StoreLockedError,
 )
 
-ABI_VERSION: Final = 2
+ABI_VERSION: Final = 3
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -55,6 +57,8 @@ OUT_OF_MEMORY: Final = 11
 IO: Final = 12
 SIZE_MISMATCH: Final = 13
 PERMISSION_DENIED: Final = 14
+STORE_LOCKED: Final = 15
+READ_ONLY: Final = 16
 
 # The one table from status to exception class.
 _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
@@ -72,10 +76,13 @@ _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
     IO: OSError,
     SIZE_MISMATCH: ValueError,
     PERMISSION_DENIED: PermissionError,
+    STORE_LOCKED: StoreLockedError,
+    READ_ONLY: ReadOnlyStoreError,
 }
 
 OPEN_CREATE: Final = 1
 OPEN_DURABLE: Final = 2
+OPEN_READ_ONLY: Final = 4
 
 SAMPLER_SEQUENTIAL: Final = 0
 SAMPLER_IID: Final = 1
@@ -185,5 +192,6 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    # The native thread pool does not survive fork(); the child gets a fresh one.
+    # The native thread pool does not survive fork(); the child gets a fresh one, and every open
+    # store's locks start afresh (parent threads may have held them at the moment of fork).
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -52,7 +52,7 @@ _END: Final = object()
 # staging folders a crashed rollover or commit may leave.
 _STORE_FILE: Final = re.compile(
     r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock|shard-[0-9]{6,7}"
-    r"|\.staging-[0-9]+-[0-9a-f]+)(\.tmp[-.\w]*)?"
+    r"|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock)(\.tmp[-.\w]*)?"
 )
 
 

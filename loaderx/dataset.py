@@ -20,7 +20,13 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx.errors import CorruptStoreError, DictionaryError, SchemaError, StoreFullError
+from loaderx.errors import (
+    CorruptStoreError,
+    DictionaryError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreFullError,
+)
 from loaderx.indexing import normalize_index
 from loaderx.schema import (
     DICT_SIZE_MAX,
@@ -68,13 +74,14 @@ def _is_scalar_index(index: object) -> bool:
 
 
 def _open_store(
-    path: str, kind: str, wanted: Schema | None, shard_records: int
+    path: str, kind: str, wanted: Schema | None, shard_records: int, readonly: bool
 ) -> tuple[Schema, Store]:
     """Opens (wanted is None) or creates the dataset folder and returns its schema and store.
 
     Creation validates the schema before touching the disk, then creates the store, then writes
     the schema; opening a folder that already has a schema compares it with the one asked for.
-    A folder with a shard manifest opens as a ShardedStore.
+    A folder with a shard manifest opens as a ShardedStore. A read-only open never creates
+    anything.
     """
     if os.path.exists(schema_path(path)):
         found = read_schema(path)
@@ -84,9 +91,10 @@ def _open_store(
         if wanted is not None:
             require_same(path, found, wanted)
         if os.path.exists(manifest_path(path)):
-            return found, ShardedStore.open(path, found, shard_records)
-        return found, Zrecord(path, create=wanted is not None, codec=found.codec)
-    if wanted is None:
+            return found, ShardedStore.open(path, found, shard_records, readonly)
+        create = wanted is not None and not readonly
+        return found, Zrecord(path, create=create, codec=found.codec, readonly=readonly)
+    if wanted is None or readonly:
         if os.path.isfile(os.path.join(path, _META_FILE)):
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
@@ -161,11 +169,12 @@ class _DatasetBase:
         kind: str,
         wanted: Schema | None,
         shard_records: int | None,
+        readonly: bool,
     ) -> None:
         self.path = os.fspath(path)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
-        schema, store = _open_store(self.path, kind, wanted, self.shard_records)
+        schema, store = _open_store(self.path, kind, wanted, self.shard_records, readonly)
         self.schema = schema
         self.dtype = schema.dtype
         self.item_shape = schema.item_shape
@@ -180,7 +189,7 @@ class _DatasetBase:
     def __reduce__(self) -> tuple[Any, ...]:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)
         # and reopens there, never creating anything: e.g. for spawned torch DataLoader workers.
-        return _reopen_dataset, (type(self).__name__, os.path.abspath(self.path))
+        return _reopen_dataset, (type(self).__name__, os.path.abspath(self.path), self.readonly)
 
     @property
     def store(self) -> Store:
@@ -205,6 +214,10 @@ class _DatasetBase:
         """The store an append of count records goes to. A single store is used while it has
         room; past that the dataset becomes sharded, once, with its store as shard 0."""
         store = self._store
+        if store.readonly:
+            raise ReadOnlyStoreError(
+                f"append refused: dataset {self.path!r} was opened with readonly=True"
+            )
         if isinstance(store, Zrecord) and len(store) + count > self.shard_records:
             return self._become_sharded()
         return store
@@ -217,6 +230,11 @@ class _DatasetBase:
             sharded = ShardedStore.adopt(self.path, store, self.schema, self.shard_records)
             self._store = sharded
             return sharded
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the dataset was opened with readonly=True (every write is refused)."""
+        return self._store.readonly
 
     @property
     def has_dict(self) -> bool:
@@ -278,7 +296,8 @@ class DenseDataset(_DatasetBase):
 
     DenseDataset(path) opens an existing dataset; DenseDataset(path, dtype=..., item_shape=...,
     codec="zstd", dict_size="balanced") creates one (writing its schema at once) or reopens one
-    whose schema is the same. Reads return (B, *item_shape) arrays, or one sample for an int.
+    whose schema is the same. DenseDataset(path, readonly=True) opens one for reading only
+    (see Zrecord). Reads return (B, *item_shape) arrays, or one sample for an int.
     """
 
     record_size: int
@@ -292,9 +311,10 @@ class DenseDataset(_DatasetBase):
         dict_size: str | int = "balanced",
         *,
         shard_records: int | None = None,
+        readonly: bool = False,
     ) -> None:
         wanted = _create_schema("dense", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "dense", wanted, shard_records)
+        super().__init__(path, "dense", wanted, shard_records, readonly)
         self.record_size = self.schema.row_size
 
     def __enter__(self) -> DenseDataset:
@@ -416,9 +436,10 @@ class RaggedDataset(_DatasetBase):
         dict_size: str | int = "balanced",
         *,
         shard_records: int | None = None,
+        readonly: bool = False,
     ) -> None:
         wanted = _create_schema("ragged", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "ragged", wanted, shard_records)
+        super().__init__(path, "ragged", wanted, shard_records, readonly)
         self.row_size = self.schema.row_size
 
     def __enter__(self) -> RaggedDataset:
@@ -525,11 +546,11 @@ class RaggedDataset(_DatasetBase):
         self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
 
 
-def _reopen_dataset(kind: str, path: str) -> DenseDataset | RaggedDataset:
+def _reopen_dataset(kind: str, path: str, readonly: bool = False) -> DenseDataset | RaggedDataset:
     """Unpickles a dataset: opens the existing one at path by its class name."""
     if kind == "RaggedDataset":
-        return RaggedDataset(path)
-    return DenseDataset(path)
+        return RaggedDataset(path, readonly=readonly)
+    return DenseDataset(path, readonly=readonly)
 
 
 def pad(

@@ -19,6 +19,15 @@ class StoreFullError(LoaderxError):
     """An append would take the store past its 2**24 record limit."""
 
 
+class StoreLockedError(LoaderxError):
+    """Another handle holds a lock this call needs: it writes to the store (one writer at a time),
+    or it has the store open while delete, compact or train_dict need it to themselves."""
+
+
+class ReadOnlyStoreError(LoaderxError, PermissionError):
+    """A write (append, delete, compact, train_dict, sync) to a store opened with readonly=True."""
+
+
 class DictionaryError(LoaderxError):
     """A zstd dictionary is missing where one is needed, or cannot be replaced."""
 

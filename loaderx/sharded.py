@@ -25,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx.errors import ManifestError, SchemaError, StoreFullError
+from loaderx.errors import ManifestError, ReadOnlyStoreError, SchemaError, StoreFullError
 from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 from loaderx.shards import (
@@ -77,6 +77,7 @@ class ShardedStore:
     path: str
     schema: Schema
     shard_records: int
+    readonly: bool
     entries: list[ShardEntry]
     stores: list[Zrecord]
     _view: View | None
@@ -87,10 +88,13 @@ class ShardedStore:
     _signature: _Signature | None
     _guard: threading.Lock
 
-    def __init__(self, path: str, schema: Schema, shard_records: int) -> None:
+    def __init__(
+        self, path: str, schema: Schema, shard_records: int, readonly: bool = False
+    ) -> None:
         self.path = path
         self.schema = schema
         self.shard_records = check_shard_records(shard_records)
+        self.readonly = readonly
         self.entries = []
         self.stores = []
         self._view = None
@@ -102,10 +106,13 @@ class ShardedStore:
     # --- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str, schema: Schema, shard_records: int) -> ShardedStore:
+    def open(
+        cls, path: str, schema: Schema, shard_records: int, readonly: bool = False
+    ) -> ShardedStore:
         """Opens every shard the manifest lists, refusing (naming the shard) one that is
-        missing, has another schema, or holds a count the manifest does not allow."""
-        sharded = cls(path, schema, shard_records)
+        missing, has another schema, or holds a count the manifest does not allow. With
+        readonly, every shard opens read-only and every write is refused."""
+        sharded = cls(path, schema, shard_records, readonly)
         try:
             signature = _signature(path)
             manifest = read_manifest(path)
@@ -126,6 +133,12 @@ class ShardedStore:
         sharded._rebuild_view()
         return sharded
 
+    def _refuse_if_readonly(self, operation: str) -> None:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{operation} refused: sharded dataset {self.path!r} was opened with readonly=True"
+            )
+
     def _open_shard(self, entry: ShardEntry) -> Zrecord:
         name = entry.name
         folder = shard_folder(self.path, name)
@@ -144,7 +157,7 @@ class ShardedStore:
                 raise SchemaError(
                     f"{where} has another schema than the dataset: " + "; ".join(lines)
                 )
-        return Zrecord(folder, create=False, codec=self.schema.codec)
+        return Zrecord(folder, create=False, codec=self.schema.codec, readonly=self.readonly)
 
     def _load(self, manifest: Manifest, signature: _Signature | None) -> None:
         """Makes the manifest current: opens shards not open yet, checks every count."""
@@ -236,6 +249,7 @@ class ShardedStore:
 
     def append_fixed(self, data: npt.NDArray[Any], record_size: int) -> int:
         """Appends the records of a C-contiguous (B, ...) array, rolling over as shards fill."""
+        self._refuse_if_readonly("append")
 
         def write(store: Zrecord, begin: int, end: int) -> int:
             return store.append_fixed(data[begin:end], record_size)
@@ -244,6 +258,7 @@ class ShardedStore:
 
     def append(self, records: Sequence[Any]) -> int:
         """Appends a list of bytes-like records, rolling over as shards fill."""
+        self._refuse_if_readonly("append")
 
         def write(store: Zrecord, begin: int, end: int) -> int:
             return store.append(records[begin:end])
@@ -307,6 +322,7 @@ class ShardedStore:
 
     def delete(self, indices: npt.NDArray[np.int64]) -> None:
         """Deletes the selected global records (see the module doc for where survivors go)."""
+        self._refuse_if_readonly("delete")
         with self._guard, commit_lock(self.path):
             self._sync_manifest()
             lengths = np.array([len(store) for store in self.stores], dtype=np.int64)
@@ -340,6 +356,7 @@ class ShardedStore:
 
     def compact(self) -> None:
         """Compacts every shard in place (offline, as for a single store)."""
+        self._refuse_if_readonly("compact")
         with self._guard:
             for store in self.stores:
                 store.compact()
@@ -360,11 +377,13 @@ class ShardedStore:
         ]
 
     def sync(self) -> None:
+        self._refuse_if_readonly("sync")
         for store in self.stores:
             store.sync()
 
     def train_dict(self, records: Sequence[Any], dict_size: int) -> None:
         """Trains the tail shard's dictionary (the one later rollovers copy)."""
+        self._refuse_if_readonly("train_dict")
         with self._guard:
             if not self.stores:
                 with commit_lock(self.path):

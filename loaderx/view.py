@@ -10,7 +10,9 @@ Like Zrecord, calls in flight are counted under a lock, so close() waits for the
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -63,6 +65,14 @@ class View:
             raise RuntimeError(f"opening a view over {name!r} returned no handle")
         self._handle = out.value
         self._closed = False
+        _OPEN_VIEWS.add(self)
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the parent's threads and their calls in flight do not exist here,
+        and one of them may have held the lock at the moment of fork."""
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0
 
     def _enter(self) -> int:
         with self._lock:
@@ -167,3 +177,16 @@ class View:
             return data, offsets
         finally:
             self._leave()
+
+
+# Every open View, for the fork handler below (weak: never keeps a view alive).
+_OPEN_VIEWS: Final[weakref.WeakSet[View]] = weakref.WeakSet()
+
+
+def _reset_views_after_fork() -> None:
+    for view in list(_OPEN_VIEWS):
+        view._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_views_after_fork)

@@ -3,7 +3,9 @@
 Every operation is one native call on a whole batch; the native side validates again, so the
 checks here exist to give clear messages early. The store handle is guarded by an in-flight
 counter under a lock (not the GIL: free-threaded builds are a target), so close() waits for
-calls already inside the library and every later call raises ValueError.
+calls already inside the library and every later call raises ValueError. Every open Zrecord is
+known to a fork handler that gives the child fresh locks and counters (the native side does the
+same for its own state).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx import _native
+from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.schema import Codec
 
@@ -120,11 +123,17 @@ class Zrecord:
     mistyped path never leaves an empty store behind; Zrecord(path, create=True) creates the
     store if needed. A Zrecord pickles as its path and options and reopens the store (never
     creating it) when unpickled, so it can travel to spawned worker processes.
+
+    readonly=True opens an existing store for reading only: meta.zr is mapped read-only, no
+    writer lock is taken, nothing is created, and every write raises ReadOnlyStoreError before
+    touching anything. It works on a read-only filesystem and for a user who cannot write the
+    store's files.
     """
 
     path: str
     codec: str
     durable: bool
+    readonly: bool
     _codec_id: int
     _handle: int
     _inflight: int
@@ -140,11 +149,15 @@ class Zrecord:
         create: bool = False,
         codec: Codec = "zstd",
         durable: bool = False,
+        readonly: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
         self.durable = bool(durable)
+        self.readonly = bool(readonly)
+        if self.readonly:
+            create = False
         self._inflight = 0
         self._closed = True
         self._handle = 0
@@ -159,7 +172,11 @@ class Zrecord:
                 f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
                 "create one"
             )
-        flags = (_native.OPEN_CREATE if create else 0) | (_native.OPEN_DURABLE if durable else 0)
+        flags = (
+            (_native.OPEN_CREATE if create else 0)
+            | (_native.OPEN_DURABLE if durable else 0)
+            | (_native.OPEN_READ_ONLY if self.readonly else 0)
+        )
         handle = ctypes.c_void_p()
         code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
         _native.check(code, f"cannot open Zrecord store {self.path!r}")
@@ -171,6 +188,7 @@ class Zrecord:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
         self._finalizer.atexit = False
+        _OPEN_STORES.add(self)
 
     # --- lifetime ---------------------------------------------------------------------------
 
@@ -181,6 +199,20 @@ class Zrecord:
                 raise ValueError(f"Zrecord {self.path!r} is closed")
             self._inflight += 1
             return self._handle
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the parent's threads (and their calls in flight) do not exist here,
+        and one of them may have held the lock at the moment of fork."""
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0
+
+    def _refuse_if_readonly(self, operation: str) -> None:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{operation} refused: Zrecord {self.path!r} was opened with readonly=True; "
+                "open it without readonly to change it"
+            )
 
     def _leave(self) -> None:
         with self._lock:
@@ -224,7 +256,7 @@ class Zrecord:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The handle belongs to this process: the copy reopens the same folder by path.
-        return _reopen, (self.path, self.codec, self.durable)
+        return _reopen, (self.path, self.codec, self.durable, self.readonly)
 
     def __len__(self) -> int:
         handle = self._enter()
@@ -236,7 +268,8 @@ class Zrecord:
     def __repr__(self) -> str:
         if self._closed:
             return f"Zrecord({self.path!r}, closed)"
-        return f"Zrecord({self.path!r}, records={len(self)}, codec={self.codec!r})"
+        mode = ", readonly" if self.readonly else ""
+        return f"Zrecord({self.path!r}, records={len(self)}, codec={self.codec!r}{mode})"
 
     @property
     def has_dict(self) -> bool:
@@ -254,6 +287,7 @@ class Zrecord:
 
     def append(self, records: Records, *, codec: Codec | None = None) -> int:
         """Appends a batch of bytes-like records in one native call; returns the first new index."""
+        self._refuse_if_readonly("append")
         tag = self._codec_for(codec)
         data, offsets = pack_records(records)
         count = len(offsets) - 1
@@ -274,6 +308,7 @@ class Zrecord:
         self, data: npt.NDArray[Any], record_size: int, *, codec: Codec | None = None
     ) -> int:
         """Appends nbytes // record_size records of exactly record_size bytes from one array."""
+        self._refuse_if_readonly("append")
         tag = self._codec_for(codec)
         if not isinstance(data, np.ndarray):
             raise TypeError(f"data must be a numpy array, not {type(data).__name__}")
@@ -307,6 +342,7 @@ class Zrecord:
 
     def train_dict(self, samples: Records, dict_size: int) -> None:
         """Trains the store's zstd dictionary (dict.zr) from sample records: at most dict_size."""
+        self._refuse_if_readonly("train_dict")
         if isinstance(dict_size, bool) or not isinstance(dict_size, (int, np.integer)):
             raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
         if dict_size <= 0:
@@ -427,6 +463,7 @@ class Zrecord:
 
     def delete(self, index: object) -> None:
         """Swap-last delete of the selected records (descending order, duplicates ignored)."""
+        self._refuse_if_readonly("delete")
         handle = self._enter()
         try:
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
@@ -438,6 +475,7 @@ class Zrecord:
 
     def compact(self) -> None:
         """Rewrites live records in place to reclaim deleted bytes (takes the store exclusively)."""
+        self._refuse_if_readonly("compact")
         handle = self._enter()
         try:
             _native.check(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
@@ -457,6 +495,7 @@ class Zrecord:
 
     def sync(self) -> None:
         """Flushes every chunk file and the table to stable storage."""
+        self._refuse_if_readonly("sync")
         handle = self._enter()
         try:
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
@@ -464,6 +503,20 @@ class Zrecord:
             self._leave()
 
 
-def _reopen(path: str, codec: Codec, durable: bool) -> Zrecord:
+def _reopen(path: str, codec: Codec, durable: bool, readonly: bool = False) -> Zrecord:
     """Unpickles a Zrecord: opens the existing store at path (it is never created here)."""
-    return Zrecord(path, create=False, codec=codec, durable=durable)
+    return Zrecord(path, create=False, codec=codec, durable=durable, readonly=readonly)
+
+
+# Every open Zrecord, for the fork handler below (weak: a store is still closed by close() or
+# collection, never kept alive by this set).
+_OPEN_STORES: Final[weakref.WeakSet[Zrecord]] = weakref.WeakSet()
+
+
+def _reset_stores_after_fork() -> None:
+    for store in list(_OPEN_STORES):
+        store._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_stores_after_fork)

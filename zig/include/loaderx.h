@@ -12,6 +12,13 @@
  *   append may run concurrently with them (appends serialise among themselves). delete, compact
  *   and train_dict take the store exclusively (they wait for readers and writers to finish).
  *   The native pool is shared by all stores; the calling thread also does work.
+ * - Processes and handles: every handle holds "open.lock" (in the store folder) shared while
+ *   open; the first write of a handle takes "writer.lock" exclusive until close, and a second
+ *   writer gets LX_STORE_LOCKED at once. delete, compact and train_dict make open.lock exclusive
+ *   for their duration and get LX_STORE_LOCKED while any other handle has the store open; opening
+ *   waits up to 60 s for one to finish. Locks are flock()s: the kernel drops a dead process's.
+ * - fork(): call lx_after_fork_child() in the child. Stores opened before fork() keep working
+ *   there; the child re-takes its shared lock on first use and is never the parent's writer.
  */
 #ifndef LOADERX_H
 #define LOADERX_H
@@ -33,12 +40,16 @@ typedef enum lx_status {
     LX_IO = 12,                /* OSError */
     LX_SIZE_MISMATCH = 13,     /* ValueError: destination slot size != record's logical length */
     LX_PERMISSION_DENIED = 14, /* PermissionError */
-    LX_STATUS_COUNT = 15
+    LX_STORE_LOCKED = 15,      /* loaderx.errors.StoreLockedError: another writer, or open elsewhere */
+    LX_READ_ONLY = 16,         /* loaderx.errors.ReadOnlyStoreError: a write to a read-only handle */
+    LX_STATUS_COUNT = 17
 } lx_status;
 
 /* Flags of lx_store_open. */
 #define LX_OPEN_CREATE 1u  /* create the store (and its folder's files) if meta.zr is absent */
 #define LX_OPEN_DURABLE 2u /* fsync data before the table and the table before the length */
+#define LX_OPEN_READ_ONLY 4u /* map read-only, take no writer lock, create nothing, refuse writes;
+                              * not with LX_OPEN_CREATE */
 
 typedef struct lx_store lx_store;
 
@@ -53,7 +64,8 @@ typedef struct lx_stats {
 uint32_t lx_abi_version(void);            /* bumped on any ABI change; Python checks it */
 const char *lx_status_name(int status);   /* static string, "LX_OK", ... ; "unknown" otherwise */
 const char *lx_last_error(void);          /* thread-local, valid until this thread's next call */
-void lx_after_fork_child(void);           /* rebuilds the thread pool in a forked child */
+void lx_after_fork_child(void);           /* in a forked child: rebuilds the thread pool and
+                                           * resets every open store's locks */
 
 /* --- store ------------------------------------------------------------------------------ */
 /* path: the store's folder (must exist; Python creates it). */

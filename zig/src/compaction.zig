@@ -16,9 +16,8 @@ const fail = meta_file.fail;
 
 /// Offline in-place compaction (takes the store exclusively).
 pub fn compact(store: *Store) Error!void {
-    const io = pool.io();
-    store.lock.lockUncancelable(io);
-    defer store.lock.unlock(io);
+    try store.beginMaintenance("compact");
+    defer store.endMaintenance();
     var compaction = try Compaction.init(store);
     defer compaction.deinit();
     while (try compaction.step()) {}

@@ -19,8 +19,8 @@ const temporary_name = "dict.zr.tmp";
 /// Trains a dictionary from samples, writes dict.zr atomically and loads it.
 pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     const io = pool.io();
-    store.lock.lockUncancelable(io);
-    defer store.lock.unlock(io);
+    try store.beginMaintenance("train_dict");
+    defer store.endMaintenance();
     if (store.dict != null and store.meta.length() > 0) {
         status.setMessage("the store already has a dictionary and {d} records; a new one would make them unreadable", .{store.meta.length()});
         return error.DictionaryExists;

@@ -20,6 +20,8 @@ pub const Error = error{
     Io,
     SizeMismatch,
     PermissionDenied,
+    StoreLocked,
+    ReadOnly,
 };
 
 /// The one mapping to statuses: exhaustive and without `else`, so a new error cannot compile
@@ -40,6 +42,8 @@ pub fn toStatus(err: Error) Status {
         error.Io => .io,
         error.SizeMismatch => .size_mismatch,
         error.PermissionDenied => .permission_denied,
+        error.StoreLocked => .store_locked,
+        error.ReadOnly => .read_only,
     };
 }
 

@@ -6,7 +6,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 2;
+pub const abi_version: u32 = 3;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -34,6 +34,7 @@ const Store = store_mod.Store;
 /// Flags of lx_store_open (LX_OPEN_CREATE, LX_OPEN_DURABLE in loaderx.h).
 const open_create: u32 = 1;
 const open_durable: u32 = 2;
+const open_read_only: u32 = 4;
 
 /// Mirrors lx_stats in loaderx.h.
 pub const LxStats = extern struct {
@@ -57,18 +58,23 @@ fn invalid(comptime fmt: []const u8, args: anytype) Status {
 
 export fn lx_after_fork_child() callconv(.c) void {
     store_pool.afterForkChild();
+    store_mod.afterForkChild();
+    view_mod.afterForkChild();
 }
 
 export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});
     out_ptr.* = null;
     const path_z = path orelse return invalid("lx_store_open: path is NULL", .{});
-    if (flags & ~(open_create | open_durable) != 0) return invalid("lx_store_open: unknown flags 0x{x}", .{flags});
+    if (flags & ~(open_create | open_durable | open_read_only) != 0) return invalid("lx_store_open: unknown flags 0x{x}", .{flags});
+    if (flags & open_create != 0 and flags & open_read_only != 0)
+        return invalid("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", .{});
     const path_slice = std.mem.span(path_z);
     if (path_slice.len == 0) return invalid("lx_store_open: path is empty", .{});
     const store = Store.open(std.heap.c_allocator, path_slice, .{
         .create = flags & open_create != 0,
         .durable = flags & open_durable != 0,
+        .read_only = flags & open_read_only != 0,
     }) catch |err| return store_errors.toStatus(err);
     out_ptr.* = store;
     status.clearMessage();
@@ -192,7 +198,7 @@ export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
 export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
     const s = store orelse return invalid("lx_store_stats: store is NULL", .{});
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
-    const stats = s.stats();
+    const stats = s.stats() catch |err| return store_errors.toStatus(err);
     out_ptr.* = .{
         .records = stats.records,
         .live_bytes = stats.live_bytes,
@@ -227,7 +233,8 @@ export fn lx_store_train_dict(
 // ---- view ----------------------------------------------------------------------------------
 // (lx_view_*: several open stores read as one index space; owned by the shards work)
 
-const View = @import("view.zig").View;
+const view_mod = @import("view.zig");
+const View = view_mod.View;
 
 export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_view_open: out is NULL", .{});

@@ -41,9 +41,11 @@ pub const Meta = struct {
             return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
     }
 
-    /// Opens and maps meta.zr and checks its header (not its table: see Store.open).
-    pub fn open(io: Io, dir: Io.Dir) Error!Meta {
-        const file = dir.openFile(io, file_name, .{ .mode = .read_write }) catch |err| switch (err) {
+    /// Opens and maps meta.zr (read-only when `writable` is false) and checks its header (not
+    /// its table: see Store.open).
+    pub fn open(io: Io, dir: Io.Dir, writable: bool) Error!Meta {
+        const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
+        const file = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
             error.FileNotFound => {
                 status.setMessage("no store here: {s} does not exist", .{file_name});
                 return error.NotFound;
@@ -56,7 +58,7 @@ pub const Meta = struct {
             status.setMessage("not a store: {s} is {d} bytes, expected {d}", .{ file_name, size, format.meta_size });
             return error.NotAStore;
         }
-        var map = Mapping.create(io, file, format.meta_size, true) catch |err|
+        var map = Mapping.create(io, file, format.meta_size, writable) catch |err|
             return fail(err, "map {s}", .{file_name});
         errdefer map.destroy(io);
         const header: *format.Header = @ptrCast(map.memory.ptr);

@@ -19,6 +19,7 @@ test {
     _ = @import("codec.zig");
     _ = @import("pool.zig");
     _ = @import("store.zig");
+    _ = @import("lock.zig");
     _ = @import("compaction.zig");
     _ = @import("dictionary.zig");
     _ = @import("store_test.zig");

@@ -18,6 +18,8 @@ pub const Status = enum(c_int) {
     io = 12,
     size_mismatch = 13,
     permission_denied = 14,
+    store_locked = 15,
+    read_only = 16,
 
     /// The C name of a status, for lx_status_name.
     pub fn name(status: Status) [:0]const u8 {
@@ -37,12 +39,14 @@ pub const Status = enum(c_int) {
             .io => "LX_IO",
             .size_mismatch => "LX_SIZE_MISMATCH",
             .permission_denied => "LX_PERMISSION_DENIED",
+            .store_locked => "LX_STORE_LOCKED",
+            .read_only => "LX_READ_ONLY",
         };
     }
 };
 
 /// Number of statuses; must match LX_STATUS_COUNT in loaderx.h.
-pub const status_count: c_int = 15;
+pub const status_count: c_int = 17;
 
 comptime {
     std.debug.assert(@typeInfo(Status).@"enum".field_names.len == status_count);

@@ -1,5 +1,6 @@
 //! Store: open/close, append, gather, record lengths, delete, compaction, stats, sync and the
-//! dictionary. The only file that combines the others (format, meta, chunks, codec, pool).
+//! dictionary. The only file that combines the others (format, meta, chunks, codec, pool, lock),
+//! and the registry of open stores that a forked child resets.
 const std = @import("std");
 const Io = std.Io;
 const Allocator = std.mem.Allocator;
@@ -20,6 +21,7 @@ const fail = meta_file.fail;
 const compaction = @import("compaction.zig");
 const dictionary = @import("dictionary.zig");
 const outOfMemory = errors.outOfMemory;
+const lock_file = @import("lock.zig");
 
 pub const dict_file_name = dictionary.file_name;
 
@@ -32,6 +34,8 @@ pub const Options = struct {
     create: bool = false,
     /// fsync data before the table, the table before the length.
     durable: bool = false,
+    /// Map meta.zr read-only, take no writer lock, create nothing and refuse every write.
+    read_only: bool = false,
 };
 
 /// A batch of input records: record i is data[offsets[i] .. offsets[i+1]) or, without offsets,
@@ -138,6 +142,9 @@ pub const Store = struct {
     meta: meta_file.Meta,
     chunks: *chunk.Chunks,
     durable: bool,
+    read_only: bool,
+    /// Cross-process locks (lock.zig): open.lock shared while open, writer.lock once writing.
+    locks: lock_file.Locks,
     /// Shared: gather, record_lengths, stats, append, sync. Exclusive: delete, compact,
     /// train_dict. Misuse from several threads waits instead of corrupting.
     lock: Io.RwLock = .init,
@@ -146,6 +153,9 @@ pub const Store = struct {
     contexts: codec.ContextPool = .{},
     /// Replaced only under the exclusive lock.
     dict: ?*codec.Dictionary = null,
+    /// Links of the registry of open stores (guarded by registry_mutex).
+    registry_previous: ?*Store = null,
+    registry_next: ?*Store = null,
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -158,17 +168,23 @@ pub const Store = struct {
             else => return fail(err, "open folder {s}", .{path}),
         };
         errdefer dir.close(io);
-        var meta = meta_file.Meta.open(io, dir) catch |err| switch (err) {
-            error.NotFound => if (options.create) blk: {
+        const create = options.create and !options.read_only;
+        // The shared lock comes first: the files are read only once no maintenance runs.
+        var locks = try lock_file.Locks.acquire(io, dir, options.read_only);
+        errdefer locks.release(io);
+        var meta = meta_file.Meta.open(io, dir, !options.read_only) catch |err| switch (err) {
+            error.NotFound => if (create) blk: {
+                // Creating is writing: two processes creating one store at once must not race.
+                try locks.holdWriter(io, dir);
                 try meta_file.Meta.create(io, dir);
-                break :blk try meta_file.Meta.open(io, dir);
+                break :blk try meta_file.Meta.open(io, dir, true);
             } else return err,
             else => return err,
         };
         errdefer meta.close(io);
         try checkTable(&meta);
         try checkChunks(io, dir, meta.header.tail());
-        if (options.create and meta.header.length == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
+        if (create and meta.header.length == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
             // A fresh store gets its first chunk right away, like the format describes.
             const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
                 return fail(err, "create chunk 0.zr", .{});
@@ -183,14 +199,26 @@ pub const Store = struct {
         chunks.* = .{};
         const store = allocator.create(Store) catch return outOfMemory();
         errdefer allocator.destroy(store);
-        store.* = .{ .allocator = allocator, .dir = dir, .meta = meta, .chunks = chunks, .durable = options.durable };
+        store.* = .{
+            .allocator = allocator,
+            .dir = dir,
+            .meta = meta,
+            .chunks = chunks,
+            .durable = options.durable,
+            .read_only = options.read_only,
+            .locks = locks,
+        };
         store.dict = try dictionary.load(allocator, io, dir);
+        register(store);
         return store;
     }
 
     /// Releases everything. The caller guarantees no other thread uses the store.
     pub fn close(store: *Store) void {
         const io = pool.io();
+        // Out of the registry first: a fork from now on must not see a half-closed store.
+        unregister(store);
+        store.locks.release(io);
         if (store.dict) |d| {
             d.deinit(store.allocator);
             store.allocator.destroy(d);
@@ -222,10 +250,13 @@ pub const Store = struct {
             return error.StoreFull;
         }
         try records.validate();
+        try store.refuseIfReadOnly();
+        try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         store.append_mutex.lockUncancelable(io);
         defer store.append_mutex.unlock(io);
+        try store.locks.holdWriter(io, store.dir);
 
         const first: u64 = store.meta.header.length;
         if (records.count > limits.record_count_max - first) {
@@ -401,6 +432,7 @@ pub const Store = struct {
     /// Writes record indices[i] (decompressed) into destination slot i, for every i.
     pub fn gather(store: *Store, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
         const io = pool.io();
+        try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
@@ -493,6 +525,7 @@ pub const Store = struct {
     /// The logical length of each record.
     pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void {
         const io = pool.io();
+        try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
@@ -504,11 +537,13 @@ pub const Store = struct {
     /// Swap-last delete: targets in descending order, duplicates once each.
     pub fn delete(store: *Store, indices: []const i64) Error!void {
         const io = pool.io();
-        store.lock.lockUncancelable(io);
-        defer store.lock.unlock(io);
+        try store.refuseIfReadOnly();
+        try checkIndices(indices, store.meta.length());
+        if (indices.len == 0) return;
+        try store.beginMaintenance("delete");
+        defer store.endMaintenance();
         const old_length = store.meta.length();
         try checkIndices(indices, old_length);
-        if (indices.len == 0) return;
         const targets = store.allocator.alloc(u32, indices.len) catch return outOfMemory();
         defer store.allocator.free(targets);
         for (indices, targets) |index, *target| target.* = @intCast(index);
@@ -527,8 +562,9 @@ pub const Store = struct {
         if (store.durable) try store.meta.flushHeader(io);
     }
 
-    pub fn stats(store: *Store) Stats {
+    pub fn stats(store: *Store) Error!Stats {
         const io = pool.io();
+        try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         store.append_mutex.lockUncancelable(io);
@@ -549,6 +585,8 @@ pub const Store = struct {
     /// fsyncs every chunk up to the frontier and msyncs meta.zr.
     pub fn sync(store: *Store) Error!void {
         const io = pool.io();
+        try store.refuseIfReadOnly();
+        try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         store.append_mutex.lockUncancelable(io);
@@ -560,6 +598,67 @@ pub const Store = struct {
             try store.syncChunks(0, last);
         }
         try store.meta.flushAll(io);
+    }
+
+    // ---- locking ----------------------------------------------------------------------------
+
+    fn refuseIfReadOnly(store: *const Store) Error!void {
+        if (!store.read_only) return;
+        status.setMessage("the store was opened read-only (readonly=True); open it writable to change it", .{});
+        return error.ReadOnly;
+    }
+
+    /// In a forked child, the first call locks open.lock through a fresh description and drops
+    /// what the parent may have changed since (see lock.zig).
+    pub fn relockIfForked(store: *Store) Error!void {
+        if (!store.locks.relock_needed.load(.acquire)) return;
+        const io = pool.io();
+        store.lock.lockUncancelable(io);
+        defer store.lock.unlock(io);
+        try store.relockHeld();
+    }
+
+    /// relockIfForked for a caller that already holds the store exclusively.
+    fn relockHeld(store: *Store) Error!void {
+        if (!store.locks.relock_needed.load(.acquire)) return;
+        try store.locks.relock(pool.io(), store.dir);
+        try store.refresh();
+    }
+
+    /// Forgets the chunk mappings, chunk handles and dictionary, which another handle's
+    /// maintenance may have replaced while this one held no lock. Exclusive lock held.
+    fn refresh(store: *Store) Error!void {
+        const io = pool.io();
+        store.chunks.closeAll(io);
+        const fresh = try dictionary.load(store.allocator, io, store.dir);
+        if (store.dict) |old| {
+            old.deinit(store.allocator);
+            store.allocator.destroy(old);
+        }
+        @atomicStore(?*codec.Dictionary, &store.dict, fresh, .release);
+    }
+
+    /// delete, compact and train_dict: the store exclusively in this process (running calls
+    /// finish, new ones wait), then across handles and processes (refused while any other
+    /// handle has the store open). Pair with endMaintenance.
+    pub fn beginMaintenance(store: *Store, operation: []const u8) Error!void {
+        const io = pool.io();
+        try store.refuseIfReadOnly();
+        store.lock.lockUncancelable(io);
+        errdefer store.lock.unlock(io);
+        try store.relockHeld();
+        // No writer lock is needed: exclusivity means no other handle, so no other writer.
+        var refreshed = false;
+        store.locks.takeExclusive(io, operation, &refreshed) catch |err| {
+            if (refreshed) store.refresh() catch {};
+            return err;
+        };
+    }
+
+    pub fn endMaintenance(store: *Store) void {
+        const io = pool.io();
+        store.locks.releaseExclusive(io);
+        store.lock.unlock(io);
     }
 
     // ---- compaction and dictionary (their own files) --------------------------------------
@@ -576,6 +675,50 @@ pub const Store = struct {
         return dictionary.train(store, samples, dict_size);
     }
 };
+
+// ---- the registry of open stores (for fork) -------------------------------------------------
+
+var registry_head: ?*Store = null;
+var registry_mutex: Io.Mutex = .init;
+
+/// Links are set so that walking forward from the head is consistent after every single store,
+/// because a fork may copy the registry in the middle of an update.
+fn register(store: *Store) void {
+    const io = pool.io();
+    registry_mutex.lockUncancelable(io);
+    defer registry_mutex.unlock(io);
+    store.registry_previous = null;
+    store.registry_next = registry_head;
+    if (registry_head) |head| head.registry_previous = store;
+    registry_head = store;
+}
+
+fn unregister(store: *Store) void {
+    const io = pool.io();
+    registry_mutex.lockUncancelable(io);
+    defer registry_mutex.unlock(io);
+    if (store.registry_previous) |previous| previous.registry_next = store.registry_next else registry_head = store.registry_next;
+    if (store.registry_next) |next| next.registry_previous = store.registry_previous;
+    store.registry_previous = null;
+    store.registry_next = null;
+}
+
+/// In a forked child (single-threaded until it returns): the parent's threads may have held
+/// any store's in-process locks at the moment of fork, and they do not exist here, so every
+/// lock and counter starts afresh; the cross-process locks are re-taken on first use. Data
+/// written half-way by a parent thread is the parent's business: the child only ever reads
+/// what the published length covers, and writes only as the store's writer.
+pub fn afterForkChild() void {
+    registry_mutex = .init;
+    var next = registry_head;
+    while (next) |store| : (next = store.registry_next) {
+        store.lock = .init;
+        store.append_mutex = .init;
+        store.contexts.mutex = .init;
+        store.chunks.map_mutex = .init;
+        store.locks.forgetAfterFork();
+    }
+}
 
 /// Every live entry must lie inside the written chunk space with sane sizes and codec.
 fn checkTable(meta: *const meta_file.Meta) Error!void {

@@ -268,7 +268,7 @@ test "compaction stopped after every single record move stays valid, and re-runn
     std.mem.sortUnstable(i64, &sorted, {}, std.sort.desc(i64));
     for (sorted) |d| _ = model.swapRemove(@intCast(d));
     try expectModel(store, model.items);
-    const before = store.stats();
+    const before = (try store.stats());
     try testing.expect(before.reclaimable > 0);
 
     var moves: usize = 0;
@@ -299,13 +299,13 @@ test "compaction stopped after every single record move stays valid, and re-runn
     try testing.expect(moves > 0);
     // Some destinations overlapped their sources and went through the scratch area.
     try testing.expect(staged > 0 and staged < moves);
-    const after = store.stats();
+    const after = (try store.stats());
     try testing.expectEqual(before.live_bytes, after.live_bytes);
     try testing.expectEqual(after.live_bytes, after.chunk_bytes);
     try testing.expectEqual(@as(u64, 0), after.reclaimable);
     // Compacting a compact store moves nothing; appends still work.
     try store.compact();
-    try testing.expectEqual(after, store.stats());
+    try testing.expectEqual(after, (try store.stats()));
     var more = try Batch.init(100, 5, &sizeSmall, false);
     defer more.deinit();
     _ = try store.append(more.records(), 1);
@@ -332,7 +332,7 @@ test "records roll over to a new chunk, and compaction moves them back and remov
         try expectRecord(store, i, i, sizeHundreds(i), false);
     }
     try testing.expectError(error.FileNotFound, folder.tmp.dir.statFile(pool.io(), "1.zr", .{}));
-    try testing.expectEqual(@as(u64, 100 + 101 + 102 + 103 + 104), store.stats().chunk_bytes);
+    try testing.expectEqual(@as(u64, 100 + 101 + 102 + 103 + 104), (try store.stats()).chunk_bytes);
 }
 
 test "limits: an oversized record and a count past the table are refused with the store unchanged" {
@@ -343,7 +343,7 @@ test "limits: an oversized record and a count past the table are refused with th
     var batch = try Batch.init(0, 3, &sizeHundreds, false);
     defer batch.deinit();
     _ = try store.append(batch.records(), 1);
-    const before = store.stats();
+    const before = (try store.stats());
     const big = try testing.allocator.alloc(u8, limits.record_size_max + 11);
     defer testing.allocator.free(big);
     @memset(big, 7);
@@ -351,7 +351,7 @@ test "limits: an oversized record and a count past the table are refused with th
     try testing.expectError(error.RecordTooLarge, store.append(Records.fromSlices(big, &offsets), 1));
     try expectMessage("record 2 is 1048577 bytes");
     try testing.expectError(error.RecordTooLarge, store.append(.{ .data = big.ptr, .stride = big.len, .count = 1 }, 0));
-    try testing.expectEqual(before, store.stats());
+    try testing.expectEqual(before, (try store.stats()));
     // Fill the table by setting the length directly (entries below it are valid empty records).
     store.meta.publishLength(limits.record_count_max - 1);
     const empty = [_]u64{ 0, 0, 0 };
@@ -534,5 +534,5 @@ test "durable mode: append, delete, compact, dictionary and sync flush in order 
     const store = try folder.openExisting();
     defer store.close();
     try expectModel(store, model.items);
-    try testing.expectEqual(@as(u64, 0), store.stats().reclaimable);
+    try testing.expectEqual(@as(u64, 0), (try store.stats()).reclaimable);
 }

@@ -33,6 +33,10 @@ pub const View = struct {
     starts: []u64,
     /// Decompression contexts of this view's gathers (a context is not tied to a store).
     contexts: codec.ContextPool = .{},
+    /// Links of the registry of open views, which a forked child resets (guarded by
+    /// registry_mutex).
+    registry_previous: ?*View = null,
+    registry_next: ?*View = null,
 
     pub fn open(allocator: Allocator, stores: []const *Store) Error!*View {
         if (stores.len == 0 or stores.len > limits.view_store_count_max) {
@@ -50,11 +54,13 @@ pub const View = struct {
         }
         const view = allocator.create(View) catch return outOfMemory();
         view.* = .{ .allocator = allocator, .stores = owned, .starts = starts };
+        register(view);
         return view;
     }
 
     /// Releases the view (not its stores). No other thread may be using it.
     pub fn close(view: *View) void {
+        unregister(view);
         view.contexts.deinit();
         view.allocator.free(view.starts);
         view.allocator.free(view.stores);
@@ -92,6 +98,11 @@ pub const View = struct {
             }
             r.* = view.route(@intCast(index));
             touched[r.store_index / 64] |= @as(u64, 1) << @intCast(r.store_index % 64);
+        }
+        // In a forked child, each store re-takes its cross-process lock on first use.
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) try view.stores[w * 64 + @ctz(bits)].relockIfForked();
         }
         view.lockTouched(touched);
         errdefer view.unlockTouched(touched);
@@ -232,6 +243,40 @@ const Fixture = struct {
         fixture.tmp.cleanup();
     }
 };
+
+// ---- the registry of open views (for fork) --------------------------------------------------
+
+var registry_head: ?*View = null;
+var registry_mutex: std.Io.Mutex = .init;
+
+/// Walking forward from the head stays consistent after every single store (see store.zig).
+fn register(view: *View) void {
+    const io = pool.io();
+    registry_mutex.lockUncancelable(io);
+    defer registry_mutex.unlock(io);
+    view.registry_previous = null;
+    view.registry_next = registry_head;
+    if (registry_head) |head| head.registry_previous = view;
+    registry_head = view;
+}
+
+fn unregister(view: *View) void {
+    const io = pool.io();
+    registry_mutex.lockUncancelable(io);
+    defer registry_mutex.unlock(io);
+    if (view.registry_previous) |previous| previous.registry_next = view.registry_next else registry_head = view.registry_next;
+    if (view.registry_next) |next| next.registry_previous = view.registry_previous;
+    view.registry_previous = null;
+    view.registry_next = null;
+}
+
+/// In a forked child: a parent thread may have held a view's context mutex at the moment of
+/// fork. (Its stores are reset by store.afterForkChild.)
+pub fn afterForkChild() void {
+    registry_mutex = .init;
+    var next = registry_head;
+    while (next) |view| : (next = view.registry_next) view.contexts.mutex = .init;
+}
 
 test "a view routes global indices across stores, empty ones included" {
     var fixture = try Fixture.init();
