@@ -1,0 +1,222 @@
+"""fork() while threads are busy in every store operation: the child must never hang.
+
+The parent's threads gather, append, delete, compact and read stats on one store without pause
+while the main thread forks again and again. Each child uses the store it inherited (and a new
+handle) for every operation under an alarm, so a hang kills the child and fails the test rather
+than hanging CI. Records carry their own id, so every read is checked byte for byte.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+
+import pytest
+
+from loaderx.errors import StoreLockedError
+from loaderx.schema import Codec
+from loaderx.zrecord import Zrecord
+
+FORKS = 40
+# A child that takes longer than this is hung (a healthy one needs well under a second).
+CHILD_ALARM_SECONDS = 20
+
+
+def record(ident: int) -> bytes:
+    body = hashlib.sha256(ident.to_bytes(8, "little")).digest() * (1 + ident % 7)
+    return ident.to_bytes(8, "little") + body
+
+
+def ident_of(data: bytes) -> int:
+    ident = int.from_bytes(data[:8], "little")
+    assert data == record(ident), f"record {ident} has wrong bytes"
+    return ident
+
+
+def run_child(body: Callable[[], None]) -> int:
+    """Forks; the child runs body under an alarm and exits 0 on success. Returns the pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        # Where a hung child was, on stderr, before its alarm kills it.
+        faulthandler.dump_traceback_later(CHILD_ALARM_SECONDS - 5, exit=False)
+        signal.alarm(CHILD_ALARM_SECONDS)
+        body()
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def wait_child(pid: int) -> None:
+    """Waits for a child (a hung one has been killed by its alarm) and checks it succeeded."""
+    deadline = time.monotonic() + 2 * CHILD_ALARM_SECONDS
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:  # only if the alarm itself failed
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"child {pid} hung")
+        time.sleep(0.01)
+    if os.WIFSIGNALED(status):
+        raise AssertionError(f"child {pid} died of signal {os.WTERMSIG(status)} (SIGALRM = a hang)")
+    assert os.WEXITSTATUS(status) == 0, f"child {pid} failed; its traceback is on stderr"
+
+
+class Busy:
+    """Threads doing every operation on one store until stopped, recording what they did."""
+
+    def __init__(self, store: Zrecord, next_id: int, writers: bool) -> None:
+        self.store = store
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.appended: list[int] = []
+        self.deleted: list[int] = []
+        self.errors: list[BaseException] = []
+        self.next_id = next_id
+        loops = [self.gather, self.stats]
+        if writers:
+            loops += [self.append, self.delete, self.compact]
+        self.threads = [threading.Thread(target=self.guard, args=(loop,)) for loop in loops]
+
+    def guard(self, loop: Callable[[random.Random], None]) -> None:
+        draw = random.Random(loop.__name__)
+        try:
+            while not self.stop.is_set():
+                loop(draw)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def gather(self, draw: random.Random) -> None:
+        length = len(self.store)
+        picks = [draw.randrange(length) for _ in range(64)] if length else []
+        try:
+            for data in self.store.gather(picks):
+                ident_of(data)
+        except IndexError:
+            pass  # a delete shortened the store between len() and the gather
+
+    def stats(self, draw: random.Random) -> None:
+        assert self.store.stats()["records"] >= 0
+
+    def append(self, draw: random.Random) -> None:
+        time.sleep(0.001)  # keeps the store small enough to check whole in every child
+        with self.lock:
+            ids = list(range(self.next_id, self.next_id + draw.randrange(1, 20)))
+            self.next_id = ids[-1] + 1
+        self.store.append([record(i) for i in ids])
+        with self.lock:
+            self.appended.extend(ids)
+
+    def delete(self, draw: random.Random) -> None:
+        # The only deleting thread: nothing else moves records between the gather and delete.
+        length = len(self.store)
+        if length < 10:
+            return
+        targets = sorted({draw.randrange(length) for _ in range(3)})
+        victims = [ident_of(data) for data in self.store.gather(targets)]
+        try:
+            self.store.delete(targets)
+        except StoreLockedError:
+            return  # a child has the store open
+        with self.lock:
+            self.deleted.extend(victims)
+
+    def compact(self, draw: random.Random) -> None:
+        try:
+            self.store.compact()
+        except StoreLockedError:
+            pass
+        time.sleep(0.001)
+
+    def __enter__(self) -> Busy:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        assert not self.errors, self.errors
+
+
+def every_operation_in_child(store: Zrecord, path: str, parent_writes: bool) -> Callable[[], None]:
+    def body() -> None:
+        # The first call re-takes the child's shared lock: from then on the parent can no
+        # longer delete or compact under the child.
+        assert store.stats()["records"] >= 0
+        length = len(store)
+        for data in store.gather(slice(None)):
+            ident_of(data)
+        assert length < 100_000, "the parent appended more than the children can check quickly"
+        if parent_writes:
+            # The parent's handle is the writer: the child is refused, never blocked.
+            with pytest.raises(StoreLockedError, match="another handle is writing"):
+                store.append([record(10**9)])
+        else:
+            assert store.append([record(10**9 + os.getpid())]) >= length
+        # The parent keeps the store open: maintenance is refused, not hung.
+        calls: list[Callable[[], None]] = [
+            lambda: store.delete([0]),
+            store.compact,
+            lambda: store.train_dict([b"s" * 64] * 40, 1024),
+        ]
+        for call in calls:
+            with pytest.raises(StoreLockedError, match="needs the store to itself"):
+                call()
+        with Zrecord(path, readonly=True) as other:
+            for data in other.gather(slice(None)):
+                ident_of(data)
+        store.close()
+
+    return body
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_fork_while_threads_use_every_operation(store_path: str, codec: Codec) -> None:
+    store = Zrecord(store_path, codec=codec, create=True)
+    store.append([record(i) for i in range(500)])
+    with Busy(store, next_id=500, writers=True) as busy:
+        for _ in range(FORKS):
+            pid = run_child(every_operation_in_child(store, store_path, parent_writes=True))
+            wait_child(pid)
+    expected = (set(range(500)) | set(busy.appended)) - set(busy.deleted)
+    found = [ident_of(data) for data in store.gather(slice(None))]
+    assert sorted(found) == sorted(expected)
+    store.close()
+    with Zrecord(store_path) as reopened:
+        assert sorted(ident_of(data) for data in reopened.gather(slice(None))) == sorted(expected)
+
+
+def test_child_of_a_reading_parent_can_write(store_path: str) -> None:
+    """When no handle writes at fork time, the child may become the writer (one at a time)."""
+    store = Zrecord(store_path, create=True)
+    store.append([record(i) for i in range(100)])
+    store.close()
+    store = Zrecord(store_path)  # this handle has not written: it holds no writer lock
+    pids = []
+    with Busy(store, next_id=100, writers=False):
+        for _ in range(FORKS // 2):
+            pid = run_child(every_operation_in_child(store, store_path, parent_writes=False))
+            wait_child(pid)  # one child at a time: each is the only writer while it lives
+            pids.append(pid)
+    found = sorted(ident_of(data) for data in store.gather(slice(None)))
+    assert found == sorted([*range(100), *(10**9 + pid for pid in pids)])
+    # The children are gone and with them their writer locks.
+    assert store.append([record(5000)]) == 100 + len(pids)
+    store.close()
