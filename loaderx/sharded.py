@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -102,6 +103,7 @@ class ShardedStore:
         self._generation = 0
         self._signature = None
         self._guard = threading.Lock()
+        _OPEN_SHARDED.add(self)
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -399,3 +401,17 @@ class ShardedStore:
             view.close()
         for store in self.stores:
             store.close()
+
+
+# Every ShardedStore, for the fork handler below: a parent thread may have held _guard (an
+# append or a delete) at the moment of fork, and it does not exist in the child.
+_OPEN_SHARDED: Final[weakref.WeakSet[ShardedStore]] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for sharded in list(_OPEN_SHARDED):
+        sharded._guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

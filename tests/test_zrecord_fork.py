@@ -18,9 +18,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from loaderx.dataset import DenseDataset
 from loaderx.errors import StoreLockedError
 from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
@@ -220,3 +223,43 @@ def test_child_of_a_reading_parent_can_write(store_path: str) -> None:
     # The children are gone and with them their writer locks.
     assert store.append([record(5000)]) == 100 + len(pids)
     store.close()
+
+
+def test_fork_while_threads_read_a_sharded_dataset(tmp_path: Path) -> None:
+    """The native view over several stores (and its Python wrapper) is reset in the child too."""
+    path = str(tmp_path / "sharded")
+    data = np.arange(4000, dtype=np.int32).reshape(400, 10)
+    dataset = DenseDataset(path, dtype=np.int32, item_shape=(10,), shard_records=64)
+    dataset.append(data)
+    assert dataset.sharded
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def read_loop(seed: int) -> None:
+        draw = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                picks = draw.integers(0, 400, size=256)
+                np.testing.assert_array_equal(dataset[picks], data[picks])
+        except BaseException as exc:
+            errors.append(exc)
+
+    def child() -> None:
+        np.testing.assert_array_equal(dataset[:], data)
+        with pytest.raises(StoreLockedError, match="needs the store to itself"):
+            dataset.compact()
+        dataset.close()
+
+    threads = [threading.Thread(target=read_loop, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(FORKS):
+            wait_child(run_child(child))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    np.testing.assert_array_equal(dataset[:], data)
+    dataset.close()

@@ -487,3 +487,20 @@ def test_readonly_for_a_user_who_cannot_write(tmp_path: Path) -> None:
     finally:
         subprocess.run(["chmod", "-R", "u+w", base], check=True)
         shutil.rmtree(base)
+
+
+def test_readonly_sharded_dataset(tmp_path: Path) -> None:
+    path = str(tmp_path / "sharded")
+    data = np.arange(250, dtype=np.int64).reshape(25, 10)
+    with DenseDataset(path, dtype=np.int64, item_shape=(10,), shard_records=10) as ds:
+        ds.append(data)
+        assert ds.sharded
+    names = sorted(os.listdir(path))
+    with DenseDataset(path, readonly=True, shard_records=10) as ds:
+        assert ds.readonly and ds.sharded
+        np.testing.assert_array_equal(ds[:], data)
+        for call in (lambda: ds.append(data[:1]), lambda: ds.delete(0), ds.compact, ds.sync):
+            with pytest.raises(ReadOnlyStoreError, match="readonly=True"):
+                call()
+        np.testing.assert_array_equal(ds[[24, 0, 13]], data[[24, 0, 13]])
+    assert sorted(os.listdir(path)) == names
