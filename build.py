@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
+# A step that runs longer than this says that it is still running.
+HEARTBEAT_S = 30.0
 CACHE = ROOT / ".cache"
 LIB_DIR = ROOT / "loaderx" / "lib"
 
@@ -80,6 +82,29 @@ def run(cmd: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> 
     subprocess.run(cmd, cwd=cwd, env=env, check=True)
 
 
+def run_long(cmd: list[str], doing: str, expect: str, cwd: Path = ROOT,
+             env: dict[str, str] | None = None) -> None:
+    """run() for a step that can take minutes: says what it does and how long that usually
+    takes, then reports every HEARTBEAT_S seconds that it is still at it, and when it is done."""
+    log(f"{doing} ({expect})")
+    log(" ".join(str(c) for c in cmd))
+    started = time.monotonic()
+    child = subprocess.Popen(cmd, cwd=cwd, env=env)
+    while True:
+        try:
+            code = child.wait(timeout=HEARTBEAT_S)
+            break
+        except subprocess.TimeoutExpired:
+            log(f"... still {doing}, {time.monotonic() - started:.0f} s so far")
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, cmd)
+    log(f"{doing}: done in {time.monotonic() - started:.0f} s")
+
+
 # --- virtual environment ---------------------------------------------------------------------
 
 
@@ -100,11 +125,13 @@ def ensure_venv() -> None:
     if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
         return
     if not venv_python().exists():
-        run([sys.executable, "-m", "venv", str(VENV)])
+        run_long([sys.executable, "-m", "venv", str(VENV)], "creating .venv", "a few seconds")
     py = str(venv_python())
-    run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    log("installing the pinned tools and test extras (torch, jax, ray: about 2 minutes on a first run)")
-    run([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *TEST_EXTRAS])
+    run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
+             "under a minute")
+    run_long([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *TEST_EXTRAS],
+             "installing the pinned tools and test extras (numpy, ziglang, mypy, torch, jax, ray)",
+             "about 2 to 4 minutes on a first run, mostly downloads; pip prints nothing meanwhile")
     stamp.write_text(wanted)
 
 
@@ -134,8 +161,9 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     sdist = downloads / ZSTD_SDIST_FILE
     if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
-        run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             "--dest", str(downloads), f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"])
+        run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                  "--dest", str(downloads), f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"],
+                 "downloading zstd's sources", "a few seconds")
     found = sha256_of(sdist)
     if found != ZSTD_SDIST_SHA256:
         raise SystemExit(f"{sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256}; refusing it")
@@ -151,8 +179,13 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     return tree
 
 
-def zig(args: list[str], python: str = sys.executable) -> None:
-    run([python, "-m", "ziglang", *args], cwd=ROOT / "zig")
+def zig(args: list[str], python: str = sys.executable, doing: str = "", expect: str = "") -> None:
+    if doing:
+        # Zig prints nothing until it is done; with an empty cache (a first run) it compiles its
+        # build runner and zstd before the library itself.
+        run_long([python, "-m", "ziglang", *args], doing, expect, cwd=ROOT / "zig")
+    else:
+        run([python, "-m", "ziglang", *args], cwd=ROOT / "zig")
 
 
 def library_file_name() -> str:
@@ -168,7 +201,8 @@ def build_native(python: str = sys.executable, extra: list[str] | None = None) -
     zstd = fetch_zstd(python=python)
     prefix = CACHE / "zig-out"
     zig(["build", f"-Dzstd={zstd}", "--release=fast", "--prefix", str(prefix), *(extra or [])],
-        python=python)
+        python=python, doing="building the native library (Zig, ReleaseFast)",
+        expect="about 1 to 3 minutes with an empty Zig cache, seconds afterwards")
     sub = "bin" if sys.platform == "win32" else "lib"
     built = prefix / sub / library_file_name()
     LIB_DIR.mkdir(parents=True, exist_ok=True)
@@ -183,7 +217,9 @@ def build_native(python: str = sys.executable, extra: list[str] | None = None) -
 
 def zig_tests() -> None:
     zstd = fetch_zstd()
-    zig(["build", "test", f"-Dzstd={zstd}", "--summary", "all"])
+    zig(["build", "test", f"-Dzstd={zstd}", "--summary", "all"],
+        doing="building and running the Zig tests (Debug and ReleaseFast)",
+        expect="about 3 to 6 minutes with an empty Zig cache on 2 cores, under a minute afterwards")
 
 
 # --- mypyc ----------------------------------------------------------------------------------
@@ -214,8 +250,9 @@ def assert_compiled() -> None:
 
 
 def compile_mypyc() -> None:
-    run([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
-        env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
+    run_long([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+             "compiling dataset.py, dataloader.py and prefetch.py with mypyc", "about a minute",
+             env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
 
 
 # --- commands -------------------------------------------------------------------------------

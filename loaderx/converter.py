@@ -22,7 +22,7 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.progress import Progress
+from loaderx.progress import Progress, ProgressOption
 from loaderx.schema import (
     Codec,
     Schema,
@@ -179,7 +179,7 @@ def from_numpy(
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: ProgressOption = None,
 ) -> int:
     """Writes array as a dense dataset at path, one record per slice along axis 0.
 
@@ -241,7 +241,7 @@ def from_iterator(
     item_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: ProgressOption = None,
 ) -> int:
     """Writes a ragged dataset at path from an iterable of (L, *item_shape) arrays.
 
@@ -365,7 +365,7 @@ def recode(
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: ProgressOption = None,
 ) -> int:
     """Rewrites the dataset at src into dst with another codec (any codec to any codec).
 
@@ -395,7 +395,7 @@ def recode(
 
 
 def _recode_dense(
-    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: bool | None
+    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
     with DenseDataset(src_path) as src, DenseDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
@@ -414,7 +414,7 @@ def _recode_dense(
 
 
 def _recode_ragged(
-    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: bool | None
+    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
     with RaggedDataset(src_path) as src, RaggedDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)

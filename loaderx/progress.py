@@ -1,28 +1,57 @@
-"""A tiny progress line for long conversions: records done, MiB/s and ETA, written to stderr.
+"""Progress of long conversions: one status line on a terminal, plain lines in a log, or yours.
 
-Quiet unless the caller asks for it (progress=True) or, when the caller leaves it to us
-(progress=None), stderr is a terminal. The line is redrawn at most a few times a second.
+``progress=`` of the converters takes:
+
+- ``None`` (the default): a status line on stderr when stderr is a terminal, nothing otherwise;
+- ``True`` / ``False``: always / never. On a terminal the line is redrawn in place; written to
+  anything else (a log file, a pipe), each report is a plain line of its own;
+- a callable ``fn(records_done, records_total, bytes_done)`` (total is None when unknown),
+  called after every block and once at the end: plug in tqdm, rich or your logger.
+
+On a terminal the line fits the window's width (read at every redraw, so a resize is followed),
+never touches the last column (which would wrap), and ends with "erase to end of line", so a
+shorter line leaves no stale characters behind. Redraws happen at most twice a second.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
-from typing import Final, TextIO
+from collections.abc import Callable
+from typing import Final, TextIO, TypeAlias
 
-_INTERVAL_S: Final = 0.5
+Callback: TypeAlias = Callable[[int, "int | None", int], None]
+ProgressOption: TypeAlias = "bool | None | Callback"
+
+INTERVAL_S: Final = 0.5
 _MIB: Final = float(1 << 20)
+_ERASE_LINE: Final = "\x1b[K"
+_BAR_MIN: Final = 10
+_BAR_MAX: Final = 40
+_ELLIPSIS: Final = "..."
+# A label cut below this many characters says nothing: it is left out instead.
+_LABEL_MIN: Final = 8
 
 
-def wanted(progress: bool | None, stream: TextIO | None = None) -> bool:
-    """Whether to report: the caller's explicit choice, else whether the stream is a terminal."""
-    if progress is not None:
-        return bool(progress)
-    target = sys.stderr if stream is None else stream
+def _is_terminal(stream: TextIO) -> bool:
     try:
-        return target.isatty()
+        return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def wanted(progress: ProgressOption, stream: TextIO | None = None) -> bool:
+    """Whether to draw: the caller's explicit choice, else whether the stream is a terminal.
+
+    A callback is the caller's own report, so nothing is drawn for it.
+    """
+    if callable(progress):
+        return False
+    if progress is not None:
+        return bool(progress)
+    return _is_terminal(sys.stderr if stream is None else stream)
 
 
 def _clock(seconds: float) -> str:
@@ -30,14 +59,38 @@ def _clock(seconds: float) -> str:
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal behind stream (COLUMNS, then 80, when it cannot be asked)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return shutil.get_terminal_size().columns
+
+
+def _bar(fraction: float, width: int) -> str:
+    filled = min(width, int(fraction * width))
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def _fit_label(label: str, room: int) -> str:
+    """label cut from the left (the end of a path says the most) to at most room characters."""
+    if len(label) <= room:
+        return label
+    if room <= len(_ELLIPSIS):
+        return label[len(label) - max(room, 0):] if room > 0 else ""
+    return _ELLIPSIS + label[len(label) - room + len(_ELLIPSIS):]
+
+
 class Progress:
-    """Counts records and bytes and redraws one status line while enabled."""
+    """Counts records and bytes and reports them as the module docstring describes."""
 
     label: str
     total: int | None
     enabled: bool
     records: int
     nbytes: int
+    interval: float
+    _callback: Callback | None
     _stream: TextIO | None
     _started: float
     _drawn: float
@@ -46,53 +99,85 @@ class Progress:
         self,
         label: str,
         total: int | None,
-        progress: bool | None = None,
+        progress: ProgressOption = None,
         stream: TextIO | None = None,
     ) -> None:
         self.label = label
         self.total = total
         self.enabled = wanted(progress, stream)
+        self._callback = progress if callable(progress) else None
         self.records = 0
         self.nbytes = 0
+        self.interval = INTERVAL_S
         self._stream = stream
         self._started = time.monotonic()
         self._drawn = 0.0
 
-    def line(self) -> str:
-        """The current status line (without the carriage return)."""
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        rate = self.nbytes / _MIB / elapsed
-        text = f"{self.label}: {self.records:,}"
-        if self.total is not None:
-            text += f"/{self.total:,} records"
-            if self.total > 0:
-                text += f" ({100.0 * self.records / self.total:.1f}%)"
-        else:
-            text += " records"
-        text += f", {rate:.1f} MiB/s"
+    def _extras(self, elapsed: float) -> list[str]:
+        """Rate and ETA, most important first (a narrow terminal drops them from the end)."""
+        extras = [f"{self.nbytes / _MIB / max(elapsed, 1e-9):.1f} MiB/s"]
         if self.total is not None and 0 < self.records < self.total:
-            remaining = elapsed * (self.total - self.records) / self.records
-            text += f", ETA {_clock(remaining)}"
-        return text
+            extras.append(f"ETA {_clock(elapsed * (self.total - self.records) / self.records)}")
+        return extras
+
+    def line(self, width: int | None = None, suffix: str = "") -> str:
+        """The report. Without a width, a plain sentence for logs; with one, fitted into
+        width - 1 columns: label (cut from the left), bar, percentage, counts, rate, ETA."""
+        elapsed = time.monotonic() - self._started
+        extras = self._extras(elapsed)
+        known = self.total is not None and self.total > 0
+        if width is None:
+            count = f"{self.records:,}" + (f"/{self.total:,}" if self.total is not None else "")
+            count += " records" + (f" ({self._percent():.1f}%)" if known else "")
+            return f"{self.label}: " + ", ".join([count, *extras]) + suffix
+        room = max(1, width - 1)
+        count = f"{self.records:,}" + (f"/{self.total:,}" if self.total is not None else " records")
+        if known:
+            count = f"{self._percent():.1f}% {count}"
+        stats = ", ".join([count, *extras]) + suffix
+        while extras and len(stats) > room:
+            extras.pop()
+            stats = ", ".join([count, *extras]) + suffix
+        rest = room - len(stats)
+        bar_room = _BAR_MIN + 1 if known and rest - _BAR_MIN - 3 >= _LABEL_MIN else 0
+        label_room = rest - bar_room - 2
+        label = _fit_label(self.label, label_room) if label_room >= _LABEL_MIN else ""
+        head = f"{label}: " if label else ""
+        if bar_room and self.total:
+            inner = min(_BAR_MAX, room - len(head) - len(stats) - 3)
+            head += _bar(self.records / self.total, inner) + " "
+        return (head + stats)[:room]
+
+    def _percent(self) -> float:
+        return 100.0 * self.records / self.total if self.total else 0.0
 
     def update(self, records: int, nbytes: int) -> None:
-        """Adds records and bytes done, redrawing the line if enough time has passed."""
+        """Adds records and bytes done; reports if enough time has passed since the last one."""
         self.records += records
         self.nbytes += nbytes
+        if self._callback is not None:
+            self._callback(self.records, self.total, self.nbytes)
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self._drawn >= _INTERVAL_S:
+        if now - self._drawn >= self.interval:
             self._drawn = now
-            self._write("\r" + self.line())
+            self._draw("")
 
     def finish(self) -> None:
-        """Draws the final line and ends it."""
+        """The final report (with the total time), ending the line."""
+        if self._callback is not None:
+            self._callback(self.records, self.total, self.nbytes)
         if self.enabled:
-            elapsed = time.monotonic() - self._started
-            self._write("\r" + self.line() + f", done in {_clock(elapsed)}\n")
+            self._draw(f", done in {_clock(time.monotonic() - self._started)}", final=True)
 
-    def _write(self, text: str) -> None:
+    def _draw(self, suffix: str, final: bool = False) -> None:
         stream = sys.stderr if self._stream is None else self._stream
+        if _is_terminal(stream):
+            text = "\r" + self.line(terminal_width(stream), suffix) + _ERASE_LINE
+            if final:
+                text += "\n"
+        else:
+            text = self.line(None, suffix) + "\n"
         stream.write(text)
         stream.flush()
