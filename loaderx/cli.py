@@ -22,7 +22,6 @@ import numpy.typing as npt
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
 from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, check_codec
-from loaderx.sharded import ShardedStore
 from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
 
@@ -56,9 +55,22 @@ def open_store(path: str) -> Store:
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
 
-def _store_of(opened: Store) -> Zrecord | ShardedStore:
-    """The byte store under what was opened (a sharded dataset's ShardedStore sums its shards)."""
-    return opened if isinstance(opened, Zrecord) else opened.store
+def _record_bytes(opened: Store) -> npt.NDArray[np.uint64]:
+    """The logical (decompressed) size of every record."""
+    count = len(opened)
+    if isinstance(opened, DenseDataset):
+        return np.full(count, opened.record_size, dtype=np.uint64)
+    if isinstance(opened, RaggedDataset):
+        rows = opened.lengths(slice(None)).astype(np.uint64)
+        return rows * np.uint64(opened.row_size)
+    return opened.record_lengths(slice(None))
+
+
+def _shards(opened: Store) -> list[str] | None:
+    """The shard folders of a sharded dataset; None for a single store."""
+    if isinstance(opened, Zrecord) or not opened.sharded:
+        return None
+    return [str(shard["name"]) for shard in opened.shard_stats()]
 
 
 def _disk_usage(path: str) -> tuple[int, int]:
@@ -82,12 +94,12 @@ def _disk_usage(path: str) -> tuple[int, int]:
 def info_of(path: str) -> dict[str, Any]:
     opened = open_store(path)
     try:
-        store = _store_of(opened)
-        stats = store.stats()
+        stats = opened.stats()
         count = stats["records"]
-        logical = int(store.record_lengths(slice(None)).sum()) if count else 0
+        logical = int(_record_bytes(opened).sum()) if count else 0
+        shards = _shards(opened)
         apparent, allocated = _disk_usage(path)
-        result: dict[str, Any] = {"path": path}
+        result: dict[str, Any] = {"path": path, "shards": shards}
         if isinstance(opened, Zrecord):
             result.update(kind="zrecord", dtype=None, item_shape=None, codec=opened.codec,
                           dict_size=None)
@@ -96,7 +108,7 @@ def info_of(path: str) -> dict[str, Any]:
                           item_shape=list(opened.item_shape), codec=opened.codec,
                           dict_size=opened.dict_size or None)
         result.update(
-            records=count, has_dict=store.has_dict, logical_bytes=logical,
+            records=count, has_dict=opened.has_dict, logical_bytes=logical,
             data_bytes=stats["live_bytes"], chunk_bytes=stats["chunk_bytes"],
             reclaimable_bytes=stats["reclaimable"], allocated_bytes=allocated,
             apparent_bytes=apparent,
@@ -150,10 +162,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     opened = open_store(args.path)
     try:
-        store = _store_of(opened)
-        stats: dict[str, Any] = dict(store.stats())
+        stats: dict[str, Any] = dict(opened.stats())
         if stats["records"]:
-            lengths = store.record_lengths(slice(None))
+            lengths = _record_bytes(opened)
             stats.update(record_bytes_min=int(lengths.min()), record_bytes_max=int(lengths.max()),
                          record_bytes_mean=round(float(lengths.mean()), 2))
     finally:
@@ -248,9 +259,9 @@ def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     opened = open_store(args.path)
     try:
-        before = _store_of(opened).stats()
+        before = opened.stats()
         opened.compact()
-        after = _store_of(opened).stats()
+        after = opened.stats()
     finally:
         opened.close()
     freed = before["chunk_bytes"] - after["chunk_bytes"]

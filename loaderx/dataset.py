@@ -189,7 +189,9 @@ class _DatasetBase:
     def __reduce__(self) -> tuple[Any, ...]:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)
         # and reopens there, never creating anything: e.g. for spawned torch DataLoader workers.
-        return _reopen_dataset, (type(self).__name__, os.path.abspath(self.path), self.readonly)
+        return _reopen_dataset, (
+            type(self).__name__, os.path.abspath(self.path), self.readonly, self.shard_records
+        )
 
     @property
     def store(self) -> Store:
@@ -546,11 +548,13 @@ class RaggedDataset(_DatasetBase):
         self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
 
 
-def _reopen_dataset(kind: str, path: str, readonly: bool = False) -> DenseDataset | RaggedDataset:
+def _reopen_dataset(
+    kind: str, path: str, readonly: bool = False, shard_records: int | None = None
+) -> DenseDataset | RaggedDataset:
     """Unpickles a dataset: opens the existing one at path by its class name."""
     if kind == "RaggedDataset":
-        return RaggedDataset(path, readonly=readonly)
-    return DenseDataset(path, readonly=readonly)
+        return RaggedDataset(path, readonly=readonly, shard_records=shard_records)
+    return DenseDataset(path, readonly=readonly, shard_records=shard_records)
 
 
 def pad(

@@ -141,3 +141,21 @@ def test_python_m_loaderx_and_the_console_script(tmp_path: Path) -> None:
     assert done.returncode == EXIT_PROBLEM and "no such file" in done.stderr
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["loaderx"] == "loaderx.cli:entry_point"
+
+
+def test_info_lists_the_shards_of_a_sharded_dataset(tmp_path: Path) -> None:
+    values = np.arange(250, dtype=np.int64)
+    with DenseDataset(tmp_path / "big", dtype=np.int64, item_shape=(), codec="raw",
+                      shard_records=100) as ds:
+        ds.append(values)
+        assert ds.sharded
+        names = [str(s["name"]) for s in ds.shard_stats()]
+    info = json.loads(run("info", str(tmp_path / "big"), "--json")[1])
+    assert info["shards"] == names and len(names) == 3
+    assert info["records"] == 250 and info["logical_bytes"] == values.nbytes
+    assert "shards" in run("info", str(tmp_path / "big"))[1]
+    shard = json.loads(run("info", str(tmp_path / "big" / names[1]), "--json")[1])
+    assert shard["shards"] is None and shard["records"] == 100
+    root_only = sum(entry.stat().st_blocks * 512 for entry in (tmp_path / "big").iterdir()
+                    if entry.is_file())
+    assert info["allocated_bytes"] >= root_only + shard["allocated_bytes"]  # shards count too
