@@ -106,3 +106,59 @@ def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
     # A finite iterator ends the prefetch when it ends.
     finite = list(device_prefetch(iter([{"a": np.full(2, k)} for k in range(3)]), size=2))
     assert [int(b["a"][0]) for b in finite] == [0, 1, 2]
+
+
+MULTI_HOST = r"""
+import os, sys
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ["XLA_FLAGS"] = ""
+import jax
+jax.distributed.initialize(coordinator_address="127.0.0.1:" + sys.argv[2], num_processes=2,
+                           process_id=int(sys.argv[1]))
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.jax import device_prefetch, process_shard
+
+sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+loader = DataLoader({"y": DenseDataset(sys.argv[3])}, batch_size=6, seed=8, shard=process_shard())
+with device_prefetch(loader, size=2, sharding=sharding) as batches:
+    for step in range(3):
+        batch = batches.__next__()["y"]
+        assert batch.shape == (12,) and not batch.is_fully_addressable
+        everything = multihost_utils.process_allgather(batch, tiled=True)
+        print("step", step, process_shard(), " ".join(map(str, everything.tolist())), flush=True)
+"""
+
+
+def test_two_processes_build_global_batches(streams: dict[str, DenseDataset]) -> None:
+    """Two JAX processes (jax.distributed on CPU, one device each): each loads its shard, and
+    the global arrays hold exactly the single-host global batch of every step."""
+    import socket
+    import subprocess
+    import sys
+
+    from loaderx.sampler import Sampler
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    path = streams["y"].path
+    children = [subprocess.Popen([sys.executable, "-c", MULTI_HOST, str(rank), port, path],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for rank in range(2)]
+    outputs = [child.communicate(timeout=240) for child in children]
+    for child, (out, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, out + err[-3000:]
+    single = Sampler(RECORDS, 12, seed=8)
+    for rank, (out, _) in enumerate(outputs):
+        lines = [line for line in out.splitlines() if line.startswith("step")]
+        assert len(lines) == 3
+        for step, line in enumerate(lines):
+            assert line.startswith(f"step {step} ({rank}, 2) ")
+            values = [int(v) for v in line.split(") ")[1].split()]
+            assert values == single.batch(step).tolist()
