@@ -40,18 +40,21 @@ class Problem(Exception):
 # --- opening ----------------------------------------------------------------------------------
 
 
-def open_store(path: str) -> Store:
-    """The dataset at path (by its schema), or the bare Zrecord store when it has none."""
+def open_store(path: str, readonly: bool = True) -> Store:
+    """The dataset at path (by its schema), or the bare Zrecord store when it has none.
+
+    Read-only unless the command writes: inspecting a store takes no writer lock, so it works
+    while a training job or a conversion holds the store."""
     if not os.path.exists(path):
         raise Problem(f"{path}: no such file or folder")
     if os.path.isfile(os.path.join(path, SCHEMA_FILE)):
         from loaderx.schema import read_schema
 
         if read_schema(path).kind == "ragged":
-            return RaggedDataset(path)
-        return DenseDataset(path)
+            return RaggedDataset(path, readonly=readonly)
+        return DenseDataset(path, readonly=readonly)
     if os.path.isfile(os.path.join(path, "meta.zr")):
-        return Zrecord(path)
+        return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
 
@@ -257,7 +260,7 @@ def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
-    opened = open_store(args.path)
+    opened = open_store(args.path, readonly=False)
     try:
         before = opened.stats()
         opened.compact()

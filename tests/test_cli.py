@@ -159,3 +159,14 @@ def test_info_lists_the_shards_of_a_sharded_dataset(tmp_path: Path) -> None:
     root_only = sum(entry.stat().st_blocks * 512 for entry in (tmp_path / "big").iterdir()
                     if entry.is_file())
     assert info["allocated_bytes"] >= root_only + shard["allocated_bytes"]  # shards count too
+
+
+def test_inspection_is_read_only_and_works_beside_a_writer(tmp_path: Path) -> None:
+    with DenseDataset(tmp_path / "live", dtype=np.int32, item_shape=(2,)) as writer:
+        writer.append(np.arange(20, dtype=np.int32).reshape(10, 2))
+        before = sorted(p.name for p in (tmp_path / "live").iterdir())
+        status, text = run("info", str(tmp_path / "live"), "--json")
+        assert status == EXIT_OK and json.loads(text)["records"] == 10
+        assert run("head", str(tmp_path / "live"), "-n", "1")[0] == EXIT_OK
+        writer.append(np.zeros((1, 2), dtype=np.int32))  # the writer is not disturbed
+    assert sorted(p.name for p in (tmp_path / "live").iterdir()) == before
