@@ -58,9 +58,10 @@ def flagged(compare_output: str) -> list[str]:
     """Benchmarks `asv compare` marks as worse ('+' in its change column)."""
     names = []
     for line in compare_output.splitlines():
-        fields = line.split()
-        if fields and fields[0] == "+":
-            names.append(fields[-1])
+        # asv prints a Markdown table: | Change | Before | After | Ratio | Benchmark (Parameter) |
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[0] == "+":
+            names.append(cells[-1])
     return names
 
 

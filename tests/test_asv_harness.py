@@ -9,7 +9,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from benchmarks import dashboard, run_asv
+from benchmarks import asv_noise, dashboard, run_asv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,3 +92,21 @@ def test_asv_plan_names_every_interpreter_including_free_threaded() -> None:
     assert compare[:4] == ["continuous", "--show-stderr", "--factor", "1.5"]
     assert compare[-4:] == ["main", "HEAD", "--bench", "Gather"]
     assert "virtualenv:3.14t" not in compare  # one interpreter is enough to judge a regression
+
+
+def test_noise_check_reads_the_benchmarks_asv_compare_flags() -> None:
+    output = """
+Benchmarks that have stayed the same:
+
+| Change   | Before [a9cadb13]   | After [459dd212]   |   Ratio | Benchmark (Parameter)                  |
+|----------|---------------------|--------------------|---------|----------------------------------------|
+|          | 552+-50us           | 653+-100us         |    1.18 | bench_store.Gather.time_getitem('raw') |
+
+Benchmarks that have got worse:
+
+| Change   | Before [a9cadb13]   | After [459dd212]   |   Ratio | Benchmark (Parameter)                   |
+|----------|---------------------|--------------------|---------|-----------------------------------------|
+| +        | 3.93+-0.3ms         | 6.59+-0.1ms        |    1.68 | bench_store.Gather.time_getitem('zstd') |
+"""
+    assert asv_noise.flagged(output) == ["bench_store.Gather.time_getitem('zstd')"]
+    assert asv_noise.flagged(output.split("Benchmarks that have got worse")[0]) == []
