@@ -536,3 +536,41 @@ test "durable mode: append, delete, compact, dictionary and sync flush in order 
     try expectModel(store, model.items);
     try testing.expectEqual(@as(u64, 0), (try store.stats()).reclaimable);
 }
+
+test "fixed-stride gathers: raw records take the pipelined copy, every other record the general path" {
+    const status = @import("status.zig");
+    // Strides with a copy of compile-time length (8, 64) and without (1000); batches longer
+    // than a copy group, records in random order, raw and zstd records interleaved.
+    for ([_]usize{ 8, 64, 1000 }) |stride| {
+        var folder = Folder.init();
+        defer folder.deinit();
+        const store = try folder.open();
+        defer store.close();
+        const count = 300;
+        const data = try testing.allocator.alloc(u8, count * stride);
+        defer testing.allocator.free(data);
+        for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, id % 3 != 0);
+        // Records 0..149 raw, 150..299 zstd (the compressible ones shrink, the noisy stay raw).
+        _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = 150 }, @intFromEnum(format.Codec.raw));
+        _ = try store.append(.{ .data = data[150 * stride ..].ptr, .stride = stride, .count = 150 }, @intFromEnum(format.Codec.zstd));
+        var indices: [257]i64 = undefined;
+        var prng = std.Random.DefaultPrng.init(stride);
+        for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+        const got = try testing.allocator.alloc(u8, indices.len * stride);
+        defer testing.allocator.free(got);
+        // The first gather maps the chunk on the general path; the second finds it mapped.
+        for (0..2) |_| {
+            @memset(got, 0xAA);
+            try store.gather(&indices, .{ .base = got.ptr, .stride = stride }, got.len);
+            for (indices, 0..) |index, i| {
+                const id: usize = @intCast(index);
+                try testing.expectEqualSlices(u8, data[id * stride ..][0..stride], got[i * stride ..][0..stride]);
+            }
+        }
+        // A stride that differs from the records' size is refused by the general path's check.
+        const short = stride - 1;
+        const refused = store.gather(indices[0..1], .{ .base = got.ptr, .stride = short }, short);
+        try testing.expectError(error.SizeMismatch, refused);
+        try testing.expect(std.mem.indexOf(u8, std.mem.span(status.message()), "destination slot") != null);
+    }
+}
