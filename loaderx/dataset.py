@@ -333,6 +333,10 @@ class DenseDataset(_DatasetBase):
     def __getitem__(self, index: object) -> Any:
         """ds[index] as NumPy would index an array: read(index), except that an int index into
         a dataset of scalars (item_shape ()) gives a NumPy scalar rather than a 0-d array."""
+        if type(index) is np.ndarray:
+            fast = self._read_plain(index, None)
+            if fast is not None:
+                return fast
         result = self.read(index)
         if result.ndim == 0:
             return result[()]
@@ -345,6 +349,10 @@ class DenseDataset(_DatasetBase):
         a bool mask returns a (B, *item_shape) batch in index order. out must then have exactly
         that shape and the dataset's dtype, and be C-contiguous and writable.
         """
+        if type(index) is np.ndarray:
+            fast = self._read_plain(index, out)
+            if fast is not None:
+                return fast
         indices = normalize_index(index, len(self._store))
         if _is_scalar_index(index):
             shape = self.item_shape
@@ -362,6 +370,26 @@ class DenseDataset(_DatasetBase):
             self._store.gather_into(indices, result, self.record_size)
         return result
 
+    def _read_plain(
+        self, index: npt.NDArray[Any], out: npt.NDArray[Any] | None
+    ) -> npt.NDArray[Any] | None:
+        """read() of a one-dimensional int64 index array in one native call, or None (nothing
+        copied) when the general path must run: another dtype, a negative or out-of-range
+        index, an out that does not fit. The indices are not scanned here: the native gather
+        checks their bounds once, before any byte moves."""
+        if index.ndim != 1:
+            return None
+        shape = (index.shape[0], *self.item_shape)
+        if out is None:
+            result = np.empty(shape, dtype=self.dtype)
+        elif type(out) is np.ndarray and out.dtype == self.dtype and out.shape == shape:
+            result = out
+        else:
+            return None
+        if self._store.gather_fixed(index, result, self.record_size):
+            return result
+        return None
+
     def gather_into(self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]) -> None:
         """The loader's hot path: samples indices[i] into out[i], one native call.
 
@@ -371,9 +399,12 @@ class DenseDataset(_DatasetBase):
         """
         if out.dtype != self.dtype:
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
+        store = self._store
+        if store.gather_fixed(indices, out, self.record_size):
+            return
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")
-        self._store.gather_into(indices, out, self.record_size)
+        store.gather_into(indices, out, self.record_size)
 
     def _batch(self, batch: object, what: str) -> npt.NDArray[Any]:
         """batch validated as (B, *item_shape) of the dataset's dtype, made C-contiguous."""

@@ -1,20 +1,21 @@
 """Zrecord: the persistent byte-record store, a thin typed layer over libloaderx's lx_store_*.
 
 Every operation is one native call on a whole batch; the native side validates again, so the
-checks here exist to give clear messages early. The store handle is guarded by an in-flight
-counter under a lock (not the GIL: free-threaded builds are a target), so close() waits for
-calls already inside the library and every later call raises ValueError. Every open Zrecord is
-known to a fork handler that gives the child fresh locks and counters (the native side does the
-same for its own state).
+checks here exist to give clear messages early. The store handle is guarded by a list of
+in-flight calls (see _LOCK_FREE_CALLS: lock-free with a GIL, under a lock on free-threaded
+builds), so close() waits for calls already inside the library and every later call raises
+ValueError. Every open Zrecord is known to a fork handler that gives the child fresh locks and
+an empty list of calls (the native side does the same for its own state).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
@@ -35,6 +36,10 @@ Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
 
 _INT64: Final = np.dtype(np.int64)
 _BYTE: Final = ctypes.c_char
+# A writable array's address as _addressof(_first_byte(array)): about half the cost of
+# array.ctypes.data, and it refuses read-only and non-contiguous buffers by itself.
+_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
+_addressof: Final = ctypes.addressof
 _UINT64: Final = np.dtype(np.uint64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 
@@ -50,6 +55,14 @@ def _address(array: npt.NDArray[Any]) -> int:
     except (TypeError, ValueError, NotImplementedError):
         # Read-only, or an element type the buffer protocol cannot describe (datetime64).
         return int(array.ctypes.data)
+
+# Whether calls may enter and leave without taking the lock. The in-flight calls are the items
+# of a list: list.append and list.pop are single atomic operations, and with a GIL every
+# Python step is sequentially consistent, so "append, then read _closed" in a call and "set
+# _closed, then read the list" in close() can never both miss each other. Free-threaded builds
+# give no such ordering between a list and an attribute, so there the lock guards both. A GIL
+# can be re-enabled at run time but never disabled, so deciding at import is safe.
+_LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 # How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
@@ -136,11 +149,12 @@ class Zrecord:
     readonly: bool
     _codec_id: int
     _handle: int
-    _inflight: int
+    _calls: list[None]
     _closed: bool
     _lock: threading.Lock
     _idle: threading.Condition
     _finalizer: weakref.finalize[Any, Any]
+    _gather_fixed_native: Any
 
     def __init__(
         self,
@@ -158,7 +172,7 @@ class Zrecord:
         self.readonly = bool(readonly)
         if self.readonly:
             create = False
-        self._inflight = 0
+        self._calls = []
         self._closed = True
         self._handle = 0
         self._lock = threading.Lock()
@@ -189,23 +203,31 @@ class Zrecord:
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
         self._finalizer.atexit = False
         _OPEN_STORES.add(self)
+        # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
+        self._gather_fixed_native = _native.lib.lx_store_gather_fixed
 
     # --- lifetime ---------------------------------------------------------------------------
 
     def _enter(self) -> int:
         """Marks one call in flight and returns the handle; ValueError once closed."""
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"Zrecord {self.path!r} is closed")
-            self._inflight += 1
-            return self._handle
+        if _LOCK_FREE_CALLS:
+            self._calls.append(None)
+            if not self._closed:
+                return self._handle
+            self._leave()
+        else:
+            with self._lock:
+                if not self._closed:
+                    self._calls.append(None)
+                    return self._handle
+        raise ValueError(f"Zrecord {self.path!r} is closed")
 
     def _reset_after_fork(self) -> None:
         """In a forked child: the parent's threads (and their calls in flight) do not exist here,
         and one of them may have held the lock at the moment of fork."""
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._inflight = 0
+        self._calls = []
 
     def _refuse_if_readonly(self, operation: str) -> None:
         if self.readonly:
@@ -215,16 +237,22 @@ class Zrecord:
             )
 
     def _leave(self) -> None:
+        if _LOCK_FREE_CALLS:
+            self._calls.pop()
+            if self._closed:
+                with self._lock:
+                    self._idle.notify_all()
+            return
         with self._lock:
-            self._inflight -= 1
-            if self._inflight == 0 and self._closed:
+            self._calls.pop()
+            if self._closed and not self._calls:
                 self._idle.notify_all()
 
     def close(self) -> None:
         """Closes the store after calls already in flight return; later calls raise ValueError."""
         with self._lock:
             self._closed = True
-            while self._inflight:
+            while self._calls:
                 self._idle.wait()
             if self._handle:
                 self._handle = 0
@@ -432,6 +460,9 @@ class Zrecord:
         native side refuses anything out of range before copying); out a writable C-contiguous
         array of exactly len(indices) * record_size bytes.
         """
+        if type(record_size) is int and self.gather_fixed(indices, out, record_size):
+            return
+        # Off the fast path: every check again, in order, each with its own message.
         if type(record_size) is not int:
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
         if type(indices) is not np.ndarray or indices.dtype != _INT64:
@@ -458,6 +489,59 @@ class Zrecord:
                     _native.raise_status(code, f"gather of {count} records from {self.path!r}")
         finally:
             self._leave()
+
+    def gather_fixed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> bool:
+        """The dense read with nothing but the checks memory safety needs: True once done.
+
+        False, with nothing copied, when the fast path does not apply: indices not a non-empty,
+        writable, C-contiguous, one-dimensional native int64 array, out not a writable
+        C-contiguous array of len(indices) * record_size bytes, or any index outside
+        0 <= i < len (negative ones included). The caller then takes its general path, which
+        normalises the index and raises the documented errors. The bounds check is the native
+        one: the indices are scanned once, in Zig, before any byte moves.
+        """
+        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
+            return False
+        count = len(indices)
+        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
+            return False
+        try:
+            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+            index_address = _addressof(_first_byte(indices))
+            out_address = _addressof(_first_byte(out))
+        except (TypeError, ValueError, BufferError, NotImplementedError):
+            return False
+        if _LOCK_FREE_CALLS:
+            # _enter/_leave written out: two Python frames are a visible share of a small read.
+            calls = self._calls
+            calls.append(None)
+            if self._closed:
+                self._leave()
+                raise ValueError(f"Zrecord {self.path!r} is closed")
+            try:
+                code = self._gather_fixed_native(
+                    self._handle, index_address, count, out_address, record_size
+                )
+            finally:
+                calls.pop()
+                if self._closed:
+                    with self._lock:
+                        self._idle.notify_all()
+        else:
+            handle = self._enter()
+            try:
+                code = self._gather_fixed_native(
+                    handle, index_address, count, out_address, record_size
+                )
+            finally:
+                self._leave()
+        if code == _native.OK:
+            return True
+        if code == _native.INDEX_OUT_OF_RANGE:
+            return False
+        _native.raise_status(code, f"gather of {count} records from {self.path!r}")
 
     # --- maintenance ------------------------------------------------------------------------
 
