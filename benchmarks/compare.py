@@ -45,6 +45,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="record shape of uint8 (default 64,64,3 = 12 KiB)")
     parser.add_argument("--records", type=int, default=10_000, help="records per store")
     parser.add_argument("--batch", type=int, default=256, help="records per batch")
+    parser.add_argument("--sweep-mib", type=int, default=512,
+                        help="MiB of data per record size in the store layer's record-size "
+                             "sweep (default 512: far out of the CPU caches)")
+    parser.add_argument("--no-sweep", action="store_true",
+                        help="store layer without the record-size sweep")
     parser.add_argument("--dict-tiers", action="store_true",
                         help="one zstd_dict row per DICT_TIERS tier")
     parser.add_argument("--transform", choices=("none", "augment"), default="none",
@@ -59,7 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true",
                         help="minimal sizes: checks the harness end to end, measures nothing")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
-    parser.add_argument("--plot", type=Path, help="draw the store and loader tables (PNG)")
+    parser.add_argument("--plot", type=Path,
+                        help="draw the store, record-size sweep and loader tables (PNG)")
     parser.add_argument("--here", action="store_true",
                         help="run in this interpreter; do not create or use the bench venv")
     parser.add_argument("--retry-peers", action="store_true",

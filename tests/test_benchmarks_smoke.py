@@ -28,14 +28,22 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     doc = json.loads(report.read_text())
     assert {"CPU", "memory", "python"} <= set(doc["machine"])
     layers = [table["layer"] for table in doc["tables"]]
-    assert layers == ["sampler", "store", "store", "loader", "scale", "scale", "memory",
-                      "shards", "shards", "shards"]
+    assert layers == ["sampler", "store", "store", "sweep", "sweep-overhead", "loader", "scale",
+                      "scale", "memory", "shards", "shards", "shards"]
     rows = {t["title"].split(":")[0]: {str(r.get("store") or r.get("loader") or r.get("sampler")
                                            or r.get("codec")) for r in t["rows"]}
             for t in doc["tables"]}
     assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (mild)"]
     assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (smooth)"]
-    assert {"loaderx raw", "loaderx bare-gather raw"} <= rows["Loader"]
+    assert {"loaderx raw", "loaderx bare-gather raw", "loaderx raw + labels"} <= rows["Loader"]
+    sweep = next(t for t in doc["tables"] if t["layer"] == "sweep")
+    assert [r["size_bytes"] for r in sweep["rows"]] == [8, 4096]
+    for row in sweep["rows"]:  # every contender was timed at every size
+        assert all(row[name] > 0 for name in ("numpy a[idx]", "np.take raise",
+                                              "loaderx ds[idx]", "loaderx gather_into"))
+    overhead = next(t for t in doc["tables"] if t["layer"] == "sweep-overhead")
+    assert [r["call"] for r in overhead["rows"]][1:] == [
+        "ds.gather_into(idx, out)", "ds[idx] (less np.empty of its result)"]
     assert {"loaderx iid", "loaderx cyclic", "numpy default_rng"} <= rows["Sampler"]
     assert {"raw", "zstd"} <= rows["Memory"]
     shards = [t for t in doc["tables"] if t["layer"] == "shards"]

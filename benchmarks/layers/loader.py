@@ -43,6 +43,10 @@ def build_stores(args: argparse.Namespace, folder: Path) -> tuple[np.ndarray, di
         stores.remove(folder / codec)
         from_numpy(str(folder / codec), array, codec=codec)
         paths[codec] = folder / codec
+    # The second stream of a training loop: one int64 label per record.
+    stores.remove(folder / "labels")
+    from_numpy(str(folder / "labels"), np.arange(len(array), dtype=np.int64), codec="raw")
+    paths["labels"] = folder / "labels"
     return array, paths
 
 
@@ -78,6 +82,10 @@ def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
                     {"kind": "loaderx.torch", "codec": codec, "workers": workers}, False,
                     lambda c=codec, w=workers: loaders.torch_adapter_loop(  # type: ignore[misc]
                         paths[c], args.batch, w, transform))
+    if "raw" in paths and "labels" in paths:
+        add("loaderx raw + labels", {"kind": "loaderx", "codec": "raw"}, False,
+            lambda: loaders.loaderx_loop(paths["raw"], args.batch, transform,
+                                         labels=paths["labels"]))
     for whole in (False, True):
         for workers in args.workers:
             label = "batch" if whole else "per-sample"
@@ -155,6 +163,11 @@ def loader_targets(rates: dict[str, float], best_sample: float | None, best_torc
             if loop and bare:
                 rep.target("issue 5", f"loader {codec}{variant} vs bare {codec} gather",
                            loop / bare, 0.85)
+    bare = rates.get("loaderx bare-gather raw")
+    two = rates.get("loaderx raw + labels")
+    if two and bare:
+        rep.target("issue 11", "loader with two streams (records + int64 labels) vs bare gather "
+                   "of the records alone", two / bare, 0.9)
     raw = rates.get("loaderx raw")
     if args.only:
         return  # torch's best of each kind is only known when every torch row ran

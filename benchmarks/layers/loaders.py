@@ -37,24 +37,29 @@ def augment(batch: np.ndarray) -> np.ndarray:
 # --- loaderx ---------------------------------------------------------------------------------
 
 
-def loaderx_loop(path: Path, batch: int, transform: Transform,
-                 reuse: bool = False) -> tuple[Next, Callable[[], None]]:
+def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = False,
+                 labels: Path | None = None) -> tuple[Next, Callable[[], None]]:
+    """The DataLoader over the records ("x") and, with `labels`, a second stream ("y")."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
 
     dataset = DenseDataset(str(path))
+    streams = {"x": dataset}
+    if labels is not None:
+        streams["y"] = DenseDataset(str(labels))
     stream_transform = None
     if transform is not None:
         def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {name: transform(values) for name, values in b.items()}
     extra: dict[str, Any] = {"reuse_buffers": True} if reuse else {}
-    loader = DataLoader({"x": dataset}, batch_size=batch, transform=stream_transform,
+    loader = DataLoader(streams, batch_size=batch, transform=stream_transform,
                         mode="cyclic", seed=0, **extra)
     iterator = iter(loader)
 
     def close() -> None:
         loader.close()
-        dataset.close()
+        for stream in streams.values():
+            stream.close()
 
     return (lambda: next(iterator)), close
 

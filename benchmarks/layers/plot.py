@@ -2,7 +2,8 @@
 
 matplotlib lives in the benchmark environment only; without it the plot is skipped with a line
 saying so. One panel per store table (gather MiB/s), per loader table (batches/s) and per record
-size sweep. Every axis starts at zero and is linear, so bar lengths compare honestly (the slowest
+size sweep (loaderx's speed as a multiple of NumPy's at each size, grouped bars with the 1.0x
+line drawn). Every axis starts at zero and is linear, so bar lengths compare honestly (the slowest
 peers then show as slivers; their figure is printed beside every bar). Colours: loaderx blue,
 the same run's references (npy-mmap, NumPy, one-thread zstd decode, the bare gather) orange,
 peers gray, with a legend. A compressed store's bar says how much smaller its data is on disk.
@@ -28,7 +29,9 @@ def panels(rep: Report) -> list[tuple[Table, str, str, str]]:
     """(table, name column, value column, axis label) for each table worth drawing."""
     chosen: list[tuple[Table, str, str, str]] = []
     for table in rep.tables:
-        if table.layer in PANEL_VALUES:
+        if table.layer == "sweep" and table.rows:
+            chosen.append((table, "size", "read_vs_fancy", "loaderx / NumPy (higher is better)"))
+        elif table.layer in PANEL_VALUES:
             value_key, label = PANEL_VALUES[table.layer]
             name_key = "store" if table.layer == "store" else "loader"
             if any(value_key in row for row in table.rows):
@@ -78,6 +81,30 @@ def draw_panel(ax: Any, table: Table, name_key: str, value_key: str, label: str)
         ax.text(value, y, bar_label(value, row), va="center", fontsize=7)
 
 
+# The sweep's two comparisons: (ratio column, what it compares, colour of its bars).
+SWEEP_RATIOS = (("read_vs_fancy", "ds[idx] / numpy a[idx]", LOADERX),
+                ("into_vs_take", "gather_into / np.take(out=, mode='raise')", "tab:cyan"))
+
+
+def draw_sweep(ax: Any, table: Table, label: str) -> None:
+    """Per record size, loaderx's speed as a multiple of NumPy's: above the line is faster."""
+    sizes = [str(r["size"]) for r in table.rows]
+    width = 0.38
+    for offset, (key, name, bar_color) in zip((-width / 2, width / 2), SWEEP_RATIOS):
+        values = [float(r[key]) for r in table.rows]  # type: ignore[arg-type]
+        positions = [i + offset for i in range(len(sizes))]
+        ax.bar(positions, values, width, color=bar_color, label=name)
+        for x, value in zip(positions, values):
+            ax.text(x, value, f"{value:.2f}", ha="center", va="bottom", fontsize=6)
+    ax.axhline(1.0, color=REFERENCE, linewidth=1, label="NumPy (1.0x)")
+    ax.set_xticks(range(len(sizes)), sizes, fontsize=8)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("record size")
+    ax.set_ylabel(f"{label}; linear from 0", fontsize=8)
+    ax.set_title(table.title, fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="upper left")
+
+
 def draw(rep: Report, path: Path) -> None:
     try:
         import matplotlib
@@ -92,11 +119,15 @@ def draw(rep: Report, path: Path) -> None:
     if not chosen:
         print("skipped the plot: no store or loader table in this run")
         return
-    heights = [max(2.0, 0.32 * len(t.rows) + 1.2) for t, _, _, _ in chosen]
+    heights = [3.5 if t.layer == "sweep" else max(2.0, 0.32 * len(t.rows) + 1.2)
+               for t, _, _, _ in chosen]
     fig, axes = plt.subplots(len(chosen), 1, figsize=(10, sum(heights) + 1.2),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (table, name_key, value_key, label) in zip(axes[:, 0], chosen):
-        draw_panel(ax, table, name_key, value_key, label)
+        if table.layer == "sweep":
+            draw_sweep(ax, table, label)
+        else:
+            draw_panel(ax, table, name_key, value_key, label)
     total = sum(heights) + 1.2
     fig.suptitle(f"loaderx benchmarks (python3 build.py bench)\n{subtitle(rep)}", fontsize=8,
                  x=0.01, y=0.998, ha="left", va="top")

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import data, report, select, stores, timing
+from . import data, report, select, stores, sweep, timing
 from .report import Column, Report, Table
 
 MIB = float(1 << 20)
@@ -177,7 +177,12 @@ def zstd_targets(kind: str, table: Table, rep: Report) -> None:
 
 
 def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
-    for kind in data.KINDS:
-        folder = workdir / f"store-{kind}"
-        run_kind(kind, args, rep, folder)
-        stores.remove(folder)
+    """The two data sets' tables, then the record-size sweep (`--only sweep`: the sweep alone)."""
+    only = args.only or []
+    if only != ["sweep"]:
+        for kind in data.KINDS:
+            folder = workdir / f"store-{kind}"
+            run_kind(kind, args, rep, folder)
+            stores.remove(folder)
+    if not args.no_sweep and (not only or "sweep" in only or select.matches("loaderx raw", only)):
+        sweep.run(args, rep, workdir)
