@@ -41,6 +41,20 @@ class Stats(ctypes.Structure):
     ]
 
 
+class SamplerRequest(ctypes.Structure):
+    """Mirror of lx_sampler_request."""
+
+    _fields_ = [
+        ("mode", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("length", ctypes.c_uint64),
+        ("batch_size", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("shard_index", ctypes.c_uint64),
+        ("shard_count", ctypes.c_uint64),
+    ]
+
+
 # Status codes, as in zig/include/loaderx.h.
 OK: Final = 0
 INVALID_ARGUMENT: Final = 1
@@ -154,6 +168,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_view_record_lengths": (st, [vp, vp, u64, vp]),
         "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
+        "lx_sampler_batch": (st, [vp, u64, vp]),
     }
     for name, (restype, argtypes) in table.items():
         try:

@@ -1,4 +1,4 @@
-"""Sampler: the record indices of every training step, a thin typed layer over lx_sampler_fill.
+"""Sampler: the record indices of every training step, a thin typed layer over lx_sampler_batch.
 
 Every batch is a pure function of (length, batch_size, mode, seed, step, shard): nothing is
 carried from one step to the next, so a run resumes exactly by asking for the step it stopped
@@ -169,14 +169,13 @@ class Sampler:
         self.shard_count = shard_count
         self.global_batch_size = global_batch_size
         self.steps_per_cycle = steps_per_cycle
-        # The call's constant arguments, converted once: a batch pays only for the step.
-        self._fill_native = _native.lib.lx_sampler_fill
-        self._c_mode = ctypes.c_uint32(mode_id)
-        self._c_length = ctypes.c_uint64(length)
-        self._c_batch_size = ctypes.c_uint64(batch_size)
-        self._c_seed = ctypes.c_uint64(seed)
-        self._c_shard_index = ctypes.c_uint64(shard_index)
-        self._c_shard_count = ctypes.c_uint64(shard_count)
+        # The call's constant arguments, prepared once in one struct: a batch passes only its
+        # address, the step and the output (each argument costs ctypes a conversion).
+        self._request = _native.SamplerRequest(
+            mode_id, 0, length, batch_size, seed, shard_index, shard_count
+        )
+        self._request_address = _addressof(self._request)
+        self._batch_native = _native.lib.lx_sampler_batch
         self._buffer_type = ctypes.c_int64 * batch_size
 
     @property
@@ -206,16 +205,7 @@ class Sampler:
         # The call is written out here and in fill() rather than shared: a batch of 256
         # indices costs about a microsecond, so one more Python frame is a visible share.
         buffer = self._buffer_type()
-        code = self._fill_native(
-            self._c_mode,
-            self._c_length,
-            self._c_batch_size,
-            self._c_seed,
-            step,
-            self._c_shard_index,
-            self._c_shard_count,
-            buffer,
-        )
+        code = self._batch_native(self._request_address, step, buffer)
         if code:
             self._fail(code, step)
         return _wrap(buffer, _INT64)
@@ -238,16 +228,7 @@ class Sampler:
             raise ValueError("out must be C-contiguous")
         if not flags.writeable:
             raise ValueError("out must be writable")
-        code = self._fill_native(
-            self._c_mode,
-            self._c_length,
-            self._c_batch_size,
-            self._c_seed,
-            step,
-            self._c_shard_index,
-            self._c_shard_count,
-            _addressof(_first_byte(out)),
-        )
+        code = self._batch_native(self._request_address, step, _addressof(_first_byte(out)))
         if code:
             self._fail(code, step)
 

@@ -140,4 +140,19 @@ lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, 
 lx_status lx_sampler_fill(uint32_t mode, uint64_t length, uint64_t batch_size, uint64_t seed,
                           uint64_t step, uint64_t shard_index, uint64_t shard_count, int64_t *out);
 
+/* lx_sampler_fill's constant arguments, prepared once per sampler. */
+typedef struct lx_sampler_request {
+    uint32_t mode;
+    uint32_t reserved; /* 0 */
+    uint64_t length;
+    uint64_t batch_size;
+    uint64_t seed;
+    uint64_t shard_index;
+    uint64_t shard_count;
+} lx_sampler_request;
+
+/* lx_sampler_fill with the constant arguments read from *request: the per-batch call passes
+ * three arguments instead of eight (each costs the Python binding a conversion). */
+lx_status lx_sampler_batch(const lx_sampler_request *request, uint64_t step, int64_t *out);
+
 #endif

@@ -348,6 +348,29 @@ export fn lx_sampler_fill(
     return .ok;
 }
 
+/// Mirrors lx_sampler_request in loaderx.h.
+pub const LxSamplerRequest = extern struct {
+    mode: u32,
+    reserved: u32,
+    length: u64,
+    batch_size: u64,
+    seed: u64,
+    shard_index: u64,
+    shard_count: u64,
+};
+
+export fn lx_sampler_batch(request: ?*const LxSamplerRequest, step: u64, out: ?[*]i64) callconv(.c) Status {
+    const r = request orelse {
+        status.setMessage("the sampler request is NULL", .{});
+        return .invalid_argument;
+    };
+    if (r.reserved != 0) {
+        status.setMessage("the sampler request's reserved field is {d}, not 0", .{r.reserved});
+        return .invalid_argument;
+    }
+    return lx_sampler_fill(r.mode, r.length, r.batch_size, r.seed, step, r.shard_index, r.shard_count, out);
+}
+
 fn samplerStatus(err: sampler.Error, r: sampler.Request) Status {
     switch (err) {
         error.UnknownMode => status.setMessage(
@@ -390,6 +413,21 @@ test "lx_sampler_fill writes a batch and refuses bad arguments with a message" {
     );
     try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(7, 10, 4, 0, 0, 0, 1, &out));
     try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 0, 4, 0, 0, 0, 1, &out));
+}
+
+test "lx_sampler_batch equals lx_sampler_fill and refuses a bad request" {
+    var want: [5]i64 = undefined;
+    var got: [5]i64 = undefined;
+    try std.testing.expectEqual(Status.ok, lx_sampler_fill(2, 100, 5, 7, 3, 1, 2, &want));
+    var request: LxSamplerRequest = .{ .mode = 2, .reserved = 0, .length = 100, .batch_size = 5, .seed = 7, .shard_index = 1, .shard_count = 2 };
+    try std.testing.expectEqual(Status.ok, lx_sampler_batch(&request, 3, &got));
+    try std.testing.expectEqualSlices(i64, &want, &got);
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(null, 3, &got));
+    request.reserved = 1;
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
+    request.reserved = 0;
+    request.mode = 9;
+    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
 }
 
 test "abi basics" {
