@@ -21,6 +21,7 @@ from loaderx import zrecord
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
 from loaderx.errors import DictionaryError, SchemaError
 from loaderx.schema import Codec
+from loaderx.indexing import normalize_index
 
 NUMERIC = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
@@ -734,3 +735,144 @@ def test_opening_a_missing_dataset_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="pass create=True"):
         zrecord.Zrecord(tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
+
+
+# --- the dense fast path: index arrays go straight to the native bounds check -----------------
+
+
+def general_path_error(index: Any, length: int) -> tuple[type, str]:
+    """The exception type and message the general path (normalize_index) gives for index."""
+    with pytest.raises(Exception) as caught:
+        normalize_index(index, length)
+    return type(caught.value), str(caught.value)
+
+
+FAST_PATH_INDICES = [
+    np.array([3, -1, 0, -20], dtype=np.int64),  # negatives: refused natively, normalised
+    np.arange(20, dtype=np.int64)[::2],  # non-contiguous
+    np.arange(20, dtype=np.int64)[::-1],  # negative stride
+    np.array([5, 19, 0], dtype=">i8"),  # non-native byte order
+    np.frombuffer(np.array([4, 4, 2], dtype=np.int64).tobytes(), dtype=np.int64),  # read-only
+    np.array(7, dtype=np.int64),  # 0-d: one sample
+    np.empty(0, dtype=np.int64),
+    np.empty(0, dtype=np.float64),
+    *[np.array([1, 19, 0, 3], dtype=dtype) for dtype in
+      (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.uint64)],
+    np.array([-1, -19], dtype=np.int16),
+]
+
+
+@pytest.mark.parametrize("index", FAST_PATH_INDICES, ids=lambda a: f"{a.dtype.str}{a.shape}")
+def test_fast_path_index_arrays_read_as_numpy_does(
+    dense: tuple[DenseDataset, npt.NDArray[Any]], index: npt.NDArray[Any]
+) -> None:
+    ds, values = dense
+    # An empty float array selects nothing, as loaderx documents (NumPy refuses its dtype).
+    positions = index.astype(np.int64) if index.size == 0 else index
+    want = values[reference_positions(positions, len(values))]
+    same_bits(ds[index], want)
+    same_bits(ds.read(index), want)
+    out = np.zeros(want.shape, np.float32)
+    assert ds.read(index, out=out) is out
+    same_bits(out, want)
+
+
+OUT_OF_RANGE = [
+    np.array([0, 20], dtype=np.int64),
+    np.array([-21, 3], dtype=np.int64),
+    np.array([25, -30], dtype=np.int64),  # both sides wrong: the high one is named, as before
+    np.array([np.iinfo(np.int64).min, 0], dtype=np.int64),
+    np.array([np.iinfo(np.int64).max], dtype=np.int64),
+    np.array([2**63 + 5], dtype=np.uint64),
+    np.array([0, 20], dtype=np.int32),
+    np.arange(40, dtype=np.int64)[::2],  # non-contiguous and out of range
+    np.array([[0, 1]], dtype=np.int64),  # two-dimensional
+]
+
+
+@pytest.mark.parametrize("index", OUT_OF_RANGE, ids=lambda a: f"{a.dtype.str}{a.shape}")
+def test_fast_path_refusals_keep_the_general_path_messages(
+    dense: tuple[DenseDataset, npt.NDArray[Any]], index: npt.NDArray[Any]
+) -> None:
+    ds, values = dense
+    error, message = general_path_error(index, len(values))
+    out = np.full((index.shape[0] if index.ndim else 1, 2, 3), 7.0, np.float32)
+    for read in (lambda: ds[index], lambda: ds.read(index), lambda: ds.read(index, out=out)):
+        with pytest.raises(error) as caught:
+            read()
+        assert str(caught.value) == message
+    assert (out == 7.0).all(), "a refused read must leave out as it was"
+
+
+def test_fast_path_out_checks_keep_their_order_and_messages(
+    dense: tuple[DenseDataset, npt.NDArray[Any]]
+) -> None:
+    ds, _ = dense
+    bad_index = np.array([0, 20], dtype=np.int64)
+    # The index is checked before out, as before: an out-of-range index wins over a bad out.
+    with pytest.raises(IndexError, match="index 20 is out of range for length 20"):
+        ds.read(bad_index, out=np.zeros((5, 2, 3), np.float64))
+    index = np.array([0, 1], dtype=np.int64)
+    with pytest.raises(TypeError, match="out has dtype float64 but the dataset holds float32"):
+        ds.read(index, out=np.zeros((2, 2, 3), np.float64))
+    with pytest.raises(ValueError, match=r"out has shape \(3, 2, 3\), the selection needs"):
+        ds.read(index, out=np.zeros((3, 2, 3), np.float32))
+    read_only = np.zeros((2, 2, 3), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be a writable C-contiguous array"):
+        ds.read(index, out=read_only)
+    with pytest.raises(ValueError, match="out must be a writable C-contiguous array"):
+        ds.read(index, out=np.zeros((2, 3, 2), np.float32).transpose(0, 2, 1))
+
+
+def test_gather_into_refusals_are_unchanged(
+    dense: tuple[DenseDataset, npt.NDArray[Any]]
+) -> None:
+    ds, values = dense
+    out = np.full((2, 2, 3), 7.0, np.float32)
+    # gather_into takes normalised indices: a negative one is refused natively, as before.
+    with pytest.raises(IndexError, match=r"index -1 \(position 1\) is out of range for a store of 20"):
+        ds.gather_into(np.array([0, -1], dtype=np.int64), out)
+    assert (out == 7.0).all()
+    with pytest.raises(ValueError, match="indices must be a one-dimensional C-contiguous array"):
+        ds.gather_into(np.arange(4, dtype=np.int64)[::2], out)
+    with pytest.raises(TypeError, match="indices must be int64, not int32"):
+        ds.gather_into(np.array([0, 1], dtype=np.int32), out)
+    frozen = np.zeros((2, 2, 3), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be a writable C-contiguous array"):
+        ds.gather_into(np.array([0, 1], dtype=np.int64), frozen)
+    read_only_indices = np.frombuffer(np.array([3, 1], dtype=np.int64).tobytes(), np.int64)
+    ds.gather_into(read_only_indices, out)
+    same_bits(out, values[[3, 1]])
+    ds.gather_into(np.empty(0, np.int64), np.empty((0, 2, 3), np.float32))
+
+
+def test_gather_fixed_declines_what_it_does_not_take(
+    dense: tuple[DenseDataset, npt.NDArray[Any]]
+) -> None:
+    ds, values = dense
+    store = ds.store
+    size = ds.record_size
+    out = np.zeros((2, 2, 3), np.float32)
+    assert store.gather_fixed(np.array([5, 6], dtype=np.int64), out, size)
+    same_bits(out, values[[5, 6]])
+    out[:] = 7.0
+    declined = [
+        (np.array([5, -1], dtype=np.int64), out),  # negative
+        (np.array([5, 20], dtype=np.int64), out),  # past the end
+        (np.array([5, 6], dtype=np.int32), out),  # another dtype
+        (np.arange(4, dtype=np.int64)[::2], out),  # non-contiguous
+        (np.array([[5, 6]], dtype=np.int64), out),  # two-dimensional
+        (np.empty(0, dtype=np.int64), np.empty((0, 2, 3), np.float32)),  # empty
+        (np.array([5, 6], dtype=np.int64), np.zeros((3, 2, 3), np.float32)),  # wrong size
+        (np.array([5, 6], dtype=np.int64), out.view(np.ndarray)[:, ::-1]),  # non-contiguous out
+    ]
+    for indices, target in declined:
+        assert not store.gather_fixed(indices, target, size)
+    assert (out == 7.0).all()
+    ds.close()
+    with pytest.raises(ValueError, match="is closed"):
+        store.gather_fixed(np.array([5, 6], dtype=np.int64), out, size)
+    with pytest.raises(ValueError, match="is closed"):
+        ds[np.array([5, 6], dtype=np.int64)]

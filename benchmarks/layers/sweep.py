@@ -4,7 +4,9 @@ For each record size from 8 B to 1 MiB, one data set of `--sweep-mib` MiB of ran
 (fewer records at 8 B, where a store's 2^24-record limit caps it) is held twice: as a .npy file
 read through a NumPy memmap and as a raw loaderx DenseDataset. Both are far larger than the CPU
 caches, and the page cache is warm. Every contender gathers the same random batches of
-`--batch` records (with replacement), round-robin in the same run:
+`--batch` records (with replacement), round-robin in the same run. There are enough distinct
+batches for one pass through them to touch 256 MiB of records (at most 32768 batches), so the
+records of small sizes do not simply stay in the CPU caches from one pass to the next:
 
 - `numpy a[idx]`: fancy indexing on the memmap, a fresh result: the reference of `ds[idx]`;
 - `np.take raise`: `np.take(a, idx, axis=0, out=out)` with the default mode='raise', which
@@ -36,7 +38,8 @@ MIB = float(1 << 20)
 SIZES = (8, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 TINY_SIZES = (8, 4 << 10)
 RECORD_COUNT_MAX = 1 << 24
-BATCH_COUNT = 64
+BATCH_COUNT_MIN, BATCH_COUNT_MAX = 64, 32768
+TOUCHED_BYTES = 256 << 20  # records one pass through the batches reads
 FANCY, TAKE, CLIP, READ, INTO = ("numpy a[idx]", "np.take raise", "np.take clip",
                                  "loaderx ds[idx]", "loaderx gather_into")
 
@@ -95,7 +98,9 @@ def one_size(size: int, base: np.ndarray, folder: Path, args: argparse.Namespace
     for start in range(0, count, step):
         dataset.append(np.asarray(array[start : start + step]))
     rng = np.random.default_rng(1)
-    batches = [rng.integers(0, count, args.batch) for _ in range(BATCH_COUNT)]
+    wanted = -(-TOUCHED_BYTES // (args.batch * size))
+    batch_count = min(BATCH_COUNT_MAX, max(BATCH_COUNT_MIN, wanted))
+    batches = [rng.integers(0, count, args.batch) for _ in range(batch_count)]
     plain = np.asarray(array)  # np.take on the memmap's plain ndarray view
     out = np.empty((args.batch, size), dtype=np.uint8)
     for batch in batches[:2]:
