@@ -858,7 +858,7 @@ def test_gather_fixed_declines_what_it_does_not_take(
     assert store.gather_fixed(np.array([5, 6], dtype=np.int64), out, size)
     same_bits(out, values[[5, 6]])
     out[:] = 7.0
-    declined = [
+    declined: list[tuple[npt.NDArray[Any], npt.NDArray[Any]]] = [
         (np.array([5, -1], dtype=np.int64), out),  # negative
         (np.array([5, 20], dtype=np.int64), out),  # past the end
         (np.array([5, 6], dtype=np.int32), out),  # another dtype
