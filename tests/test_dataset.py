@@ -20,8 +20,8 @@ from loaderx import schema as schema_module
 from loaderx import zrecord
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
 from loaderx.errors import DictionaryError, SchemaError
-from loaderx.schema import Codec
 from loaderx.indexing import normalize_index
+from loaderx.schema import Codec
 
 NUMERIC = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
