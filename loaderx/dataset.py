@@ -376,8 +376,10 @@ class DenseDataset(_DatasetBase):
         """read() of a one-dimensional int64 index array in one native call, or None (nothing
         copied) when the general path must run: another dtype, a negative or out-of-range
         index, an out that does not fit. The indices are not scanned here: the native gather
-        checks their bounds once, before any byte moves."""
-        if index.ndim != 1:
+        checks their bounds once, before any byte moves. A sharded dataset reads through its
+        view on the general path."""
+        store = self._store
+        if index.ndim != 1 or not isinstance(store, Zrecord):
             return None
         shape = (index.shape[0], *self.item_shape)
         if out is None:
@@ -386,7 +388,7 @@ class DenseDataset(_DatasetBase):
             result = out
         else:
             return None
-        if self._store.gather_fixed(index, result, self.record_size):
+        if store.gather_fixed(index, result, self.record_size):
             return result
         return None
 
@@ -400,7 +402,7 @@ class DenseDataset(_DatasetBase):
         if out.dtype != self.dtype:
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
         store = self._store
-        if store.gather_fixed(indices, out, self.record_size):
+        if isinstance(store, Zrecord) and store.gather_fixed(indices, out, self.record_size):
             return
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")

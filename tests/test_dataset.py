@@ -853,6 +853,7 @@ def test_gather_fixed_declines_what_it_does_not_take(
 ) -> None:
     ds, values = dense
     store = ds.store
+    assert isinstance(store, zrecord.Zrecord)
     size = ds.record_size
     out = np.zeros((2, 2, 3), np.float32)
     assert store.gather_fixed(np.array([5, 6], dtype=np.int64), out, size)
