@@ -177,15 +177,41 @@ pub const View = struct {
             var dctx: ?*codec.DCtx = null;
             defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
             while (blocks.next()) |range| {
-                if (task.failure.failed()) return;
-                for (range.begin..range.end) |i| {
-                    const r = task.routes[i];
-                    const store = task.view.stores[r.store_index];
-                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
+                var begin = range.begin;
+                while (begin < range.end) : (begin += prefetch_group) {
+                    if (task.failure.failed()) return;
+                    const end = @min(range.end, begin + prefetch_group);
+                    task.prefetch(begin, end);
+                    for (begin..end) |i| {
+                        const r = task.routes[i];
+                        const store = task.view.stores[r.store_index];
+                        if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
+                    }
                 }
             }
         }
+
+        /// Starts the memory loads of a group of records before any of them is copied: first
+        /// their table entries, then (reading those) their data. Records of a large dataset
+        /// are cache and TLB misses, two dependent ones each; issued together they overlap
+        /// instead of following one another. Only hints: nothing is read that the gather
+        /// does not check again.
+        fn prefetch(task: *GatherTask, begin: usize, end: usize) void {
+            for (task.routes[begin..end]) |r| {
+                @prefetch(&task.view.stores[r.store_index].meta.table[@intCast(r.local)], .{});
+            }
+            for (task.routes[begin..end]) |r| {
+                const store = task.view.stores[r.store_index];
+                const entry = store.meta.table[@intCast(r.local)];
+                if (entry.chunk_id >= limits.chunk_count_max) continue;
+                const base = store.chunks.views[entry.chunk_id].load(.acquire) orelse continue;
+                @prefetch(base + entry.offset, .{});
+            }
+        }
     };
+
+    /// Records whose loads are started together (see GatherTask.prefetch).
+    const prefetch_group = 16;
 
     /// The logical length of each global record.
     pub fn recordLengths(view: *View, indices: []const i64, out: []u64) Error!void {
