@@ -241,3 +241,58 @@ def test_delete_and_compact_while_others_gather(store_path: str) -> None:
         run_threads([maintainer] + [gatherer(s) for s in range(4)])
         assert seen[0] > 0
         assert store.gather(slice(None)) == [self_checking(token) for token in model]
+
+
+def wide_of(indices: np.ndarray) -> np.ndarray:
+    """Dense 4 KiB records of 512 uint64 words: the index, then index-dependent values."""
+    base = indices.astype(np.uint64)[:, None]
+    words = (base * np.uint64(40503) + np.arange(512, dtype=np.uint64)[None, :]) % np.uint64(251)
+    words[:, 0] = base[:, 0]
+    return words
+
+
+CALLERS = 200
+
+
+def test_two_hundred_concurrent_gathers_and_appends(store_path: str) -> None:
+    # More batches in flight than the native pool has jobs (64): every call must still run and
+    # return exact data. Each batch is big enough to be split across threads, and a barrier
+    # starts all 200 calls at once, so they overlap.
+    with Zrecord(store_path, codec="zstd") as store:
+        table = wide_of(np.arange(2000))
+        store.append_fixed(table, 4096)
+        start = threading.Barrier(CALLERS)
+        placed: dict[int, int] = {}
+        lock = threading.Lock()
+
+        def gatherer(seed: int) -> Callable[[], None]:
+            def body() -> None:
+                rng = np.random.default_rng(seed)
+                out = np.empty((256, 512), dtype=np.uint64)
+                start.wait()
+                for _ in range(6):
+                    indices = rng.integers(0, 2000, 256, dtype=np.int64)
+                    store.gather_into(indices, out, 4096)
+                    assert np.array_equal(out, table[indices])
+
+            return body
+
+        def appender(writer: int) -> Callable[[], None]:
+            def body() -> None:
+                # Writers tag their rows with ids past 10^6 so each batch's content is known.
+                rows = wide_of(np.arange(48) + 1_000_000 + writer * 48)
+                start.wait()
+                first = store.append_fixed(rows, 4096, codec="raw" if writer % 4 == 0 else "zstd")
+                with lock:
+                    placed[first] = writer
+
+            return body
+
+        appenders = CALLERS // 5
+        run_threads([appender(w) for w in range(appenders)] + [gatherer(s) for s in range(CALLERS - appenders)])
+        assert len(store) == 2000 + appenders * 48
+        assert sorted(placed) == [2000 + k * 48 for k in range(appenders)]
+        out = np.empty((48, 512), dtype=np.uint64)
+        for first, writer in placed.items():
+            store.gather_into(np.arange(first, first + 48), out, 4096)
+            assert np.array_equal(out, wide_of(np.arange(48) + 1_000_000 + writer * 48))

@@ -149,7 +149,8 @@ var job_count: usize = 0;
 const job_count_max = 64;
 
 /// A recycled job whose helpers have all finished (its group has no pending task), else a new
-/// one. Returns null only when out of memory (the batch then runs on the calling thread).
+/// one. Returns null when every job is in use or memory is short: the batch then runs on the
+/// calling thread.
 fn acquireJob() ?*Job {
     const pool_io = io();
     jobs_mutex.lockUncancelable(pool_io);
@@ -163,7 +164,13 @@ fn acquireJob() ?*Job {
         }
     }
     if (job_count == job_count_max) {
-        const job = jobs_free.?;
+        // Every job exists: reuse a free one once its late helpers are done, or, when all of
+        // them are in use by other batches right now, run this batch on the calling thread
+        // (more concurrent batches than jobs means the cores are busy anyway).
+        const job = jobs_free orelse {
+            jobs_mutex.unlock(pool_io);
+            return null;
+        };
         jobs_free = job.next_free;
         jobs_mutex.unlock(pool_io);
         job.group.await(pool_io) catch {};
@@ -278,4 +285,43 @@ test "many threads running batches at once share recycled jobs correctly" {
     for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Caller.loop, .{&ok});
     for (threads) |t| t.join();
     try std.testing.expect(ok.load(.monotonic));
+}
+
+test "more concurrent batches than jobs run (inline once every job is in use)" {
+    // Each runner holds its batch open until every caller has started one, so more than
+    // job_count_max jobs are wanted at the same moment.
+    const caller_count = job_count_max + 36;
+    const Shared = struct {
+        started: std.atomic.Value(u32) = .init(0),
+        ok: std.atomic.Value(bool) = .init(true),
+    };
+    const Task = struct {
+        shared: *Shared,
+        entered: std.atomic.Value(bool) = .init(false),
+        hits: [64]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                if (!task.entered.swap(true, .seq_cst)) {
+                    _ = task.shared.started.fetchAdd(1, .seq_cst);
+                    var spins: u32 = 0;
+                    while (task.shared.started.load(.seq_cst) < caller_count and spins < 2_000_000) : (spins += 1)
+                        std.Thread.yield() catch {};
+                }
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
+        }
+    };
+    const Caller = struct {
+        fn one(shared: *Shared) void {
+            var task: Task = .{ .shared = shared };
+            run(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 1 });
+            for (&task.hits) |*hit| if (hit.load(.monotonic) != 1) shared.ok.store(false, .monotonic);
+        }
+    };
+    var shared: Shared = .{};
+    var threads: [caller_count]std.Thread = undefined;
+    for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Caller.one, .{&shared});
+    for (threads) |t| t.join();
+    try std.testing.expect(shared.ok.load(.monotonic));
+    try std.testing.expect(job_count <= job_count_max);
 }
