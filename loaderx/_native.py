@@ -8,6 +8,7 @@ functions below. ctypes releases the GIL for the whole duration of every foreign
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 from typing import Final, NoReturn
@@ -193,6 +194,9 @@ def raise_status(code: int, context: str) -> NoReturn:
     exc_type = _EXCEPTIONS.get(code)
     if exc_type is None:
         raise RuntimeError(f"{message} (unknown native status {code})")
+    if code == IO and "(ENOSPC)" in message:
+        # A full disk keeps its errno, so callers can tell it from other I/O failures.
+        raise OSError(errno.ENOSPC, message)
     raise exc_type(message)
 
 

@@ -69,12 +69,32 @@ def test_unknown_version(store_path: str) -> None:
         Zrecord(store_path, create=False)
 
 
-@pytest.mark.parametrize("size", [0, 8, 16 + 16 * 4, 4096, (16 + 16 * RECORD_COUNT_MAX) - 1])
-def test_truncated_meta(store_path: str, size: int) -> None:
+@pytest.mark.parametrize("size", [0, 8, 15, (16 + 16 * RECORD_COUNT_MAX) + 1])
+def test_meta_without_a_header_or_too_long_is_not_a_store(store_path: str, size: int) -> None:
     make_store(store_path)
     os.truncate(os.path.join(store_path, "meta.zr"), size)
-    with pytest.raises(NotAStoreError):
+    with pytest.raises(NotAStoreError, match="meta.zr"):
         Zrecord(store_path, create=False)
+
+
+@pytest.mark.parametrize("size", [16, 16 + 16 * 4 - 1])
+def test_meta_shorter_than_its_table_is_corrupt(store_path: str, size: int) -> None:
+    make_store(store_path)  # four records: the table needs 16 + 4 * 16 bytes
+    os.truncate(os.path.join(store_path, "meta.zr"), size)
+    with pytest.raises(CorruptStoreError, match="too short for the 4 records"):
+        Zrecord(store_path, create=False)
+
+
+@pytest.mark.parametrize("size", [16 + 16 * 4, 4096, 16 + 16 * RECORD_COUNT_MAX])
+def test_meta_grows_with_its_table_and_any_longer_size_opens(store_path: str, size: int) -> None:
+    # meta.zr holds exactly the entries written; a longer file (stores made before files grew
+    # on demand are full size, sparse) opens the same.
+    make_store(store_path)
+    meta = os.path.join(store_path, "meta.zr")
+    assert os.path.getsize(meta) == 16 + 16 * 4
+    os.truncate(meta, size)
+    with Zrecord(store_path, create=False) as store:
+        assert store.gather(slice(None)) == RECORDS
 
 
 def test_missing_chunk_file(store_path: str) -> None:

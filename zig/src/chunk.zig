@@ -1,7 +1,16 @@
-//! Chunk files `0.zr`, `1.zr`, ...: creating them sparse at full size, positional writes, and the
-//! read-only mappings gather copies and decompresses from (mapped lazily, kept for the store's
-//! life, installed thread-safely).
+//! Chunk files `0.zr`, `1.zr`, ...: growing them as appends need room (in steps, with the
+//! blocks reserved), positional writes, the read-only mappings gather copies and decompresses
+//! from (mapped lazily, kept for the store's life, installed thread-safely), and the sizes that
+//! keep every read inside a file.
+//!
+//! A chunk file is only as long as its records need (plus the rest of the last growth step). Its
+//! mapping always spans the full chunk_size_max: mapping past the end of a file is allowed, and
+//! only touching a page past it is not (SIGBUS). So the writer grows a file before it publishes
+//! an entry pointing into the new part, and a reader checks each record's end against the size it
+//! knows, re-reading the size when a record lies beyond it: a record past the real end of its
+//! file is corrupt, not a crash.
 const std = @import("std");
+const builtin = @import("builtin");
 const Io = std.Io;
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
@@ -10,6 +19,23 @@ const meta = @import("meta.zig");
 const Mapping = @import("mapping.zig").Mapping;
 const Error = errors.Error;
 const fail = meta.fail;
+
+/// The smallest growth of a chunk file, and the unit sizes are rounded up to.
+pub const growth_size_min: u64 = 1 << 20;
+/// The largest growth step; between the two a chunk grows by an eighth of its size.
+pub const growth_size_max: u64 = 64 << 20;
+
+/// The size a chunk file of `size` bytes grows to when a write must reach `end`: at least `end`,
+/// and a step of size/8 (1 to 64 MiB) more, in whole MiB, never past chunk_size_max. Steps keep
+/// growth rare; the cap keeps the apparent size of a store close to its data. Windows maps a
+/// file read-only only up to its length, so there chunks take their full size at once.
+pub fn grownSize(size: u64, end: u64) u64 {
+    std.debug.assert(end <= limits.chunk_size_max);
+    if (builtin.os.tag == .windows) return limits.chunk_size_max;
+    const step = std.math.clamp(size / 8, growth_size_min, growth_size_max);
+    const target = std.mem.alignForward(u64, @max(end, size + step), growth_size_min);
+    return @min(target, limits.chunk_size_max);
+}
 
 pub const Name = struct {
     buffer: [16]u8,
@@ -30,12 +56,16 @@ pub const Chunks = struct {
     /// Read-write handles, opened on demand by writers (append, compact, sync), which are
     /// serialised by the store; never touched by gather.
     files: [limits.chunk_count_max]?Io.File = @splat(null),
+    /// What the writer knows of each file's length (valid while `files` holds it open).
+    files_size: [limits.chunk_count_max]u64 = @splat(0),
+    /// The largest length each chunk file was seen with: readers touch no byte at or past it.
+    sizes: [limits.chunk_count_max]std.atomic.Value(u64) = @splat(.init(0)),
     /// Read-only mappings of whole chunks, published with release ordering once complete.
     views: [limits.chunk_count_max]std.atomic.Value(?[*]const u8) = @splat(.init(null)),
     maps: [limits.chunk_count_max]Mapping = undefined,
     map_mutex: Io.Mutex = .init,
 
-    /// The writable handle of a chunk; creates the file (sparse, full size) when `create` says so.
+    /// The writable handle of a chunk; creates the file (empty) when `create` says so.
     pub fn file(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, create: bool) Error!Io.File {
         std.debug.assert(chunk_id < limits.chunk_count_max);
         if (chunks.files[chunk_id]) |f| return f;
@@ -52,13 +82,69 @@ pub const Chunks = struct {
         };
         errdefer f.close(io);
         const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
-        if (size < limits.chunk_size_max) {
-            // Only a chunk at or past the frontier can be short (open checks the others), so
-            // growing it never exposes holes inside live data.
-            f.setLength(io, limits.chunk_size_max) catch |err| return fail(err, "size chunk {s}", .{chunk_name.slice()});
-        }
+        chunks.noteSize(chunk_id, size);
+        chunks.files_size[chunk_id] = size;
         chunks.files[chunk_id] = f;
         return f;
+    }
+
+    /// Makes chunk `chunk_id` at least `end` bytes long, growing it by a step (grownSize) with the
+    /// blocks reserved, so the writes that follow cannot run out of space. Writers only (they are
+    /// serialised). On failure the file may have grown, but no record has changed.
+    pub fn reserve(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, end: u64) Error!void {
+        std.debug.assert(end <= limits.chunk_size_max);
+        const f = try chunks.file(io, dir, chunk_id, true);
+        if (chunks.files_size[chunk_id] >= end) return;
+        const chunk_name = name(chunk_id);
+        const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
+        if (size < end) {
+            const target = grownSize(size, end);
+            grow(io, f, size, target) catch |err| switch (err) {
+                // A full step does not fit: take just what this write needs.
+                error.NoSpaceLeft => if (target > end) grow(io, f, size, end) catch |err2|
+                    return fail(err2, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end })
+                else
+                    return fail(err, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end }),
+                else => return fail(err, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), target }),
+            };
+        }
+        const grown = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
+        std.debug.assert(grown >= end);
+        chunks.files_size[chunk_id] = grown;
+        chunks.noteSize(chunk_id, grown);
+    }
+
+    /// Cuts chunk `chunk_id` down to `size` bytes (compaction, holding the store exclusively).
+    pub fn trim(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, size: u64) Error!void {
+        const f = try chunks.file(io, dir, chunk_id, true);
+        f.setLength(io, size) catch |err| return fail(err, "trim chunk {s}", .{name(chunk_id).slice()});
+        chunks.files_size[chunk_id] = size;
+        chunks.sizes[chunk_id].store(size, .release);
+    }
+
+    /// Raises the known size of a chunk (sizes only grow while readers run).
+    fn noteSize(chunks: *Chunks, chunk_id: u32, size: u64) void {
+        _ = chunks.sizes[chunk_id].fetchMax(size, .acq_rel);
+    }
+
+    /// Checks that bytes [.., end) of chunk `chunk_id` exist in its file before a reader touches
+    /// them. Lock-free while `end` is within the size already known; past it the file is stat'ed
+    /// again (it may have grown in another process), and a record still beyond its end is corrupt.
+    pub fn checkCovers(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u16, end: u64) Error!void {
+        if (end <= chunks.sizes[chunk_id].load(.acquire)) return;
+        const chunk_name = name(chunk_id);
+        const stat = dir.statFile(io, chunk_name.slice(), .{}) catch |err| switch (err) {
+            error.FileNotFound => {
+                status.setMessage("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
+                return error.Corrupt;
+            },
+            else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),
+        };
+        chunks.noteSize(chunk_id, stat.size);
+        if (end > stat.size) {
+            status.setMessage("corrupt store: a record ends at byte {d} of chunk {s}, which is {d} bytes", .{ end, chunk_name.slice(), stat.size });
+            return error.Corrupt;
+        }
     }
 
     /// The read-only mapping of a whole chunk. Lock-free once mapped.
@@ -76,12 +162,11 @@ pub const Chunks = struct {
             else => return fail(err, "open chunk {s}", .{chunk_name.slice()}),
         };
         defer f.close(io); // The mapping outlives the handle.
-        // Touching a mapped page past the end of the file raises SIGBUS: refuse short files.
+        // The size now, even if smaller than seen before (a file cut short since open is then
+        // refused by checkCovers instead of faulting). A writer growing the file meanwhile
+        // only makes the next read past this size take checkCovers' slow path.
         const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
-        if (size < limits.chunk_size_max) {
-            status.setMessage("corrupt store: chunk file {s} is {d} bytes, expected {d}", .{ chunk_name.slice(), size, limits.chunk_size_max });
-            return error.Corrupt;
-        }
+        chunks.sizes[chunk_id].store(size, .release);
         const map = Mapping.create(io, f, limits.chunk_size_max, false) catch |err|
             return fail(err, "map chunk {s}", .{chunk_name.slice()});
         chunks.maps[chunk_id] = map;
@@ -101,6 +186,7 @@ pub const Chunks = struct {
     pub fn closeFile(chunks: *Chunks, io: Io, chunk_id: u32) void {
         if (chunks.files[chunk_id]) |f| f.close(io);
         chunks.files[chunk_id] = null;
+        chunks.files_size[chunk_id] = 0;
     }
 
     pub fn closeAll(chunks: *Chunks, io: Io) void {
@@ -112,6 +198,7 @@ pub const Chunks = struct {
     pub fn remove(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32) Error!void {
         std.debug.assert(chunks.views[chunk_id].load(.acquire) == null);
         chunks.closeFile(io, chunk_id);
+        chunks.sizes[chunk_id].store(0, .release);
         const chunk_name = name(chunk_id);
         dir.deleteFile(io, chunk_name.slice()) catch |err| switch (err) {
             error.FileNotFound => {},
@@ -120,8 +207,8 @@ pub const Chunks = struct {
     }
 };
 
-/// Checks on open that a chunk below or at the frontier exists with its full size.
-pub fn checkPresent(io: Io, dir: Io.Dir, chunk_id: u32) Error!void {
+/// The size of a chunk file at or below the frontier, which must exist (checked on open).
+pub fn presentSize(io: Io, dir: Io.Dir, chunk_id: u32) Error!u64 {
     const chunk_name = name(chunk_id);
     const stat = dir.statFile(io, chunk_name.slice(), .{}) catch |err| switch (err) {
         error.FileNotFound => {
@@ -130,8 +217,39 @@ pub fn checkPresent(io: Io, dir: Io.Dir, chunk_id: u32) Error!void {
         },
         else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),
     };
-    if (stat.size < limits.chunk_size_max) {
-        status.setMessage("corrupt store: chunk file {s} is {d} bytes, expected {d}", .{ chunk_name.slice(), stat.size, limits.chunk_size_max });
-        return error.Corrupt;
+    return stat.size;
+}
+
+/// Extends `f` from `size` to `target` bytes with the blocks allocated (fallocate), so a full
+/// disk is reported here rather than by a later write. Where the OS or the file system cannot
+/// reserve, the file is extended sparse and the writes report a full disk themselves.
+fn grow(io: Io, f: Io.File, size: u64, target: u64) anyerror!void {
+    std.debug.assert(target > size);
+    if (builtin.os.tag == .linux) {
+        const fallocate = if (std.posix.lfs64_abi) std.c.fallocate64 else std.c.fallocate;
+        while (true) {
+            const rc = fallocate(f.handle, 0, @intCast(size), @intCast(target - size));
+            if (rc == 0) return;
+            switch (std.posix.errno(rc)) {
+                .INTR => continue,
+                .NOSPC => return error.NoSpaceLeft,
+                .FBIG => return error.FileTooBig,
+                .IO => return error.InputOutput,
+                .OPNOTSUPP, .NOSYS => break,
+                else => return error.Unexpected,
+            }
+        }
     }
+    try f.setLength(io, target);
+}
+
+test "growth steps: at least the end, whole MiB, an eighth of the size, capped" {
+    if (builtin.os.tag == .windows) return error.SkipZigTest;
+    const mib: u64 = 1 << 20;
+    try std.testing.expectEqual(mib, grownSize(0, 10));
+    try std.testing.expectEqual(2 * mib, grownSize(mib, mib + 1));
+    try std.testing.expectEqual(3 * mib, grownSize(0, 2 * mib + 5));
+    try std.testing.expectEqual(18 * mib, grownSize(16 * mib, 16 * mib + 1));
+    try std.testing.expectEqual(1088 * mib, grownSize(1024 * mib, 1024 * mib + 1));
+    try std.testing.expectEqual(limits.chunk_size_max, grownSize(limits.chunk_size_max - 5, limits.chunk_size_max));
 }

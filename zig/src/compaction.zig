@@ -164,6 +164,7 @@ pub const Compaction = struct {
     fn writeBytes(compaction: *Compaction, position: Position, bytes: []const u8) Error!void {
         const store = compaction.store;
         const io = pool.io();
+        try store.chunks.reserve(io, store.dir, position.chunk, position.offset + bytes.len);
         const f = try store.chunks.file(io, store.dir, position.chunk, true);
         f.writePositionalAll(io, bytes, position.offset) catch |err|
             return fail(err, "write chunk {d}.zr", .{position.chunk});
@@ -193,5 +194,8 @@ pub const Compaction = struct {
         store.chunks.unmapAll(io);
         var id = compaction.cursor.chunk + 1;
         while (id <= compaction.chunk_last) : (id += 1) try store.chunks.remove(io, store.dir, id);
+        // The tail chunk keeps only what it holds, so the store copies small after compaction.
+        if (compaction.cursor.chunk < limits.chunk_count_max)
+            try store.chunks.trim(io, store.dir, compaction.cursor.chunk, compaction.cursor.offset);
     }
 };

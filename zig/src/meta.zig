@@ -1,5 +1,12 @@
-//! meta.zr mapped in place: creating it (sparse, full size, atomically), opening and checking
-//! it, the header and the record table as typed memory, and flushing them.
+//! meta.zr mapped in place: creating it (just its header, atomically), opening and checking it,
+//! the header and the record table as typed memory, writing table entries, and flushing them.
+//!
+//! The file holds the header and the table up to the highest entry ever written; it grows as
+//! appends write entries. The mapping always spans the full table (mapping past the end of the
+//! file is allowed, touching it is not), and only entries below the published length, which lie
+//! inside the file, are ever read through it. Entries are written with pwrite, never through the
+//! mapping: on a full disk the kernel cannot allocate a page behind a mapped store (tmpfs answers
+//! with SIGBUS), while pwrite returns ENOSPC.
 const std = @import("std");
 const builtin = @import("builtin");
 const Io = std.Io;
@@ -25,7 +32,6 @@ pub const Meta = struct {
         const file = dir.createFile(io, temporary_name, .{ .read = true, .truncate = true }) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer file.close(io);
-        file.setLength(io, format.meta_size) catch |err| return fail(err, "size {s}", .{temporary_name});
         const header: format.Header = .{
             .magic = format.magic,
             .version = format.version,
@@ -54,8 +60,8 @@ pub const Meta = struct {
         };
         errdefer file.close(io);
         const size = file.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
-        if (size != format.meta_size) {
-            status.setMessage("not a store: {s} is {d} bytes, expected {d}", .{ file_name, size, format.meta_size });
+        if (size < @sizeOf(format.Header) or size > format.meta_size) {
+            status.setMessage("not a store: {s} is {d} bytes, expected {d} to {d}", .{ file_name, size, @sizeOf(format.Header), format.meta_size });
             return error.NotAStore;
         }
         var map = Mapping.create(io, file, format.meta_size, writable) catch |err|
@@ -85,6 +91,24 @@ pub const Meta = struct {
         return .{ .file = file, .map = map, .header = header, .table = table };
     }
 
+    /// Checks that the table entries below `record_count` lie inside the file (a reader must never
+    /// touch a mapped page past its end). Read the length first: the file grows before it does.
+    pub fn checkCovers(meta: *const Meta, io: Io, record_count: u64) Error!void {
+        const size = meta.file.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
+        const needed = entriesEnd(record_count);
+        if (size < needed) {
+            status.setMessage("corrupt store: {s} is {d} bytes, too short for the {d} records its header counts ({d} bytes)", .{ file_name, size, record_count, needed });
+            return error.Corrupt;
+        }
+    }
+
+    /// Writes table entries [first, first + entries.len) with pwrite, growing the file as needed.
+    /// On failure (a full disk) nothing below the published length has changed.
+    pub fn writeEntries(meta: *Meta, io: Io, first: u64, entries: []const format.RecordLoc) Error!void {
+        std.debug.assert(first + entries.len <= limits.record_count_max);
+        meta.file.writePositionalAll(io, std.mem.sliceAsBytes(entries), entriesEnd(first)) catch |err|
+            return fail(err, "write the table in {s}", .{file_name});
+    }
     pub fn close(meta: *Meta, io: Io) void {
         meta.map.destroy(io);
         meta.file.close(io);
@@ -94,6 +118,15 @@ pub const Meta = struct {
     /// The published length (acquire: entries below it are complete).
     pub fn length(meta: *const Meta) u32 {
         return @atomicLoad(u32, &meta.header.length, .acquire);
+    }
+
+    /// The write frontier as it is now. Its two fields are stored separately, so a read racing
+    /// an append that rolls over to a new chunk can mix old and new: see Store.open's retry.
+    pub fn tail(meta: *const Meta) format.Position {
+        return .{
+            .chunk = @atomicLoad(u16, &meta.header.tail_chunk, .monotonic),
+            .offset = @atomicLoad(u32, &meta.header.tail_offset, .monotonic),
+        };
     }
 
     /// Publishes a new length (release: entries below it were written first).
@@ -112,8 +145,9 @@ pub const Meta = struct {
         return meta.flushRange(io, 0, @sizeOf(format.Header));
     }
 
+    /// Flushes the header and the entries below the current length.
     pub fn flushAll(meta: *Meta, io: Io) Error!void {
-        return meta.flushRange(io, 0, format.meta_size);
+        return meta.flushRange(io, 0, entriesEnd(meta.length()));
     }
 
     /// Writes dirty pages of the mapping in [begin, begin + size) back to disk and waits.
@@ -132,8 +166,18 @@ pub const Meta = struct {
     }
 };
 
-/// Records a message for a failed std call and narrows the error.
+/// Bytes of meta.zr up to the end of the first `record_count` table entries.
+pub fn entriesEnd(record_count: u64) u64 {
+    return @sizeOf(format.Header) + record_count * @sizeOf(format.RecordLoc);
+}
+
+/// Records a message for a failed std call and narrows the error. A full disk is named the
+/// way the OS names it, so the caller can tell it from other I/O failures.
 pub fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {
-    status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
+    if (err == error.NoSpaceLeft) {
+        status.setMessage("cannot " ++ what ++ ": no space left on device (ENOSPC)", args);
+    } else {
+        status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
+    }
     return errors.fromStd(err);
 }

@@ -188,21 +188,17 @@ pub const Store = struct {
             else => return err,
         };
         errdefer meta.close(io);
-        try checkTable(&meta);
-        try checkChunks(io, dir, meta.header.tail());
-        if (create and meta.header.length == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
-            // A fresh store gets its first chunk right away, like the format describes.
-            const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
-                return fail(err, "create chunk 0.zr", .{});
-            defer f.close(io);
-            const size = f.length(io) catch |err| return fail(err, "stat chunk 0.zr", .{});
-            if (size < limits.chunk_size_max) f.setLength(io, limits.chunk_size_max) catch |err|
-                return fail(err, "size chunk 0.zr", .{});
-        }
-
         const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
         errdefer allocator.destroy(chunks);
         chunks.* = .{};
+        try checkSnapshot(io, dir, &meta, chunks);
+        if (create and meta.length() == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
+            // A fresh store gets its first chunk right away (empty: it grows as appends need).
+            const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
+                return fail(err, "create chunk 0.zr", .{});
+            f.close(io);
+        }
+
         const store = allocator.create(Store) catch return outOfMemory();
         errdefer allocator.destroy(store);
         store.* = .{
@@ -300,8 +296,10 @@ pub const Store = struct {
         try write_task.failure.check();
         if (store.durable) try store.syncChunks(slots[0].start.chunk, frontier.chunk);
 
-        for (slots, 0..) |slot, i| {
-            store.meta.table[first + i] = .{
+        const entries = store.allocator.alloc(RecordLoc, records.count) catch return outOfMemory();
+        defer store.allocator.free(entries);
+        for (slots, entries, 0..) |slot, *entry, i| {
+            entry.* = .{
                 .offset = @intCast(slot.start.offset),
                 .phys_length = slot.phys_length,
                 .logic_length = @intCast(records.get(i).len),
@@ -309,6 +307,7 @@ pub const Store = struct {
                 .codec = slot.codec,
             };
         }
+        try store.meta.writeEntries(io, first, entries);
         if (store.durable) try store.meta.flushEntries(io, first, records.count);
         store.meta.header.setTail(frontier);
         store.meta.publishLength(@intCast(first + records.count));
@@ -323,20 +322,26 @@ pub const Store = struct {
     };
 
     /// Places every record after the frontier (serially: the only order-dependent step) and
-    /// makes sure its chunk file exists. Returns the new frontier.
+    /// makes sure its chunk file is long enough to hold it, with the space reserved, before any
+    /// byte is written. Returns the new frontier.
     fn assignLocations(store: *Store, slots: []Slot) Error!Position {
         const io = pool.io();
         var tail = store.meta.header.tail();
+        // The chunk being filled and how far this batch fills it.
+        var filling: ?Position = null;
         for (slots) |*slot| {
             const placement = format.place(tail, slot.phys_length) orelse {
                 status.setMessage("all {d} chunks are used; compact the store to reclaim deleted records' bytes", .{limits.chunk_count_max});
                 return error.StoreFull;
             };
-            if (slot.phys_length > 0 and (placement.start.chunk != tail.chunk or store.chunks.files[tail.chunk] == null))
-                _ = try store.chunks.file(io, store.dir, placement.start.chunk, true);
             slot.start = placement.start;
             tail = placement.end;
+            if (slot.phys_length == 0) continue;
+            const end: Position = .{ .chunk = placement.start.chunk, .offset = placement.start.offset + slot.phys_length };
+            if (filling) |f| if (f.chunk != end.chunk) try store.chunks.reserve(io, store.dir, f.chunk, f.offset);
+            filling = end;
         }
+        if (filling) |f| try store.chunks.reserve(io, store.dir, f.chunk, f.offset);
         return tail;
     }
 
@@ -553,7 +558,12 @@ pub const Store = struct {
             return false;
         }
         if (entry.phys_length == 0 and entry.codec == .raw) return true;
+        // Mapping a chunk refreshes its size, so the check comes after it.
         const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
+            failure.recordCurrent(err);
+            return false;
+        };
+        store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| {
             failure.recordCurrent(err);
             return false;
         };
@@ -783,26 +793,70 @@ pub fn afterForkChild() void {
     }
 }
 
-/// Every live entry must lie inside the written chunk space with sane sizes and codec.
-fn checkTable(meta: *const meta_file.Meta) Error!void {
-    const tail = meta.header.tail();
-    for (meta.table[0..meta.header.length], 0..) |entry, index| {
-        const problem = format.checkEntry(entry, tail);
-        if (problem != .ok) {
-            status.setMessage("corrupt store: record {d}'s table entry {s} (chunk {d}, offset {d}, {d} bytes)", .{
-                index, format.describeEntryProblem(problem), entry.chunk_id, entry.offset, entry.phys_length,
+/// Attempts at reading a consistent header on open before calling a store corrupt.
+const snapshot_attempt_max = 1000;
+
+/// Checks the table against the header and the chunk files, on a consistent snapshot: another
+/// process may be appending. The length is read first (acquire), then the frontier, then the
+/// files' sizes, and only the entries below that length are checked; a writer publishes the
+/// length last, so everything they point to is inside the frontier and the files. The frontier
+/// is two separate fields, and a read racing a rollover to a new chunk can mix them: an entry
+/// beyond it is corruption only if the header reads the same again.
+fn checkSnapshot(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, chunks: *chunk.Chunks) Error!void {
+    var attempt: u32 = 0;
+    while (true) : (attempt += 1) {
+        const length = meta.length();
+        const tail = meta.tail();
+        try meta.checkCovers(io, length);
+        try checkChunks(io, dir, tail, chunks);
+        const bad = checkTable(meta, length, tail, chunks) orelse return;
+        if (bad.problem == .beyond_tail and attempt < snapshot_attempt_max) {
+            if (meta.length() != length or meta.tail().order(tail) != .eq) continue;
+        }
+        const entry = bad.entry;
+        if (bad.problem == .beyond_file) {
+            status.setMessage("corrupt store: record {d} ends at byte {d} of chunk file {s}, which is only {d} bytes (a truncated file)", .{
+                bad.index, @as(u64, entry.offset) + entry.phys_length, chunk.name(entry.chunk_id).slice(), chunks.sizes[entry.chunk_id].load(.monotonic),
             });
             return error.Corrupt;
         }
+        status.setMessage("corrupt store: record {d}'s table entry {s} (chunk {d}, offset {d}, {d} bytes)", .{
+            bad.index, describeProblem(bad.problem), entry.chunk_id, entry.offset, entry.phys_length,
+        });
+        return error.Corrupt;
     }
 }
 
-/// Every chunk up to the frontier must exist at full size: mapping a short one would crash the
-/// process on first touch.
-fn checkChunks(io: Io, dir: Io.Dir, tail: Position) Error!void {
+const TableProblem = struct { index: u64, entry: RecordLoc, problem: Problem };
+const Problem = union(enum) { entry: format.EntryProblem, beyond_file, beyond_tail };
+
+/// The first entry below `length` that is not inside the frontier and its chunk file, if any.
+fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: *chunk.Chunks) ?TableProblem {
+    for (meta.table[0..length], 0..) |entry, index| {
+        const problem = format.checkEntry(entry, tail);
+        if (problem == .beyond_tail) return .{ .index = index, .entry = entry, .problem = .beyond_tail };
+        if (problem != .ok) return .{ .index = index, .entry = entry, .problem = .{ .entry = problem } };
+        if (entry.phys_length > 0 and @as(u64, entry.offset) + entry.phys_length > chunks.sizes[entry.chunk_id].load(.monotonic))
+            return .{ .index = index, .entry = entry, .problem = .beyond_file };
+    }
+    return null;
+}
+
+fn describeProblem(problem: Problem) []const u8 {
+    return switch (problem) {
+        .entry => |p| format.describeEntryProblem(p),
+        .beyond_tail => format.describeEntryProblem(.beyond_tail),
+        .beyond_file => "points past the end of its chunk file",
+    };
+}
+
+/// Every chunk up to the frontier must exist; their sizes are noted for the table check.
+fn checkChunks(io: Io, dir: Io.Dir, tail: Position, chunks: *chunk.Chunks) Error!void {
+    const last = if (tail.offset > 0) tail.chunk + 1 else tail.chunk;
     var id: u32 = 0;
-    while (id < tail.chunk) : (id += 1) try chunk.checkPresent(io, dir, id);
-    if (tail.offset > 0) try chunk.checkPresent(io, dir, tail.chunk);
+    while (id < @min(last, limits.chunk_count_max)) : (id += 1) {
+        chunks.sizes[id].store(try chunk.presentSize(io, dir, id), .monotonic);
+    }
 }
 
 fn checkCodec(tag: u8) Error!Codec {

@@ -408,8 +408,15 @@ test "corrupt and foreign stores are refused on open" {
         var folder = Folder.init();
         defer folder.deinit();
         try makeSmallStore(&folder);
+        // Shorter than a header is not a store; shorter than the table its length needs is
+        // corrupt; longer is fine (meta.zr grows as entries are written).
         const f = try folder.tmp.dir.openFile(io, "meta.zr", .{ .mode = .read_write });
         try f.setLength(io, 4096);
+        (try folder.openExisting()).close();
+        try f.setLength(io, 16 + 3 * 16 - 1);
+        try testing.expectError(error.Corrupt, folder.openExisting());
+        try expectMessage("too short for the 3 records");
+        try f.setLength(io, 10);
         f.close(io);
         try testing.expectError(error.NotAStore, folder.openExisting());
     }
@@ -438,11 +445,14 @@ test "corrupt and foreign stores are refused on open" {
         var folder = Folder.init();
         defer folder.deinit();
         try makeSmallStore(&folder);
+        // A chunk cut short of its records (the three take 100 + 101 + 102 bytes).
         const f = try folder.tmp.dir.openFile(io, "0.zr", .{ .mode = .read_write });
-        try f.setLength(io, 4096);
+        try f.setLength(io, 303);
+        (try folder.openExisting()).close();
+        try f.setLength(io, 302);
         f.close(io);
         try testing.expectError(error.Corrupt, folder.openExisting());
-        try expectMessage("0.zr is 4096 bytes");
+        try expectMessage("chunk file 0.zr, which is only 302 bytes");
         try folder.tmp.dir.deleteFile(io, "0.zr");
         try testing.expectError(error.Corrupt, folder.openExisting());
         try expectMessage("0.zr is missing");

@@ -1,0 +1,283 @@
+"""Disk space: files grow as appends need them, a full disk is a clean error that changes nothing,
+files cut short are corrupt (never a crash), and opening beside a busy writer sees a healthy store."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
+
+MIB = 1 << 20
+# A chunk file grows in steps of an eighth of its size, from 1 MiB up to 64 MiB (zig/src/chunk.zig).
+GROWTH_MIN = MIB
+
+
+def apparent_size(folder: str | Path) -> int:
+    """What cp, tar or an upload would copy: the files' lengths, holes counted."""
+    return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
+
+
+def rows_of(first: int, count: int, width: int) -> np.ndarray:
+    """Records of `width` uint64 words: the record's number, then number-dependent small values."""
+    numbers = np.arange(first, first + count, dtype=np.uint64)[:, None]
+    rows = (numbers * np.uint64(2654435761) + np.arange(width, dtype=np.uint64)[None, :]) % np.uint64(13)
+    rows[:, 0] = numbers[:, 0]
+    return rows
+
+
+def read_all(store: Zrecord, width: int) -> np.ndarray:
+    out = np.empty((len(store), width), dtype=np.uint64)
+    store.gather_into(np.arange(len(store), dtype=np.int64), out, width * 8)
+    return out
+
+
+# --- files that copy small ---------------------------------------------------------------------------
+
+
+def test_a_small_store_is_small_on_disk(store_path: str) -> None:
+    # Bound: the stored bytes plus one growth step of the chunk plus meta.zr's 16-byte entries.
+    with Zrecord(store_path, codec="raw") as store:
+        store.append_fixed(rows_of(0, 10, 128), 1024)
+    stored = 10 * 1024
+    assert os.path.getsize(os.path.join(store_path, "meta.zr")) == 16 + 10 * 16
+    assert os.path.getsize(os.path.join(store_path, "0.zr")) == GROWTH_MIN
+    assert apparent_size(store_path) <= stored + GROWTH_MIN + 16 + 10 * 16
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 128), rows_of(0, 10, 128))
+
+
+def test_a_larger_store_grows_by_an_eighth(store_path: str) -> None:
+    with Zrecord(store_path, codec="raw") as store:
+        for first in range(0, 40 * 1024, 1024):  # 40 MiB in batches of 1 MiB
+            store.append_fixed(rows_of(first, 1024, 128), 1024)
+        stored = store.stats()["chunk_bytes"]
+    assert stored == 40 * MIB
+    chunk = os.path.getsize(os.path.join(store_path, "0.zr"))
+    assert stored <= chunk <= stored + stored // 8 + MIB
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 128), rows_of(0, 40 * 1024, 128))
+
+
+def test_compaction_trims_the_tail_chunk(store_path: str) -> None:
+    with Zrecord(store_path, codec="raw") as store:
+        store.append_fixed(rows_of(0, 3000, 128), 1024)
+        store.delete(np.arange(0, 3000, 2))
+        store.compact()
+        assert store.stats()["chunk_bytes"] == 1500 * 1024
+        expected = read_all(store, 128)
+    assert os.path.getsize(os.path.join(store_path, "0.zr")) == 1500 * 1024
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 128), expected)
+        store.append_fixed(rows_of(5000, 10, 128), 1024)
+        assert np.array_equal(read_all(store, 128)[-10:], rows_of(5000, 10, 128))
+
+
+def test_stores_with_full_size_sparse_files_keep_working(store_path: str) -> None:
+    # Stores written before files grew on demand have a 4 GiB 0.zr and a 256 MiB meta.zr.
+    with Zrecord(store_path, codec="zstd") as store:
+        store.append_fixed(rows_of(0, 100, 64), 512)
+    os.truncate(os.path.join(store_path, "0.zr"), 1 << 32)
+    os.truncate(os.path.join(store_path, "meta.zr"), 16 + 16 * RECORD_COUNT_MAX)
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 64), rows_of(0, 100, 64))
+        store.append_fixed(rows_of(100, 50, 64), 512)
+        assert np.array_equal(read_all(store, 64), rows_of(0, 150, 64))
+    assert os.path.getsize(os.path.join(store_path, "0.zr")) == 1 << 32
+
+
+# --- files cut short ---------------------------------------------------------------------------------
+
+READER = textwrap.dedent(
+    """
+    import os, sys
+    from loaderx.errors import CorruptStoreError
+    from loaderx.zrecord import Zrecord
+    path, cut, when = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    chunk = os.path.join(path, "0.zr")
+    try:
+        if when == "before-open":
+            os.truncate(chunk, cut)
+        store = Zrecord(path, create=False)
+        if when == "after-open":
+            os.truncate(chunk, cut)
+        store.gather(slice(None))
+    except CorruptStoreError as exc:
+        print(exc)
+        sys.exit(3)
+    sys.exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+@pytest.mark.parametrize("when", ["before-open", "after-open"])
+def test_a_truncated_chunk_is_corrupt_never_a_signal(tmp_path: Path, codec: str, when: str) -> None:
+    original = tmp_path / "original"
+    with Zrecord(original, codec=codec) as store:
+        store.append([bytes([i]) * 5000 + os.urandom(3000) for i in range(20)])
+        stored = store.stats()["chunk_bytes"]
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    # Cut the last record in half, well inside the last page it uses.
+    result = subprocess.run(
+        [sys.executable, "-c", READER, str(copy), str(stored - 100), when],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode >= 0, f"killed by signal {-result.returncode}: {result.stderr}"
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "0.zr" in result.stdout and "corrupt" in result.stdout
+    with Zrecord(original, create=False) as store:  # the original is untouched
+        assert len(store) == 20
+
+
+# --- a full disk ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 16 MiB tmpfs (the tests run as root, here and in CI)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"cannot mount a 16 MiB tmpfs at {mount}: {result.stderr.strip()} -- the full-disk "
+            "tests need root (mount) and are not skipped"
+        )
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def fill(path: Path) -> None:
+    """Writes to `path` until the file system is full."""
+    block = b"\xa5" * 4096
+    with open(path, "wb", buffering=0) as filler:
+        while True:
+            try:
+                filler.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return
+
+
+def assert_enospc(exc: OSError) -> None:
+    assert exc.errno == errno.ENOSPC, exc
+    assert "ENOSPC" in str(exc)
+
+
+@pytest.mark.parametrize(("codec", "width", "batch"), [("raw", 1, 4096), ("zstd", 512, 64)])
+def test_appending_until_the_disk_is_full(small_disk: Path, codec: str, width: int, batch: int) -> None:
+    # raw: 8-byte records (the table fills the disk as fast as the data); zstd: 4 KiB records.
+    (small_disk / "ballast").write_bytes(b"\x00" * (2 * MIB))
+    path = small_disk / "store"
+    store = Zrecord(path, codec=codec)
+    try:
+        refused = None
+        for _ in range(100_000):
+            first = len(store)
+            try:
+                store.append_fixed(rows_of(first, batch, width), width * 8)
+            except OSError as exc:
+                refused = exc
+                break
+        assert refused is not None, "the 16 MiB disk never filled up"
+        assert_enospc(refused)
+        count = len(store)
+        assert count > 0 and count % batch == 0
+        assert np.array_equal(read_all(store, width), rows_of(0, count, width))
+        with pytest.raises(OSError) as again:  # still full: refused again, still cleanly
+            store.append_fixed(rows_of(count, batch, width), width * 8)
+        assert_enospc(again.value)
+        assert len(store) == count
+    finally:
+        store.close()
+    with Zrecord(path, create=False) as store:
+        assert len(store) == count
+        assert np.array_equal(read_all(store, width), rows_of(0, count, width))
+        (small_disk / "ballast").unlink()
+        assert store.append_fixed(rows_of(count, batch, width), width * 8) == count
+        assert np.array_equal(read_all(store, width), rows_of(0, count + batch, width))
+
+
+def test_a_full_disk_at_a_new_table_page(small_disk: Path) -> None:
+    # The chunk has room (its first growth step), but the table needs a new page of meta.zr:
+    # the case that used to kill the process with SIGBUS on tmpfs.
+    path = small_disk / "store"
+    with Zrecord(path, codec="raw") as store:
+        store.append_fixed(rows_of(0, 100, 1), 8)
+        fill(small_disk / "filler")
+        with pytest.raises(OSError) as full:
+            store.append_fixed(rows_of(100, 1000, 1), 8)
+        assert_enospc(full.value)
+        assert "meta.zr" in str(full.value)
+        assert len(store) == 100
+        assert np.array_equal(read_all(store, 1), rows_of(0, 100, 1))
+        (small_disk / "filler").unlink()
+        assert store.append_fixed(rows_of(100, 1000, 1), 8) == 100
+        assert np.array_equal(read_all(store, 1), rows_of(0, 1100, 1))
+
+
+# --- opening beside a writer ---------------------------------------------------------------------------
+
+WRITER = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from loaderx.zrecord import Zrecord
+    path, stop = sys.argv[1], sys.argv[2]
+    with Zrecord(path, codec=sys.argv[3]) as store:
+        k = 0
+        while not os.path.exists(stop):
+            count = 1 + k % 37
+            rows = np.full((count, 64), len(store), dtype=np.uint64) + np.arange(64, dtype=np.uint64)
+            rows[:, 0] = np.arange(len(store), len(store) + count, dtype=np.uint64)
+            store.append_fixed(rows, 512)
+            k += 1
+    """
+)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_opening_while_another_process_appends(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "store"
+    stop = tmp_path / "stop"
+    Zrecord(path, codec=codec).close()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(stop), codec])
+    try:
+        for _ in range(6000):  # wait (bounded) until it is appending
+            with Zrecord(path, create=False) as store:
+                if len(store) > 0:
+                    break
+            time.sleep(0.01)
+        previous = 0
+        for _ in range(300):
+            with Zrecord(path, create=False) as store:  # never a spurious CorruptStoreError
+                length = len(store)
+                assert length >= previous
+                previous = length
+                picks = np.array([0, length // 2, length - 1], dtype=np.int64)
+                out = np.empty((3, 64), dtype=np.uint64)
+                store.gather_into(picks, out, 512)
+                assert np.array_equal(out[:, 0], picks.astype(np.uint64))
+        assert writer.poll() is None, "the writer stopped early"
+    finally:
+        stop.touch()
+        assert writer.wait(timeout=120) == 0
+    with Zrecord(path, create=False) as store:
+        ids = read_all(store, 64)[:, 0]
+        assert np.array_equal(ids, np.arange(len(store), dtype=np.uint64))
