@@ -197,11 +197,11 @@ def library_file_name() -> str:
 
 
 def build_native(python: str = sys.executable, extra: list[str] | None = None) -> Path:
-    """Builds the host library (ReleaseFast) and copies it into loaderx/lib/."""
+    """Builds the host library (ReleaseSafe, the shipped mode) and copies it into loaderx/lib/."""
     zstd = fetch_zstd(python=python)
     prefix = CACHE / "zig-out"
-    zig(["build", f"-Dzstd={zstd}", "--release=fast", "--prefix", str(prefix), *(extra or [])],
-        python=python, doing="building the native library (Zig, ReleaseFast)",
+    zig(["build", f"-Dzstd={zstd}", "--release=safe", "--prefix", str(prefix), *(extra or [])],
+        python=python, doing="building the native library (Zig, ReleaseSafe)",
         expect="about 1 to 3 minutes with an empty Zig cache, seconds afterwards")
     sub = "bin" if sys.platform == "win32" else "lib"
     built = prefix / sub / library_file_name()

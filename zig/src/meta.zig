@@ -32,6 +32,10 @@ pub const Meta = struct {
         const file = dir.createFile(io, temporary_name, .{ .read = true, .truncate = true }) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer file.close(io);
+        // Windows extends a file to the size of a writable mapping anyway: do it here, where a
+        // full disk is an error rather than a failed mapping.
+        if (builtin.os.tag == .windows)
+            file.setLength(io, format.meta_size) catch |err| return fail(err, "size {s}", .{temporary_name});
         const header: format.Header = .{
             .magic = format.magic,
             .version = format.version,
