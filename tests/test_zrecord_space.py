@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
 
 MIB = 1 << 20
@@ -123,7 +124,7 @@ READER = textwrap.dedent(
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
 @pytest.mark.parametrize("when", ["before-open", "after-open"])
-def test_a_truncated_chunk_is_corrupt_never_a_signal(tmp_path: Path, codec: str, when: str) -> None:
+def test_a_truncated_chunk_is_corrupt_never_a_signal(tmp_path: Path, codec: Codec, when: str) -> None:
     original = tmp_path / "original"
     with Zrecord(original, codec=codec) as store:
         store.append([bytes([i]) * 5000 + os.urandom(3000) for i in range(20)])
@@ -182,7 +183,7 @@ def assert_enospc(exc: OSError) -> None:
 
 
 @pytest.mark.parametrize(("codec", "width", "batch"), [("raw", 1, 4096), ("zstd", 512, 64)])
-def test_appending_until_the_disk_is_full(small_disk: Path, codec: str, width: int, batch: int) -> None:
+def test_appending_until_the_disk_is_full(small_disk: Path, codec: Codec, width: int, batch: int) -> None:
     # raw: 8-byte records (the table fills the disk as fast as the data); zstd: 4 KiB records.
     (small_disk / "ballast").write_bytes(b"\x00" * (2 * MIB))
     path = small_disk / "store"
@@ -254,7 +255,7 @@ WRITER = textwrap.dedent(
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
-def test_opening_while_another_process_appends(tmp_path: Path, codec: str) -> None:
+def test_opening_while_another_process_appends(tmp_path: Path, codec: Codec) -> None:
     path = tmp_path / "store"
     stop = tmp_path / "stop"
     Zrecord(path, codec=codec).close()
