@@ -143,7 +143,7 @@ def _print_info(info: dict[str, Any], out: TextIO) -> None:
         ("logical bytes", _size(info["logical_bytes"])),
         ("data bytes", _size(info["data_bytes"]) + " (stored records)"),
         ("allocated", _size(info["allocated_bytes"]) + " (blocks on disk)"),
-        ("apparent size", _size(info["apparent_bytes"]) + " (sparse files)"),
+        ("apparent size", _size(info["apparent_bytes"]) + " (what cp and tar copy)"),
         ("compression", f"{info['compression_ratio']:.2f}x" if info["compression_ratio"] else "-"),
     ]
     if info.get("shards") is not None:

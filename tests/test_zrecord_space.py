@@ -48,7 +48,7 @@ def read_all(store: Zrecord, width: int) -> np.ndarray:
 
 def test_a_small_store_is_small_on_disk(store_path: str) -> None:
     # Bound: the stored bytes plus one growth step of the chunk plus meta.zr's 16-byte entries.
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, codec="raw", create=True) as store:
         store.append_fixed(rows_of(0, 10, 128), 1024)
     stored = 10 * 1024
     assert os.path.getsize(os.path.join(store_path, "meta.zr")) == 16 + 10 * 16
@@ -59,7 +59,7 @@ def test_a_small_store_is_small_on_disk(store_path: str) -> None:
 
 
 def test_a_larger_store_grows_by_an_eighth(store_path: str) -> None:
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, codec="raw", create=True) as store:
         for first in range(0, 40 * 1024, 1024):  # 40 MiB in batches of 1 MiB
             store.append_fixed(rows_of(first, 1024, 128), 1024)
         stored = store.stats()["chunk_bytes"]
@@ -71,7 +71,7 @@ def test_a_larger_store_grows_by_an_eighth(store_path: str) -> None:
 
 
 def test_compaction_trims_the_tail_chunk(store_path: str) -> None:
-    with Zrecord(store_path, codec="raw") as store:
+    with Zrecord(store_path, codec="raw", create=True) as store:
         store.append_fixed(rows_of(0, 3000, 128), 1024)
         store.delete(np.arange(0, 3000, 2))
         store.compact()
@@ -86,7 +86,7 @@ def test_compaction_trims_the_tail_chunk(store_path: str) -> None:
 
 def test_stores_with_full_size_sparse_files_keep_working(store_path: str) -> None:
     # Stores written before files grew on demand have a 4 GiB 0.zr and a 256 MiB meta.zr.
-    with Zrecord(store_path, codec="zstd") as store:
+    with Zrecord(store_path, codec="zstd", create=True) as store:
         store.append_fixed(rows_of(0, 100, 64), 512)
     os.truncate(os.path.join(store_path, "0.zr"), 1 << 32)
     os.truncate(os.path.join(store_path, "meta.zr"), 16 + 16 * RECORD_COUNT_MAX)
@@ -126,7 +126,7 @@ READER = textwrap.dedent(
 @pytest.mark.parametrize("when", ["before-open", "after-open"])
 def test_a_truncated_chunk_is_corrupt_never_a_signal(tmp_path: Path, codec: Codec, when: str) -> None:
     original = tmp_path / "original"
-    with Zrecord(original, codec=codec) as store:
+    with Zrecord(original, codec=codec, create=True) as store:
         store.append([bytes([i]) * 5000 + os.urandom(3000) for i in range(20)])
         stored = store.stats()["chunk_bytes"]
     copy = tmp_path / "copy"
@@ -187,7 +187,7 @@ def test_appending_until_the_disk_is_full(small_disk: Path, codec: Codec, width:
     # raw: 8-byte records (the table fills the disk as fast as the data); zstd: 4 KiB records.
     (small_disk / "ballast").write_bytes(b"\x00" * (2 * MIB))
     path = small_disk / "store"
-    store = Zrecord(path, codec=codec)
+    store = Zrecord(path, codec=codec, create=True)
     try:
         refused = None
         for _ in range(100_000):
@@ -220,7 +220,7 @@ def test_a_full_disk_at_a_new_table_page(small_disk: Path) -> None:
     # The chunk has room (its first growth step), but the table needs a new page of meta.zr:
     # the case that used to kill the process with SIGBUS on tmpfs.
     path = small_disk / "store"
-    with Zrecord(path, codec="raw") as store:
+    with Zrecord(path, codec="raw", create=True) as store:
         store.append_fixed(rows_of(0, 100, 1), 8)
         fill(small_disk / "filler")
         with pytest.raises(OSError) as full:
@@ -258,7 +258,7 @@ WRITER = textwrap.dedent(
 def test_opening_while_another_process_appends(tmp_path: Path, codec: Codec) -> None:
     path = tmp_path / "store"
     stop = tmp_path / "stop"
-    Zrecord(path, codec=codec).close()
+    Zrecord(path, codec=codec, create=True).close()
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(stop), codec])
     try:
         for _ in range(6000):  # wait (bounded) until it is appending

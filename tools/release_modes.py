@@ -89,7 +89,7 @@ def make_stores(folder: Path) -> None:
 
     rows = data.generate("mild", RECORDS, (RECORD_SIZE,), seed=0)
     for codec in ("raw", "zstd"):
-        with Zrecord(folder / codec, codec=codec) as store:
+        with Zrecord(folder / codec, codec=codec, create=True) as store:
             store.append_fixed(rows, RECORD_SIZE)
 
 
