@@ -29,8 +29,8 @@ pub const dict_file_name = dictionary.file_name;
 /// copying or compressing a few small records.
 pub const runner_bytes_min: u64 = 64 * 1024;
 
-/// The same for gathers, whose copies are cheaper than compression: a batch runs on the calling
-/// thread alone below twice this. Measured on 2 cores with random batches of 256 raw records
+/// The same for gathers of raw records, whose copies are cheaper than compression: such a batch
+/// runs on the calling thread alone below twice this. Measured on 2 cores with random batches of 256 raw records
 /// (out of cache): up to 256 KiB a batch the pool only ties with the inline copy, so waking a
 /// thread is not worth it; from 1 MiB on the pool is about twice as fast.
 const gather_runner_bytes_min: u64 = 256 * 1024;
@@ -447,8 +447,12 @@ pub const Store = struct {
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
+        // Decompressing costs far more per byte than copying: a batch that starts with a
+        // compressed record (a compressed store, in practice) keeps the smaller threshold.
+        const raw = indices.len > 0 and store.meta.table[@intCast(indices[0])].codec == .raw;
+        const bytes_min = if (raw) gather_runner_bytes_min else runner_bytes_min;
         var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
-        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, gather_runner_bytes_min));
+        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
         try task.failure.check();
     }
 
