@@ -180,6 +180,10 @@ def from_numpy(
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
     progress: ProgressOption = None,
+    workers: int = 1,
+    append: bool = False,
+    shard_records: int = RECORD_COUNT_MAX,
+    start_method: str | None = None,
 ) -> int:
     """Writes array as a dense dataset at path, one record per slice along axis 0.
 
@@ -188,6 +192,12 @@ def from_numpy(
     codec="zstd_dict" the dictionary is trained first on an evenly strided sample of the whole
     array (about 100x dict_size bytes), so the result is appendable at once. Returns the number
     of records written.
+
+    workers=N > 1 converts with N processes, each writing a contiguous part of the rows as its
+    own shard(s) of at most shard_records records, and publishes them only when all succeeded
+    (loaderx.parallel). append=True adds the new records as new shards of the dataset at path
+    in one atomic commit (creating it if absent). start_method picks how worker processes
+    start (default "fork" where available).
     """
     data = array if isinstance(array, np.ndarray) else np.asarray(array)
     if data.ndim == 0:
@@ -195,6 +205,9 @@ def from_numpy(
     schema = make_schema("dense", data.dtype, data.shape[1:], codec, dict_size)
     block_bytes = _check_chunk_bytes(chunk_bytes)
     count = int(data.shape[0])
+    if workers != 1 or append:
+        return _from_numpy_parallel(path, data, schema, workers, append, shard_records,
+                                    start_method, overwrite, block_bytes, codec, dict_size)
     if count > RECORD_COUNT_MAX:
         raise ValueError(
             f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
@@ -223,6 +236,25 @@ def from_numpy(
     return count
 
 
+def _from_numpy_parallel(
+    path: str | os.PathLike[str], data: npt.NDArray[Any], schema: Schema, workers: int,
+    append: bool, shard_records: int, start_method: str | None, overwrite: bool,
+    block_bytes: int, codec: str, dict_size: str | int,
+) -> int:
+    from loaderx import parallel
+
+    count_workers = parallel.check_workers(workers)
+    per_shard = parallel.check_shard_records(shard_records)
+    count = int(data.shape[0])
+    if count == 0 and not append:
+        return from_numpy(path, data, codec, dict_size, block_bytes, overwrite, False)
+    _check_trainable(schema.codec, min(count, per_shard, -(-count // count_workers)))
+    options: dict[str, Any] = {"codec": codec, "dict_size": dict_size,
+                               "chunk_bytes": block_bytes, "progress": False}
+    return parallel.convert_numpy(os.fspath(path), data, schema, count_workers, options,
+                                  overwrite, append, per_shard, start_method)
+
+
 # --- from_iterator ----------------------------------------------------------------------------
 
 
@@ -242,6 +274,10 @@ def from_iterator(
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
     progress: ProgressOption = None,
+    workers: int | None = None,
+    append: bool = False,
+    shard_records: int = RECORD_COUNT_MAX,
+    start_method: str | None = None,
 ) -> int:
     """Writes a ragged dataset at path from an iterable of (L, *item_shape) arrays.
 
@@ -250,13 +286,18 @@ def from_iterator(
     Records are appended in batches of about chunk_bytes. "zstd_dict" is refused: a dictionary
     must be trained on final data, so stream with "zstd" and recode afterwards. Returns the
     number of records written.
+
+    With workers=N, iterable is instead a sequence of sources, each an iterable of records or
+    a zero-argument callable returning one (callables pickle, generators do not: use them with
+    start_method "spawn"/"forkserver"). One process per source, at most N at once, writes
+    that source's records as its own shard(s) of at most shard_records records; the shards
+    are published in source order only when every source succeeded (loaderx.parallel).
+    append=True adds them to the dataset at path in one atomic commit.
     """
-    if codec == "zstd_dict":
-        raise ValueError(
-            "from_iterator cannot write 'zstd_dict': a dictionary must be trained on the "
-            "complete data. Convert with codec='zstd' first, then "
-            "recode(src, dst, codec='zstd_dict') once the data is final"
-        )
+    if workers is not None or append:
+        return _from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
+                                       overwrite, workers, append, shard_records, start_method)
+    _refuse_dictionary(codec)
     check_codec(codec)
     block_bytes = _check_chunk_bytes(chunk_bytes)
     records: Iterator[Any] = iter(iterable)
@@ -287,6 +328,40 @@ def from_iterator(
         staging.abort()
         raise
     return count
+
+
+def _refuse_dictionary(codec: str) -> None:
+    if codec == "zstd_dict":
+        raise ValueError(
+            "from_iterator cannot write 'zstd_dict': a dictionary must be trained on the "
+            "complete data. Convert with codec='zstd' first, then "
+            "recode(src, dst, codec='zstd_dict') once the data is final"
+        )
+
+
+def _from_iterator_parallel(
+    path: str | os.PathLike[str], sources: Iterable[Any], codec: str, dtype: DTypeLike | None,
+    item_shape: SupportsIndex | Sequence[SupportsIndex] | None, chunk_bytes: int,
+    overwrite: bool, workers: int | None, append: bool, shard_records: int,
+    start_method: str | None,
+) -> int:
+    from loaderx import parallel
+
+    if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
+        raise TypeError(
+            "from_iterator(..., workers=N) takes a list of sources (iterables of records, or "
+            f"zero-argument callables returning one), got {type(sources).__name__}"
+        )
+    _refuse_dictionary(codec)
+    check_codec(codec)
+    if dtype is not None:
+        make_schema("ragged", dtype, () if item_shape is None else item_shape, codec, "balanced")
+    count_workers = parallel.check_workers(1 if workers is None else workers)
+    options: dict[str, Any] = {"codec": codec, "chunk_bytes": _check_chunk_bytes(chunk_bytes),
+                               "progress": False}
+    return parallel.convert_iterables(os.fspath(path), list(sources), count_workers, dtype,
+                                      item_shape, options, overwrite, append,
+                                      parallel.check_shard_records(shard_records), start_method)
 
 
 def _stream_records(

@@ -50,3 +50,20 @@ class ManifestError(LoaderxError, ValueError):
 
 class StateMismatchError(LoaderxError, ValueError):
     """A loader's saved state was made for other data (lengths, batch, mode) than it is loaded into."""
+
+
+class WorkerError(LoaderxError, RuntimeError):
+    """A worker process of a parallel conversion failed or died; the destination is unchanged.
+
+    `worker` is the failed worker's index; the message names its part and its cause (the
+    exception with the worker's traceback, or the signal that killed it).
+    """
+
+    worker: int
+
+    def __init__(self, worker: int, message: str) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[int, str]]:
+        return (type(self), (self.worker, str(self)))

@@ -1,0 +1,376 @@
+"""Local parallel conversion: N processes each write their own shard(s); one commit publishes them.
+
+`from_numpy(..., workers=N)` and `from_iterator(path, sources, workers=N)` (loaderx.converter)
+hand their work to this module. Each worker process converts its part with the ordinary
+single-process converter into a private part folder in a hidden staging folder beside the
+destination (same file system, so publishing is a rename). Only when every worker has
+succeeded are the parts published, in order, as the shards of the destination: a new dataset
+moves into place as a whole (the converters' overwrite rules apply), an append adds them with
+one atomic manifest commit. A worker that raises or dies (even by SIGKILL) stops the others;
+the staging folder is removed and the destination is left exactly as it was.
+
+Processes start with "fork" where the platform has it, so the array and the sources reach the
+workers without being pickled; with start_method="spawn" or "forkserver" every source must be
+picklable (pass zero-argument callables such as functools.partial objects, not generators).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
+
+from loaderx.errors import SchemaError, WorkerError
+from loaderx.schema import Schema, differences, read_schema
+from loaderx.zrecord import RECORD_COUNT_MAX
+
+# A worker's report travels through a pipe before it exits; a huge traceback is cut so the
+# send never blocks on a full pipe.
+_TRACEBACK_CHARS_MAX: Final = 6000
+_END: Final = object()
+
+# One written part: its folder and its record count.
+Part = tuple[str, int]
+Source = Iterable[Any] | Callable[[], Iterable[Any]]
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def check_workers(workers: object) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+        raise TypeError(f"workers must be an int, got {workers!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return int(workers)
+
+
+def check_shard_records(shard_records: object) -> int:
+    if isinstance(shard_records, bool) or not isinstance(shard_records, (int, np.integer)):
+        raise TypeError(f"shard_records must be an int, got {shard_records!r}")
+    if not 1 <= shard_records <= RECORD_COUNT_MAX:
+        raise ValueError(f"shard_records must be in 1..{RECORD_COUNT_MAX}, got {shard_records}")
+    return int(shard_records)
+
+
+def _context(start_method: str | None) -> Any:
+    """The multiprocessing context (typed Any: typeshed's BaseContext lacks Process)."""
+    methods = multiprocessing.get_all_start_methods()
+    if start_method is None:
+        start_method = "fork" if "fork" in methods else "spawn"
+    if start_method not in methods:
+        raise ValueError(f"start_method must be one of {methods}, got {start_method!r}")
+    return multiprocessing.get_context(start_method)
+
+
+# --- running workers --------------------------------------------------------------------------
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], Any]) -> None:
+    """Runs one job in a worker process and reports its result or its error through conn."""
+    try:
+        result = job()
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exits non-zero
+        text = traceback.format_exc()[-_TRACEBACK_CHARS_MAX:]
+        conn.send(("error", f"{type(exc).__name__}: {exc}", text))
+        conn.close()
+        os._exit(1)
+    conn.send(("ok", result, ""))
+    conn.close()
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode} without reporting a result"
+
+
+class _Running:
+    """One live worker process and the read end of its report pipe."""
+
+    index: int
+    process: multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+
+    def __init__(self, index: int, process: multiprocessing.process.BaseProcess,
+                 conn: multiprocessing.connection.Connection) -> None:
+        self.index = index
+        self.process = process
+        self.conn = conn
+
+    def outcome(self, count: int, describe: Callable[[int], str]) -> Any:
+        """The result of a finished worker; WorkerError when it failed or died."""
+        self.process.join()
+        report = self.conn.recv() if self.conn.poll() else None
+        self.conn.close()
+        what = f"worker {self.index} of {count} ({describe(self.index)})"
+        if report is not None and report[0] == "ok" and self.process.exitcode == 0:
+            return report[1]
+        if report is not None and report[0] == "error":
+            raise WorkerError(self.index, f"{what} failed: {report[1]}\n{report[2]}")
+        raise WorkerError(self.index, f"{what} {_death(self.process.exitcode)}")
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: str | None,
+                describe: Callable[[int], str]) -> list[Any]:
+    """Runs every job in its own process, at most `workers` at once; results in job order.
+
+    The first failure (an exception or a death) kills the workers still running and raises
+    WorkerError naming the job and its cause; the caller cleans up what the jobs wrote.
+    """
+    ctx = _context(start_method)
+    results: list[Any] = [None] * len(jobs)
+    pending = list(range(len(jobs)))
+    running: dict[int, _Running] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                index = pending.pop(0)
+                receive, send = ctx.Pipe(duplex=False)
+                process = ctx.Process(target=_worker_main, args=(send, jobs[index]),
+                                      name=f"loaderx-worker-{index}", daemon=True)
+                process.start()
+                send.close()
+                running[process.sentinel] = _Running(index, process, receive)
+            for sentinel in multiprocessing.connection.wait(list(running)):
+                assert isinstance(sentinel, int)
+                done = running.pop(sentinel)
+                results[done.index] = done.outcome(len(jobs), describe)
+    finally:
+        for left in running.values():
+            left.stop()
+    return results
+
+
+# --- staging and publishing -------------------------------------------------------------------
+
+
+def make_staging(final: str) -> str:
+    """A private folder beside final (same file system) for the parts of one conversion."""
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.loaderx-parts-", dir=parent)
+
+
+def part_folder(staging: str, job: int, piece: int) -> str:
+    return os.path.join(staging, f"part-{job:06d}-{piece:06d}")
+
+
+def common_schema(parts: Sequence[Part], owner: Callable[[int], str]) -> Schema:
+    """The schema every part shares; SchemaError naming the first part that differs."""
+    first = read_schema(parts[0][0])
+    for position, (folder, _) in enumerate(parts[1:], start=1):
+        lines = differences(read_schema(folder), first)
+        if lines:
+            raise SchemaError(
+                f"{owner(position)} wrote records of another schema than {owner(0)} ("
+                + "; ".join(lines).replace("store has", "it has") + "): every part of one "
+                "dataset must have the same dtype and item shape"
+            )
+    return first
+
+
+def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
+            append: bool) -> None:
+    """Makes the parts the shards of final, all at once.
+
+    append=True adds them to the dataset at final (creating it if absent) in one manifest
+    commit. Otherwise the complete sharded dataset is built in the converters' staging folder
+    and moved into place the way every converter does (an old store is replaced only with
+    overwrite=True, and a failure leaves it as it was).
+    """
+    from loaderx.converter import _Staging
+    from loaderx.shards import commit_shards
+
+    folders = [folder for folder, _ in parts]
+    if append:
+        commit_shards(final, folders, schema)
+        return
+    staging = _Staging(final, overwrite)
+    try:
+        os.rmdir(staging.path)  # commit_shards creates the dataset folder itself
+        commit_shards(staging.path, folders, schema)
+        staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
+
+
+def check_append_target(final: str, schema: Schema | None) -> None:
+    """Before any work: an append target must be absent or a dataset of the same schema."""
+    if schema is None or not os.path.exists(os.path.join(final, "schema.msgpack")):
+        return
+    lines = differences(read_schema(final), schema)
+    if lines:
+        raise SchemaError(
+            f"cannot append to {final!r}: it holds a dataset of another schema ("
+            + "; ".join(lines) + ")"
+        )
+
+
+# --- from_numpy -------------------------------------------------------------------------------
+
+
+def split_ranges(count: int, parts: int) -> list[tuple[int, int]]:
+    """count records cut into `parts` contiguous ranges whose sizes differ by at most one."""
+    bounds = [count * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]]
+
+
+def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
+    return [(a, min(stop, a + shard_records)) for a in range(start, stop, shard_records)]
+
+
+class _NumpyJob:
+    """One worker's share of from_numpy: its contiguous rows, in shards of shard_records."""
+
+    def __init__(self, staging: str, index: int, rows: npt.NDArray[Any], shard_records: int,
+                 options: dict[str, Any]) -> None:
+        self.staging = staging
+        self.index = index
+        self.rows = rows  # a view (fork) or the pickled rows themselves (spawn, forkserver)
+        self.options = options
+        self.shard_records = shard_records
+
+    def __call__(self) -> list[Part]:
+        from loaderx.converter import from_numpy
+
+        written: list[Part] = []
+        for piece, (a, b) in enumerate(pieces(0, len(self.rows), self.shard_records)):
+            folder = part_folder(self.staging, self.index, piece)
+            written.append((folder, from_numpy(folder, self.rows[a:b], **self.options)))
+        return written
+
+
+def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: int,
+                  options: dict[str, Any], overwrite: bool, append: bool,
+                  shard_records: int, start_method: str | None) -> int:
+    """from_numpy with `workers` processes, each writing contiguous rows as its own shard(s)."""
+    from loaderx.converter import _check_destination
+
+    final = os.path.abspath(path)
+    if append:
+        check_append_target(final, schema)
+    else:
+        _check_destination(final, overwrite)
+    count = int(data.shape[0])
+    ranges = split_ranges(count, workers)
+    staging = make_staging(final)
+    try:
+        jobs = [_NumpyJob(staging, i, data[a:b], shard_records, options)
+                for i, (a, b) in enumerate(ranges)]
+        results = run_workers(jobs, workers, start_method,
+                              lambda i: f"records {ranges[i][0]} to {ranges[i][1] - 1}")
+        parts: list[Part] = [part for written in results for part in written]
+        publish(final, parts, schema, overwrite, append)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return count
+
+
+# --- from_iterator ----------------------------------------------------------------------------
+
+
+def _records_of(source: Source) -> Iterator[Any]:
+    """A source is an iterable of records, or a zero-argument callable that returns one."""
+    if callable(source):
+        return iter(source())
+    return iter(source)
+
+
+class _IteratorJob:
+    """One worker's share of a parallel from_iterator: one source, rolled into shards."""
+
+    def __init__(self, staging: str, index: int, source: Source, dtype: DTypeLike | None,
+                 item_shape: SupportsIndex | Sequence[SupportsIndex] | None,
+                 options: dict[str, Any], shard_records: int) -> None:
+        self.staging = staging
+        self.index = index
+        self.source = source
+        self.dtype = dtype
+        self.item_shape = item_shape
+        self.options = options
+        self.shard_records = shard_records
+
+    def __call__(self) -> list[Part]:
+        from loaderx.converter import from_iterator
+
+        records = _records_of(self.source)
+        dtype, item_shape = self.dtype, self.item_shape
+        written: list[Part] = []
+        for piece in itertools.count():
+            first = next(records, _END)
+            if first is _END:
+                return written
+            block = itertools.chain([first], itertools.islice(records, self.shard_records - 1))
+            folder = part_folder(self.staging, self.index, piece)
+            count = from_iterator(folder, block, dtype=dtype, item_shape=item_shape,
+                                  **self.options)
+            written.append((folder, count))
+            if dtype is None:  # later pieces keep the first piece's inferred schema
+                found = read_schema(folder)
+                dtype, item_shape = found.dtype, found.item_shape
+        raise AssertionError("unreachable")
+
+
+def convert_iterables(path: str, sources: Sequence[Source], workers: int,
+                      dtype: DTypeLike | None,
+                      item_shape: SupportsIndex | Sequence[SupportsIndex] | None,
+                      options: dict[str, Any], overwrite: bool, append: bool,
+                      shard_records: int, start_method: str | None) -> int:
+    """from_iterator over several sources, one process per source (at most `workers` at once).
+
+    The records of source k come after those of source k-1 in the result, whatever order the
+    workers finish in. A source that yields nothing contributes no shard.
+    """
+    from loaderx.converter import _check_destination, from_iterator
+
+    final = os.path.abspath(path)
+    if not append:
+        _check_destination(final, overwrite)
+    staging = make_staging(final)
+    try:
+        jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records)
+                for i, s in enumerate(sources)]
+        results = run_workers(jobs, workers, start_method, lambda i: f"source {i}")
+        parts: list[Part] = [part for written in results for part in written]
+        owners = [i for i, written in enumerate(results) for _ in written]
+        if not parts:
+            if append:
+                return 0
+            if dtype is None:
+                raise ValueError("from_iterator's sources gave no records and no dtype; pass "
+                                 "dtype= for an empty store")
+            return from_iterator(final, [], dtype=dtype, item_shape=item_shape,
+                                 overwrite=overwrite, **options)
+        schema = common_schema(parts, lambda p: f"source {owners[p]}")
+        if append:
+            check_append_target(final, schema)
+        publish(final, parts, schema, overwrite, append)
+        return sum(count for _, count in parts)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+__all__ = ["check_shard_records", "check_workers", "convert_iterables", "convert_numpy",
+           "publish", "run_workers", "split_ranges"]
