@@ -23,6 +23,7 @@ from numpy.typing import DTypeLike
 
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.progress import Progress, ProgressOption
+from loaderx.shards import LOCK_FILE, MANIFEST_FILE, shard_number
 from loaderx.schema import (
     Codec,
     Schema,
@@ -60,8 +61,21 @@ _STORE_FILE: Final = re.compile(
 
 
 def _foreign_entries(folder: str) -> list[str]:
-    """Names in folder that are not a loaderx store's own files."""
-    return sorted(n for n in os.listdir(folder) if not _STORE_FILE.fullmatch(n))
+    """Names in folder that are not a loaderx dataset's own files.
+
+    A sharded dataset's own files are its manifest, its commit lock and its shard folders,
+    each of which must in turn hold nothing but store files.
+    """
+    return sorted(n for n in os.listdir(folder) if not _own_entry(folder, n))
+
+
+def _own_entry(folder: str, name: str) -> bool:
+    if _STORE_FILE.fullmatch(name) or name in (MANIFEST_FILE, LOCK_FILE):
+        return True
+    path = os.path.join(folder, name)
+    if shard_number(name) is None or os.path.islink(path) or not os.path.isdir(path):
+        return False
+    return not any(not _STORE_FILE.fullmatch(n) for n in os.listdir(path))
 
 
 def _is_store(folder: str) -> bool:

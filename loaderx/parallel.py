@@ -115,7 +115,12 @@ class _Running:
     def outcome(self, count: int, describe: Callable[[int], str]) -> Any:
         """The result of a finished worker; WorkerError when it failed or died."""
         self.process.join()
-        report = self.conn.recv() if self.conn.poll() else None
+        report = None
+        if self.conn.poll():
+            try:
+                report = self.conn.recv()
+            except EOFError:  # it died before reporting: the pipe only says it closed
+                report = None
         self.conn.close()
         what = f"worker {self.index} of {count} ({describe(self.index)})"
         if report is not None and report[0] == "ok" and self.process.exitcode == 0:

@@ -246,14 +246,11 @@ def write_dataset(ds: ray.data.Dataset, path: str | os.PathLike[str],
     chosen = columns if columns is not None else ds.columns()
     sink = LoaderxDatasink(path, chosen, codec, ragged, append, shard_records)
     ds.write_datasink(sink)
-    return _count(sink.path, sink.columns)
+    from loaderx.shards import read_manifest
 
-
-def _count(path: str, columns: Mapping[str, str]) -> int:
-    folder = os.path.join(path, next(iter(columns.values())))
-    kind = read_schema(folder).kind
-    with (DenseDataset(folder) if kind == "dense" else RaggedDataset(folder)) as ds:
-        return len(ds)
+    manifest = read_manifest(os.path.join(sink.path, next(iter(sink.columns.values()))))
+    assert manifest is not None, "a committed column always has a manifest"
+    return manifest.records
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -290,7 +287,7 @@ class LoaderxDatasource(Datasource):
 
     def __init__(self, path: str | os.PathLike[str],
                  columns: Mapping[str, str] | Sequence[str] | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.folders = _find_columns(os.path.abspath(os.fspath(path)), columns)
         lengths: dict[str, int] = {}
         self.row_bytes = 0
@@ -348,7 +345,10 @@ def read_dataset(path: str | os.PathLike[str],
     variable-shaped; rows come in index order.
     """
     source = LoaderxDatasource(path, columns)
-    return ray.data.read_datasource(source, override_num_blocks=override_num_blocks)
+    result: ray.data.Dataset = ray.data.read_datasource(
+        source, override_num_blocks=override_num_blocks
+    )
+    return result
 
 
 __all__ = ["LoaderxDatasink", "LoaderxDatasource", "read_dataset", "write_dataset"]

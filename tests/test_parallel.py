@@ -1,0 +1,308 @@
+"""Parallel conversion (loaderx.parallel): exact round trips, failures and kills, appends.
+
+Every conversion here runs real worker processes. Kills are real SIGKILLs of a worker in the
+middle of its part; "unchanged" means the destination's files are byte for byte what they were
+and nothing is left beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loaderx.converter import from_iterator, from_numpy
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import SchemaError, WorkerError
+from loaderx.parallel import split_ranges
+from loaderx.shards import read_manifest, shard_folder
+
+
+def read_dense(path: str) -> npt.NDArray[Any]:
+    """Every record of a dense dataset, shard by shard in manifest order (or its one store)."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        with DenseDataset(path) as ds:
+            return ds[:]
+    parts = []
+    for entry in manifest.shards:
+        with DenseDataset(shard_folder(path, entry.name)) as ds:
+            assert len(ds) == entry.records
+            parts.append(ds[:])
+    return np.concatenate(parts)
+
+
+def read_ragged(path: str) -> list[npt.NDArray[Any]]:
+    manifest = read_manifest(path)
+    if manifest is None:
+        with RaggedDataset(path) as ds:
+            return list(ds[:])
+    records: list[npt.NDArray[Any]] = []
+    for entry in manifest.shards:
+        with RaggedDataset(shard_folder(path, entry.name)) as ds:
+            assert len(ds) == entry.records
+            records.extend(ds[:])
+    return records
+
+
+def file_digest(path: str) -> str:
+    """A hash of a file's bytes that skips its holes (store files are sparse, up to 4 GiB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        digest.update(str(size).encode())
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError:  # no data after offset
+                break
+            stop = os.lseek(fd, start, os.SEEK_HOLE)
+            digest.update(f"@{start}".encode())
+            digest.update(os.pread(fd, stop - start, start))
+            offset = stop
+    return digest.hexdigest()
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under folder with a digest of its bytes, plus the hidden names beside it
+    (where staging folders would be left behind)."""
+    found = {f"beside:{n}": "" for n in os.listdir(folder.parent) if n.startswith(".")}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, folder)] = file_digest(path)
+    return found
+
+
+def ragged_source(seed: int, count: int) -> list[npt.NDArray[np.int32]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-99, 99, size=(int(rng.integers(0, 9)), 3), dtype=np.int32)
+            for _ in range(count)]
+
+
+def make_ragged(seed: int, count: int) -> Iterator[npt.NDArray[np.int32]]:
+    """A picklable source factory (module-level), as spawn and forkserver need."""
+    return iter(ragged_source(seed, count))
+
+
+# --- round trips ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_dense_parallel_equals_single_process(tmp_path: Path, codec: str) -> None:
+    rng = np.random.default_rng(1)
+    array = (rng.integers(0, 4, size=(1001, 6, 5)) * 40).astype(np.uint8)
+    single = str(tmp_path / "single")
+    parallel = str(tmp_path / "parallel")
+    assert from_numpy(single, array, codec=codec) == 1001
+    assert from_numpy(parallel, array, codec=codec, workers=2, shard_records=300) == 1001
+    manifest = read_manifest(parallel)
+    assert manifest is not None
+    # Two workers, 500 and 501 rows, each cut into shards of at most 300.
+    assert [e.records for e in manifest.shards] == [300, 200, 300, 201]
+    np.testing.assert_array_equal(read_dense(parallel), read_dense(single))
+    np.testing.assert_array_equal(read_dense(parallel), array)
+
+
+def test_dense_workers_one_shard_each_and_memmap_input(tmp_path: Path) -> None:
+    npy = tmp_path / "input.npy"
+    data = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float32, shape=(999, 4))
+    data[:] = np.arange(999 * 4, dtype=np.float32).reshape(999, 4)
+    data.flush()
+    mapped = np.load(npy, mmap_mode="r")
+    assert from_numpy(str(tmp_path / "x"), mapped, workers=3) == 999
+    manifest = read_manifest(str(tmp_path / "x"))
+    assert manifest is not None and [e.records for e in manifest.shards] == [333, 333, 333]
+    np.testing.assert_array_equal(read_dense(str(tmp_path / "x")), mapped)
+
+
+def test_ragged_parallel_equals_single_process(tmp_path: Path) -> None:
+    sources = [ragged_source(seed, count) for seed, count in [(1, 70), (2, 0), (3, 45)]]
+    single = str(tmp_path / "single")
+    parallel = str(tmp_path / "parallel")
+    flat = [r for source in sources for r in source]
+    assert from_iterator(single, iter(flat)) == 115
+    assert from_iterator(parallel, sources, workers=2, shard_records=40) == 115
+    manifest = read_manifest(parallel)
+    assert manifest is not None
+    # Source 0: 40 + 30; source 1 is empty and adds nothing; source 2: 40 + 5.
+    assert [e.records for e in manifest.shards] == [40, 30, 40, 5]
+    got, want = read_ragged(parallel), read_ragged(single)
+    assert len(got) == len(want) == len(flat)
+    for a, b, c in zip(got, want, flat):
+        assert a.dtype == b.dtype == np.int32 and a.shape == c.shape
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_picklable_factories_under_spawn_and_forkserver(tmp_path: Path, method: str) -> None:
+    sources = [functools.partial(make_ragged, 5, 30), functools.partial(make_ragged, 6, 20)]
+    path = str(tmp_path / "r")
+    assert from_iterator(path, sources, workers=2, start_method=method) == 50
+    want = ragged_source(5, 30) + ragged_source(6, 20)
+    for a, b in zip(read_ragged(path), want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    array = np.arange(600, dtype=np.int64).reshape(300, 2)
+    assert from_numpy(str(tmp_path / "d"), array, workers=2, start_method=method) == 300
+    np.testing.assert_array_equal(read_dense(str(tmp_path / "d")), array)
+
+
+def test_split_ranges_cover_everything_once() -> None:
+    for count in (0, 1, 2, 5, 1000, 1001):
+        for parts in (1, 2, 3, 7):
+            ranges = split_ranges(count, parts)
+            covered = [i for a, b in ranges for i in range(a, b)]
+            assert covered == list(range(count))
+            assert all(b > a for a, b in ranges)
+
+
+# --- bad input and failures -------------------------------------------------------------------
+
+
+def test_bad_arguments_raise_before_any_work(tmp_path: Path) -> None:
+    array = np.zeros((10, 2), dtype=np.uint8)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        from_numpy(str(tmp_path / "a"), array, workers=0)
+    with pytest.raises(TypeError, match="workers must be an int"):
+        from_numpy(str(tmp_path / "a"), array, workers=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shard_records"):
+        from_numpy(str(tmp_path / "a"), array, workers=2, shard_records=0)
+    with pytest.raises(ValueError, match="start_method"):
+        from_numpy(str(tmp_path / "a"), array, workers=2, start_method="thread")
+    with pytest.raises(TypeError, match="list of sources"):
+        from_iterator(str(tmp_path / "a"), iter([array]), workers=2)
+    with pytest.raises(ValueError, match="zstd_dict"):
+        from_iterator(str(tmp_path / "a"), [[array]], workers=2, codec="zstd_dict")
+    assert os.listdir(tmp_path) == []
+    from_numpy(str(tmp_path / "old"), array)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        from_numpy(str(tmp_path / "old"), array, workers=2)
+    with pytest.raises(SchemaError, match="dtype"):
+        from_numpy(str(tmp_path / "old"), array.astype(np.int16), workers=2, append=True)
+    assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+def failing_source(count: int, fail_at: int) -> Iterator[npt.NDArray[np.int32]]:
+    for i in range(count):
+        if i == fail_at:
+            raise ValueError(f"bad record {i}")
+        yield np.full((2, 3), i, dtype=np.int32)
+
+
+def test_a_raising_worker_names_itself_and_leaves_the_old_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    old = [np.full((1, 3), 7, dtype=np.int32)] * 5
+    from_iterator(str(path), old)
+    before = snapshot(path)
+    sources = [functools.partial(failing_source, 50, 999), functools.partial(failing_source, 50, 30)]
+    with pytest.raises(WorkerError, match=r"worker 1 of 2 \(source 1\) failed: ValueError: "
+                       r"bad record 30") as info:
+        from_iterator(str(path), sources, workers=2, overwrite=True)
+    assert info.value.worker == 1
+    assert "Traceback" in str(info.value)
+    assert snapshot(path) == before
+    assert len(read_ragged(str(path))) == 5
+
+
+def slow_source(marker: str, count: int) -> Iterator[npt.NDArray[np.int32]]:
+    """Yields slowly and announces its pid once it is well into its part."""
+    for i in range(count):
+        if i == 20:
+            with open(marker + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(marker + ".tmp", marker)
+        time.sleep(0.01)
+        yield np.full((i % 5, 3), i, dtype=np.int32)
+
+
+def kill_when_marked(marker: str, pids: list[int]) -> None:
+    for _ in range(3000):
+        if os.path.exists(marker):
+            pid = int(Path(marker).read_text())
+            pids.append(pid)
+            os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_sigkilled_worker_leaves_the_destination_unchanged(tmp_path: Path, append: bool) -> None:
+    path = tmp_path / "data"
+    first = [np.full((2, 3), 1, dtype=np.int32)] * 30
+    from_iterator(str(path), [first, first], workers=2)  # an existing sharded dataset
+    before = snapshot(path)
+    marker = str(tmp_path / "marker")
+    sources = [functools.partial(slow_source, marker + "-unused", 10),
+               functools.partial(slow_source, marker, 2000)]
+    pids: list[int] = []
+    killer = threading.Thread(target=kill_when_marked, args=(marker, pids))
+    killer.start()
+    try:
+        with pytest.raises(WorkerError, match=r"worker 1 of 2 \(source 1\) was killed by SIGKILL"):
+            from_iterator(str(path), sources, workers=2, overwrite=not append, append=append)
+    finally:
+        killer.join()
+    assert len(pids) == 1
+    assert snapshot(path) == before
+    assert len(read_ragged(str(path))) == 60
+    assert multiprocessing.active_children() == []
+
+
+# --- appends from independent jobs -------------------------------------------------------------
+
+
+def append_job(path: str, value: int, start: Any) -> None:
+    start.wait()
+    from_numpy(path, np.full((100, 4), value, dtype=np.uint8), workers=2, append=True)
+
+
+def test_independent_jobs_append_concurrently(tmp_path: Path) -> None:
+    path = str(tmp_path / "corpus")
+    from_numpy(path, np.zeros((50, 4), dtype=np.uint8), workers=2)  # last night's corpus
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    jobs = [ctx.Process(target=append_job, args=(path, v, start)) for v in (1, 2)]
+    for job in jobs:
+        job.start()
+    start.set()
+    for job in jobs:
+        job.join(120)
+        assert job.exitcode == 0
+    manifest = read_manifest(path)
+    assert manifest is not None and manifest.records == 250
+    assert len(manifest.shards) == 6
+    data = read_dense(path)
+    np.testing.assert_array_equal(data[:50], 0)
+    # Each job's two shards went in by one commit: its 100 records are contiguous.
+    blocks = sorted([int(data[50, 0]), int(data[150, 0])])
+    assert blocks == [1, 2]
+    for start_row in (50, 150):
+        np.testing.assert_array_equal(data[start_row:start_row + 100], data[start_row, 0])
+    assert sorted(n for n in os.listdir(tmp_path)) == ["corpus"]
+
+
+def test_append_creates_then_extends(tmp_path: Path) -> None:
+    path = str(tmp_path / "c")
+    a = np.arange(40, dtype=np.int64)
+    b = np.arange(40, 70, dtype=np.int64)
+    assert from_numpy(path, a, append=True) == 40
+    assert from_numpy(path, b, append=True, workers=2) == 30
+    np.testing.assert_array_equal(read_dense(path), np.arange(70))
+    sources = [ragged_source(9, 10)]
+    assert from_iterator(str(tmp_path / "r"), sources, append=True) == 10
+    assert from_iterator(str(tmp_path / "r"), sources, append=True, workers=1) == 10
+    assert len(read_ragged(str(tmp_path / "r"))) == 20
