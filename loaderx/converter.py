@@ -23,7 +23,6 @@ from numpy.typing import DTypeLike
 
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.progress import Progress, ProgressOption
-from loaderx.shards import LOCK_FILE, MANIFEST_FILE, shard_number
 from loaderx.schema import (
     Codec,
     Schema,
@@ -35,7 +34,8 @@ from loaderx.schema import (
     resolve_dict_size,
     schema_path,
 )
-from loaderx.shards import RECORD_COUNT_MAX
+from loaderx.sharded import check_shard_records
+from loaderx.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
@@ -61,21 +61,8 @@ _STORE_FILE: Final = re.compile(
 
 
 def _foreign_entries(folder: str) -> list[str]:
-    """Names in folder that are not a loaderx dataset's own files.
-
-    A sharded dataset's own files are its manifest, its commit lock and its shard folders,
-    each of which must in turn hold nothing but store files.
-    """
-    return sorted(n for n in os.listdir(folder) if not _own_entry(folder, n))
-
-
-def _own_entry(folder: str, name: str) -> bool:
-    if _STORE_FILE.fullmatch(name) or name in (MANIFEST_FILE, LOCK_FILE):
-        return True
-    path = os.path.join(folder, name)
-    if shard_number(name) is None or os.path.islink(path) or not os.path.isdir(path):
-        return False
-    return not any(not _STORE_FILE.fullmatch(n) for n in os.listdir(path))
+    """Names in folder that are not a loaderx store's own files."""
+    return sorted(n for n in os.listdir(folder) if not _STORE_FILE.fullmatch(n))
 
 
 def _is_store(folder: str) -> bool:
@@ -196,7 +183,7 @@ def from_numpy(
     progress: ProgressOption = None,
     workers: int = 1,
     append: bool = False,
-    shard_records: int = RECORD_COUNT_MAX,
+    shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:
     """Writes array as a dense dataset at path, one record per slice along axis 0.
@@ -258,7 +245,7 @@ def _from_numpy_parallel(
     from loaderx import parallel
 
     count_workers = parallel.check_workers(workers)
-    per_shard = parallel.check_shard_records(shard_records)
+    per_shard = check_shard_records(shard_records)
     count = int(data.shape[0])
     if count == 0 and not append:
         return from_numpy(path, data, codec, dict_size, block_bytes, overwrite, False)
@@ -290,7 +277,7 @@ def from_iterator(
     progress: ProgressOption = None,
     workers: int | None = None,
     append: bool = False,
-    shard_records: int = RECORD_COUNT_MAX,
+    shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:
     """Writes a ragged dataset at path from an iterable of (L, *item_shape) arrays.
@@ -375,7 +362,7 @@ def _from_iterator_parallel(
                                "progress": False}
     return parallel.convert_iterables(os.fspath(path), list(sources), count_workers, dtype,
                                       item_shape, options, overwrite, append,
-                                      parallel.check_shard_records(shard_records), start_method)
+                                      check_shard_records(shard_records), start_method)
 
 
 def _stream_records(

@@ -33,7 +33,7 @@ from numpy.typing import DTypeLike
 
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
-from loaderx.zrecord import RECORD_COUNT_MAX
+from loaderx.sharded import check_shard_records
 
 # A worker's report travels through a pipe before it exits; a huge traceback is cut so the
 # send never blocks on a full pipe.
@@ -54,14 +54,6 @@ def check_workers(workers: object) -> int:
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     return int(workers)
-
-
-def check_shard_records(shard_records: object) -> int:
-    if isinstance(shard_records, bool) or not isinstance(shard_records, (int, np.integer)):
-        raise TypeError(f"shard_records must be an int, got {shard_records!r}")
-    if not 1 <= shard_records <= RECORD_COUNT_MAX:
-        raise ValueError(f"shard_records must be in 1..{RECORD_COUNT_MAX}, got {shard_records}")
-    return int(shard_records)
 
 
 def _context(start_method: str | None) -> Any:
@@ -377,5 +369,5 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["check_shard_records", "check_workers", "convert_iterables", "convert_numpy",
+__all__ = ["check_workers", "convert_iterables", "convert_numpy",
            "publish", "run_workers", "split_ranges"]

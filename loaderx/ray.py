@@ -30,9 +30,10 @@ from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.parallel import Part, check_shard_records, common_schema, split_ranges
+from loaderx.parallel import Part, common_schema, split_ranges
+from loaderx.sharded import check_shard_records
 from loaderx.schema import Schema, differences, read_schema, schema_path
-from loaderx.zrecord import RECORD_COUNT_MAX
+from loaderx.shards import SHARD_RECORDS_MAX
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
@@ -122,7 +123,7 @@ class LoaderxDatasink(Datasink[TaskParts]):
 
     def __init__(self, path: str | os.PathLike[str], columns: Mapping[str, str] | Sequence[str],
                  codec: str = "zstd", ragged: Sequence[str] = (), append: bool = False,
-                 shard_records: int = RECORD_COUNT_MAX) -> None:
+                 shard_records: int = SHARD_RECORDS_MAX) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.columns = _check_columns(columns)
         unknown = sorted(set(ragged) - set(self.columns))
@@ -233,7 +234,7 @@ def _column_schema(column: str, parts: list[Part], ragged: frozenset[str]) -> Sc
 def write_dataset(ds: ray.data.Dataset, path: str | os.PathLike[str],
                   columns: Mapping[str, str] | Sequence[str] | None = None, codec: str = "zstd",
                   ragged: Sequence[str] = (), append: bool = False,
-                  shard_records: int = RECORD_COUNT_MAX) -> int:
+                  shard_records: int = SHARD_RECORDS_MAX) -> int:
     """Writes columns of ds as loaderx datasets under path; returns the records per column.
 
     columns: a list of column names (column c goes to path/c) or a {column: folder} mapping;

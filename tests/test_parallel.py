@@ -26,34 +26,19 @@ from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.parallel import split_ranges
-from loaderx.shards import read_manifest, shard_folder
+from loaderx.shards import read_manifest
 
 
 def read_dense(path: str) -> npt.NDArray[Any]:
-    """Every record of a dense dataset, shard by shard in manifest order (or its one store)."""
-    manifest = read_manifest(path)
-    if manifest is None:
-        with DenseDataset(path) as ds:
-            return ds[:]
-    parts = []
-    for entry in manifest.shards:
-        with DenseDataset(shard_folder(path, entry.name)) as ds:
-            assert len(ds) == entry.records
-            parts.append(ds[:])
-    return np.concatenate(parts)
+    """Every record of a dense dataset through the public reader (sharded or not)."""
+    with DenseDataset(path) as ds:
+        records: npt.NDArray[Any] = ds[:]
+        return records
 
 
 def read_ragged(path: str) -> list[npt.NDArray[Any]]:
-    manifest = read_manifest(path)
-    if manifest is None:
-        with RaggedDataset(path) as ds:
-            return list(ds[:])
-    records: list[npt.NDArray[Any]] = []
-    for entry in manifest.shards:
-        with RaggedDataset(shard_folder(path, entry.name)) as ds:
-            assert len(ds) == entry.records
-            records.extend(ds[:])
-    return records
+    with RaggedDataset(path) as ds:
+        return list(ds[:])
 
 
 def file_digest(path: str) -> str:
