@@ -205,7 +205,6 @@ def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
         return
     staging = _Staging(final, overwrite)
     try:
-        os.rmdir(staging.path)  # commit_shards creates the dataset folder itself
         commit_shards(staging.path, folders, schema)
         staging.commit()
     except BaseException:

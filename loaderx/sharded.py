@@ -50,6 +50,9 @@ _DICT_FILE: Final = "dict.zr"
 _META_FILE: Final = "meta.zr"
 
 _Signature = tuple[int, int, int]
+# Opening retries while the dataset folder keeps being replaced under it (each replacement is
+# a whole conversion, so two attempts nearly always suffice).
+_OPEN_ATTEMPTS: Final = 8
 
 
 def check_shard_records(shard_records: int) -> int:
@@ -61,6 +64,15 @@ def check_shard_records(shard_records: int) -> int:
             f"shard_records must be in 1..{SHARD_RECORDS_MAX} (a store's limit), got {shard_records}"
         )
     return int(shard_records)
+
+
+def _folder_identity(folder: str) -> tuple[int, int] | None:
+    """Which folder the path names now: a conversion with overwrite=True swaps in another."""
+    try:
+        found = os.stat(folder)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
 
 
 def _signature(folder: str) -> _Signature | None:
@@ -114,6 +126,23 @@ class ShardedStore:
         """Opens every shard the manifest lists, refusing (naming the shard) one that is
         missing, has another schema, or holds a count the manifest does not allow. With
         readonly, every shard opens read-only and every write is refused."""
+        for _ in range(_OPEN_ATTEMPTS - 1):
+            identity = _folder_identity(path)
+            try:
+                sharded = cls._open_once(path, schema, shard_records, readonly)
+            except (ManifestError, SchemaError, OSError):
+                if _folder_identity(path) == identity:
+                    raise
+                continue  # the whole folder was replaced while we read it: open the new one
+            if _folder_identity(path) == identity:
+                return sharded
+            sharded.close()  # manifest and shards may come from two folders: open again
+        return cls._open_once(path, schema, shard_records, readonly)
+
+    @classmethod
+    def _open_once(
+        cls, path: str, schema: Schema, shard_records: int, readonly: bool
+    ) -> ShardedStore:
         sharded = cls(path, schema, shard_records, readonly)
         try:
             signature = _signature(path)

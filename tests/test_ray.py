@@ -30,7 +30,7 @@ ROWS = 600
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
     # Ray's workers cannot import this test module: ship its functions by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     context = DataContext.get_current()
