@@ -1,6 +1,6 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, shards, or all (the default). The machine block comes
+Layers: sampler, store, loader, scale, memory, shards, convert, or all (the default). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
 per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
@@ -30,7 +30,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards")
+LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -93,7 +93,7 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import loader, memory, sampler, scale, shards, store
+    from layers import convert, loader, memory, sampler, scale, shards, store
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -110,6 +110,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             memory.run(args, rep, args.workdir)
         elif layer == "shards":
             shards.run(args, rep, args.workdir)
+        elif layer == "convert":
+            convert.run(args, rep, args.workdir)
         print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
 
 
