@@ -47,6 +47,7 @@ PEERS: Final[dict[str, str]] = {
     "lmdb": "lmdb",
     "torch": "torch==2.13.0",
     "matplotlib": "matplotlib",
+    "ray": "ray[data]==2.60.0",
 }
 # Installed only when asked for (`--only grain`): it is heavy and slow to feed.
 OPTIONAL_PEERS: Final[dict[str, str]] = {"grain": "grain"}
