@@ -240,7 +240,7 @@ def from_numpy(
 def _from_numpy_parallel(
     path: str | os.PathLike[str], data: npt.NDArray[Any], schema: Schema, workers: int,
     append: bool, shard_records: int, start_method: str | None, overwrite: bool,
-    block_bytes: int, codec: str, dict_size: str | int,
+    block_bytes: int, codec: Codec, dict_size: str | int,
 ) -> int:
     from loaderx import parallel
 
@@ -341,7 +341,7 @@ def _refuse_dictionary(codec: str) -> None:
 
 
 def _from_iterator_parallel(
-    path: str | os.PathLike[str], sources: Iterable[Any], codec: str, dtype: DTypeLike | None,
+    path: str | os.PathLike[str], sources: Iterable[Any], codec: Codec, dtype: DTypeLike | None,
     item_shape: SupportsIndex | Sequence[SupportsIndex] | None, chunk_bytes: int,
     overwrite: bool, workers: int | None, append: bool, shard_records: int,
     start_method: str | None,

@@ -32,7 +32,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.parallel import Part, common_schema, split_ranges
 from loaderx.sharded import check_shard_records
-from loaderx.schema import Schema, differences, read_schema, schema_path
+from loaderx.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
 from loaderx.shards import SHARD_RECORDS_MAX
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def _check_columns(columns: Mapping[str, str] | Sequence[str]) -> dict[str, str]
 class _ColumnWriter:
     """Appends one column's values to shard folders of at most shard_records records each."""
 
-    def __init__(self, column: str, prefix: str, ragged: bool, codec: str,
+    def __init__(self, column: str, prefix: str, ragged: bool, codec: Codec,
                  shard_records: int) -> None:
         self.column = column
         self.prefix = prefix
@@ -132,8 +132,6 @@ class LoaderxDatasink(Datasink[TaskParts]):
         if codec == "zstd_dict":
             raise ValueError("write_dataset cannot train a dictionary while streaming: write "
                              "with codec='zstd', then recode each column to 'zstd_dict'")
-        from loaderx.schema import check_codec
-
         self.codec = check_codec(codec)
         self.ragged = frozenset(ragged)
         self.append = append

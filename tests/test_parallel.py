@@ -26,6 +26,7 @@ from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.parallel import split_ranges
+from loaderx.schema import Codec
 from loaderx.shards import read_manifest
 
 
@@ -87,7 +88,7 @@ def make_ragged(seed: int, count: int) -> Iterator[npt.NDArray[np.int32]]:
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_dense_parallel_equals_single_process(tmp_path: Path, codec: str) -> None:
+def test_dense_parallel_equals_single_process(tmp_path: Path, codec: Codec) -> None:
     rng = np.random.default_rng(1)
     array = (rng.integers(0, 4, size=(1001, 6, 5)) * 40).astype(np.uint8)
     single = str(tmp_path / "single")
