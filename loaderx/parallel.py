@@ -35,8 +35,8 @@ from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
 from loaderx.sharded import check_shard_records
 
-# A worker's report travels through a pipe before it exits; a huge traceback is cut so the
-# send never blocks on a full pipe.
+# A worker's report travels through a pipe before it exits; a huge message or traceback is cut
+# so the send never blocks on a full pipe (64 KiB) while the parent waits for the exit.
 _TRACEBACK_CHARS_MAX: Final = 6000
 _END: Final = object()
 
@@ -75,7 +75,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], 
         result = job()
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exits non-zero
         text = traceback.format_exc()[-_TRACEBACK_CHARS_MAX:]
-        conn.send(("error", f"{type(exc).__name__}: {exc}", text))
+        cause = f"{type(exc).__name__}: {exc}"[:_TRACEBACK_CHARS_MAX]
+        conn.send(("error", cause, text))
         conn.close()
         os._exit(1)
     conn.send(("ok", result, ""))
