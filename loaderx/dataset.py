@@ -28,6 +28,7 @@ from loaderx.errors import (
     StoreFullError,
 )
 from loaderx.indexing import normalize_index
+from loaderx.paths import is_file
 from loaderx.schema import (
     DICT_SIZE_MAX,
     DICT_SIZE_MIN,
@@ -83,7 +84,7 @@ def _open_store(
     A folder with a shard manifest opens as a ShardedStore. A read-only open never creates
     anything.
     """
-    if os.path.exists(schema_path(path)):
+    if is_file(schema_path(path)):
         found = read_schema(path)
         if found.kind != kind:
             right = "RaggedDataset" if found.kind == "ragged" else "DenseDataset"
@@ -95,7 +96,7 @@ def _open_store(
         create = wanted is not None and not readonly
         return found, Zrecord(path, create=create, codec=found.codec, readonly=readonly)
     if wanted is None or readonly:
-        if os.path.isfile(os.path.join(path, _META_FILE)):
+        if is_file(os.path.join(path, _META_FILE)):
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
                 "open it with loaderx.zrecord.Zrecord, or pass dtype= (and item_shape=) to "
@@ -399,6 +400,16 @@ class DenseDataset(_DatasetBase):
         out a writable C-contiguous array of this dtype holding exactly len(indices) samples.
         Only cheap checks run here; the native side refuses out-of-range indices before copying.
         """
+        # isinstance first: anything else (a bytearray, a list) has no .dtype to compare.
+        if not isinstance(out, np.ndarray):
+            raise TypeError(
+                f"out must be a numpy array of dtype {self.dtype}, not {type(out).__name__}"
+            )
+        if not isinstance(indices, np.ndarray):
+            raise TypeError(
+                f"indices must be an int64 numpy array, not {type(indices).__name__} "
+                "(normalise it with loaderx.indexing.normalize_index)"
+            )
         if out.dtype != self.dtype:
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
         store = self._store

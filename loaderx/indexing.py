@@ -110,8 +110,8 @@ def _from_array(array: npt.NDArray[Any], length: int) -> IndexArray:
             )
         return np.flatnonzero(array).astype(np.int64, copy=False)
     if kind not in "iu":
-        if array.size == 0:
-            return _EMPTY.copy()
+        # Even an empty float array is refused, as NumPy refuses it: its dtype says the caller
+        # built the indices wrongly (np.array([]) is float64; use np.array([], dtype=np.int64)).
         raise TypeError(f"record indices must be integers, not {array.dtype} values")
     if array.size == 0:
         return _EMPTY.copy()

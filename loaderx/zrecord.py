@@ -25,6 +25,7 @@ import numpy.typing as npt
 from loaderx import _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
+from loaderx.paths import is_file
 from loaderx.schema import Codec
 
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
@@ -181,7 +182,7 @@ class Zrecord:
             raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
             os.makedirs(self.path, exist_ok=True)
-        elif not os.path.isfile(os.path.join(self.path, "meta.zr")):
+        elif not is_file(os.path.join(self.path, "meta.zr")):
             raise FileNotFoundError(
                 f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
                 "create one"

@@ -218,6 +218,26 @@ def test_gather_into_hot_path(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> N
         ds.gather_into(np.array([20], dtype=np.int64), np.empty((1, 2, 3), np.float32))
 
 
+def test_gather_into_wrong_types_are_type_errors_before_any_byte_moves(
+    dense: tuple[DenseDataset, npt.NDArray[Any]],
+) -> None:
+    ds, values = dense
+    indices = np.array([3, 1], dtype=np.int64)
+    raw = bytearray(b"\xee" * (2 * ds.record_size))
+    with pytest.raises(TypeError, match="out must be a numpy array .* not bytearray"):
+        ds.gather_into(indices, raw)  # type: ignore[arg-type]
+    assert raw == bytearray(b"\xee" * (2 * ds.record_size))
+    out = np.full((2, 2, 3), -7.0, np.float32)
+    for bad in ([3, 1], (3, 1), range(2), memoryview(indices.tobytes())):
+        with pytest.raises(TypeError, match="indices must be an int64 numpy array"):
+            ds.gather_into(bad, out)  # type: ignore[arg-type]
+        assert (out == -7.0).all()
+    with pytest.raises(TypeError):
+        ds.gather_into(np.array([], dtype=np.float64), out[:0])
+    ds.gather_into(indices, out)
+    same_bits(out, values[indices])
+
+
 # --- append -----------------------------------------------------------------------------------
 
 

@@ -169,8 +169,18 @@ def test_multidimensional_index_is_refused() -> None:
 def test_empty_inputs() -> None:
     assert check([], 10).tolist() == []
     assert check((), 10).tolist() == []
-    assert check(np.array([]), 10).tolist() == []
     assert check(np.zeros(0, dtype=np.int64), 10).tolist() == []
+    assert check(np.zeros(0, dtype=np.uint8), 10).tolist() == []
+    assert check(np.zeros(0, dtype=np.bool_), 0).tolist() == []
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex64, np.str_, object])
+def test_empty_non_integer_array_is_refused_as_numpy_refuses_it(dtype: Any) -> None:
+    empty = np.array([], dtype=dtype)
+    with pytest.raises(IndexError):
+        np.arange(10)[empty]  # NumPy's own answer, which normalize_index matches
+    with pytest.raises(TypeError, match="must be integers"):
+        normalize_index(empty, 10)
 
 
 def test_range_and_index_protocol() -> None:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -321,6 +325,76 @@ def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> Non
         out = np.full(8, 0xEE, np.uint8)
         store.gather_into(np.array([9, 0], dtype=np.int64), out, 4)
         assert out.tolist() == [36, 37, 38, 39, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_gather_into_refuses_a_wrong_record_size_before_copying(store_path: str, codec: str) -> None:
+    # 2,000 records of 4 bytes, then one of 5: a copy that checked sizes as it went would have
+    # filled the first 8,000 bytes of out before reaching the odd one.
+    with Zrecord(store_path, codec=codec) as store:
+        store.append_fixed(np.arange(8000, dtype=np.uint8), 4)
+        store.append([b"fives"])
+        indices = np.arange(len(store), dtype=np.int64)
+        for record_size in (4, 5, 3):
+            out = np.full(len(indices) * record_size, 0xEE, np.uint8)
+            with pytest.raises(ValueError, match="record .* is .* bytes but its destination"):
+                store.gather_into(indices, out, record_size)
+            assert out.tobytes() == b"\xee" * out.nbytes
+        out = np.full(8000, 0xEE, np.uint8)
+        store.gather_into(indices[:-1], out, 4)
+        assert out.tobytes() == np.arange(8000, dtype=np.uint8).tobytes()
+
+
+# Run as an unprivileged user: root ignores permission bits.
+_UNPRIVILEGED = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+_OPEN_AS_NOBODY = """
+import sys
+sys.path.insert(0, {root!r})
+from loaderx.dataset import DenseDataset
+from loaderx.zrecord import Zrecord
+for opener in (lambda: DenseDataset({path!r}), lambda: Zrecord({path!r}, create=False)):
+    try:
+        opener()
+    except PermissionError as exc:
+        print(type(exc).__name__, exc)
+    except Exception as exc:
+        print("WRONG", type(exc).__name__, exc)
+    else:
+        print("WRONG opened")
+"""
+
+
+def test_a_store_folder_without_permissions_is_a_permission_error() -> None:
+    from loaderx.dataset import DenseDataset
+
+    if os.geteuid() == 0 and subprocess.run(["setpriv", "--version"], capture_output=True).returncode:
+        pytest.fail("setpriv (util-linux) is needed to run this test as an unprivileged user")
+    # pytest's own tmp folders are private to root: use one every user may traverse, so only
+    # the store folder's own mode 000 stands in the way.
+    parent = tempfile.mkdtemp(prefix="loaderx-perm-", dir=tempfile.gettempdir())
+    os.chmod(parent, 0o755)
+    folder = os.path.join(parent, "ds")
+    with DenseDataset(folder, dtype=np.int32, item_shape=(2,)) as ds:
+        ds.append(np.arange(6, dtype=np.int32).reshape(3, 2))
+    os.chmod(folder, 0o000)
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
+        script = _OPEN_AS_NOBODY.format(root=root, path=folder)
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        os.chmod(folder, 0o755)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        assert line.startswith("PermissionError"), line
+        assert "permission denied" in line and folder in line, line
+    with DenseDataset(folder) as ds:  # untouched
+        assert ds[:].tolist() == [[0, 1], [2, 3], [4, 5]]
+    shutil.rmtree(parent)
 
 
 # --- lifetime -------------------------------------------------------------------------------------

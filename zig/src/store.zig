@@ -102,6 +102,11 @@ pub const Destination = struct {
         if (destination.offsets) |o| return destination.base[o[i]..o[i + 1]];
         return destination.base[i * destination.stride ..][0..destination.stride];
     }
+
+    pub fn slotLength(destination: Destination, i: u64) u64 {
+        if (destination.offsets) |o| return o[i + 1] - o[i];
+        return destination.stride;
+    }
 };
 
 /// The first failure of a sharded operation, with its message carried back to the calling
@@ -447,6 +452,7 @@ pub const Store = struct {
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
+        try store.checkSlots(indices, destination);
         // Decompressing costs far more per byte than copying: a batch that starts with a
         // compressed record (a compressed store, in practice) keeps the smaller threshold.
         const raw = indices.len > 0 and store.meta.table[@intCast(indices[0])].codec == .raw;
@@ -598,6 +604,22 @@ pub const Store = struct {
     /// Records whose misses copyRaw keeps in flight together: enough to cover a memory round
     /// trip at a few nanoseconds per small record, few enough for the sources to stay in L1.
     const copy_group = 32;
+
+    /// Refuses a gather whose destination slots disagree with the records' logical lengths,
+    /// before any byte is copied (the copy runs sharded, so a refusal found there would leave
+    /// other slots already written). One pass over table entries the copy reads anyway.
+    fn checkSlots(store: *const Store, indices: []const i64, destination: Destination) Error!void {
+        for (indices, 0..) |index, i| try store.checkSlot(@intCast(index), destination.slotLength(i), i);
+    }
+
+    /// Refuses slot `position` of a gather unless it has record `index`'s logical length.
+    pub fn checkSlot(store: *const Store, index: u64, slot_length: u64, position: usize) Error!void {
+        const logic_length = store.meta.table[index].logic_length;
+        if (slot_length != logic_length) {
+            status.setMessage("record {d} (position {d}) is {d} bytes but its destination slot is {d}", .{ index, position, logic_length, slot_length });
+            return error.SizeMismatch;
+        }
+    }
 
     /// The logical length of each record.
     pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void {

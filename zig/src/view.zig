@@ -161,6 +161,9 @@ pub const View = struct {
         defer scratch.deinit(view.allocator);
         try view.routeAndLock(indices, scratch.routes, scratch.touched);
         defer view.unlockTouched(scratch.touched);
+        // Every slot's size is checked before any record is copied, so a refusal leaves the
+        // destination as it was.
+        for (scratch.routes, 0..) |r, i| try view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
         pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, store_mod.runner_bytes_min));
         try task.failure.check();
