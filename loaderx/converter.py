@@ -1,8 +1,8 @@
 """Converters into dataset folders: from_numpy (dense), from_iterator (ragged) and recode.
 
 Every converter builds its result in a private staging folder beside the destination and moves
-it into place only when everything was written, so a failed or interrupted conversion leaves the
-destination as it was. An existing destination is replaced only with overwrite=True, and only
+it into place only when everything was written and made durable (loaderx.commit), so a failed,
+interrupted or killed conversion leaves the old or the new destination, never neither. An existing destination is replaced only with overwrite=True, and only
 when it holds nothing but a loaderx store's own files. Memory stays bounded: data moves in
 blocks of about chunk_bytes, and a dictionary trains on a strided sample of bounded size.
 """
@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
 
@@ -21,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
+from loaderx.commit import StagedFolder
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.progress import Progress, ProgressOption
 from loaderx.schema import (
@@ -52,8 +50,8 @@ _END: Final = object()
 # A store's own files, plus a sharded dataset's manifest, commit lock, shard folders and the
 # staging folders a crashed rollover or commit may leave.
 _STORE_FILE: Final = re.compile(
-    r"(schema\.msgpack|meta\.zr|dict\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock|shard-[0-9]{6,7}"
-    r"|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock)(\.tmp[-.\w]*)?"
+    r"(schema\.msgpack|meta\.zr|dict\.zr|redo\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock"
+    r"|shard-[0-9]{6,7}|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock)(\.tmp[-.\w]*)?"
 )
 
 
@@ -98,60 +96,21 @@ def _check_destination(path: str, overwrite: bool) -> bool:
     return True
 
 
-def _make_folder(parent: str, prefix: str) -> str:
-    """A new uniquely named folder in parent, with the permissions the umask gives any folder.
-
-    tempfile.mkdtemp would make it 0700, and the staging folder becomes the user's store.
-    """
-    while True:
-        path = os.path.join(parent, prefix + secrets.token_hex(6))
-        try:
-            os.mkdir(path, 0o777)
-        except FileExistsError:
-            continue
-        return path
+def _stage(path: str, overwrite: bool) -> tuple[StagedFolder, bool]:
+    """A staging folder for path (after recovering any interrupted earlier conversion) and
+    whether an old store has to be replaced on commit."""
+    staging = StagedFolder(path)
+    try:
+        replace = _check_destination(staging.final, overwrite)
+    except BaseException:
+        staging.abort()
+        raise
+    return staging, replace
 
 
-class _Staging:
-    """A private folder beside the destination that becomes the destination on commit()."""
-
-    path: str
-    final: str
-    replace: bool
-
-    def __init__(self, final: str, overwrite: bool) -> None:
-        self.final = os.path.abspath(final)
-        self.replace = _check_destination(self.final, overwrite)
-        parent = os.path.dirname(self.final)
-        os.makedirs(parent, exist_ok=True)
-        name = os.path.basename(self.final)
-        self.path = _make_folder(parent, f".{name}.loaderx-partial-")
-
-    def commit(self) -> None:
-        """Moves the finished store into place (the old one, if any, is removed afterwards)."""
-        trash = None
-        if self.replace:
-            # Checked again: the folder may have changed while the conversion ran.
-            _check_destination(self.final, True)
-            trash = tempfile.mkdtemp(
-                prefix=f".{os.path.basename(self.final)}.loaderx-old-",
-                dir=os.path.dirname(self.final),
-            )
-            os.replace(self.final, os.path.join(trash, "store"))
-        elif os.path.isdir(self.final):
-            os.rmdir(self.final)  # the empty folder that was there (fails if it filled up)
-        try:
-            os.replace(self.path, self.final)
-        except BaseException:
-            if trash is not None:  # put the old store back rather than lose both
-                os.replace(os.path.join(trash, "store"), self.final)
-                os.rmdir(trash)
-            raise
-        if trash is not None:
-            shutil.rmtree(trash)
-
-    def abort(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+def _commit(staging: StagedFolder, replace: bool) -> None:
+    # Checked again right before the swap: the folder may have changed while the conversion ran.
+    staging.commit(replace, recheck=lambda: _check_destination(staging.final, True))
 
 
 def _check_chunk_bytes(chunk_bytes: int) -> int:
@@ -214,7 +173,7 @@ def from_numpy(
             f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
         )
     _check_trainable(schema.codec, count)
-    staging = _Staging(os.fspath(path), overwrite)
+    staging, replace = _stage(os.fspath(path), overwrite)
     try:
         with DenseDataset(
             staging.path, schema.dtype, schema.item_shape, schema.codec, dict_size
@@ -230,7 +189,7 @@ def from_numpy(
                 report.update(block.shape[0], block.nbytes)
                 del block
             report.finish()
-        staging.commit()
+        _commit(staging, replace)
     except BaseException:
         staging.abort()
         raise
@@ -317,14 +276,14 @@ def from_iterator(
         shape = tuple(first_shape[1:])
     schema = make_schema("ragged", found_dtype, shape, codec, "balanced")
     total = len(iterable) if isinstance(iterable, Sequence) else None
-    staging = _Staging(os.fspath(path), overwrite)
+    staging, replace = _stage(os.fspath(path), overwrite)
     try:
         with RaggedDataset(staging.path, schema.dtype, schema.item_shape, schema.codec) as ds:
             _stream_records(ds, first, records, block_bytes, Progress(
                 f"from_iterator {os.fspath(path)}", total, progress
             ))
             count = len(ds)
-        staging.commit()
+        _commit(staging, replace)
     except BaseException:
         staging.abort()
         raise
@@ -457,13 +416,13 @@ def recode(
     found = read_schema(src_path)
     target = found.with_codec(codec, dict_size)
     block_bytes = _check_chunk_bytes(chunk_bytes)
-    staging = _Staging(dst_path, overwrite)
+    staging, replace = _stage(dst_path, overwrite)
     try:
         if found.kind == "dense":
             count = _recode_dense(src_path, staging.path, target, block_bytes, progress)
         else:
             count = _recode_ragged(src_path, staging.path, target, block_bytes, progress)
-        staging.commit()
+        _commit(staging, replace)
     except BaseException:
         staging.abort()
         raise

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
+from loaderx.commit import recover
 from loaderx.errors import (
     CorruptStoreError,
     DictionaryError,
@@ -84,6 +85,11 @@ def _open_store(
     A folder with a shard manifest opens as a ShardedStore. A read-only open never creates
     anything.
     """
+    if not readonly and not is_file(schema_path(path)):
+        # A conversion killed in the middle of replacing this folder left it moved aside: put
+        # the complete one in place before deciding there is no dataset (or creating one).
+        # A read-only open changes nothing, so it leaves that to the next writable one.
+        recover(path)
     if is_file(schema_path(path)):
         found = read_schema(path)
         if found.kind != kind:

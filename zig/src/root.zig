@@ -22,6 +22,7 @@ test {
     _ = @import("lock.zig");
     _ = @import("compaction.zig");
     _ = @import("dictionary.zig");
+    _ = @import("journal.zig");
     _ = @import("store_test.zig");
     _ = @import("view.zig");
     _ = @import("sampler.zig");

@@ -20,6 +20,7 @@ const RecordLoc = format.RecordLoc;
 const fail = meta_file.fail;
 const compaction = @import("compaction.zig");
 const dictionary = @import("dictionary.zig");
+const journal = @import("journal.zig");
 const outOfMemory = errors.outOfMemory;
 const lock_file = @import("lock.zig");
 
@@ -193,6 +194,8 @@ pub const Store = struct {
             else => return err,
         };
         errdefer meta.close(io);
+        // A delete a crash interrupted is finished before anything looks at the table.
+        _ = try journal.replay(allocator, io, dir, &meta);
         const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
         errdefer allocator.destroy(chunks);
         chunks.* = .{};
@@ -633,7 +636,8 @@ pub const Store = struct {
 
     // ---- delete, stats, sync --------------------------------------------------------------
 
-    /// Swap-last delete: targets in descending order, duplicates once each.
+    /// Swap-last delete: targets in descending order, duplicates once each. Atomic under a
+    /// crash: the final entries go to a redo log first (journal.zig).
     pub fn delete(store: *Store, indices: []const i64) Error!void {
         const io = pool.io();
         try store.refuseIfReadOnly();
@@ -647,18 +651,34 @@ pub const Store = struct {
         defer store.allocator.free(targets);
         for (indices, targets) |index, *target| target.* = @intCast(index);
         std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
-        var new_length = old_length;
-        var previous: ?u32 = null;
-        for (targets) |target| {
-            if (previous == target) continue;
-            previous = target;
-            new_length -= 1;
-            assert(target <= new_length);
-            store.meta.table[target] = store.meta.table[new_length];
+        const unique = uniqueSorted(targets);
+        const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
+        // Every entry a swap-last delete copies comes from [new_length, old_length). Running it
+        // on a copy of that tail yields the final value of each entry below new_length without
+        // touching the table, which changes only after the plan is in the log.
+        const tail = store.allocator.alloc(format.RecordLoc, unique.len) catch return outOfMemory();
+        defer store.allocator.free(tail);
+        @memcpy(tail, store.meta.table[new_length..old_length]);
+        const moves = store.allocator.alloc(journal.Move, unique.len) catch return outOfMemory();
+        defer store.allocator.free(moves);
+        var move_count: usize = 0;
+        var last = old_length;
+        for (unique) |target| {
+            last -= 1;
+            assert(target <= last and last >= new_length);
+            const entry = tail[last - new_length];
+            if (target >= new_length) {
+                tail[target - new_length] = entry; // beyond the new length: invisible
+            } else {
+                moves[move_count] = .{ .target = target, .entry = entry };
+                move_count += 1;
+            }
         }
+        const plan: journal.Plan = .{ .old_length = old_length, .new_length = new_length, .moves = moves[0..move_count] };
+        try journal.write(store.allocator, io, store.dir, plan, store.durable);
+        journal.apply(&store.meta, plan);
         if (store.durable) try store.meta.flushAll(io);
-        store.meta.publishLength(new_length);
-        if (store.durable) try store.meta.flushHeader(io);
+        try journal.remove(io, store.dir, store.durable);
     }
 
     pub fn stats(store: *Store) Error!Stats {
@@ -892,6 +912,17 @@ fn checkCodec(tag: u8) Error!Codec {
         return error.InvalidArgument;
     }
     return c;
+}
+
+/// Moves the distinct values of a sorted slice to its front and returns them.
+fn uniqueSorted(values: []u32) []u32 {
+    var count: usize = 0;
+    for (values) |value| {
+        if (count > 0 and values[count - 1] == value) continue;
+        values[count] = value;
+        count += 1;
+    }
+    return values[0..count];
 }
 
 pub fn checkIndices(indices: []const i64, length: u64) Error!void {

@@ -1,0 +1,254 @@
+"""Crash-safe replacement of a folder: build beside it, make it durable, swap, recover.
+
+A folder `dst` is replaced through hidden siblings that share one random token:
+
+    .<name>.loaderx-partial-<token>   being built; never complete (removed on recovery)
+    .<name>.loaderx-new-<token>       complete and durable, not yet in place
+    .<name>.loaderx-old-<token>       the previous `dst`, moved aside during the swap
+
+The commit runs: fsync every file and the folder -> rename partial to new (fsync the parent) ->
+rename dst to old -> rename new to dst (fsync the parent) -> remove old. A process killed
+between any two steps leaves either `dst` (old or new, complete) or a new folder that recovery
+renames into place, so `dst` is never lost. `recover(dst)` runs before every staging and when a
+dataset is not found: it finishes a swap whose `dst` is missing, rolls back one that had not
+started, and removes what killed runs left behind.
+
+A running conversion holds an flock on each of its hidden folders (the kernel drops it when the
+process dies), so recovery in another process never touches a live one; commits and recoveries
+of one parent folder are serialised by an flock on that parent. Where flock does not exist
+(Windows) recovery assumes no other conversion of the same destination is running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from types import TracebackType
+from typing import Final
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+PARTIAL: Final = "partial"
+NEW: Final = "new"
+OLD: Final = "old"
+_HIDDEN: Final = re.compile(r"\.(?P<name>.+)\.loaderx-(?P<state>partial|new|old)-(?P<token>\w+)")
+
+
+def hidden_name(name: str, state: str, token: str) -> str:
+    return f".{name}.loaderx-{state}-{token}"
+
+
+# --- durability and locks ----------------------------------------------------------------------
+
+
+def fsync_folder(folder: str) -> None:
+    """fsyncs a folder's entries (its renames and new files), where the OS allows it."""
+    if os.name == "nt":
+        return  # Windows cannot open a folder for fsync; NTFS journals renames itself
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: str) -> None:
+    """fsyncs every regular file in folder (one level: store folders are flat), then folder."""
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False):
+            fd = os.open(entry.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_folder(folder)
+
+
+class _FolderLock:
+    """An flock on a folder's inode: it follows the folder through renames, dies with us."""
+
+    fd: int
+
+    def __init__(self, folder: str, blocking: bool) -> None:
+        self.fd = -1
+        if fcntl is None:
+            return
+        try:
+            self.fd = os.open(folder, os.O_RDONLY)
+        except PermissionError:
+            return  # a folder we may not read is locked by nobody we know of
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = -1
+            raise
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the last descriptor drops the flock
+            self.fd = -1
+
+    def __enter__(self) -> _FolderLock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def _try_lock(folder: str) -> _FolderLock | None:
+    """The folder's lock, or None while a live process holds it."""
+    try:
+        return _FolderLock(folder, blocking=False)
+    except BlockingIOError:
+        return None
+    except FileNotFoundError:
+        return None  # gone meanwhile: nothing to do for it
+
+
+# --- recovery ----------------------------------------------------------------------------------
+
+
+def _leftovers(dst: str) -> dict[str, dict[str, str]]:
+    """dst's hidden siblings grouped by token: {token: {state: path}}."""
+    parent, name = os.path.split(dst)
+    groups: dict[str, dict[str, str]] = {}
+    for entry in os.listdir(parent):
+        match = _HIDDEN.fullmatch(entry)
+        if match and match["name"] == name:
+            groups.setdefault(match["token"], {})[match["state"]] = os.path.join(parent, entry)
+    return groups
+
+
+def _settle(dst: str, group: dict[str, str]) -> None:
+    """Finishes or rolls back one interrupted swap (every folder of it is locked by us)."""
+    if PARTIAL in group:
+        shutil.rmtree(group[PARTIAL])  # never completed: nothing in it is worth keeping
+    new, old = group.get(NEW), group.get(OLD)
+    present = os.path.lexists(dst)
+    if new is not None and not present:
+        os.replace(new, dst)  # the new folder was complete and durable: finish the swap
+        new = None
+        present = True
+    elif old is not None and not present:
+        os.replace(old, dst)  # no new folder to finish with: put the old one back
+        old = None
+        present = True
+    if new is not None and old is None:
+        shutil.rmtree(new)  # the swap never started: dst is the old folder, keep it
+    elif old is not None and new is None:
+        shutil.rmtree(old)  # the swap finished: dst is the new folder
+    # new and old both present with dst present means dst was created by someone else after
+    # the old folder moved aside; neither is removed, as neither can be placed.
+
+
+def recover(dst: str) -> None:
+    """Finishes or rolls back interrupted swaps of dst and removes dead runs' hidden folders."""
+    dst = os.path.abspath(dst)
+    parent = os.path.dirname(dst)
+    try:
+        groups = _leftovers(dst)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return  # no parent folder, or one we may not list: nothing we could recover there
+    if not groups:
+        return
+    with _FolderLock(parent, blocking=True):
+        for group in _leftovers(dst).values():
+            locks = [_try_lock(path) for path in group.values()]
+            try:
+                if all(lock is not None for lock in locks):
+                    _settle(dst, group)
+            finally:
+                for lock in locks:
+                    if lock is not None:
+                        lock.release()
+        fsync_folder(parent)
+
+
+# --- staging and commit ------------------------------------------------------------------------
+
+
+class StagedFolder:
+    """A hidden folder beside dst, built by the caller, that replaces dst on commit()."""
+
+    final: str
+    path: str
+    token: str
+    _lock: _FolderLock
+
+    def __init__(self, dst: str) -> None:
+        self.final = os.path.abspath(dst)
+        parent, name = os.path.split(self.final)
+        os.makedirs(parent, exist_ok=True)
+        recover(self.final)
+        while True:
+            self.path = tempfile.mkdtemp(prefix=hidden_name(name, PARTIAL, ""), dir=parent)
+            self.token = os.path.basename(self.path).rsplit("-", 1)[1]
+            self._lock = _FolderLock(self.path, blocking=True)
+            # A recovery elsewhere may have removed the folder before we locked it.
+            if self._lock.fd < 0 or os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path)):
+                break
+            self._lock.release()
+
+    def _sibling(self, state: str) -> str:
+        parent, name = os.path.split(self.final)
+        return os.path.join(parent, hidden_name(name, state, self.token))
+
+    def commit(self, replace: bool, recheck: Callable[[], object] | None = None) -> None:
+        """Makes the built folder durable and moves it to dst.
+
+        replace: dst holds a folder to swap out (recheck, if given, runs again right before the
+        swap and raises to refuse it); otherwise dst must be absent or an empty folder.
+        """
+        parent = os.path.dirname(self.final)
+        fsync_tree(self.path)
+        new = self._sibling(NEW)
+        with _FolderLock(parent, blocking=True):
+            os.replace(self.path, new)
+            self.path = new
+            fsync_folder(parent)
+            if replace:
+                if recheck is not None:
+                    recheck()
+                self._swap(new)
+            else:
+                if os.path.isdir(self.final) and not os.path.islink(self.final):
+                    os.rmdir(self.final)  # the empty folder that was there (fails if it filled)
+                os.replace(new, self.final)
+                fsync_folder(parent)
+        self._lock.release()
+
+    def _swap(self, new: str) -> None:
+        """dst -> old, new -> dst, each rename durable before the next; then old is removed."""
+        parent = os.path.dirname(self.final)
+        old = self._sibling(OLD)
+        with _FolderLock(self.final, blocking=True):
+            os.replace(self.final, old)
+            fsync_folder(parent)
+            try:
+                os.replace(new, self.final)
+            except BaseException:
+                os.replace(old, self.final)  # put the old folder back rather than lose both
+                raise
+            fsync_folder(parent)
+            shutil.rmtree(old)
+        fsync_folder(parent)
+
+    def abort(self) -> None:
+        """Removes the hidden folder (a failed build; dst was never touched)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._lock.release()
+
+
+__all__ = ["StagedFolder", "fsync_folder", "fsync_tree", "hidden_name", "recover"]
