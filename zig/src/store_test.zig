@@ -6,6 +6,7 @@ const store_mod = @import("store.zig");
 const format = @import("format.zig");
 const limits = @import("limits.zig");
 const pool = @import("pool.zig");
+const journal = @import("journal.zig");
 const Store = store_mod.Store;
 const Records = store_mod.Records;
 
@@ -239,6 +240,44 @@ test "delete: descending order, duplicates once, swap-last" {
     for (expected_ids, 0..) |id, index| try expectRecord(store, index, id, sizeHundreds(id), false);
     try store.delete(&[_]i64{ 0, 1, 2, 3, 4, 5, 6, 6 });
     try testing.expectEqual(@as(u64, 0), store.length());
+}
+
+test "a delete a crash interrupted after its redo log is finished by the next open; a torn log is dropped" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const io = pool.io();
+    {
+        const store = try folder.open();
+        defer store.close();
+        var batch = try Batch.init(0, 10, &sizeHundreds, false);
+        defer batch.deinit();
+        _ = try store.append(batch.records(), 0);
+        // What delete({2, 5, 9}) logs: 8 fills 5, 7 fills 2, the length drops to 7. The crash
+        // comes after the log and the first table write, before the length is published.
+        const moves = [_]journal.Move{
+            .{ .target = 5, .entry = store.meta.table[8] },
+            .{ .target = 2, .entry = store.meta.table[7] },
+        };
+        try journal.write(testing.allocator, io, store.dir, .{ .old_length = 10, .new_length = 7, .moves = &moves }, false);
+        store.meta.table[5] = store.meta.table[8];
+    }
+    {
+        const store = try folder.openExisting();
+        defer store.close();
+        const expected_ids = [_]u64{ 0, 1, 7, 3, 4, 8, 6 };
+        try testing.expectEqual(@as(u64, expected_ids.len), store.length());
+        for (expected_ids, 0..) |id, index| try expectRecord(store, index, id, sizeHundreds(id), false);
+        try testing.expectError(error.FileNotFound, folder.tmp.dir.access(io, journal.file_name, .{}));
+    }
+    // A log cut short by the crash was written before any table change: it is removed unused.
+    try folder.tmp.dir.writeFile(io, .{ .sub_path = journal.file_name, .data = "ZRDO\x01\x00" });
+    {
+        const store = try folder.openExisting();
+        defer store.close();
+        try testing.expectEqual(@as(u64, 7), store.length());
+        try expectRecord(store, 2, 7, sizeHundreds(7), false);
+        try testing.expectError(error.FileNotFound, folder.tmp.dir.access(io, journal.file_name, .{}));
+    }
 }
 
 /// Checks every live record against the model (model[index] = id).
