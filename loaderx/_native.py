@@ -56,7 +56,7 @@ class SamplerRequest(ctypes.Structure):
     ]
 
 
-# Status codes, as in zig/include/loaderx.h.
+# Status codes, as in zig/include/loaderx.h (tests/test_abi.py and zig/src/abi_test.zig check).
 OK: Final = 0
 INVALID_ARGUMENT: Final = 1
 INDEX_OUT_OF_RANGE: Final = 2
@@ -98,6 +98,12 @@ _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
 OPEN_CREATE: Final = 1
 OPEN_DURABLE: Final = 2
 OPEN_READ_ONLY: Final = 4
+
+# Limits of a store, as in loaderx.h (zig/src/limits.zig); tests/test_abi.py checks all three.
+RECORD_SIZE_MAX: Final = 1 << 20
+RECORD_COUNT_MAX: Final = 1 << 24
+CHUNK_COUNT_MAX: Final = 1 << 12
+CHUNK_SIZE_MAX: Final = 1 << 32
 
 SAMPLER_SEQUENTIAL: Final = 0
 SAMPLER_IID: Final = 1

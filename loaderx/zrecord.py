@@ -29,8 +29,8 @@ from loaderx.paths import is_file
 from loaderx.schema import Codec
 
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
-RECORD_SIZE_MAX: Final = 1 << 20
-RECORD_COUNT_MAX: Final = 1 << 24
+RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
+RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
 
 # A batch of records: a sequence of bytes-like objects, or an array whose rows are the records.
 Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"

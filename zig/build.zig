@@ -147,6 +147,9 @@ fn createRootModule(
         .link_libc = true,
         .pic = true,
     });
+    // The C header as an import, so abi_test.zig can @embedFile it (files outside src/ are
+    // otherwise out of a module's reach).
+    module.addAnonymousImport("loaderx.h", .{ .root_source_file = b.path("include/loaderx.h") });
     module.addIncludePath(zstd_lib);
     module.addCSourceFiles(.{ .root = zstd_lib, .files = &zstd_c_files, .flags = &zstd_c_flags });
     // zstd's hand-written Huffman decoder is x86-64 System V assembly; elsewhere zstd uses C.

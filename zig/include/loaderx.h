@@ -7,6 +7,8 @@
  * - Handles are opaque. lx_store_close(NULL) does nothing.
  * - Buffers are supplied by the caller. Indices are int64, already normalised by the caller to
  *   0 <= i < length; anything else is LX_INDEX_OUT_OF_RANGE, reported before any byte is copied.
+ *   A gather checks every destination slot's size against its record before copying any. A
+ *   count whose arrays could not fit in memory is LX_INVALID_ARGUMENT.
  * - Codecs: 0 raw, 1 zstd (level 3), 2 zstd with the store's dictionary (level 19).
  * - Threads: gather, record_lengths, stats and length may run from any number of threads at once;
  *   append may run concurrently with them (appends serialise among themselves). delete, compact
@@ -50,6 +52,12 @@ typedef enum lx_status {
 #define LX_OPEN_DURABLE 2u /* fsync data before the table and the table before the length */
 #define LX_OPEN_READ_ONLY 4u /* map read-only, take no writer lock, create nothing, refuse writes;
                               * not with LX_OPEN_CREATE */
+
+/* Limits of a store (zig/src/limits.zig; loaderx/_native.py repeats them, tests check all three). */
+#define LX_RECORD_SIZE_MAX 1048576u     /* bytes in one record, stored or logical: 2^20 */
+#define LX_RECORD_COUNT_MAX 16777216u   /* records in one store: 2^24 */
+#define LX_CHUNK_COUNT_MAX 4096u        /* chunk files 0.zr .. 4095.zr */
+#define LX_CHUNK_SIZE_MAX 4294967296ull /* bytes addressable in one chunk file: 2^32 */
 
 typedef struct lx_store lx_store;
 

@@ -31,10 +31,10 @@ const store_errors = @import("errors.zig");
 const store_limits = @import("limits.zig");
 const Store = store_mod.Store;
 
-/// Flags of lx_store_open (LX_OPEN_CREATE, LX_OPEN_DURABLE in loaderx.h).
-const open_create: u32 = 1;
-const open_durable: u32 = 2;
-const open_read_only: u32 = 4;
+/// Flags of lx_store_open (LX_OPEN_* in loaderx.h; abi_test.zig checks they agree).
+pub const open_create: u32 = 1;
+pub const open_durable: u32 = 2;
+pub const open_read_only: u32 = 4;
 
 /// Mirrors lx_stats in loaderx.h.
 pub const LxStats = extern struct {
@@ -54,6 +54,12 @@ fn storeStatus(result: store_errors.Error!void) Status {
 fn invalid(comptime fmt: []const u8, args: anytype) Status {
     status.setMessage(fmt, args);
     return .invalid_argument;
+}
+
+/// Whether `count` items of `item_size` bytes, plus `extra` more, could not exist in memory:
+/// such a count is a caller's bug, refused before any array is read.
+fn countOverflows(count: u64, comptime item_size: u64, comptime extra: u64) bool {
+    return count > std.math.maxInt(usize) / item_size - extra;
 }
 
 export fn lx_after_fork_child() callconv(.c) void {
@@ -143,6 +149,7 @@ export fn lx_store_gather_fixed(
     const s = store orelse return invalid("lx_store_gather_fixed: store is NULL", .{});
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_gather_fixed: indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_gather_fixed: count {d} overflows the address space", .{count});
     if (stride == 0) return invalid("lx_store_gather_fixed: stride is 0", .{});
     const dst_ptr = dst orelse return invalid("lx_store_gather_fixed: dst is NULL", .{});
     const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_store_gather_fixed: count * stride overflows", .{});
@@ -159,6 +166,7 @@ export fn lx_store_record_lengths(
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_record_lengths: indices is NULL", .{});
     const out_ptr = out_lengths orelse return invalid("lx_store_record_lengths: out_lengths is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_store_record_lengths: count {d} overflows the address space", .{count});
     return storeStatus(s.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
 }
 
@@ -173,6 +181,7 @@ export fn lx_store_gather(
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_gather: indices is NULL", .{});
     const offsets_ptr = dst_offsets orelse return invalid("lx_store_gather: dst_offsets is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_store_gather: count {d} overflows the address space", .{count});
     for (0..count) |i| {
         if (offsets_ptr[i + 1] < offsets_ptr[i])
             return invalid("lx_store_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
@@ -187,6 +196,7 @@ export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) ca
     const s = store orelse return invalid("lx_store_delete: store is NULL", .{});
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_delete: count {d} overflows the address space", .{count});
     return storeStatus(s.delete(indices_ptr[0..count]));
 }
 

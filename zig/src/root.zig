@@ -26,4 +26,6 @@ test {
     _ = @import("store_test.zig");
     _ = @import("view.zig");
     _ = @import("sampler.zig");
+    _ = @import("exports_test.zig");
+    _ = @import("abi_test.zig");
 }

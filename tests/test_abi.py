@@ -1,0 +1,158 @@
+"""The C ABI agrees with itself: zig/include/loaderx.h, loaderx/_native.py and the built library.
+
+Statuses, flags, sampler modes and limits are written in the header, in Zig and in Python; this
+test parses the header and compares it with _native.py's constants, its exception table and
+signature table, and with what the library itself answers (status names, the ABI version, the
+size of lx_stats). zig/src/abi_test.zig does the same between the header and the Zig sources.
+Everything is derived from the header, so a status or function added there is checked too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderx import _native, zrecord
+
+HEADER = Path(__file__).resolve().parents[1] / "zig" / "include" / "loaderx.h"
+
+
+def header_text() -> str:
+    """The header without comments."""
+    text = HEADER.read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def header_statuses() -> dict[str, int]:
+    body = re.search(r"typedef enum lx_status \{(.*?)\} lx_status;", header_text(), re.DOTALL)
+    assert body, "loaderx.h has no lx_status enum"
+    found = dict(
+        (name, int(value)) for name, value in re.findall(r"(LX_\w+)\s*=\s*(\d+)", body.group(1))
+    )
+    assert found, "no statuses parsed from loaderx.h"
+    return found
+
+
+def header_defines() -> dict[str, int]:
+    return {
+        name: int(value, 0)
+        for name, value in re.findall(r"#define\s+(LX_\w+)\s+(0x[0-9a-fA-F]+|\d+)[uUlL]*\b", header_text())
+    }
+
+
+def header_struct(name: str) -> list[tuple[str, str]]:
+    body = re.search(rf"typedef struct {name} \{{(.*?)\}} {name};", header_text(), re.DOTALL)
+    assert body, f"loaderx.h has no struct {name}"
+    return re.findall(r"(\w+)\s+(\w+)\s*;", body.group(1))
+
+
+def header_prototypes() -> dict[str, tuple[str, list[str]]]:
+    """name -> (return type, parameter types) for every lx_* function in the header."""
+    text = "\n".join(l for l in header_text().splitlines() if not l.lstrip().startswith("#"))
+    found: dict[str, tuple[str, list[str]]] = {}
+    for ret, name, params in re.findall(r"([\w\s\*]+?)\s*\b(lx_\w+)\s*\(([^)]*)\)\s*;", text):
+        kinds = [] if params.strip() in ("", "void") else [
+            re.sub(r"\s*\b\w+$", "", p.strip()) if not p.strip().endswith("*") else p.strip()
+            for p in params.split(",")
+        ]
+        found[name] = (" ".join(ret.split()), [" ".join(k.split()) for k in kinds])
+    assert found, "no prototypes parsed from loaderx.h"
+    return found
+
+
+_INTEGERS: dict[str, Any] = {
+    "uint8_t": ctypes.c_uint8,
+    "uint32_t": ctypes.c_uint32,
+    "uint64_t": ctypes.c_uint64,
+    "int64_t": ctypes.c_int64,
+    "int": ctypes.c_int,
+    "lx_status": ctypes.c_int,
+}
+
+
+def _agrees(c_type: str, declared: Any) -> bool:
+    """Whether a ctypes declaration passes/returns what the C type says (size and kind)."""
+    if "*" in c_type:
+        if declared in (ctypes.c_void_p, ctypes.c_char_p):
+            return True
+        return isinstance(declared, type) and issubclass(declared, ctypes._Pointer)
+    if c_type == "void":
+        return declared is None
+    expected = _INTEGERS.get(c_type)
+    assert expected is not None, f"the test does not know the C type {c_type!r}: add it"
+    return declared is not None and ctypes.sizeof(declared) == ctypes.sizeof(expected) and (
+        declared(-1).value < 0) == (expected(-1).value < 0)
+
+
+def test_statuses_agree_in_header_python_and_library() -> None:
+    statuses = header_statuses()
+    count = statuses.pop("LX_STATUS_COUNT")
+    assert sorted(statuses.values()) == list(range(count)), "statuses must be 0..count-1"
+    for name, value in statuses.items():
+        python_name = name.removeprefix("LX_")
+        assert getattr(_native, python_name, None) == value, f"_native.{python_name} != {value}"
+        assert _native.lib.lx_status_name(value).decode() == name
+        if value != _native.OK:
+            assert value in _native._EXCEPTIONS, f"{name} has no exception class in _native"
+    assert _native.lib.lx_status_name(count) == b"unknown"
+    assert _native.lib.lx_status_name(-1) == b"unknown"
+    # And no status in Python that the header lacks.
+    assert set(_native._EXCEPTIONS) <= set(statuses.values())
+
+
+def test_defines_agree_with_python_constants() -> None:
+    defines = header_defines()
+    for expected in ("LX_OPEN_CREATE", "LX_SAMPLER_IID", "LX_RECORD_SIZE_MAX", "LX_RECORD_COUNT_MAX"):
+        assert expected in defines, f"{expected} not parsed from loaderx.h"
+    for name, value in defines.items():
+        python_name = name.removeprefix("LX_")
+        holders = [m for m in (_native, zrecord) if hasattr(m, python_name)]
+        assert holders, f"{name} has no Python constant {python_name} in _native or zrecord"
+        for module in holders:
+            assert getattr(module, python_name) == value, f"{module.__name__}.{python_name}"
+
+
+def test_lx_stats_agrees_with_the_ctypes_mirror() -> None:
+    fields = header_struct("lx_stats")
+    mirror: list[tuple[str, Any]] = [(field[0], field[1]) for field in _native.Stats._fields_]
+    assert [name for _, name in fields] == [name for name, _ in mirror]
+    for (c_type, name), (_, declared) in zip(fields, mirror):
+        assert _agrees(c_type, declared), f"lx_stats.{name}: {c_type} vs {declared}"
+    assert ctypes.sizeof(_native.Stats) == 8 * len(fields)
+
+
+def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
+    # The library's view of lx_stats: it fills the struct and does not write past it.
+    with zrecord.Zrecord(str(tmp_path / "s")) as store:
+        store.append([b"abc", b"defg"])
+        size = ctypes.sizeof(_native.Stats)
+        buffer = (ctypes.c_uint8 * (size + 16))(*([0xEE] * (size + 16)))
+        handle = store._enter()
+        try:
+            code = _native.lib.lx_store_stats(handle, ctypes.cast(buffer, ctypes.POINTER(_native.Stats)))
+        finally:
+            store._leave()
+        assert code == _native.OK
+        stats = _native.Stats.from_buffer(buffer)
+        assert (stats.records, stats.live_bytes) == (2, 7)
+        assert bytes(buffer[size:]) == b"\xee" * 16
+
+
+@pytest.mark.parametrize("name", sorted(header_prototypes()))
+def test_every_prototype_agrees_with_its_ctypes_declaration(name: str) -> None:
+    ret, params = header_prototypes()[name]
+    function = getattr(_native.lib, name)
+    argtypes = function.argtypes or []
+    assert len(argtypes) == len(params), f"{name}: {len(params)} parameters in the header"
+    for position, (c_type, declared) in enumerate(zip(params, argtypes)):
+        assert _agrees(c_type, declared), f"{name} parameter {position}: {c_type} vs {declared}"
+    assert _agrees(ret.replace("const ", ""), function.restype), f"{name} returns {ret}"
+
+
+def test_the_abi_version_the_library_reports_is_the_one_python_wants() -> None:
+    assert _native.lib.lx_abi_version() == _native.ABI_VERSION

@@ -1,0 +1,92 @@
+//! zig/include/loaderx.h agrees with the Zig sources: every status (value and C name), the
+//! status count, the open flags, the sampler modes, the limits and the fields of lx_stats.
+//! The header is read as text (build.zig hands it over as the import "loaderx.h"), so whatever
+//! statuses or constants it gains are checked too; tests/test_abi.py checks Python against it.
+const std = @import("std");
+const testing = std.testing;
+const status = @import("status.zig");
+const limits = @import("limits.zig");
+const sampler = @import("sampler.zig");
+const exports = @import("exports.zig");
+
+const header = @embedFile("loaderx.h");
+
+/// The header's text between `start` and the next `end`.
+fn between(start: []const u8, end: []const u8) []const u8 {
+    const from = (std.mem.indexOf(u8, header, start) orelse @panic("loaderx.h lacks a section the ABI test reads")) + start.len;
+    const to = std.mem.indexOfPos(u8, header, from, end) orelse @panic("loaderx.h section is not closed");
+    return header[from..to];
+}
+
+/// The value of `#define name value[u]`, or null if the header has no such define.
+fn define(name: []const u8) ?u64 {
+    var lines = std.mem.splitScalar(u8, header, '\n');
+    while (lines.next()) |line| {
+        var words = std.mem.tokenizeAny(u8, line, " \t");
+        if (!std.mem.eql(u8, words.next() orelse continue, "#define")) continue;
+        if (!std.mem.eql(u8, words.next() orelse continue, name)) continue;
+        const value = std.mem.trimEnd(u8, words.next() orelse return null, "uUlL");
+        return std.fmt.parseInt(u64, value, 0) catch null;
+    }
+    return null;
+}
+
+test "every lx_status in the header is the Zig status of that value and C name, and no other exists" {
+    var entries = std.mem.tokenizeScalar(u8, between("typedef enum lx_status {", "}"), '\n');
+    var seen: usize = 0;
+    var count: ?c_int = null;
+    while (entries.next()) |raw| {
+        const line = std.mem.trim(u8, raw[0 .. std.mem.indexOf(u8, raw, "/*") orelse raw.len], " \t,");
+        if (line.len == 0) continue;
+        const equals = std.mem.indexOfScalar(u8, line, '=') orelse return error.UnparsedStatusLine;
+        const name = std.mem.trim(u8, line[0..equals], " \t");
+        const value = try std.fmt.parseInt(c_int, std.mem.trim(u8, line[equals + 1 ..], " \t"), 10);
+        if (std.mem.eql(u8, name, "LX_STATUS_COUNT")) {
+            count = value;
+            continue;
+        }
+        const zig_status = std.enums.fromInt(status.Status, value) orelse {
+            std.debug.print("{s} = {d} has no Zig status\n", .{ name, value });
+            return error.StatusMissingInZig;
+        };
+        try testing.expectEqualStrings(name, zig_status.name());
+        seen += 1;
+    }
+    try testing.expectEqual(status.status_count, count orelse return error.NoStatusCount);
+    try testing.expectEqual(@typeInfo(status.Status).@"enum".field_names.len, seen);
+}
+
+test "open flags, sampler modes and limits in the header are the Zig ones" {
+    try testing.expectEqual(@as(?u64, exports.open_create), define("LX_OPEN_CREATE"));
+    try testing.expectEqual(@as(?u64, exports.open_durable), define("LX_OPEN_DURABLE"));
+    try testing.expectEqual(@as(?u64, exports.open_read_only), define("LX_OPEN_READ_ONLY"));
+    inline for (@typeInfo(sampler.Mode).@"enum".field_names) |field| {
+        var name_buffer: [64]u8 = undefined;
+        const name = try std.fmt.bufPrint(&name_buffer, "LX_SAMPLER_{s}", .{field});
+        _ = std.ascii.upperString(name[11..], name[11..]);
+        try testing.expectEqual(@as(?u64, @backingInt(@field(sampler.Mode, field))), define(name));
+    }
+    try testing.expectEqual(@as(?u64, limits.record_size_max), define("LX_RECORD_SIZE_MAX"));
+    try testing.expectEqual(@as(?u64, limits.record_count_max), define("LX_RECORD_COUNT_MAX"));
+    try testing.expectEqual(@as(?u64, limits.chunk_count_max), define("LX_CHUNK_COUNT_MAX"));
+    try testing.expectEqual(@as(?u64, limits.chunk_size_max), define("LX_CHUNK_SIZE_MAX"));
+}
+
+test "lx_stats in the header has the fields of exports.LxStats, in order, all uint64_t" {
+    var fields = std.mem.tokenizeScalar(u8, between("typedef struct lx_stats {", "}"), '\n');
+    const info = @typeInfo(exports.LxStats).@"struct";
+    var index: usize = 0;
+    while (fields.next()) |raw| {
+        const line = std.mem.trim(u8, raw[0 .. std.mem.indexOf(u8, raw, "/*") orelse raw.len], " \t;");
+        if (line.len == 0) continue;
+        var words = std.mem.tokenizeAny(u8, line, " \t");
+        try testing.expectEqualStrings("uint64_t", words.next().?);
+        const name = words.next().?;
+        try testing.expect(index < info.field_names.len);
+        try testing.expectEqualStrings(info.field_names[index], name);
+        index += 1;
+    }
+    try testing.expectEqual(info.field_names.len, index);
+    inline for (info.field_types) |field_type| try testing.expect(field_type == u64);
+    try testing.expectEqual(@as(usize, 8 * index), @sizeOf(exports.LxStats));
+}

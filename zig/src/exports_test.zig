@@ -1,0 +1,225 @@
+//! Every `lx_*` export called through its C symbol with bad arguments: NULL pointers, zero
+//! sizes, overflowing counts, decreasing offsets, close(NULL). Each must answer with a status
+//! and a message (no panic, no crash), and refuse before any byte of the caller's moves.
+const std = @import("std");
+const testing = std.testing;
+const Status = @import("status.zig").Status;
+const limits = @import("limits.zig");
+
+const LxStore = opaque {};
+const LxStats = extern struct { records: u64, live_bytes: u64, chunk_bytes: u64, reclaimable: u64 };
+
+// Declared as a C caller sees loaderx.h; the linker resolves them to exports.zig's symbols.
+extern fn lx_status_name(status: c_int) [*:0]const u8;
+extern fn lx_last_error() [*:0]const u8;
+extern fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) Status;
+extern fn lx_store_close(store: ?*LxStore) void;
+extern fn lx_store_length(store: ?*const LxStore) u64;
+extern fn lx_store_has_dict(store: ?*const LxStore) c_int;
+extern fn lx_store_append(store: ?*LxStore, data: ?[*]const u8, offsets: ?[*]const u64, count: u64, codec: u8, out_first: ?*u64) Status;
+extern fn lx_store_append_fixed(store: ?*LxStore, data: ?[*]const u8, stride: u64, count: u64, codec: u8, out_first: ?*u64) Status;
+extern fn lx_store_gather_fixed(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
+extern fn lx_store_record_lengths(store: ?*LxStore, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
+extern fn lx_store_gather(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
+extern fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) Status;
+extern fn lx_store_compact(store: ?*LxStore) Status;
+extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
+extern fn lx_store_sync(store: ?*LxStore) Status;
+extern fn lx_store_train_dict(store: ?*LxStore, samples: ?[*]const u8, offsets: ?[*]const u64, count: u64, dict_size: u64) Status;
+extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, step: u64, shard_index: u64, shard_count: u64, out: ?[*]i64) Status;
+
+/// A refusal: the expected status and a non-empty message naming the problem.
+fn expectRefused(expected: Status, got: Status, fragment: []const u8) !void {
+    try testing.expectEqual(expected, got);
+    const message = std.mem.span(lx_last_error());
+    if (std.mem.indexOf(u8, message, fragment) == null) {
+        std.debug.print("message \"{s}\" lacks \"{s}\"\n", .{ message, fragment });
+        return error.TestUnexpectedMessage;
+    }
+}
+
+/// A store with records 0..9 of 4 bytes each (bytes i, i, i, i) in a fresh temporary folder.
+const Fixture = struct {
+    tmp: testing.TmpDir,
+    path: [80:0]u8 = @splat(0),
+    store: *LxStore,
+
+    fn init(fixture: *Fixture) !void {
+        fixture.* = .{ .tmp = testing.tmpDir(.{}), .store = undefined };
+        _ = try std.fmt.bufPrint(&fixture.path, ".zig-cache/tmp/{s}", .{fixture.tmp.sub_path});
+        var out: ?*LxStore = null;
+        try testing.expectEqual(Status.ok, lx_store_open(&fixture.path, 1, &out));
+        fixture.store = out.?;
+        var data: [40]u8 = undefined;
+        for (&data, 0..) |*b, i| b.* = @intCast(i / 4);
+        var first: u64 = 99;
+        try testing.expectEqual(Status.ok, lx_store_append_fixed(fixture.store, &data, 4, 10, 0, &first));
+        try testing.expectEqual(@as(u64, 0), first);
+    }
+
+    fn deinit(fixture: *Fixture) void {
+        lx_store_close(fixture.store);
+        fixture.tmp.cleanup();
+    }
+};
+
+const huge: u64 = std.math.maxInt(u64);
+
+test "library calls: unknown statuses, close(NULL), queries on NULL" {
+    try testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(-1)));
+    try testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(std.math.maxInt(c_int))));
+    lx_store_close(null);
+    try testing.expectEqual(@as(u64, 0), lx_store_length(null));
+    try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(null));
+}
+
+test "lx_store_open refuses NULLs, an empty path, unknown flags and a missing store" {
+    var out: ?*LxStore = null;
+    try expectRefused(.invalid_argument, lx_store_open(null, 0, &out), "path is NULL");
+    try testing.expectEqual(@as(?*LxStore, null), out);
+    try expectRefused(.invalid_argument, lx_store_open("x", 0, null), "out is NULL");
+    try expectRefused(.invalid_argument, lx_store_open("", 0, &out), "path is empty");
+    try expectRefused(.invalid_argument, lx_store_open(".", 0x80, &out), "unknown flags");
+    try expectRefused(.not_found, lx_store_open("/nonexistent/loaderx/store", 0, &out), "no such folder");
+    try testing.expectEqual(@as(?*LxStore, null), out);
+}
+
+test "every store call refuses a NULL store" {
+    var index: [1]i64 = .{0};
+    var offsets: [2]u64 = .{ 0, 1 };
+    var byte: [1]u8 = .{0};
+    var stats: LxStats = undefined;
+    var length: [1]u64 = undefined;
+    try expectRefused(.invalid_argument, lx_store_append(null, &byte, &offsets, 1, 0, null), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_append_fixed(null, &byte, 1, 1, 0, null), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(null, &index, 1, &byte, 1), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_lengths(null, &index, 1, &length), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather(null, &index, 1, &byte, &offsets), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_delete(null, &index, 1), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_compact(null), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_stats(null, &stats), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_sync(null), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_train_dict(null, &byte, &offsets, 1, 1024), "store is NULL");
+}
+
+test "appends refuse NULLs, decreasing offsets, bad codecs, zero strides and huge counts, changing nothing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var data: [8]u8 = @splat(7);
+    var first: u64 = 12345;
+    try expectRefused(.invalid_argument, lx_store_append(s, &data, null, 1, 0, &first), "offsets is NULL");
+    var two: [2]u64 = .{ 0, 4 };
+    try expectRefused(.invalid_argument, lx_store_append(s, null, &two, 1, 0, &first), "data is NULL");
+    var decreasing: [3]u64 = .{ 0, 6, 2 };
+    try expectRefused(.invalid_argument, lx_store_append(s, &data, &decreasing, 2, 0, &first), "decrease");
+    try expectRefused(.invalid_argument, lx_store_append(s, &data, &two, 1, 9, &first), "unknown codec");
+    var offsets_huge: [1]u64 = .{0};
+    try testing.expect(lx_store_append(s, &data, &offsets_huge, huge, 0, &first) != .ok);
+    try testing.expect(std.mem.span(lx_last_error()).len > 0);
+    try testing.expect(lx_store_append(s, &data, &offsets_huge, limits.record_count_max + 1, 0, &first) != .ok);
+    var too_large: [2]u64 = .{ 0, limits.record_size_max + 1 };
+    try expectRefused(.record_too_large, lx_store_append(s, &data, &too_large, 1, 0, &first), "");
+    try expectRefused(.invalid_argument, lx_store_append_fixed(s, &data, 0, 1, 0, &first), "stride is 0");
+    try expectRefused(.invalid_argument, lx_store_append_fixed(s, null, 4, 1, 0, &first), "data is NULL");
+    try testing.expect(lx_store_append_fixed(s, &data, 4, huge, 0, &first) != .ok);
+    try testing.expect(std.mem.span(lx_last_error()).len > 0);
+    try testing.expect(lx_store_append_fixed(s, &data, huge / 2, 4, 0, &first) != .ok);
+    try testing.expect(std.mem.span(lx_last_error()).len > 0);
+    try testing.expectEqual(@as(u64, 12345), first);
+    try testing.expectEqual(@as(u64, 10), lx_store_length(s));
+    // Zero records is a no-op, not an error.
+    try testing.expectEqual(Status.ok, lx_store_append_fixed(s, null, 4, 0, 0, null));
+    var one: [1]u64 = .{0};
+    try testing.expectEqual(Status.ok, lx_store_append(s, null, &one, 0, 0, null));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(s));
+}
+
+test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wrong sizes before writing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var out: [16]u8 = @splat(0xEE);
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, null, 4, &out, 4), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, null, 4), "dst is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, &out, 0), "stride is 0");
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge / 2, &out, 4), "overflow");
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge, &out, 1), "overflow");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &outside, 4, &out, 4), "out of range");
+    var negative: [4]i64 = .{ 0, 1, 2, -1 };
+    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &negative, 4, &out, 4), "out of range");
+    try expectRefused(.size_mismatch, lx_store_gather_fixed(s, &indices, 2, &out, 8), "destination slot");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+    // Zero records touch nothing, whatever the pointers.
+    try testing.expectEqual(Status.ok, lx_store_gather_fixed(s, null, 0, null, 0));
+
+    var lengths: [4]u64 = @splat(77);
+    try expectRefused(.invalid_argument, lx_store_record_lengths(s, null, 4, &lengths), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, 4, null), "out_lengths is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, huge, &lengths), "overflow");
+    try expectRefused(.index_out_of_range, lx_store_record_lengths(s, &outside, 4, &lengths), "out of range");
+    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
+
+    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
+    try expectRefused(.invalid_argument, lx_store_gather(s, null, 4, &out, &offsets), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, null), "dst_offsets is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, null, &offsets), "dst is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, huge, &out, &offsets), "overflow");
+    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
+    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, &decreasing), "decrease");
+    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
+    try expectRefused(.size_mismatch, lx_store_gather(s, &indices, 4, &out, &uneven), "destination slot");
+    try expectRefused(.index_out_of_range, lx_store_gather(s, &outside, 4, &out, &offsets), "out of range");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    // And the same arguments done right.
+    try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+}
+
+test "delete, stats, sync, compact and train_dict refuse bad arguments, changing nothing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var outside: [2]i64 = .{ 0, 10 };
+    try expectRefused(.invalid_argument, lx_store_delete(s, null, 2), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_delete(s, &outside, huge), "overflow");
+    try expectRefused(.index_out_of_range, lx_store_delete(s, &outside, 2), "out of range");
+    try testing.expectEqual(Status.ok, lx_store_delete(s, null, 0));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(s));
+    try expectRefused(.invalid_argument, lx_store_stats(s, null), "out is NULL");
+
+    var samples: [64]u8 = @splat(1);
+    var offsets: [9]u64 = .{ 0, 8, 16, 24, 32, 40, 48, 56, 64 };
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, &samples, null, 8, 1024), "offsets is NULL");
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, null, &offsets, 8, 1024), "samples is NULL");
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, &samples, &offsets, huge, 1024), "samples; at most");
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, &samples, &offsets, 8, 0), "dict_size");
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, &samples, &offsets, 8, huge), "dict_size");
+    try expectRefused(.invalid_argument, lx_store_train_dict(s, &samples, &offsets, 0, 1024), "at least");
+    try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(s));
+
+    try testing.expectEqual(Status.ok, lx_store_sync(s));
+    try testing.expectEqual(Status.ok, lx_store_compact(s));
+    var stats: LxStats = undefined;
+    try testing.expectEqual(Status.ok, lx_store_stats(s, &stats));
+    try testing.expectEqual(LxStats{ .records = 10, .live_bytes = 40, .chunk_bytes = 40, .reclaimable = 0 }, stats);
+}
+
+test "lx_sampler_fill refuses every bad argument with a message" {
+    var out: [4]i64 = @splat(-5);
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 4, 0, 0, 0, 1, null), "NULL");
+    try expectRefused(.invalid_argument, lx_sampler_fill(9, 10, 4, 0, 0, 0, 1, &out), "unknown sampler mode");
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, 0, 4, 0, 0, 0, 1, &out), "length is 0");
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, huge, 4, 0, 0, 0, 1, &out), "exceeds");
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 0, 0, 0, 0, 1, &out), "batch_size is 0");
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 4, 0, 0, 0, 0, &out), "shard_count is 0");
+    try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 4, 0, 0, 3, 3, &out), "shard_index");
+    try expectRefused(.invalid_argument, lx_sampler_fill(1, 10, huge, 0, 0, 0, 2, &out), "overflows");
+    try testing.expectEqualSlices(i64, &@as([4]i64, @splat(-5)), &out);
+}
