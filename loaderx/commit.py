@@ -60,9 +60,11 @@ def fsync_folder(folder: str) -> None:
 
 def fsync_tree(folder: str) -> None:
     """fsyncs every regular file in folder (one level: store folders are flat), then folder."""
+    # Windows flushes only handles open for writing; elsewhere reading is enough.
+    mode = os.O_RDWR if os.name == "nt" else os.O_RDONLY
     for entry in os.scandir(folder):
         if entry.is_file(follow_symlinks=False):
-            fd = os.open(entry.path, os.O_RDONLY)
+            fd = os.open(entry.path, mode)
             try:
                 os.fsync(fd)
             finally:
