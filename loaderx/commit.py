@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable
 from types import TracebackType
 from typing import Final
@@ -59,17 +59,21 @@ def fsync_folder(folder: str) -> None:
 
 
 def fsync_tree(folder: str) -> None:
-    """fsyncs every regular file in folder (one level: store folders are flat), then folder."""
+    """fsyncs every regular file under folder (a sharded dataset has shard folders), then every
+    folder, deepest first, so each folder's entries are durable before its parent's."""
     # Windows flushes only handles open for writing; elsewhere reading is enough.
     mode = os.O_RDWR if os.name == "nt" else os.O_RDONLY
-    for entry in os.scandir(folder):
-        if entry.is_file(follow_symlinks=False):
-            fd = os.open(entry.path, mode)
+    for here, _folders, files in os.walk(folder, topdown=False):
+        for name in files:
+            path = os.path.join(here, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, mode)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    fsync_folder(folder)
+        fsync_folder(here)
 
 
 class _FolderLock:
@@ -195,8 +199,14 @@ class StagedFolder:
         os.makedirs(parent, exist_ok=True)
         recover(self.final)
         while True:
-            self.path = tempfile.mkdtemp(prefix=hidden_name(name, PARTIAL, ""), dir=parent)
-            self.token = os.path.basename(self.path).rsplit("-", 1)[1]
+            self.token = secrets.token_hex(6)
+            self.path = os.path.join(parent, hidden_name(name, PARTIAL, self.token))
+            try:
+                # Not tempfile.mkdtemp: its mode 0700 would become the user's store's; this
+                # folder gets what the umask gives any folder.
+                os.mkdir(self.path, 0o777)
+            except FileExistsError:
+                continue
             self._lock = _FolderLock(self.path, blocking=True)
             # A recovery elsewhere may have removed the folder before we locked it.
             if self._lock.fd < 0 or os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path)):

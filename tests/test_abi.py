@@ -128,7 +128,7 @@ def test_lx_stats_agrees_with_the_ctypes_mirror() -> None:
 
 def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
     # The library's view of lx_stats: it fills the struct and does not write past it.
-    with zrecord.Zrecord(str(tmp_path / "s")) as store:
+    with zrecord.Zrecord(str(tmp_path / "s"), create=True) as store:
         store.append([b"abc", b"defg"])
         size = ctypes.sizeof(_native.Stats)
         buffer = (ctypes.c_uint8 * (size + 16))(*([0xEE] * (size + 16)))

@@ -331,7 +331,7 @@ def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> Non
 def test_gather_into_refuses_a_wrong_record_size_before_copying(store_path: str, codec: str) -> None:
     # 2,000 records of 4 bytes, then one of 5: a copy that checked sizes as it went would have
     # filled the first 8,000 bytes of out before reaching the odd one.
-    with Zrecord(store_path, codec=codec) as store:
+    with Zrecord(store_path, create=True, codec=codec) as store:
         store.append_fixed(np.arange(8000, dtype=np.uint8), 4)
         store.append([b"fives"])
         indices = np.arange(len(store), dtype=np.int64)

@@ -129,7 +129,7 @@ def _delete_some(store: Zrecord, log: Log, draw: random.Random) -> None:
 
 
 def work_append(path: str, log: Log, draw: random.Random, next_id: int) -> None:
-    with Zrecord(path) as store:
+    with Zrecord(path, create=True) as store:
         while True:
             next_id = _append_batch(store, log, draw, next_id, draw.randrange(1, 40))
 
@@ -137,7 +137,7 @@ def work_append(path: str, log: Log, draw: random.Random, next_id: int) -> None:
 def work_delete(path: str, log: Log, draw: random.Random, next_id: int) -> None:
     # durable=True a third of the time: its fsyncs between the table and the length widen the
     # window in which a kill lands mid-delete.
-    with Zrecord(path, durable=draw.random() < 0.3) as store:
+    with Zrecord(path, create=True, durable=draw.random() < 0.3) as store:
         while True:
             if len(store) < RECORDS_TARGET:
                 next_id = _append_batch(store, log, draw, next_id, draw.randrange(50, 200))
@@ -146,7 +146,7 @@ def work_delete(path: str, log: Log, draw: random.Random, next_id: int) -> None:
 
 
 def work_compact(path: str, log: Log, draw: random.Random, next_id: int) -> None:
-    with Zrecord(path, durable=draw.random() < 0.3) as store:
+    with Zrecord(path, create=True, durable=draw.random() < 0.3) as store:
         while True:
             if len(store) < RECORDS_TARGET:
                 next_id = _append_batch(store, log, draw, next_id, draw.randrange(50, 200))
