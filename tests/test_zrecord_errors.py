@@ -328,7 +328,9 @@ def test_gather_into_refuses_out_of_range_before_copying(store_path: str) -> Non
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
-def test_gather_into_refuses_a_wrong_record_size_before_copying(store_path: str, codec: str) -> None:
+def test_gather_into_refuses_a_wrong_record_size_before_copying(
+    store_path: str, codec: Codec
+) -> None:
     # 2,000 records of 4 bytes, then one of 5: a copy that checked sizes as it went would have
     # filled the first 8,000 bytes of out before reaching the odd one.
     with Zrecord(store_path, create=True, codec=codec) as store:
