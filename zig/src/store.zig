@@ -619,7 +619,7 @@ pub const Store = struct {
     pub fn checkSlot(store: *const Store, index: u64, slot_length: u64, position: usize) Error!void {
         const logic_length = store.meta.table[index].logic_length;
         if (slot_length != logic_length) {
-            status.setMessage("record {d} (position {d}) is {d} bytes but its destination slot is {d}", .{ index, position, logic_length, slot_length });
+            status.setMessage("record {d} is {d} bytes but its destination slot is {d} (position {d})", .{ index, logic_length, slot_length, position });
             return error.SizeMismatch;
         }
     }
