@@ -479,3 +479,22 @@ def test_a_file_in_place_of_the_store_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError, match="is a file"):
         Zrecord(path)
     assert path.read_bytes() == b"hello"
+
+
+def test_an_interrupted_delete_is_finished_by_a_writable_open_only(store_path: str) -> None:
+    from loaderx.errors import ReadOnlyStoreError
+
+    with Zrecord(store_path, create=True) as store:
+        store.append([b"a", b"b", b"c"])
+    # A log cut short by a crash (its table untouched): a read-only open cannot finish or drop
+    # it and says so; a writable open drops it and the store is as it was.
+    redo = os.path.join(store_path, "redo.zr")
+    with open(redo, "wb") as f:
+        f.write(b"ZRDO\x01")
+    with pytest.raises(ReadOnlyStoreError, match="open the store writable once"):
+        Zrecord(store_path, readonly=True)
+    with Zrecord(store_path) as store:
+        assert store.gather(slice(None)) == [b"a", b"b", b"c"]
+    assert not os.path.exists(redo)
+    with Zrecord(store_path, readonly=True) as store:
+        assert len(store) == 3

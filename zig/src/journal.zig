@@ -91,6 +91,12 @@ pub fn remove(io: Io, dir: Io.Dir, durable: bool) Error!void {
     if (durable) try syncFolder(io, dir);
 }
 
+/// Whether a log is present (an interrupted delete, or one running in this process).
+pub fn exists(io: Io, dir: Io.Dir) bool {
+    dir.access(io, file_name, .{}) catch return false;
+    return true;
+}
+
 /// Sets every entry of the plan and publishes its length (the delete itself, or its redo).
 pub fn apply(meta: *meta_file.Meta, plan: Plan) void {
     for (plan.moves) |move| {

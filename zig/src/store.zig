@@ -194,8 +194,16 @@ pub const Store = struct {
             else => return err,
         };
         errdefer meta.close(io);
-        // A delete a crash interrupted is finished before anything looks at the table.
-        _ = try journal.replay(allocator, io, dir, &meta);
+        // A delete a crash interrupted is finished before anything looks at the table. That
+        // writes, so it takes the writer lock, and a read-only handle cannot do it.
+        if (journal.exists(io, dir)) {
+            if (options.read_only) {
+                status.setMessage("a delete interrupted by a crash left {s}; open the store writable once to finish it", .{journal.file_name});
+                return error.ReadOnly;
+            }
+            try locks.holdWriter(io, dir);
+            _ = try journal.replay(allocator, io, dir, &meta);
+        }
         const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
         errdefer allocator.destroy(chunks);
         chunks.* = .{};
