@@ -126,6 +126,14 @@ def test_lx_stats_agrees_with_the_ctypes_mirror() -> None:
     assert ctypes.sizeof(_native.Stats) == 8 * len(fields)
 
 
+def test_lx_sampler_request_agrees_with_the_ctypes_mirror() -> None:
+    fields = header_struct("lx_sampler_request")
+    mirror: list[tuple[str, Any]] = [(f[0], f[1]) for f in _native.SamplerRequest._fields_]
+    assert [name for _, name in fields] == [name for name, _ in mirror]
+    for (c_type, name), (_, declared) in zip(fields, mirror):
+        assert _agrees(c_type, declared), f"lx_sampler_request.{name}: {c_type} vs {declared}"
+
+
 def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
     # The library's view of lx_stats: it fills the struct and does not write past it.
     with zrecord.Zrecord(str(tmp_path / "s"), create=True) as store:

@@ -1,5 +1,6 @@
 //! zig/include/loaderx.h agrees with the Zig sources: every status (value and C name), the
-//! status count, the open flags, the sampler modes, the limits and the fields of lx_stats.
+//! status count, the open flags, the sampler modes, the limits and the fields of lx_stats and
+//! lx_sampler_request.
 //! The header is read as text (build.zig hands it over as the import "loaderx.h"), so whatever
 //! statuses or constants it gains are checked too; tests/test_abi.py checks Python against it.
 const std = @import("std");
@@ -72,21 +73,36 @@ test "open flags, sampler modes and limits in the header are the Zig ones" {
     try testing.expectEqual(@as(?u64, limits.chunk_size_max), define("LX_CHUNK_SIZE_MAX"));
 }
 
-test "lx_stats in the header has the fields of exports.LxStats, in order, all uint64_t" {
-    var fields = std.mem.tokenizeScalar(u8, between("typedef struct lx_stats {", "}"), '\n');
-    const info = @typeInfo(exports.LxStats).@"struct";
+/// A header struct's fields, in order, have the names and integer types of the Zig mirror T.
+fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
+    var fields = std.mem.tokenizeScalar(u8, between("typedef struct " ++ c_name ++ " {", "}"), '\n');
+    const info = @typeInfo(T).@"struct";
+    var c_types: [info.field_names.len][]const u8 = undefined;
     var index: usize = 0;
     while (fields.next()) |raw| {
         const line = std.mem.trim(u8, raw[0 .. std.mem.indexOf(u8, raw, "/*") orelse raw.len], " \t;");
         if (line.len == 0) continue;
         var words = std.mem.tokenizeAny(u8, line, " \t");
-        try testing.expectEqualStrings("uint64_t", words.next().?);
+        const c_type = words.next().?;
         const name = words.next().?;
         try testing.expect(index < info.field_names.len);
         try testing.expectEqualStrings(info.field_names[index], name);
+        c_types[index] = c_type;
         index += 1;
     }
     try testing.expectEqual(info.field_names.len, index);
-    inline for (info.field_types) |field_type| try testing.expect(field_type == u64);
-    try testing.expectEqual(@as(usize, 8 * index), @sizeOf(exports.LxStats));
+    inline for (info.field_types, 0..) |field_type, i| {
+        const expected = switch (field_type) {
+            u32 => "uint32_t",
+            u64 => "uint64_t",
+            else => @compileError("abi_test: map this field type to its C name"),
+        };
+        try testing.expectEqualStrings(expected, c_types[i]);
+    }
+}
+
+test "lx_stats and lx_sampler_request in the header are the Zig extern structs, field for field" {
+    try expectStructMatches(exports.LxStats, "lx_stats");
+    try expectStructMatches(exports.LxSamplerRequest, "lx_sampler_request");
+    try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxStats));
 }

@@ -26,6 +26,8 @@ extern fn lx_store_compact(store: ?*LxStore) Status;
 extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
 extern fn lx_store_sync(store: ?*LxStore) Status;
 extern fn lx_store_train_dict(store: ?*LxStore, samples: ?[*]const u8, offsets: ?[*]const u64, count: u64, dict_size: u64) Status;
+const LxSamplerRequest = extern struct { mode: u32, reserved: u32, length: u64, batch_size: u64, seed: u64, shard_index: u64, shard_count: u64 };
+extern fn lx_sampler_batch(request: ?*const LxSamplerRequest, step: u64, out: ?[*]i64) Status;
 extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, step: u64, shard_index: u64, shard_count: u64, out: ?[*]i64) Status;
 
 /// A refusal: the expected status and a non-empty message naming the problem.
@@ -221,5 +223,13 @@ test "lx_sampler_fill refuses every bad argument with a message" {
     try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 4, 0, 0, 0, 0, &out), "shard_count is 0");
     try expectRefused(.invalid_argument, lx_sampler_fill(0, 10, 4, 0, 0, 3, 3, &out), "shard_index");
     try expectRefused(.invalid_argument, lx_sampler_fill(1, 10, huge, 0, 0, 0, 2, &out), "overflows");
+    var request: LxSamplerRequest = .{ .mode = 0, .reserved = 0, .length = 10, .batch_size = 4, .seed = 0, .shard_index = 0, .shard_count = 1 };
+    try expectRefused(.invalid_argument, lx_sampler_batch(null, 0, &out), "request is NULL");
+    try expectRefused(.invalid_argument, lx_sampler_batch(&request, 0, null), "NULL");
+    request.reserved = 1;
+    try expectRefused(.invalid_argument, lx_sampler_batch(&request, 0, &out), "reserved");
+    request.reserved = 0;
+    request.batch_size = 0;
+    try expectRefused(.invalid_argument, lx_sampler_batch(&request, 0, &out), "batch_size is 0");
     try testing.expectEqualSlices(i64, &@as([4]i64, @splat(-5)), &out);
 }
