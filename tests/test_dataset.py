@@ -775,7 +775,6 @@ FAST_PATH_INDICES = [
     np.frombuffer(np.array([4, 4, 2], dtype=np.int64).tobytes(), dtype=np.int64),  # read-only
     np.array(7, dtype=np.int64),  # 0-d: one sample
     np.empty(0, dtype=np.int64),
-    np.empty(0, dtype=np.float64),
     *[np.array([1, 19, 0, 3], dtype=dtype) for dtype in
       (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.uint64)],
     np.array([-1, -19], dtype=np.int16),
@@ -787,9 +786,7 @@ def test_fast_path_index_arrays_read_as_numpy_does(
     dense: tuple[DenseDataset, npt.NDArray[Any]], index: npt.NDArray[Any]
 ) -> None:
     ds, values = dense
-    # An empty float array selects nothing, as loaderx documents (NumPy refuses its dtype).
-    positions = index.astype(np.int64) if index.size == 0 else index
-    want = values[reference_positions(positions, len(values))]
+    want = values[reference_positions(index, len(values))]
     same_bits(ds[index], want)
     same_bits(ds.read(index), want)
     out = np.zeros(want.shape, np.float32)
@@ -808,6 +805,19 @@ OUT_OF_RANGE = [
     np.arange(40, dtype=np.int64)[::2],  # non-contiguous and out of range
     np.array([[0, 1]], dtype=np.int64),  # two-dimensional
 ]
+
+
+def test_an_empty_float_index_is_refused_on_every_path_as_numpy_refuses_it(
+    dense: tuple[DenseDataset, npt.NDArray[Any]]
+) -> None:
+    ds, values = dense
+    index = np.empty(0, dtype=np.float64)
+    with pytest.raises(IndexError):
+        values[index]  # NumPy's own answer
+    out = np.full((0, 2, 3), 7.0, np.float32)
+    for read in (lambda: ds[index], lambda: ds.read(index), lambda: ds.read(index, out=out)):
+        with pytest.raises(TypeError, match="record indices must be integers, not float64"):
+            read()
 
 
 @pytest.mark.parametrize("index", OUT_OF_RANGE, ids=lambda a: f"{a.dtype.str}{a.shape}")
