@@ -197,17 +197,17 @@ def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
     and moved into place the way every converter does (an old store is replaced only with
     overwrite=True, and a failure leaves it as it was).
     """
-    from loaderx.converter import _Staging
+    from loaderx.converter import _commit, _stage
     from loaderx.shards import commit_shards
 
     folders = [folder for folder, _ in parts]
     if append:
         commit_shards(final, folders, schema)
         return
-    staging = _Staging(final, overwrite)
+    staging, replace = _stage(final, overwrite)
     try:
         commit_shards(staging.path, folders, schema)
-        staging.commit()
+        _commit(staging, replace)
     except BaseException:
         staging.abort()
         raise
