@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import numpy.testing  # numpy loads it lazily: import it here, never in a forked child
 import pytest
 
 from loaderx.dataset import DenseDataset
@@ -45,7 +46,13 @@ def ident_of(data: bytes) -> int:
 
 
 def run_child(body: Callable[[], None]) -> int:
-    """Forks; the child runs body under an alarm and exits 0 on success. Returns the pid."""
+    """Forks; the child runs body under an alarm and exits 0 on success. Returns the pid.
+
+    The child must import nothing: a parent thread may have held a module's import lock at the
+    moment of fork, and that lock stays held forever in the child (a lazy `np.testing` hung a
+    child this way). So everything a child uses is imported at the top of this file, and a child
+    that imported anything fails even when the race did not strike.
+    """
     pid = os.fork()
     if pid:
         return pid
@@ -54,7 +61,10 @@ def run_child(body: Callable[[], None]) -> int:
         # Where a hung child was, on stderr, before its alarm kills it.
         faulthandler.dump_traceback_later(CHILD_ALARM_SECONDS - 5, exit=False)
         signal.alarm(CHILD_ALARM_SECONDS)
+        modules_at_fork = set(sys.modules)
         body()
+        imported = sorted(set(sys.modules) - modules_at_fork)
+        assert not imported, f"the child imported {imported}: import them before forking"
         code = 0
     except BaseException:
         traceback.print_exc()
