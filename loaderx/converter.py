@@ -51,7 +51,8 @@ _END: Final = object()
 # staging folders a crashed rollover or commit may leave.
 _STORE_FILE: Final = re.compile(
     r"(schema\.msgpack|meta\.zr|dict\.zr|redo\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock"
-    r"|shard-[0-9]{6,7}|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock)(\.tmp[-.\w]*)?"
+    r"|shard-[0-9]{6,7}|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock|maintenance\.lock)"
+    r"(\.tmp[-.\w]*)?"
 )
 
 

@@ -7,6 +7,7 @@ user. Records carry their own id, so every check is on exact bytes.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pwd
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -253,6 +254,30 @@ def test_open_waits_for_maintenance_in_another_process(store_path: str) -> None:
         assert os.path.exists(marker)
         assert ident_of(store.gather(0)[0]) == 0
     finish(holder)
+
+
+def test_maintenance_is_refused_while_another_handle_converts_its_lock(store_path: str) -> None:
+    """flock turns shared into exclusive with a gap in which the converting handle holds nothing
+    on open.lock; a forked child once ran its delete in that gap, beside its parent's open
+    writer. Here another description stands exactly in that gap (maintenance.lock held, which
+    every converting handle holds throughout): maintenance is refused and changes nothing."""
+    with Zrecord(store_path, create=True) as store:
+        store.append([record(i) for i in range(10)])
+        before = folder_digest(store_path)
+        calls: list[Callable[[], object]] = [
+            lambda: store.delete([0]),
+            store.compact,
+            lambda: store.train_dict([record(i) * 20 for i in range(64)], 4096),
+        ]
+        with open(os.path.join(store_path, "maintenance.lock"), "rb") as converting:
+            fcntl.flock(converting, fcntl.LOCK_EX)
+            for call in calls:
+                with pytest.raises(StoreLockedError, match="needs the store to itself"):
+                    call()
+        assert folder_digest(store_path) == before
+        assert [ident_of(r) for r in store.gather(slice(None))] == list(range(10))
+        store.delete([0])  # nobody converts any more: the store is this handle's alone
+        assert sorted(ident_of(r) for r in store.gather(slice(None))) == list(range(1, 10))
 
 
 APPENDER = """

@@ -18,7 +18,8 @@
  *   open; the first write of a handle takes "writer.lock" exclusive until close, and a second
  *   writer gets LX_STORE_LOCKED at once. delete, compact and train_dict make open.lock exclusive
  *   for their duration and get LX_STORE_LOCKED while any other handle has the store open; opening
- *   waits up to 60 s for one to finish. Locks are flock()s: the kernel drops a dead process's.
+ *   waits up to 60 s for one to finish; a handle converts its lock under "maintenance.lock", and
+ *   one that finds that held is refused too. Locks are flock()s: the kernel drops a dead process's.
  * - fork(): call lx_after_fork_child() in the child. Stores opened before fork() keep working
  *   there; the child re-takes its shared lock on first use and is never the parent's writer.
  */

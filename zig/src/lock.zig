@@ -6,6 +6,11 @@
 //!   other handle, in this process or another, has the store open; opening waits while one runs.
 //! - `writer.lock`: the one writing handle holds it exclusive, from its first write until it
 //!   closes. Readers never touch it, so an appender never blocks them.
+//! - `maintenance.lock`: held exclusive while a handle converts open.lock from shared to
+//!   exclusive. flock cannot convert atomically: in the gap the converting handle holds nothing
+//!   on open.lock, and a second handle converting at that moment would find the store free and
+//!   run its delete/compact beside an open handle. A handle that finds maintenance.lock held is
+//!   refused at once instead: its holder is another handle that has the store open.
 //!
 //! flock locks belong to an open file description, so each handle opens the files itself (two
 //! handles in one process exclude each other like two processes), and a forked child, which
@@ -20,6 +25,7 @@ const Error = errors.Error;
 
 pub const open_file_name = "open.lock";
 pub const writer_file_name = "writer.lock";
+pub const maintenance_file_name = "maintenance.lock";
 
 /// How long opening (or re-locking after fork or a refused maintenance call) waits for another
 /// handle's delete/compact/train_dict to finish before giving up with StoreLocked.
@@ -31,6 +37,9 @@ pub const Locks = struct {
     /// the file is absent and cannot be created (a read-only filesystem nobody can write to).
     open_file: ?Io.File,
     writer_file: ?Io.File = null,
+    /// Null for a read-only handle (and after a fork, until the next maintenance call); locked
+    /// only while converting open.lock.
+    maintenance_file: ?Io.File = null,
     read_only: bool,
     /// Whether open_file currently holds the shared lock (false after a fork, until `relock`).
     shared_held: bool = false,
@@ -43,12 +52,15 @@ pub const Locks = struct {
     pub fn acquire(io: Io, dir: Io.Dir, read_only: bool) Error!Locks {
         var locks: Locks = .{ .open_file = try openLockFile(io, dir, open_file_name, read_only), .read_only = read_only };
         errdefer locks.release(io);
+        // Created with the other lock files, so a refused maintenance call adds no file.
+        if (!read_only) locks.maintenance_file = try openLockFile(io, dir, maintenance_file_name, false);
         try locks.takeShared(io);
         return locks;
     }
 
     /// Drops both locks and closes the files.
     pub fn release(locks: *Locks, io: Io) void {
+        if (locks.maintenance_file) |f| f.close(io);
         if (locks.writer_file) |f| {
             if (locks.writer_held) f.unlock(io);
             f.close(io);
@@ -83,14 +95,21 @@ pub const Locks = struct {
     /// other handle has the store open. The caller holds the store's in-process exclusive lock.
     /// A refusal may have let another handle's maintenance run in between: `refreshed` is set
     /// when the caller must drop what it cached of the files (chunk mappings, the dictionary).
-    pub fn takeExclusive(locks: *Locks, io: Io, operation: []const u8, refreshed: *bool) Error!void {
+    pub fn takeExclusive(locks: *Locks, io: Io, dir: Io.Dir, operation: []const u8, refreshed: *bool) Error!void {
         refreshed.* = false;
         const f = locks.open_file orelse {
             status.setMessage("{s} needs the store to itself, but {s} is missing and cannot be created here", .{ operation, open_file_name });
             return error.StoreLocked;
         };
         std.debug.assert(locks.shared_held);
+        std.debug.assert(!locks.read_only); // maintenance refuses read-only handles first
+        if (locks.maintenance_file == null) locks.maintenance_file = try openLockFile(io, dir, maintenance_file_name, false);
+        const gate = locks.maintenance_file.?;
+        const converting = gate.tryLock(io, .exclusive) catch |err| return lockFailed(err, maintenance_file_name);
+        if (!converting) return refuseOpenElsewhere(operation);
+        defer gate.unlock(io);
         // flock cannot convert without a gap: the shared lock goes, then exclusivity is tried.
+        // The gate above keeps every other handle from converting inside that gap.
         f.unlock(io);
         locks.shared_held = false;
         const taken = f.tryLock(io, .exclusive) catch |err| {
@@ -104,9 +123,7 @@ pub const Locks = struct {
             locks.relock_needed.store(true, .release);
             return err;
         };
-        status.setMessage("{s} needs the store to itself, but another handle (in this or another process, a reader or a writer) has it open: " ++
-            "every open handle holds {s} shared; close the others first", .{ operation, open_file_name });
-        return error.StoreLocked;
+        return refuseOpenElsewhere(operation);
     }
 
     /// Returns from exclusive to shared after maintenance (atomically: nobody slips in).
@@ -125,6 +142,8 @@ pub const Locks = struct {
     /// drop the parent's locks), so they are closed unlocked and the next call re-locks.
     pub fn forgetAfterFork(locks: *Locks) void {
         if (builtin.os.tag == .windows) return; // no fork there
+        if (locks.maintenance_file) |f| _ = std.c.close(f.handle);
+        locks.maintenance_file = null;
         if (locks.writer_file) |f| _ = std.c.close(f.handle);
         if (locks.open_file) |f| _ = std.c.close(f.handle);
         locks.writer_file = null;
@@ -157,6 +176,12 @@ pub const Locks = struct {
         locks.shared_held = true;
     }
 };
+
+fn refuseOpenElsewhere(operation: []const u8) Error {
+    status.setMessage("{s} needs the store to itself, but another handle (in this or another process, a reader or a writer) has it open: " ++
+        "every open handle holds {s} shared; close the others first", .{ operation, open_file_name });
+    return error.StoreLocked;
+}
 
 /// Opens a lock file, creating it for a writable handle. A read-only handle opens it read-only
 /// (flock needs no write access) and goes without when it is absent or unreadable.
@@ -198,14 +223,38 @@ test "a second writer and maintenance beside another open handle are refused" {
     try a.holdWriter(io, tmp.dir);
     try std.testing.expectError(error.StoreLocked, b.holdWriter(io, tmp.dir));
     var refreshed = false;
-    try std.testing.expectError(error.StoreLocked, a.takeExclusive(io, "compact", &refreshed));
+    try std.testing.expectError(error.StoreLocked, a.takeExclusive(io, tmp.dir, "compact", &refreshed));
     try std.testing.expect(a.shared_held);
     b.release(io);
     b_open = false;
-    try a.takeExclusive(io, "compact", &refreshed);
+    try a.takeExclusive(io, tmp.dir, "compact", &refreshed);
     try std.testing.expect(!refreshed);
     a.releaseExclusive(io);
     var r = try Locks.acquire(io, tmp.dir, true);
     defer r.release(io);
     try std.testing.expectError(error.ReadOnly, r.holdWriter(io, tmp.dir));
+}
+
+test "a handle in the gap of its own conversion still keeps the store from another handle" {
+    const io = std.testing.io;
+    var tmp = std.testing.tmpDir(.{});
+    defer tmp.cleanup();
+    var a = try Locks.acquire(io, tmp.dir, false);
+    defer a.release(io);
+    var b = try Locks.acquire(io, tmp.dir, false);
+    defer b.release(io);
+    // b stops exactly where takeExclusive leaves it between dropping shared and trying
+    // exclusive: the gate held, nothing held on open.lock.
+    const gate = b.maintenance_file.?;
+    try std.testing.expect(try gate.tryLock(io, .exclusive));
+    b.open_file.?.unlock(io);
+    b.shared_held = false;
+    var refreshed = false;
+    try std.testing.expectError(error.StoreLocked, a.takeExclusive(io, tmp.dir, "compact", &refreshed));
+    try std.testing.expect(a.shared_held and !refreshed);
+    // b finishes its refused conversion: back to shared, gate released; a is still refused.
+    try b.takeShared(io);
+    gate.unlock(io);
+    try std.testing.expectError(error.StoreLocked, a.takeExclusive(io, tmp.dir, "compact", &refreshed));
+    try std.testing.expect(a.shared_held);
 }

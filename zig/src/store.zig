@@ -776,7 +776,7 @@ pub const Store = struct {
         try store.relockHeld();
         // No writer lock is needed: exclusivity means no other handle, so no other writer.
         var refreshed = false;
-        store.locks.takeExclusive(io, operation, &refreshed) catch |err| {
+        store.locks.takeExclusive(io, store.dir, operation, &refreshed) catch |err| {
             if (refreshed) store.refresh() catch {};
             return err;
         };
