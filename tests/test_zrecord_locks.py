@@ -468,6 +468,7 @@ def test_readonly_on_a_read_only_filesystem(read_only_mount: str) -> None:
     # A store written before lock files existed has none; a read-only open must not need them.
     os.remove(os.path.join(old, "open.lock"))
     os.remove(os.path.join(old, "writer.lock"))
+    os.remove(os.path.join(old, "maintenance.lock"))
     subprocess.run(["mount", "-o", "remount,ro", read_only_mount], check=True)
     with Zrecord(path, readonly=True) as store:
         assert [ident_of(r) for r in store.gather(slice(None))] == list(range(50))
