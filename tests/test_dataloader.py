@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 import traceback
@@ -340,14 +341,17 @@ def test_a_forked_child_is_told_to_make_its_own_loader(streams: dict[str, DenseD
         next(loader)
         read, write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: report what next() did, then leave at once
+        if pid == 0:  # the child: report what next() did, then leave at once, whatever happened
+            verdict = b"child failed"
             try:
+                signal.alarm(20)  # a hung child dies, closing the pipe, rather than hang the test
                 next(loader)
                 verdict = b"no error"
             except RuntimeError as error:
                 verdict = b"ok" if b"another process" in str(error).encode() else b"wrong error"
-            os.write(write, verdict)
-            os._exit(0)
+            finally:  # never return into pytest's code in the child
+                os.write(write, verdict)
+                os._exit(0)
         os.close(write)
         with os.fdopen(read, "rb") as pipe:
             verdict = pipe.read()
