@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -53,6 +54,8 @@ _Signature = tuple[int, int, int]
 # Opening retries while the dataset folder keeps being replaced under it (each replacement is
 # a whole conversion, so two attempts nearly always suffice).
 _OPEN_ATTEMPTS: Final = 8
+# Seconds added to the wait before each further attempt while a replacement is in progress.
+_SWAP_WAIT: Final = 0.005
 
 
 def check_shard_records(shard_records: int) -> int:
@@ -126,17 +129,23 @@ class ShardedStore:
         """Opens every shard the manifest lists, refusing (naming the shard) one that is
         missing, has another schema, or holds a count the manifest does not allow. With
         readonly, every shard opens read-only and every write is refused."""
-        for _ in range(_OPEN_ATTEMPTS - 1):
+        for attempt in range(_OPEN_ATTEMPTS - 1):
             identity = _folder_identity(path)
             try:
                 sharded = cls._open_once(path, schema, shard_records, readonly)
             except (ManifestError, SchemaError, OSError):
-                if _folder_identity(path) == identity:
+                now = _folder_identity(path)
+                if now is not None and now == identity:
                     raise
-                continue  # the whole folder was replaced while we read it: open the new one
+                # The whole folder was replaced while we read it, or we are between the two
+                # renames of a replacement (the path names no folder for a moment): open again.
+                time.sleep(_SWAP_WAIT * attempt)
+                continue
             if _folder_identity(path) == identity:
                 return sharded
             sharded.close()  # manifest and shards may come from two folders: open again
+        if _folder_identity(path) is None:
+            raise FileNotFoundError(f"no dataset at {path!r} (it is gone, or being replaced)")
         return cls._open_once(path, schema, shard_records, readonly)
 
     @classmethod
