@@ -383,10 +383,10 @@ class DenseDataset(_DatasetBase):
         """read() of a one-dimensional int64 index array in one native call, or None (nothing
         copied) when the general path must run: another dtype, a negative or out-of-range
         index, an out that does not fit. The indices are not scanned here: the native gather
-        checks their bounds once, before any byte moves. A sharded dataset reads through its
-        view on the general path."""
+        checks their bounds once, before any byte moves (a sharded dataset's view does the
+        same across its shards)."""
         store = self._store
-        if index.ndim != 1 or not isinstance(store, Zrecord):
+        if index.ndim != 1:
             return None
         shape = (index.shape[0], *self.item_shape)
         if out is None:
@@ -419,7 +419,7 @@ class DenseDataset(_DatasetBase):
         if out.dtype != self.dtype:
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
         store = self._store
-        if isinstance(store, Zrecord) and store.gather_fixed(indices, out, self.record_size):
+        if store.gather_fixed(indices, out, self.record_size):
             return
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")

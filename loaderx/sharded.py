@@ -267,6 +267,14 @@ class ShardedStore:
             return
         view.gather_into(indices, out, record_size)
 
+    def gather_fixed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> bool:
+        """The dense fast path through the view (see View.gather_fixed); False, with nothing
+        copied, sends the caller to its general path."""
+        view = self._view
+        return view is not None and view.gather_fixed(indices, out, record_size)
+
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:

@@ -136,6 +136,34 @@ class View:
         finally:
             self._leave()
 
+    def gather_fixed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> bool:
+        """Zrecord.gather_fixed's contract over the whole view: True once done; False, with
+        nothing copied, when the fast path does not apply (not a non-empty one-dimensional
+        C-contiguous int64 array, an out that does not fit, or an index outside 0 <= i < len,
+        which the native side checks for every index before any byte moves). The caller then
+        takes its general path, which normalises the index and raises the documented errors."""
+        if type(indices) is not np.ndarray or indices.dtype != _INT64 or indices.ndim != 1:
+            return False
+        count = indices.shape[0]
+        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
+            return False
+        if not (indices.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+            return False
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_view_gather_fixed(
+                handle, _address(indices), count, _address(out), record_size
+            )
+        finally:
+            self._leave()
+        if code == _native.OK:
+            return True
+        if code == _native.INDEX_OUT_OF_RANGE:
+            return False
+        _native.raise_status(code, f"gather of {count} records from {self.name!r}")
+
     def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The logical size of each selected (global, normalised) record."""
         handle = self._enter()
