@@ -56,6 +56,38 @@ class SamplerRequest(ctypes.Structure):
     ]
 
 
+class VerifyProblem(ctypes.Structure):
+    """Mirror of lx_verify_problem."""
+
+    _fields_ = [
+        ("index", ctypes.c_uint64),
+        ("reason", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class VerifySummary(ctypes.Structure):
+    """Mirror of lx_verify_summary."""
+
+    _fields_ = [
+        ("records", ctypes.c_uint64),
+        ("checksummed", ctypes.c_uint64),
+        ("problem_count", ctypes.c_uint64),
+        ("has_checksums", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+# lx_verify_problem.reason values (LX_VERIFY_* in loaderx.h) and their names.
+VERIFY_REASONS: Final[dict[int, str]] = {
+    1: "entry",
+    2: "chunk",
+    3: "checksum",
+    4: "frame",
+    5: "no_dictionary",
+}
+
+
 # Status codes, as in zig/include/loaderx.h (tests/test_abi.py and zig/src/abi_test.zig check).
 OK: Final = 0
 INVALID_ARGUMENT: Final = 1
@@ -98,6 +130,8 @@ _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
 OPEN_CREATE: Final = 1
 OPEN_DURABLE: Final = 2
 OPEN_READ_ONLY: Final = 4
+OPEN_VERIFY_ALL: Final = 8
+OPEN_VERIFY_NONE: Final = 16
 
 # Limits of a store, as in loaderx.h (zig/src/limits.zig); tests/test_abi.py checks all three.
 RECORD_SIZE_MAX: Final = 1 << 20
@@ -167,6 +201,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_compact": (st, [vp]),
         "lx_store_stats": (st, [vp, ctypes.POINTER(Stats)]),
         "lx_store_sync": (st, [vp]),
+        "lx_store_verify": (st, [vp, vp, u64, ctypes.POINTER(VerifySummary)]),
         "lx_store_train_dict": (st, [vp, vp, vp, u64, u64]),
         "lx_view_open": (st, [vp, u64, ctypes.POINTER(vp)]),
         "lx_view_close": (None, [vp]),

@@ -27,6 +27,7 @@ from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.paths import is_file
 from loaderx.schema import Codec
+from loaderx.verify import BadRecord, VerifyReport
 
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
 RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
@@ -43,6 +44,17 @@ _first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
 _addressof: Final = ctypes.addressof
 _UINT64: Final = np.dtype(np.uint64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
+# The most bad records a VerifyReport lists (it always counts them all).
+VERIFY_LIST_MAX: Final = 1 << 16
+
+
+def verify_flags(verify: bool | None) -> int:
+    """lx_store_open's flags for a gather verification setting (None: the default)."""
+    if verify is None:
+        return 0
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True, False or None, not {type(verify).__name__}")
+    return _native.OPEN_VERIFY_ALL if verify else _native.OPEN_VERIFY_NONE
 
 
 def _address(array: npt.NDArray[Any]) -> int:
@@ -148,6 +160,7 @@ class Zrecord:
     codec: str
     durable: bool
     readonly: bool
+    verify_reads: bool | None
     _codec_id: int
     _handle: int
     _calls: list[None]
@@ -165,7 +178,11 @@ class Zrecord:
         codec: Codec = "zstd",
         durable: bool = False,
         readonly: bool = False,
+        verify: bool | None = None,
     ) -> None:
+        """verify: which records gathers check against their checksum. None (the default):
+        compressed and empty records, whose check costs little next to decompression; True:
+        every record, raw ones included; False: none. A mismatch raises CorruptStoreError."""
         self.path = os.fspath(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
@@ -173,6 +190,8 @@ class Zrecord:
         self.readonly = bool(readonly)
         if self.readonly:
             create = False
+        verify_flag = verify_flags(verify)
+        self.verify_reads = verify
         self._calls = []
         self._closed = True
         self._handle = 0
@@ -191,6 +210,7 @@ class Zrecord:
             (_native.OPEN_CREATE if create else 0)
             | (_native.OPEN_DURABLE if durable else 0)
             | (_native.OPEN_READ_ONLY if self.readonly else 0)
+            | verify_flag
         )
         handle = ctypes.c_void_p()
         code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
@@ -577,6 +597,39 @@ class Zrecord:
         finally:
             self._leave()
         return {key: int(getattr(out, key)) for key in _STATS_KEYS}
+
+    def verify(self) -> VerifyReport:
+        """Checks every record, in parallel on the native pool, and reports the bad ones.
+
+        Each record's table entry must lie inside the written chunk space, its stored bytes
+        must match its checksum (stores written before checksums have none: see the report's
+        has_checksums), and a compressed record must decode to its logical length with a valid
+        frame checksum. Runs beside gathers and appends; never raises for a bad record.
+        """
+        handle = self._enter()
+        try:
+            capacity = min(int(_native.lib.lx_store_length(handle)), VERIFY_LIST_MAX)
+            problems = (_native.VerifyProblem * max(capacity, 1))()
+            summary = _native.VerifySummary()
+            code = _native.lib.lx_store_verify(
+                handle, ctypes.addressof(problems), capacity, ctypes.byref(summary)
+            )
+            _native.check(code, f"verification of {self.path!r}")
+        finally:
+            self._leave()
+        listed = min(int(summary.problem_count), capacity)
+        bad = [
+            BadRecord(int(problems[i].index), _native.VERIFY_REASONS.get(int(problems[i].reason), "unknown"))
+            for i in range(listed)
+        ]
+        return VerifyReport(
+            self.path,
+            int(summary.records),
+            bool(summary.has_checksums),
+            int(summary.checksummed),
+            bad,
+            int(summary.problem_count),
+        )
 
     def sync(self) -> None:
         """Flushes every chunk file and the table to stable storage."""

@@ -53,6 +53,11 @@ typedef enum lx_status {
 #define LX_OPEN_DURABLE 2u /* fsync data before the table and the table before the length */
 #define LX_OPEN_READ_ONLY 4u /* map read-only, take no writer lock, create nothing, refuse writes;
                               * not with LX_OPEN_CREATE */
+/* Which records gathers check against their checksum (sums.zr), LX_CORRUPT on a mismatch.
+ * Default (neither flag): compressed and empty records; raw records are left out (the check
+ * costs as much as their copy). At most one of the two flags. */
+#define LX_OPEN_VERIFY_ALL 8u  /* every record */
+#define LX_OPEN_VERIFY_NONE 16u /* none (zstd still checks its frames' content checksums) */
 
 /* Limits of a store (zig/src/limits.zig; loaderx/_native.py repeats them, tests check all three). */
 #define LX_RECORD_SIZE_MAX 1048576u     /* bytes in one record, stored or logical: 2^20 */
@@ -109,6 +114,32 @@ lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t coun
 /* Offline, in-place compaction (see README). */
 lx_status lx_store_compact(lx_store *store);
 lx_status lx_store_stats(lx_store *store, lx_stats *out);
+/* Why lx_store_verify reports a record. */
+#define LX_VERIFY_ENTRY 1u         /* impossible table entry (outside its chunk or the written space) */
+#define LX_VERIFY_CHUNK 2u         /* its chunk file is missing or unreadable */
+#define LX_VERIFY_CHECKSUM 3u      /* stored bytes differ from the record's checksum */
+#define LX_VERIFY_FRAME 4u         /* zstd frame does not decode to its logical length, or fails its checksum */
+#define LX_VERIFY_NO_DICTIONARY 5u /* zstd_dict record in a store without dict.zr */
+
+typedef struct lx_verify_problem {
+    uint64_t index;   /* record index */
+    uint32_t reason;  /* LX_VERIFY_* */
+    uint32_t reserved;
+} lx_verify_problem;
+
+typedef struct lx_verify_summary {
+    uint64_t records;       /* records checked: the length when verify started */
+    uint64_t checksummed;   /* records compared with their checksum (0 without sums.zr) */
+    uint64_t problem_count; /* bad records found (all of them, even past capacity) */
+    uint32_t has_checksums; /* 1 when the store keeps per-record checksums */
+    uint32_t reserved;
+} lx_verify_summary;
+
+/* Checks every record in parallel: its table entry, its checksum (when the store keeps them) and
+ * that compressed records decode. The first `capacity` bad records, sorted by index, go to
+ * out_problems (may be NULL when capacity is 0). Runs beside gathers and appends. */
+lx_status lx_store_verify(lx_store *store, lx_verify_problem *out_problems, uint64_t capacity,
+                          lx_verify_summary *out_summary);
 /* fsync every chunk and msync meta.zr. */
 lx_status lx_store_sync(lx_store *store);
 

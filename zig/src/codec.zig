@@ -12,8 +12,10 @@ pub const DDict = opaque {};
 
 extern fn ZSTD_createCCtx() ?*CCtx;
 extern fn ZSTD_freeCCtx(cctx: ?*CCtx) usize;
-extern fn ZSTD_compressCCtx(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize, level: c_int) usize;
-extern fn ZSTD_compress_usingCDict(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize, cdict: *const CDict) usize;
+extern fn ZSTD_CCtx_reset(cctx: *CCtx, reset: c_int) usize;
+extern fn ZSTD_CCtx_setParameter(cctx: *CCtx, param: c_int, value: c_int) usize;
+extern fn ZSTD_CCtx_refCDict(cctx: *CCtx, cdict: ?*const CDict) usize;
+extern fn ZSTD_compress2(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize) usize;
 extern fn ZSTD_createDCtx() ?*DCtx;
 extern fn ZSTD_freeDCtx(dctx: ?*DCtx) usize;
 extern fn ZSTD_decompressDCtx(dctx: *DCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize) usize;
@@ -31,6 +33,10 @@ extern fn ZDICT_getErrorName(code: usize) [*:0]const u8;
 
 /// ZSTD_error_dstSize_tooSmall in zstd_errors.h.
 const zstd_error_dst_size_too_small: c_int = 70;
+/// ZSTD_reset_session_and_parameters, ZSTD_c_compressionLevel and ZSTD_c_checksumFlag in zstd.h.
+const zstd_reset_session_and_parameters: c_int = 3;
+const zstd_c_compression_level: c_int = 100;
+const zstd_c_checksum_flag: c_int = 201;
 
 pub const level_zstd: c_int = 3;
 pub const level_zstd_dict: c_int = 19;
@@ -48,9 +54,11 @@ pub const Dictionary = struct {
     /// them); guarded by the store's append mutex.
     cdict: ?*CDict = null,
 
-    /// Takes ownership of `bytes` (allocated with `allocator`) on success.
-    pub fn init(bytes: []u8) error{OutOfMemory}!Dictionary {
-        const ddict = ZSTD_createDDict(bytes.ptr, bytes.len) orelse return error.OutOfMemory;
+    /// Takes ownership of `bytes` (allocated with `allocator`) on success. zstd refuses a
+    /// dictionary whose header or entropy tables do not parse (or, rarely, memory): either way
+    /// the caller reports the file as unusable, never as out of memory.
+    pub fn init(bytes: []u8) error{Invalid}!Dictionary {
+        const ddict = ZSTD_createDDict(bytes.ptr, bytes.len) orelse return error.Invalid;
         return .{ .bytes = bytes, .ddict = ddict };
     }
 
@@ -143,24 +151,36 @@ pub const Compressed = union(enum) {
     failed: [*:0]const u8,
 };
 
-/// Compresses `src` into `dst` (room for src.len - 1 bytes is enough: anything larger is
-/// stored raw anyway).
+/// Compresses `src` into one frame in `dst` (room for src.len - 1 bytes is enough: anything
+/// larger is stored raw anyway). Frames carry zstd's content checksum, which every
+/// decompression checks.
 pub fn compress(cctx: *CCtx, codec: Codec, cdict: ?*const CDict, src: []const u8, dst: []u8) Compressed {
     std.debug.assert(codec == .zstd or codec == .zstd_dict);
     if (src.len == 0) return .raw;
     const capacity = @min(dst.len, src.len - 1);
     if (capacity == 0) return .raw;
-    const result = switch (codec) {
-        .zstd => ZSTD_compressCCtx(cctx, dst.ptr, capacity, src.ptr, src.len, level_zstd),
-        .zstd_dict => ZSTD_compress_usingCDict(cctx, dst.ptr, capacity, src.ptr, src.len, cdict.?),
-        else => unreachable,
-    };
+    if (configure(cctx, codec, cdict)) |detail| return .{ .failed = detail };
+    const result = ZSTD_compress2(cctx, dst.ptr, capacity, src.ptr, src.len);
     if (ZSTD_isError(result) != 0) {
         if (ZSTD_getErrorCode(result) == zstd_error_dst_size_too_small) return .raw;
         return .{ .failed = ZSTD_getErrorName(result) };
     }
     std.debug.assert(result < src.len);
     return .{ .size = result };
+}
+
+/// Sets a pooled context up for one codec: its level (or dictionary) and the content checksum.
+fn configure(cctx: *CCtx, codec: Codec, cdict: ?*const CDict) ?[*:0]const u8 {
+    const level = if (codec == .zstd_dict) level_zstd_dict else level_zstd;
+    for ([_]usize{
+        ZSTD_CCtx_reset(cctx, zstd_reset_session_and_parameters),
+        ZSTD_CCtx_setParameter(cctx, zstd_c_compression_level, level),
+        ZSTD_CCtx_setParameter(cctx, zstd_c_checksum_flag, 1),
+        ZSTD_CCtx_refCDict(cctx, if (codec == .zstd_dict) cdict.? else null),
+    }) |code| {
+        if (ZSTD_isError(code) != 0) return ZSTD_getErrorName(code);
+    }
+    return null;
 }
 
 /// Decompresses one frame into exactly `dst`. Returns null on success, else why the frame is
@@ -192,6 +212,8 @@ test "compress and decompress round trip, with the raw fallback" {
     var compressed: [4096]u8 = undefined;
     const size = compress(cctx, .zstd, null, &src, &compressed).size;
     try std.testing.expect(size < 100);
+    // The frame descriptor (the byte after the 4-byte magic) has the content checksum flag.
+    try std.testing.expect(compressed[4] & 0x04 != 0);
     var out: [4096]u8 = undefined;
     try std.testing.expect(decompress(dctx, null, compressed[0..size], &out) == null);
     try std.testing.expectEqualSlices(u8, &src, &out);
@@ -199,6 +221,9 @@ test "compress and decompress round trip, with the raw fallback" {
     try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..100]) != null);
     try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..0]) != null);
     try std.testing.expect(decompress(dctx, null, src[0..size], &out) != null);
+    // A flipped content checksum is caught.
+    compressed[size - 1] ^= 1;
+    try std.testing.expect(decompress(dctx, null, compressed[0..size], &out) != null);
     // Incompressible bytes do not shrink: stored raw.
     var prng = std.Random.DefaultPrng.init(1);
     prng.random().bytes(&src);

@@ -1,4 +1,9 @@
 //! The store's zstd dictionary: training it from samples, writing dict.zr atomically, loading it.
+//!
+//! dict.zr is the dictionary's bytes followed by a 16-byte trailer: magic "LXDC", the CRC32C of
+//! the dictionary bytes and their size (both little-endian). A dict.zr without the trailer is a
+//! dictionary written before checksums and loads as it is, unless the store's sums.zr says its
+//! dictionaries carry one.
 const std = @import("std");
 const Io = std.Io;
 const Allocator = std.mem.Allocator;
@@ -12,6 +17,10 @@ const Store = store_mod.Store;
 const Records = store_mod.Records;
 const Error = errors.Error;
 const fail = meta_file.fail;
+const checksum = @import("checksum.zig");
+
+const trailer_magic = "LXDC".*;
+const trailer_size = 16;
 
 pub const file_name = "dict.zr";
 const temporary_name = "dict.zr.tmp";
@@ -57,7 +66,8 @@ pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     const dict = store.allocator.create(codec.Dictionary) catch return errors.outOfMemory();
     dict.* = codec.Dictionary.init(trained) catch {
         store.allocator.destroy(dict);
-        return errors.outOfMemory();
+        status.setMessage("zstd cannot load the dictionary it has just trained", .{});
+        return error.CodecFailed;
     };
     dict_owned = false;
     if (store.dict) |old| {
@@ -67,26 +77,38 @@ pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     @atomicStore(?*codec.Dictionary, &store.dict, dict, .release);
 }
 
+fn trailerOf(bytes: []const u8) [trailer_size]u8 {
+    var trailer: [trailer_size]u8 = undefined;
+    trailer[0..4].* = trailer_magic;
+    std.mem.writeInt(u32, trailer[4..8], checksum.bytesSum(bytes), .little);
+    std.mem.writeInt(u64, trailer[8..16], bytes.len, .little);
+    return trailer;
+}
+
 fn write(io: Io, dir: Io.Dir, bytes: []const u8, durable: bool) Error!void {
     {
         const f = dir.createFile(io, temporary_name, .{ .truncate = true }) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer f.close(io);
         f.writePositionalAll(io, bytes, 0) catch |err| return fail(err, "write {s}", .{temporary_name});
+        const trailer = trailerOf(bytes);
+        f.writePositionalAll(io, &trailer, bytes.len) catch |err| return fail(err, "write {s}", .{temporary_name});
         if (durable) f.sync(io) catch |err| return fail(err, "sync {s}", .{temporary_name});
     }
     dir.rename(temporary_name, dir, file_name, io) catch |err|
         return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
 }
 
-pub fn load(allocator: Allocator, io: Io, dir: Io.Dir) Error!?*codec.Dictionary {
+/// Loads dict.zr (null when absent). With `trailer_required`, a dict.zr without its checksum
+/// trailer is corrupt.
+pub fn load(allocator: Allocator, io: Io, dir: Io.Dir, trailer_required: bool) Error!?*codec.Dictionary {
     const f = dir.openFile(io, file_name, .{}) catch |err| switch (err) {
         error.FileNotFound => return null,
         else => return fail(err, "open {s}", .{file_name}),
     };
     defer f.close(io);
     const size = f.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
-    if (size == 0 or size > codec.dict_size_max) {
+    if (size == 0 or size > codec.dict_size_max + trailer_size) {
         status.setMessage("corrupt store: {s} is {d} bytes", .{ file_name, size });
         return error.Corrupt;
     }
@@ -98,11 +120,40 @@ pub fn load(allocator: Allocator, io: Io, dir: Io.Dir) Error!?*codec.Dictionary 
         status.setMessage("corrupt store: {s} shrank while being read", .{file_name});
         return error.Corrupt;
     }
-    const dict = allocator.create(codec.Dictionary) catch return errors.outOfMemory();
-    dict.* = codec.Dictionary.init(bytes) catch {
-        allocator.destroy(dict);
-        return errors.outOfMemory();
-    };
+    const dict_bytes = try checkTrailer(bytes, trailer_required);
+    const kept = allocator.realloc(bytes, dict_bytes.len) catch bytes[0..dict_bytes.len];
     owned = false;
+    var kept_owned = true;
+    defer if (kept_owned) allocator.free(kept);
+    const dict = allocator.create(codec.Dictionary) catch return errors.outOfMemory();
+    dict.* = codec.Dictionary.init(kept) catch {
+        allocator.destroy(dict);
+        status.setMessage("corrupt store: {s} is not a zstd dictionary zstd can load", .{file_name});
+        return error.Corrupt;
+    };
+    kept_owned = false;
     return dict;
+}
+
+/// The dictionary bytes of dict.zr's contents, after checking the trailer when there is one.
+fn checkTrailer(bytes: []u8, trailer_required: bool) Error![]u8 {
+    const has_trailer = bytes.len >= trailer_size and std.mem.eql(u8, bytes[bytes.len - trailer_size ..][0..4], &trailer_magic);
+    if (!has_trailer) {
+        if (trailer_required) {
+            status.setMessage("corrupt store: {s} lacks its checksum trailer", .{file_name});
+            return error.Corrupt;
+        }
+        if (bytes.len > codec.dict_size_max) {
+            status.setMessage("corrupt store: {s} is {d} bytes", .{ file_name, bytes.len });
+            return error.Corrupt;
+        }
+        return bytes;
+    }
+    const dict_bytes = bytes[0 .. bytes.len - trailer_size];
+    const trailer = bytes[bytes.len - trailer_size ..][0..trailer_size];
+    if (!std.mem.eql(u8, trailer, &trailerOf(dict_bytes)) or dict_bytes.len == 0) {
+        status.setMessage("corrupt store: {s} does not match its checksum", .{file_name});
+        return error.Corrupt;
+    }
+    return dict_bytes;
 }

@@ -35,6 +35,10 @@ const Store = store_mod.Store;
 pub const open_create: u32 = 1;
 pub const open_durable: u32 = 2;
 pub const open_read_only: u32 = 4;
+/// LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE: which records gathers check (default: compressed).
+pub const open_verify_all: u32 = 8;
+pub const open_verify_none: u32 = 16;
+const integrity = @import("integrity.zig");
 
 /// Mirrors lx_stats in loaderx.h.
 pub const LxStats = extern struct {
@@ -72,15 +76,19 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callco
     const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});
     out_ptr.* = null;
     const path_z = path orelse return invalid("lx_store_open: path is NULL", .{});
-    if (flags & ~(open_create | open_durable | open_read_only) != 0) return invalid("lx_store_open: unknown flags 0x{x}", .{flags});
+    if (flags & ~(open_create | open_durable | open_read_only | open_verify_all | open_verify_none) != 0)
+        return invalid("lx_store_open: unknown flags 0x{x}", .{flags});
     if (flags & open_create != 0 and flags & open_read_only != 0)
         return invalid("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", .{});
+    if (flags & open_verify_all != 0 and flags & open_verify_none != 0)
+        return invalid("lx_store_open: LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE together", .{});
     const path_slice = std.mem.span(path_z);
     if (path_slice.len == 0) return invalid("lx_store_open: path is empty", .{});
     const store = Store.open(std.heap.c_allocator, path_slice, .{
         .create = flags & open_create != 0,
         .durable = flags & open_durable != 0,
         .read_only = flags & open_read_only != 0,
+        .verify = if (flags & open_verify_all != 0) .all else if (flags & open_verify_none != 0) .none else .compressed,
     }) catch |err| return store_errors.toStatus(err);
     out_ptr.* = store;
     status.clearMessage();
@@ -215,6 +223,24 @@ export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
         .chunk_bytes = stats.chunk_bytes,
         .reclaimable = stats.reclaimable,
     };
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_store_verify(
+    store: ?*Store,
+    out_problems: ?[*]integrity.Problem,
+    capacity: u64,
+    out_summary: ?*integrity.Summary,
+) callconv(.c) Status {
+    const s = store orelse return invalid("lx_store_verify: store is NULL", .{});
+    const summary_ptr = out_summary orelse return invalid("lx_store_verify: out_summary is NULL", .{});
+    if (capacity > 0 and out_problems == null) return invalid("lx_store_verify: out_problems is NULL", .{});
+    if (capacity > store_limits.record_count_max)
+        return invalid("lx_store_verify: capacity {d} exceeds {d}", .{ capacity, store_limits.record_count_max });
+    const problems: []integrity.Problem = if (out_problems) |p| p[0..@intCast(capacity)] else &.{};
+    const summary = s.verifyAll(problems) catch |err| return store_errors.toStatus(err);
+    summary_ptr.* = summary;
     status.clearMessage();
     return .ok;
 }

@@ -23,6 +23,8 @@ test {
     _ = @import("compaction.zig");
     _ = @import("dictionary.zig");
     _ = @import("journal.zig");
+    _ = @import("checksum.zig");
+    _ = @import("integrity.zig");
     _ = @import("store_test.zig");
     _ = @import("view.zig");
     _ = @import("sampler.zig");

@@ -21,6 +21,8 @@ const fail = meta_file.fail;
 const compaction = @import("compaction.zig");
 const dictionary = @import("dictionary.zig");
 const journal = @import("journal.zig");
+const checksum = @import("checksum.zig");
+const integrity = @import("integrity.zig");
 const outOfMemory = errors.outOfMemory;
 const lock_file = @import("lock.zig");
 
@@ -43,6 +45,8 @@ pub const Options = struct {
     durable: bool = false,
     /// Map meta.zr read-only, take no writer lock, create nothing and refuse every write.
     read_only: bool = false,
+    /// Which records a gather checks against their checksum.
+    verify: integrity.VerifyMode = .compressed,
 };
 
 /// A batch of input records: record i is data[offsets[i] .. offsets[i+1]) or, without offsets,
@@ -168,6 +172,9 @@ pub const Store = struct {
     /// Links of the registry of open stores (guarded by registry_mutex).
     registry_previous: ?*Store = null,
     registry_next: ?*Store = null,
+    /// The per-record checksums (sums.zr); null for a store from before checksums.
+    sidecar: ?checksum.Sidecar = null,
+    verify: integrity.VerifyMode = .compressed,
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -225,8 +232,12 @@ pub const Store = struct {
             .durable = options.durable,
             .read_only = options.read_only,
             .locks = locks,
+            .verify = options.verify,
         };
-        store.dict = try dictionary.load(allocator, io, dir);
+        store.sidecar = try integrity.openSidecar(io, dir, &store.meta, !options.read_only);
+        errdefer if (store.sidecar) |*sidecar| sidecar.close(io);
+        const trailer_required = if (store.sidecar) |sidecar| sidecar.flags & checksum.flag_dict_trailer != 0 else false;
+        store.dict = try dictionary.load(allocator, io, dir, trailer_required);
         register(store);
         return store;
     }
@@ -242,6 +253,7 @@ pub const Store = struct {
             store.allocator.destroy(d);
         }
         store.contexts.deinit();
+        if (store.sidecar) |*sidecar| sidecar.close(io);
         store.chunks.closeAll(io);
         store.allocator.destroy(store.chunks);
         store.meta.close(io);
@@ -305,12 +317,19 @@ pub const Store = struct {
         }
 
         const frontier = try store.assignLocations(slots);
-        var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots };
+        const sums: []u32 = if (store.sidecar != null)
+            store.allocator.alloc(u32, records.count) catch return outOfMemory()
+        else
+            &.{};
+        defer store.allocator.free(sums);
+        var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots, .sums = sums };
         var stored_bytes: u64 = 0;
         for (slots) |slot| stored_bytes += slot.phys_length;
         pool.run(WriteTask, &write_task, records.count, pool.plan(records.count, stored_bytes, runner_bytes_min));
         try write_task.failure.check();
         if (store.durable) try store.syncChunks(slots[0].start.chunk, frontier.chunk);
+        // The sums are on disk before the table entries they check.
+        if (store.sidecar) |*sidecar| try sidecar.write(io, @intCast(first), sums, store.durable);
 
         const entries = store.allocator.alloc(RecordLoc, records.count) catch return outOfMemory();
         defer store.allocator.free(entries);
@@ -410,6 +429,8 @@ pub const Store = struct {
         records: Records,
         staging: []const u8,
         slots: []const Slot,
+        /// Filled with each record's checksum when the store keeps them (else empty).
+        sums: []u32,
         failure: Failure = .{},
 
         pub fn runShard(task: *WriteTask, blocks: *pool.Blocks) void {
@@ -424,11 +445,12 @@ pub const Store = struct {
             var run: ?struct { chunk: u32, offset: u64, bytes: []const u8 } = null;
             for (begin..end) |i| {
                 const slot = task.slots[i];
-                if (slot.phys_length == 0) continue;
                 const bytes = if (slot.codec == .raw)
                     task.records.get(i)
                 else
                     task.staging[task.records.begin(i)..][0..slot.phys_length];
+                if (task.sums.len > 0) task.sums[i] = checksum.recordSum(bytes, @intCast(task.records.get(i).len), slot.codec);
+                if (slot.phys_length == 0) continue;
                 if (run) |*r| {
                     if (r.chunk == slot.start.chunk and r.offset + r.bytes.len == slot.start.offset and
                         r.bytes.ptr + r.bytes.len == bytes.ptr)
@@ -543,7 +565,8 @@ pub const Store = struct {
                 // Raw fixed-size records take the pipelined copy; it stops at the first record
                 // that needs more (decompression, a size to check, a chunk not mapped yet),
                 // which the general code below handles, with its messages.
-                if (task.destination.offsets == null) {
+                // Raw records that must be checked against their sums take the general path.
+                if (task.destination.offsets == null and !(store.sidecar != null and store.verify == .all)) {
                     i = task.copyRaw(i, end);
                     if (i == end) break;
                 }
@@ -552,6 +575,7 @@ pub const Store = struct {
             }
             return true;
         }
+
     };
 
     /// Copies or decompresses record `index` into `slot`, after checking its table entry and
@@ -574,21 +598,26 @@ pub const Store = struct {
             failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
             return false;
         }
+        var src: []const u8 = &.{};
+        if (entry.phys_length > 0) {
+            // Mapping a chunk refreshes its size, so the check comes after it.
+            const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
+                failure.recordCurrent(err);
+                return false;
+            };
+            store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| {
+                failure.recordCurrent(err);
+                return false;
+            };
+            src = view[entry.offset..][0..entry.phys_length];
+        }
+        // The checksum first: a corrupt entry is reported as corrupt, not as a size.
+        if (!store.checkSum(index, entry, src, failure)) return false;
         if (slot.len != entry.logic_length) {
             failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
             return false;
         }
         if (entry.phys_length == 0 and entry.codec == .raw) return true;
-        // Mapping a chunk refreshes its size, so the check comes after it.
-        const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
-            failure.recordCurrent(err);
-            return false;
-        };
-        store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| {
-            failure.recordCurrent(err);
-            return false;
-        };
-        const src = view[entry.offset..][0..entry.phys_length];
         if (entry.codec == .raw) {
             @memcpy(slot, src);
             return true;
@@ -632,6 +661,20 @@ pub const Store = struct {
         }
     }
 
+    /// False after recording a failure: the record's checksum, when this store keeps them and
+    /// its verify mode covers the record, differs from its stored bytes'. The caller holds the
+    /// shared lock and checked the index against the length, which cannot have dropped since.
+    fn checkSum(store: *Store, index: u64, entry: RecordLoc, stored: []const u8, failure: *Failure) bool {
+        if (store.sidecar == null or !store.verify.covers(entry)) return true;
+        const matches = integrity.checkRecord(store, @intCast(index), store.meta.length(), entry, stored) catch |err| {
+            failure.recordCurrent(err);
+            return false;
+        };
+        if (matches) return true;
+        failure.record(error.Corrupt, "corrupt store: record {d}'s stored bytes do not match its checksum", .{index});
+        return false;
+    }
+
     /// The logical length of each record.
     pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void {
         const io = pool.io();
@@ -661,6 +704,7 @@ pub const Store = struct {
         std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
         const unique = uniqueSorted(targets);
         const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
+        if (store.sidecar) |*sidecar| try sidecar.loadAll(io, old_length);
         // Every entry a swap-last delete copies comes from [new_length, old_length). Running it
         // on a copy of that tail yields the final value of each entry below new_length without
         // touching the table, which changes only after the plan is in the log.
@@ -686,7 +730,20 @@ pub const Store = struct {
         try journal.write(store.allocator, io, store.dir, plan, store.durable);
         journal.apply(&store.meta, plan);
         if (store.durable) try store.meta.flushAll(io);
+        if (store.sidecar) |*sidecar| try store.moveSums(sidecar, unique, old_length, new_length);
         try journal.remove(io, store.dir, store.durable);
+    }
+
+    /// The sums follow delete's moves: the same swap-last steps, over the sums in memory
+    /// (loaded before the plan), then the moved ones are written. Exclusive lock held.
+    fn moveSums(store: *Store, sidecar: *checksum.Sidecar, unique: []const u32, old_length: u32, new_length: u32) Error!void {
+        var last = old_length;
+        for (unique) |target| {
+            last -= 1;
+            sidecar.move(last, target);
+        }
+        try sidecar.flushMoved(pool.io(), unique, new_length, store.durable);
+        sidecar.truncateLoaded(new_length);
     }
 
     pub fn stats(store: *Store) Error!Stats {
@@ -797,6 +854,11 @@ pub const Store = struct {
 
     pub const Compaction = compaction.Compaction;
 
+    /// Checks every record (in parallel); see integrity.zig.
+    pub fn verifyAll(store: *Store, problems: []integrity.Problem) Error!integrity.Summary {
+        return integrity.verifyAll(store, problems);
+    }
+
     /// Trains a dictionary from samples, writes dict.zr atomically and loads it.
     pub fn trainDict(store: *Store, samples: Records, dict_size: u64) Error!void {
         return dictionary.train(store, samples, dict_size);
@@ -844,6 +906,7 @@ pub fn afterForkChild() void {
         store.contexts.mutex = .init;
         store.chunks.map_mutex = .init;
         store.locks.forgetAfterFork();
+        if (store.sidecar) |*sidecar| sidecar.load_mutex = .init;
     }
 }
 

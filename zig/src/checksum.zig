@@ -1,0 +1,232 @@
+//! Per-record checksums and their sidecar file sums.zr.
+//!
+//! A record's checksum is CRC32C over its stored bytes, then its logical length (4 bytes,
+//! little-endian) and its codec byte. sums.zr is a 16-byte header followed by one u32 per table
+//! index, parallel to meta.zr's table (which the specification fixes, so the sums live beside it).
+//! The file only ever grows by the positional writes of appends: it is as long as the most
+//! records the store has held, never sparse, never mapped (a full disk is a clean error).
+//! A process keeps the sums of the indices it has seen in memory (virtual memory reserved for
+//! the whole index space, touched only as far as the store reaches), and reads the sums of
+//! records another process appended on first use.
+const std = @import("std");
+const builtin = @import("builtin");
+const Io = std.Io;
+const limits = @import("limits.zig");
+const format = @import("format.zig");
+const errors = @import("errors.zig");
+const status = @import("status.zig");
+const Error = errors.Error;
+const Codec = format.Codec;
+
+pub const file_name = "sums.zr";
+const temporary_name = "sums.zr.tmp";
+pub const magic = "ZSUM".*;
+pub const version: u16 = 1;
+
+/// CRC32C (Castagnoli). std uses the SSE4.2 instruction when the target has it (x86-64-v2, the
+/// wheels' baseline) and a byte-wise table elsewhere.
+const Crc32c = std.hash.crc.@"CRC-32/ISCSI";
+
+pub const Header = extern struct {
+    magic: [4]u8,
+    version: u16,
+    flags: u16,
+    _reserved: u64 = 0,
+};
+
+/// Header flag: every dict.zr this store writes ends with a checksum trailer, so a dict.zr
+/// without one is corrupt rather than a dictionary from before checksums.
+pub const flag_dict_trailer: u16 = 1;
+
+comptime {
+    std.debug.assert(@sizeOf(Header) == 16);
+    std.debug.assert(@sizeOf(u32) * @as(u64, limits.record_count_max) + @sizeOf(Header) < 1 << 27);
+}
+
+/// The checksum of one record: its stored bytes, its logical length and its codec.
+pub fn recordSum(stored: []const u8, logic_length: u32, codec: Codec) u32 {
+    var crc = Crc32c.init();
+    crc.update(stored);
+    var tail: [5]u8 = undefined;
+    std.mem.writeInt(u32, tail[0..4], logic_length, .little);
+    tail[4] = @intFromEnum(codec);
+    crc.update(&tail);
+    return crc.final();
+}
+
+/// CRC32C of a byte string (dict.zr's trailer).
+pub fn bytesSum(bytes: []const u8) u32 {
+    return Crc32c.hash(bytes);
+}
+
+fn entryOffset(index: u64) u64 {
+    return @sizeOf(Header) + index * @sizeOf(u32);
+}
+
+pub const Sidecar = struct {
+    file: Io.File,
+    flags: u16,
+    /// Sums by table index; [0, loaded) are valid. Reserved for the whole index space.
+    sums: []u32,
+    loaded: std.atomic.Value(u32),
+    /// Serialises loading sums another process appended.
+    load_mutex: Io.Mutex = .init,
+
+    /// Creates an empty sums.zr (under a temporary name, then renamed).
+    pub fn create(io: Io, dir: Io.Dir, flags: u16) Error!void {
+        const f = dir.createFile(io, temporary_name, .{ .truncate = true }) catch |err|
+            return fail(err, "create {s}", .{temporary_name});
+        defer f.close(io);
+        const header: Header = .{ .magic = magic, .version = version, .flags = flags };
+        f.writePositionalAll(io, std.mem.asBytes(&header), 0) catch |err|
+            return fail(err, "write {s}", .{temporary_name});
+        f.sync(io) catch |err| return fail(err, "sync {s}", .{temporary_name});
+        dir.rename(temporary_name, dir, file_name, io) catch |err|
+            return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
+    }
+
+    /// Opens sums.zr (read-only unless `writable`) and loads the sums of the first `length`
+    /// records; null when the store has none (a store from before checksums).
+    pub fn open(io: Io, dir: Io.Dir, length: u32, writable: bool) Error!?Sidecar {
+        const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
+        const f = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
+            error.FileNotFound => return null,
+            error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => dir.openFile(io, file_name, .{ .mode = .read_only }) catch |err2|
+                return fail(err2, "open {s}", .{file_name}),
+            else => return fail(err, "open {s}", .{file_name}),
+        };
+        errdefer f.close(io);
+        var header: Header = undefined;
+        const read = f.readPositionalAll(io, std.mem.asBytes(&header), 0) catch |err|
+            return fail(err, "read {s}", .{file_name});
+        if (read != @sizeOf(Header) or !std.mem.eql(u8, &header.magic, &magic) or header.version != version) {
+            status.setMessage("corrupt store: {s} has no valid header", .{file_name});
+            return error.Corrupt;
+        }
+        if (header.flags & ~flag_dict_trailer != 0) {
+            status.setMessage("corrupt store: {s} has unknown flags 0x{x}", .{ file_name, header.flags });
+            return error.Corrupt;
+        }
+        const sums = std.heap.page_allocator.alloc(u32, limits.record_count_max) catch return errors.outOfMemory();
+        var sidecar: Sidecar = .{ .file = f, .flags = header.flags, .sums = sums, .loaded = .init(0) };
+        errdefer std.heap.page_allocator.free(sums);
+        try sidecar.readRange(io, 0, length);
+        sidecar.loaded.store(length, .release);
+        return sidecar;
+    }
+
+    pub fn close(sidecar: *Sidecar, io: Io) void {
+        std.heap.page_allocator.free(sidecar.sums);
+        sidecar.file.close(io);
+        sidecar.* = undefined;
+    }
+
+    /// Reads the sums of [first, end) from the file into memory.
+    fn readRange(sidecar: *Sidecar, io: Io, first: u32, end: u32) Error!void {
+        if (end <= first) return;
+        const bytes = std.mem.sliceAsBytes(sidecar.sums[first..end]);
+        const read = sidecar.file.readPositionalAll(io, bytes, entryOffset(first)) catch |err|
+            return fail(err, "read {s}", .{file_name});
+        if (read != bytes.len) {
+            status.setMessage("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
+                file_name, first + read / @sizeOf(u32), end,
+            });
+            return error.Corrupt;
+        }
+    }
+
+    /// The stored sum of record `index` (below the store's published `length`).
+    pub fn get(sidecar: *Sidecar, io: Io, index: u32, length: u32) Error!u32 {
+        std.debug.assert(index < length);
+        if (index < sidecar.loaded.load(.acquire)) return sidecar.sums[index];
+        // Appended by another process since this one loaded: read the new sums once.
+        sidecar.load_mutex.lockUncancelable(io);
+        defer sidecar.load_mutex.unlock(io);
+        const loaded = sidecar.loaded.load(.acquire);
+        if (index >= loaded) {
+            try sidecar.readRange(io, loaded, length);
+            sidecar.loaded.store(length, .release);
+        }
+        return sidecar.sums[index];
+    }
+
+    /// Makes sure every sum below `length` is in memory (before delete moves them).
+    pub fn loadAll(sidecar: *Sidecar, io: Io, length: u32) Error!void {
+        if (length == 0) return;
+        _ = try sidecar.get(io, length - 1, length);
+    }
+
+    /// Writes the sums of new records [first, first + values.len) to the file, then to memory.
+    /// The caller serialises writers and publishes the table length only after this.
+    pub fn write(sidecar: *Sidecar, io: Io, first: u32, values: []const u32, durable: bool) Error!void {
+        if (values.len == 0) return;
+        sidecar.file.writePositionalAll(io, std.mem.sliceAsBytes(values), entryOffset(first)) catch |err|
+            return fail(err, "write {s}", .{file_name});
+        if (durable) sidecar.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
+        @memcpy(sidecar.sums[first..][0..values.len], values);
+        if (sidecar.loaded.load(.acquire) == first)
+            sidecar.loaded.store(@intCast(first + values.len), .release);
+    }
+
+    /// Swap-last delete's move: the sum of `from` becomes the sum of `to` (memory only; the
+    /// caller writes the changed range with flushRange).
+    pub fn move(sidecar: *Sidecar, from: u32, to: u32) void {
+        sidecar.sums[to] = sidecar.sums[from];
+    }
+
+    /// Writes the in-memory sums of the delete targets that stay below `length` to the file.
+    pub fn flushMoved(sidecar: *Sidecar, io: Io, targets: []const u32, length: u32, durable: bool) Error!void {
+        for (targets) |target| {
+            if (target >= length) continue;
+            const bytes = std.mem.asBytes(&sidecar.sums[target]);
+            sidecar.file.writePositionalAll(io, bytes, entryOffset(target)) catch |err|
+                return fail(err, "write {s}", .{file_name});
+        }
+        if (durable) sidecar.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
+    }
+
+    /// After a delete the store holds `length` records; the sums loaded stay valid below it.
+    pub fn truncateLoaded(sidecar: *Sidecar, length: u32) void {
+        if (sidecar.loaded.load(.acquire) > length) sidecar.loaded.store(length, .release);
+    }
+};
+
+fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {
+    status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
+    return errors.fromStd(err);
+}
+
+test "recordSum covers the bytes, the logical length and the codec" {
+    const a = recordSum("hello", 5, .raw);
+    try std.testing.expectEqual(a, recordSum("hello", 5, .raw));
+    try std.testing.expect(a != recordSum("hellp", 5, .raw));
+    try std.testing.expect(a != recordSum("hello", 6, .raw));
+    try std.testing.expect(a != recordSum("hello", 5, .zstd));
+    // The CRC32C check value ("123456789" -> 0xE3069283) pins the polynomial.
+    try std.testing.expectEqual(@as(u32, 0xE3069283), bytesSum("123456789"));
+}
+
+test "sidecar: create, write, reopen, another process's sums, short file is corrupt" {
+    const io = std.testing.io;
+    var tmp = std.testing.tmpDir(.{});
+    defer tmp.cleanup();
+    try std.testing.expect(try Sidecar.open(io, tmp.dir, 0, true) == null);
+    try Sidecar.create(io, tmp.dir, flag_dict_trailer);
+    var sidecar = (try Sidecar.open(io, tmp.dir, 0, true)).?;
+    try sidecar.write(io, 0, &.{ 11, 22, 33 }, false);
+    try std.testing.expectEqual(@as(u32, 22), try sidecar.get(io, 1, 3));
+    // A second handle (another process) appends two more; the first reads them on demand.
+    var other = (try Sidecar.open(io, tmp.dir, 3, true)).?;
+    try other.write(io, 3, &.{ 44, 55 }, false);
+    other.close(io);
+    try std.testing.expectEqual(@as(u32, 55), try sidecar.get(io, 4, 5));
+    sidecar.move(4, 1);
+    try sidecar.flushMoved(io, &.{ 4, 1 }, 4, false);
+    sidecar.truncateLoaded(4);
+    sidecar.close(io);
+    var again = (try Sidecar.open(io, tmp.dir, 4, true)).?;
+    try std.testing.expectEqual(flag_dict_trailer, again.flags);
+    try std.testing.expectEqualSlices(u32, &.{ 11, 55, 33, 44 }, again.sums[0..4]);
+    again.close(io);
+    try std.testing.expectError(error.Corrupt, Sidecar.open(io, tmp.dir, 6, true));
+}
