@@ -46,6 +46,7 @@ from loaderx.schema import (
 )
 from loaderx.sharded import ShardedStore, check_shard_records
 from loaderx.shards import SHARD_RECORDS_MAX, manifest_path
+from loaderx.verify import BadRecord, VerifyReport
 from loaderx.zrecord import Zrecord
 
 __all__ = [
@@ -76,7 +77,12 @@ def _is_scalar_index(index: object) -> bool:
 
 
 def _open_store(
-    path: str, kind: str, wanted: Schema | None, shard_records: int, readonly: bool
+    path: str,
+    kind: str,
+    wanted: Schema | None,
+    shard_records: int,
+    readonly: bool,
+    verify: bool | None,
 ) -> tuple[Schema, Store]:
     """Opens (wanted is None) or creates the dataset folder and returns its schema and store.
 
@@ -98,9 +104,11 @@ def _open_store(
         if wanted is not None:
             require_same(path, found, wanted)
         if os.path.exists(manifest_path(path)):
-            return found, ShardedStore.open(path, found, shard_records, readonly)
+            return found, ShardedStore.open(path, found, shard_records, readonly, verify)
         create = wanted is not None and not readonly
-        return found, Zrecord(path, create=create, codec=found.codec, readonly=readonly)
+        return found, Zrecord(
+            path, create=create, codec=found.codec, readonly=readonly, verify=verify
+        )
     if wanted is None or readonly:
         if is_file(os.path.join(path, _META_FILE)):
             raise SchemaError(
@@ -111,7 +119,7 @@ def _open_store(
         raise FileNotFoundError(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
         )
-    store = Zrecord(path, create=True, codec=wanted.codec)
+    store = Zrecord(path, create=True, codec=wanted.codec, verify=verify)
     count = len(store)
     if count > 0:
         store.close()
@@ -177,11 +185,14 @@ class _DatasetBase:
         wanted: Schema | None,
         shard_records: int | None,
         readonly: bool,
+        verify: bool | None,
     ) -> None:
         self.path = os.fspath(path)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
-        schema, store = _open_store(self.path, kind, wanted, self.shard_records, readonly)
+        schema, store = _open_store(
+            self.path, kind, wanted, self.shard_records, readonly, verify
+        )
         self.schema = schema
         self.dtype = schema.dtype
         self.item_shape = schema.item_shape
@@ -274,6 +285,36 @@ class _DatasetBase:
     def close(self) -> None:
         self._store.close()
 
+    def verify(self) -> VerifyReport:
+        """Checks every record (see Zrecord.verify; every shard of a sharded dataset) and that
+        its size fits the schema: a dense record is exactly one sample, a ragged one a whole
+        number of rows (reason "size")."""
+        report = self._store.verify()
+        if not report.records:
+            return report
+        lengths = self._store.record_lengths(slice(0, report.records))
+        wrong = self._wrong_sizes(lengths.astype(np.int64))
+        reported = {bad.index for bad in report.bad}
+        extra = [BadRecord(int(i), "size") for i in wrong.tolist() if int(i) not in reported]
+        if not extra:
+            return report
+        bad = sorted(report.bad + extra)
+        return VerifyReport(
+            report.path,
+            report.records,
+            report.has_checksums,
+            report.checksummed,
+            bad,
+            report.bad_count + len(extra),
+        )
+
+    def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+        """Indices of records whose logical size the schema does not allow."""
+        size = self.schema.row_size
+        if self.schema.kind == "dense":
+            return np.flatnonzero(lengths != size)
+        return np.flatnonzero(lengths % size != 0)
+
     def _check_appendable(self) -> None:
         if self.codec == "zstd_dict" and not self._store.has_dict:
             raise DictionaryError(
@@ -306,7 +347,8 @@ class DenseDataset(_DatasetBase):
     DenseDataset(path) opens an existing dataset; DenseDataset(path, dtype=..., item_shape=...,
     codec="zstd", dict_size="balanced") creates one (writing its schema at once) or reopens one
     whose schema is the same. DenseDataset(path, readonly=True) opens one for reading only
-    (see Zrecord). Reads return (B, *item_shape) arrays, or one sample for an int.
+    (see Zrecord). Reads return (B, *item_shape) arrays, or one sample for an int. verify=
+    chooses which records reads check against their checksum (see Zrecord).
     """
 
     record_size: int
@@ -321,9 +363,10 @@ class DenseDataset(_DatasetBase):
         *,
         shard_records: int | None = None,
         readonly: bool = False,
+        verify: bool | None = None,
     ) -> None:
         wanted = _create_schema("dense", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "dense", wanted, shard_records, readonly)
+        super().__init__(path, "dense", wanted, shard_records, readonly, verify)
         self.record_size = self.schema.row_size
 
     def __enter__(self) -> DenseDataset:
@@ -489,9 +532,10 @@ class RaggedDataset(_DatasetBase):
         *,
         shard_records: int | None = None,
         readonly: bool = False,
+        verify: bool | None = None,
     ) -> None:
         wanted = _create_schema("ragged", dtype, item_shape, codec, dict_size)
-        super().__init__(path, "ragged", wanted, shard_records, readonly)
+        super().__init__(path, "ragged", wanted, shard_records, readonly, verify)
         self.row_size = self.schema.row_size
 
     def __enter__(self) -> RaggedDataset:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any, Final, Literal, SupportsIndex
 
@@ -46,6 +47,14 @@ _DTYPE_KINDS: Final = "biufc"
 _SCHEMA_BYTES_MAX: Final = 1 << 16
 
 _FIELDS: Final = ("kind", "dtype", "item_shape", "codec", "dict_size")
+# CRC-32 of the msgpack encoding of every other field, in order. Schemas written before it
+# existed have no such field and still open.
+_CHECKSUM_FIELD: Final = "checksum"
+
+
+def _fields_checksum(fields: dict[Any, Any]) -> int:
+    body = {key: value for key, value in fields.items() if key != _CHECKSUM_FIELD}
+    return zlib.crc32(msgpack.packb(body, use_bin_type=True))
 
 
 class Schema:
@@ -80,6 +89,11 @@ class Schema:
         return size
 
     def to_dict(self) -> dict[str, Any]:
+        fields = self._fields()
+        fields[_CHECKSUM_FIELD] = _fields_checksum(fields)
+        return fields
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "format": SCHEMA_FORMAT,
             "version": SCHEMA_VERSION,
@@ -212,6 +226,8 @@ def parse_schema(data: bytes, path: str) -> Schema:
         raise SchemaError(f"{path} is not a valid msgpack schema file: {exc}") from exc
     if not isinstance(raw, dict) or raw.get("format") != SCHEMA_FORMAT:
         raise SchemaError(f"{path} is not a loaderx schema (no format {SCHEMA_FORMAT!r})")
+    if _CHECKSUM_FIELD in raw and raw[_CHECKSUM_FIELD] != _fields_checksum(raw):
+        raise SchemaError(f"{path} does not match its checksum: the file is corrupt")
     version = raw.get("version")
     if not isinstance(version, int) or version < 1:
         raise SchemaError(f"{path}: bad schema version {version!r}")

@@ -44,6 +44,7 @@ from loaderx.shards import (
     staging_folder,
     write_manifest,
 )
+from loaderx.verify import BadRecord, VerifyReport
 from loaderx.view import View
 from loaderx.zrecord import Zrecord
 
@@ -103,11 +104,19 @@ class ShardedStore:
     _generation: int
     _signature: _Signature | None
     _guard: threading.Lock
+    # Which records gathers check against their checksum, for every shard (see Zrecord).
+    verify_reads: bool | None
 
     def __init__(
-        self, path: str, schema: Schema, shard_records: int, readonly: bool = False
+        self,
+        path: str,
+        schema: Schema,
+        shard_records: int,
+        readonly: bool = False,
+        verify: bool | None = None,
     ) -> None:
         self.path = path
+        self.verify_reads = verify
         self.schema = schema
         self.shard_records = check_shard_records(shard_records)
         self.readonly = readonly
@@ -124,15 +133,21 @@ class ShardedStore:
 
     @classmethod
     def open(
-        cls, path: str, schema: Schema, shard_records: int, readonly: bool = False
+        cls,
+        path: str,
+        schema: Schema,
+        shard_records: int,
+        readonly: bool = False,
+        verify: bool | None = None,
     ) -> ShardedStore:
         """Opens every shard the manifest lists, refusing (naming the shard) one that is
         missing, has another schema, or holds a count the manifest does not allow. With
-        readonly, every shard opens read-only and every write is refused."""
+        readonly, every shard opens read-only and every write is refused; verify is every
+        shard's gather verification (see Zrecord)."""
         for attempt in range(_OPEN_ATTEMPTS - 1):
             identity = _folder_identity(path)
             try:
-                sharded = cls._open_once(path, schema, shard_records, readonly)
+                sharded = cls._open_once(path, schema, shard_records, readonly, verify)
             except (ManifestError, SchemaError, OSError):
                 now = _folder_identity(path)
                 if now is not None and now == identity:
@@ -146,13 +161,18 @@ class ShardedStore:
             sharded.close()  # manifest and shards may come from two folders: open again
         if _folder_identity(path) is None:
             raise FileNotFoundError(f"no dataset at {path!r} (it is gone, or being replaced)")
-        return cls._open_once(path, schema, shard_records, readonly)
+        return cls._open_once(path, schema, shard_records, readonly, verify)
 
     @classmethod
     def _open_once(
-        cls, path: str, schema: Schema, shard_records: int, readonly: bool
+        cls,
+        path: str,
+        schema: Schema,
+        shard_records: int,
+        readonly: bool,
+        verify: bool | None = None,
     ) -> ShardedStore:
-        sharded = cls(path, schema, shard_records, readonly)
+        sharded = cls(path, schema, shard_records, readonly, verify)
         try:
             signature = _signature(path)
             manifest = read_manifest(path)
@@ -167,7 +187,7 @@ class ShardedStore:
     @classmethod
     def adopt(cls, path: str, store: Zrecord, schema: Schema, shard_records: int) -> ShardedStore:
         """A single-store dataset about to roll over: its open store becomes shard 0 ('.')."""
-        sharded = cls(path, schema, shard_records)
+        sharded = cls(path, schema, shard_records, verify=store.verify_reads)
         sharded.entries = [ShardEntry(TOP_LEVEL, len(store))]
         sharded.stores = [store]
         sharded._rebuild_view()
@@ -197,7 +217,13 @@ class ShardedStore:
                 raise SchemaError(
                     f"{where} has another schema than the dataset: " + "; ".join(lines)
                 )
-        return Zrecord(folder, create=False, codec=self.schema.codec, readonly=self.readonly)
+        return Zrecord(
+            folder,
+            create=False,
+            codec=self.schema.codec,
+            readonly=self.readonly,
+            verify=self.verify_reads,
+        )
 
     def _load(self, manifest: Manifest, signature: _Signature | None) -> None:
         """Makes the manifest current: opens shards not open yet, checks every count."""
@@ -428,6 +454,24 @@ class ShardedStore:
         self._refuse_if_readonly("sync")
         for store in self.stores:
             store.sync()
+
+    def verify(self) -> VerifyReport:
+        """Every shard's Zrecord.verify() as one report, in the dataset's index space."""
+        with self._guard:
+            reports = [store.verify() for store in self.stores]
+        bad: list[BadRecord] = []
+        before = 0
+        for report in reports:
+            bad.extend(BadRecord(before + b.index, b.reason) for b in report.bad)
+            before += report.records
+        return VerifyReport(
+            self.path,
+            before,
+            all(report.has_checksums for report in reports),
+            sum(report.checksummed for report in reports),
+            bad,
+            sum(report.bad_count for report in reports),
+        )
 
     def train_dict(self, records: Sequence[Any], dict_size: int) -> None:
         """Trains the tail shard's dictionary (the one later rollovers copy)."""

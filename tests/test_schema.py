@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def test_round_trip_through_the_file(tmp_path: Path, dtype: Any) -> None:
 def test_file_holds_exactly_the_documented_fields(tmp_path: Path) -> None:
     write_schema(str(tmp_path), make_schema("ragged", np.float32, [4], "zstd_dict", "small"))
     raw = msgpack.unpackb((tmp_path / SCHEMA_FILE).read_bytes())
-    assert raw == {
+    fields = {
         "format": "loaderx-schema",
         "version": 1,
         "kind": "ragged",
@@ -57,6 +58,8 @@ def test_file_holds_exactly_the_documented_fields(tmp_path: Path) -> None:
         "codec": "zstd_dict",
         "dict_size": 32 << 10,
     }
+    # The checksum is the CRC-32 of the msgpack encoding of the other fields, in this order.
+    assert raw == {**fields, "checksum": zlib.crc32(msgpack.packb(fields, use_bin_type=True))}
 
 
 def test_rewrite_replaces_the_file(tmp_path: Path) -> None:
@@ -133,7 +136,9 @@ def test_sizes_are_checked_at_creation() -> None:
 
 
 def _packed(**changes: Any) -> bytes:
+    """A schema file with fields changed (without the checksum, like a schema from before it)."""
     raw = make_schema("dense", np.float32, (2,), "zstd", "balanced").to_dict()
+    del raw["checksum"]
     raw.update(changes)
     return msgpack.packb(raw)
 
@@ -159,7 +164,7 @@ def test_malformed_files_are_schema_errors(data: bytes, message: str) -> None:
 
 def test_missing_field_is_named() -> None:
     raw = make_schema("dense", np.float32, (2,), "zstd", "balanced").to_dict()
-    del raw["item_shape"]
+    del raw["item_shape"], raw["checksum"]
     with pytest.raises(SchemaError, match="item_shape"):
         parse_schema(msgpack.packb(raw), "x")
 

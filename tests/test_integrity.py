@@ -1,0 +1,302 @@
+"""Integrity: per-record checksums (sums.zr), zstd frame checksums, dict.zr's trailer, the
+schema's checksum, verify(), and a CI-sized run of tools/fuzz_store.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+from loaderx.converter import from_numpy
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import CorruptStoreError, SchemaError
+from loaderx.verify import BadRecord
+from loaderx.zrecord import Zrecord
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = 16
+ENTRY = 16
+
+
+def _records(count: int = 40) -> list[bytes]:
+    rng = np.random.default_rng(7)
+    out = []
+    for i in range(count):
+        if i % 5 == 4:
+            out.append(rng.integers(0, 256, 50 + i, dtype=np.uint8).tobytes())  # raw fallback
+        else:
+            out.append(bytes([i % 9]) * (100 + 3 * i))
+    out[7] = b""
+    return out
+
+
+def _store(path: Path, codec: str, records: list[bytes] | None = None) -> list[bytes]:
+    records = _records() if records is None else records
+    with Zrecord(path, codec=codec) as z:
+        z.append(records)
+    return records
+
+
+def _entry(path: Path, index: int) -> np.ndarray:
+    """Table entry `index` as (offset, phys_length, logic_length, chunk_id | codec << 16)."""
+    raw = (path / "meta.zr").read_bytes()[HEADER + ENTRY * index : HEADER + ENTRY * (index + 1)]
+    return np.frombuffer(raw, dtype=np.uint32)
+
+
+def _patch(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x10]))
+
+
+def _flip_record(path: Path, index: int, within: int = 0) -> None:
+    offset, phys, _, chunk = (int(v) for v in _entry(path, index))
+    assert phys > within
+    _flip(path / f"{chunk & 0xFFFF}.zr", offset + within)
+
+
+# ---- round trips ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_checksummed_store_round_trips_and_verifies(tmp_path: Path, codec: str) -> None:
+    records = _store(tmp_path / "s", codec)
+    assert (tmp_path / "s" / "sums.zr").stat().st_size == HEADER + 4 * len(records)
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        assert z.gather(slice(None)) == records
+        report = z.verify()
+    assert report.ok and bool(report)
+    assert (report.records, report.checksummed, report.bad_count) == (40, 40, 0)
+    assert report.has_checksums and report.bad == []
+
+
+def test_delete_and_compact_keep_checksums_right(tmp_path: Path) -> None:
+    records = _store(tmp_path / "s", "zstd")
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        z.delete([0, 7, 39, 12])
+        expected = list(records)
+        for target in (39, 12, 7, 0):  # swap-last, descending
+            expected[target] = expected[-1]
+            expected.pop()
+        assert z.gather(slice(None)) == expected
+        z.compact()
+        z.append([b"after"])
+        assert z.gather(slice(None)) == expected + [b"after"]
+        assert z.verify().ok
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        assert z.gather(slice(None)) == expected + [b"after"]
+
+
+def test_zstd_frames_carry_their_content_checksum(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "zstd")
+    offset, phys, logic, chunk = (int(v) for v in _entry(tmp_path / "s", 1))
+    assert phys < logic and chunk >> 16 == 1  # a zstd record
+    frame = (tmp_path / "s" / "0.zr").read_bytes()[offset : offset + phys]
+    assert frame[:4] == b"\x28\xb5\x2f\xfd" and frame[4] & 0x04  # Content_Checksum_flag
+    # Without per-record verification, zstd's own checksum still catches a changed last byte.
+    _flip(tmp_path / "s" / "0.zr", offset + phys - 1)
+    with Zrecord(tmp_path / "s", verify=False) as z:
+        with pytest.raises(CorruptStoreError, match="record 1 does not decompress"):
+            z.gather([1])
+
+
+# ---- detection, kind by kind ---------------------------------------------------------------
+
+
+def test_flipped_raw_byte_is_caught_with_verify_true_and_by_verify(tmp_path: Path) -> None:
+    records = _store(tmp_path / "s", "raw")
+    _flip_record(tmp_path / "s", 3, within=10)
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        with pytest.raises(CorruptStoreError, match="record 3's stored bytes do not match"):
+            z.gather([2, 3])
+        assert z.gather([2]) == [records[2]]
+        report = z.verify()
+    assert report.bad == [BadRecord(3, "checksum")] and report.bad_count == 1
+    # The default leaves raw records unchecked (the check would cost as much as the copy).
+    with Zrecord(tmp_path / "s") as z:
+        assert z.gather([3]) != [records[3]]
+
+
+def test_flipped_zstd_byte_is_caught_by_default(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "zstd")
+    _flip_record(tmp_path / "s", 2, within=9)
+    with Zrecord(tmp_path / "s") as z:
+        with pytest.raises(CorruptStoreError, match="record 2"):
+            z.gather([2])
+        assert z.verify().bad == [BadRecord(2, "checksum")]
+
+
+def test_swapped_table_entries_are_caught(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "zstd")
+    meta = tmp_path / "s" / "meta.zr"
+    a, b = _entry(tmp_path / "s", 5).tobytes(), _entry(tmp_path / "s", 8).tobytes()
+    _patch(meta, HEADER + ENTRY * 5, b)
+    _patch(meta, HEADER + ENTRY * 8, a)
+    with Zrecord(tmp_path / "s") as z:
+        with pytest.raises(CorruptStoreError, match="checksum"):
+            z.gather([5])
+        report = z.verify()
+    assert [bad.index for bad in report.bad] == [5, 8]
+
+
+def test_zeroed_table_entry_is_caught(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "zstd")
+    _patch(tmp_path / "s" / "meta.zr", HEADER + ENTRY * 6, bytes(ENTRY))
+    with Zrecord(tmp_path / "s") as z:
+        with pytest.raises(CorruptStoreError, match="record 6"):
+            z.gather([6])
+        assert z.verify().bad == [BadRecord(6, "checksum")]
+
+
+def test_raised_length_over_zeroed_entries_is_caught_and_lowered_is_older_state(
+    tmp_path: Path,
+) -> None:
+    records = _store(tmp_path / "s", "zstd")
+    meta = tmp_path / "s" / "meta.zr"
+    _patch(meta, 12, (len(records) + 3).to_bytes(4, "little"))
+    with pytest.raises(CorruptStoreError, match="sums.zr holds the sums of 40 records"):
+        Zrecord(tmp_path / "s")
+    _patch(meta, 12, (len(records) - 3).to_bytes(4, "little"))
+    with Zrecord(tmp_path / "s", verify=True) as z:  # a valid older state
+        assert z.gather(slice(None)) == records[:-3]
+
+
+def test_truncated_or_bad_sums_file_is_corrupt(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "raw")
+    sums = tmp_path / "s" / "sums.zr"
+    os.truncate(sums, HEADER + 4 * 20)
+    with pytest.raises(CorruptStoreError, match="sums of 20 records"):
+        Zrecord(tmp_path / "s")
+    _flip(sums, 0)
+    with pytest.raises(CorruptStoreError, match="sums.zr has no valid header"):
+        Zrecord(tmp_path / "s")
+
+
+def test_store_without_sums_keeps_opening_and_says_so(tmp_path: Path) -> None:
+    records = _store(tmp_path / "s", "zstd")
+    os.remove(tmp_path / "s" / "sums.zr")  # what a store written before checksums looks like
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        assert z.gather(slice(None)) == records
+        z.append([b"more"])
+        report = z.verify()
+    assert report.ok and not report.has_checksums and report.checksummed == 0
+    assert not (tmp_path / "s" / "sums.zr").exists()
+    # An empty store without one gets one.
+    Zrecord(tmp_path / "empty").close()
+    os.remove(tmp_path / "empty" / "sums.zr")
+    with Zrecord(tmp_path / "empty") as z:
+        z.append([b"x"])
+        assert z.verify().has_checksums
+
+
+def test_interrupted_delete_leaves_readable_duplicates(tmp_path: Path) -> None:
+    """A kill between a delete's table moves and its sums' moves leaves entry i a copy of the
+    (still live) last entry while sums.zr still has i's old sum: the record reads as the copy."""
+    records = _store(tmp_path / "s", "zstd")
+    last = _entry(tmp_path / "s", 39).tobytes()
+    _patch(tmp_path / "s" / "meta.zr", HEADER + ENTRY * 4, last)
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        assert z.gather([4, 39]) == [records[39], records[39]]
+        assert z.verify().ok
+
+
+def test_dict_zr_trailer_detects_changes_and_old_dictionaries_load(tmp_path: Path) -> None:
+    tiles = np.tile(np.arange(256, dtype=np.uint8) % 40, (200, 1))
+    tiles[:, ::7] = np.arange(200, dtype=np.uint8)[:, None]
+    from_numpy(tmp_path / "d", tiles, codec="zstd_dict", dict_size=1024)
+    dict_file = tmp_path / "d" / "dict.zr"
+    original = dict_file.read_bytes()
+    assert original[-16:-12] == b"LXDC"
+    assert int.from_bytes(original[-8:], "little") == len(original) - 16
+    flipped = bytearray(original)
+    flipped[100] ^= 0x10
+    for corrupt in (original + b"garbage", original[:-1], bytes(flipped)):
+        dict_file.write_bytes(corrupt)
+        with pytest.raises(CorruptStoreError, match="dict.zr"):
+            DenseDataset(tmp_path / "d")
+    # Without its trailer, dict.zr is corrupt in a store whose sums.zr says it has one...
+    dict_file.write_bytes(original[:-16])
+    with pytest.raises(CorruptStoreError, match="lacks its checksum trailer"):
+        DenseDataset(tmp_path / "d")
+    # ...and loads as it is in a store from before checksums.
+    os.remove(tmp_path / "d" / "sums.zr")
+    with DenseDataset(tmp_path / "d") as ds:
+        assert (ds[:] == tiles).all()
+
+
+def test_unloadable_dictionary_is_corrupt_not_memory_error(tmp_path: Path) -> None:
+    _store(tmp_path / "s", "zstd")
+    os.remove(tmp_path / "s" / "sums.zr")  # no trailer required
+    # zstd's dictionary magic followed by entropy tables that do not parse.
+    (tmp_path / "s" / "dict.zr").write_bytes(b"\x37\xa4\x30\xec" + b"\x01\x00\x00\x00" + b"\xff" * 300)
+    with pytest.raises(CorruptStoreError, match="not a zstd dictionary"):
+        Zrecord(tmp_path / "s")
+
+
+def test_schema_checksum_catches_a_swapped_dtype(tmp_path: Path) -> None:
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    from_numpy(tmp_path / "d", data, codec="raw")
+    schema = tmp_path / "d" / "schema.msgpack"
+    raw = schema.read_bytes()
+    assert b"<f4" in raw
+    schema.write_bytes(raw.replace(b"<f4", b"<i4"))
+    with pytest.raises(SchemaError, match="does not match its checksum"):
+        DenseDataset(tmp_path / "d")
+    # A schema from before the checksum field still opens.
+    fields = msgpack.unpackb(raw)
+    del fields["checksum"]
+    schema.write_bytes(msgpack.packb(fields))
+    with DenseDataset(tmp_path / "d") as ds:
+        assert (ds[:] == data).all()
+
+
+def test_dataset_verify_and_verify_keyword(tmp_path: Path) -> None:
+    data = np.arange(40, dtype=np.int32).reshape(10, 4)
+    from_numpy(tmp_path / "d", data, codec="raw")
+    with Zrecord(tmp_path / "d", codec="raw") as z:
+        z.append([b"12345"])  # not one sample: the schema forbids it
+    _flip_record(tmp_path / "d", 2)
+    with DenseDataset(tmp_path / "d", verify=True) as ds:
+        report = ds.verify()
+        assert report.bad == [BadRecord(2, "checksum"), BadRecord(10, "size")]
+        assert report.bad_count == 2
+        with pytest.raises(CorruptStoreError):
+            ds[2]
+        assert (ds[[0, 1, 3]] == data[[0, 1, 3]]).all()
+    rows = [np.ones((n, 2), dtype=np.float32) * n for n in (1, 3, 2)]
+    with RaggedDataset(tmp_path / "r", dtype=np.float32, item_shape=(2,), verify=False) as r:
+        r.append(rows)
+        assert r.verify().ok
+    with pytest.raises(TypeError, match="verify"):
+        Zrecord(tmp_path / "x", verify="yes")  # type: ignore[arg-type]
+
+
+# ---- the fuzzing run -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the fuzzer forks one child per trial")
+def test_fuzzing_store_files_finds_no_crash_hang_or_silent_wrong_result() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools import fuzz_store
+    finally:
+        sys.path.remove(str(ROOT))
+    result = fuzz_store.run(trials=200, seed=1, timeout=60.0, log=lambda line: None)
+    outcomes = result["outcomes"]
+    assert result["failures"] == []
+    assert sum(outcomes.values()) == 200
+    assert all(outcomes[name] == 0 for name in fuzz_store.FAILURES)
+    # The experiment really corrupted things: most trials are detected.
+    assert outcomes["detected"] > 100
