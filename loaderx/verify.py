@@ -5,14 +5,16 @@ This module stays interpreted: a report is built once per verify() call.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from dataclasses import dataclass
+from typing import Final
 
 # The reasons a record can be reported for (see zig/include/loaderx.h, LX_VERIFY_*; "size" is
 # a dataset's: the record's length does not fit the schema).
 REASONS: Final = ("entry", "chunk", "checksum", "frame", "no_dictionary", "size")
 
 
-class BadRecord(NamedTuple):
+@dataclass(frozen=True, order=True)
+class BadRecord:
     """One record that failed verification and why (one of REASONS)."""
 
     index: int
