@@ -50,7 +50,7 @@ _END: Final = object()
 # A store's own files, plus a sharded dataset's manifest, commit lock, shard folders and the
 # staging folders a crashed rollover or commit may leave.
 _STORE_FILE: Final = re.compile(
-    r"(schema\.msgpack|meta\.zr|dict\.zr|redo\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock"
+    r"(schema\.msgpack|meta\.zr|sums\.zr|dict\.zr|redo\.zr|[0-9]+\.zr|shards\.msgpack|shards\.lock"
     r"|shard-[0-9]{6,7}|\.staging-[0-9]+-[0-9a-f]+|open\.lock|writer\.lock|maintenance\.lock)"
     r"(\.tmp[-.\w]*)?"
 )

@@ -203,12 +203,32 @@ def test_store_without_sums_keeps_opening_and_says_so(tmp_path: Path) -> None:
 
 def test_interrupted_delete_leaves_readable_duplicates(tmp_path: Path) -> None:
     """A kill between a delete's table moves and its sums' moves leaves entry i a copy of the
-    (still live) last entry while sums.zr still has i's old sum: the record reads as the copy."""
+    moved entry while sums.zr still has i's old sum. sums.zr's header records the delete, so the
+    record reads as the copy, and the next delete or compaction settles the sum."""
     records = _store(tmp_path / "s", "zstd")
     last = _entry(tmp_path / "s", 39).tobytes()
     _patch(tmp_path / "s" / "meta.zr", HEADER + ENTRY * 4, last)
+    with Zrecord(tmp_path / "s", verify=True) as z:  # without the record of a delete: corrupt
+        with pytest.raises(CorruptStoreError, match="record 4"):
+            z.gather([4])
+    _patch(tmp_path / "s" / "sums.zr", 8, (40).to_bytes(4, "little") + (39).to_bytes(4, "little"))
     with Zrecord(tmp_path / "s", verify=True) as z:
         assert z.gather([4, 39]) == [records[39], records[39]]
+        assert z.verify().ok
+        z.delete([39])  # what the killed delete was doing
+        assert z.gather(slice(None)) == records[:4] + [records[39]] + records[5:39]
+        assert z.verify().ok
+    assert (tmp_path / "s" / "sums.zr").read_bytes()[8:16] == bytes(8)  # settled
+
+
+def test_compaction_settles_an_interrupted_delete(tmp_path: Path) -> None:
+    records = _store(tmp_path / "s", "zstd")
+    _patch(tmp_path / "s" / "meta.zr", HEADER + ENTRY * 4, _entry(tmp_path / "s", 39).tobytes())
+    _patch(tmp_path / "s" / "meta.zr", 12, (39).to_bytes(4, "little"))  # the length was published
+    _patch(tmp_path / "s" / "sums.zr", 8, (40).to_bytes(4, "little") + (39).to_bytes(4, "little"))
+    with Zrecord(tmp_path / "s", verify=True) as z:
+        z.compact()
+        assert z.gather(slice(None)) == records[:4] + [records[39]] + records[5:39]
         assert z.verify().ok
 
 

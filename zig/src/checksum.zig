@@ -31,7 +31,10 @@ pub const Header = extern struct {
     magic: [4]u8,
     version: u16,
     flags: u16,
-    _reserved: u64 = 0,
+    /// A delete in progress (0 when none): it lowers the length from `pending_from` to
+    /// `pending_to`, moving entries of [pending_to, pending_from) into holes below.
+    pending_from: u32 = 0,
+    pending_to: u32 = 0,
 };
 
 /// Header flag: every dict.zr this store writes ends with a checksum trailer, so a dict.zr
@@ -69,6 +72,9 @@ pub const Sidecar = struct {
     /// Sums by table index; [0, loaded) are valid. Reserved for the whole index space.
     sums: []u32,
     loaded: std.atomic.Value(u32),
+    /// The header's pending delete (changed only while the store is held exclusively).
+    pending_from: u32 = 0,
+    pending_to: u32 = 0,
     /// Serialises loading sums another process appended.
     load_mutex: Io.Mutex = .init,
 
@@ -108,7 +114,18 @@ pub const Sidecar = struct {
             return error.Corrupt;
         }
         const sums = std.heap.page_allocator.alloc(u32, limits.record_count_max) catch return errors.outOfMemory();
-        var sidecar: Sidecar = .{ .file = f, .flags = header.flags, .sums = sums, .loaded = .init(0) };
+        if (header.pending_from != 0 and (header.pending_to >= header.pending_from or header.pending_from > limits.record_count_max)) {
+            status.setMessage("corrupt store: {s} records an impossible delete", .{file_name});
+            return error.Corrupt;
+        }
+        var sidecar: Sidecar = .{
+            .file = f,
+            .flags = header.flags,
+            .sums = sums,
+            .loaded = .init(0),
+            .pending_from = header.pending_from,
+            .pending_to = header.pending_to,
+        };
         errdefer std.heap.page_allocator.free(sums);
         try sidecar.readRange(io, 0, length);
         sidecar.loaded.store(length, .release);
@@ -150,6 +167,33 @@ pub const Sidecar = struct {
         return sidecar.sums[index];
     }
 
+    /// The stored sum of any index the file holds (also past the length), read from the file.
+    pub fn readOne(sidecar: *Sidecar, io: Io, index: u32) Error!?u32 {
+        var value: u32 = undefined;
+        const read = sidecar.file.readPositionalAll(io, std.mem.asBytes(&value), entryOffset(index)) catch |err|
+            return fail(err, "read {s}", .{file_name});
+        return if (read == @sizeOf(u32)) value else null;
+    }
+
+    /// Records a delete from `from` records down to `to` before it moves anything.
+    pub fn setPending(sidecar: *Sidecar, io: Io, from: u32, to: u32, durable: bool) Error!void {
+        std.debug.assert(to < from);
+        try sidecar.writePending(io, from, to, durable);
+    }
+
+    pub fn clearPending(sidecar: *Sidecar, io: Io, durable: bool) Error!void {
+        try sidecar.writePending(io, 0, 0, durable);
+    }
+
+    fn writePending(sidecar: *Sidecar, io: Io, from: u32, to: u32, durable: bool) Error!void {
+        const fields = [2]u32{ from, to };
+        sidecar.file.writePositionalAll(io, std.mem.asBytes(&fields), @offsetOf(Header, "pending_from")) catch |err|
+            return fail(err, "write {s}", .{file_name});
+        if (durable) sidecar.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
+        sidecar.pending_from = from;
+        sidecar.pending_to = to;
+    }
+
     /// Makes sure every sum below `length` is in memory (before delete moves them).
     pub fn loadAll(sidecar: *Sidecar, io: Io, length: u32) Error!void {
         if (length == 0) return;
@@ -172,6 +216,13 @@ pub const Sidecar = struct {
     /// caller writes the changed range with flushRange).
     pub fn move(sidecar: *Sidecar, from: u32, to: u32) void {
         sidecar.sums[to] = sidecar.sums[from];
+    }
+
+    /// Sets the sum of `index` (below the length) in memory and in the file (delete repair).
+    pub fn put(sidecar: *Sidecar, io: Io, index: u32, value: u32) Error!void {
+        sidecar.sums[index] = value;
+        sidecar.file.writePositionalAll(io, std.mem.asBytes(&value), entryOffset(index)) catch |err|
+            return fail(err, "write {s}", .{file_name});
     }
 
     /// Writes the in-memory sums of the delete targets that stay below `length` to the file.
@@ -220,12 +271,17 @@ test "sidecar: create, write, reopen, another process's sums, short file is corr
     try other.write(io, 3, &.{ 44, 55 }, false);
     other.close(io);
     try std.testing.expectEqual(@as(u32, 55), try sidecar.get(io, 4, 5));
+    try sidecar.setPending(io, 5, 4, false);
     sidecar.move(4, 1);
     try sidecar.flushMoved(io, &.{ 4, 1 }, 4, false);
     sidecar.truncateLoaded(4);
     sidecar.close(io);
     var again = (try Sidecar.open(io, tmp.dir, 4, true)).?;
     try std.testing.expectEqual(flag_dict_trailer, again.flags);
+    try std.testing.expectEqual(@as(u32, 5), again.pending_from);
+    try std.testing.expectEqual(@as(u32, 55), (try again.readOne(io, 4)).?);
+    try std.testing.expect(try again.readOne(io, 5) == null);
+    try again.clearPending(io, false);
     try std.testing.expectEqualSlices(u32, &.{ 11, 55, 33, 44 }, again.sums[0..4]);
     again.close(io);
     try std.testing.expectError(error.Corrupt, Sidecar.open(io, tmp.dir, 6, true));

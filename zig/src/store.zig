@@ -704,7 +704,15 @@ pub const Store = struct {
         std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
         const unique = uniqueSorted(targets);
         const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
-        if (store.sidecar) |*sidecar| try sidecar.loadAll(io, old_length);
+        if (store.sidecar) |*sidecar| {
+            try integrity.repairPendingDelete(store);
+            try sidecar.loadAll(io, old_length);
+            // sums.zr's header records the delete before the table changes: a kill before the
+            // moved sums are written leaves moved entries (redone from redo.zr) with old sums,
+            // which the record lets readers accept and the next delete or compaction repair
+            // (see integrity.duplicateChecks). redo.zr stays the record of the table's moves.
+            try sidecar.setPending(io, old_length, new_length, store.durable);
+        }
         // Every entry a swap-last delete copies comes from [new_length, old_length). Running it
         // on a copy of that tail yields the final value of each entry below new_length without
         // touching the table, which changes only after the plan is in the log.
@@ -730,7 +738,10 @@ pub const Store = struct {
         try journal.write(store.allocator, io, store.dir, plan, store.durable);
         journal.apply(&store.meta, plan);
         if (store.durable) try store.meta.flushAll(io);
-        if (store.sidecar) |*sidecar| try store.moveSums(sidecar, unique, old_length, new_length);
+        if (store.sidecar) |*sidecar| {
+            try store.moveSums(sidecar, unique, old_length, new_length);
+            try sidecar.clearPending(io, store.durable);
+        }
         try journal.remove(io, store.dir, store.durable);
     }
 
