@@ -14,6 +14,7 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, SchemaError
+from loaderx.schema import Codec
 from loaderx.verify import BadRecord
 from loaderx.zrecord import Zrecord
 
@@ -34,9 +35,9 @@ def _records(count: int = 40) -> list[bytes]:
     return out
 
 
-def _store(path: Path, codec: str, records: list[bytes] | None = None) -> list[bytes]:
+def _store(path: Path, codec: Codec, records: list[bytes] | None = None) -> list[bytes]:
     records = _records() if records is None else records
-    with Zrecord(path, codec=codec) as z:
+    with Zrecord(path, create=True, codec=codec) as z:
         z.append(records)
     return records
 
@@ -71,7 +72,7 @@ def _flip_record(path: Path, index: int, within: int = 0) -> None:
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
-def test_checksummed_store_round_trips_and_verifies(tmp_path: Path, codec: str) -> None:
+def test_checksummed_store_round_trips_and_verifies(tmp_path: Path, codec: Codec) -> None:
     records = _store(tmp_path / "s", codec)
     assert (tmp_path / "s" / "sums.zr").stat().st_size == HEADER + 4 * len(records)
     with Zrecord(tmp_path / "s", verify=True) as z:
@@ -194,7 +195,7 @@ def test_store_without_sums_keeps_opening_and_says_so(tmp_path: Path) -> None:
     assert report.ok and not report.has_checksums and report.checksummed == 0
     assert not (tmp_path / "s" / "sums.zr").exists()
     # An empty store without one gets one.
-    Zrecord(tmp_path / "empty").close()
+    Zrecord(tmp_path / "empty", create=True).close()
     os.remove(tmp_path / "empty" / "sums.zr")
     with Zrecord(tmp_path / "empty") as z:
         z.append([b"x"])
