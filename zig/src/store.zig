@@ -820,12 +820,16 @@ pub const Store = struct {
         try store.refresh();
     }
 
-    /// Forgets the chunk mappings, chunk handles and dictionary, which another handle's
+    /// Forgets the chunk mappings, chunk handles, sums and dictionary, which another handle's
     /// maintenance may have replaced while this one held no lock. Exclusive lock held.
     fn refresh(store: *Store) Error!void {
         const io = pool.io();
         store.chunks.closeAll(io);
-        const fresh = try dictionary.load(store.allocator, io, store.dir);
+        if (store.sidecar) |*sidecar| sidecar.close(io);
+        store.sidecar = null;
+        store.sidecar = try integrity.openSidecar(io, store.dir, &store.meta, !store.read_only);
+        const trailer_required = if (store.sidecar) |sidecar| sidecar.flags & checksum.flag_dict_trailer != 0 else false;
+        const fresh = try dictionary.load(store.allocator, io, store.dir, trailer_required);
         if (store.dict) |old| {
             old.deinit(store.allocator);
             store.allocator.destroy(old);
