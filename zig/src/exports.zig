@@ -473,12 +473,14 @@ test "abi basics" {
     try std.testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(-1)));
 }
 
-test "lx_store_open refuses create together with read-only, and unknown flags" {
+test "lx_store_open refuses create together with read-only, both verify flags, and unknown flags" {
     var out: ?*Store = undefined;
     try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_create | open_read_only, &out));
     try std.testing.expect(out == null);
     try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", std.mem.span(lx_last_error()));
-    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", 8, &out));
+    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", 32, &out));
+    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_verify_all | open_verify_none, &out));
+    try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE together", std.mem.span(lx_last_error()));
     try std.testing.expectEqualStrings("LX_STORE_LOCKED", std.mem.span(lx_status_name(15)));
     try std.testing.expectEqualStrings("LX_READ_ONLY", std.mem.span(lx_status_name(16)));
 }
