@@ -167,7 +167,7 @@ def test_raised_length_over_zeroed_entries_is_caught_and_lowered_is_older_state(
     records = _store(tmp_path / "s", "zstd")
     meta = tmp_path / "s" / "meta.zr"
     _patch(meta, 12, (len(records) + 3).to_bytes(4, "little"))
-    with pytest.raises(CorruptStoreError, match="sums.zr holds the sums of 40 records"):
+    with pytest.raises(CorruptStoreError, match="corrupt store"):
         Zrecord(tmp_path / "s")
     _patch(meta, 12, (len(records) - 3).to_bytes(4, "little"))
     with Zrecord(tmp_path / "s", verify=True) as z:  # a valid older state

@@ -298,10 +298,8 @@ pub const Sidecar = struct {
     }
 };
 
-fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {
-    status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
-    return errors.fromStd(err);
-}
+/// The store's failure message (ENOSPC spelled so Python raises OSError with that errno).
+const fail = @import("meta.zig").fail;
 
 test "recordSum covers the bytes, the logical length and the codec" {
     const a = recordSum("hello", 5, .raw);
