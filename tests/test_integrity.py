@@ -4,6 +4,7 @@ schema's checksum, verify(), and a CI-sized run of tools/fuzz_store.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -200,6 +201,28 @@ def test_store_without_sums_keeps_opening_and_says_so(tmp_path: Path) -> None:
     with Zrecord(tmp_path / "empty") as z:
         z.append([b"x"])
         assert z.verify().has_checksums
+
+
+OPEN_MEMORY = """
+import resource, sys
+from loaderx.zrecord import Zrecord
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+stores = [Zrecord(sys.argv[1], create=False, readonly=True) for _ in range(8)]
+assert all(len(store) == 40 for store in stores)
+for store in stores:
+    store.close()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_opening_reads_and_commits_no_memory_for_the_whole_sums_space(tmp_path: Path) -> None:
+    # An open reserves room for the sums of 2**24 records (64 MiB) but must touch none of it:
+    # filling it (a safe build's allocator poisons what it hands out) made every open cost the
+    # limit instead of the store, slow enough for an appending writer to outrun the openers.
+    _store(tmp_path / "s", "raw")
+    script = [sys.executable, "-c", OPEN_MEMORY, str(tmp_path / "s")]
+    grown_kib = int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
+    assert grown_kib < 32 * 1024, f"8 opens grew the peak memory by {grown_kib} KiB"
 
 
 def test_interrupted_delete_leaves_readable_duplicates(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@
 //! index, parallel to meta.zr's table (which the specification fixes, so the sums live beside it).
 //! The file only ever grows by the positional writes of appends: it is as long as the most
 //! records the store has held, never sparse, never mapped (a full disk is a clean error).
-//! A process keeps the sums of the indices it has seen in memory (virtual memory reserved for
-//! the whole index space, touched only as far as the store reaches), and reads the sums of
-//! records another process appended on first use.
+//! A process keeps the sums it has needed in memory (virtual memory reserved for the whole index
+//! space, touched only where used), read from the file a block at a time on first use: opening a
+//! store reads none of them (an open costs the same for ten records or sixteen million), and a
+//! gather reads only the blocks of the records it checks.
 const std = @import("std");
 const builtin = @import("builtin");
 const Io = std.Io;
@@ -118,20 +119,38 @@ pub fn bytesSum(bytes: []const u8) u32 {
     return Crc32c.hash(bytes);
 }
 
+/// Sums read from the file at a time (4 KiB).
+const block_size: u32 = 1024;
+const block_count: u32 = (limits.record_count_max + block_size - 1) / block_size;
+
 fn entryOffset(index: u64) u64 {
     return @sizeOf(Header) + index * @sizeOf(u32);
+}
+
+/// Virtual memory for the sums of the whole index space (64 MiB), left untouched: Allocator.alloc
+/// and free fill the memory with 0xAA in safe builds, which would make every open and close
+/// write (and commit) all of it, in time proportional to the limit instead of the store.
+fn reserveSums() Error![]u32 {
+    const bytes = @as(usize, limits.record_count_max) * @sizeOf(u32);
+    const memory = std.heap.page_allocator.rawAlloc(bytes, .of(u32), @returnAddress()) orelse return errors.outOfMemory();
+    return @as([*]u32, @ptrCast(@alignCast(memory)))[0..limits.record_count_max];
+}
+
+fn releaseSums(sums: []u32) void {
+    std.heap.page_allocator.rawFree(std.mem.sliceAsBytes(sums), .of(u32), @returnAddress());
 }
 
 pub const Sidecar = struct {
     file: Io.File,
     flags: u16,
-    /// Sums by table index; [0, loaded) are valid. Reserved for the whole index space.
+    /// Sums by table index, reserved for the whole index space. In block b, the first
+    /// valid[b] sums are in memory; the rest are read from the file when first needed.
     sums: []u32,
-    loaded: std.atomic.Value(u32),
+    valid: []std.atomic.Value(u32),
     /// The header's pending delete (changed only while the store is held exclusively).
     pending_from: u32 = 0,
     pending_to: u32 = 0,
-    /// Serialises loading sums another process appended.
+    /// Serialises reading blocks from the file and raising `valid`.
     load_mutex: Io.Mutex = .init,
 
     /// Creates an empty sums.zr (under a temporary name, then renamed).
@@ -147,8 +166,9 @@ pub const Sidecar = struct {
             return fail(err, "rename {s} to {s}", .{ temporary_name, file_name });
     }
 
-    /// Opens sums.zr (read-only unless `writable`) and loads the sums of the first `length`
-    /// records; null when the store has none (a store from before checksums).
+    /// Opens sums.zr (read-only unless `writable`) and checks that it holds a sum for each of
+    /// the first `length` records, reading none of them; null when the store has none (a store
+    /// from before checksums).
     pub fn open(io: Io, dir: Io.Dir, length: u32, writable: bool) Error!?Sidecar {
         const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
         const f = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
@@ -169,27 +189,34 @@ pub const Sidecar = struct {
             status.setMessage("corrupt store: {s} has unknown flags 0x{x}", .{ file_name, header.flags });
             return error.Corrupt;
         }
-        const sums = std.heap.page_allocator.alloc(u32, limits.record_count_max) catch return errors.outOfMemory();
         if (header.pending_from != 0 and (header.pending_to >= header.pending_from or header.pending_from > limits.record_count_max)) {
             status.setMessage("corrupt store: {s} records an impossible delete", .{file_name});
             return error.Corrupt;
         }
-        var sidecar: Sidecar = .{
+        const size = f.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
+        if (size < entryOffset(length)) {
+            status.setMessage("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
+                file_name, (@max(size, @sizeOf(Header)) - @sizeOf(Header)) / @sizeOf(u32), length,
+            });
+            return error.Corrupt;
+        }
+        const sums = try reserveSums();
+        errdefer releaseSums(sums);
+        const valid = std.heap.page_allocator.alloc(std.atomic.Value(u32), block_count) catch return errors.outOfMemory();
+        @memset(valid, .init(0));
+        return .{
             .file = f,
             .flags = header.flags,
             .sums = sums,
-            .loaded = .init(0),
+            .valid = valid,
             .pending_from = header.pending_from,
             .pending_to = header.pending_to,
         };
-        errdefer std.heap.page_allocator.free(sums);
-        try sidecar.readRange(io, 0, length);
-        sidecar.loaded.store(length, .release);
-        return sidecar;
     }
 
     pub fn close(sidecar: *Sidecar, io: Io) void {
-        std.heap.page_allocator.free(sidecar.sums);
+        releaseSums(sidecar.sums);
+        std.heap.page_allocator.free(sidecar.valid);
         sidecar.file.close(io);
         sidecar.* = undefined;
     }
@@ -211,14 +238,18 @@ pub const Sidecar = struct {
     /// The stored sum of record `index` (below the store's published `length`).
     pub fn get(sidecar: *Sidecar, io: Io, index: u32, length: u32) Error!u32 {
         std.debug.assert(index < length);
-        if (index < sidecar.loaded.load(.acquire)) return sidecar.sums[index];
-        // Appended by another process since this one loaded: read the new sums once.
+        const block = index / block_size;
+        const start = block * block_size;
+        if (index - start < sidecar.valid[block].load(.acquire)) return sidecar.sums[index];
+        // Not read yet (or appended by another process since): read the rest of its block that
+        // lies below the length, once.
         sidecar.load_mutex.lockUncancelable(io);
         defer sidecar.load_mutex.unlock(io);
-        const loaded = sidecar.loaded.load(.acquire);
-        if (index >= loaded) {
-            try sidecar.readRange(io, loaded, length);
-            sidecar.loaded.store(length, .release);
+        const valid = sidecar.valid[block].load(.acquire);
+        if (index - start >= valid) {
+            const end = @min(length, start + block_size);
+            try sidecar.readRange(io, start + valid, end);
+            sidecar.valid[block].store(end - start, .release);
         }
         return sidecar.sums[index];
     }
@@ -252,8 +283,10 @@ pub const Sidecar = struct {
 
     /// Makes sure every sum below `length` is in memory (before delete moves them).
     pub fn loadAll(sidecar: *Sidecar, io: Io, length: u32) Error!void {
-        if (length == 0) return;
-        _ = try sidecar.get(io, length - 1, length);
+        var start: u32 = 0;
+        while (start < length) : (start += block_size) {
+            _ = try sidecar.get(io, @min(length, start + block_size) - 1, length);
+        }
     }
 
     /// Writes the sums of new records [first, first + values.len) to the file, then to memory.
@@ -264,12 +297,24 @@ pub const Sidecar = struct {
             return fail(err, "write {s}", .{file_name});
         if (durable) sidecar.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
         @memcpy(sidecar.sums[first..][0..values.len], values);
-        if (sidecar.loaded.load(.acquire) == first)
-            sidecar.loaded.store(@intCast(first + values.len), .release);
+        // A block whose valid sums reach `first` now reaches the end of the new ones; any other
+        // keeps reading them from the file, which holds them.
+        sidecar.load_mutex.lockUncancelable(io);
+        defer sidecar.load_mutex.unlock(io);
+        const end: u32 = @intCast(first + values.len);
+        var at = first;
+        while (at < end) {
+            const block = at / block_size;
+            const start = block * block_size;
+            const block_end = @min(end, start + block_size);
+            if (sidecar.valid[block].load(.acquire) == at - start)
+                sidecar.valid[block].store(block_end - start, .release);
+            at = block_end;
+        }
     }
 
     /// Swap-last delete's move: the sum of `from` becomes the sum of `to` (memory only; the
-    /// caller writes the changed range with flushRange).
+    /// caller loaded both with loadAll and writes the changed ones with flushMoved).
     pub fn move(sidecar: *Sidecar, from: u32, to: u32) void {
         sidecar.sums[to] = sidecar.sums[from];
     }
@@ -292,9 +337,14 @@ pub const Sidecar = struct {
         if (durable) sidecar.file.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
     }
 
-    /// After a delete the store holds `length` records; the sums loaded stay valid below it.
+    /// After a delete the store holds `length` records; the sums in memory stay valid below it
+    /// (the ones past it are read again if records are appended there).
     pub fn truncateLoaded(sidecar: *Sidecar, length: u32) void {
-        if (sidecar.loaded.load(.acquire) > length) sidecar.loaded.store(length, .release);
+        var block = length / block_size;
+        while (block < block_count) : (block += 1) {
+            const keep = (@max(length, block * block_size)) - block * block_size;
+            if (sidecar.valid[block].load(.acquire) > keep) sidecar.valid[block].store(keep, .release);
+        }
     }
 };
 
@@ -336,9 +386,44 @@ test "sidecar: create, write, reopen, another process's sums, short file is corr
     try std.testing.expectEqual(@as(u32, 55), (try again.readOne(io, 4)).?);
     try std.testing.expect(try again.readOne(io, 5) == null);
     try again.clearPending(io, false);
+    // Opening read none of the sums; loadAll reads them.
+    try std.testing.expectEqual(@as(u32, 0), again.valid[0].load(.acquire));
+    try again.loadAll(io, 4);
     try std.testing.expectEqualSlices(u32, &.{ 11, 55, 33, 44 }, again.sums[0..4]);
     again.close(io);
     try std.testing.expectError(error.Corrupt, Sidecar.open(io, tmp.dir, 6, true));
+}
+
+test "sidecar: sums are read a block at a time, across blocks, and follow appends and deletes" {
+    const io = std.testing.io;
+    var tmp = std.testing.tmpDir(.{});
+    defer tmp.cleanup();
+    try Sidecar.create(io, tmp.dir, 0);
+    const count = 3 * block_size + 5;
+    const values = try std.testing.allocator.alloc(u32, count);
+    defer std.testing.allocator.free(values);
+    for (values, 0..) |*v, i| v.* = @intCast(i * 7 + 1);
+    var writer = (try Sidecar.open(io, tmp.dir, 0, true)).?;
+    defer writer.close(io);
+    try writer.write(io, 0, values[0..10], false);
+    var reader = (try Sidecar.open(io, tmp.dir, 10, false)).?;
+    defer reader.close(io);
+    try std.testing.expectEqual(values[9], try reader.get(io, 9, 10));
+    try std.testing.expectEqual(@as(u32, 10), reader.valid[0].load(.acquire));
+    // The writer appends the rest (another process, for the reader): the reader reads the
+    // blocks it needs, and only those.
+    try writer.write(io, 10, values[10..], false);
+    try std.testing.expectEqual(values[2 * block_size + 3], try reader.get(io, 2 * block_size + 3, count));
+    try std.testing.expectEqual(@as(u32, 0), reader.valid[1].load(.acquire));
+    try std.testing.expectEqual(block_size, reader.valid[2].load(.acquire));
+    for (values, 0..) |v, i| try std.testing.expectEqual(v, try reader.get(io, @intCast(i), count));
+    try std.testing.expectEqual(@as(u32, 5), reader.valid[3].load(.acquire));
+    // The writer's own appends stay in memory; a shrink forgets the sums past the length.
+    try std.testing.expectEqual(@as(u32, 5), writer.valid[3].load(.acquire));
+    writer.truncateLoaded(block_size + 2);
+    try std.testing.expectEqual(@as(u32, 2), writer.valid[1].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 0), writer.valid[3].load(.acquire));
+    try std.testing.expectEqual(values[count - 1], try writer.get(io, count - 1, count));
 }
 
 test "the sliced CRC32C agrees with std's" {
