@@ -79,12 +79,17 @@ class VerifySummary(ctypes.Structure):
 
 
 # lx_verify_problem.reason values (LX_VERIFY_* in loaderx.h) and their names.
+VERIFY_ENTRY: Final = 1
+VERIFY_CHUNK: Final = 2
+VERIFY_CHECKSUM: Final = 3
+VERIFY_FRAME: Final = 4
+VERIFY_NO_DICTIONARY: Final = 5
 VERIFY_REASONS: Final[dict[int, str]] = {
-    1: "entry",
-    2: "chunk",
-    3: "checksum",
-    4: "frame",
-    5: "no_dictionary",
+    VERIFY_ENTRY: "entry",
+    VERIFY_CHUNK: "chunk",
+    VERIFY_CHECKSUM: "checksum",
+    VERIFY_FRAME: "frame",
+    VERIFY_NO_DICTIONARY: "no_dictionary",
 }
 
 

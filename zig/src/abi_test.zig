@@ -8,6 +8,7 @@ const testing = std.testing;
 const status = @import("status.zig");
 const limits = @import("limits.zig");
 const sampler = @import("sampler.zig");
+const integrity = @import("integrity.zig");
 const exports = @import("exports.zig");
 
 const header = @embedFile("loaderx.h");
@@ -61,6 +62,14 @@ test "open flags, sampler modes and limits in the header are the Zig ones" {
     try testing.expectEqual(@as(?u64, exports.open_create), define("LX_OPEN_CREATE"));
     try testing.expectEqual(@as(?u64, exports.open_durable), define("LX_OPEN_DURABLE"));
     try testing.expectEqual(@as(?u64, exports.open_read_only), define("LX_OPEN_READ_ONLY"));
+    try testing.expectEqual(@as(?u64, exports.open_verify_all), define("LX_OPEN_VERIFY_ALL"));
+    try testing.expectEqual(@as(?u64, exports.open_verify_none), define("LX_OPEN_VERIFY_NONE"));
+    inline for (@typeInfo(integrity.Reason).@"enum".field_names) |field| {
+        var name_buffer: [64]u8 = undefined;
+        const name = try std.fmt.bufPrint(&name_buffer, "LX_VERIFY_{s}", .{field});
+        _ = std.ascii.upperString(name[10..], name[10..]);
+        try testing.expectEqual(@as(?u64, @intFromEnum(@field(integrity.Reason, field))), define(name));
+    }
     inline for (@typeInfo(sampler.Mode).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_SAMPLER_{s}", .{field});

@@ -593,26 +593,7 @@ pub const Store = struct {
     ) bool {
         const io = pool.io();
         const entry = store.meta.table[index];
-        const problem = format.checkEntryShape(entry);
-        if (problem != .ok) {
-            failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
-            return false;
-        }
-        var src: []const u8 = &.{};
-        if (entry.phys_length > 0) {
-            // Mapping a chunk refreshes its size, so the check comes after it.
-            const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
-                failure.recordCurrent(err);
-                return false;
-            };
-            store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| {
-                failure.recordCurrent(err);
-                return false;
-            };
-            src = view[entry.offset..][0..entry.phys_length];
-        }
-        // The checksum first: a corrupt entry is reported as corrupt, not as a size.
-        if (!store.checkSum(index, entry, src, failure)) return false;
+        const src = store.checkedBytes(index, entry, failure) orelse return false;
         if (slot.len != entry.logic_length) {
             failure.record(error.SizeMismatch, "record {d} is {d} bytes but its destination slot is {d}", .{ index, entry.logic_length, slot.len });
             return false;
@@ -641,6 +622,32 @@ pub const Store = struct {
         return true;
     }
 
+    /// Record `index`'s stored bytes, after checking its entry's shape, that its chunk covers
+    /// them and, as the verify mode says, its checksum; null after recording a failure.
+    fn checkedBytes(store: *Store, index: u64, entry: RecordLoc, failure: *Failure) ?[]const u8 {
+        const io = pool.io();
+        const problem = format.checkEntryShape(entry);
+        if (problem != .ok) {
+            failure.record(error.Corrupt, "corrupt store: record {d}'s table entry: {s}", .{ index, format.describeEntryProblem(problem) });
+            return null;
+        }
+        var src: []const u8 = &.{};
+        if (entry.phys_length > 0) {
+            // Mapping a chunk refreshes its size, so the check comes after it.
+            const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| {
+                failure.recordCurrent(err);
+                return null;
+            };
+            store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| {
+                failure.recordCurrent(err);
+                return null;
+            };
+            src = view[entry.offset..][0..entry.phys_length];
+        }
+        if (!store.checkSum(index, entry, src, failure)) return null;
+        return src;
+    }
+
     /// Records whose misses copyRaw keeps in flight together: enough to cover a memory round
     /// trip at a few nanoseconds per small record, few enough for the sources to stay in L1.
     const copy_group = 32;
@@ -648,14 +655,19 @@ pub const Store = struct {
     /// Refuses a gather whose destination slots disagree with the records' logical lengths,
     /// before any byte is copied (the copy runs sharded, so a refusal found there would leave
     /// other slots already written). One pass over table entries the copy reads anyway.
-    fn checkSlots(store: *const Store, indices: []const i64, destination: Destination) Error!void {
+    fn checkSlots(store: *Store, indices: []const i64, destination: Destination) Error!void {
         for (indices, 0..) |index, i| try store.checkSlot(@intCast(index), destination.slotLength(i), i);
     }
 
     /// Refuses slot `position` of a gather unless it has record `index`'s logical length.
-    pub fn checkSlot(store: *const Store, index: u64, slot_length: u64, position: usize) Error!void {
-        const logic_length = store.meta.table[index].logic_length;
+    pub fn checkSlot(store: *Store, index: u64, slot_length: u64, position: usize) Error!void {
+        const entry = store.meta.table[index];
+        const logic_length = entry.logic_length;
         if (slot_length != logic_length) {
+            // A damaged entry often shows first as a wrong size: it is reported as the
+            // corruption it is (its shape, its chunk, its checksum), not as the caller's mistake.
+            var failure: Failure = .{};
+            if (store.checkedBytes(index, entry, &failure) == null) return failure.check();
             status.setMessage("record {d} is {d} bytes but its destination slot is {d} (position {d})", .{ index, logic_length, slot_length, position });
             return error.SizeMismatch;
         }
