@@ -236,6 +236,14 @@ pub const Store = struct {
         };
         store.sidecar = try integrity.openSidecar(io, dir, &store.meta, !options.read_only);
         errdefer if (store.sidecar) |*sidecar| sidecar.close(io);
+        // The sums of a delete a crash interrupted (its table moves were just redone from
+        // redo.zr) are settled under the writer lock too, before any append can reuse the
+        // indices past the new length that hold the moved records' sums.
+        errdefer locks = store.locks; // the writer lock below is released with the others
+        if (!options.read_only) if (store.sidecar) |sidecar| if (sidecar.pending_from != 0) {
+            try store.locks.holdWriter(io, dir);
+            try integrity.repairPendingDelete(store);
+        };
         const trailer_required = if (store.sidecar) |sidecar| sidecar.flags & checksum.flag_dict_trailer != 0 else false;
         store.dict = try dictionary.load(allocator, io, dir, trailer_required);
         register(store);
