@@ -205,6 +205,41 @@ def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    """Checks every record (table entries against the chunks, checksums, frames); exit 1 and
+    the list of bad records if anything is wrong."""
+    opened = open_store(args.path)
+    try:
+        count = len(opened)
+        if sys.stderr.isatty() and not args.json:
+            print(f"verifying {count:,} records of {args.path} on every core...", file=sys.stderr,
+                  flush=True)
+        started = time.perf_counter()
+        report = opened.verify()
+        elapsed = time.perf_counter() - started
+    finally:
+        opened.close()
+    if args.json:
+        json.dump({
+            "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
+            "checksummed": report.checksummed, "bad_count": report.bad_count,
+            "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
+            "ok": report.ok,
+        }, out, indent=2)
+        print(file=out)
+    else:
+        sums = (f"{report.checksummed:,} against their checksums" if report.has_checksums
+                else "no checksums in this store: table entries and frames only")
+        print(f"{args.path}: {report.records:,} records checked in {elapsed:.1f} s ({sums})",
+              file=out)
+        for bad in report.bad:
+            print(f"  bad record {bad.index}: {bad.reason}", file=out)
+        if report.bad_count > len(report.bad):
+            print(f"  ... {report.bad_count:,} bad records in all", file=out)
+        print("OK" if report.ok else f"{report.bad_count:,} bad records", file=out)
+    return EXIT_OK if report.ok else EXIT_PROBLEM
+
+
 # --- convert, recode, compact -----------------------------------------------------------------
 
 
@@ -385,6 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
     head = command("head", "the first records, printed as NumPy prints them", cmd_head)
     head.add_argument("path")
     head.add_argument("-n", type=int, default=5, help="how many records (default 5)")
+
+    verify = command("verify", "check every record (table against chunks, checksums, frames) "
+                     "in parallel; exit 1 listing the bad records", cmd_verify)
+    verify.add_argument("path")
+    verify.add_argument("--json", action="store_true", help="print JSON")
 
     for name, summary, run in (
         ("convert", "a .npy (memory-mapped) or .npz file into datasets (an .npz: one per array, "

@@ -173,3 +173,21 @@ def test_inspection_is_read_only_and_works_beside_a_writer(tmp_path: Path) -> No
         assert run("head", str(tmp_path / "live"), "-n", "1")[0] == EXIT_OK
         writer.append(np.zeros((1, 2), dtype=np.int32))  # the writer is not disturbed
     assert sorted(p.name for p in (tmp_path / "live").iterdir()) == before
+
+
+def test_verify_lists_bad_records_and_exits_1(tmp_path: Path) -> None:
+    data = np.arange(100 * 16, dtype=np.int32).reshape(100, 16)  # 64-byte records
+    from_numpy(tmp_path / "ds", data, codec="raw")
+    status, text = run("verify", str(tmp_path / "ds"))
+    assert status == EXIT_OK and "100 records checked" in text and text.rstrip().endswith("OK")
+    with open(tmp_path / "ds" / "0.zr", "r+b") as chunk:  # raw records sit in index order
+        chunk.seek(64 * 5 + 3)
+        byte = chunk.read(1)
+        chunk.seek(64 * 5 + 3)
+        chunk.write(bytes([byte[0] ^ 0xFF]))
+    status, text = run("verify", str(tmp_path / "ds"))
+    assert status == EXIT_PROBLEM
+    assert "bad record 5: checksum" in text and "1 bad records" in text
+    report = json.loads(run("verify", str(tmp_path / "ds"), "--json")[1])
+    assert report["ok"] is False and report["bad"] == [{"index": 5, "reason": "checksum"}]
+    assert report["records"] == 100 and report["has_checksums"] is True
