@@ -239,18 +239,22 @@ def test_a_full_disk_at_a_new_table_page(small_disk: Path) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import numpy as np
     from loaderx.zrecord import Zrecord
     path, stop = sys.argv[1], sys.argv[2]
     with Zrecord(path, codec=sys.argv[3]) as store:
         k = 0
-        while not os.path.exists(stop):
+        # Bounded: at most 4 Mi records of 64 bytes (about 300 MB with the table), so a slow
+        # reader can never let the writer fill the disk or the store; then it waits for stop.
+        while not os.path.exists(stop) and len(store) < (1 << 22):
             count = 1 + k % 37
-            rows = np.full((count, 64), len(store), dtype=np.uint64) + np.arange(64, dtype=np.uint64)
+            rows = np.full((count, 8), len(store), dtype=np.uint64) + np.arange(8, dtype=np.uint64)
             rows[:, 0] = np.arange(len(store), len(store) + count, dtype=np.uint64)
-            store.append_fixed(rows, 512)
+            store.append_fixed(rows, 64)
             k += 1
+        while not os.path.exists(stop):
+            time.sleep(0.01)
     """
 )
 
@@ -274,13 +278,13 @@ def test_opening_while_another_process_appends(tmp_path: Path, codec: Codec) -> 
                 assert length >= previous
                 previous = length
                 picks = np.array([0, length // 2, length - 1], dtype=np.int64)
-                out = np.empty((3, 64), dtype=np.uint64)
-                store.gather_into(picks, out, 512)
+                out = np.empty((3, 8), dtype=np.uint64)
+                store.gather_into(picks, out, 64)
                 assert np.array_equal(out[:, 0], picks.astype(np.uint64))
         assert writer.poll() is None, "the writer stopped early"
     finally:
         stop.touch()
         assert writer.wait(timeout=120) == 0
     with Zrecord(path, create=False) as store:
-        ids = read_all(store, 64)[:, 0]
+        ids = read_all(store, 8)[:, 0]
         assert np.array_equal(ids, np.arange(len(store), dtype=np.uint64))
