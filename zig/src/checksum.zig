@@ -15,6 +15,7 @@ const Io = std.Io;
 const limits = @import("limits.zig");
 const format = @import("format.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
 const Codec = format.Codec;
@@ -182,20 +183,20 @@ pub const Sidecar = struct {
         const read = f.readPositionalAll(io, std.mem.asBytes(&header), 0) catch |err|
             return fail(err, "read {s}", .{file_name});
         if (read != @sizeOf(Header) or !std.mem.eql(u8, &header.magic, &magic) or header.version != version) {
-            status.setMessage("corrupt store: {s} has no valid header", .{file_name});
+            diagnostic.note("corrupt store: {s} has no valid header", .{file_name});
             return error.Corrupt;
         }
         if (header.flags & ~flag_dict_trailer != 0) {
-            status.setMessage("corrupt store: {s} has unknown flags 0x{x}", .{ file_name, header.flags });
+            diagnostic.note("corrupt store: {s} has unknown flags 0x{x}", .{ file_name, header.flags });
             return error.Corrupt;
         }
         if (header.pending_from != 0 and (header.pending_to >= header.pending_from or header.pending_from > limits.record_count_max)) {
-            status.setMessage("corrupt store: {s} records an impossible delete", .{file_name});
+            diagnostic.note("corrupt store: {s} records an impossible delete", .{file_name});
             return error.Corrupt;
         }
         const size = f.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
         if (size < entryOffset(length)) {
-            status.setMessage("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
+            diagnostic.note("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
                 file_name, (@max(size, @sizeOf(Header)) - @sizeOf(Header)) / @sizeOf(u32), length,
             });
             return error.Corrupt;
@@ -228,7 +229,7 @@ pub const Sidecar = struct {
         const read = sidecar.file.readPositionalAll(io, bytes, entryOffset(first)) catch |err|
             return fail(err, "read {s}", .{file_name});
         if (read != bytes.len) {
-            status.setMessage("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
+            diagnostic.note("corrupt store: {s} holds the sums of {d} records, the store has {d}", .{
                 file_name, first + read / @sizeOf(u32), end,
             });
             return error.Corrupt;

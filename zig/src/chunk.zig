@@ -14,6 +14,7 @@ const builtin = @import("builtin");
 const Io = std.Io;
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const meta = @import("meta.zig");
 const Mapping = @import("mapping.zig").Mapping;
@@ -75,7 +76,7 @@ pub const Chunks = struct {
                 dir.createFile(io, chunk_name.slice(), .{ .read = true, .truncate = false }) catch |err2|
                     return fail(err2, "create chunk {s}", .{chunk_name.slice()})
             else {
-                status.setMessage("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
+                diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
                 return error.Corrupt;
             },
             else => return fail(err, "open chunk {s}", .{chunk_name.slice()}),
@@ -135,14 +136,14 @@ pub const Chunks = struct {
         const chunk_name = name(chunk_id);
         const stat = dir.statFile(io, chunk_name.slice(), .{}) catch |err| switch (err) {
             error.FileNotFound => {
-                status.setMessage("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
+                diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
                 return error.Corrupt;
             },
             else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),
         };
         chunks.noteSize(chunk_id, stat.size);
         if (end > stat.size) {
-            status.setMessage("corrupt store: a record ends at byte {d} of chunk {s}, which is {d} bytes", .{ end, chunk_name.slice(), stat.size });
+            diagnostic.note("corrupt store: a record ends at byte {d} of chunk {s}, which is {d} bytes", .{ end, chunk_name.slice(), stat.size });
             return error.Corrupt;
         }
     }
@@ -156,7 +157,7 @@ pub const Chunks = struct {
         const chunk_name = name(chunk_id);
         const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_only }) catch |err| switch (err) {
             error.FileNotFound => {
-                status.setMessage("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
+                diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
                 return error.Corrupt;
             },
             else => return fail(err, "open chunk {s}", .{chunk_name.slice()}),
@@ -212,7 +213,7 @@ pub fn presentSize(io: Io, dir: Io.Dir, chunk_id: u32) Error!u64 {
     const chunk_name = name(chunk_id);
     const stat = dir.statFile(io, chunk_name.slice(), .{}) catch |err| switch (err) {
         error.FileNotFound => {
-            status.setMessage("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
+            diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
             return error.Corrupt;
         },
         else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),

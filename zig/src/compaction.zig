@@ -7,6 +7,7 @@ const format = @import("format.zig");
 const meta_file = @import("meta.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Store = @import("store.zig").Store;
 const Error = errors.Error;
@@ -91,7 +92,7 @@ pub const Compaction = struct {
             const start: Position = .{ .chunk = entry.chunk_id, .offset = entry.offset };
             if (last) |l| if (l.chunk_id == entry.chunk_id and l.offset == entry.offset and l.phys_length == entry.phys_length) continue;
             if (start.order(end) == .lt) {
-                status.setMessage("corrupt store: record {d} overlaps another record", .{index});
+                diagnostic.note("corrupt store: record {d} overlaps another record", .{index});
                 return error.Corrupt;
             }
             end = .{ .chunk = entry.chunk_id, .offset = @as(u64, entry.offset) + entry.phys_length };
@@ -144,7 +145,7 @@ pub const Compaction = struct {
         const read = source_file.readPositionalAll(io, bytes, source.offset) catch |err|
             return fail(err, "read chunk {d}.zr", .{source.chunk});
         if (read != size) {
-            status.setMessage("corrupt store: chunk {d}.zr ends inside a record", .{source.chunk});
+            diagnostic.note("corrupt store: chunk {d}.zr ends inside a record", .{source.chunk});
             return error.Corrupt;
         }
         const overlaps = destination.chunk == source.chunk and destination.offset + size > source.offset;

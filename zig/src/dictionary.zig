@@ -11,6 +11,7 @@ const codec = @import("codec.zig");
 const meta_file = @import("meta.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const store_mod = @import("store.zig");
 const Store = store_mod.Store;
@@ -31,15 +32,15 @@ pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     try store.beginMaintenance("train_dict");
     defer store.endMaintenance();
     if (store.dict != null and store.meta.length() > 0) {
-        status.setMessage("the store already has a dictionary and {d} records; a new one would make them unreadable", .{store.meta.length()});
+        diagnostic.note("the store already has a dictionary and {d} records; a new one would make them unreadable", .{store.meta.length()});
         return error.DictionaryExists;
     }
     if (dict_size < codec.dict_size_min or dict_size > codec.dict_size_max) {
-        status.setMessage("dict_size {d} is outside [{d}, {d}]", .{ dict_size, codec.dict_size_min, codec.dict_size_max });
+        diagnostic.note("dict_size {d} is outside [{d}, {d}]", .{ dict_size, codec.dict_size_min, codec.dict_size_max });
         return error.InvalidArgument;
     }
     if (samples.count < codec.dict_sample_count_min) {
-        status.setMessage("training a dictionary needs at least {d} samples (ideally hundreds); got {d}", .{ codec.dict_sample_count_min, samples.count });
+        diagnostic.note("training a dictionary needs at least {d} samples (ideally hundreds); got {d}", .{ codec.dict_sample_count_min, samples.count });
         return error.InvalidArgument;
     }
     try samples.validate();
@@ -54,7 +55,7 @@ pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     const trained_size = switch (codec.train(bytes, contiguous, sizes)) {
         .size => |size| size,
         .failed => |detail| {
-            status.setMessage("dictionary training failed ({s}); give more and larger samples (about 100x dict_size in total)", .{detail});
+            diagnostic.note("dictionary training failed ({s}); give more and larger samples (about 100x dict_size in total)", .{detail});
             return error.InvalidArgument;
         },
     };
@@ -66,7 +67,7 @@ pub fn train(store: *Store, samples: Records, dict_size: u64) Error!void {
     const dict = store.allocator.create(codec.Dictionary) catch return errors.outOfMemory();
     dict.* = codec.Dictionary.init(trained) catch {
         store.allocator.destroy(dict);
-        status.setMessage("zstd cannot load the dictionary it has just trained", .{});
+        diagnostic.note("zstd cannot load the dictionary it has just trained", .{});
         return error.CodecFailed;
     };
     dict_owned = false;
@@ -109,7 +110,7 @@ pub fn load(allocator: Allocator, io: Io, dir: Io.Dir, trailer_required: bool) E
     defer f.close(io);
     const size = f.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
     if (size == 0 or size > codec.dict_size_max + trailer_size) {
-        status.setMessage("corrupt store: {s} is {d} bytes", .{ file_name, size });
+        diagnostic.note("corrupt store: {s} is {d} bytes", .{ file_name, size });
         return error.Corrupt;
     }
     const bytes = allocator.alloc(u8, @intCast(size)) catch return errors.outOfMemory();
@@ -117,7 +118,7 @@ pub fn load(allocator: Allocator, io: Io, dir: Io.Dir, trailer_required: bool) E
     defer if (owned) allocator.free(bytes);
     const read = f.readPositionalAll(io, bytes, 0) catch |err| return fail(err, "read {s}", .{file_name});
     if (read != size) {
-        status.setMessage("corrupt store: {s} shrank while being read", .{file_name});
+        diagnostic.note("corrupt store: {s} shrank while being read", .{file_name});
         return error.Corrupt;
     }
     const dict_bytes = try checkTrailer(bytes, trailer_required);
@@ -128,7 +129,7 @@ pub fn load(allocator: Allocator, io: Io, dir: Io.Dir, trailer_required: bool) E
     const dict = allocator.create(codec.Dictionary) catch return errors.outOfMemory();
     dict.* = codec.Dictionary.init(kept) catch {
         allocator.destroy(dict);
-        status.setMessage("corrupt store: {s} is not a zstd dictionary zstd can load", .{file_name});
+        diagnostic.note("corrupt store: {s} is not a zstd dictionary zstd can load", .{file_name});
         return error.Corrupt;
     };
     kept_owned = false;
@@ -140,11 +141,11 @@ fn checkTrailer(bytes: []u8, trailer_required: bool) Error![]u8 {
     const has_trailer = bytes.len >= trailer_size and std.mem.eql(u8, bytes[bytes.len - trailer_size ..][0..4], &trailer_magic);
     if (!has_trailer) {
         if (trailer_required) {
-            status.setMessage("corrupt store: {s} lacks its checksum trailer", .{file_name});
+            diagnostic.note("corrupt store: {s} lacks its checksum trailer", .{file_name});
             return error.Corrupt;
         }
         if (bytes.len > codec.dict_size_max) {
-            status.setMessage("corrupt store: {s} is {d} bytes", .{ file_name, bytes.len });
+            diagnostic.note("corrupt store: {s} is {d} bytes", .{ file_name, bytes.len });
             return error.Corrupt;
         }
         return bytes;
@@ -152,7 +153,7 @@ fn checkTrailer(bytes: []u8, trailer_required: bool) Error![]u8 {
     const dict_bytes = bytes[0 .. bytes.len - trailer_size];
     const trailer = bytes[bytes.len - trailer_size ..][0..trailer_size];
     if (!std.mem.eql(u8, trailer, &trailerOf(dict_bytes)) or dict_bytes.len == 0) {
-        status.setMessage("corrupt store: {s} does not match its checksum", .{file_name});
+        diagnostic.note("corrupt store: {s} does not match its checksum", .{file_name});
         return error.Corrupt;
     }
     return dict_bytes;

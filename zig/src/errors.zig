@@ -1,6 +1,7 @@
 //! The store's error set, the narrowing of std's I/O errors into it, and the one exhaustive
 //! mapping from it to the C ABI's statuses.
 const std = @import("std");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Status = status.Status;
 
@@ -49,7 +50,7 @@ pub fn toStatus(err: Error) Status {
 
 /// Sets the thread's message and returns error.OutOfMemory.
 pub fn outOfMemory() Error {
-    status.setMessage("out of memory", .{});
+    diagnostic.note("out of memory", .{});
     return error.OutOfMemory;
 }
 

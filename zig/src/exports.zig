@@ -2,6 +2,7 @@
 //! `export fn`s. Every argument is validated here; nothing a caller passes may panic.
 const std = @import("std");
 const status = @import("status.zig");
+const diagnostic = @import("diagnostic.zig");
 const Status = status.Status;
 const sampler = @import("sampler.zig");
 
@@ -50,9 +51,16 @@ pub const LxStats = extern struct {
 
 /// Turns a store result into a status (the message was set where the failure happened).
 fn storeStatus(result: store_errors.Error!void) Status {
-    result catch |err| return store_errors.toStatus(err);
+    result catch |err| return coreStatus(err);
     status.clearMessage();
     return .ok;
+}
+
+/// The C answer to an error of the core: its status, and its diagnostic as the message
+/// lx_last_error() returns. This file alone writes that message; the core only notes why.
+fn coreStatus(err: store_errors.Error) Status {
+    status.setMessage("{s}", .{diagnostic.text()});
+    return store_errors.toStatus(err);
 }
 
 fn invalid(comptime fmt: []const u8, args: anytype) Status {
@@ -89,7 +97,7 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callco
         .durable = flags & open_durable != 0,
         .read_only = flags & open_read_only != 0,
         .verify = if (flags & open_verify_all != 0) .all else if (flags & open_verify_none != 0) .none else .compressed,
-    }) catch |err| return store_errors.toStatus(err);
+    }) catch |err| return coreStatus(err);
     out_ptr.* = store;
     status.clearMessage();
     return .ok;
@@ -123,7 +131,7 @@ export fn lx_store_append(
     if (data == null and count <= store_limits.record_count_max and offsets_ptr[count] != offsets_ptr[0])
         return invalid("lx_store_append: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .offsets = offsets_ptr, .count = count };
-    const first = s.append(records, codec_tag) catch |err| return store_errors.toStatus(err);
+    const first = s.append(records, codec_tag) catch |err| return coreStatus(err);
     if (out_first) |f| f.* = first;
     status.clearMessage();
     return .ok;
@@ -141,7 +149,7 @@ export fn lx_store_append_fixed(
     if (stride == 0 and count > 0) return invalid("lx_store_append_fixed: stride is 0", .{});
     if (count > 0 and data == null) return invalid("lx_store_append_fixed: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .stride = stride, .count = count };
-    const first = s.append(records, codec_tag) catch |err| return store_errors.toStatus(err);
+    const first = s.append(records, codec_tag) catch |err| return coreStatus(err);
     if (out_first) |f| f.* = first;
     status.clearMessage();
     return .ok;
@@ -216,7 +224,7 @@ export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
 export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
     const s = store orelse return invalid("lx_store_stats: store is NULL", .{});
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
-    const stats = s.stats() catch |err| return store_errors.toStatus(err);
+    const stats = s.stats() catch |err| return coreStatus(err);
     out_ptr.* = .{
         .records = stats.records,
         .live_bytes = stats.live_bytes,
@@ -239,7 +247,7 @@ export fn lx_store_verify(
     if (capacity > store_limits.record_count_max)
         return invalid("lx_store_verify: capacity {d} exceeds {d}", .{ capacity, store_limits.record_count_max });
     const problems: []integrity.Problem = if (out_problems) |p| p[0..@intCast(capacity)] else &.{};
-    const summary = s.verifyAll(problems) catch |err| return store_errors.toStatus(err);
+    const summary = s.verifyAll(problems) catch |err| return coreStatus(err);
     summary_ptr.* = summary;
     status.clearMessage();
     return .ok;
@@ -283,7 +291,7 @@ export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) cal
         if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
     }
     // Every handle is non-null (checked above), so the optional pointers are plain pointers.
-    const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return store_errors.toStatus(err);
+    const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return coreStatus(err);
     out_ptr.* = view;
     status.clearMessage();
     return .ok;

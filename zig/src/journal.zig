@@ -19,6 +19,7 @@ const format = @import("format.zig");
 const limits = @import("limits.zig");
 const meta_file = @import("meta.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
 const RecordLoc = format.RecordLoc;
@@ -115,7 +116,7 @@ pub fn replay(allocator: Allocator, io: Io, dir: Io.Dir, meta: *meta_file.Meta) 
     if (decode(log.bytes)) |plan| {
         const length = meta.length();
         if (length != plan.old_length and length != plan.new_length) {
-            status.setMessage("corrupt store: {s} deletes from {d} to {d} records but the table holds {d}", .{ file_name, plan.old_length, plan.new_length, length });
+            diagnostic.note("corrupt store: {s} deletes from {d} to {d} records but the table holds {d}", .{ file_name, plan.old_length, plan.new_length, length });
             return error.Corrupt;
         }
         apply(meta, plan);
@@ -136,7 +137,7 @@ fn readLog(allocator: Allocator, io: Io, dir: Io.Dir) Error!?Log {
     defer f.close(io);
     const size = f.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
     if (size > encodedSize(limits.record_count_max)) {
-        status.setMessage("corrupt store: {s} is {d} bytes", .{ file_name, size });
+        diagnostic.note("corrupt store: {s} is {d} bytes", .{ file_name, size });
         return error.Corrupt;
     }
     const buffer = allocator.alloc(u8, @intCast(size)) catch return errors.outOfMemory();

@@ -20,6 +20,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const Io = std.Io;
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
 
@@ -77,14 +78,14 @@ pub const Locks = struct {
     pub fn holdWriter(locks: *Locks, io: Io, dir: Io.Dir) Error!void {
         if (locks.writer_held) return;
         if (locks.read_only) {
-            status.setMessage("the store was opened read-only", .{});
+            diagnostic.note("the store was opened read-only", .{});
             return error.ReadOnly;
         }
         if (locks.writer_file == null) locks.writer_file = try openLockFile(io, dir, writer_file_name, false);
         const f = locks.writer_file.?;
         const taken = f.tryLock(io, .exclusive) catch |err| return lockFailed(err, writer_file_name);
         if (!taken) {
-            status.setMessage("another handle is writing to this store (in this or another process: it holds {s} from its first write until it closes); " ++
+            diagnostic.note("another handle is writing to this store (in this or another process: it holds {s} from its first write until it closes); " ++
                 "a store has one writer at a time: close the other handle, or open this one with readonly=True", .{writer_file_name});
             return error.StoreLocked;
         }
@@ -98,7 +99,7 @@ pub const Locks = struct {
     pub fn takeExclusive(locks: *Locks, io: Io, dir: Io.Dir, operation: []const u8, refreshed: *bool) Error!void {
         refreshed.* = false;
         const f = locks.open_file orelse {
-            status.setMessage("{s} needs the store to itself, but {s} is missing and cannot be created here", .{ operation, open_file_name });
+            diagnostic.note("{s} needs the store to itself, but {s} is missing and cannot be created here", .{ operation, open_file_name });
             return error.StoreLocked;
         };
         std.debug.assert(locks.shared_held);
@@ -167,7 +168,7 @@ pub const Locks = struct {
             const taken = f.tryLock(io, .shared) catch |err| return lockFailed(err, open_file_name);
             if (taken) break;
             if (waited_ms >= shared_wait_ms) {
-                status.setMessage("another handle has held the store exclusively (a delete, compact or train_dict holding {s}) for over {d} s; try again later", .{ open_file_name, shared_wait_ms / 1000 });
+                diagnostic.note("another handle has held the store exclusively (a delete, compact or train_dict holding {s}) for over {d} s; try again later", .{ open_file_name, shared_wait_ms / 1000 });
                 return error.StoreLocked;
             }
             io.sleep(.fromMilliseconds(poll_ms), .awake) catch {};
@@ -178,7 +179,7 @@ pub const Locks = struct {
 };
 
 fn refuseOpenElsewhere(operation: []const u8) Error {
-    status.setMessage("{s} needs the store to itself, but another handle (in this or another process, a reader or a writer) has it open: " ++
+    diagnostic.note("{s} needs the store to itself, but another handle (in this or another process, a reader or a writer) has it open: " ++
         "every open handle holds {s} shared; close the others first", .{ operation, open_file_name });
     return error.StoreLocked;
 }
@@ -194,7 +195,7 @@ fn openLockFile(io: Io, dir: Io.Dir, name: []const u8, read_only: bool) Error!?I
     }
     return dir.createFile(io, name, .{ .read = true, .truncate = false }) catch |err| switch (err) {
         error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => {
-            status.setMessage("cannot create the lock file {s} ({t}): the store folder is not writable here; open it with readonly=True to read it", .{ name, err });
+            diagnostic.note("cannot create the lock file {s} ({t}): the store folder is not writable here; open it with readonly=True to read it", .{ name, err });
             return error.PermissionDenied;
         },
         else => return failOpen(err, name),
@@ -202,12 +203,12 @@ fn openLockFile(io: Io, dir: Io.Dir, name: []const u8, read_only: bool) Error!?I
 }
 
 fn failOpen(err: anyerror, name: []const u8) Error {
-    status.setMessage("cannot open the lock file {s}: {t}", .{ name, err });
+    diagnostic.note("cannot open the lock file {s}: {t}", .{ name, err });
     return errors.fromStd(err);
 }
 
 fn lockFailed(err: anyerror, name: []const u8) Error {
-    status.setMessage("cannot lock {s}: {t} (the filesystem may not support file locks)", .{ name, err });
+    diagnostic.note("cannot lock {s}: {t} (the filesystem may not support file locks)", .{ name, err });
     return errors.fromStd(err);
 }
 

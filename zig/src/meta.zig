@@ -13,6 +13,7 @@ const Io = std.Io;
 const format = @import("format.zig");
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Mapping = @import("mapping.zig").Mapping;
 const Error = errors.Error;
@@ -57,7 +58,7 @@ pub const Meta = struct {
         const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
         const file = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
             error.FileNotFound => {
-                status.setMessage("no store here: {s} does not exist", .{file_name});
+                diagnostic.note("no store here: {s} does not exist", .{file_name});
                 return error.NotFound;
             },
             else => return fail(err, "open {s}", .{file_name}),
@@ -65,7 +66,7 @@ pub const Meta = struct {
         errdefer file.close(io);
         const size = file.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
         if (size < @sizeOf(format.Header) or size > format.meta_size) {
-            status.setMessage("not a store: {s} is {d} bytes, expected {d} to {d}", .{ file_name, size, @sizeOf(format.Header), format.meta_size });
+            diagnostic.note("not a store: {s} is {d} bytes, expected {d} to {d}", .{ file_name, size, @sizeOf(format.Header), format.meta_size });
             return error.NotAStore;
         }
         var map = Mapping.create(io, file, format.meta_size, writable) catch |err|
@@ -76,19 +77,19 @@ pub const Meta = struct {
         switch (format.checkHeader(header)) {
             .ok => {},
             .bad_magic => {
-                status.setMessage("not a store: {s} does not start with ZREC", .{file_name});
+                diagnostic.note("not a store: {s} does not start with ZREC", .{file_name});
                 return error.NotAStore;
             },
             .bad_version => {
-                status.setMessage("not a store: {s} has version {d}, this library reads {d}", .{ file_name, header.version, format.version });
+                diagnostic.note("not a store: {s} has version {d}, this library reads {d}", .{ file_name, header.version, format.version });
                 return error.NotAStore;
             },
             .bad_tail => {
-                status.setMessage("corrupt store: write frontier at chunk {d} offset {d}", .{ header.tail_chunk, header.tail_offset });
+                diagnostic.note("corrupt store: write frontier at chunk {d} offset {d}", .{ header.tail_chunk, header.tail_offset });
                 return error.Corrupt;
             },
             .bad_length => {
-                status.setMessage("corrupt store: length {d} exceeds {d}", .{ header.length, limits.record_count_max });
+                diagnostic.note("corrupt store: length {d} exceeds {d}", .{ header.length, limits.record_count_max });
                 return error.Corrupt;
             },
         }
@@ -101,7 +102,7 @@ pub const Meta = struct {
         const size = meta.file.length(io) catch |err| return fail(err, "stat {s}", .{file_name});
         const needed = entriesEnd(record_count);
         if (size < needed) {
-            status.setMessage("corrupt store: {s} is {d} bytes, too short for the {d} records its header counts ({d} bytes)", .{ file_name, size, record_count, needed });
+            diagnostic.note("corrupt store: {s} is {d} bytes, too short for the {d} records its header counts ({d} bytes)", .{ file_name, size, record_count, needed });
             return error.Corrupt;
         }
     }
@@ -179,9 +180,9 @@ pub fn entriesEnd(record_count: u64) u64 {
 /// way the OS names it, so the caller can tell it from other I/O failures.
 pub fn fail(err: anyerror, comptime what: []const u8, args: anytype) Error {
     if (err == error.NoSpaceLeft) {
-        status.setMessage("cannot " ++ what ++ ": no space left on device (ENOSPC)", args);
+        diagnostic.note("cannot " ++ what ++ ": no space left on device (ENOSPC)", args);
     } else {
-        status.setMessage("cannot " ++ what ++ ": {t}", args ++ .{err});
+        diagnostic.note("cannot " ++ what ++ ": {t}", args ++ .{err});
     }
     return errors.fromStd(err);
 }

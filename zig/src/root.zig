@@ -10,6 +10,7 @@ test {
     // Every file with tests is listed here so `zig build test` runs them all.
     _ = @import("exports.zig");
     _ = @import("status.zig");
+    _ = @import("diagnostic.zig");
     _ = @import("limits.zig");
     _ = @import("format.zig");
     _ = @import("errors.zig");

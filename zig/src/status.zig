@@ -1,5 +1,6 @@
 //! Result codes of the C ABI (mirrors `lx_status` in zig/include/loaderx.h) and the thread-local
-//! message that goes with the last failure.
+//! message that goes with the last failure, which lx_last_error() returns. Only exports.zig
+//! writes it: the core notes its reasons in diagnostic.zig and exports.zig publishes them here.
 const std = @import("std");
 
 pub const Status = enum(c_int) {

@@ -12,6 +12,7 @@ const chunk = @import("chunk.zig");
 const codec = @import("codec.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
 const Codec = format.Codec;
@@ -81,16 +82,16 @@ pub const Records = struct {
         if (records.offsets) |o| {
             for (0..records.count) |i| {
                 if (o[i + 1] < o[i]) {
-                    status.setMessage("offsets decrease at record {d} ({d} then {d})", .{ i, o[i], o[i + 1] });
+                    diagnostic.note("offsets decrease at record {d} ({d} then {d})", .{ i, o[i], o[i + 1] });
                     return error.InvalidArgument;
                 }
                 if (o[i + 1] - o[i] > limits.record_size_max) {
-                    status.setMessage("record {d} is {d} bytes; the limit is {d}", .{ i, o[i + 1] - o[i], limits.record_size_max });
+                    diagnostic.note("record {d} is {d} bytes; the limit is {d}", .{ i, o[i + 1] - o[i], limits.record_size_max });
                     return error.RecordTooLarge;
                 }
             }
         } else if (records.stride > limits.record_size_max and records.count > 0) {
-            status.setMessage("records of {d} bytes; the limit is {d}", .{ records.stride, limits.record_size_max });
+            diagnostic.note("records of {d} bytes; the limit is {d}", .{ records.stride, limits.record_size_max });
             return error.RecordTooLarge;
         }
     }
@@ -135,12 +136,12 @@ pub const Failure = struct {
 
     /// Records an error whose message this thread has just set.
     pub fn recordCurrent(failure: *Failure, err: Error) void {
-        failure.record(err, "{s}", .{std.mem.span(status.message())});
+        failure.record(err, "{s}", .{diagnostic.text()});
     }
 
     pub fn check(failure: *const Failure) Error!void {
         if (!failure.claimed.load(.acquire)) return;
-        status.setMessage("{s}", .{failure.message[0..failure.message_len]});
+        diagnostic.note("{s}", .{failure.message[0..failure.message_len]});
         return failure.err;
     }
 };
@@ -181,7 +182,7 @@ pub const Store = struct {
         const io = pool.io();
         const dir = Io.Dir.cwd().openDir(io, path, .{}) catch |err| switch (err) {
             error.FileNotFound => {
-                status.setMessage("no such folder: {s}", .{path});
+                diagnostic.note("no such folder: {s}", .{path});
                 return error.NotFound;
             },
             else => return fail(err, "open folder {s}", .{path}),
@@ -205,7 +206,7 @@ pub const Store = struct {
         // writes, so it takes the writer lock, and a read-only handle cannot do it.
         if (journal.exists(io, dir)) {
             if (options.read_only) {
-                status.setMessage("a delete interrupted by a crash left {s}; open the store writable once to finish it", .{journal.file_name});
+                diagnostic.note("a delete interrupted by a crash left {s}; open the store writable once to finish it", .{journal.file_name});
                 return error.ReadOnly;
             }
             try locks.holdWriter(io, dir);
@@ -284,7 +285,7 @@ pub const Store = struct {
         const io = pool.io();
         const record_codec = try checkCodec(codec_tag);
         if (records.count > limits.record_count_max) {
-            status.setMessage("a batch of {d} records exceeds the limit of {d}", .{ records.count, limits.record_count_max });
+            diagnostic.note("a batch of {d} records exceeds the limit of {d}", .{ records.count, limits.record_count_max });
             return error.StoreFull;
         }
         try records.validate();
@@ -298,13 +299,13 @@ pub const Store = struct {
 
         const first: u64 = store.meta.header.length;
         if (records.count > limits.record_count_max - first) {
-            status.setMessage("appending {d} records to {d} would exceed the limit of {d}", .{ records.count, first, limits.record_count_max });
+            diagnostic.note("appending {d} records to {d} would exceed the limit of {d}", .{ records.count, first, limits.record_count_max });
             return error.StoreFull;
         }
         var cdict: ?*const codec.CDict = null;
         if (record_codec == .zstd_dict) {
             const dict = store.dict orelse {
-                status.setMessage("codec zstd_dict needs a dictionary: train one first (dict.zr is absent)", .{});
+                diagnostic.note("codec zstd_dict needs a dictionary: train one first (dict.zr is absent)", .{});
                 return error.NoDictionary;
             };
             cdict = dict.compressionDict() catch return outOfMemory();
@@ -374,7 +375,7 @@ pub const Store = struct {
         var filling: ?Position = null;
         for (slots) |*slot| {
             const placement = format.place(tail, slot.phys_length) orelse {
-                status.setMessage("all {d} chunks are used; compact the store to reclaim deleted records' bytes", .{limits.chunk_count_max});
+                diagnostic.note("all {d} chunks are used; compact the store to reclaim deleted records' bytes", .{limits.chunk_count_max});
                 return error.StoreFull;
             };
             slot.start = placement.start;
@@ -676,7 +677,7 @@ pub const Store = struct {
             // corruption it is (its shape, its chunk, its checksum), not as the caller's mistake.
             var failure: Failure = .{};
             if (store.checkedBytes(index, entry, &failure) == null) return failure.check();
-            status.setMessage("record {d} is {d} bytes but its destination slot is {d} (position {d})", .{ index, logic_length, slot_length, position });
+            diagnostic.note("record {d} is {d} bytes but its destination slot is {d} (position {d})", .{ index, logic_length, slot_length, position });
             return error.SizeMismatch;
         }
     }
@@ -819,7 +820,7 @@ pub const Store = struct {
 
     fn refuseIfReadOnly(store: *const Store) Error!void {
         if (!store.read_only) return;
-        status.setMessage("the store was opened read-only (readonly=True); open it writable to change it", .{});
+        diagnostic.note("the store was opened read-only (readonly=True); open it writable to change it", .{});
         return error.ReadOnly;
     }
 
@@ -967,12 +968,12 @@ fn checkSnapshot(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, chunks: *chun
         }
         const entry = bad.entry;
         if (bad.problem == .beyond_file) {
-            status.setMessage("corrupt store: record {d} ends at byte {d} of chunk file {s}, which is only {d} bytes (a truncated file)", .{
+            diagnostic.note("corrupt store: record {d} ends at byte {d} of chunk file {s}, which is only {d} bytes (a truncated file)", .{
                 bad.index, @as(u64, entry.offset) + entry.phys_length, chunk.name(entry.chunk_id).slice(), chunks.sizes[entry.chunk_id].load(.monotonic),
             });
             return error.Corrupt;
         }
-        status.setMessage("corrupt store: record {d}'s table entry {s} (chunk {d}, offset {d}, {d} bytes)", .{
+        diagnostic.note("corrupt store: record {d}'s table entry {s} (chunk {d}, offset {d}, {d} bytes)", .{
             bad.index, describeProblem(bad.problem), entry.chunk_id, entry.offset, entry.phys_length,
         });
         return error.Corrupt;
@@ -1014,7 +1015,7 @@ fn checkChunks(io: Io, dir: Io.Dir, tail: Position, chunks: *chunk.Chunks) Error
 fn checkCodec(tag: u8) Error!Codec {
     const c: Codec = @enumFromInt(tag);
     if (!c.isKnown()) {
-        status.setMessage("unknown codec {d} (0 raw, 1 zstd, 2 zstd_dict)", .{tag});
+        diagnostic.note("unknown codec {d} (0 raw, 1 zstd, 2 zstd_dict)", .{tag});
         return error.InvalidArgument;
     }
     return c;
@@ -1034,7 +1035,7 @@ fn uniqueSorted(values: []u32) []u32 {
 pub fn checkIndices(indices: []const i64, length: u64) Error!void {
     for (indices, 0..) |index, i| {
         if (index < 0 or @as(u64, @intCast(index)) >= length) {
-            status.setMessage("index {d} (position {d}) is out of range for a store of {d} records", .{ index, i, length });
+            diagnostic.note("index {d} (position {d}) is out of range for a store of {d} records", .{ index, i, length });
             return error.IndexOutOfRange;
         }
     }

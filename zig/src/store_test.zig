@@ -1,5 +1,6 @@
 //! Tests of the store engine (store.zig) through its Zig API, each in a temporary folder.
 const std = @import("std");
+const diagnostic = @import("diagnostic.zig");
 const testing = std.testing;
 const Io = std.Io;
 const store_mod = @import("store.zig");
@@ -403,7 +404,7 @@ test "limits: an oversized record and a count past the table are refused with th
 }
 
 fn expectMessage(part: []const u8) !void {
-    const message = std.mem.span(@import("status.zig").message());
+    const message = diagnostic.text();
     if (std.mem.indexOf(u8, message, part) == null) {
         std.debug.print("message \"{s}\" lacks \"{s}\"\n", .{ message, part });
         return error.TestUnexpectedResult;
@@ -587,7 +588,6 @@ test "durable mode: append, delete, compact, dictionary and sync flush in order 
 }
 
 test "fixed-stride gathers: raw records take the pipelined copy, every other record the general path" {
-    const status = @import("status.zig");
     // Strides with a copy of compile-time length (8, 64) and without (1000); batches longer
     // than a copy group, records in random order, raw and zstd records interleaved.
     for ([_]usize{ 8, 64, 1000 }) |stride| {
@@ -620,7 +620,7 @@ test "fixed-stride gathers: raw records take the pipelined copy, every other rec
         const short = stride - 1;
         const refused = store.gather(indices[0..1], .{ .base = got.ptr, .stride = short }, short);
         try testing.expectError(error.SizeMismatch, refused);
-        try testing.expect(std.mem.indexOf(u8, std.mem.span(status.message()), "destination slot") != null);
+        try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "destination slot") != null);
     }
 }
 

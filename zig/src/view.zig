@@ -9,6 +9,7 @@ const limits = @import("limits.zig");
 const codec = @import("codec.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const store_mod = @import("store.zig");
 const Store = store_mod.Store;
@@ -40,7 +41,7 @@ pub const View = struct {
 
     pub fn open(allocator: Allocator, stores: []const *Store) Error!*View {
         if (stores.len == 0 or stores.len > limits.view_store_count_max) {
-            status.setMessage("a view holds 1 to {d} stores, not {d}", .{ limits.view_store_count_max, stores.len });
+            diagnostic.note("a view holds 1 to {d} stores, not {d}", .{ limits.view_store_count_max, stores.len });
             return error.InvalidArgument;
         }
         const owned = allocator.dupe(*Store, stores) catch return outOfMemory();
@@ -93,7 +94,7 @@ pub const View = struct {
         @memset(touched, 0);
         for (indices, routes, 0..) |index, *r, position| {
             if (index < 0 or @as(u64, @intCast(index)) >= total) {
-                status.setMessage("index {d} (position {d}) is out of range for a dataset of {d} records", .{ index, position, total });
+                diagnostic.note("index {d} (position {d}) is out of range for a dataset of {d} records", .{ index, position, total });
                 return error.IndexOutOfRange;
             }
             r.* = view.route(@intCast(index));
@@ -110,7 +111,7 @@ pub const View = struct {
             const store_length = view.stores[r.store_index].length();
             if (r.local >= store_length) {
                 // A store shrank since the view was made (a delete through another handle).
-                status.setMessage("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
+                diagnostic.note("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
                 return error.IndexOutOfRange;
             }
         }
@@ -335,7 +336,7 @@ test "a view refuses out-of-range indices before copying, and a stale view names
     try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
     try fixture.stores[0].delete(&.{0});
     try testing.expectError(error.IndexOutOfRange, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
-    try testing.expect(std.mem.indexOf(u8, std.mem.span(status.message()), "reopen the dataset") != null);
+    try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "reopen the dataset") != null);
     // Appends to the last store are seen at once.
     const fresh = try View.open(testing.allocator, &fixture.stores);
     defer fresh.close();
