@@ -1,4 +1,5 @@
-"""Filesystem probes that tell "absent" from "not allowed to look".
+"""Filesystem helpers: probes that tell "absent" from "not allowed to look", and an atomic
+file write.
 
 os.path.exists and os.path.isfile answer False when a folder's permissions forbid looking
 inside it, which would turn a store the caller cannot read into "no dataset here". These
@@ -10,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import uuid
 
 
 def is_file(path: str) -> bool:
@@ -33,3 +35,19 @@ def is_file(path: str) -> bool:
 
 
 __all__ = ["is_file"]
+
+
+def write_file_atomically(path: str, data: bytes) -> None:
+    """Replaces the file at path with data, all or nothing: a uniquely named temporary file
+    beside it, fsync, then a rename over it (a killed writer leaves the old file, and two
+    writers never share a temporary file). Syncing the folder is the caller's choice."""
+    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from loaderx.errors import SchemaError
+from loaderx.paths import write_file_atomically
 
 SCHEMA_FILE: Final = "schema.msgpack"
 SCHEMA_FORMAT: Final = "loaderx-schema"
@@ -263,18 +264,7 @@ def read_schema(folder: str) -> Schema:
 
 def write_schema(folder: str, schema: Schema) -> None:
     """Writes the schema file atomically (a temporary file, fsync, then rename over)."""
-    path = schema_path(folder)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    data = msgpack.packb(schema.to_dict(), use_bin_type=True)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_file_atomically(schema_path(folder), msgpack.packb(schema.to_dict(), use_bin_type=True))
 
 
 def differences(found: Schema, wanted: Schema) -> list[str]:

@@ -42,6 +42,7 @@ from typing import Any, Final
 import msgpack
 
 from loaderx.errors import ManifestError, SchemaError
+from loaderx.paths import write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 
 MANIFEST_FILE: Final = "shards.msgpack"
@@ -253,18 +254,8 @@ def fsync_folder(folder: str) -> None:
 def write_manifest(folder: str | os.PathLike[str], manifest: Manifest) -> None:
     """Writes the manifest atomically: a temporary file, fsync, rename over, fsync the folder."""
     folder = os.fspath(folder)
-    path = manifest_path(folder)
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     data = msgpack.packb(manifest.to_dict(), use_bin_type=True)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_file_atomically(manifest_path(folder), data)
     fsync_folder(folder)
 
 
