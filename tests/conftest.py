@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,3 +31,33 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if os.environ.get("LOADERX_FORBID_SKIPS") == "1" and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid} skipped under LOADERX_FORBID_SKIPS=1: {report.longrepr}"
+
+
+@contextlib.contextmanager
+def traversable_by_others(*paths: str) -> Iterator[None]:
+    """Lets an unprivileged user reach paths (the checkout, the venv) for the duration: every
+    ancestor folder without the others' search bit gets it, and gets its old mode back after.
+    A checkout made with `mktemp -d` is 0700, so `nobody` could not import loaderx from it."""
+    changed: list[tuple[str, int]] = []
+    try:
+        for path in paths:
+            folder = os.path.realpath(path)
+            while True:
+                mode = stat.S_IMODE(os.stat(folder).st_mode)
+                if not mode & stat.S_IXOTH:
+                    os.chmod(folder, mode | stat.S_IXOTH | stat.S_IROTH)
+                    changed.append((folder, mode))
+                parent = os.path.dirname(folder)
+                if parent == folder:
+                    break
+                folder = parent
+        yield
+    finally:
+        for folder, mode in reversed(changed):
+            os.chmod(folder, mode)
+
+
+@pytest.fixture
+def others_can_reach() -> Callable[..., contextlib.AbstractContextManager[None]]:
+    """traversable_by_others, for tests that run a child as an unprivileged user."""
+    return traversable_by_others

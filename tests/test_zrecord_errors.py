@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -366,7 +367,9 @@ for opener in (lambda: DenseDataset({path!r}), lambda: Zrecord({path!r}, create=
 """
 
 
-def test_a_store_folder_without_permissions_is_a_permission_error() -> None:
+def test_a_store_folder_without_permissions_is_a_permission_error(
+    others_can_reach: Callable[..., AbstractContextManager[None]],
+) -> None:
     from loaderx.dataset import DenseDataset
 
     if os.geteuid() == 0 and subprocess.run(["setpriv", "--version"], capture_output=True).returncode:
@@ -383,9 +386,11 @@ def test_a_store_folder_without_permissions_is_a_permission_error() -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
         script = _OPEN_AS_NOBODY.format(root=root, path=folder)
-        done = subprocess.run(
-            [*prefix, sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-        )
+        with others_can_reach(root, sys.prefix):
+            done = subprocess.run(
+                [*prefix, sys.executable, "-c", script], capture_output=True, text=True,
+                timeout=120,
+            )
     finally:
         os.chmod(folder, 0o755)
     assert done.returncode == 0, done.stderr

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -480,7 +481,9 @@ def test_readonly_on_a_read_only_filesystem(read_only_mount: str) -> None:
         Zrecord(path)
 
 
-def test_readonly_for_a_user_who_cannot_write(tmp_path: Path) -> None:
+def test_readonly_for_a_user_who_cannot_write(
+    tmp_path: Path, others_can_reach: Callable[..., AbstractContextManager[None]]
+) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("switching to an unprivileged user needs root and setpriv")
     base = tempfile.mkdtemp(prefix="loaderx-nobody-")
@@ -506,7 +509,8 @@ def test_readonly_for_a_user_who_cannot_write(tmp_path: Path) -> None:
             except PermissionError as exc:
                 print("writable open:", exc, flush=True)
         """
-        out = finish(python(code, user="nobody"))
+        with others_can_reach(REPO, sys.prefix):
+            out = finish(python(code, user="nobody"))
         assert out.splitlines()[0] == "refused"
         assert out.splitlines()[1].startswith("writable open:")
         assert "readonly=True" in out.splitlines()[1]
