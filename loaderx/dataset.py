@@ -30,6 +30,7 @@ from loaderx.errors import (
 )
 from loaderx.indexing import normalize_index
 from loaderx.paths import is_file
+from loaderx.result_buffers import POOL as RESULT_BUFFERS
 from loaderx.schema import (
     DICT_SIZE_MAX,
     DICT_SIZE_MIN,
@@ -133,6 +134,14 @@ def _open_store(
         store.close()
         raise
     return wanted, store
+
+
+def _new_result(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) -> npt.NDArray[Any]:
+    """A fresh array for a read to fill completely (a failed read never returns it): a big
+    one comes from recycled memory (see loaderx.result_buffers), a small one from np.empty."""
+    if nbytes < RESULT_BUFFERS.min_bytes:
+        return np.empty(shape, dtype=dtype)
+    return RESULT_BUFFERS.empty(shape, dtype, nbytes)
 
 
 def _create_schema(
@@ -409,7 +418,7 @@ class DenseDataset(_DatasetBase):
         else:
             shape = (len(indices), *self.item_shape)
         if out is None:
-            result = np.empty(shape, dtype=self.dtype)
+            result = _new_result(shape, self.dtype, len(indices) * self.record_size)
         else:
             result = _check_array(out, "out", self.dtype)
             if result.shape != shape:
@@ -433,7 +442,7 @@ class DenseDataset(_DatasetBase):
             return None
         shape = (index.shape[0], *self.item_shape)
         if out is None:
-            result = np.empty(shape, dtype=self.dtype)
+            result = _new_result(shape, self.dtype, index.shape[0] * self.record_size)
         elif type(out) is np.ndarray and out.dtype == self.dtype and out.shape == shape:
             result = out
         else:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx import _native
+from loaderx.result_buffers import empty_bytes
 from loaderx.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
@@ -193,7 +194,7 @@ class View:
             # refuse a slot of the wrong size, and the pair simply runs again.
             for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
                 np.cumsum(self._lengths(handle, indices), out=offsets[1:])
-                data = np.empty(int(offsets[-1]), dtype=np.uint8)
+                data = empty_bytes(int(offsets[-1]))
                 if not count:
                     return data, offsets
                 code = _native.lib.lx_view_gather(

@@ -26,6 +26,7 @@ from loaderx import _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.paths import is_file
+from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
 from loaderx.verify import BadRecord, VerifyReport
 
@@ -431,7 +432,7 @@ class Zrecord:
         # slot of the wrong size and refuses to write, and the pair is simply run again.
         for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
             np.cumsum(self._lengths(handle, indices), out=offsets[1:])
-            data = np.empty(int(offsets[-1]), dtype=np.uint8)
+            data = empty_bytes(int(offsets[-1]))
             if not count:
                 return data, offsets
             code = _native.lib.lx_store_gather(
