@@ -287,7 +287,7 @@ def cmd_test(args: list[str]) -> None:
     # The compiled modules must pass the same tests as the interpreted ones.
     compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
                       if p.stem in {"test_dataset", "test_converter", "test_dataloader",
-                                    "test_prefetch", "test_shards"}]
+                                    "test_prefetch", "test_shards", "test_result_buffers"}]
     try:
         if compiled_tests:
             pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
