@@ -371,3 +371,18 @@ def test_configure_refuses_bad_limits_and_returns_the_previous_ones() -> None:
             pool.configure(min_bytes=bad)  # type: ignore[arg-type]
     assert pool.configure(per_size=3) == Limits(10, 1, 100)
     assert pool.configure() == Limits(10, 3, 100)
+
+
+def test_a_torch_tensor_made_from_a_result_keeps_its_memory(
+    tmp_path: Path, small_pool: None
+) -> None:
+    torch = pytest.importorskip("torch")
+    dataset, data = dense(tmp_path / "d")
+    tensor = torch.from_numpy(dataset[np.arange(40)])
+    gc.collect()
+    for _ in range(10):
+        other = dataset[np.arange(40)]
+        other[...] = -3
+        del other
+    np.testing.assert_array_equal(tensor.numpy(), data[:40])
+    dataset.close()
