@@ -191,8 +191,8 @@ class ResultBufferPool:
             self._free_bytes += size
 
     def release(self) -> int:
-        """Frees every block the pool keeps; returns how many bytes that was. Blocks of results
-        still alive are not touched, and are freed with them when the pool is full."""
+        """Frees every free block the pool keeps; returns how many bytes that was. A result
+        still alive keeps its block, which comes back to the pool when the result is gone."""
         with self._lock:
             self._absorb()
             released = self._free_bytes
