@@ -28,6 +28,7 @@ test {
     _ = @import("integrity.zig");
     _ = @import("store_test.zig");
     _ = @import("view.zig");
+    _ = @import("runs.zig");
     _ = @import("sampler.zig");
     _ = @import("exports_test.zig");
     _ = @import("abi_test.zig");

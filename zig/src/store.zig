@@ -26,6 +26,7 @@ const checksum = @import("checksum.zig");
 const integrity = @import("integrity.zig");
 const outOfMemory = errors.outOfMemory;
 const lock_file = @import("lock.zig");
+const runs_mod = @import("runs.zig");
 
 pub const dict_file_name = dictionary.file_name;
 
@@ -176,6 +177,9 @@ pub const Store = struct {
     /// The per-record checksums (sums.zr); null for a store from before checksums.
     sidecar: ?checksum.Sidecar = null,
     verify: integrity.VerifyMode = .compressed,
+    /// Blocks of the table whose raw records lie back to back (runs.zig): their records are
+    /// found without reading their entries. Heap-allocated (48 KiB).
+    runs: *runs_mod.Runs,
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -215,7 +219,10 @@ pub const Store = struct {
         const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
         errdefer allocator.destroy(chunks);
         chunks.* = .{};
-        try checkSnapshot(io, dir, &meta, chunks);
+        const runs = allocator.create(runs_mod.Runs) catch return outOfMemory();
+        errdefer allocator.destroy(runs);
+        runs.* = .{};
+        try checkSnapshot(io, dir, &meta, chunks, runs);
         if (create and meta.length() == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
             // A fresh store gets its first chunk right away (empty: it grows as appends need).
             const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
@@ -234,6 +241,7 @@ pub const Store = struct {
             .read_only = options.read_only,
             .locks = locks,
             .verify = options.verify,
+            .runs = runs,
         };
         store.sidecar = try integrity.openSidecar(io, dir, &store.meta, !options.read_only);
         errdefer if (store.sidecar) |*sidecar| sidecar.close(io);
@@ -265,6 +273,7 @@ pub const Store = struct {
         if (store.sidecar) |*sidecar| sidecar.close(io);
         store.chunks.closeAll(io);
         store.allocator.destroy(store.chunks);
+        store.allocator.destroy(store.runs);
         store.meta.close(io);
         store.dir.close(io);
         store.allocator.destroy(store);
@@ -356,6 +365,8 @@ pub const Store = struct {
         store.meta.header.setTail(frontier);
         store.meta.publishLength(@intCast(first + records.count));
         if (store.durable) try store.meta.flushHeader(io);
+        // The blocks this batch completed (their bytes were reserved and written above).
+        store.runs.learn(store.meta.table, first / runs_mod.block_records, first + records.count);
         return first;
     }
 
@@ -495,10 +506,7 @@ pub const Store = struct {
         defer store.lock.unlockShared(io);
         try checkIndices(indices, store.meta.length());
         try store.checkSlots(indices, destination);
-        // Decompressing costs far more per byte than copying: a batch that starts with a
-        // compressed record (a compressed store, in practice) keeps the smaller threshold.
-        const raw = indices.len > 0 and store.meta.table[@intCast(indices[0])].codec == .raw;
-        const bytes_min = if (raw) gather_runner_bytes_min else runner_bytes_min;
+        const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
         var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
         pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
         try task.failure.check();
@@ -524,46 +532,35 @@ pub const Store = struct {
         fn copyRaw(task: *const GatherTask, begin: usize, end: usize) usize {
             const stride = task.destination.stride;
             if (stride == 0 or stride > limits.record_size_max) return begin;
-            const table = task.store.meta.table;
-            const views = &task.store.chunks.views;
-            for (begin..@min(end, begin + copy_group)) |i| prefetchEntry(table, task.indices[i]);
+            const store = task.store;
+            const table = store.meta.table;
+            for (begin..@min(end, begin + copy_group)) |i| task.prefetchAhead(table, task.indices[i]);
             var i = begin;
             while (i < end) {
                 const stop = @min(end, i + copy_group);
                 var sources: [copy_group][*]const u8 = undefined;
                 var count: usize = 0;
                 for (i..stop) |j| {
-                    const entry = table[@intCast(task.indices[j])];
-                    if (entry.codec != .raw or entry.logic_length != stride or entry.phys_length != stride) break;
-                    if (entry.chunk_id >= limits.chunk_count_max) break;
-                    if (@as(u64, entry.offset) + stride > limits.chunk_size_max) break;
-                    const view = views[entry.chunk_id].load(.acquire) orelse break;
-                    sources[count] = view + entry.offset;
+                    sources[count] = store.rawSource(@intCast(task.indices[j]), stride) orelse break;
                     @prefetch(sources[count], .{ .rw = .read, .locality = 3, .cache = .data });
                     count += 1;
                 }
-                for (stop..@min(end, stop + copy_group)) |j| prefetchEntry(table, task.indices[j]);
+                for (stop..@min(end, stop + copy_group)) |j| task.prefetchAhead(table, task.indices[j]);
                 const dst = task.destination.base + i * stride;
-                copyRecords(dst, sources[0..count], stride);
+                Store.copyRecords(dst, sources[0..count], stride);
                 i += count;
                 if (i < stop) return i;
             }
             return end;
         }
 
-        fn prefetchEntry(table: *const [limits.record_count_max]format.RecordLoc, index: i64) void {
-            @prefetch(&table[@intCast(index)], .{ .rw = .read, .locality = 3, .cache = .data });
-        }
-
-        /// Record k of `sources` to dst[k * stride ..]; common small sizes get a copy of
-        /// compile-time length, which the compiler inlines instead of calling memcpy.
-        fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
-            switch (stride) {
-                inline 1, 2, 4, 8, 16, 32, 64, 128, 256 => |size| {
-                    for (sources, 0..) |src, k| dst[k * size ..][0..size].* = src[0..size].*;
-                },
-                else => for (sources, 0..) |src, k| @memcpy(dst[k * stride ..][0..stride], src[0..stride]),
-            }
+        /// Starts loading what a later group needs first: a run's record its bytes (no entry is
+        /// read for it), any other record its table entry.
+        fn prefetchAhead(task: *const GatherTask, table: *const [limits.record_count_max]format.RecordLoc, index: i64) void {
+            const store = task.store;
+            if (store.runs.source(@intCast(index), task.destination.stride, store.chunks)) |src| {
+                @prefetch(src, .{ .rw = .read, .locality = 3, .cache = .data });
+            } else @prefetch(&table[@intCast(index)], .{ .rw = .read, .locality = 3, .cache = .data });
         }
 
         /// False after recording a failure.
@@ -575,7 +572,7 @@ pub const Store = struct {
                 // that needs more (decompression, a size to check, a chunk not mapped yet),
                 // which the general code below handles, with its messages.
                 // Raw records that must be checked against their sums take the general path.
-                if (task.destination.offsets == null and !(store.sidecar != null and store.verify == .all)) {
+                if (task.destination.offsets == null and store.copiesRawUnchecked()) {
                     i = task.copyRaw(i, end);
                     if (i == end) break;
                 }
@@ -584,8 +581,49 @@ pub const Store = struct {
             }
             return true;
         }
-
     };
+
+    /// The pool threshold of a gather whose first record is `index`. Decompressing costs far
+    /// more per byte than copying: a batch that starts with a compressed record (a compressed
+    /// store, in practice) keeps the smaller threshold. The caller checked the index.
+    pub fn gatherBytesMin(store: *const Store, index: u64) u64 {
+        return if (store.meta.table[index].codec == .raw) gather_runner_bytes_min else runner_bytes_min;
+    }
+
+    /// Whether raw records may be copied with no check beyond rawSource's: not when this
+    /// handle checks raw records against their sums (verify=True), which gatherRecord does.
+    pub fn copiesRawUnchecked(store: *const Store) bool {
+        return !(store.sidecar != null and store.verify == .all);
+    }
+
+    /// Where raw record `index` lies when it is exactly `stride` bytes and needs no further
+    /// check before a plain copy: stored raw at full length, in a chunk that is mapped, and
+    /// ending within the chunk's known size (open checked every record below the length
+    /// against its file; records appended since by another process are checked here, and a
+    /// record past the known size goes to gatherRecord, which re-reads the size and reports
+    /// corruption). Null sends the record to gatherRecord. The caller holds the shared lock
+    /// and has checked the index against the length.
+    pub inline fn rawSource(store: *const Store, index: u64, stride: u64) ?[*]const u8 {
+        if (store.runs.source(index, stride, store.chunks)) |src| return src;
+        const entry = store.meta.table[index];
+        if (entry.codec != .raw or entry.logic_length != stride or entry.phys_length != stride) return null;
+        if (entry.chunk_id >= limits.chunk_count_max) return null;
+        const end = @as(u64, entry.offset) + stride;
+        if (end > limits.chunk_size_max or end > store.chunks.sizes[entry.chunk_id].load(.acquire)) return null;
+        const view = store.chunks.views[entry.chunk_id].load(.acquire) orelse return null;
+        return view + entry.offset;
+    }
+
+    /// Record k of `sources` to dst[k * stride ..]; common small sizes get a copy of
+    /// compile-time length, which the compiler inlines instead of calling memcpy.
+    pub fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
+        switch (stride) {
+            inline 1, 2, 4, 8, 16, 32, 64, 128, 256 => |size| {
+                for (sources, 0..) |src, k| dst[k * size ..][0..size].* = src[0..size].*;
+            },
+            else => for (sources, 0..) |src, k| @memcpy(dst[k * stride ..][0..stride], src[0..stride]),
+        }
+    }
 
     /// Copies or decompresses record `index` into `slot`, after checking its table entry and
     /// that the slot has its size. The caller holds the shared lock and has checked the index.
@@ -665,7 +703,28 @@ pub const Store = struct {
     /// before any byte is copied (the copy runs sharded, so a refusal found there would leave
     /// other slots already written). One pass over table entries the copy reads anyway.
     fn checkSlots(store: *Store, indices: []const i64, destination: Destination) Error!void {
+        if (store.slotsMatch(indices, destination)) return;
         for (indices, 0..) |index, i| try store.checkSlot(@intCast(index), destination.slotLength(i), i);
+    }
+
+    /// Whether every slot has its record's logical length: the common case, in a loop with no
+    /// call and no early exit, so the table misses of a whole batch overlap (a call per record,
+    /// with checkSlot's large frame, let only a few be in flight: 3x slower at 8-byte records).
+    /// The caller has checked every index against the length.
+    fn slotsMatch(store: *const Store, indices: []const i64, destination: Destination) bool {
+        const table = store.meta.table;
+        var mismatch: u64 = 0;
+        if (destination.offsets) |o| {
+            for (indices, 0..) |index, i| mismatch |= table[@intCast(index)].logic_length ^ (o[i + 1] - o[i]);
+        } else {
+            // Records in a run of this stride have it: their entries are not even read.
+            const stride = destination.stride;
+            for (indices) |index| {
+                if (store.runs.covers(@intCast(index), stride)) continue;
+                mismatch |= table[@intCast(index)].logic_length ^ stride;
+            }
+        }
+        return mismatch == 0;
     }
 
     /// Refuses slot `position` of a gather unless it has record `index`'s logical length.
@@ -845,6 +904,8 @@ pub const Store = struct {
     /// maintenance may have replaced while this one held no lock. Exclusive lock held.
     fn refresh(store: *Store) Error!void {
         const io = pool.io();
+        // Another handle's maintenance may have moved records: nothing learned stays.
+        store.runs.clear();
         store.chunks.closeAll(io);
         if (store.sidecar) |*sidecar| sidecar.close(io);
         store.sidecar = null;
@@ -877,6 +938,10 @@ pub const Store = struct {
 
     pub fn endMaintenance(store: *Store) void {
         const io = pool.io();
+        // The table may have changed (delete, compact): its runs are learned again before any
+        // gather can run. Whatever the operation left, the scan reads it as it is.
+        store.runs.clear();
+        store.runs.learn(store.meta.table, 0, store.meta.length());
         store.locks.releaseExclusive(io);
         store.lock.unlock(io);
     }
@@ -955,14 +1020,15 @@ const snapshot_attempt_max = 1000;
 /// length last, so everything they point to is inside the frontier and the files. The frontier
 /// is two separate fields, and a read racing a rollover to a new chunk can mix them: an entry
 /// beyond it is corruption only if the header reads the same again.
-fn checkSnapshot(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, chunks: *chunk.Chunks) Error!void {
+fn checkSnapshot(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, chunks: *chunk.Chunks, runs: *runs_mod.Runs) Error!void {
     var attempt: u32 = 0;
     while (true) : (attempt += 1) {
         const length = meta.length();
         const tail = meta.tail();
         try meta.checkCovers(io, length);
         try checkChunks(io, dir, tail, chunks);
-        const bad = checkTable(meta, length, tail, chunks) orelse return;
+        runs.clear();
+        const bad = checkTable(meta, length, tail, chunks, runs) orelse return;
         if (bad.problem == .beyond_tail and attempt < snapshot_attempt_max) {
             if (meta.length() != length or meta.tail().order(tail) != .eq) continue;
         }
@@ -984,7 +1050,8 @@ const TableProblem = struct { index: u64, entry: RecordLoc, problem: Problem };
 const Problem = union(enum) { entry: format.EntryProblem, beyond_file, beyond_tail };
 
 /// The first entry below `length` that is not inside the frontier and its chunk file, if any.
-fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: *chunk.Chunks) ?TableProblem {
+/// Then, the table being sound, learns its runs.
+fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: *chunk.Chunks, runs: *runs_mod.Runs) ?TableProblem {
     for (meta.table[0..length], 0..) |entry, index| {
         const problem = format.checkEntry(entry, tail);
         if (problem == .beyond_tail) return .{ .index = index, .entry = entry, .problem = .beyond_tail };
@@ -992,6 +1059,7 @@ fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: 
         if (entry.phys_length > 0 and @as(u64, entry.offset) + entry.phys_length > chunks.sizes[entry.chunk_id].load(.monotonic))
             return .{ .index = index, .entry = entry, .problem = .beyond_file };
     }
+    runs.learn(meta.table, 0, length);
     return null;
 }
 

@@ -653,3 +653,67 @@ test "verify: a checksummed store verifies; a flipped stored byte and a swapped 
     try store.gather(&.{2}, .{ .base = &out, .stride = 64 }, 64);
     try testing.expectEqualSlices(u8, data[5 * 64 ..][0..64], &out);
 }
+
+test "runs: learned on append and on open, relearned after delete and compact; gathers stay exact" {
+    const runs_mod = @import("runs.zig");
+    const block = runs_mod.block_records;
+    const stride = 8;
+    var folder = Folder.init();
+    defer folder.deinit();
+    // Two whole blocks and a partial one, appended in pieces that straddle block ends; then a
+    // zstd batch of noisy 8-byte records, which zstd cannot shrink: stored raw, they complete
+    // block 2 as a run.
+    const count = 2 * block + 100;
+    const data = try testing.allocator.alloc(u8, (count + block) * stride);
+    defer testing.allocator.free(data);
+    for (0..count + block) |id| fillRecord(data[id * stride ..][0..stride], id, true);
+    const expected_after_appends = [_]u32{ stride, stride, 0, 0 };
+    {
+        const store = try folder.open();
+        defer store.close();
+        var first: usize = 0;
+        for ([_]usize{ 1000, block, count - 1000 - block }) |piece| {
+            _ = try store.append(.{ .data = data[first * stride ..].ptr, .stride = stride, .count = piece }, @intFromEnum(format.Codec.raw));
+            first += piece;
+        }
+        for (expected_after_appends, 0..) |s, b| try testing.expectEqual(s, store.runs.strides[b].load(.monotonic));
+        _ = try store.append(.{ .data = data[count * stride ..].ptr, .stride = stride, .count = block }, @intFromEnum(format.Codec.zstd));
+        try testing.expectEqual(@as(u32, stride), store.runs.strides[2].load(.monotonic));
+    }
+    const store = try folder.openExisting();
+    defer store.close();
+    for ([_]u32{ stride, stride, stride, 0 }, 0..) |s, b| try testing.expectEqual(s, store.runs.strides[b].load(.monotonic));
+    // Ids of the records at each index, as the store's operations move them.
+    const ids = try testing.allocator.alloc(u64, count + block);
+    defer testing.allocator.free(ids);
+    for (ids, 0..) |*id, i| id.* = i;
+    var length: usize = count + block;
+    var prng = std.Random.DefaultPrng.init(11);
+    for (0..3) |round| {
+        var indices: [300]i64 = undefined;
+        for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, @intCast(length));
+        var got: [300 * stride]u8 = undefined;
+        try store.gather(&indices, .{ .base = &got, .stride = stride }, got.len);
+        for (indices, 0..) |index, i| {
+            const id = ids[@intCast(index)];
+            try testing.expectEqualSlices(u8, data[id * stride ..][0..stride], got[i * stride ..][0..stride]);
+        }
+        switch (round) {
+            0 => {
+                // Swap-last: record 5 (block 0) takes the last record's place; block 0 is no run.
+                try store.delete(&.{5});
+                length -= 1;
+                ids[5] = ids[length];
+                try testing.expectEqual(@as(u32, 0), store.runs.strides[0].load(.monotonic));
+                try testing.expectEqual(@as(u32, stride), store.runs.strides[1].load(.monotonic));
+            },
+            1 => {
+                // Compaction rewrites the records in index order, back to back: every whole
+                // block of the rewritten table is a run again, whatever its codec was.
+                try store.compact();
+                try testing.expectEqual(@as(u32, stride), store.runs.strides[1].load(.monotonic));
+            },
+            else => {},
+        }
+    }
+}

@@ -32,6 +32,10 @@ pub const View = struct {
     /// lengths of every store but the last are taken at open; the caller makes a new view
     /// when one of them changes (a delete).
     starts: []u64,
+    /// log2 of the length every store but the last has, when that length is one power of two
+    /// (a dataset's shards fill to their capacity, 2^24 by default): global index g is then in
+    /// store min(g >> shift, last), with no search.
+    uniform_shift: ?u6,
     /// Decompression contexts of this view's gathers (a context is not tied to a store).
     contexts: codec.ContextPool = .{},
     /// Links of the registry of open views, which a forked child resets (guarded by
@@ -54,7 +58,7 @@ pub const View = struct {
             total += store.length();
         }
         const view = allocator.create(View) catch return outOfMemory();
-        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts };
+        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts, .uniform_shift = uniformShift(starts) };
         register(view);
         return view;
     }
@@ -74,16 +78,45 @@ pub const View = struct {
     }
 
     /// The store holding global index `global` (any value; the caller checks the local index).
-    fn route(view: *const View, global: u64) Route {
-        // The last k with starts[k] <= global; starts[0] == 0 so one always exists.
-        var low: usize = 0;
-        var high: usize = view.starts.len;
-        while (high - low > 1) {
-            const middle = low + (high - low) / 2;
-            if (view.starts[middle] <= global) low = middle else high = middle;
+    /// See `uniform_shift`: null unless starts[k] == k << shift for every k.
+    fn uniformShift(starts: []const u64) ?u6 {
+        if (starts.len < 2 or !std.math.isPowerOfTwo(starts[1])) return null;
+        const shift: u6 = @intCast(std.math.log2_int(u64, starts[1]));
+        for (starts, 0..) |start, k| {
+            if (start != @as(u64, k) << shift) return null;
         }
-        assert(view.starts[low] <= global);
-        return .{ .store_index = @intCast(low), .local = global - view.starts[low] };
+        return shift;
+    }
+
+    fn route(view: *const View, global: u64) Route {
+        if (view.uniform_shift) |shift| {
+            const last = view.starts.len - 1;
+            const k = @min(global >> shift, last);
+            assert(view.starts[k] <= global);
+            return .{ .store_index = @intCast(k), .local = global - view.starts[k] };
+        }
+        return view.search(global);
+    }
+
+    fn search(view: *const View, global: u64) Route {
+        // The last k with starts[k] <= global; starts[0] == 0 so one always exists. A search
+        // whose steps select (a conditional move) instead of branch: the indices of a random
+        // batch make every branch a coin toss, and mispredictions were 40% of a small-record
+        // gather over 24 shards.
+        const starts = view.starts;
+        var low: usize = 0;
+        var count: usize = starts.len;
+        while (count > 1) {
+            const half = count / 2;
+            if (starts[low + half] <= global) {
+                @branchHint(.unpredictable); // asks for a conditional move
+                low += half;
+            }
+            count -= half;
+        }
+        assert(starts[low] <= global);
+        assert(low + 1 == starts.len or global < starts[low + 1]);
+        return .{ .store_index = @intCast(low), .local = global - starts[low] };
     }
 
     /// Routes every index, checking it against the total and its store's current length.
@@ -164,10 +197,27 @@ pub const View = struct {
         defer view.unlockTouched(scratch.touched);
         // Every slot's size is checked before any record is copied, so a refusal leaves the
         // destination as it was.
-        for (scratch.routes, 0..) |r, i| try view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i);
+        if (!view.slotsMatch(scratch.routes, destination)) {
+            for (scratch.routes, 0..) |r, i| try view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i);
+        }
+        const first = scratch.routes[0];
+        const bytes_min = view.stores[first.store_index].gatherBytesMin(first.local);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
-        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, store_mod.runner_bytes_min));
+        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
         try task.failure.check();
+    }
+
+    /// Whether every slot has its record's logical length, in a loop with no call and no early
+    /// exit so that the table misses of the batch overlap (see Store.slotsMatch).
+    fn slotsMatch(view: *const View, routes: []const Route, destination: Destination) bool {
+        var mismatch: u64 = 0;
+        for (routes, 0..) |r, i| {
+            const store = view.stores[r.store_index];
+            const slot_length = destination.slotLength(i);
+            if (store.runs.covers(r.local, slot_length)) continue;
+            mismatch |= store.meta.table[@intCast(r.local)].logic_length ^ slot_length;
+        }
+        return mismatch == 0;
     }
 
     const GatherTask = struct {
@@ -186,7 +236,10 @@ pub const View = struct {
                     if (task.failure.failed()) return;
                     const end = @min(range.end, begin + prefetch_group);
                     task.prefetch(begin, end);
-                    for (begin..end) |i| {
+                    var i = begin;
+                    while (i < end) : (i += 1) {
+                        i += task.copyRaw(i, end);
+                        if (i == end) break;
                         const r = task.routes[i];
                         const store = task.view.stores[r.store_index];
                         if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
@@ -195,17 +248,43 @@ pub const View = struct {
             }
         }
 
+        /// Copies the raw fixed-size records at the front of [begin, end) in one go (their
+        /// loads were started by `prefetch`) and returns how many; the first record that needs
+        /// more (decompression, a check against its sum, a size to re-read) stops the run and
+        /// takes Store.gatherRecord, with its messages.
+        fn copyRaw(task: *GatherTask, begin: usize, end: usize) usize {
+            const stride = task.destination.stride;
+            if (task.destination.offsets != null or stride == 0 or stride > limits.record_size_max) return 0;
+            assert(end - begin <= prefetch_group);
+            var sources: [prefetch_group][*]const u8 = undefined;
+            var count: usize = 0;
+            for (task.routes[begin..end]) |r| {
+                const store = task.view.stores[r.store_index];
+                if (!store.copiesRawUnchecked()) break;
+                sources[count] = store.rawSource(r.local, stride) orelse break;
+                count += 1;
+            }
+            Store.copyRecords(task.destination.base + begin * stride, sources[0..count], stride);
+            return count;
+        }
+
         /// Starts the memory loads of a group of records before any of them is copied: first
         /// their table entries, then (reading those) their data. Records of a large dataset
         /// are cache and TLB misses, two dependent ones each; issued together they overlap
         /// instead of following one another. Only hints: nothing is read that the gather
         /// does not check again.
         fn prefetch(task: *GatherTask, begin: usize, end: usize) void {
+            const stride = task.destination.stride;
             for (task.routes[begin..end]) |r| {
-                @prefetch(&task.view.stores[r.store_index].meta.table[@intCast(r.local)], .{});
+                const store = task.view.stores[r.store_index];
+                // A record in a run needs no entry: its bytes are loaded at once.
+                if (store.runs.source(r.local, stride, store.chunks)) |src| {
+                    @prefetch(src, .{});
+                } else @prefetch(&store.meta.table[@intCast(r.local)], .{});
             }
             for (task.routes[begin..end]) |r| {
                 const store = task.view.stores[r.store_index];
+                if (store.runs.covers(r.local, stride)) continue;
                 const entry = store.meta.table[@intCast(r.local)];
                 if (entry.chunk_id >= limits.chunk_count_max) continue;
                 const base = store.chunks.views[entry.chunk_id].load(.acquire) orelse continue;
@@ -346,6 +425,44 @@ test "a view refuses out-of-range indices before copying, and a stale view names
     try fresh.gather(&.{4}, .{ .base = &out, .stride = 2 }, 2);
     try testing.expectEqualSlices(u8, "zz", out[0..2]);
     try testing.expectError(error.SizeMismatch, fresh.gather(&.{0}, .{ .base = &out, .stride = 1 }, 1));
+}
+
+test "a view routes by shift when every store but the last holds the same power of two" {
+    var folder = testing.tmpDir(.{});
+    defer folder.cleanup();
+    const io = pool.io();
+    // Three stores of 4, 4 and 3 records (by shift), then 4, 3, 4 (by search); record g holds
+    // the byte g either way.
+    for ([_][3]u8{ .{ 4, 4, 3 }, .{ 4, 3, 4 } }, 0..) |counts, case| {
+        var stores: [3]*Store = undefined;
+        var opened: usize = 0;
+        defer for (stores[0..opened]) |s| s.close();
+        var next: u8 = 0;
+        for (counts, 0..) |count, k| {
+            var name_buffer: [8]u8 = undefined;
+            const name = try std.fmt.bufPrint(&name_buffer, "c{d}s{d}", .{ case, k });
+            try folder.dir.createDir(io, name, .default_dir);
+            var path_buffer: [96]u8 = undefined;
+            const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}/{s}", .{ folder.sub_path, name });
+            stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+            opened += 1;
+            var data: [4]u8 = undefined;
+            for (data[0..count]) |*b| {
+                b.* = next;
+                next += 1;
+            }
+            _ = try stores[k].append(.{ .data = &data, .stride = 1, .count = count }, 0);
+        }
+        const view = try View.open(testing.allocator, &stores);
+        defer view.close();
+        try testing.expectEqual(@as(?u6, if (case == 0) 2 else null), view.uniform_shift);
+        var indices: [11]i64 = undefined;
+        for (&indices, 0..) |*index, i| index.* = @intCast((i * 7) % 11);
+        var out: [11]u8 = undefined;
+        try view.gather(&indices, .{ .base = &out, .stride = 1 }, out.len);
+        for (indices, out) |index, byte| try testing.expectEqual(@as(u8, @intCast(index)), byte);
+        try testing.expectError(error.IndexOutOfRange, view.gather(&.{11}, .{ .base = &out, .stride = 1 }, 1));
+    }
 }
 
 test "a view of no stores is refused" {

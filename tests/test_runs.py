@@ -1,0 +1,121 @@
+"""Dense raw reads that find records without their table entries (zig/src/runs.zig): a block of
+4096 raw records of one size, back to back in one chunk, is learned on open and on this handle's
+appends and relearned after delete and compact. These tests check every read against a NumPy
+model through everything that changes the table, and records the runs do not cover (appended
+by another process, other sizes, other codecs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.dataset import DenseDataset
+
+BLOCK = 4096  # runs.zig block_records
+
+
+def _model(count: int, width: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (count, width), dtype=np.uint8)
+
+
+def _check_reads(ds: DenseDataset, model: np.ndarray, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        index = rng.integers(0, len(model), 777)
+        assert np.array_equal(ds[index], model[index])
+        out = np.empty((len(index), *model.shape[1:]), dtype=np.uint8)
+        ds.gather_into(index, out)
+        assert np.array_equal(out, model[index])
+    # Every record once, in order, through the same fast path.
+    assert np.array_equal(ds[np.arange(len(model))], model)
+
+
+def _swap_last_delete(model: np.ndarray, targets: list[int]) -> np.ndarray:
+    rows = list(model)
+    for target in sorted(set(targets), reverse=True):
+        rows[target] = rows[-1]
+        rows.pop()
+    return np.array(rows, dtype=model.dtype)
+
+
+@pytest.mark.parametrize("width", [8, 24, 256])
+def test_reads_match_numpy_through_appends_reopen_delete_and_compact(
+    tmp_path: Path, width: int
+) -> None:
+    model = _model(3 * BLOCK + 123, width, width)
+    path = str(tmp_path / "ds")
+    with DenseDataset(path, dtype=np.uint8, item_shape=(width,), codec="raw") as ds:
+        # Pieces that end inside blocks: the append that completes a block learns it.
+        for start, stop in [(0, 1000), (1000, 1000 + BLOCK), (1000 + BLOCK, len(model))]:
+            ds.append(model[start:stop])
+        _check_reads(ds, model, 1)
+    with DenseDataset(path) as ds:  # learned by open's table check
+        _check_reads(ds, model, 2)
+        targets = [5, BLOCK + 7, 2 * BLOCK, len(model) - 1, len(model) - 3]
+        ds.delete(np.array(targets))
+        model = _swap_last_delete(model, targets)
+        _check_reads(ds, model, 3)
+        ds.compact()
+        _check_reads(ds, model, 4)
+    with DenseDataset(path) as ds:
+        _check_reads(ds, model, 5)
+
+
+def test_records_appended_by_another_process_read_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "ds"
+    model = _model(2 * BLOCK + 10, 16, 7)
+    with DenseDataset(str(path), dtype=np.uint8, item_shape=(16,), codec="raw") as ds:
+        ds.append(model[: BLOCK + 5])
+    more = model[BLOCK + 5 :]
+    np.save(tmp_path / "more.npy", more)
+    with DenseDataset(str(path)) as reader:
+        _check_reads(reader, model[: BLOCK + 5], 8)
+        # Another process completes block 1 and starts block 2 while the reader is open.
+        script = textwrap.dedent(
+            f"""
+            import numpy as np
+            from loaderx.dataset import DenseDataset
+            with DenseDataset({str(path)!r}) as ds:
+                ds.append(np.load({str(tmp_path / "more.npy")!r}))
+            """
+        )
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+        assert len(reader) == len(model)
+        _check_reads(reader, model, 9)
+
+
+def test_mixed_codecs_and_sizes_in_one_batch_read_exactly(tmp_path: Path) -> None:
+    """zstd blocks and raw blocks in one dense dataset: a gather mixes records the runs cover
+    with records that need their entries."""
+    path = str(tmp_path / "ds")
+    compressible = np.tile(np.arange(512, dtype=np.uint8), (BLOCK + 50, 1))
+    compressible[:, 0] = np.arange(BLOCK + 50) % 256
+    noisy = _model(BLOCK + 70, 512, 3)
+    with DenseDataset(path, dtype=np.uint8, item_shape=(512,), codec="raw") as ds:
+        ds.append(noisy)
+    with DenseDataset(path) as ds:
+        ds.store.append_fixed(compressible, 512, codec="zstd")
+        # The second batch really is compressed (zstd shrinks each of its records).
+        assert ds.stats()["live_bytes"] < noisy.nbytes + compressible.nbytes * 3 // 4
+    model = np.concatenate([noisy, compressible])
+    with DenseDataset(path) as ds:
+        _check_reads(ds, model, 10)
+
+
+def test_sharded_raw_dataset_reads_exactly_across_shards(tmp_path: Path) -> None:
+    model = _model(5 * BLOCK + 11, 8, 12)
+    path = str(tmp_path / "ds")
+    with DenseDataset(
+        path, dtype=np.uint8, item_shape=(8,), codec="raw", shard_records=2 * BLOCK + 1
+    ) as ds:
+        for start in range(0, len(model), 3000):
+            ds.append(model[start : start + 3000])
+        assert ds.sharded
+        _check_reads(ds, model, 13)
+    with DenseDataset(path) as ds:
+        _check_reads(ds, model, 14)
