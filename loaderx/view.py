@@ -4,7 +4,8 @@ A gather through a view is one native call whatever the number of stores: the li
 each global index to its store (prefix sums of the lengths, taken when the view is made; the
 last store's range follows its live length) and runs the whole batch on its pool with the GIL
 released. The view borrows the stores' handles: whoever owns the stores closes the view first.
-Like Zrecord, calls in flight are counted under a lock, so close() waits for them.
+Like Zrecord, calls in flight are tracked (lock-free with a GIL, see zrecord._LOCK_FREE_CALLS),
+so close() waits for them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy.typing as npt
 
 from loaderx import _native
 from loaderx.result_buffers import empty_bytes
-from loaderx.zrecord import Zrecord
+from loaderx.zrecord import _LOCK_FREE_CALLS, Zrecord, _addressof, _first_byte
 
 _INT64: Final = np.dtype(np.int64)
 _BYTE: Final = ctypes.c_char
@@ -44,7 +45,8 @@ class View:
 
     name: str
     _handle: int
-    _inflight: int
+    _calls: list[None]
+    _gather_fixed_native: Any
     _closed: bool
     _lock: threading.Lock
     _idle: threading.Condition
@@ -52,7 +54,7 @@ class View:
     def __init__(self, stores: Sequence[Zrecord], name: str) -> None:
         self.name = name
         self._handle = 0
-        self._inflight = 0
+        self._calls = []
         self._closed = True
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -65,6 +67,8 @@ class View:
         if not out.value:
             raise RuntimeError(f"opening a view over {name!r} returned no handle")
         self._handle = out.value
+        # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
+        self._gather_fixed_native = _native.lib.lx_view_gather_fixed
         self._closed = False
         _OPEN_VIEWS.add(self)
 
@@ -73,26 +77,39 @@ class View:
         and one of them may have held the lock at the moment of fork."""
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._inflight = 0
+        self._calls = []
 
     def _enter(self) -> int:
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"the view over {self.name!r} is closed")
-            self._inflight += 1
-            return self._handle
+        """Marks one call in flight and returns the handle; ValueError once closed."""
+        if _LOCK_FREE_CALLS:
+            self._calls.append(None)
+            if not self._closed:
+                return self._handle
+            self._leave()
+        else:
+            with self._lock:
+                if not self._closed:
+                    self._calls.append(None)
+                    return self._handle
+        raise ValueError(f"the view over {self.name!r} is closed")
 
     def _leave(self) -> None:
+        if _LOCK_FREE_CALLS:
+            self._calls.pop()
+            if self._closed:
+                with self._lock:
+                    self._idle.notify_all()
+            return
         with self._lock:
-            self._inflight -= 1
-            if self._inflight == 0 and self._closed:
+            self._calls.pop()
+            if self._closed and not self._calls:
                 self._idle.notify_all()
 
     def close(self) -> None:
         """Closes the view after calls already in flight return (never its stores)."""
         with self._lock:
             self._closed = True
-            while self._inflight:
+            while self._calls:
                 self._idle.wait()
             if self._handle:
                 _native.lib.lx_view_close(self._handle)
@@ -145,20 +162,41 @@ class View:
         C-contiguous int64 array, an out that does not fit, or an index outside 0 <= i < len,
         which the native side checks for every index before any byte moves). The caller then
         takes its general path, which normalises the index and raises the documented errors."""
-        if type(indices) is not np.ndarray or indices.dtype != _INT64 or indices.ndim != 1:
+        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
             return False
-        count = indices.shape[0]
+        count = len(indices)
         if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
             return False
-        if not (indices.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
-            return False
-        handle = self._enter()
         try:
-            code = _native.lib.lx_view_gather_fixed(
-                handle, _address(indices), count, _address(out), record_size
-            )
-        finally:
-            self._leave()
+            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+            index_address = _addressof(_first_byte(indices))
+            out_address = _addressof(_first_byte(out))
+        except (TypeError, ValueError, BufferError, NotImplementedError):
+            return False
+        if _LOCK_FREE_CALLS:
+            # _enter/_leave written out, as in Zrecord.gather_fixed.
+            calls = self._calls
+            calls.append(None)
+            if self._closed:
+                self._leave()
+                raise ValueError(f"the view over {self.name!r} is closed")
+            try:
+                code = self._gather_fixed_native(
+                    self._handle, index_address, count, out_address, record_size
+                )
+            finally:
+                calls.pop()
+                if self._closed:
+                    with self._lock:
+                        self._idle.notify_all()
+        else:
+            handle = self._enter()
+            try:
+                code = self._gather_fixed_native(
+                    handle, index_address, count, out_address, record_size
+                )
+            finally:
+                self._leave()
         if code == _native.OK:
             return True
         if code == _native.INDEX_OUT_OF_RANGE:
