@@ -66,9 +66,11 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
                 lambda d=ds, o=out, p=pool: d.gather_into(next(p), o))  # type: ignore[misc]
             pool2 = itertools.cycle(batches)
             calls[f"{codec} ds[idx], {label}"] = lambda d=ds, p=pool2: d[next(p)]  # type: ignore[misc]
+    view = routing_only_view(opened[0], args, batches, calls)
     try:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
     finally:
+        view.close()
         for ds in opened:
             ds.close()
     table = Table("shards", f"Shards: random gather of {args.batch} x "
@@ -88,7 +90,33 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
             rep.target("issue 14", f"{name.rsplit(',', 1)[0]} from {SHARD_COUNT} shards vs 1 store",
                        single / t.median, 0.95)
     table.notes.append(f"median of {args.rounds} interleaved rounds; shards of {per_shard} records")
+    table.notes.append(f"{ROUTING_ONLY}: the 1-store records through a view of that store "
+                       f"{SHARD_COUNT} times (the same bytes, {SHARD_COUNT}-way routing): "
+                       "what routing costs apart from where the shards' pages lie")
     rep.emit(table)
+
+
+ROUTING_ONLY: Final = f"raw gather_into, {SHARD_COUNT}-way view of 1 store"
+
+
+def routing_only_view(single: object, args: argparse.Namespace, batches: list[np.ndarray],
+                      calls: dict[str, Callable[[], object]]) -> object:
+    """Adds the ROUTING_ONLY call over `single` (the raw 1-store dataset); returns the view."""
+    from loaderx.view import View
+
+    store = single.store  # type: ignore[attr-defined]
+    view = View([store] * SHARD_COUNT, "routing only")
+    rng = np.random.default_rng(9)
+    spread = [b + len(store) * rng.integers(0, SHARD_COUNT, len(b)) for b in batches]
+    record_size = int(np.prod(args.shape))
+    check = np.empty((args.batch, *args.shape), dtype=np.uint8)
+    view.gather_into(spread[0], check, record_size)
+    if not np.array_equal(check, single[batches[0]]):  # type: ignore[index]
+        raise AssertionError("the routing-only view returned wrong records")
+    out = np.empty_like(check)
+    pool = itertools.cycle(spread)
+    calls[ROUTING_ONLY] = lambda: view.gather_into(next(pool), out, record_size)
+    return view
 
 
 def loader_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
