@@ -542,7 +542,7 @@ pub const Store = struct {
                 var count: usize = 0;
                 for (i..stop) |j| {
                     sources[count] = store.rawSource(@intCast(task.indices[j]), stride) orelse break;
-                    @prefetch(sources[count], .{ .rw = .read, .locality = 3, .cache = .data });
+                    prefetchRecord(sources[count], stride);
                     count += 1;
                 }
                 for (stop..@min(end, stop + copy_group)) |j| task.prefetchAhead(table, task.indices[j]);
@@ -559,8 +559,16 @@ pub const Store = struct {
         fn prefetchAhead(task: *const GatherTask, table: *const [limits.record_count_max]format.RecordLoc, index: i64) void {
             const store = task.store;
             if (store.runs.source(@intCast(index), task.destination.stride, store.chunks)) |src| {
-                @prefetch(src, .{ .rw = .read, .locality = 3, .cache = .data });
+                prefetchRecord(src, task.destination.stride);
             } else @prefetch(&table[@intCast(index)], .{ .rw = .read, .locality = 3, .cache = .data });
+        }
+
+        /// Starts loading a record's bytes: every cache line of a small one (a record of a few
+        /// lines would otherwise wait for each line in turn), the first of a large one (the
+        /// copy streams the rest).
+        fn prefetchRecord(src: [*]const u8, stride: u64) void {
+            const lines = @min(prefetch_lines_max, (stride + cache_line - 1) / cache_line);
+            for (0..lines) |k| @prefetch(src + k * cache_line, .{ .rw = .read, .locality = 3, .cache = .data });
         }
 
         /// False after recording a failure.
@@ -698,6 +706,9 @@ pub const Store = struct {
     /// Records whose misses copyRaw keeps in flight together: enough to cover a memory round
     /// trip at a few nanoseconds per small record, few enough for the sources to stay in L1.
     const copy_group = 32;
+    const cache_line = std.atomic.cache_line;
+    /// Lines prefetched per record (prefetchRecord).
+    const prefetch_lines_max = 4;
 
     /// Refuses a gather whose destination slots disagree with the records' logical lengths,
     /// before any byte is copied (the copy runs sharded, so a refusal found there would leave
