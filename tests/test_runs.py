@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from loaderx.dataset import DenseDataset
+from loaderx.zrecord import Zrecord
 
 BLOCK = 4096  # runs.zig block_records
 
@@ -80,6 +81,7 @@ def test_records_appended_by_another_process_read_exactly(tmp_path: Path) -> Non
             f"""
             import numpy as np
             from loaderx.dataset import DenseDataset
+from loaderx.zrecord import Zrecord
             with DenseDataset({str(path)!r}) as ds:
                 ds.append(np.load({str(tmp_path / "more.npy")!r}))
             """
@@ -99,7 +101,9 @@ def test_mixed_codecs_and_sizes_in_one_batch_read_exactly(tmp_path: Path) -> Non
     with DenseDataset(path, dtype=np.uint8, item_shape=(512,), codec="raw") as ds:
         ds.append(noisy)
     with DenseDataset(path) as ds:
-        ds.store.append_fixed(compressible, 512, codec="zstd")
+        store = ds.store
+        assert isinstance(store, Zrecord)
+        store.append_fixed(compressible, 512, codec="zstd")
         # The second batch really is compressed (zstd shrinks each of its records).
         assert ds.stats()["live_bytes"] < noisy.nbytes + compressible.nbytes * 3 // 4
     model = np.concatenate([noisy, compressible])
