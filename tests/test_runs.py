@@ -81,7 +81,6 @@ def test_records_appended_by_another_process_read_exactly(tmp_path: Path) -> Non
             f"""
             import numpy as np
             from loaderx.dataset import DenseDataset
-from loaderx.zrecord import Zrecord
             with DenseDataset({str(path)!r}) as ds:
                 ds.append(np.load({str(tmp_path / "more.npy")!r}))
             """
