@@ -88,6 +88,10 @@ def run(args: argparse.Namespace, rep: Report) -> None:
                        3.0 if batch == 256 else 2.0)
         if "loaderx cyclic" in by_name:
             rep.target("issue 3", f"cyclic vs numpy at B={batch}", by_name["loaderx cyclic"], 1.0)
+            if batch == 256:
+                # The default mode at the loader's usual batch (issue 11: call overhead).
+                rep.target("issue 11", "Sampler.batch cyclic (the default) vs numpy at B=256",
+                           by_name["loaderx cyclic"], 3.0)
     table.notes.append("per batch = median of interleaved rounds; 'fill' writes into a "
                        "preallocated array (the loader's path)")
     rep.emit(table)
