@@ -122,3 +122,38 @@ def test_sharded_raw_dataset_reads_exactly_across_shards(tmp_path: Path) -> None
         _check_reads(ds, model, 13)
     with DenseDataset(path) as ds:
         _check_reads(ds, model, 14)
+
+
+def test_reads_while_another_thread_appends_whole_blocks(tmp_path: Path) -> None:
+    """Blocks are learned by the appending thread while others read: every read is exact."""
+    import threading
+
+    model = _model(6 * BLOCK, 8, 21)
+    path = str(tmp_path / "ds")
+    with DenseDataset(path, dtype=np.uint8, item_shape=(8,), codec="raw") as ds:
+        ds.append(model[:100])
+        done = threading.Event()
+        failures: list[str] = []
+
+        def read(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            while not done.is_set():
+                length = len(ds)
+                index = rng.integers(0, length, 512)
+                got = ds[index]
+                if not np.array_equal(got, model[index]):
+                    failures.append(f"wrong bytes at length {length}")
+                    return
+
+        readers = [threading.Thread(target=read, args=(seed,)) for seed in range(3)]
+        for thread in readers:
+            thread.start()
+        try:
+            for start in range(100, len(model), 1500):
+                ds.append(model[start : start + 1500])
+        finally:
+            done.set()
+            for thread in readers:
+                thread.join()
+        assert failures == []
+        _check_reads(ds, model, 22)
