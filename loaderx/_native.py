@@ -2,9 +2,7 @@
 
 This is the only module that touches ctypes. It is deliberately left out of mypyc: ctypes
 objects are dynamic and gain nothing from compilation. Compiled modules call the small typed
-functions below. Through `lib`, ctypes releases the GIL for the whole duration of every foreign
-call; `lib_gil_held` binds the few calls short enough that releasing and retaking the GIL would be
-a visible share of their cost (see _GIL_HELD).
+functions below. ctypes releases the GIL for the whole duration of every foreign call.
 """
 
 from __future__ import annotations
@@ -185,17 +183,8 @@ def _load() -> ctypes.CDLL:
     return lib
 
 
-# Functions also bound through `lib_gil_held`, a PyDLL over the same loaded library: its calls
-# keep the GIL. Each must be short, never block, and never call back into Python. A sampler
-# batch of 256 indices takes about 0.2 us natively, and releasing and retaking the GIL cost
-# about 0.03 us of the roughly 1 us a Python call of Sampler.batch takes (callers choose it only
-# for small batches: see loaderx/sampler.py).
-_GIL_HELD: Final = frozenset({"lx_sampler_batch"})
-
-
-def _declare(lib: ctypes.CDLL, only: frozenset[str] | None = None) -> None:
-    """argtypes and restype for every exported function (never rely on ctypes' int default),
-    or for those named in `only`."""
+def _declare(lib: ctypes.CDLL) -> None:
+    """argtypes and restype for every exported function (never rely on ctypes' int default)."""
     vp = ctypes.c_void_p
     u8, u32, u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
     st = ctypes.c_int
@@ -229,8 +218,6 @@ def _declare(lib: ctypes.CDLL, only: frozenset[str] | None = None) -> None:
         "lx_sampler_batch": (st, [vp, u64, vp]),
     }
     for name, (restype, argtypes) in table.items():
-        if only is not None and name not in only:
-            continue
         try:
             fn = getattr(lib, name)
         except AttributeError as exc:
@@ -242,16 +229,6 @@ def _declare(lib: ctypes.CDLL, only: frozenset[str] | None = None) -> None:
 
 
 lib: Final = _load()
-
-
-def _bind_gil_held(loaded: ctypes.CDLL) -> ctypes.PyDLL:
-    """The functions of _GIL_HELD, from the already loaded library, as calls that keep the GIL."""
-    held = ctypes.PyDLL(loaded._name, handle=loaded._handle)
-    _declare(held, _GIL_HELD)
-    return held
-
-
-lib_gil_held: Final = _bind_gil_held(lib)
 
 
 def raise_status(code: int, context: str) -> NoReturn:

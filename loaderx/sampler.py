@@ -62,11 +62,6 @@ _addressof: Final = ctypes.addressof
 # np.frombuffer over a ctypes array (NumPy's stubs do not list ctypes arrays as buffers).
 _wrap: Final[Callable[[Any, np.dtype[np.int64]], npt.NDArray[np.int64]]] = np.frombuffer
 _U64_MAX: Final = (1 << 64) - 1
-# Batches up to this size are computed without releasing the GIL (_native.lib_gil_held): that
-# saves about 0.03 us of a call of about 1 us, and holds the GIL at most about 15 us (4096
-# cyclic indices at a length just past a power of two, the slowest case). Larger batches
-# release it, so that other Python threads run meanwhile.
-GIL_HELD_BATCH_MAX: Final = 4096
 
 
 def _integer(value: object, name: str) -> int:
@@ -180,8 +175,7 @@ class Sampler:
             mode_id, 0, length, batch_size, seed, shard_index, shard_count
         )
         self._request_address = _addressof(self._request)
-        library = _native.lib_gil_held if batch_size <= GIL_HELD_BATCH_MAX else _native.lib
-        self._batch_native = library.lx_sampler_batch
+        self._batch_native = _native.lib.lx_sampler_batch
         self._buffer_type = ctypes.c_int64 * batch_size
 
     @property

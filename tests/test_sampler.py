@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import pickle
-import threading
 from typing import Any
 
 import numpy as np
@@ -14,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaderx import _native
-from loaderx.sampler import GIL_HELD_BATCH_MAX, MODES, Mode, Sampler
+from loaderx.sampler import MODES, Mode, Sampler
 
 # Fixed expected batches, also pinned in zig/src/sampler.zig ("golden sequences"). If one of
 # these changes, every user's stream of batches changed: that must be a deliberate decision.
@@ -409,58 +407,3 @@ def test_native_side_refuses_a_null_buffer() -> None:
     code = _native.lib.lx_sampler_fill(1, 10, 4, 0, 0, 0, 1, None)
     assert code == _native.INVALID_ARGUMENT
     assert b"NULL" in _native.lib.lx_last_error()
-
-
-def _is_gil_held(function: Any) -> bool:
-    """Whether a ctypes function keeps the GIL during its call (bound through a PyDLL)."""
-    return bool(function._flags_ & ctypes._FUNCFLAG_PYTHONAPI)  # type: ignore[attr-defined]
-
-
-def test_small_batches_keep_the_gil_and_large_ones_release_it() -> None:
-    assert _is_gil_held(_native.lib_gil_held.lx_sampler_batch)
-    assert not _is_gil_held(_native.lib.lx_sampler_batch)
-    small = Sampler(10**6, GIL_HELD_BATCH_MAX, mode="iid", seed=5)
-    large = Sampler(10**6, GIL_HELD_BATCH_MAX + 1, mode="iid", seed=5)
-    assert _is_gil_held(small._batch_native)
-    assert not _is_gil_held(large._batch_native)
-    # Step 0 of both draws the same first GIL_HELD_BATCH_MAX numbers of the iid stream.
-    assert large.batch(0)[:GIL_HELD_BATCH_MAX].tolist() == small.batch(0).tolist()
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_both_bindings_give_the_same_batch(mode: Mode) -> None:
-    sampler = Sampler(1_000_003, 300, mode=mode, seed=21)
-    request = ctypes.addressof(sampler._request)
-    batches = []
-    for library in (_native.lib, _native.lib_gil_held):
-        out = (ctypes.c_int64 * 300)()
-        assert library.lx_sampler_batch(request, 7_777, out) == _native.OK
-        batches.append(list(out))
-    assert batches[0] == batches[1] == sampler.batch(7_777).tolist()
-
-
-def test_the_gil_held_binding_reports_errors_like_the_other() -> None:
-    request = _native.SamplerRequest(_native.SAMPLER_CYCLIC, 1, 10, 4, 0, 0, 1)  # reserved = 1
-    out = (ctypes.c_int64 * 4)()
-    code = _native.lib_gil_held.lx_sampler_batch(ctypes.addressof(request), 0, out)
-    assert code == _native.INVALID_ARGUMENT
-    assert b"reserved field is 1" in _native.lib.lx_last_error()
-    assert list(out) == [0, 0, 0, 0]
-
-
-def test_threads_sharing_a_sampler_get_their_own_batches() -> None:
-    sampler = Sampler(100_000, 256, mode="cyclic", seed=4)
-    expected = {step: sampler.batch(step).tolist() for step in range(400)}
-    failures: list[int] = []
-
-    def work(first: int) -> None:
-        for step in range(first, 400, 4):
-            if sampler.batch(step).tolist() != expected[step]:
-                failures.append(step)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
