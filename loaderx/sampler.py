@@ -175,8 +175,10 @@ class Sampler:
             mode_id, 0, length, batch_size, seed, shard_index, shard_count
         )
         self._request_address = _addressof(self._request)
-        self._batch_native = _native.lib.lx_sampler_batch
         self._buffer_type = ctypes.c_int64 * batch_size
+        # batch() passes a fresh array of exactly this type (fill() passes an address).
+        self._batch_native = _native.typed_pointer("lx_sampler_batch", 2, self._buffer_type)
+        self._fill_native = _native.lib.lx_sampler_batch
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -228,7 +230,7 @@ class Sampler:
             raise ValueError("out must be C-contiguous")
         if not flags.writeable:
             raise ValueError("out must be writable")
-        code = self._batch_native(self._request_address, step, _addressof(_first_byte(out)))
+        code = self._fill_native(self._request_address, step, _addressof(_first_byte(out)))
         if code:
             self._fail(code, step)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import pickle
+import threading
 from typing import Any
 
 import numpy as np
@@ -407,3 +409,36 @@ def test_native_side_refuses_a_null_buffer() -> None:
     code = _native.lib.lx_sampler_fill(1, 10, 4, 0, 0, 0, 1, None)
     assert code == _native.INVALID_ARGUMENT
     assert b"NULL" in _native.lib.lx_last_error()
+
+
+def test_threads_sharing_a_sampler_get_their_own_batches() -> None:
+    sampler = Sampler(100_000, 256, mode="cyclic", seed=4)
+    expected = {step: sampler.batch(step).tolist() for step in range(400)}
+    failures: list[int] = []
+
+    def work(first: int) -> None:
+        for step in range(first, 400, 4):
+            if sampler.batch(step).tolist() != expected[step]:
+                failures.append(step)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_the_batch_binding_is_the_declared_export_and_releases_the_gil() -> None:
+    """Sampler.batch calls lx_sampler_batch through a binding that types its output as the
+    sampler's own array type (_native.typed_pointer); it must give what the table's binding
+    gives and, like every native call, release the GIL."""
+    sampler = Sampler(1_000_003, 300, mode="cyclic", seed=21)
+    binding = sampler._batch_native
+    assert not binding._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+    assert binding.argtypes[2] is ctypes.c_int64 * 300
+    out = (ctypes.c_int64 * 300)()
+    assert _native.lib.lx_sampler_batch(ctypes.addressof(sampler._request), 777, out) == 0
+    assert sampler.batch(777).tolist() == list(out)
+    with pytest.raises(TypeError, match="not a void pointer"):
+        _native.typed_pointer("lx_sampler_batch", 1, ctypes.c_int64 * 4)
