@@ -4,15 +4,14 @@ A gather through a view is one native call whatever the number of stores: the li
 each global index to its store (prefix sums of the lengths, taken when the view is made; the
 last store's range follows its live length) and runs the whole batch on its pool with the GIL
 released. The view borrows the stores' handles: whoever owns the stores closes the view first.
-Like Zrecord, calls in flight are tracked (lock-free with a GIL, see zrecord._LOCK_FREE_CALLS),
-so close() waits for them.
+Like Zrecord, calls in flight are tracked (NativeCalls, lock-free with a GIL), so close()
+waits for them.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any, Final
@@ -22,42 +21,22 @@ import numpy.typing as npt
 
 from loaderx import _native
 from loaderx.result_buffers import empty_bytes
-from loaderx.zrecord import _LOCK_FREE_CALLS, Zrecord, _addressof, _first_byte
+from loaderx.native_calls import NativeCalls, address
+from loaderx.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
-_BYTE: Final = ctypes.c_char
 # How often a ragged gather re-sizes after a concurrent delete moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
 
 
-def _address(array: npt.NDArray[Any]) -> int:
-    """The data pointer of a non-empty C-contiguous array (kept alive by the caller): ctypes'
-    from_buffer is several times cheaper than ndarray.ctypes.data on this hot path, but needs
-    a writable buffer; other arrays take the slower path."""
-    try:
-        return ctypes.addressof(_BYTE.from_buffer(array.data))
-    except (TypeError, ValueError, NotImplementedError):
-        return int(array.ctypes.data)
-
-
-class View:
+class View(NativeCalls):
     """The stores, in order, as one sequence of records (global indices 0 .. len - 1)."""
 
     name: str
-    _handle: int
-    _calls: list[None]
-    _gather_fixed_native: Any
-    _closed: bool
-    _lock: threading.Lock
-    _idle: threading.Condition
 
     def __init__(self, stores: Sequence[Zrecord], name: str) -> None:
         self.name = name
-        self._handle = 0
-        self._calls = []
-        self._closed = True
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self._init_calls()
         if not stores:
             raise ValueError("a view needs at least one store")
         handles = (ctypes.c_void_p * len(stores))(*[store.native_handle for store in stores])
@@ -72,48 +51,15 @@ class View:
         self._closed = False
         _OPEN_VIEWS.add(self)
 
-    def _reset_after_fork(self) -> None:
-        """In a forked child: the parent's threads and their calls in flight do not exist here,
-        and one of them may have held the lock at the moment of fork."""
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._calls = []
+    def _describe(self) -> str:
+        return f"the view over {self.name!r}"
 
-    def _enter(self) -> int:
-        """Marks one call in flight and returns the handle; ValueError once closed."""
-        if _LOCK_FREE_CALLS:
-            self._calls.append(None)
-            if not self._closed:
-                return self._handle
-            self._leave()
-        else:
-            with self._lock:
-                if not self._closed:
-                    self._calls.append(None)
-                    return self._handle
-        raise ValueError(f"the view over {self.name!r} is closed")
-
-    def _leave(self) -> None:
-        if _LOCK_FREE_CALLS:
-            self._calls.pop()
-            if self._closed:
-                with self._lock:
-                    self._idle.notify_all()
-            return
-        with self._lock:
-            self._calls.pop()
-            if self._closed and not self._calls:
-                self._idle.notify_all()
+    def _label(self) -> str:
+        return repr(self.name)
 
     def close(self) -> None:
         """Closes the view after calls already in flight return (never its stores)."""
-        with self._lock:
-            self._closed = True
-            while self._calls:
-                self._idle.wait()
-            if self._handle:
-                _native.lib.lx_view_close(self._handle)
-                self._handle = 0
+        self._close_handle(_native.lib.lx_view_close)
 
     def __len__(self) -> int:
         handle = self._enter()
@@ -147,61 +93,12 @@ class View:
         handle = self._enter()
         try:
             code = _native.lib.lx_view_gather_fixed(
-                handle, _address(indices), count, _address(out), record_size
+                handle, address(indices), count, address(out), record_size
             )
             if code:
                 _native.raise_status(code, f"gather of {count} records from {self.name!r}")
         finally:
             self._leave()
-
-    def gather_fixed(
-        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
-    ) -> bool:
-        """Zrecord.gather_fixed's contract over the whole view: True once done; False, with
-        nothing copied, when the fast path does not apply (not a non-empty one-dimensional
-        C-contiguous int64 array, an out that does not fit, or an index outside 0 <= i < len,
-        which the native side checks for every index before any byte moves). The caller then
-        takes its general path, which normalises the index and raises the documented errors."""
-        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
-            return False
-        count = len(indices)
-        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
-            return False
-        try:
-            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
-            index_address = _addressof(_first_byte(indices))
-            out_address = _addressof(_first_byte(out))
-        except (TypeError, ValueError, BufferError, NotImplementedError):
-            return False
-        if _LOCK_FREE_CALLS:
-            # _enter/_leave written out, as in Zrecord.gather_fixed.
-            calls = self._calls
-            calls.append(None)
-            if self._closed:
-                self._leave()
-                raise ValueError(f"the view over {self.name!r} is closed")
-            try:
-                code = self._gather_fixed_native(
-                    self._handle, index_address, count, out_address, record_size
-                )
-            finally:
-                calls.pop()
-                if self._closed:
-                    with self._lock:
-                        self._idle.notify_all()
-        else:
-            handle = self._enter()
-            try:
-                code = self._gather_fixed_native(
-                    handle, index_address, count, out_address, record_size
-                )
-            finally:
-                self._leave()
-        if code == _native.OK:
-            return True
-        if code == _native.INDEX_OUT_OF_RANGE:
-            return False
-        _native.raise_status(code, f"gather of {count} records from {self.name!r}")
 
     def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The logical size of each selected (global, normalised) record."""

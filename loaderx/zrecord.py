@@ -1,21 +1,19 @@
 """Zrecord: the persistent byte-record store, a thin typed layer over libloaderx's lx_store_*.
 
 Every operation is one native call on a whole batch; the native side validates again, so the
-checks here exist to give clear messages early. The store handle is guarded by a list of
-in-flight calls (see _LOCK_FREE_CALLS: lock-free with a GIL, under a lock on free-threaded
-builds), so close() waits for calls already inside the library and every later call raises
-ValueError. Every open Zrecord is known to a fork handler that gives the child fresh locks and
-an empty list of calls (the native side does the same for its own state).
+checks here exist to give clear messages early. Calls in flight are tracked by NativeCalls
+(loaderx/native_calls.py: lock-free with a GIL, under a lock on free-threaded builds), so
+close() waits for calls already inside the library and every later call raises ValueError.
+Every open Zrecord is known to a fork handler that gives the child fresh locks and an empty
+list of calls (the native side does the same for its own state).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
-import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
@@ -25,6 +23,7 @@ import numpy.typing as npt
 from loaderx import _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
+from loaderx.native_calls import NativeCalls, address
 from loaderx.paths import is_file
 from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
@@ -38,11 +37,6 @@ RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
 Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
 
 _INT64: Final = np.dtype(np.int64)
-_BYTE: Final = ctypes.c_char
-# A writable array's address as _addressof(_first_byte(array)): about half the cost of
-# array.ctypes.data, and it refuses read-only and non-contiguous buffers by itself.
-_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
-_addressof: Final = ctypes.addressof
 _UINT64: Final = np.dtype(np.uint64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 # The most bad records a VerifyReport lists (it always counts them all).
@@ -57,26 +51,6 @@ def verify_flags(verify: bool | None) -> int:
         raise TypeError(f"verify must be True, False or None, not {type(verify).__name__}")
     return _native.OPEN_VERIFY_ALL if verify else _native.OPEN_VERIFY_NONE
 
-
-def _address(array: npt.NDArray[Any]) -> int:
-    """The data pointer of a non-empty C-contiguous array (the caller keeps the array alive).
-
-    ctypes' from_buffer is several times cheaper than ndarray.ctypes.data (this is on the
-    loader's hot path), but needs a writable buffer; other arrays take the slower path.
-    """
-    try:
-        return ctypes.addressof(_BYTE.from_buffer(array.data))
-    except (TypeError, ValueError, NotImplementedError):
-        # Read-only, or an element type the buffer protocol cannot describe (datetime64).
-        return int(array.ctypes.data)
-
-# Whether calls may enter and leave without taking the lock. The in-flight calls are the items
-# of a list: list.append and list.pop are single atomic operations, and with a GIL every
-# Python step is sequentially consistent, so "append, then read _closed" in a call and "set
-# _closed, then read the list" in close() can never both miss each other. Free-threaded builds
-# give no such ordering between a list and an attribute, so there the lock guards both. A GIL
-# can be re-enabled at run time but never disabled, so deciding at import is safe.
-_LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 # How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
@@ -143,7 +117,7 @@ def pack_records(records: Records) -> tuple[bytes, npt.NDArray[np.uint64]]:
     return b"".join(views), offsets
 
 
-class Zrecord:
+class Zrecord(NativeCalls):
     """A persistent store of byte records at `path` (a folder holding meta.zr and chunk files).
 
     Zrecord(path) opens an existing store and raises FileNotFoundError when there is none, so a
@@ -163,13 +137,7 @@ class Zrecord:
     readonly: bool
     verify_reads: bool | None
     _codec_id: int
-    _handle: int
-    _calls: list[None]
-    _closed: bool
-    _lock: threading.Lock
-    _idle: threading.Condition
     _finalizer: weakref.finalize[Any, Any]
-    _gather_fixed_native: Any
 
     def __init__(
         self,
@@ -193,11 +161,7 @@ class Zrecord:
             create = False
         verify_flag = verify_flags(verify)
         self.verify_reads = verify
-        self._calls = []
-        self._closed = True
-        self._handle = 0
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self._init_calls()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
@@ -230,26 +194,11 @@ class Zrecord:
 
     # --- lifetime ---------------------------------------------------------------------------
 
-    def _enter(self) -> int:
-        """Marks one call in flight and returns the handle; ValueError once closed."""
-        if _LOCK_FREE_CALLS:
-            self._calls.append(None)
-            if not self._closed:
-                return self._handle
-            self._leave()
-        else:
-            with self._lock:
-                if not self._closed:
-                    self._calls.append(None)
-                    return self._handle
-        raise ValueError(f"Zrecord {self.path!r} is closed")
+    def _describe(self) -> str:
+        return f"Zrecord {self.path!r}"
 
-    def _reset_after_fork(self) -> None:
-        """In a forked child: the parent's threads (and their calls in flight) do not exist here,
-        and one of them may have held the lock at the moment of fork."""
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._calls = []
+    def _label(self) -> str:
+        return repr(self.path)
 
     def _refuse_if_readonly(self, operation: str) -> None:
         if self.readonly:
@@ -258,27 +207,9 @@ class Zrecord:
                 "open it without readonly to change it"
             )
 
-    def _leave(self) -> None:
-        if _LOCK_FREE_CALLS:
-            self._calls.pop()
-            if self._closed:
-                with self._lock:
-                    self._idle.notify_all()
-            return
-        with self._lock:
-            self._calls.pop()
-            if self._closed and not self._calls:
-                self._idle.notify_all()
-
     def close(self) -> None:
         """Closes the store after calls already in flight return; later calls raise ValueError."""
-        with self._lock:
-            self._closed = True
-            while self._calls:
-                self._idle.wait()
-            if self._handle:
-                self._handle = 0
-                self._finalizer()
+        self._close_handle(lambda _handle: self._finalizer())
 
     @property
     def closed(self) -> bool:
@@ -505,65 +436,12 @@ class Zrecord:
         try:
             if count:
                 code = _native.lib.lx_store_gather_fixed(
-                    handle, _address(indices), count, _address(out), record_size
+                    handle, address(indices), count, address(out), record_size
                 )
                 if code:
                     _native.raise_status(code, f"gather of {count} records from {self.path!r}")
         finally:
             self._leave()
-
-    def gather_fixed(
-        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
-    ) -> bool:
-        """The dense read with nothing but the checks memory safety needs: True once done.
-
-        False, with nothing copied, when the fast path does not apply: indices not a non-empty,
-        writable, C-contiguous, one-dimensional native int64 array, out not a writable
-        C-contiguous array of len(indices) * record_size bytes, or any index outside
-        0 <= i < len (negative ones included). The caller then takes its general path, which
-        normalises the index and raises the documented errors. The bounds check is the native
-        one: the indices are scanned once, in Zig, before any byte moves.
-        """
-        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
-            return False
-        count = len(indices)
-        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
-            return False
-        try:
-            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
-            index_address = _addressof(_first_byte(indices))
-            out_address = _addressof(_first_byte(out))
-        except (TypeError, ValueError, BufferError, NotImplementedError):
-            return False
-        if _LOCK_FREE_CALLS:
-            # _enter/_leave written out: two Python frames are a visible share of a small read.
-            calls = self._calls
-            calls.append(None)
-            if self._closed:
-                self._leave()
-                raise ValueError(f"Zrecord {self.path!r} is closed")
-            try:
-                code = self._gather_fixed_native(
-                    self._handle, index_address, count, out_address, record_size
-                )
-            finally:
-                calls.pop()
-                if self._closed:
-                    with self._lock:
-                        self._idle.notify_all()
-        else:
-            handle = self._enter()
-            try:
-                code = self._gather_fixed_native(
-                    handle, index_address, count, out_address, record_size
-                )
-            finally:
-                self._leave()
-        if code == _native.OK:
-            return True
-        if code == _native.INDEX_OUT_OF_RANGE:
-            return False
-        _native.raise_status(code, f"gather of {count} records from {self.path!r}")
 
     # --- maintenance ------------------------------------------------------------------------
 

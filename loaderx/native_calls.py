@@ -1,0 +1,171 @@
+"""NativeCalls: what a Python object over one native handle (a Zrecord's store, a View's view)
+needs around its calls: the calls in flight, so that close() waits for them and later calls
+raise ValueError; a fresh lock in a forked child; and the dense read's fast path, the hottest
+call of the library, written once for both.
+
+Calls in flight are the items of a list. With a GIL they enter and leave without the lock:
+list.append and list.pop are single atomic operations and every Python step is sequentially
+consistent, so "append, then read _closed" in a call and "set _closed, then read the list" in
+close() can never both miss each other. Free-threaded builds give no such ordering between a
+list and an attribute, so there the lock guards both. A GIL can be re-enabled at run time but
+never disabled, so deciding at import is safe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx import _native
+
+LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+_INT64: Final = np.dtype(np.int64)
+_BYTE: Final = ctypes.c_char
+# A writable array's address as _addressof(_first_byte(array)): about half the cost of
+# ndarray.ctypes.data; from_buffer refuses read-only and non-contiguous buffers.
+_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
+_addressof: Final = ctypes.addressof
+
+
+class NativeCalls:
+    """The calls in flight on `_handle`; subclasses set `_gather_fixed_native` (the export
+    gather_fixed calls) and name themselves for messages: `_describe()` ("Zrecord '/data/x'")
+    and `_label()` ("'/data/x'", what a failed gather is "from")."""
+
+    _handle: int
+    _calls: list[None]
+    _closed: bool
+    _lock: threading.Lock
+    _idle: threading.Condition
+    _gather_fixed_native: Any
+
+    def _init_calls(self) -> None:
+        """Closed, with no handle yet: the subclass opens one, then sets _closed to False."""
+        self._handle = 0
+        self._calls = []
+        self._closed = True
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    def _closed_error(self) -> ValueError:
+        return ValueError(f"{self._describe()} is closed")
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the parent's threads (and their calls in flight) do not exist here,
+        and one of them may have held the lock at the moment of fork."""
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._calls = []
+
+    def _enter(self) -> int:
+        """Marks one call in flight and returns the handle; ValueError once closed."""
+        if LOCK_FREE_CALLS:
+            self._calls.append(None)
+            if not self._closed:
+                return self._handle
+            self._leave()
+        else:
+            with self._lock:
+                if not self._closed:
+                    self._calls.append(None)
+                    return self._handle
+        raise self._closed_error()
+
+    def _leave(self) -> None:
+        if LOCK_FREE_CALLS:
+            self._calls.pop()
+            if self._closed:
+                with self._lock:
+                    self._idle.notify_all()
+            return
+        with self._lock:
+            self._calls.pop()
+            if self._closed and not self._calls:
+                self._idle.notify_all()
+
+    def _close_handle(self, release: Callable[[int], object]) -> None:
+        """Marks the object closed, waits for the calls in flight, then releases the handle."""
+        with self._lock:
+            self._closed = True
+            while self._calls:
+                self._idle.wait()
+            if self._handle:
+                handle, self._handle = self._handle, 0
+                release(handle)
+
+    def gather_fixed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> bool:
+        """The dense read with nothing but the checks memory safety needs: True once done.
+
+        False, with nothing copied, when the fast path does not apply: indices not a non-empty,
+        writable, C-contiguous, one-dimensional native int64 array, out not a writable
+        C-contiguous array of len(indices) * record_size bytes, or any index outside
+        0 <= i < len (negative ones included). The caller then takes its general path, which
+        normalises the index and raises the documented errors. The bounds check is the native
+        one: the indices are scanned once, in native code, before any byte moves.
+        """
+        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
+            return False
+        count = len(indices)
+        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
+            return False
+        try:
+            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+            index_address = _addressof(_first_byte(indices))
+            out_address = _addressof(_first_byte(out))
+        except (TypeError, ValueError, BufferError, NotImplementedError):
+            return False
+        if LOCK_FREE_CALLS:
+            # _enter/_leave written out: two Python frames are a visible share of a small read.
+            calls = self._calls
+            calls.append(None)
+            if self._closed:
+                self._leave()
+                raise self._closed_error()
+            try:
+                code = self._gather_fixed_native(
+                    self._handle, index_address, count, out_address, record_size
+                )
+            finally:
+                calls.pop()
+                if self._closed:
+                    with self._lock:
+                        self._idle.notify_all()
+        else:
+            handle = self._enter()
+            try:
+                code = self._gather_fixed_native(
+                    handle, index_address, count, out_address, record_size
+                )
+            finally:
+                self._leave()
+        if code == _native.OK:
+            return True
+        if code == _native.INDEX_OUT_OF_RANGE:
+            return False
+        _native.raise_status(code, f"gather of {count} records from {self._label()}")
+
+
+def address(array: npt.NDArray[Any]) -> int:
+    """The data pointer of a non-empty C-contiguous array (the caller keeps the array alive):
+    ctypes' from_buffer is several times cheaper than ndarray.ctypes.data, but needs a writable
+    buffer; other arrays (read-only, or of an element type the buffer protocol cannot describe,
+    such as datetime64) take the slower path."""
+    try:
+        return ctypes.addressof(_BYTE.from_buffer(array.data))
+    except (TypeError, ValueError, NotImplementedError):
+        return int(array.ctypes.data)
