@@ -6,11 +6,11 @@
 //!
 //! Runs are learned by open, right after its snapshot check has read and checked every entry
 //! below the length (one more pass: about 10 ms per 2^24 records here), and by this handle's
-//! appends, for the blocks they complete. Entries
-//! below the length never change while a handle is open (delete and compact need the store to
-//! themselves, see lock.zig), so what is learned stays true until this handle runs one of them:
-//! those clear the runs and learn them again from the new table before anyone reads. Records
-//! appended by another process are not learned (they take the table, as before).
+//! appends, for the blocks they complete. Entries below the length never change while a handle
+//! is open (delete and compact need the store to themselves, see lock.zig), so what is learned
+//! stays true until this handle runs one of them: those clear the runs and learn them again
+//! from the new table before anyone reads. Records appended by another process are not learned
+//! (they take the table, as before).
 const std = @import("std");
 const assert = std.debug.assert;
 const limits = @import("limits.zig");
