@@ -70,7 +70,8 @@ ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3
 ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
 
 # Modules compiled with mypyc; every other module stays interpreted (see README).
-MYPYC_MODULES = ["loaderx/dataset.py", "loaderx/dataloader.py", "loaderx/prefetch.py"]
+MYPYC_MODULES = ["loaderx/dataset.py", "loaderx/dataloader.py", "loaderx/prefetch.py",
+                 "loaderx/native_calls.py"]
 
 
 def log(message: str) -> None:
@@ -251,7 +252,8 @@ def assert_compiled() -> None:
 
 def compile_mypyc() -> None:
     run_long([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
-             "compiling dataset.py, dataloader.py and prefetch.py with mypyc", "about a minute",
+             "compiling dataset.py, dataloader.py, prefetch.py and native_calls.py with mypyc",
+             "about a minute",
              env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
 
 
@@ -287,7 +289,9 @@ def cmd_test(args: list[str]) -> None:
     # The compiled modules must pass the same tests as the interpreted ones.
     compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
                       if p.stem in {"test_dataset", "test_converter", "test_dataloader",
-                                    "test_prefetch", "test_shards", "test_result_buffers"}]
+                                    "test_prefetch", "test_shards", "test_result_buffers",
+                                    "test_runs", "test_zrecord", "test_zrecord_threads",
+                                    "test_zrecord_fork", "test_native_calls"}]
     try:
         if compiled_tests:
             pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
@@ -304,7 +308,9 @@ def cmd_demo(args: list[str]) -> None:
 
 
 def cmd_bench(args: list[str]) -> None:
+    # What users run: the wheels ship the mypyc-compiled modules.
     build_native()
+    compile_mypyc()
     run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args])
 
 

@@ -24,6 +24,15 @@ import numpy.typing as npt
 
 from loaderx import _native
 
+try:  # read by mypyc at compile time; users' environments need not have it
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - exercised only without mypy installed
+
+    def mypyc_attr(  # type: ignore[misc]
+        *_args: object, **_kwargs: object
+    ) -> Callable[[type[Any]], type[Any]]:
+        return lambda cls: cls
+
 LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 _INT64: Final = np.dtype(np.int64)
@@ -34,6 +43,7 @@ _first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
 _addressof: Final = ctypes.addressof
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NativeCalls:
     """The calls in flight on `_handle`; subclasses set `_gather_fixed_native` (the export
     gather_fixed calls) and name themselves for messages: `_describe()` ("Zrecord '/data/x'")

@@ -1,0 +1,57 @@
+"""NativeCalls (loaderx/native_calls.py): the base of Zrecord and View, compiled with mypyc in
+wheels. It must import and work where mypy_extensions is absent (it is no runtime dependency),
+and keep each subclass's messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.dataset import DenseDataset
+from loaderx.view import View
+from loaderx.zrecord import Zrecord
+
+
+def test_works_without_mypy_extensions(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["mypy_extensions"] = None  # as if it were not installed
+        import numpy as np
+        from loaderx.dataset import DenseDataset
+        with DenseDataset({str(tmp_path / "ds")!r}, dtype=np.int64, codec="raw") as ds:
+            ds.append(np.arange(5000))
+            got = ds[np.array([3, 4999, 17])]
+        assert got.tolist() == [3, 4999, 17], got
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_closed_store_and_view_keep_their_messages(tmp_path: Path) -> None:
+    with DenseDataset(str(tmp_path / "ds"), dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(10))
+    store = Zrecord(tmp_path / "ds")
+    view = View([store], "pair")
+    out = np.empty(2, dtype=np.int64)
+    index = np.array([1, 2])
+    assert view.gather_fixed(index, out, 8) and out.tolist() == [1, 2]
+    assert store.gather_fixed(index[::-1].copy(), out, 8) and out.tolist() == [2, 1]
+    view.close()
+    with pytest.raises(ValueError, match="^the view over 'pair' is closed$"):
+        view.gather_fixed(index, out, 8)
+    store.close()
+    with pytest.raises(ValueError, match=r"^Zrecord '.*ds' is closed$"):
+        store.gather_fixed(index, out, 8)
+    with pytest.raises(ValueError, match=r"^Zrecord '.*ds' is closed$"):
+        len(store)
