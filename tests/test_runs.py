@@ -157,3 +157,25 @@ def test_reads_while_another_thread_appends_whole_blocks(tmp_path: Path) -> None
                 thread.join()
         assert failures == []
         _check_reads(ds, model, 22)
+
+
+def test_a_forked_child_reads_exactly_through_relearned_runs(tmp_path: Path) -> None:
+    """A forked child re-takes its locks and refreshes the store on its first call, which
+    learns the runs again; its reads must match NumPy."""
+    import os
+
+    model = _model(3 * BLOCK + 5, 8, 31)
+    with DenseDataset(str(tmp_path / "ds"), dtype=np.uint8, item_shape=(8,), codec="raw") as ds:
+        ds.append(model)
+        _check_reads(ds, model, 32)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code
+            code = 1
+            try:
+                index = np.random.default_rng(33).integers(0, len(model), 4096)
+                code = 0 if np.array_equal(ds[index], model[index]) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        _check_reads(ds, model, 34)

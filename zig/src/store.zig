@@ -915,8 +915,9 @@ pub const Store = struct {
     /// maintenance may have replaced while this one held no lock. Exclusive lock held.
     fn refresh(store: *Store) Error!void {
         const io = pool.io();
-        // Another handle's maintenance may have moved records: nothing learned stays.
-        store.runs.clear();
+        // Another handle's maintenance may have moved records: the runs are learned again from
+        // the table as it is now (a forked child comes through here once, on its first call).
+        store.relearnRuns();
         store.chunks.closeAll(io);
         if (store.sidecar) |*sidecar| sidecar.close(io);
         store.sidecar = null;
@@ -947,12 +948,19 @@ pub const Store = struct {
         };
     }
 
+    /// Forgets every run and learns them from the current table (one pass over it). The
+    /// store is held exclusively. A run's bytes are still checked against the chunk's size
+    /// at each read (Runs.source), so chunks remapped later are covered.
+    fn relearnRuns(store: *Store) void {
+        store.runs.clear();
+        store.runs.learn(store.meta.table, 0, store.meta.length());
+    }
+
     pub fn endMaintenance(store: *Store) void {
         const io = pool.io();
         // The table may have changed (delete, compact): its runs are learned again before any
         // gather can run. Whatever the operation left, the scan reads it as it is.
-        store.runs.clear();
-        store.runs.learn(store.meta.table, 0, store.meta.length());
+        store.relearnRuns();
         store.locks.releaseExclusive(io);
         store.lock.unlock(io);
     }
