@@ -57,6 +57,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=lambda s: [int(p) for p in s.split(",")],
                         default=[0, 2, 4], help="torch num_workers values (default 0,2,4)")
     parser.add_argument("--big", action="store_true", help="memory layer over 4 GiB, not 1 GiB")
+    parser.add_argument("--shard-records", type=int, default=1024,
+                        help="shards layer: records per shard of the gather and loader tables "
+                             "(64 shards; default 1024: 12 MiB shards of 12 KiB records)")
     parser.add_argument("--lookup-records", type=int, default=100_000_000,
                         help="shards layer: the large record count of the lookup table")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per table")
@@ -80,6 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.layers = [layer for layer in LAYERS if layer in chosen]
     if args.tiny:
         args.records, args.rounds, args.block = min(args.records, 512), 2, 0.01
+        args.shard_records = min(args.shard_records, 8)
         args.workers = [w for w in args.workers if w == 0]
     return args
 

@@ -1,8 +1,11 @@
 """The shards layer: what reading a sharded dataset costs against the same records in one store.
 
-Gather: the store layer's mildly compressible set (--records records of --shape, 12 KiB by
-default) written twice, once as one store and once as 64 shards; random batches of --batch
-through gather_into and ds[idx], raw and zstd. Loader: the default DataLoader loop over each.
+Gather: the store layer's mildly compressible set (64 x --shard-records records of --shape,
+12 KiB by default) written twice, once as one store and once as 64 shards; random batches of
+--batch through gather_into and ds[idx], raw and zstd. Loader: the default DataLoader loop over
+each. Shards hold 1024 records (12 MiB) by default: a shard file smaller than a huge page (2 MiB)
+cannot be mapped with huge pages, while one large store file can, so a comparison with tiny
+shards measures the kernel's TLB reach more than loaderx (--shard-records 157 shows it).
 Lookup: 8-byte records (int64) at 10^4 and at --lookup-records (10^8 by default, in shards of
 2^22 records), ds[idx] against NumPy fancy indexing of a memory-mapped .npy holding the same
 values. The ratio of the two is taken at each size; loaderx's routing and table lookup must not
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import time
 from pathlib import Path
 from typing import Callable, Final
@@ -45,9 +47,10 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
     from loaderx.converter import from_numpy
     from loaderx.dataset import DenseDataset
 
-    array = data.generate("mild", args.records, args.shape, seed=0)
-    per_shard = math.ceil(args.records / SHARD_COUNT)
-    batches = data.batches(args.records, args.batch, 64, seed=5)
+    per_shard = args.shard_records
+    records = SHARD_COUNT * per_shard
+    array = data.generate("mild", records, args.shape, seed=0)
+    batches = data.batches(records, args.batch, 64, seed=5)
     calls: dict[str, Callable[[], object]] = {}
     opened: list[DenseDataset] = []
     for codec in ("raw", "zstd"):
@@ -74,7 +77,7 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
         for ds in opened:
             ds.close()
     table = Table("shards", f"Shards: random gather of {args.batch} x "
-                  f"{array[0].nbytes / 1024:g} KiB from {args.records} records, one store vs "
+                  f"{array[0].nbytes / 1024:g} KiB from {records} records, one store vs "
                   f"{SHARD_COUNT} shards", [
                       Column("read", "read"),
                       Column("seconds", "per batch", report.duration),

@@ -29,6 +29,8 @@ test {
     _ = @import("store_test.zig");
     _ = @import("view.zig");
     _ = @import("runs.zig");
+    _ = @import("raw_copy.zig");
+    _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");
     _ = @import("exports_test.zig");
     _ = @import("abi_test.zig");

@@ -1,16 +1,20 @@
-//! Runs: what one open handle knows about blocks of its record table. Block b (records
-//! b * block_records ..< (b + 1) * block_records) is a run when its records are all raw, all
-//! `stride` bytes long, and lie back to back in one chunk. A record of a run is found from its
-//! index alone, without reading its table entry: a random gather of small raw records then
-//! costs one memory miss per record (its bytes) instead of two (its entry, then its bytes).
+//! Runs: what one open handle knows about blocks of its record table. The run of block b
+//! (records b * block_records ..< (b + 1) * block_records) is the longest prefix of the block
+//! whose records are all raw, all `stride` bytes long, and lie back to back in one chunk. A
+//! record of a run is found from its index alone, without reading its table entry: a random
+//! gather of small raw records then costs one memory miss per record (its bytes) instead of
+//! two (its entry, then its bytes). Prefixes matter: the last block of a store (of every shard
+//! of a dataset, which may hold a few hundred records) is partly filled, and a delete breaks a
+//! block only from the record it moved.
 //!
 //! Runs are learned by open, right after its snapshot check has read and checked every entry
 //! below the length (one more pass: about 10 ms per 2^24 records here), and by this handle's
-//! appends, for the blocks they complete. Entries below the length never change while a handle
-//! is open (delete and compact need the store to themselves, see lock.zig), so what is learned
-//! stays true until this handle runs one of them: those clear the runs and learn them again
-//! from the new table before anyone reads. Records appended by another process are not learned
-//! (they take the table, as before).
+//! appends, which extend the run of the block they continue and learn the blocks they start.
+//! Entries below the length never change while a handle is open (delete and compact need the
+//! store to themselves, see lock.zig), so what is learned stays true until this handle runs
+//! one of them: those clear the runs and learn them again from the new table before anyone
+//! reads. Records appended by another process are not learned (they take the table, as
+//! before).
 const std = @import("std");
 const assert = std.debug.assert;
 const limits = @import("limits.zig");
@@ -32,76 +36,142 @@ comptime {
 }
 
 pub const Runs = struct {
-    /// The stride of block b's records when the block is a run, else 0 (records of 0 bytes
-    /// are never a run: they have no bytes to find). Stored with release after starts[b].
-    strides: [block_count]std.atomic.Value(u32) = @splat(.init(0)),
-    /// (chunk id << 32) | in-chunk offset of block b's first record, valid while strides[b] != 0.
+    /// Block b's run as (records covered << 32) | stride; 0 when the block has none (records
+    /// of 0 bytes are never a run: they have no bytes to find). Stored with release after
+    /// starts[b]; a run only ever grows while the handle is open.
+    shapes: [block_count]std.atomic.Value(u64) = @splat(.init(0)),
+    /// (chunk id << 32) | in-chunk offset of block b's first record, valid while shapes[b] != 0.
     starts: [block_count]std.atomic.Value(u64) = @splat(.init(0)),
 
     /// Forgets every run (the caller holds the store exclusively).
     pub fn clear(runs: *Runs) void {
-        for (&runs.strides) |*s| s.store(0, .monotonic);
+        for (&runs.shapes) |*s| s.store(0, .monotonic);
     }
 
-    /// Whether record `index` lies in a run of `stride`-byte records (never for stride 0, the
-    /// value of a block that is not a run).
-    pub inline fn covers(runs: *const Runs, index: u64, stride: u64) bool {
-        return stride != 0 and runs.strides[@intCast(index / block_records)].load(.acquire) == stride;
+    /// The stride of block b's run (0 when it has none).
+    pub fn stride(runs: *const Runs, block: u64) u32 {
+        return @truncate(runs.shapes[@intCast(block)].load(.acquire));
     }
 
-    /// Where record `index` lies when its block is a run of `stride`-byte records whose chunk is
-    /// mapped and whose end is within the chunk's known size; null otherwise (the caller then
+    /// How many of block b's first records its run covers.
+    pub fn covered(runs: *const Runs, block: u64) u32 {
+        return @intCast(runs.shapes[@intCast(block)].load(.acquire) >> 32);
+    }
+
+    inline fn shapeCovers(shape: u64, index: u64, record_stride: u64) bool {
+        return record_stride != 0 and (shape & 0xFFFF_FFFF) == record_stride and index % block_records < shape >> 32;
+    }
+
+    /// Whether record `index` lies in a run of `record_stride`-byte records (never for stride
+    /// 0, the value of a block with no run).
+    pub inline fn covers(runs: *const Runs, index: u64, record_stride: u64) bool {
+        return shapeCovers(runs.shapes[@intCast(index / block_records)].load(.acquire), index, record_stride);
+    }
+
+    /// Where record `index` lies when it is in a run of `record_stride`-byte records whose chunk
+    /// is mapped and whose end is within the chunk's known size; null otherwise (the caller then
     /// reads the record's table entry). The caller has checked the index against the length.
-    pub inline fn source(runs: *const Runs, index: u64, stride: u64, chunks: *const chunk.Chunks) ?[*]const u8 {
+    pub inline fn source(runs: *const Runs, index: u64, record_stride: u64, chunks: *const chunk.Chunks) ?[*]const u8 {
         const block = index / block_records;
-        if (stride == 0 or runs.strides[@intCast(block)].load(.acquire) != stride) return null;
+        const shape = runs.shapes[@intCast(block)].load(.acquire);
+        if (!shapeCovers(shape, index, record_stride)) return null;
         const start = runs.starts[@intCast(block)].load(.monotonic);
         const chunk_id: u16 = @intCast(start >> 32);
         const first: u64 = start & 0xFFFF_FFFF;
-        if (first + block_records * stride > chunks.sizes[chunk_id].load(.acquire)) return null;
+        if (first + (shape >> 32) * record_stride > chunks.sizes[chunk_id].load(.acquire)) return null;
         const view = chunks.views[chunk_id].load(.acquire) orelse return null;
-        return view + first + (index % block_records) * stride;
+        return view + first + (index % block_records) * record_stride;
     }
 
-    /// Learns block `block` from its entries: a run when every entry is raw, of the first
-    /// one's nonzero length, in its chunk, right after the one before. One pass with no branch
-    /// per entry (open runs this over the whole table). Entries must have been checked against
+    /// Learns block `block` from its first entries (all of them below the length, at most a
+    /// block): its run is the longest prefix of raw entries of the first one's nonzero length,
+    /// in its chunk, each right after the one before. Entries must have been checked against
     /// their chunk files (open's snapshot check, or written by this handle after reserving
     /// their bytes).
-    pub fn learnBlock(runs: *Runs, block: u64, entries: *const [block_records]RecordLoc) void {
-        const first = entries[0];
-        const stride = first.logic_length;
-        const fits = @as(u64, first.offset) + @as(u64, block_records) * stride <= limits.chunk_size_max;
-        // A compressed block (the usual store that is not raw) shows it in its first entry.
-        var run = first.codec == .raw and stride > 0 and stride <= limits.record_size_max and
-            first.chunk_id < limits.chunk_count_max and fits;
-        if (run) {
-            var differs: u32 = 0;
-            var expected: u32 = first.offset;
-            for (entries) |entry| {
-                // Raw is codec 0; `fits` keeps `expected` from wrapping.
-                differs |= (entry.offset ^ expected) | (entry.phys_length ^ stride) | (entry.logic_length ^ stride) |
-                    (@as(u32, entry.chunk_id) ^ first.chunk_id) | @intFromEnum(entry.codec);
-                expected +%= stride;
-            }
-            run = differs == 0;
-        }
-        if (!run) {
-            runs.strides[@intCast(block)].store(0, .release);
-            return;
-        }
-        runs.starts[@intCast(block)].store(@as(u64, first.chunk_id) << 32 | first.offset, .monotonic);
-        runs.strides[@intCast(block)].store(stride, .release);
+    pub fn learnBlock(runs: *Runs, block: u64, entries: []const RecordLoc) void {
+        assert(entries.len <= block_records);
+        const count = if (entries.len == 0 or !startsRun(entries[0])) 0 else prefixLength(entries, entries[0], 0);
+        runs.publish(block, if (count == 0) null else entries[0], count);
     }
 
-    /// Learns every whole block of table[begin_block * block_records ..< length] (see learnBlock).
-    pub fn learn(runs: *Runs, table: []const RecordLoc, begin_block: u64, length: u64) void {
-        var block = begin_block;
-        while ((block + 1) * block_records <= length) : (block += 1) {
-            runs.learnBlock(block, table[@intCast(block * block_records)..][0..block_records]);
+    /// Learns what records [old_length, new_length) of `table`, just appended by this handle,
+    /// add: the run of the block they continue grows when they continue it (and its run
+    /// reached old_length), and the blocks they start are learned.
+    pub fn learnAppended(runs: *Runs, table: []const RecordLoc, old_length: u64, new_length: u64) void {
+        assert(old_length <= new_length and new_length <= table.len);
+        var block = old_length / block_records;
+        while (block * block_records < new_length) : (block += 1) {
+            const begin = block * block_records;
+            const end = @min(new_length, begin + block_records);
+            const entries = table[@intCast(begin)..@intCast(end)];
+            if (begin >= old_length) {
+                runs.learnBlock(block, entries);
+                continue;
+            }
+            const shape = runs.shapes[@intCast(block)].load(.monotonic);
+            const have = shape >> 32;
+            if (shape == 0 or begin + have != old_length) continue;
+            const count = prefixLength(entries, entries[0], @intCast(have));
+            runs.publish(block, entries[0], count);
         }
     }
+
+    /// Learns every block of table[begin_block * block_records ..< length] (see learnBlock).
+    pub fn learn(runs: *Runs, table: []const RecordLoc, begin_block: u64, length: u64) void {
+        var block = begin_block;
+        while (block * block_records < length) : (block += 1) {
+            const begin = block * block_records;
+            runs.learnBlock(block, table[@intCast(begin)..@intCast(@min(length, begin + block_records))]);
+        }
+    }
+
+    fn publish(runs: *Runs, block: u64, first: ?RecordLoc, count: usize) void {
+        const head = first orelse {
+            runs.shapes[@intCast(block)].store(0, .release);
+            return;
+        };
+        assert(count > 0 and count <= block_records);
+        runs.starts[@intCast(block)].store(@as(u64, head.chunk_id) << 32 | head.offset, .monotonic);
+        runs.shapes[@intCast(block)].store(@as(u64, count) << 32 | head.logic_length, .release);
+    }
 };
+
+/// Whether a run can start at `first`: raw, nonzero, at most a record's size, in a real chunk.
+fn startsRun(first: RecordLoc) bool {
+    return first.codec == .raw and first.logic_length > 0 and first.logic_length <= limits.record_size_max and
+        first.chunk_id < limits.chunk_count_max;
+}
+
+/// How many of `entries` from the front are the run `first` starts, given that the first
+/// `known` of them are: each raw, of first's length, in first's chunk, right after the one
+/// before. The check is one loop with no early exit over blocks of 64 entries (open runs
+/// this over the whole table), then exact within the block that breaks.
+fn prefixLength(entries: []const RecordLoc, first: RecordLoc, known: usize) usize {
+    assert(startsRun(first) and known <= entries.len);
+    const record_stride: u64 = first.logic_length;
+    // The run's last byte must fit a chunk, which also keeps the expected offsets in range.
+    const fitting: usize = @intCast(@min(entries.len, (limits.chunk_size_max - first.offset) / record_stride));
+    var k = @min(known, fitting);
+    while (k < fitting) {
+        const stop = @min(fitting, k + 64);
+        var differs: u64 = 0;
+        for (entries[k..stop], k..) |entry, position| differs |= mismatch(entry, first, position);
+        if (differs != 0) {
+            while (mismatch(entries[k], first, k) == 0) k += 1;
+            return k;
+        }
+        k = stop;
+    }
+    return k;
+}
+
+/// Nonzero when `entry`, at `position` in its block, is not the next record of first's run.
+inline fn mismatch(entry: RecordLoc, first: RecordLoc, position: usize) u64 {
+    const expected = @as(u64, first.offset) + position * @as(u64, first.logic_length);
+    // Raw is codec 0.
+    return (entry.offset ^ expected) | (entry.phys_length ^ first.logic_length) | (entry.logic_length ^ first.logic_length) |
+        (@as(u64, entry.chunk_id) ^ first.chunk_id) | @intFromEnum(entry.codec);
+}
 
 // ---- tests -----------------------------------------------------------------------------------
 
@@ -117,34 +187,67 @@ fn runEntries(entries: []RecordLoc, chunk_id: u16, first: u32, stride: u32) void
     };
 }
 
-test "runs: whole blocks of back-to-back raw records are learned, anything else is not" {
+test "runs: a block's run is its longest prefix of back-to-back raw records of one size" {
     const runs = try testing.allocator.create(Runs);
     defer testing.allocator.destroy(runs);
     runs.* = .{};
-    const table = try testing.allocator.alloc(RecordLoc, 6 * block_records + 5);
+    const table = try testing.allocator.alloc(RecordLoc, 7 * block_records + 5);
     defer testing.allocator.free(table);
     runEntries(table, 0, 0, 8);
-    // Block 1: one record compressed. Block 2: a gap between two records. Block 3: the run
-    // moves to chunk 1 half-way. Block 4: another stride, in chunk 2. Block 5: records of 0 bytes.
+    // Block 1: record 17 compressed. Block 2: a gap before record 100. Block 3: the run moves
+    // to chunk 1 at record 2000. Block 4: another stride, in chunk 2. Block 5: records of 0
+    // bytes. Block 6: its first record compressed. Block 7: 5 records, the store's last.
     table[block_records + 17].codec = .zstd;
     for (table[2 * block_records + 100 .. 3 * block_records]) |*e| e.offset += 8;
     for (table[3 * block_records + 2000 .. 4 * block_records]) |*e| e.chunk_id = 1;
     runEntries(table[4 * block_records .. 5 * block_records], 2, 4096, 24);
     runEntries(table[5 * block_records .. 6 * block_records], 0, 0, 0);
-    const expected_strides = [_]u32{ 8, 0, 0, 0, 24, 0, 0 };
+    table[6 * block_records].codec = .zstd;
+    const expected_strides = [_]u32{ 8, 8, 8, 8, 24, 0, 0, 8 };
+    const expected_covered = [_]u32{ block_records, 17, 100, 2000, block_records, 0, 0, 5 };
 
     runs.learn(table, 0, table.len);
-    for (expected_strides, 0..) |stride, b| try testing.expectEqual(stride, runs.strides[b].load(.monotonic));
+    for (expected_strides, expected_covered, 0..) |stride, count, b| {
+        try testing.expectEqual(stride, runs.stride(b));
+        try testing.expectEqual(count, runs.covered(b));
+    }
+    try testing.expect(runs.covers(block_records + 16, 8) and !runs.covers(block_records + 17, 8));
+    try testing.expect(runs.covers(7 * block_records + 4, 8) and !runs.covers(7 * block_records + 5, 8));
 
-    // A block learned again after it changed is forgotten.
+    // A block learned again after it changed keeps only the prefix before the change.
     table[7].offset += 1;
     runs.learnBlock(0, table[0..block_records]);
-    try testing.expectEqual(@as(u32, 0), runs.strides[0].load(.monotonic));
-    runs.learnBlock(4, table[4 * block_records ..][0..block_records]);
-    try testing.expectEqual(@as(u32, 24), runs.strides[4].load(.monotonic));
+    try testing.expectEqual(@as(u32, 7), runs.covered(0));
+    table[0].codec = .zstd;
+    runs.learnBlock(0, table[0..block_records]);
+    try testing.expectEqual(@as(u32, 0), runs.stride(0));
 
     runs.clear();
-    for (expected_strides, 0..) |_, b| try testing.expectEqual(@as(u32, 0), runs.strides[b].load(.monotonic));
+    for (expected_strides, 0..) |_, b| try testing.expectEqual(@as(u32, 0), runs.stride(b));
+}
+
+test "runs: appends grow the run they continue and learn the blocks they start" {
+    const runs = try testing.allocator.create(Runs);
+    defer testing.allocator.destroy(runs);
+    runs.* = .{};
+    const table = try testing.allocator.alloc(RecordLoc, 3 * block_records);
+    defer testing.allocator.free(table);
+    runEntries(table, 4, 0, 16);
+    runs.learn(table, 0, 10);
+    try testing.expectEqual(@as(u32, 10), runs.covered(0));
+    // Across a block end: block 0 grows to whole, block 1 is learned.
+    runs.learnAppended(table, 10, block_records + 3);
+    try testing.expectEqual(@as(u32, block_records), runs.covered(0));
+    try testing.expectEqual(@as(u32, 3), runs.covered(1));
+    // Records that do not continue the run (another size) leave it as it was.
+    for (table[block_records + 3 .. block_records + 6]) |*e| e.logic_length = 15;
+    runs.learnAppended(table, block_records + 3, block_records + 6);
+    try testing.expectEqual(@as(u32, 3), runs.covered(1));
+    // Nor does a run whose end another process's appends moved past (it did not learn them).
+    runEntries(table[2 * block_records ..], 4, 0, 16);
+    runs.learn(table, 2, 2 * block_records + 5);
+    runs.learnAppended(table, 2 * block_records + 8, 2 * block_records + 20);
+    try testing.expectEqual(@as(u32, 5), runs.covered(2));
 }
 
 test "runs: a record's source is its block's start plus its place, only while covered and mapped" {

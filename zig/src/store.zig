@@ -27,6 +27,8 @@ const integrity = @import("integrity.zig");
 const outOfMemory = errors.outOfMemory;
 const lock_file = @import("lock.zig");
 const runs_mod = @import("runs.zig");
+const raw_copy = @import("raw_copy.zig");
+const write_pieces = @import("write_pieces.zig");
 
 pub const dict_file_name = dictionary.file_name;
 
@@ -340,10 +342,12 @@ pub const Store = struct {
         else
             &.{};
         defer store.allocator.free(sums);
-        var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots, .sums = sums };
+        var write_task: WriteTask = .{ .store = store, .records = records, .staging = staging, .slots = slots, .sums = sums, .pieces = &.{} };
+        write_task.pieces = write_pieces.plan(store.allocator, &write_task, slots.len) catch return outOfMemory();
+        defer store.allocator.free(write_task.pieces);
         var stored_bytes: u64 = 0;
         for (slots) |slot| stored_bytes += slot.phys_length;
-        pool.run(WriteTask, &write_task, records.count, pool.plan(records.count, stored_bytes, runner_bytes_min));
+        pool.run(WriteTask, &write_task, write_task.pieces.len, pool.plan(write_task.pieces.len, stored_bytes, runner_bytes_min));
         try write_task.failure.check();
         if (store.durable) try store.syncChunks(slots[0].start.chunk, frontier.chunk);
         // The sums are on disk before the table entries they check.
@@ -365,8 +369,8 @@ pub const Store = struct {
         store.meta.header.setTail(frontier);
         store.meta.publishLength(@intCast(first + records.count));
         if (store.durable) try store.meta.flushHeader(io);
-        // The blocks this batch completed (their bytes were reserved and written above).
-        store.runs.learn(store.meta.table, first / runs_mod.block_records, first + records.count);
+        // The runs this batch extends or starts (its bytes were reserved and written above).
+        store.runs.learnAppended(store.meta.table, first, first + records.count);
         return first;
     }
 
@@ -451,39 +455,35 @@ pub const Store = struct {
         slots: []const Slot,
         /// Filled with each record's checksum when the store keeps them (else empty).
         sums: []u32,
+        /// The writes (write_pieces.zig); the pool's items.
+        pieces: []const write_pieces.Piece,
         failure: Failure = .{},
 
         pub fn runShard(task: *WriteTask, blocks: *pool.Blocks) void {
             while (blocks.next()) |range| {
-                if (!task.writeBlock(range.begin, range.end)) return;
+                for (task.pieces[range.begin..range.end]) |piece| {
+                    if (task.sums.len > 0) {
+                        for (piece.first..piece.end) |i| {
+                            task.sums[i] = checksum.recordSum(task.storedBytes(i), @intCast(task.records.get(i).len), task.slots[i].codec);
+                        }
+                    }
+                    if (piece.bytes.len > 0 and !task.write(piece.chunk, piece.offset, piece.bytes)) return;
+                }
             }
         }
 
-        fn writeBlock(task: *WriteTask, begin: usize, end: usize) bool {
-            // Neighbouring records that are adjacent both in memory and in the chunk (raw
-            // batches) go out in one write.
-            var run: ?struct { chunk: u32, offset: u64, bytes: []const u8 } = null;
-            for (begin..end) |i| {
-                const slot = task.slots[i];
-                const bytes = if (slot.codec == .raw)
-                    task.records.get(i)
-                else
-                    task.staging[task.records.begin(i)..][0..slot.phys_length];
-                if (task.sums.len > 0) task.sums[i] = checksum.recordSum(bytes, @intCast(task.records.get(i).len), slot.codec);
-                if (slot.phys_length == 0) continue;
-                if (run) |*r| {
-                    if (r.chunk == slot.start.chunk and r.offset + r.bytes.len == slot.start.offset and
-                        r.bytes.ptr + r.bytes.len == bytes.ptr)
-                    {
-                        r.bytes.len += bytes.len;
-                        continue;
-                    }
-                    if (!task.write(r.chunk, r.offset, r.bytes)) return false;
-                }
-                run = .{ .chunk = slot.start.chunk, .offset = slot.start.offset, .bytes = bytes };
-            }
-            if (run) |r| return task.write(r.chunk, r.offset, r.bytes);
-            return true;
+        /// Record i's bytes as stored: its own when raw, its compressed form from staging.
+        fn storedBytes(task: *const WriteTask, i: usize) []const u8 {
+            const slot = task.slots[i];
+            if (slot.codec == .raw) return task.records.get(i);
+            return task.staging[task.records.begin(i)..][0..slot.phys_length];
+        }
+
+        /// Where record i goes, for write_pieces.plan.
+        pub fn placed(task: *const WriteTask, i: usize) write_pieces.Placed {
+            const slot = task.slots[i];
+            const bytes = if (slot.phys_length == 0) &.{} else task.storedBytes(i);
+            return .{ .chunk = slot.start.chunk, .offset = slot.start.offset, .bytes = bytes };
         }
 
         fn write(task: *WriteTask, chunk_id: u32, offset: u64, bytes: []const u8) bool {
@@ -529,46 +529,9 @@ pub const Store = struct {
             }
         }
 
-        fn copyRaw(task: *const GatherTask, begin: usize, end: usize) usize {
-            const stride = task.destination.stride;
-            if (stride == 0 or stride > limits.record_size_max) return begin;
-            const store = task.store;
-            const table = store.meta.table;
-            for (begin..@min(end, begin + copy_group)) |i| task.prefetchAhead(table, task.indices[i]);
-            var i = begin;
-            while (i < end) {
-                const stop = @min(end, i + copy_group);
-                var sources: [copy_group][*]const u8 = undefined;
-                var count: usize = 0;
-                for (i..stop) |j| {
-                    sources[count] = store.rawSource(@intCast(task.indices[j]), stride) orelse break;
-                    prefetchRecord(sources[count], stride);
-                    count += 1;
-                }
-                for (stop..@min(end, stop + copy_group)) |j| task.prefetchAhead(table, task.indices[j]);
-                const dst = task.destination.base + i * stride;
-                Store.copyRecords(dst, sources[0..count], stride);
-                i += count;
-                if (i < stop) return i;
-            }
-            return end;
-        }
-
-        /// Starts loading what a later group needs first: a run's record its bytes (no entry is
-        /// read for it), any other record its table entry.
-        fn prefetchAhead(task: *const GatherTask, table: *const [limits.record_count_max]format.RecordLoc, index: i64) void {
-            const store = task.store;
-            if (store.runs.source(@intCast(index), task.destination.stride, store.chunks)) |src| {
-                prefetchRecord(src, task.destination.stride);
-            } else @prefetch(&table[@intCast(index)], .{ .rw = .read, .locality = 3, .cache = .data });
-        }
-
-        /// Starts loading a record's bytes: every cache line of a small one (a record of a few
-        /// lines would otherwise wait for each line in turn), the first of a large one (the
-        /// copy streams the rest).
-        fn prefetchRecord(src: [*]const u8, stride: u64) void {
-            const lines = @min(prefetch_lines_max, (stride + cache_line - 1) / cache_line);
-            for (0..lines) |k| @prefetch(src + k * cache_line, .{ .rw = .read, .locality = 3, .cache = .data });
+        /// Position i's record, for raw_copy.copy.
+        pub fn locate(task: *const GatherTask, i: usize) raw_copy.Located {
+            return .{ .store = task.store, .index = @intCast(task.indices[i]) };
         }
 
         /// False after recording a failure.
@@ -578,10 +541,10 @@ pub const Store = struct {
             while (i < end) : (i += 1) {
                 // Raw fixed-size records take the pipelined copy; it stops at the first record
                 // that needs more (decompression, a size to check, a chunk not mapped yet),
-                // which the general code below handles, with its messages.
-                // Raw records that must be checked against their sums take the general path.
+                // which the general code below handles, with its messages. A handle that
+                // checks raw records against their sums sends them all the general way.
                 if (task.destination.offsets == null and store.copiesRawUnchecked()) {
-                    i = task.copyRaw(i, end);
+                    i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end);
                     if (i == end) break;
                 }
                 const index: u64 = @intCast(task.indices[i]);
@@ -620,17 +583,6 @@ pub const Store = struct {
         if (end > limits.chunk_size_max or end > store.chunks.sizes[entry.chunk_id].load(.acquire)) return null;
         const view = store.chunks.views[entry.chunk_id].load(.acquire) orelse return null;
         return view + entry.offset;
-    }
-
-    /// Record k of `sources` to dst[k * stride ..]; common small sizes get a copy of
-    /// compile-time length, which the compiler inlines instead of calling memcpy.
-    pub fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
-        switch (stride) {
-            inline 1, 2, 4, 8, 16, 32, 64, 128, 256 => |size| {
-                for (sources, 0..) |src, k| dst[k * size ..][0..size].* = src[0..size].*;
-            },
-            else => for (sources, 0..) |src, k| @memcpy(dst[k * stride ..][0..stride], src[0..stride]),
-        }
     }
 
     /// Copies or decompresses record `index` into `slot`, after checking its table entry and
@@ -702,13 +654,6 @@ pub const Store = struct {
         if (!store.checkSum(index, entry, src, failure)) return null;
         return src;
     }
-
-    /// Records whose misses copyRaw keeps in flight together: enough to cover a memory round
-    /// trip at a few nanoseconds per small record, few enough for the sources to stay in L1.
-    const copy_group = 32;
-    const cache_line = std.atomic.cache_line;
-    /// Lines prefetched per record (prefetchRecord).
-    const prefetch_lines_max = 4;
 
     /// Refuses a gather whose destination slots disagree with the records' logical lengths,
     /// before any byte is copied (the copy runs sharded, so a refusal found there would leave

@@ -15,6 +15,7 @@ const store_mod = @import("store.zig");
 const Store = store_mod.Store;
 const Destination = store_mod.Destination;
 const Failure = store_mod.Failure;
+const raw_copy = @import("raw_copy.zig");
 const Error = errors.Error;
 const outOfMemory = errors.outOfMemory;
 
@@ -231,70 +232,29 @@ pub const View = struct {
             var dctx: ?*codec.DCtx = null;
             defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
             while (blocks.next()) |range| {
-                var begin = range.begin;
-                while (begin < range.end) : (begin += prefetch_group) {
+                var i = range.begin;
+                while (i < range.end) : (i += 1) {
                     if (task.failure.failed()) return;
-                    const end = @min(range.end, begin + prefetch_group);
-                    task.prefetch(begin, end);
-                    var i = begin;
-                    while (i < end) : (i += 1) {
-                        i += task.copyRaw(i, end);
-                        if (i == end) break;
-                        const r = task.routes[i];
-                        const store = task.view.stores[r.store_index];
-                        if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
+                    // Raw fixed-size records take the pipelined copy, as from one store; the
+                    // first record that needs more stops it and takes Store.gatherRecord, with
+                    // its messages.
+                    if (task.destination.offsets == null) {
+                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end);
+                        if (i == range.end) break;
                     }
+                    const r = task.routes[i];
+                    const store = task.view.stores[r.store_index];
+                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
                 }
             }
         }
 
-        /// Copies the raw fixed-size records at the front of [begin, end) in one go (their
-        /// loads were started by `prefetch`) and returns how many; the first record that needs
-        /// more (decompression, a check against its sum, a size to re-read) stops the run and
-        /// takes Store.gatherRecord, with its messages.
-        fn copyRaw(task: *GatherTask, begin: usize, end: usize) usize {
-            const stride = task.destination.stride;
-            if (task.destination.offsets != null or stride == 0 or stride > limits.record_size_max) return 0;
-            assert(end - begin <= prefetch_group);
-            var sources: [prefetch_group][*]const u8 = undefined;
-            var count: usize = 0;
-            for (task.routes[begin..end]) |r| {
-                const store = task.view.stores[r.store_index];
-                if (!store.copiesRawUnchecked()) break;
-                sources[count] = store.rawSource(r.local, stride) orelse break;
-                count += 1;
-            }
-            Store.copyRecords(task.destination.base + begin * stride, sources[0..count], stride);
-            return count;
-        }
-
-        /// Starts the memory loads of a group of records before any of them is copied: first
-        /// their table entries, then (reading those) their data. Records of a large dataset
-        /// are cache and TLB misses, two dependent ones each; issued together they overlap
-        /// instead of following one another. Only hints: nothing is read that the gather
-        /// does not check again.
-        fn prefetch(task: *GatherTask, begin: usize, end: usize) void {
-            const stride = task.destination.stride;
-            for (task.routes[begin..end]) |r| {
-                const store = task.view.stores[r.store_index];
-                // A record in a run needs no entry: its bytes are loaded at once.
-                if (store.runs.source(r.local, stride, store.chunks)) |src| {
-                    @prefetch(src, .{});
-                } else @prefetch(&store.meta.table[@intCast(r.local)], .{});
-            }
-            for (task.routes[begin..end]) |r| {
-                const store = task.view.stores[r.store_index];
-                if (store.runs.covers(r.local, stride)) continue;
-                const entry = store.meta.table[@intCast(r.local)];
-                if (entry.chunk_id >= limits.chunk_count_max) continue;
-                const base = store.chunks.views[entry.chunk_id].load(.acquire) orelse continue;
-                @prefetch(base + entry.offset, .{});
-            }
+        /// Position i's record, for raw_copy.copy.
+        pub fn locate(task: *const GatherTask, i: usize) raw_copy.Located {
+            const r = task.routes[i];
+            return .{ .store = task.view.stores[r.store_index], .index = r.local };
         }
     };
-
-    /// Records whose loads are started together (see GatherTask.prefetch).
-    const prefetch_group = 16;
 
     /// The logical length of each global record.
     pub fn recordLengths(view: *View, indices: []const i64, out: []u64) Error!void {
