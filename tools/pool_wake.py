@@ -1,6 +1,6 @@
 """Why the demo's raw gather trails npy-mmap: a pool helper that has gone to sleep.
 
-    python3 tools/pool_wake.py            (about 15 s)
+    python3 tools/pool_wake.py            (about 30 s)
 
 The demo reads 256 images of 3 KiB (768 KiB a batch, from a 12 MiB set that fits the CPU's
 last-level cache) and then 256 labels, step after step. A gather of 768 KiB is shared with a pool
@@ -16,6 +16,10 @@ This prints each case side by side (medians of timed calls, one process):
 - the same two with the batch copied on the calling thread alone (64-record pieces), which no
   pause slows;
 - NumPy fancy indexing of the same rows, in both patterns.
+
+Then the same rows from a set of 512 MiB (far out of the CPU caches, the usual case in
+training): there the second core's help is worth its wake-up, which is why batches of this size
+keep going to the pool.
 """
 
 from __future__ import annotations
@@ -60,43 +64,70 @@ def median_us(step: Callable[[np.ndarray], None], between: Callable[[np.ndarray]
     return float(np.median(samples)) / 1000
 
 
-def main() -> None:
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (RECORDS, 32, 32, 3), dtype=np.uint8)
-    labels = rng.integers(0, 10, RECORDS).astype(np.int64)
+Step = Callable[[np.ndarray], None]
+
+
+def gathers(data: DenseDataset, label: DenseDataset) -> tuple[Step, Step, Step]:
+    """The image gather on the pool, the same on the calling thread, and the label gather."""
+    out = np.empty((BATCH, *data.item_shape), dtype=data.dtype)
+    label_out = np.empty(BATCH, dtype=label.dtype)
+
+    def pooled(indices: np.ndarray) -> None:
+        data.gather_into(indices, out)
+
+    def inline(indices: np.ndarray) -> None:
+        for start in range(0, BATCH, 64):  # 192 KiB each: under the pool threshold
+            data.gather_into(indices[start:start + 64], out[start:start + 64])
+
+    def labels_between(indices: np.ndarray) -> None:
+        label.gather_into(indices, label_out)
+
+    return pooled, inline, labels_between
+
+
+def measure(records: int, seed: int, report: Callable[[np.ndarray, Step, Step, Step, Sampler], None]) -> None:
+    """Writes `records` images of 3 KiB and their labels, then hands the gathers to report."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (records, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, records).astype(np.int64)
     with tempfile.TemporaryDirectory() as work:
         from_numpy(Path(work) / "images", images, codec="raw")
         from_numpy(Path(work) / "labels", labels, codec="raw")
         with DenseDataset(Path(work) / "images") as data, DenseDataset(Path(work) / "labels") as label:
-            sampler = Sampler(RECORDS, BATCH, seed=0)
-            out = np.empty((BATCH, 32, 32, 3), dtype=np.uint8)
-            label_out = np.empty(BATCH, dtype=np.int64)
+            pooled, inline, labels_between = gathers(data, label)
+            report(images, pooled, inline, labels_between, Sampler(records, BATCH, seed=0))
 
-            def pooled(indices: np.ndarray) -> None:
-                data.gather_into(indices, out)
 
-            def inline(indices: np.ndarray) -> None:
-                for start in range(0, BATCH, 64):  # 192 KiB each: under the pool threshold
-                    data.gather_into(indices[start:start + 64], out[start:start + 64])
+def in_cache(images: np.ndarray, pooled: Step, inline: Step, labels_between: Step, sampler: Sampler) -> None:
+    def numpy_rows(indices: np.ndarray) -> None:
+        images[indices]
 
-            def numpy_rows(indices: np.ndarray) -> None:
-                images[indices]
+    def pause(_indices: np.ndarray) -> None:
+        busy_wait(5e-6)
 
-            def labels_between(indices: np.ndarray) -> None:
-                label.gather_into(indices, label_out)
+    rows = (("loaderx, pool", pooled), ("loaderx, calling thread", inline), ("numpy images[idx]", numpy_rows))
+    for _name, step in rows:  # warm-up: page faults, caches, the pool's threads
+        median_us(step, labels_between, sampler)
+    print(f"median us per 768 KiB batch from {len(images)} records (12 MiB: in the last-level cache), "
+          f"{STEPS} steps each; what runs in between is untimed")
+    print(f"{'':28} {'back to back':>12} {'+ labels':>10} {'+ 5 us busy':>12}")
+    for name, step in rows:
+        cells = [median_us(step, between, sampler) for between in (None, labels_between, pause)]
+        print(f"{name:28} {cells[0]:12.1f} {cells[1]:10.1f} {cells[2]:12.1f}")
 
-            def pause(_indices: np.ndarray) -> None:
-                busy_wait(5e-6)
 
-            print(f"median us per 768 KiB batch ({STEPS} steps each; the pause is untimed)")
-            print(f"{'':28} {'back to back':>12} {'+ labels':>10} {'+ 5 us busy':>12}")
-            rows = (("loaderx, pool", pooled), ("loaderx, calling thread", inline),
-                    ("numpy images[idx]", numpy_rows))
-            for _name, step in rows:  # warm-up: page faults, caches, the pool's threads
-                median_us(step, labels_between, sampler)
-            for name, step in rows:
-                cells = [median_us(step, between, sampler) for between in (None, labels_between, pause)]
-                print(f"{name:28} {cells[0]:12.1f} {cells[1]:10.1f} {cells[2]:12.1f}")
+def out_of_cache(images: np.ndarray, pooled: Step, inline: Step, labels_between: Step, sampler: Sampler) -> None:
+    rows = (("loaderx, pool", pooled), ("loaderx, calling thread", inline))
+    for _name, step in rows:
+        median_us(step, labels_between, sampler)
+    print(f"\nthe same from {len(images)} records (512 MiB: out of cache), labels in between")
+    for name, step in rows:
+        print(f"{name:28} {median_us(step, labels_between, sampler):10.1f}")
+
+
+def main() -> None:
+    measure(RECORDS, 0, in_cache)
+    measure((512 << 20) // 3072, 1, out_of_cache)
 
 
 if __name__ == "__main__":
