@@ -1,5 +1,13 @@
-//! The process-wide std.Io thread pool, and the splitting of a batch into contiguous blocks that
-//! the calling thread and pool threads claim until none are left.
+//! The process-wide pool: loaderx's own helper threads, and the splitting of a batch into
+//! contiguous blocks that the calling thread and the helpers claim until none are left. The
+//! std.Io instance here serves locks, files and futexes; batches do not go through its tasks.
+//!
+//! Why threads of our own: a helper that has gone to sleep costs the caller a futex wake (on a
+//! virtual machine, an inter-processor interrupt) and arrives when the caller has copied most of
+//! the batch itself. std.Io.Threaded's workers sleep as soon as their queue is empty, so a
+//! gather that followed any other short call (a label gather between image gathers, in every
+//! loader step) ran slower on two cores than on one (tools/pool_wake.py). Helpers here stay
+//! awake for a short while after each batch and take the next one without a system call.
 const std = @import("std");
 const Io = std.Io;
 const assert = std.debug.assert;
@@ -30,23 +38,19 @@ fn initSlow() void {
 }
 
 fn newThreaded() Io.Threaded {
-    // Pool threads exclude the caller, which always works on its own batch too: cpu_count - 1
-    // of them do the work. One more absorbs a helper that has finished its blocks but not yet
-    // told the pool it is free; without it the next batch's helper would run inline on the
-    // caller (std runs a task eagerly once the limit is reached) and the batch would get one core.
-    return Io.Threaded.init(std.heap.c_allocator, .{ .async_limit = .limited(cpu_count) });
+    // Nothing runs as an std.Io task (batches use the helpers below): no task threads.
+    return Io.Threaded.init(std.heap.c_allocator, .{ .async_limit = .limited(0) });
 }
 
-/// In a forked child the parent's pool threads do not exist: build a fresh pool. The old one is
-/// abandoned, not deinitialised (joining threads that are gone would hang).
+/// In a forked child neither the std.Io threads nor the helpers exist: build a fresh std.Io and
+/// forget the helpers and jobs (the old ones are abandoned, not torn down: joining or waking
+/// threads that are gone would hang).
 pub fn afterForkChild() void {
     if (state.load(.acquire) != .ready) return;
     threaded = newThreaded();
-    // Recycled jobs may count helpers of the parent that do not exist here: start afresh
-    // (the old ones are abandoned, like the old pool).
+    helpers = .{};
     jobs_free = null;
     jobs_mutex = .init;
-    job_count = 0;
 }
 
 pub fn cpus() usize {
@@ -94,29 +98,27 @@ pub const Blocks = struct {
     }
 };
 
-/// The shared state of one batch between its caller and the pool threads helping it. Lives on
-/// the heap and is recycled, so a helper the scheduler starts only after the caller returned
-/// touches nothing of the caller's: it sees `closed`, leaves, and the batch never waited for it.
+/// The shared state of one batch between its caller and the helpers that join it. Lives on the
+/// heap and is recycled, never freed: a helper that has just left a batch may still read
+/// `caller_sleeping` of a job its caller has already released (harmless: at worst a spurious
+/// wake of the job's next caller, whose waits re-check).
 const Job = struct {
-    /// Helpers of the last use; awaited before the job is reused (by then they are long done).
-    group: Io.Group = .init,
-    next_free: ?*Job = null,
+    /// The link of `helpers.posted` while posted; then of `jobs_free`.
+    next: ?*Job = null,
+    /// Helpers this batch still takes (under helpers.mutex).
+    wanted: usize = 0,
     blocks: Blocks = .{ .item_count = 0, .block_items = 1 },
     context: *anyopaque = undefined,
     runFn: *const fn (context: *anyopaque, blocks: *Blocks) void = undefined,
-    /// Helpers inside `runFn` right now.
+    /// Helpers that took this batch and have not left it; counted when taken, under
+    /// helpers.mutex, so once the caller has withdrawn the batch nobody new can join.
     active: std.atomic.Value(u32) = .init(0),
-    /// Set by the caller once every block is claimed: helpers arriving later do nothing.
-    closed: std.atomic.Value(u32) = .init(0),
-
     /// Set by the caller before it sleeps waiting for `active` to reach 0.
     caller_sleeping: std.atomic.Value(u32) = .init(0),
 
     fn help(job: *Job) void {
-        _ = job.active.fetchAdd(1, .seq_cst);
-        if (job.closed.load(.seq_cst) == 0) job.runFn(job.context, &job.blocks);
-        // Waking a caller that is still spinning would only cost a system call and invite the
-        // scheduler to switch to it before this thread has told the pool it is free.
+        job.runFn(job.context, &job.blocks);
+        // Waking a caller that is still spinning would only cost a system call.
         if (job.active.fetchSub(1, .seq_cst) == 1 and job.caller_sleeping.load(.seq_cst) != 0)
             io().futexWake(u32, &job.active.raw, 1);
     }
@@ -136,54 +138,41 @@ const Job = struct {
             io().futexWaitUncancelable(u32, &job.active.raw, active);
         }
     }
-
-    // About 0.1 ms of pause instructions here: long enough for a block of copies, short enough
-    // not to burn a core while a preempted helper waits for the scheduler.
-    const spin_count_max = 2_000;
 };
 
+/// About 0.1 ms of pause instructions here: long enough for a block of copies, or for the next
+/// batch of a loop that does something short in between; short enough that a helper with
+/// nothing to do gives its core back soon.
+const spin_count_max = 2_000;
+
+/// The helper threads and the batches posted to them.
+const Helpers = struct {
+    mutex: Io.Mutex = .init,
+    /// Batches that still want helpers, newest first (under mutex).
+    posted: ?*Job = null,
+    /// Bumped on every post: sleeping helpers wait on it, lingering ones watch it.
+    epoch: std.atomic.Value(u32) = .init(0),
+    /// Helpers asleep on `epoch` (under mutex).
+    sleepers: u32 = 0,
+    /// Helper threads started (under mutex); at most cpus() - 1.
+    thread_count: usize = 0,
+};
+
+var helpers: Helpers = .{};
 var jobs_free: ?*Job = null;
 var jobs_mutex: Io.Mutex = .init;
-var job_count: usize = 0;
-/// Jobs ever created; past this, a job whose late helper has not run yet is awaited instead.
-const job_count_max = 64;
 
-/// A recycled job whose helpers have all finished (its group has no pending task), else a new
-/// one. Returns null when every job is in use or memory is short: the batch then runs on the
-/// calling thread.
+/// A recycled job, else a new one; null when memory is short (the batch then runs inline).
 fn acquireJob() ?*Job {
     const pool_io = io();
     jobs_mutex.lockUncancelable(pool_io);
-    var link: *?*Job = &jobs_free;
-    while (link.*) |job| : (link = &job.next_free) {
-        // A null token means the group has no pending tasks (Io.Group's documented meaning).
-        if (job.group.token.load(.acquire) == null) {
-            link.* = job.next_free;
-            jobs_mutex.unlock(pool_io);
-            return job;
-        }
-    }
-    if (job_count == job_count_max) {
-        // Every job exists: reuse a free one once its late helpers are done, or, when all of
-        // them are in use by other batches right now, run this batch on the calling thread
-        // (more concurrent batches than jobs means the cores are busy anyway).
-        const job = jobs_free orelse {
-            jobs_mutex.unlock(pool_io);
-            return null;
-        };
-        jobs_free = job.next_free;
+    if (jobs_free) |job| {
+        jobs_free = job.next;
         jobs_mutex.unlock(pool_io);
-        job.group.await(pool_io) catch {};
         return job;
     }
-    job_count += 1;
     jobs_mutex.unlock(pool_io);
-    const fresh = std.heap.c_allocator.create(Job) catch {
-        jobs_mutex.lockUncancelable(pool_io);
-        job_count -= 1;
-        jobs_mutex.unlock(pool_io);
-        return null;
-    };
+    const fresh = std.heap.c_allocator.create(Job) catch return null;
     fresh.* = .{};
     return fresh;
 }
@@ -192,19 +181,114 @@ fn releaseJob(job: *Job) void {
     const pool_io = io();
     jobs_mutex.lockUncancelable(pool_io);
     defer jobs_mutex.unlock(pool_io);
-    job.next_free = jobs_free;
+    job.next = jobs_free;
     jobs_free = job;
 }
 
+/// Starts helper threads until there are `count` (capped at cpus() - 1); returns how many
+/// exist. A thread that cannot be started leaves fewer: batches then get less help.
+fn ensureHelpers(count: usize) usize {
+    const pool_io = io();
+    helpers.mutex.lockUncancelable(pool_io);
+    defer helpers.mutex.unlock(pool_io);
+    const target = @min(count, cpu_count - 1);
+    while (helpers.thread_count < target) {
+        const thread = std.Thread.spawn(.{ .stack_size = helper_stack_size }, helperMain, .{}) catch break;
+        thread.detach();
+        helpers.thread_count += 1;
+    }
+    return helpers.thread_count;
+}
+
+/// A helper runs batch code only (copies, codecs, checksums): a small stack is plenty.
+const helper_stack_size = 1024 * 1024;
+
+/// Offers `job` to up to `wanted` helpers, waking sleeping ones only when needed.
+fn post(job: *Job, wanted: usize) void {
+    const pool_io = io();
+    helpers.mutex.lockUncancelable(pool_io);
+    job.wanted = wanted;
+    job.next = helpers.posted;
+    helpers.posted = job;
+    _ = helpers.epoch.fetchAdd(1, .release);
+    const wake = @min(helpers.sleepers, wanted);
+    helpers.mutex.unlock(pool_io);
+    if (wake > 0) pool_io.futexWake(u32, &helpers.epoch.raw, @intCast(wake));
+}
+
+/// Takes `job` back from the helpers that have not joined it; after this none can.
+fn withdraw(job: *Job) void {
+    const pool_io = io();
+    helpers.mutex.lockUncancelable(pool_io);
+    defer helpers.mutex.unlock(pool_io);
+    unlink(job);
+}
+
+/// Removes `job` from the posted list if it is there (the caller holds helpers.mutex).
+fn unlink(job: *Job) void {
+    var link: *?*Job = &helpers.posted;
+    while (link.*) |posted| : (link = &posted.next) {
+        if (posted == job) {
+            link.* = job.next;
+            job.wanted = 0;
+            return;
+        }
+    }
+}
+
+/// The oldest posted batch that wants a helper, joined (counted in `active`); null when none.
+fn take() ?*Job {
+    const pool_io = io();
+    helpers.mutex.lockUncancelable(pool_io);
+    defer helpers.mutex.unlock(pool_io);
+    var oldest: ?*Job = null;
+    var cursor = helpers.posted;
+    while (cursor) |job| : (cursor = job.next) oldest = job;
+    const job = oldest orelse return null;
+    assert(job.wanted > 0);
+    job.wanted -= 1;
+    _ = job.active.fetchAdd(1, .seq_cst);
+    if (job.wanted == 0) unlink(job);
+    return job;
+}
+
+/// A helper thread: takes posted batches; with none, watches for the next post a little while,
+/// then sleeps until one comes.
+fn helperMain() void {
+    const pool_io = io();
+    while (true) {
+        const seen = helpers.epoch.load(.acquire);
+        if (take()) |job| {
+            job.help();
+            continue;
+        }
+        var spins: u32 = 0;
+        while (spins < spin_count_max and helpers.epoch.load(.acquire) == seen) : (spins += 1) std.atomic.spinLoopHint();
+        if (helpers.epoch.load(.acquire) != seen) continue;
+        helpers.mutex.lockUncancelable(pool_io);
+        if (helpers.posted != null or helpers.epoch.load(.acquire) != seen) {
+            helpers.mutex.unlock(pool_io);
+            continue;
+        }
+        helpers.sleepers += 1;
+        helpers.mutex.unlock(pool_io);
+        pool_io.futexWaitUncancelable(u32, &helpers.epoch.raw, seen);
+        helpers.mutex.lockUncancelable(pool_io);
+        helpers.sleepers -= 1;
+        helpers.mutex.unlock(pool_io);
+    }
+}
+
 /// Runs `task.runShard(&blocks)` on up to `plan.runner_count` runners: the calling thread and
-/// pool threads, each claiming contiguous blocks until none are left. Returns once every block
-/// is done; it waits only for helpers that actually joined, never for one still unscheduled.
+/// helpers, each claiming contiguous blocks until none are left. Returns once every block is
+/// done; it waits only for helpers that actually joined, never for one still on its way.
 /// `Task.runShard` must not fail: it records its own failure for the caller to read.
 pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan) void {
     assert(batch_plan.runner_count <= runner_count_max);
     if (batch_plan.runner_count == 0) return;
     const blocks_init: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
-    const job = if (batch_plan.runner_count > 1) acquireJob() else null;
+    const helper_count = if (batch_plan.runner_count > 1) ensureHelpers(batch_plan.runner_count - 1) else 0;
+    const job = if (helper_count > 0) acquireJob() else null;
     if (job == null) {
         var blocks = blocks_init;
         return task.runShard(&blocks);
@@ -219,13 +303,11 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     j.context = task;
     j.runFn = Erased.runShard;
     j.active.store(0, .seq_cst);
-    j.closed.store(0, .seq_cst);
     j.caller_sleeping.store(0, .seq_cst);
-    const pool_io = io();
-    for (1..batch_plan.runner_count) |_| j.group.async(pool_io, Job.help, .{j});
+    post(j, @min(helper_count, batch_plan.runner_count - 1));
     task.runShard(&j.blocks);
-    // Every block is claimed; helpers that joined may still be finishing theirs.
-    j.closed.store(1, .seq_cst);
+    // Every block is claimed: helpers that have not joined yet would find nothing to do.
+    withdraw(j);
     j.waitForHelpers();
     releaseJob(j);
 }
@@ -287,10 +369,10 @@ test "many threads running batches at once share recycled jobs correctly" {
     try std.testing.expect(ok.load(.monotonic));
 }
 
-test "more concurrent batches than jobs run (inline once every job is in use)" {
-    // Each runner holds its batch open until every caller has started one, so more than
-    // job_count_max jobs are wanted at the same moment.
-    const caller_count = job_count_max + 36;
+test "more concurrent batches than helpers: each finishes, helped or not" {
+    // Each runner holds its batch open until every caller has started one, so far more
+    // batches want helpers at the same moment than there are.
+    const caller_count = 100;
     const Shared = struct {
         started: std.atomic.Value(u32) = .init(0),
         ok: std.atomic.Value(bool) = .init(true),
@@ -323,5 +405,36 @@ test "more concurrent batches than jobs run (inline once every job is in use)" {
     for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Caller.one, .{&shared});
     for (threads) |t| t.join();
     try std.testing.expect(shared.ok.load(.monotonic));
-    try std.testing.expect(job_count <= job_count_max);
+}
+
+test "helpers that went to sleep wake for the next batch" {
+    const Task = struct {
+        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
+        }
+    };
+    for (0..3) |_| {
+        var task: Task = .{};
+        run(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 16 });
+        for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+        // Long past the linger: every helper ends up asleep on the epoch.
+        var waited: u32 = 0;
+        while (waited < 2000) : (waited += 1) {
+            const pool_io = io();
+            helpers.mutex.lockUncancelable(pool_io);
+            const asleep = helpers.sleepers == helpers.thread_count;
+            helpers.mutex.unlock(pool_io);
+            if (asleep) break;
+            std.Thread.yield() catch {};
+            io().sleep(.fromMilliseconds(1), .awake) catch {};
+        }
+        const pool_io = io();
+        helpers.mutex.lockUncancelable(pool_io);
+        defer helpers.mutex.unlock(pool_io);
+        try std.testing.expectEqual(helpers.thread_count, helpers.sleepers);
+        try std.testing.expect(helpers.posted == null);
+    }
 }
