@@ -200,8 +200,9 @@ fn ensureHelpers(count: usize) usize {
     return helpers.thread_count;
 }
 
-/// A helper runs batch code only (copies, codecs, checksums): a small stack is plenty.
-const helper_stack_size = 1024 * 1024;
+/// A helper runs batch code only (copies, codecs, checksums). Address space, not memory: only
+/// the pages a thread touches are committed.
+const helper_stack_size = 8 * 1024 * 1024;
 
 /// Offers `job` to up to `wanted` helpers, waking sleeping ones only when needed.
 fn post(job: *Job, wanted: usize) void {
