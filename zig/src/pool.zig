@@ -263,9 +263,7 @@ fn helperMain() void {
             job.help();
             continue;
         }
-        var spins: u32 = 0;
-        while (spins < spin_count_max and helpers.epoch.load(.acquire) == seen) : (spins += 1) std.atomic.spinLoopHint();
-        if (helpers.epoch.load(.acquire) != seen) continue;
+        if (linger(seen)) continue;
         helpers.mutex.lockUncancelable(pool_io);
         if (helpers.posted != null or helpers.epoch.load(.acquire) != seen) {
             helpers.mutex.unlock(pool_io);
@@ -279,6 +277,24 @@ fn helperMain() void {
         helpers.mutex.unlock(pool_io);
     }
 }
+
+/// Watches for a post after epoch `seen` for about linger_rounds rounds; true when one came.
+/// Each round ends with a yield: a thread waiting for this core (the consumer of a loader, on
+/// two cores) runs at once instead of after the spin, and the helper stays runnable.
+fn linger(seen: u32) bool {
+    for (0..linger_rounds) |_| {
+        for (0..linger_round_spins) |_| {
+            if (helpers.epoch.load(.acquire) != seen) return true;
+            std.atomic.spinLoopHint();
+        }
+        std.Thread.yield() catch {};
+    }
+    return helpers.epoch.load(.acquire) != seen;
+}
+
+/// About 0.1 ms in all (a round is roughly a microsecond of pauses and a yield).
+const linger_rounds = 100;
+const linger_round_spins = 32;
 
 /// Runs `task.runShard(&blocks)` on up to `plan.runner_count` runners: the calling thread and
 /// helpers, each claiming contiguous blocks until none are left. Returns once every block is
