@@ -125,7 +125,10 @@ pub const View = struct {
     /// never wait on each other) and returns the set for `unlockTouched`.
     fn routeAndLock(view: *View, indices: []const i64, routes: []Route, touched: []u64) Error!void {
         const total = view.length();
+        const last = view.stores.len - 1;
         @memset(touched, 0);
+        // The highest record of the last store the batch reads (its range is open).
+        var last_local_max: u64 = 0;
         for (indices, routes, 0..) |index, *r, position| {
             if (index < 0 or @as(u64, @intCast(index)) >= total) {
                 diagnostic.note("index {d} (position {d}) is out of range for a dataset of {d} records", .{ index, position, total });
@@ -133,6 +136,7 @@ pub const View = struct {
             }
             r.* = view.route(@intCast(index));
             touched[r.store_index / 64] |= @as(u64, 1) << @intCast(r.store_index % 64);
+            last_local_max = if (r.store_index == last) @max(last_local_max, r.local) else last_local_max;
         }
         // In a forked child, each store re-takes its cross-process lock on first use.
         for (touched, 0..) |word, w| {
@@ -141,10 +145,24 @@ pub const View = struct {
         }
         view.lockTouched(touched);
         errdefer view.unlockTouched(touched);
+        // One length per touched store, not per record: a store other than the last still
+        // holding the length the view was made with covers every record routed to it.
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                const k = w * 64 + @ctz(bits);
+                const needed = if (k == last) last_local_max + 1 else view.starts[k + 1] - view.starts[k];
+                if (view.stores[k].length() < needed) try view.checkShrunk(indices, routes, k);
+            }
+        }
+    }
+
+    /// Refuses the batch when a record routed to store k is past its current length (the
+    /// store shrank since the view was made: a delete through the same handle).
+    fn checkShrunk(view: *const View, indices: []const i64, routes: []const Route, k: usize) Error!void {
+        const store_length = view.stores[k].length();
         for (indices, routes, 0..) |index, r, position| {
-            const store_length = view.stores[r.store_index].length();
-            if (r.local >= store_length) {
-                // A store shrank since the view was made (a delete through another handle).
+            if (r.store_index == k and r.local >= store_length) {
                 diagnostic.note("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
                 return error.IndexOutOfRange;
             }
@@ -376,6 +394,10 @@ test "a view refuses out-of-range indices before copying, and a stale view names
     try fixture.stores[0].delete(&.{0});
     try testing.expectError(error.IndexOutOfRange, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
     try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "reopen the dataset") != null);
+    // Records of the shrunk store that still exist are read (store 0 kept 1 of its 2: its
+    // last record, moved to index 0 by the swap-last delete).
+    try view.gather(&.{0}, .{ .base = &out, .stride = 2 }, 2);
+    try testing.expectEqualSlices(u8, &.{ 1, 1 }, out[0..2]);
     // Appends to the last store are seen at once.
     const fresh = try View.open(testing.allocator, &fixture.stores);
     defer fresh.close();
