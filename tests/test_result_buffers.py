@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
-import sys
 import threading
 import time
 import traceback
@@ -24,10 +22,11 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError
 from loaderx.result_buffers import Limits, ResultBufferPool, size_class
 
+from forked_child import run_child, wait_child
+
 RECORDS = 300
 ITEM = (16, 8)  # int32: 512-byte records
 SMALL_MIN_BYTES = 4096  # results of 8 records and more are pooled in these tests
-CHILD_ALARM_SECONDS = 20
 HEADER = ENTRY = 16  # meta.zr's header and table entry sizes (see tests/test_integrity.py)
 
 
@@ -189,23 +188,6 @@ def test_threads_get_correct_and_distinct_buffers(tmp_path: Path, small_pool: No
     dataset.close()
 
 
-def run_child(body: Callable[[], None]) -> int:
-    """Forks; the child runs body under an alarm (a hang fails it) and exits 0 on success."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        signal.alarm(CHILD_ALARM_SECONDS)
-        body()
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
 def test_a_forked_child_starts_with_an_empty_pool(tmp_path: Path, small_pool: None) -> None:
     dataset, data = dense(tmp_path / "d")
     stop = threading.Event()
@@ -235,9 +217,7 @@ def test_a_forked_child_starts_with_an_empty_pool(tmp_path: Path, small_pool: No
                 assert np.array_equal(kept, data[:40])
                 assert result_buffers.stats()["reused"] > 0
 
-            pid = run_child(child)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+            wait_child(run_child(child))
     finally:
         stop.set()
         thread.join()

@@ -8,20 +8,15 @@ than hanging CI. Records carry their own id, so every read is checked byte for b
 
 from __future__ import annotations
 
-import faulthandler
 import hashlib
 import os
 import random
-import signal
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import numpy.testing  # numpy loads it lazily: import it here, never in a forked child
 import pytest
 
 from loaderx.dataset import DenseDataset
@@ -29,9 +24,9 @@ from loaderx.errors import StoreLockedError
 from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
 
+from forked_child import run_child, wait_child
+
 FORKS = 40
-# A child that takes longer than this is hung (a healthy one needs well under a second).
-CHILD_ALARM_SECONDS = 20
 
 
 def record(ident: int) -> bytes:
@@ -43,51 +38,6 @@ def ident_of(data: bytes) -> int:
     ident = int.from_bytes(data[:8], "little")
     assert data == record(ident), f"record {ident} has wrong bytes"
     return ident
-
-
-def run_child(body: Callable[[], None]) -> int:
-    """Forks; the child runs body under an alarm and exits 0 on success. Returns the pid.
-
-    The child must import nothing: a parent thread may have held a module's import lock at the
-    moment of fork, and that lock stays held forever in the child (a lazy `np.testing` hung a
-    child this way). So everything a child uses is imported at the top of this file, and a child
-    that imported anything fails even when the race did not strike.
-    """
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        # Where a hung child was, on stderr, before its alarm kills it.
-        faulthandler.dump_traceback_later(CHILD_ALARM_SECONDS - 5, exit=False)
-        signal.alarm(CHILD_ALARM_SECONDS)
-        modules_at_fork = set(sys.modules)
-        body()
-        imported = sorted(set(sys.modules) - modules_at_fork)
-        assert not imported, f"the child imported {imported}: import them before forking"
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-def wait_child(pid: int) -> None:
-    """Waits for a child (a hung one has been killed by its alarm) and checks it succeeded."""
-    deadline = time.monotonic() + 2 * CHILD_ALARM_SECONDS
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:  # only if the alarm itself failed
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"child {pid} hung")
-        time.sleep(0.01)
-    if os.WIFSIGNALED(status):
-        raise AssertionError(f"child {pid} died of signal {os.WTERMSIG(status)} (SIGALRM = a hang)")
-    assert os.WEXITSTATUS(status) == 0, f"child {pid} failed; its traceback is on stderr"
 
 
 class Busy:
