@@ -154,7 +154,7 @@ const Helpers = struct {
     epoch: std.atomic.Value(u32) = .init(0),
     /// Helpers asleep on `epoch` (under mutex).
     sleepers: u32 = 0,
-    /// Helper threads started (under mutex); at most cpus() - 1.
+    /// Helper threads started (written under mutex, read without it); at most cpus() - 1.
     thread_count: usize = 0,
 };
 
@@ -188,14 +188,17 @@ fn releaseJob(job: *Job) void {
 /// Starts helper threads until there are `count` (capped at cpus() - 1); returns how many
 /// exist. A thread that cannot be started leaves fewer: batches then get less help.
 fn ensureHelpers(count: usize) usize {
+    const target = @min(count, cpu_count - 1);
+    // Once the helpers exist (every batch after the first), no lock is taken here.
+    const started = @atomicLoad(usize, &helpers.thread_count, .acquire);
+    if (started >= target) return started;
     const pool_io = io();
     helpers.mutex.lockUncancelable(pool_io);
     defer helpers.mutex.unlock(pool_io);
-    const target = @min(count, cpu_count - 1);
     while (helpers.thread_count < target) {
         const thread = std.Thread.spawn(.{ .stack_size = helper_stack_size }, helperMain, .{}) catch break;
         thread.detach();
-        helpers.thread_count += 1;
+        @atomicStore(usize, &helpers.thread_count, helpers.thread_count + 1, .release);
     }
     return helpers.thread_count;
 }

@@ -116,9 +116,9 @@ pub const Runs = struct {
         }
     }
 
-    /// Learns every block of table[begin_block * block_records ..< length] (see learnBlock).
-    pub fn learn(runs: *Runs, table: []const RecordLoc, begin_block: u64, length: u64) void {
-        var block = begin_block;
+    /// Learns every block of table[0..length] (see learnBlock).
+    pub fn learn(runs: *Runs, table: []const RecordLoc, length: u64) void {
+        var block: u64 = 0;
         while (block * block_records < length) : (block += 1) {
             const begin = block * block_records;
             runs.learnBlock(block, table[@intCast(begin)..@intCast(@min(length, begin + block_records))]);
@@ -206,7 +206,7 @@ test "runs: a block's run is its longest prefix of back-to-back raw records of o
     const expected_strides = [_]u32{ 8, 8, 8, 8, 24, 0, 0, 8 };
     const expected_covered = [_]u32{ block_records, 17, 100, 2000, block_records, 0, 0, 5 };
 
-    runs.learn(table, 0, table.len);
+    runs.learn(table, table.len);
     for (expected_strides, expected_covered, 0..) |stride, count, b| {
         try testing.expectEqual(stride, runs.stride(b));
         try testing.expectEqual(count, runs.covered(b));
@@ -233,7 +233,7 @@ test "runs: appends grow the run they continue and learn the blocks they start" 
     const table = try testing.allocator.alloc(RecordLoc, 3 * block_records);
     defer testing.allocator.free(table);
     runEntries(table, 4, 0, 16);
-    runs.learn(table, 0, 10);
+    runs.learn(table, 10);
     try testing.expectEqual(@as(u32, 10), runs.covered(0));
     // Across a block end: block 0 grows to whole, block 1 is learned.
     runs.learnAppended(table, 10, block_records + 3);
@@ -245,7 +245,7 @@ test "runs: appends grow the run they continue and learn the blocks they start" 
     try testing.expectEqual(@as(u32, 3), runs.covered(1));
     // Nor does a run whose end another process's appends moved past (it did not learn them).
     runEntries(table[2 * block_records ..], 4, 0, 16);
-    runs.learn(table, 2, 2 * block_records + 5);
+    runs.learnBlock(2, table[2 * block_records ..][0..5]);
     runs.learnAppended(table, 2 * block_records + 8, 2 * block_records + 20);
     try testing.expectEqual(@as(u32, 5), runs.covered(2));
 }
@@ -261,7 +261,7 @@ test "runs: a record's source is its block's start plus its place, only while co
     defer testing.allocator.free(table);
     runEntries(table[0..block_records], 3, 64, 16);
     runEntries(table[block_records..], 3, 64 + 16 * block_records, 16);
-    runs.learn(table, 0, table.len);
+    runs.learn(table, table.len);
     var fake_chunk: [1]u8 = undefined;
     const base: [*]const u8 = &fake_chunk;
     // Not mapped, then not covered, then both.

@@ -898,7 +898,7 @@ pub const Store = struct {
     /// at each read (Runs.source), so chunks remapped later are covered.
     fn relearnRuns(store: *Store) void {
         store.runs.clear();
-        store.runs.learn(store.meta.table, 0, store.meta.length());
+        store.runs.learn(store.meta.table, store.meta.length());
     }
 
     pub fn endMaintenance(store: *Store) void {
@@ -1023,7 +1023,7 @@ fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: 
         if (entry.phys_length > 0 and @as(u64, entry.offset) + entry.phys_length > chunks.sizes[entry.chunk_id].load(.monotonic))
             return .{ .index = index, .entry = entry, .problem = .beyond_file };
     }
-    runs.learn(meta.table, 0, length);
+    runs.learn(meta.table, length);
     return null;
 }
 
