@@ -1,0 +1,163 @@
+"""Where the DataLoader's rate goes below the bare gather, measured side by side in one process.
+
+    python3 tools/loader_overhead.py [--records 10000] [--rounds 11]
+
+Rows, each a block of back-to-back batches per round, rounds interleaved (medians printed):
+- bare gather, 1 buffer: sampler + gather_into one reused array on this thread (the loader
+  table's reference);
+- bare gather, ring of 5: the same into 5 arrays in turn, as the loader's ring of prefetch + 1
+  slots does: what a colder destination costs by itself;
+- loader, records: the DataLoader over the records alone;
+- loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
+- lock handoff, records + labels: the same step made on one worker thread and handed over
+  through per-slot C locks, the cheapest handover Python has: what the Prefetcher's own
+  bookkeeping costs on top.
+Each row also prints the context switches per batch of all the process's threads (from
+/proc/self/task/*/status): the bare gather's helper takes batches without a switch; a loader's
+consumer sleeps and wakes once per batch at least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.layers import data, timing  # noqa: E402
+from loaderx.converter import from_numpy  # noqa: E402
+from loaderx.dataloader import DataLoader  # noqa: E402
+from loaderx.dataset import DenseDataset  # noqa: E402
+from loaderx.sampler import Sampler  # noqa: E402
+
+BATCH = 256
+RING = 5  # the DataLoader's default prefetch (4) + 1
+
+
+def context_switches() -> int:
+    total = 0
+    for status in Path("/proc/self/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        for line in text.splitlines():
+            if "ctxt_switches:" in line:  # voluntary and nonvoluntary
+                total += int(line.split()[1])
+    return total
+
+
+def bare(path: Path, buffers: int) -> Callable[[], object]:
+    dataset = DenseDataset(str(path))
+    sampler = Sampler(len(dataset), BATCH, mode="cyclic", seed=0)
+    indices = np.empty(BATCH, dtype=np.int64)
+    outs = [np.empty((BATCH, *dataset.item_shape), dtype=dataset.dtype) for _ in range(buffers)]
+    steps = itertools.count()
+
+    def step() -> object:
+        s = next(steps)
+        sampler.fill(s, indices)
+        dataset.gather_into(indices, outs[s % buffers])
+        return outs[s % buffers]
+
+    return step
+
+
+def loader(path: Path, labels: Path | None) -> Callable[[], object]:
+    streams = {"x": DenseDataset(str(path))}
+    if labels is not None:
+        streams["y"] = DenseDataset(str(labels))
+    iterator = iter(DataLoader(streams, batch_size=BATCH, mode="cyclic", seed=0))
+    return lambda: next(iterator)
+
+
+def lock_handoff(path: Path, labels: Path) -> Callable[[], object]:
+    """One worker makes step s into slot s % RING and releases that slot's ready lock."""
+    x, y = DenseDataset(str(path)), DenseDataset(str(labels))
+    sampler = Sampler(len(x), BATCH, mode="cyclic", seed=0)
+    indices = [np.empty(BATCH, dtype=np.int64) for _ in range(RING)]
+    outs = [(np.empty((BATCH, *x.item_shape), dtype=x.dtype), np.empty(BATCH, dtype=np.int64))
+            for _ in range(RING)]
+    ready = [threading.Lock() for _ in range(RING)]
+    free = [threading.Lock() for _ in range(RING)]
+    for lock in ready:
+        lock.acquire()
+
+    def work() -> None:
+        for s in itertools.count():
+            slot = s % RING
+            free[slot].acquire()
+            sampler.fill(s, indices[slot])
+            x.gather_into(indices[slot], outs[slot][0])
+            y.gather_into(indices[slot], outs[slot][1])
+            ready[slot].release()
+
+    threading.Thread(target=work, daemon=True).start()
+    taken = itertools.count()
+    last = [-1]
+
+    def step() -> object:
+        slot = next(taken) % RING
+        ready[slot].acquire()
+        if last[0] >= 0:
+            free[last[0]].release()  # the previous batch is no longer the consumer's
+        last[0] = slot
+        return outs[slot]
+
+    return step
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=11)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="loader-overhead-") as tmp:
+        folder = Path(tmp)
+        array = data.generate("mild", args.records, (64, 64, 3), seed=0)
+        from_numpy(str(folder / "raw"), array, codec="raw")
+        from_numpy(str(folder / "labels"), np.arange(args.records, dtype=np.int64), codec="raw")
+        del array
+        calls: dict[str, Callable[[], object]] = {
+            "bare gather, 1 buffer": bare(folder / "raw", 1),
+            f"bare gather, ring of {RING}": bare(folder / "raw", RING),
+            "loader, records": loader(folder / "raw", None),
+            "loader, records + labels": loader(folder / "raw", folder / "labels"),
+            "lock handoff, records + labels": lock_handoff(folder / "raw", folder / "labels"),
+        }
+        switches: dict[str, list[float]] = {name: [] for name in calls}
+
+        # timing.interleave's rotation, written out to count switches around each block.
+        timings = {name: timing.Timing(name) for name in calls}
+        names = list(calls)
+        for round_index in range(args.rounds):
+            order = names[round_index % len(names):] + names[:round_index % len(names)]
+            for name in order:
+                time.sleep(0.15)  # the previous row's background threads go idle
+                before = context_switches()
+                elapsed, count = timing.run_block(calls[name], 0.5)
+                switches[name].append((context_switches() - before) / count)
+                timings[name].samples.append(elapsed / count)
+                timings[name].calls += count
+    reference = 1.0 / timings["bare gather, 1 buffer"].median
+    print(f"{'row':34s} {'batches/s':>10s} {'vs bare':>8s} {'switches/batch':>15s}")
+    for name, t in timings.items():
+        rate = 1.0 / t.median
+        per_batch = sorted(switches[name])[len(switches[name]) // 2]
+        print(f"{name:34s} {rate:10,.0f} {rate / reference:7.2f}x {per_batch:15.2f}")
+    print(f"medians of {args.rounds} interleaved rounds of 0.5 s; batches of {BATCH} x 12 KiB "
+          f"from {args.records} records")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
