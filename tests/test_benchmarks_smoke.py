@@ -55,3 +55,22 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert {"from_iterator, ~1 ms Python/item / workers=2",
             "from_numpy zstd, in memory / workers=2"} <= convert
     assert not (tmp_path / "work").exists(), "the stores written must be removed"
+
+
+def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
+    """tools/loader_overhead.py (a README command) at minimal sizes: it checks each row's first
+    three batches against the records its sampler names before timing, and exits non-zero if
+    one differs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "loader_overhead.py"), "--records", "600",
+         "--rounds", "1", "--block", "0.02"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("row") and lines[-1].startswith("medians of 1 interleaved round")
+    rows = lines[1:-1]
+    names = [line[:34].strip() for line in rows]
+    assert names == ["bare gather, 1 buffer", "bare gather, ring of 5", "loader, records",
+                     "loader, records + labels", "lock handoff, records + labels"]
+    assert rows[0].split()[-2] == "1.00x"

@@ -116,17 +116,30 @@ def lock_handoff(path: Path, labels: Path) -> Callable[[], object]:
     return step
 
 
-def main() -> int:
+def check_batches(calls: dict[str, Callable[[], object]], array: np.ndarray,
+                  sampler: Sampler) -> None:
+    """Every row's first steps are the records the sampler names, byte for byte (the rows are
+    timed from there on, so each is measured doing the right thing)."""
+    for step in range(3):
+        want = array[sampler.batch(step)]
+        for name, call in calls.items():
+            got = call()
+            records = got["x"] if isinstance(got, dict) else got[0] if isinstance(got, tuple) else got
+            if not isinstance(records, np.ndarray) or not np.array_equal(records, want):
+                raise AssertionError(f"{name}: step {step} returned other records")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=11)
-    args = parser.parse_args()
+    parser.add_argument("--block", type=float, default=0.5, help="seconds per timed block")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="loader-overhead-") as tmp:
         folder = Path(tmp)
         array = data.generate("mild", args.records, (64, 64, 3), seed=0)
         from_numpy(str(folder / "raw"), array, codec="raw")
         from_numpy(str(folder / "labels"), np.arange(args.records, dtype=np.int64), codec="raw")
-        del array
         calls: dict[str, Callable[[], object]] = {
             "bare gather, 1 buffer": bare(folder / "raw", 1),
             f"bare gather, ring of {RING}": bare(folder / "raw", RING),
@@ -134,6 +147,8 @@ def main() -> int:
             "loader, records + labels": loader(folder / "raw", folder / "labels"),
             "lock handoff, records + labels": lock_handoff(folder / "raw", folder / "labels"),
         }
+        check_batches(calls, array, Sampler(args.records, BATCH, mode="cyclic", seed=0))
+        del array
         switches: dict[str, list[float]] = {name: [] for name in calls}
 
         # timing.interleave's rotation, written out to count switches around each block.
@@ -144,7 +159,7 @@ def main() -> int:
             for name in order:
                 time.sleep(0.15)  # the previous row's background threads go idle
                 before = context_switches()
-                elapsed, count = timing.run_block(calls[name], 0.5)
+                elapsed, count = timing.run_block(calls[name], args.block)
                 switches[name].append((context_switches() - before) / count)
                 timings[name].samples.append(elapsed / count)
                 timings[name].calls += count
@@ -154,7 +169,7 @@ def main() -> int:
         rate = 1.0 / t.median
         per_batch = sorted(switches[name])[len(switches[name]) // 2]
         print(f"{name:34s} {rate:10,.0f} {rate / reference:7.2f}x {per_batch:15.2f}")
-    print(f"medians of {args.rounds} interleaved rounds of 0.5 s; batches of {BATCH} x 12 KiB "
+    print(f"medians of {args.rounds} interleaved rounds of {args.block:g} s; batches of {BATCH} x 12 KiB "
           f"from {args.records} records")
     return 0
 
