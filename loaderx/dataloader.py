@@ -3,7 +3,8 @@
 Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
 gathers those same indices in one native call into arrays made for that step, and the transform
 (the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
-ahead on worker threads (loaderx.prefetch) and delivered strictly in step order, so
+ahead on worker threads (loaderx.prefetch), and on the consumer's own thread while it would
+otherwise wait for one, and are delivered strictly in step order, so
 ``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
 ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
 depth or worker count.
@@ -25,7 +26,6 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
-import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping
@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.prefetch import DEPTH_MAX, WORKERS_MAX, Prefetcher
+from loaderx.prefetch import DEPTH_MAX, WORKERS_MAX, Prefetcher, default_workers
 from loaderx.sampler import Mode, Sampler
 
 __all__ = ["DataLoader", "Batch", "Transform"]
@@ -47,13 +47,7 @@ Transform = Callable[[dict[str, npt.NDArray[Any]]], Batch]
 
 BATCH_SIZE_DEFAULT: Final = 256
 PREFETCH_DEFAULT: Final = 4
-WORKERS_DEFAULT_MAX: Final = 4
 _INT64: Final = np.dtype(np.int64)
-
-
-def default_workers() -> int:
-    """min(4, the machine's CPU count): the loader's worker threads when none are asked for."""
-    return max(1, min(WORKERS_DEFAULT_MAX, os.cpu_count() or 1))
 
 
 def _check_streams(streams: object) -> int:
@@ -157,7 +151,8 @@ def _released(slots: list[npt.NDArray[Any] | None], slot: int) -> bool:
 
 
 class _StepMaker:
-    """Computes one step's batch; shared by all worker threads.
+    """Computes one step's batch; shared by all worker threads (and the consumer's, which
+    makes steps itself while it would otherwise wait).
 
     The worker threads reference this object, never the DataLoader, so a loader the user drops
     can be collected (and its finaliser can stop the threads).
@@ -242,9 +237,10 @@ class DataLoader:
     streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
     indices, so record i lines up across them. mode, seed and shard=(index, count) go to the
     Sampler (sequential, iid or cyclic; with a shard, batch_size is this host's part of a global
-    batch of batch_size * count). transform runs on the worker threads. prefetch bounds how many
-    steps are computed ahead of the consumer; workers is the thread count (at most prefetch are
-    used). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
+    batch of batch_size * count). transform runs on the worker threads, and on the consumer's
+    thread for a step it makes while it would otherwise wait. prefetch bounds how many steps
+    are computed ahead of the consumer; workers is the thread count (at most prefetch are used;
+    default: one fewer than the CPUs, at least 1, at most 4). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
 
     An exception raised while making a step (a read or the transform) is raised by the next()
     that would have returned that step, with its original traceback; the step counts as taken,
@@ -277,7 +273,6 @@ class DataLoader:
         _check_count("prefetch", prefetch, DEPTH_MAX)
         _check_count("workers", workers, WORKERS_MAX)
         self._length: int = length
-        self._pid: int = os.getpid()
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         self.streams: dict[str, DenseDataset] = dict(streams)
         self.batch_size: int = batch_size
@@ -384,13 +379,8 @@ class DataLoader:
 
     def __next__(self) -> Batch:
         """The next step's batch; StopIteration only once the loader is closed."""
-        if os.getpid() != self._pid:
-            # A forked child inherits the loader's state but none of its threads: it would wait
-            # forever for batches nobody computes.
-            raise RuntimeError(
-                "this DataLoader was created in another process (before a fork); create the "
-                f"loader in this process, starting at step {self.step} to continue the stream"
-            )
+        # In a forked child the prefetcher refuses (its threads are the parent's), naming the
+        # step to restart from.
         return next(self._prefetcher)
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.converter import from_numpy
-from loaderx.dataloader import DataLoader, default_workers
+from loaderx.dataloader import DataLoader
+from loaderx.prefetch import default_workers
 from loaderx.dataset import DenseDataset
 from loaderx.sampler import Sampler
 

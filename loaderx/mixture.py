@@ -32,7 +32,6 @@ source and stream.
 from __future__ import annotations
 
 import math
-import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -43,7 +42,7 @@ import numpy.typing as npt
 
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset
-from loaderx.prefetch import Prefetcher
+from loaderx.prefetch import Prefetcher, default_workers
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
 
@@ -335,7 +334,7 @@ class MixtureLoader:
         self.source_key = source_key
         self.batch_size = batch_size
         self.prefetch = prefetch
-        self.workers = workers if workers is not None else max(1, min(4, os.cpu_count() or 1))
+        self.workers = workers if workers is not None else default_workers()
         self._prefetcher = self._start(start_step)
 
     def _start(self, step: int) -> Prefetcher[Batch]:

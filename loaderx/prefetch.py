@@ -1,4 +1,5 @@
-"""Owns Prefetcher: bounded, ordered, closable computation of numbered steps on worker threads.
+"""Owns Prefetcher: bounded, ordered, closable computation of numbered steps on worker threads
+(and on the consumer's, while it would otherwise wait).
 
 A Prefetcher calls ``produce(step)`` for step = start_step, start_step + 1, ... on a few worker
 threads and hands the results to its consumer strictly in step order. The contract, which the
@@ -15,6 +16,19 @@ DataLoader builds on:
   call first). It is idempotent, safe from any thread, and wakes a consumer blocked in
   ``next()``, which then raises StopIteration. Workers are daemon threads and ``close`` is also
   registered with atexit, so a forgotten Prefetcher never keeps the interpreter from exiting.
+- A consumer that would wait makes a step itself: when ``next()`` finds its step not ready and
+  the window has a step no worker has started, the consumer runs ``produce`` for that step on
+  its own thread and files the result as a worker would, then looks again. Why: on a small
+  machine the consumer sleeping and being woken for every step cost more than the step's
+  Python (a training loop with nothing else to do lost 20% of the bare gather's rate with one
+  worker, 16% with two; tools/loader_overhead.py). A consumer busy elsewhere finds its steps
+  ready and never does this. A KeyboardInterrupt (or any BaseException that is not an
+  Exception) raised inside such a step goes up from ``next()`` at once; the step is also filed
+  as failed, so it is raised again if that step is taken later.
+
+Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
+lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the
+child), and ``next_step`` and ``close()`` work without taking the lock.
 
 All shared state is guarded by one lock; nothing relies on the GIL, so the same code is correct
 on free-threaded CPython, where ``produce`` calls truly run in parallel.
@@ -23,14 +37,25 @@ on free-threaded CPython, where ``produce`` calls truly run in parallel.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
-from typing import Callable, Final, Generic, TypeVar
+from typing import Callable, Final, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
 # Sanity limits: far beyond anything useful, low enough to catch a unit mix-up early.
 DEPTH_MAX: Final = 4096
 WORKERS_MAX: Final = 1024
+# Worker threads a loader starts when none are asked for, at most.
+WORKERS_DEFAULT_MAX: Final = 4
+
+
+def default_workers() -> int:
+    """The worker threads of a loader that was given none: one fewer than the CPUs, since the
+    consumer makes steps too while it would wait (module docstring), at least 1, at most 4.
+    On two cores one worker ran the two-stream loader at 0.91x of the bare gather and two
+    workers at 0.86x (tools/loader_overhead.py measures the default)."""
+    return max(1, min(WORKERS_DEFAULT_MAX, (os.cpu_count() or 1) - 1))
 
 
 def _check_count(name: str, value: int, maximum: int) -> None:
@@ -78,6 +103,7 @@ class Prefetcher(Generic[T]):
         self._errors: dict[int, BaseException] = {}
         self._closed: bool = False
         self._threads: list[threading.Thread] = []
+        self._pid: int = os.getpid()
         atexit.register(self.close)
         try:
             self._start(min(workers, depth), name)
@@ -99,36 +125,69 @@ class Prefetcher(Generic[T]):
     @property
     def next_step(self) -> int:
         """The step the next successful ``next()`` returns."""
+        if self.forked:
+            return self._take_step  # no other thread exists here, and the lock may be stuck
         with self._lock:
             return self._take_step
 
     @property
     def closed(self) -> bool:
+        if self.forked:
+            return self._closed
         with self._lock:
             return self._closed
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child of the process that created the Prefetcher."""
+        return os.getpid() != self._pid
+
+    def _refuse_forked(self) -> None:
+        raise RuntimeError(
+            "this loader was created in another process (before a fork): its threads do not "
+            "exist here and it would wait forever for their steps; create the loader in this "
+            f"process, starting at step {self._take_step} to continue the stream"
+        )
 
     def __iter__(self) -> Prefetcher[T]:
         return self
 
     def __next__(self) -> T:
-        """Returns the next step's result (or raises its error); blocks until it is ready."""
+        """Returns the next step's result (or raises its error); until it is ready, makes steps
+        no worker has started, or blocks when there are none (module docstring)."""
+        if os.getpid() != self._pid:
+            self._refuse_forked()
+        while True:
+            own, value, error = self._take_or_claim()
+            if own < 0:
+                if error is not None:
+                    # Re-raising keeps the producer's traceback and appends this frame to it.
+                    raise error
+                return cast(T, value)
+            # The step is made on this thread and filed as a worker would.
+            self._run(own, consumer=True)
+
+    def _take_or_claim(self) -> tuple[int, T | None, BaseException | None]:
+        """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
+        None) claiming a step for the consumer to make, waiting only when the window has none.
+        StopIteration once closed."""
         with self._lock:
             while True:
                 if self._closed:
                     raise StopIteration
                 step = self._take_step
                 if step in self._values or step in self._errors:
-                    break
+                    self._take_step = step + 1
+                    # One more step may now be claimed.
+                    self._space.notify()
+                    if step in self._errors:
+                        return -1, None, self._errors.pop(step)
+                    return -1, self._values.pop(step), None
+                if self._claim_step - step < self._depth:
+                    own = self._claim_step
+                    self._claim_step = own + 1
+                    return own, None, None
                 self._ready.wait()
-            self._take_step = step + 1
-            # One more step may now be claimed.
-            self._space.notify()
-            if step in self._errors:
-                error = self._errors.pop(step)
-            else:
-                return self._values.pop(step)
-        # Re-raising keeps the worker's traceback and appends this frame to it.
-        raise error
 
     def _claim(self) -> int:
         """Returns the next step for this worker to compute, or -1 once closed."""
@@ -147,23 +206,25 @@ class Prefetcher(Generic[T]):
             if step < 0 or not self._run(step):
                 return
 
-    def _run(self, step: int) -> bool:
+    def _run(self, step: int, consumer: bool = False) -> bool:
         """Produces one step and files its result; False once closed.
 
         A function of its own so that no reference to the result outlives the filing: a worker
         waiting for room must not keep its last result alive (the DataLoader recycles a batch's
-        arrays only when nothing references them).
+        arrays only when nothing references them). On the consumer's thread an interrupt (a
+        BaseException that is not an Exception) is filed and also raised at once.
         """
         try:
             value = self._produce(step)
         except BaseException as error:  # delivered to the consumer, never swallowed
-            with self._lock:
-                if self._closed:
-                    return False
-                self._errors[step] = error
-                if step == self._take_step:
-                    self._ready.notify_all()
-            return True
+            filed = self._file_error(step, error)
+            if consumer and not isinstance(error, Exception):
+                raise
+            return filed
+        return self._file_value(step, value)
+
+    def _file_value(self, step: int, value: T) -> bool:
+        """Files step's result for the consumer; False once closed (the result is dropped)."""
         with self._lock:
             if self._closed:
                 return False
@@ -172,8 +233,23 @@ class Prefetcher(Generic[T]):
                 self._ready.notify_all()
         return True
 
+    def _file_error(self, step: int, error: BaseException) -> bool:
+        """Files the error step's next() raises; False once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._errors[step] = error
+            if step == self._take_step:
+                self._ready.notify_all()
+        return True
+
     def close(self) -> None:
         """Stops and joins every worker; results not yet taken are dropped. Idempotent."""
+        if self.forked:
+            # The workers are the parent's; this copy only stops handing out steps.
+            self._closed = True
+            atexit.unregister(self.close)
+            return
         with self._lock:
             self._closed = True
             self._values.clear()

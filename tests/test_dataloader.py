@@ -18,7 +18,8 @@ import numpy.typing as npt
 import pytest
 
 from loaderx.converter import from_numpy
-from loaderx.dataloader import DataLoader, default_workers
+from loaderx.dataloader import DataLoader
+from loaderx.prefetch import default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import MODES, Mode, Sampler
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -10,7 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from loaderx.prefetch import Prefetcher
+from loaderx.prefetch import Prefetcher, default_workers
+
+from forked_child import run_child, wait_child
 
 
 def prefetch_threads() -> list[threading.Thread]:
@@ -218,3 +221,109 @@ def test_non_int_arguments_are_refused() -> None:
     with pytest.raises(TypeError):
         Prefetcher(jittery_square, "0", 2, 1)  # type: ignore[arg-type]
 
+
+
+class GatedWorker:
+    """produce(step) that records which thread made each step; step 0, when a worker makes it,
+    waits for `gate`, so a consumer arriving meanwhile finds its step in progress."""
+
+    def __init__(self, interrupt_at: int = -1) -> None:
+        self.gate = threading.Event()
+        self.lock = threading.Lock()
+        self.made_by: dict[int, list[str]] = {}
+        self.interrupt_at = interrupt_at
+
+    def __call__(self, step: int) -> int:
+        name = threading.current_thread().name
+        with self.lock:
+            self.made_by.setdefault(step, []).append(name)
+        if step == 0 and name.startswith("loaderx-prefetch"):
+            assert self.gate.wait(10.0)
+        if step == self.interrupt_at and name == "MainThread":
+            raise KeyboardInterrupt(f"interrupted in step {step}")
+        return step * 10
+
+    def started(self, step: int) -> bool:
+        with self.lock:
+            return step in self.made_by
+
+    def wait_started(self, step: int) -> None:
+        deadline = time.monotonic() + 5.0
+        while not self.started(step):
+            assert time.monotonic() < deadline, f"step {step} never started"
+            time.sleep(0.001)
+
+
+def test_a_waiting_consumer_makes_the_steps_no_worker_started() -> None:
+    produce = GatedWorker()
+    with Prefetcher(produce, 0, 4, 1) as prefetcher:
+        produce.wait_started(0)  # the one worker is inside step 0 until the gate opens
+        threading.Timer(0.2, produce.gate.set).start()
+        assert next(prefetcher) == 0
+        # While step 0 was in progress, the consumer made the rest of the window itself.
+        assert {step: produce.made_by[step] for step in (1, 2, 3)} == {
+            1: ["MainThread"], 2: ["MainThread"], 3: ["MainThread"]
+        }
+        assert [next(prefetcher) for _ in range(8)] == [step * 10 for step in range(1, 9)]
+    assert produce.made_by[0] == ["loaderx-prefetch-0"]
+    # Every step was made exactly once, whoever made it.
+    assert all(len(makers) == 1 for makers in produce.made_by.values())
+
+
+def test_an_interrupt_in_a_step_the_consumer_makes_goes_up_at_once_and_stays_filed() -> None:
+    produce = GatedWorker(interrupt_at=2)
+    with Prefetcher(produce, 0, 4, 1) as prefetcher:
+        produce.wait_started(0)
+        with pytest.raises(KeyboardInterrupt, match="interrupted in step 2"):
+            next(prefetcher)  # makes step 1, then step 2 raises on this thread
+        assert not produce.gate.is_set() and prefetcher.next_step == 0
+        produce.gate.set()
+        assert next(prefetcher) == 0
+        assert next(prefetcher) == 10
+        with pytest.raises(KeyboardInterrupt, match="interrupted in step 2"):
+            next(prefetcher)  # the step's filed error, as for any step
+        assert [next(prefetcher) for _ in range(3)] == [30, 40, 50]
+
+
+def test_a_forked_child_refuses_next_and_closes_without_the_parents_lock() -> None:
+    prefetcher = Prefetcher(jittery_square, 3, 2, 1)
+    assert next(prefetcher) == 9
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with prefetcher._lock:  # noqa: SLF001 - held across the fork on purpose
+            holding.set()
+            release.wait(10.0)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert holding.wait(5.0)
+
+    def child() -> None:
+        # The lock is held forever here: nothing below may wait for it.
+        assert prefetcher.forked and prefetcher.next_step == 4
+        try:
+            next(prefetcher)
+        except RuntimeError as error:
+            assert "another process" in str(error) and "at step 4" in str(error), error
+        else:
+            raise AssertionError("next() in a forked child returned")
+        prefetcher.close()
+        assert prefetcher.closed
+
+    try:
+        pid = run_child(child)
+    finally:
+        release.set()
+        holder.join(5.0)
+    wait_child(pid)
+    assert not prefetcher.forked and next(prefetcher) == 16
+    prefetcher.close()
+
+
+@pytest.mark.parametrize("cpus,workers", [(None, 1), (1, 1), (2, 1), (3, 2), (5, 4), (64, 4)])
+def test_default_workers_leave_a_cpu_to_the_consumer(
+    monkeypatch: pytest.MonkeyPatch, cpus: int | None, workers: int
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    assert default_workers() == workers
