@@ -3,8 +3,8 @@
 Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
 gathers those same indices in one native call into arrays made for that step, and the transform
 (the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
-ahead on worker threads (loaderx.prefetch), and on the consumer's own thread while it would
-otherwise wait for one, and are delivered strictly in step order, so
+ahead on worker threads (loaderx.prefetch), and without a transform also on the consumer's own
+thread while it would otherwise wait for one, and are delivered strictly in step order, so
 ``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
 ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
 depth or worker count.
@@ -237,10 +237,10 @@ class DataLoader:
     streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
     indices, so record i lines up across them. mode, seed and shard=(index, count) go to the
     Sampler (sequential, iid or cyclic; with a shard, batch_size is this host's part of a global
-    batch of batch_size * count). transform runs on the worker threads, and on the consumer's
-    thread for a step it makes while it would otherwise wait. prefetch bounds how many steps
-    are computed ahead of the consumer; workers is the thread count (at most prefetch are used;
-    default: one fewer than the CPUs, at least 1, at most 4). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
+    batch of batch_size * count). transform runs on the worker threads. prefetch bounds how
+    many steps are computed ahead of the consumer; workers is the thread count (at most
+    prefetch are used; default min(4, CPUs), one fewer without a transform, when the consumer
+    makes steps itself while it would otherwise wait). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
 
     An exception raised while making a step (a read or the transform) is raised by the next()
     that would have returned that step, with its original traceback; the step counts as taken,
@@ -268,8 +268,11 @@ class DataLoader:
         length = _check_streams(streams)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
+        # Without a transform a step is native reads only, which the consumer may make itself
+        # while it would wait (loaderx.prefetch); a user's transform runs on workers only.
+        self._consumer_helps: bool = transform is None
         if workers is None:
-            workers = default_workers()
+            workers = default_workers(self._consumer_helps)
         _check_count("prefetch", prefetch, DEPTH_MAX)
         _check_count("workers", workers, WORKERS_MAX)
         self._length: int = length
@@ -287,7 +290,8 @@ class DataLoader:
             self.sampler, self.streams, batch_size, transform, prefetch + 1, reuse_buffers
         )
         self._prefetcher: Prefetcher[Batch] = Prefetcher(
-            self._maker.make, start_step, prefetch, workers, name="loaderx-prefetch"
+            self._maker.make, start_step, prefetch, workers, name="loaderx-prefetch",
+            consumer_helps=self._consumer_helps,
         )
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
@@ -309,7 +313,8 @@ class DataLoader:
             self.reuse_buffers,
         )
         self._prefetcher = Prefetcher(
-            self._maker.make, step, self.prefetch, self.workers, name="loaderx-prefetch"
+            self._maker.make, step, self.prefetch, self.workers, name="loaderx-prefetch",
+            consumer_helps=self._consumer_helps,
         )
         self._lifetime = set()
         self._finalizer = weakref.finalize(self._lifetime, self._prefetcher.close)

@@ -179,7 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--side", type=int, default=SIDE_DEFAULT, help="image side in pixels")
     parser.add_argument("--steps", type=int, default=STEPS_DEFAULT)
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE_DEFAULT)
-    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--workers", type=int, default=default_workers(consumer_helps=True))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="timings keep the best run")
     parser.add_argument("--codecs", default=",".join(CODECS), help="comma-separated subset")

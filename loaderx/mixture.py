@@ -334,13 +334,14 @@ class MixtureLoader:
         self.source_key = source_key
         self.batch_size = batch_size
         self.prefetch = prefetch
-        self.workers = workers if workers is not None else default_workers()
+        self.workers = workers if workers is not None else default_workers(transform is None)
         self._prefetcher = self._start(start_step)
 
     def _start(self, step: int) -> Prefetcher[Batch]:
         # The threads hold a maker, not the loader, so a dropped loader can be collected.
         prefetcher: Prefetcher[Batch] = Prefetcher(
-            _MixtureMaker(self).make, step, self.prefetch, self.workers, name="loaderx-mixture"
+            _MixtureMaker(self).make, step, self.prefetch, self.workers, name="loaderx-mixture",
+            consumer_helps=self.transform is None,
         )
         self._finalizer = weakref.finalize(self, prefetcher.close)
         return prefetcher

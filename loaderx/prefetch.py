@@ -16,15 +16,18 @@ DataLoader builds on:
   call first). It is idempotent, safe from any thread, and wakes a consumer blocked in
   ``next()``, which then raises StopIteration. Workers are daemon threads and ``close`` is also
   registered with atexit, so a forgotten Prefetcher never keeps the interpreter from exiting.
-- A consumer that would wait makes a step itself: when ``next()`` finds its step not ready and
-  the window has a step no worker has started, the consumer runs ``produce`` for that step on
-  its own thread and files the result as a worker would, then looks again. Why: on a small
-  machine the consumer sleeping and being woken for every step cost more than the step's
-  Python (a training loop with nothing else to do lost 20% of the bare gather's rate with one
-  worker, 16% with two; tools/loader_overhead.py). A consumer busy elsewhere finds its steps
-  ready and never does this. A KeyboardInterrupt (or any BaseException that is not an
-  Exception) raised inside such a step goes up from ``next()`` at once; the step is also filed
-  as failed, so it is raised again if that step is taken later.
+- With ``consumer_helps=True``, a consumer that would wait makes a step itself: when ``next()``
+  finds its step not ready and the window has a step no worker has started, the consumer runs
+  ``produce`` for that step on its own thread and files the result as a worker would, then
+  looks again. Why: on a small machine the consumer sleeping and being woken for every step
+  cost more than the step's work (a training loop with nothing else to do lost 20% of the bare
+  gather's rate with one worker, 16% with two; tools/loader_overhead.py). A consumer busy
+  elsewhere finds its steps ready and never does this. Only for a ``produce`` whose every call
+  finishes on its own (the loaders pass it without a user transform): the consumer cannot
+  return a step that became ready while it makes another, so a ``produce`` that waited on
+  something the consumer does next would never return. A KeyboardInterrupt (or any
+  BaseException that is not an Exception) raised inside such a step goes up from ``next()`` at
+  once; the step is also filed as failed, so it is raised again if that step is taken later.
 
 Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
 lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the
@@ -50,12 +53,13 @@ WORKERS_MAX: Final = 1024
 WORKERS_DEFAULT_MAX: Final = 4
 
 
-def default_workers() -> int:
-    """The worker threads of a loader that was given none: one fewer than the CPUs, since the
-    consumer makes steps too while it would wait (module docstring), at least 1, at most 4.
-    On two cores one worker ran the two-stream loader at 0.91x of the bare gather and two
-    workers at 0.86x (tools/loader_overhead.py measures the default)."""
-    return max(1, min(WORKERS_DEFAULT_MAX, (os.cpu_count() or 1) - 1))
+def default_workers(consumer_helps: bool) -> int:
+    """The worker threads of a loader that was given none: min(4, CPUs), and one fewer (at
+    least 1) when the consumer makes steps too while it would wait (module docstring). On two
+    cores, one worker ran the two-stream loader at 0.91x of the bare gather and two at 0.86x
+    (tools/loader_overhead.py measures the default)."""
+    cpus = os.cpu_count() or 1
+    return max(1, min(WORKERS_DEFAULT_MAX, cpus - 1 if consumer_helps else cpus))
 
 
 def _check_count(name: str, value: int, maximum: int) -> None:
@@ -79,6 +83,7 @@ class Prefetcher(Generic[T]):
         depth: int,
         workers: int,
         name: str = "loaderx-prefetch",
+        consumer_helps: bool = False,
     ) -> None:
         if not isinstance(start_step, int):
             raise TypeError(f"start_step must be an int, got {type(start_step).__name__}")
@@ -90,6 +95,7 @@ class Prefetcher(Generic[T]):
             raise TypeError("produce must be callable")
         self._produce: Callable[[int], T] = produce
         self._depth: int = depth
+        self._consumer_helps: bool = consumer_helps
         # A reentrant lock: a garbage-collector finaliser may call close() on a worker thread
         # that already holds the lock (see close()).
         self._lock: threading.RLock = threading.RLock()
@@ -154,7 +160,7 @@ class Prefetcher(Generic[T]):
 
     def __next__(self) -> T:
         """Returns the next step's result (or raises its error); until it is ready, makes steps
-        no worker has started, or blocks when there are none (module docstring)."""
+        no worker has started if the consumer helps, else blocks (module docstring)."""
         if os.getpid() != self._pid:
             self._refuse_forked()
         while True:
@@ -168,9 +174,9 @@ class Prefetcher(Generic[T]):
             self._run(own, consumer=True)
 
     def _take_or_claim(self) -> tuple[int, T | None, BaseException | None]:
-        """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
-        None) claiming a step for the consumer to make, waiting only when the window has none.
-        StopIteration once closed."""
+        """(-1, value, error) taking the consumer's step once it is ready; else, when the
+        consumer helps, (step, None, None) claiming a step for it to make; waits only when there
+        is neither. StopIteration once closed."""
         with self._lock:
             while True:
                 if self._closed:
@@ -183,7 +189,7 @@ class Prefetcher(Generic[T]):
                     if step in self._errors:
                         return -1, None, self._errors.pop(step)
                     return -1, self._values.pop(step), None
-                if self._claim_step - step < self._depth:
+                if self._consumer_helps and self._claim_step - step < self._depth:
                     own = self._claim_step
                     self._claim_step = own + 1
                     return own, None, None

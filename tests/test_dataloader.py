@@ -441,7 +441,7 @@ def test_defaults(streams: dict[str, DenseDataset]) -> None:
         assert loader.mode == "cyclic"
         assert loader.seed == 0
         assert loader.step == 0
-        assert loader.workers == default_workers() <= 4
+        assert loader.workers == default_workers(consumer_helps=True) <= 4
         assert loader.length == RECORDS
         batch = next(loader)
         check_aligned(batch, Sampler(RECORDS, 256).batch(0))
@@ -573,3 +573,24 @@ def test_a_wrong_keyword_names_the_right_one(
         DataLoader(streams, **{keyword: 2})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unexpected keyword argument 'zzz'$"):
         DataLoader(streams, zzz=1)  # type: ignore[arg-type]
+
+
+def test_a_transform_runs_on_worker_threads_only(streams: dict[str, DenseDataset]) -> None:
+    """Without a transform the consumer may make steps itself while it waits; a user's transform
+    is never run on the consumer's thread (it might wait for something the consumer does)."""
+    threads: set[str] = set()
+
+    def record_thread(batch: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+        threads.add(threading.current_thread().name)
+        return batch
+
+    sampler = Sampler(RECORDS, 16, seed=3)
+    with DataLoader(streams, batch_size=16, seed=3, transform=record_thread, workers=1) as loader:
+        assert loader.workers == 1
+        for step in range(40):
+            check_aligned(next(loader), sampler.batch(step))
+    assert threads == {"loaderx-prefetch-0"}
+    with DataLoader(streams, batch_size=16, seed=3, prefetch=3, workers=1) as loader:
+        assert [int(next(loader)["label"][0]) for _ in range(40)] == [
+            int(sampler.batch(step)[0]) for step in range(40)
+        ]

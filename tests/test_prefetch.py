@@ -256,7 +256,7 @@ class GatedWorker:
 
 def test_a_waiting_consumer_makes_the_steps_no_worker_started() -> None:
     produce = GatedWorker()
-    with Prefetcher(produce, 0, 4, 1) as prefetcher:
+    with Prefetcher(produce, 0, 4, 1, consumer_helps=True) as prefetcher:
         produce.wait_started(0)  # the one worker is inside step 0 until the gate opens
         threading.Timer(0.2, produce.gate.set).start()
         assert next(prefetcher) == 0
@@ -270,9 +270,18 @@ def test_a_waiting_consumer_makes_the_steps_no_worker_started() -> None:
     assert all(len(makers) == 1 for makers in produce.made_by.values())
 
 
+def test_a_consumer_that_does_not_help_only_waits() -> None:
+    produce = GatedWorker()
+    with Prefetcher(produce, 0, 4, 1) as prefetcher:
+        produce.wait_started(0)
+        threading.Timer(0.2, produce.gate.set).start()
+        assert [next(prefetcher) for _ in range(6)] == [step * 10 for step in range(6)]
+    assert all(makers == ["loaderx-prefetch-0"] for makers in produce.made_by.values())
+
+
 def test_an_interrupt_in_a_step_the_consumer_makes_goes_up_at_once_and_stays_filed() -> None:
     produce = GatedWorker(interrupt_at=2)
-    with Prefetcher(produce, 0, 4, 1) as prefetcher:
+    with Prefetcher(produce, 0, 4, 1, consumer_helps=True) as prefetcher:
         produce.wait_started(0)
         with pytest.raises(KeyboardInterrupt, match="interrupted in step 2"):
             next(prefetcher)  # makes step 1, then step 2 raises on this thread
@@ -321,9 +330,12 @@ def test_a_forked_child_refuses_next_and_closes_without_the_parents_lock() -> No
     prefetcher.close()
 
 
-@pytest.mark.parametrize("cpus,workers", [(None, 1), (1, 1), (2, 1), (3, 2), (5, 4), (64, 4)])
-def test_default_workers_leave_a_cpu_to_the_consumer(
-    monkeypatch: pytest.MonkeyPatch, cpus: int | None, workers: int
+@pytest.mark.parametrize(
+    "cpus,helping,alone", [(None, 1, 1), (1, 1, 1), (2, 1, 2), (3, 2, 3), (5, 4, 4), (64, 4, 4)]
+)
+def test_default_workers_leave_a_cpu_to_a_consumer_that_helps(
+    monkeypatch: pytest.MonkeyPatch, cpus: int | None, helping: int, alone: int
 ) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
-    assert default_workers() == workers
+    assert default_workers(consumer_helps=True) == helping
+    assert default_workers(consumer_helps=False) == alone
