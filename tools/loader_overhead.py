@@ -1,20 +1,20 @@
 """Where the DataLoader's rate goes below the bare gather, measured side by side in one process.
 
-    python3 tools/loader_overhead.py [--records 10000] [--rounds 11]
+    python3 tools/loader_overhead.py [--records 10000] [--rounds 11] [--block 0.5]
 
 Rows, each a block of back-to-back batches per round, rounds interleaved (medians printed):
 - bare gather, 1 buffer: sampler + gather_into one reused array on this thread (the loader
   table's reference);
 - bare gather, ring of 5: the same into 5 arrays in turn, as the loader's ring of prefetch + 1
   slots does: what a colder destination costs by itself;
-- loader, records: the DataLoader over the records alone;
+- loader, records: the DataLoader over the records alone, default settings;
 - loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
-- lock handoff, records + labels: the same step made on one worker thread and handed over
-  through per-slot C locks, the cheapest handover Python has: what the Prefetcher's own
-  bookkeeping costs on top.
+- lock handoff, records + labels: the same step made on one worker thread only and handed over
+  through per-slot C locks, the cheapest hand-over Python has, with a consumer that only waits
+  (how the loader worked before its consumer made steps itself).
 Each row also prints the context switches per batch of all the process's threads (from
-/proc/self/task/*/status): the bare gather's helper takes batches without a switch; a loader's
-consumer sleeps and wakes once per batch at least.
+/proc/self/task/*/status): the bare gather's pool helper takes batches without a switch; a
+consumer that only waits sleeps and is woken once per batch at least.
 """
 
 from __future__ import annotations
