@@ -32,9 +32,10 @@ def jittery_square(step: int) -> int:
     return step * step
 
 
+@pytest.mark.parametrize("helps", [False, True])
 @pytest.mark.parametrize("depth,workers", [(1, 1), (1, 4), (2, 2), (4, 4), (8, 3), (3, 8)])
-def test_results_arrive_in_step_order(depth: int, workers: int) -> None:
-    with Prefetcher(jittery_square, 5, depth, workers) as prefetcher:
+def test_results_arrive_in_step_order(depth: int, workers: int, helps: bool) -> None:
+    with Prefetcher(jittery_square, 5, depth, workers, consumer_helps=helps) as prefetcher:
         got = [next(prefetcher) for _ in range(200)]
         assert prefetcher.next_step == 205
     assert got == [s * s for s in range(5, 205)]
@@ -71,10 +72,11 @@ def settle(recorder: Recorder, expected: int) -> None:
     time.sleep(0.02)  # give any over-eager worker the chance to break the bound
 
 
+@pytest.mark.parametrize("helps", [False, True])
 @pytest.mark.parametrize("depth,workers", [(1, 1), (3, 2), (4, 4), (6, 2)])
-def test_at_most_depth_steps_ahead_of_the_consumer(depth: int, workers: int) -> None:
+def test_at_most_depth_steps_ahead_of_the_consumer(depth: int, workers: int, helps: bool) -> None:
     recorder = Recorder()
-    with Prefetcher(recorder, 10, depth, workers) as prefetcher:
+    with Prefetcher(recorder, 10, depth, workers, consumer_helps=helps) as prefetcher:
         settle(recorder, 10 + depth - 1)
         assert recorder.max_started() == 10 + depth - 1
         for taken in range(1, 6):
@@ -90,9 +92,10 @@ def fail_at_7(step: int) -> int:
     return step
 
 
+@pytest.mark.parametrize("helps", [False, True])
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_error_surfaces_at_its_step_with_traceback(workers: int) -> None:
-    with Prefetcher(fail_at_7, 0, 4, workers) as prefetcher:
+def test_error_surfaces_at_its_step_with_traceback(workers: int, helps: bool) -> None:
+    with Prefetcher(fail_at_7, 0, 4, workers, consumer_helps=helps) as prefetcher:
         assert [next(prefetcher) for _ in range(7)] == list(range(7))
         with pytest.raises(KeyError, match="bad record at step 7") as info:
             next(prefetcher)
@@ -181,8 +184,9 @@ def test_close_from_inside_produce_does_not_deadlock() -> None:
     prefetcher.close()  # joins the worker that closed it
 
 
-def test_many_consumers_share_one_ordered_stream() -> None:
-    with Prefetcher(jittery_square, 0, 4, 4) as prefetcher:
+@pytest.mark.parametrize("helps", [False, True])
+def test_many_consumers_share_one_ordered_stream(helps: bool) -> None:
+    with Prefetcher(jittery_square, 0, 4, 4, consumer_helps=helps) as prefetcher:
         lock = threading.Lock()
         taken: list[int] = []
 
