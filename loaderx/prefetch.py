@@ -223,28 +223,22 @@ class Prefetcher(Generic[T]):
         try:
             value = self._produce(step)
         except BaseException as error:  # delivered to the consumer, never swallowed
-            filed = self._file_error(step, error)
+            filed = self._file(step, None, error)
             if consumer and not isinstance(error, Exception):
                 raise
             return filed
-        return self._file_value(step, value)
+        return self._file(step, value, None)
 
-    def _file_value(self, step: int, value: T) -> bool:
-        """Files step's result for the consumer; False once closed (the result is dropped)."""
+    def _file(self, step: int, value: T | None, error: BaseException | None) -> bool:
+        """Files step's result, or the error its next() raises when one is given; False once
+        closed (the result is dropped)."""
         with self._lock:
             if self._closed:
                 return False
-            self._values[step] = value
-            if step == self._take_step:
-                self._ready.notify_all()
-        return True
-
-    def _file_error(self, step: int, error: BaseException) -> bool:
-        """Files the error step's next() raises; False once closed."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._errors[step] = error
+            if error is None:
+                self._values[step] = cast(T, value)
+            else:
+                self._errors[step] = error
             if step == self._take_step:
                 self._ready.notify_all()
         return True
