@@ -240,7 +240,8 @@ class DataLoader:
     batch of batch_size * count). transform runs on the worker threads. prefetch bounds how
     many steps are computed ahead of the consumer; workers is the thread count (at most
     prefetch are used; default min(4, CPUs), one fewer without a transform, when the consumer
-    makes steps itself while it would otherwise wait). reuse_buffers trades the batch lifetime for fewer allocations (module docstring).
+    makes steps itself while it would otherwise wait). reuse_buffers trades the batch lifetime
+    for fewer allocations (module docstring).
 
     An exception raised while making a step (a read or the transform) is raised by the next()
     that would have returned that step, with its original traceback; the step counts as taken,

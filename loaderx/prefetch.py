@@ -20,8 +20,8 @@ DataLoader builds on:
   finds its step not ready and the window has a step no worker has started, the consumer runs
   ``produce`` for that step on its own thread and files the result as a worker would, then
   looks again. Why: on a small machine the consumer sleeping and being woken for every step
-  cost more than the step's work (a training loop with nothing else to do lost 20% of the bare
-  gather's rate with one worker, 16% with two; tools/loader_overhead.py). A consumer busy
+  cost more than the step's work (with labels, a loader with nothing else to do ran at 0.84x
+  of the bare gather before and 0.93x after; tools/loader_overhead.py). A consumer busy
   elsewhere finds its steps ready and never does this. Only for a ``produce`` whose every call
   finishes on its own (the loaders pass it without a user transform): the consumer cannot
   return a step that became ready while it makes another, so a ``produce`` that waited on
@@ -42,7 +42,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Callable, Final, Generic, TypeVar, cast
+from typing import Callable, Final, Generic, NoReturn, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -55,9 +55,8 @@ WORKERS_DEFAULT_MAX: Final = 4
 
 def default_workers(consumer_helps: bool) -> int:
     """The worker threads of a loader that was given none: min(4, CPUs), and one fewer (at
-    least 1) when the consumer makes steps too while it would wait (module docstring). On two
-    cores, one worker ran the two-stream loader at 0.91x of the bare gather and two at 0.86x
-    (tools/loader_overhead.py measures the default)."""
+    least 1) when the consumer makes steps too while it would wait (module docstring): on two
+    cores, one worker beat two (tools/loader_overhead.py prints both)."""
     cpus = os.cpu_count() or 1
     return max(1, min(WORKERS_DEFAULT_MAX, cpus - 1 if consumer_helps else cpus))
 
@@ -148,7 +147,7 @@ class Prefetcher(Generic[T]):
         """Whether this is a forked child of the process that created the Prefetcher."""
         return os.getpid() != self._pid
 
-    def _refuse_forked(self) -> None:
+    def _refuse_forked(self) -> NoReturn:
         raise RuntimeError(
             "this loader was created in another process (before a fork): its threads do not "
             "exist here and it would wait forever for their steps; create the loader in this "

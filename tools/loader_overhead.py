@@ -9,6 +9,7 @@ Rows, each a block of back-to-back batches per round, rounds interleaved (median
   slots does: what a colder destination costs by itself;
 - loader, records: the DataLoader over the records alone, default settings;
 - loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
+- the same with workers=2 instead of the default (one fewer than the CPUs without a transform);
 - lock handoff, records + labels: the same step made on one worker thread only and handed over
   through per-slot C locks, the cheapest hand-over Python has, with a consumer that only waits
   (how the loader worked before its consumer made steps itself).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import sys
 import tempfile
 import threading
@@ -33,9 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.layers import data, timing  # noqa: E402
+from benchmarks.layers import data, loaders, timing  # noqa: E402
 from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataloader import DataLoader  # noqa: E402
 from loaderx.dataset import DenseDataset  # noqa: E402
 from loaderx.sampler import Sampler  # noqa: E402
 
@@ -54,30 +55,6 @@ def context_switches() -> int:
             if "ctxt_switches:" in line:  # voluntary and nonvoluntary
                 total += int(line.split()[1])
     return total
-
-
-def bare(path: Path, buffers: int) -> Callable[[], object]:
-    dataset = DenseDataset(str(path))
-    sampler = Sampler(len(dataset), BATCH, mode="cyclic", seed=0)
-    indices = np.empty(BATCH, dtype=np.int64)
-    outs = [np.empty((BATCH, *dataset.item_shape), dtype=dataset.dtype) for _ in range(buffers)]
-    steps = itertools.count()
-
-    def step() -> object:
-        s = next(steps)
-        sampler.fill(s, indices)
-        dataset.gather_into(indices, outs[s % buffers])
-        return outs[s % buffers]
-
-    return step
-
-
-def loader(path: Path, labels: Path | None) -> Callable[[], object]:
-    streams = {"x": DenseDataset(str(path))}
-    if labels is not None:
-        streams["y"] = DenseDataset(str(labels))
-    iterator = iter(DataLoader(streams, batch_size=BATCH, mode="cyclic", seed=0))
-    return lambda: next(iterator)
 
 
 def lock_handoff(path: Path, labels: Path) -> Callable[[], object]:
@@ -140,12 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         array = data.generate("mild", args.records, (64, 64, 3), seed=0)
         from_numpy(str(folder / "raw"), array, codec="raw")
         from_numpy(str(folder / "labels"), np.arange(args.records, dtype=np.int64), codec="raw")
+        raw, labels = folder / "raw", folder / "labels"
         calls: dict[str, Callable[[], object]] = {
-            "bare gather, 1 buffer": bare(folder / "raw", 1),
-            f"bare gather, ring of {RING}": bare(folder / "raw", RING),
-            "loader, records": loader(folder / "raw", None),
-            "loader, records + labels": loader(folder / "raw", folder / "labels"),
-            "lock handoff, records + labels": lock_handoff(folder / "raw", folder / "labels"),
+            "bare gather, 1 buffer": loaders.bare_gather(raw, BATCH)[0],
+            f"bare gather, ring of {RING}": loaders.bare_gather(raw, BATCH, RING)[0],
+            "loader, records": loaders.loaderx_loop(raw, BATCH, None)[0],
+            "loader, records + labels": loaders.loaderx_loop(raw, BATCH, None, labels=labels)[0],
+            "loader, records + labels, 2 workers": loaders.loaderx_loop(
+                raw, BATCH, None, labels=labels, workers=2)[0],
+            "lock handoff, records + labels": lock_handoff(raw, labels),
         }
         check_batches(calls, array, Sampler(args.records, BATCH, mode="cyclic", seed=0))
         del array
@@ -164,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
                 timings[name].samples.append(elapsed / count)
                 timings[name].calls += count
     reference = 1.0 / timings["bare gather, 1 buffer"].median
-    print(f"{'row':34s} {'batches/s':>10s} {'vs bare':>8s} {'switches/batch':>15s}")
+    print(f"{'row':38s} {'batches/s':>10s} {'vs bare':>8s} {'switches/batch':>15s}")
     for name, t in timings.items():
         rate = 1.0 / t.median
-        per_batch = sorted(switches[name])[len(switches[name]) // 2]
-        print(f"{name:34s} {rate:10,.0f} {rate / reference:7.2f}x {per_batch:15.2f}")
+        per_batch = statistics.median(switches[name])
+        print(f"{name:38s} {rate:10,.0f} {rate / reference:7.2f}x {per_batch:15.2f}")
     print(f"medians of {args.rounds} interleaved rounds of {args.block:g} s; batches of {BATCH} x 12 KiB "
           f"from {args.records} records")
     return 0

@@ -38,8 +38,10 @@ def augment(batch: np.ndarray) -> np.ndarray:
 
 
 def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = False,
-                 labels: Path | None = None) -> tuple[Next, Callable[[], None]]:
-    """The DataLoader over the records ("x") and, with `labels`, a second stream ("y")."""
+                 labels: Path | None = None, workers: int | None = None
+                 ) -> tuple[Next, Callable[[], None]]:
+    """The DataLoader over the records ("x") and, with `labels`, a second stream ("y");
+    `workers` None is the loader's default."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
 
@@ -52,6 +54,8 @@ def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = Fal
         def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {name: transform(values) for name, values in b.items()}
     extra: dict[str, Any] = {"reuse_buffers": True} if reuse else {}
+    if workers is not None:
+        extra["workers"] = workers
     loader = DataLoader(streams, batch_size=batch, transform=stream_transform,
                         mode="cyclic", seed=0, **extra)
     iterator = iter(loader)
@@ -64,19 +68,22 @@ def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = Fal
     return (lambda: next(iterator)), close
 
 
-def bare_gather(path: Path, batch: int) -> tuple[Next, Callable[[], None]]:
-    """Sampler plus one gather into a reused array, on this thread: what the loop wraps."""
+def bare_gather(path: Path, batch: int, buffers: int = 1) -> tuple[Next, Callable[[], None]]:
+    """Sampler plus one gather into a reused array, on this thread: what the loop wraps. With
+    `buffers` > 1, step s goes to array s % buffers (the loader's ring, without its threads)."""
     from loaderx.dataset import DenseDataset
     from loaderx.sampler import Sampler
 
     dataset = DenseDataset(str(path))
     sampler = Sampler(len(dataset), batch, mode="cyclic", seed=0)
     indices = np.empty(batch, dtype=np.int64)
-    out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)
+    outs = [np.empty((batch, *dataset.item_shape), dtype=dataset.dtype) for _ in range(buffers)]
     steps = itertools.count()
 
     def step() -> object:
-        sampler.fill(next(steps), indices)
+        s = next(steps)
+        out = outs[s % buffers]
+        sampler.fill(s, indices)
         dataset.gather_into(indices, out)
         return out
 
