@@ -49,6 +49,30 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize) u
     return end;
 }
 
+/// copy for a batch whose sources are already known: sources[i] is position i's record
+/// (exactly `stride` raw bytes needing no further check), or null for one that needs more,
+/// where the copy stops and returns i (`end` when all were copied).
+pub fn copySources(dst: [*]u8, stride: u64, sources: []const ?[*]const u8, begin: usize, end: usize) usize {
+    assert(begin <= end and end <= sources.len);
+    if (stride == 0 or stride > limits.record_size_max) return begin;
+    for (sources[begin..@min(end, begin + group)]) |source| if (source) |src| prefetchRecord(src, stride);
+    var i = begin;
+    while (i < end) {
+        const stop = @min(end, i + group);
+        var ready: [group][*]const u8 = undefined;
+        var count: usize = 0;
+        for (sources[i..stop]) |source| {
+            ready[count] = source orelse break;
+            count += 1;
+        }
+        for (sources[stop..@min(end, stop + group)]) |source| if (source) |src| prefetchRecord(src, stride);
+        copyRecords(dst + i * stride, ready[0..count], stride);
+        i += count;
+        if (i < stop) return i;
+    }
+    return end;
+}
+
 /// Starts loading what a later group needs first: a run's record its bytes (no entry is read
 /// for it), any other record its table entry. Only a hint: copy checks everything again.
 inline fn prefetchAhead(at: Located, stride: u64) void {
@@ -85,5 +109,25 @@ test "copyRecords: every size class lands each record in its slot" {
         const sources = [_][*]const u8{ source_bytes[3 * stride ..].ptr, source_bytes[2 * stride ..].ptr, source_bytes[stride..].ptr, source_bytes[0..].ptr };
         copyRecords(&dst, &sources, stride);
         for (0..4) |k| try std.testing.expectEqualSlices(u8, source_bytes[(3 - k) * stride ..][0..stride], dst[k * stride ..][0..stride]);
+    }
+}
+
+test "copySources: copies up to the first record that needs more, across groups" {
+    const count = 2 * group + 6;
+    var source_bytes: [count * 3]u8 = undefined;
+    for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 13 +% 1);
+    var sources: [count]?[*]const u8 = undefined;
+    // Position i reads record count - 1 - i, and position `stop` needs more than a copy.
+    for (&sources, 0..) |*source, i| source.* = source_bytes[(count - 1 - i) * 3 ..].ptr;
+    const stop = group + 8;
+    sources[stop] = null;
+    var dst: [count * 3]u8 = @splat(0xEE);
+    try std.testing.expectEqual(@as(usize, stop), copySources(&dst, 3, &sources, 0, count));
+    try std.testing.expectEqual(@as(usize, count), copySources(&dst, 3, &sources, stop + 1, count));
+    for (0..count) |i| {
+        const slot = dst[i * 3 ..][0..3];
+        if (i == stop) {
+            try std.testing.expectEqualSlices(u8, &.{ 0xEE, 0xEE, 0xEE }, slot);
+        } else try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], slot);
     }
 }

@@ -189,20 +189,24 @@ pub const View = struct {
         }
     }
 
-    /// Per-call scratch: a route per index and one bit per store.
+    /// Per-call scratch: a route and a raw source per index, and one bit per store.
     const Scratch = struct {
         routes: []Route,
+        sources: []?[*]const u8,
         touched: []u64,
 
         fn init(allocator: Allocator, index_count: usize, store_count: usize) Error!Scratch {
             const routes = allocator.alloc(Route, index_count) catch return outOfMemory();
             errdefer allocator.free(routes);
+            const sources = allocator.alloc(?[*]const u8, index_count) catch return outOfMemory();
+            errdefer allocator.free(sources);
             const touched = allocator.alloc(u64, (store_count + 63) / 64) catch return outOfMemory();
-            return .{ .routes = routes, .touched = touched };
+            return .{ .routes = routes, .sources = sources, .touched = touched };
         }
 
         fn deinit(scratch: Scratch, allocator: Allocator) void {
             allocator.free(scratch.routes);
+            allocator.free(scratch.sources);
             allocator.free(scratch.touched);
         }
     };
@@ -221,7 +225,7 @@ pub const View = struct {
         }
         const first = scratch.routes[0];
         const bytes_min = view.stores[first.store_index].gatherBytesMin(first.local);
-        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
+        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .sources = scratch.sources, .destination = destination };
         pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
         try task.failure.check();
     }
@@ -242,6 +246,8 @@ pub const View = struct {
     const GatherTask = struct {
         view: *View,
         routes: []const Route,
+        /// Position i's raw source, found by `resolve` for the block holding i.
+        sources: []?[*]const u8,
         destination: Destination,
         failure: Failure = .{},
 
@@ -250,14 +256,16 @@ pub const View = struct {
             var dctx: ?*codec.DCtx = null;
             defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
             while (blocks.next()) |range| {
+                const fixed = task.destination.offsets == null;
+                if (fixed) task.resolve(range.begin, range.end);
                 var i = range.begin;
                 while (i < range.end) : (i += 1) {
                     if (task.failure.failed()) return;
                     // Raw fixed-size records take the pipelined copy, as from one store; the
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
-                    if (task.destination.offsets == null) {
-                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end);
+                    if (fixed) {
+                        i = raw_copy.copySources(task.destination.base, task.destination.stride, task.sources, i, range.end);
                         if (i == range.end) break;
                     }
                     const r = task.routes[i];
@@ -267,10 +275,15 @@ pub const View = struct {
             }
         }
 
-        /// Position i's record, for raw_copy.copy.
-        pub fn locate(task: *const GatherTask, i: usize) raw_copy.Located {
-            const r = task.routes[i];
-            return .{ .store = task.view.stores[r.store_index], .index = r.local };
+        /// The raw sources of positions begin..<end, in one pass of its own: each record's
+        /// store must be found first, and a loop that does nothing else lets those lookups
+        /// overlap, where between copies they would wait for each other.
+        fn resolve(task: *GatherTask, begin: usize, end: usize) void {
+            const stride = task.destination.stride;
+            for (task.routes[begin..end], task.sources[begin..end]) |r, *source| {
+                const store = task.view.stores[r.store_index];
+                source.* = if (store.copiesRawUnchecked()) store.rawSource(r.local, stride) else null;
+            }
         }
     };
 
@@ -444,6 +457,46 @@ test "a view routes by shift when every store but the last holds the same power 
         try view.gather(&indices, .{ .base = &out, .stride = 1 }, out.len);
         for (indices, out) |index, byte| try testing.expectEqual(@as(u8, @intCast(index)), byte);
         try testing.expectError(error.IndexOutOfRange, view.gather(&.{11}, .{ .base = &out, .stride = 1 }, 1));
+    }
+}
+
+test "a view copies raw records of fixed size and decompresses the others, interleaved" {
+    var folder = testing.tmpDir(.{});
+    defer folder.cleanup();
+    const io = pool.io();
+    // Store k holds 40 records of 64 bytes: record j is k 32 times, then j 32 times. Store 1
+    // compresses them, so positions routed there leave the pipelined copy for gatherRecord.
+    const size = 64;
+    var stores: [3]*Store = undefined;
+    var opened: usize = 0;
+    defer for (stores[0..opened]) |s| s.close();
+    for (0..3) |k| {
+        var name_buffer: [8]u8 = undefined;
+        const name = try std.fmt.bufPrint(&name_buffer, "m{d}", .{k});
+        try folder.dir.createDir(io, name, .default_dir);
+        var path_buffer: [96]u8 = undefined;
+        const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}/{s}", .{ folder.sub_path, name });
+        stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+        opened += 1;
+        var data: [40 * size]u8 = undefined;
+        for (0..40) |j| {
+            @memset(data[j * size ..][0 .. size / 2], @intCast(k));
+            @memset(data[j * size + size / 2 ..][0 .. size / 2], @intCast(j));
+        }
+        const codec_tag: @import("format.zig").Codec = if (k == 1) .zstd else .raw;
+        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 40 }, @intFromEnum(codec_tag));
+    }
+    try testing.expectEqual(@import("format.zig").Codec.zstd, stores[1].meta.table[0].codec);
+    const view = try View.open(testing.allocator, &stores);
+    defer view.close();
+    var indices: [120]i64 = undefined;
+    for (&indices, 0..) |*index, i| index.* = @intCast((i * 37) % 120);
+    var out: [120 * size]u8 = undefined;
+    try view.gather(&indices, .{ .base = &out, .stride = size }, out.len);
+    for (indices, 0..) |index, i| {
+        const slot = out[i * size ..][0..size];
+        for (slot[0 .. size / 2]) |byte| try testing.expectEqual(@as(u8, @intCast(@divTrunc(index, 40))), byte);
+        for (slot[size / 2 ..]) |byte| try testing.expectEqual(@as(u8, @intCast(@mod(index, 40))), byte);
     }
 }
 
