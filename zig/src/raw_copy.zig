@@ -28,57 +28,49 @@ pub const Located = struct { store: *const Store, index: u64 };
 pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize) usize {
     assert(begin <= end);
     if (stride == 0 or stride > limits.record_size_max) return begin;
-    for (begin..@min(end, begin + group)) |i| prefetchAhead(batch.locate(i), stride);
+    var sources: [window][*]const u8 = undefined;
     var i = begin;
     while (i < end) {
-        const stop = @min(end, i + group);
-        var sources: [group][*]const u8 = undefined;
-        var count: usize = 0;
-        for (i..stop) |j| {
-            const at = batch.locate(j);
-            if (!at.store.copiesRawUnchecked()) break;
-            sources[count] = at.store.rawSource(at.index, stride) orelse break;
-            prefetchRecord(sources[count], stride);
-            count += 1;
-        }
-        for (stop..@min(end, stop + group)) |j| prefetchAhead(batch.locate(j), stride);
-        copyRecords(dst + i * stride, sources[0..count], stride);
+        const stop = @min(end, i + window);
+        const count = resolve(batch, stride, i, stop, &sources);
+        copySources(dst + i * stride, stride, sources[0..count]);
         i += count;
         if (i < stop) return i;
     }
     return end;
 }
 
-/// copy for a batch whose sources are already known: sources[i] is position i's record
-/// (exactly `stride` raw bytes needing no further check), or null for one that needs more,
-/// where the copy stops and returns i (`end` when all were copied).
-pub fn copySources(dst: [*]u8, stride: u64, sources: []const ?[*]const u8, begin: usize, end: usize) usize {
-    assert(begin <= end and end <= sources.len);
-    if (stride == 0 or stride > limits.record_size_max) return begin;
-    for (sources[begin..@min(end, begin + group)]) |source| if (source) |src| prefetchRecord(src, stride);
-    var i = begin;
-    while (i < end) {
-        const stop = @min(end, i + group);
-        var ready: [group][*]const u8 = undefined;
-        var count: usize = 0;
-        for (sources[i..stop]) |source| {
-            ready[count] = source orelse break;
-            count += 1;
-        }
-        for (sources[stop..@min(end, stop + group)]) |source| if (source) |src| prefetchRecord(src, stride);
-        copyRecords(dst + i * stride, ready[0..count], stride);
-        i += count;
-        if (i < stop) return i;
+/// Records whose sources are found before the first of them is copied.
+const window = 256;
+
+/// Finds the sources of positions begin, begin+1, ... up to the first record that needs more
+/// than a plain copy, and returns how many it found. A loop that does nothing else: the
+/// lookups of its records (their store, then their run or table entry) overlap each other,
+/// where between copies they would wait for each other (a gather of 256 8-byte records took
+/// 12% less time, and one from 64 shards 1% to 3% less, once they stopped doing so).
+fn resolve(batch: anytype, stride: u64, begin: usize, end: usize, sources: *[window][*]const u8) usize {
+    assert(end - begin <= window);
+    var count: usize = 0;
+    for (begin..end) |j| {
+        const at = batch.locate(j);
+        if (!at.store.copiesRawUnchecked()) break;
+        sources[count] = at.store.rawSource(at.index, stride) orelse break;
+        count += 1;
     }
-    return end;
+    return count;
 }
 
-/// Starts loading what a later group needs first: a run's record its bytes (no entry is read
-/// for it), any other record its table entry. Only a hint: copy checks everything again.
-inline fn prefetchAhead(at: Located, stride: u64) void {
-    if (at.store.runs.source(at.index, stride, at.store.chunks)) |src| {
-        prefetchRecord(src, stride);
-    } else @prefetch(&at.store.meta.table[@intCast(at.index)], .{ .rw = .read, .locality = 3, .cache = .data });
+/// Copies sources[k] to dst + k * stride for every k, starting the loads of each group of
+/// records before the group before it is copied.
+fn copySources(dst: [*]u8, stride: u64, sources: []const [*]const u8) void {
+    for (sources[0..@min(sources.len, group)]) |src| prefetchRecord(src, stride);
+    var i: usize = 0;
+    while (i < sources.len) {
+        const stop = @min(sources.len, i + group);
+        for (sources[stop..@min(sources.len, stop + group)]) |src| prefetchRecord(src, stride);
+        copyRecords(dst + i * stride, sources[i..stop], stride);
+        i = stop;
+    }
 }
 
 /// Starts loading a record's bytes: every cache line of a small one (a record of a few lines
@@ -112,22 +104,15 @@ test "copyRecords: every size class lands each record in its slot" {
     }
 }
 
-test "copySources: copies up to the first record that needs more, across groups" {
+test "copySources: every record lands in its slot, across groups" {
     const count = 2 * group + 6;
     var source_bytes: [count * 3]u8 = undefined;
     for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 13 +% 1);
-    var sources: [count]?[*]const u8 = undefined;
-    // Position i reads record count - 1 - i, and position `stop` needs more than a copy.
+    // Slot i reads record count - 1 - i, so a copy that ignored `sources` would be caught.
+    var sources: [count][*]const u8 = undefined;
     for (&sources, 0..) |*source, i| source.* = source_bytes[(count - 1 - i) * 3 ..].ptr;
-    const stop = group + 8;
-    sources[stop] = null;
-    var dst: [count * 3]u8 = @splat(0xEE);
-    try std.testing.expectEqual(@as(usize, stop), copySources(&dst, 3, &sources, 0, count));
-    try std.testing.expectEqual(@as(usize, count), copySources(&dst, 3, &sources, stop + 1, count));
-    for (0..count) |i| {
-        const slot = dst[i * 3 ..][0..3];
-        if (i == stop) {
-            try std.testing.expectEqualSlices(u8, &.{ 0xEE, 0xEE, 0xEE }, slot);
-        } else try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], slot);
-    }
+    var dst: [count * 3 + 1]u8 = @splat(0xEE);
+    copySources(&dst, 3, &sources);
+    for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], dst[i * 3 ..][0..3]);
+    try std.testing.expectEqual(@as(u8, 0xEE), dst[count * 3]);
 }

@@ -189,24 +189,20 @@ pub const View = struct {
         }
     }
 
-    /// Per-call scratch: a route and a raw source per index, and one bit per store.
+    /// Per-call scratch: a route per index and one bit per store.
     const Scratch = struct {
         routes: []Route,
-        sources: []?[*]const u8,
         touched: []u64,
 
         fn init(allocator: Allocator, index_count: usize, store_count: usize) Error!Scratch {
             const routes = allocator.alloc(Route, index_count) catch return outOfMemory();
             errdefer allocator.free(routes);
-            const sources = allocator.alloc(?[*]const u8, index_count) catch return outOfMemory();
-            errdefer allocator.free(sources);
             const touched = allocator.alloc(u64, (store_count + 63) / 64) catch return outOfMemory();
-            return .{ .routes = routes, .sources = sources, .touched = touched };
+            return .{ .routes = routes, .touched = touched };
         }
 
         fn deinit(scratch: Scratch, allocator: Allocator) void {
             allocator.free(scratch.routes);
-            allocator.free(scratch.sources);
             allocator.free(scratch.touched);
         }
     };
@@ -225,7 +221,7 @@ pub const View = struct {
         }
         const first = scratch.routes[0];
         const bytes_min = view.stores[first.store_index].gatherBytesMin(first.local);
-        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .sources = scratch.sources, .destination = destination };
+        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
         pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
         try task.failure.check();
     }
@@ -246,8 +242,6 @@ pub const View = struct {
     const GatherTask = struct {
         view: *View,
         routes: []const Route,
-        /// Position i's raw source, found by `resolve` for the block holding i.
-        sources: []?[*]const u8,
         destination: Destination,
         failure: Failure = .{},
 
@@ -256,16 +250,14 @@ pub const View = struct {
             var dctx: ?*codec.DCtx = null;
             defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
             while (blocks.next()) |range| {
-                const fixed = task.destination.offsets == null;
-                if (fixed) task.resolve(range.begin, range.end);
                 var i = range.begin;
                 while (i < range.end) : (i += 1) {
                     if (task.failure.failed()) return;
                     // Raw fixed-size records take the pipelined copy, as from one store; the
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
-                    if (fixed) {
-                        i = raw_copy.copySources(task.destination.base, task.destination.stride, task.sources, i, range.end);
+                    if (task.destination.offsets == null) {
+                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end);
                         if (i == range.end) break;
                     }
                     const r = task.routes[i];
@@ -275,15 +267,10 @@ pub const View = struct {
             }
         }
 
-        /// The raw sources of positions begin..<end, in one pass of its own: each record's
-        /// store must be found first, and a loop that does nothing else lets those lookups
-        /// overlap, where between copies they would wait for each other.
-        fn resolve(task: *GatherTask, begin: usize, end: usize) void {
-            const stride = task.destination.stride;
-            for (task.routes[begin..end], task.sources[begin..end]) |r, *source| {
-                const store = task.view.stores[r.store_index];
-                source.* = if (store.copiesRawUnchecked()) store.rawSource(r.local, stride) else null;
-            }
+        /// Position i's record, for raw_copy.copy.
+        pub fn locate(task: *const GatherTask, i: usize) raw_copy.Located {
+            const r = task.routes[i];
+            return .{ .store = task.view.stores[r.store_index], .index = r.local };
         }
     };
 
