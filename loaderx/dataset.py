@@ -29,6 +29,7 @@ from loaderx.errors import (
     StoreFullError,
 )
 from loaderx.indexing import normalize_index
+from loaderx.native_calls import NDARRAY
 from loaderx.paths import is_file
 from loaderx.result_buffers import POOL as RESULT_BUFFERS
 from loaderx.schema import (
@@ -392,7 +393,7 @@ class DenseDataset(_DatasetBase):
     def __getitem__(self, index: object) -> Any:
         """ds[index] as NumPy would index an array: read(index), except that an int index into
         a dataset of scalars (item_shape ()) gives a NumPy scalar rather than a 0-d array."""
-        if type(index) is np.ndarray:
+        if type(index) is NDARRAY:
             fast = self._read_plain(index, None)
             if fast is not None:
                 return fast
@@ -408,7 +409,7 @@ class DenseDataset(_DatasetBase):
         a bool mask returns a (B, *item_shape) batch in index order. out must then have exactly
         that shape and the dataset's dtype, and be C-contiguous and writable.
         """
-        if type(index) is np.ndarray:
+        if type(index) is NDARRAY:
             fast = self._read_plain(index, out)
             if fast is not None:
                 return fast
@@ -443,7 +444,7 @@ class DenseDataset(_DatasetBase):
         shape = (index.shape[0], *self.item_shape)
         if out is None:
             result = _new_result(shape, self.dtype, index.shape[0] * self.record_size)
-        elif type(out) is np.ndarray and out.dtype == self.dtype and out.shape == shape:
+        elif type(out) is NDARRAY and out.dtype == self.dtype and out.shape == shape:
             result = out
         else:
             return None
@@ -459,11 +460,11 @@ class DenseDataset(_DatasetBase):
         Only cheap checks run here; the native side refuses out-of-range indices before copying.
         """
         # isinstance first: anything else (a bytearray, a list) has no .dtype to compare.
-        if not isinstance(out, np.ndarray):
+        if not isinstance(out, NDARRAY):
             raise TypeError(
                 f"out must be a numpy array of dtype {self.dtype}, not {type(out).__name__}"
             )
-        if not isinstance(indices, np.ndarray):
+        if not isinstance(indices, NDARRAY):
             raise TypeError(
                 f"indices must be an int64 numpy array, not {type(indices).__name__} "
                 "(normalise it with loaderx.indexing.normalize_index)"

@@ -36,6 +36,9 @@ except ImportError:  # pragma: no cover - exercised only without mypy installed
 LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 _INT64: Final = np.dtype(np.int64)
+# Held here: compiled code reads a Final from a static, where np.ndarray is an attribute lookup
+# on the numpy module at every call (four of them on the fast path of a small read).
+NDARRAY: Final = np.ndarray
 _BYTE: Final = ctypes.c_char
 # A writable array's address as _addressof(_first_byte(array)): about half the cost of
 # ndarray.ctypes.data; from_buffer refuses read-only and non-contiguous buffers.
@@ -128,10 +131,10 @@ class NativeCalls:
         normalises the index and raises the documented errors. The bounds check is the native
         one: the indices are scanned once, in native code, before any byte moves.
         """
-        if type(indices) is not np.ndarray or indices.dtype is not _INT64 or indices.ndim != 1:
+        if type(indices) is not NDARRAY or indices.dtype is not _INT64 or indices.ndim != 1:
             return False
         count = len(indices)
-        if not count or type(out) is not np.ndarray or out.nbytes != count * record_size:
+        if not count or type(out) is not NDARRAY or out.nbytes != count * record_size:
             return False
         try:
             # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
