@@ -43,6 +43,13 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize) u
 /// Records whose sources are found before the first of them is copied.
 const window = 256;
 
+comptime {
+    // A window holds whole groups, and its sources fit in a page of the caller's stack (pool
+    // helpers and Python threads alike).
+    assert(window % group == 0);
+    assert(window * @sizeOf([*]const u8) <= 4096);
+}
+
 /// Finds the sources of positions begin, begin+1, ... up to the first record that needs more
 /// than a plain copy, and returns how many it found. A loop that does nothing else: the
 /// lookups of its records (their store, then their run or table entry) overlap each other,
