@@ -344,3 +344,22 @@ def test_fuzzing_store_files_finds_no_crash_hang_or_silent_wrong_result() -> Non
     assert all(outcomes[name] == 0 for name in fuzz_store.FAILURES)
     # The experiment really corrupted things: most trials are detected.
     assert outcomes["detected"] > 100
+
+
+def test_flipped_raw_byte_in_a_shard_is_caught_through_the_view_with_verify_true(
+    tmp_path: Path,
+) -> None:
+    # A verifying handle sends every raw record through its checksum, shard by shard: the
+    # view's pipelined copy must not take them.
+    data = np.random.default_rng(11).integers(0, 256, (300, 16), dtype=np.uint8)
+    with DenseDataset(tmp_path / "d", dtype=np.uint8, item_shape=(16,), codec="raw",
+                      shard_records=100) as ds:
+        ds.append(data)
+    _flip_record(tmp_path / "d" / "shard-000001", 50, within=3)  # global record 150
+    with DenseDataset(tmp_path / "d", verify=True) as ds:
+        with pytest.raises(CorruptStoreError, match="record 50's stored bytes do not match"):
+            ds[np.array([10, 150, 250])]
+        picks = np.array([10, 149, 151, 250, 0, 299])
+        assert np.array_equal(ds[picks], data[picks])
+    with DenseDataset(tmp_path / "d") as ds:  # the default leaves raw records unchecked
+        assert not np.array_equal(ds[np.array([150])], data[[150]])
