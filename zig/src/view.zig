@@ -451,7 +451,7 @@ test "a view copies raw records of fixed size and decompresses the others, inter
     var folder = testing.tmpDir(.{});
     defer folder.cleanup();
     const io = pool.io();
-    // Store k holds 40 records of 64 bytes: record j is k 32 times, then j 32 times. Store 1
+    // Store k holds 200 records of 64 bytes: record j is k 32 times, then j 32 times. Store 1
     // compresses them, so positions routed there leave the pipelined copy for gatherRecord.
     const size = 64;
     var stores: [3]*Store = undefined;
@@ -465,25 +465,31 @@ test "a view copies raw records of fixed size and decompresses the others, inter
         const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}/{s}", .{ folder.sub_path, name });
         stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
         opened += 1;
-        var data: [40 * size]u8 = undefined;
-        for (0..40) |j| {
+        var data: [200 * size]u8 = undefined;
+        for (0..200) |j| {
             @memset(data[j * size ..][0 .. size / 2], @intCast(k));
             @memset(data[j * size + size / 2 ..][0 .. size / 2], @intCast(j));
         }
         const codec_tag: @import("format.zig").Codec = if (k == 1) .zstd else .raw;
-        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 40 }, @intFromEnum(codec_tag));
+        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 200 }, @intFromEnum(codec_tag));
     }
     try testing.expectEqual(@import("format.zig").Codec.zstd, stores[1].meta.table[0].codec);
     const view = try View.open(testing.allocator, &stores);
     defer view.close();
-    var indices: [120]i64 = undefined;
-    for (&indices, 0..) |*index, i| index.* = @intCast((i * 37) % 120);
-    var out: [120 * size]u8 = undefined;
+    // Positions 0..399 take raw records of stores 0 and 2 in turn (a run longer than a window
+    // of the copy), 400..599 the compressed ones of store 1; then the batch again, shuffled.
+    var indices: [1200]i64 = undefined;
+    for (indices[0..600], 0..) |*index, i| {
+        const j: i64 = @intCast(i / 2);
+        index.* = if (i >= 400) @intCast(200 + i - 400) else if (i % 2 == 0) j else 400 + j;
+    }
+    for (indices[600..], 0..) |*index, i| index.* = @intCast((i * 37) % 600);
+    var out: [1200 * size]u8 = undefined;
     try view.gather(&indices, .{ .base = &out, .stride = size }, out.len);
     for (indices, 0..) |index, i| {
         const slot = out[i * size ..][0..size];
-        for (slot[0 .. size / 2]) |byte| try testing.expectEqual(@as(u8, @intCast(@divTrunc(index, 40))), byte);
-        for (slot[size / 2 ..]) |byte| try testing.expectEqual(@as(u8, @intCast(@mod(index, 40))), byte);
+        for (slot[0 .. size / 2]) |byte| try testing.expectEqual(@as(u8, @intCast(@divTrunc(index, 200))), byte);
+        for (slot[size / 2 ..]) |byte| try testing.expectEqual(@as(u8, @intCast(@mod(index, 200))), byte);
     }
 }
 
