@@ -160,7 +160,7 @@ class Prefetcher(Generic[T]):
     def __next__(self) -> T:
         """Returns the next step's result (or raises its error); until it is ready, makes steps
         no worker has started if the consumer helps, else blocks (module docstring)."""
-        if os.getpid() != self._pid:
+        if self.forked:
             self._refuse_forked()
         while True:
             own, value, error = self._take_or_claim()
