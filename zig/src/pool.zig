@@ -11,6 +11,12 @@
 const std = @import("std");
 const Io = std.Io;
 const assert = std.debug.assert;
+const pool_advice = @import("pool_advice.zig");
+pub const Advisor = pool_advice.Advisor;
+pub const Policy = pool_advice.Policy;
+
+/// lx_pool_set_policy's choice (read by every advised batch).
+pub var policy: std.atomic.Value(Policy) = .init(.auto);
 
 /// Threads working on one batch (one per CPU, capped), the caller included.
 pub const runner_count_max = 64;
@@ -332,6 +338,26 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     releaseJob(j);
 }
 
+/// `run`, for a batch of `byte_count` bytes whose plan wants helpers: `advisor` says whether
+/// this kind of batch currently runs faster with them or on the calling thread alone (see
+/// pool_advice.zig), and learns from how long this one took.
+pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan, byte_count: u64, advisor: *Advisor) void {
+    if (batch_plan.runner_count <= 1) return run(Task, task, item_count, batch_plan);
+    const alone: Plan = .{ .runner_count = 1, .block_items = @max(1, item_count) };
+    switch (policy.load(.monotonic)) {
+        .auto => {},
+        .always => return run(Task, task, item_count, batch_plan),
+        .never => return run(Task, task, item_count, alone),
+    }
+    const choice = advisor.choose();
+    const pool_io = io();
+    const started = Io.Clock.awake.now(pool_io);
+    run(Task, task, item_count, if (choice.mode == .alone) alone else batch_plan);
+    const elapsed = started.durationTo(Io.Clock.awake.now(pool_io)).nanoseconds;
+    // A clock that failed reads 0: such a batch teaches nothing.
+    if (started.nanoseconds > 0 and elapsed > 0) advisor.record(choice, byte_count, @intCast(@min(elapsed, std.math.maxInt(u64))));
+}
+
 test "blocks are contiguous, cover the batch once, and runners respect the minimum size" {
     for ([_]usize{ 1, 7, 256, 1000 }) |count| {
         for ([_]usize{ 1, 3, 16 }) |block_items| {
@@ -425,6 +451,36 @@ test "more concurrent batches than helpers: each finishes, helped or not" {
     for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Caller.one, .{&shared});
     for (threads) |t| t.join();
     try std.testing.expect(shared.ok.load(.monotonic));
+}
+
+test "an advised run visits every item exactly once in either mode" {
+    const Task = struct {
+        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
+        }
+    };
+    var advisor: Advisor = .{};
+    // The warm-up tries each mode; later batches take either.
+    for (0..40) |_| {
+        var task: Task = .{};
+        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+    }
+    try std.testing.expect(advisor.cost(.pooled) > 0);
+    try std.testing.expect(advisor.cost(.alone) > 0);
+    try std.testing.expectEqual(@as(u64, 40), advisor.tickets.load(.monotonic));
+    // A fixed policy bypasses the advisor.
+    defer policy.store(.auto, .monotonic);
+    for ([_]Policy{ .always, .never }) |fixed| {
+        policy.store(fixed, .monotonic);
+        var task: Task = .{};
+        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+    }
+    try std.testing.expectEqual(@as(u64, 40), advisor.tickets.load(.monotonic));
 }
 
 test "helpers that went to sleep wake for the next batch" {

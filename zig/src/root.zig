@@ -19,6 +19,7 @@ test {
     _ = @import("chunk.zig");
     _ = @import("codec.zig");
     _ = @import("pool.zig");
+    _ = @import("pool_advice.zig");
     _ = @import("store.zig");
     _ = @import("lock.zig");
     _ = @import("compaction.zig");

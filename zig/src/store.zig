@@ -182,6 +182,8 @@ pub const Store = struct {
     /// Blocks of the table whose raw records lie back to back (runs.zig): their records are
     /// found without reading their entries. Heap-allocated (48 KiB).
     runs: *runs_mod.Runs,
+    /// Whether this store's gathers currently run faster with the pool's helpers (pool_advice).
+    gather_advisor: pool.Advisor = .{},
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -508,7 +510,7 @@ pub const Store = struct {
         try store.checkSlots(indices, destination);
         const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
         var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
-        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
+        pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &store.gather_advisor);
         try task.failure.check();
     }
 

@@ -719,3 +719,36 @@ test "runs: learned on append and on open, relearned after delete and compact; g
         }
     }
 }
+
+test "gathers give the same bytes whether the advisor runs them pooled or alone" {
+    // 256 records of 4 KiB per batch (1 MiB): enough for two runners on a machine with two
+    // CPUs, so the advisor's warm-up sends batches both ways; every batch is checked.
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    const stride = 4096;
+    const count = 1024;
+    const data = try testing.allocator.alloc(u8, count * stride);
+    defer testing.allocator.free(data);
+    for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, true);
+    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @intFromEnum(format.Codec.raw));
+    var indices: [256]i64 = undefined;
+    const got = try testing.allocator.alloc(u8, indices.len * stride);
+    defer testing.allocator.free(got);
+    var prng = std.Random.DefaultPrng.init(41);
+    for (0..64) |_| {
+        for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+        @memset(got, 0xAA);
+        try store.gather(&indices, .{ .base = got.ptr, .stride = stride }, got.len);
+        for (indices, 0..) |index, i| {
+            const id: usize = @intCast(index);
+            try testing.expectEqualSlices(u8, data[id * stride ..][0..stride], got[i * stride ..][0..stride]);
+        }
+    }
+    if (pool.cpus() > 1) {
+        try testing.expectEqual(@as(u64, 64), store.gather_advisor.tickets.load(.monotonic));
+        try testing.expect(store.gather_advisor.cost(.pooled) > 0);
+        try testing.expect(store.gather_advisor.cost(.alone) > 0);
+    }
+}

@@ -39,6 +39,8 @@ pub const View = struct {
     uniform_shift: ?u6,
     /// Decompression contexts of this view's gathers (a context is not tied to a store).
     contexts: codec.ContextPool = .{},
+    /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
+    gather_advisor: pool.Advisor = .{},
     /// Links of the registry of open views, which a forked child resets (guarded by
     /// registry_mutex).
     registry_previous: ?*View = null,
@@ -222,7 +224,7 @@ pub const View = struct {
         const first = scratch.routes[0];
         const bytes_min = view.stores[first.store_index].gatherBytesMin(first.local);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
-        pool.run(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min));
+        pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &view.gather_advisor);
         try task.failure.check();
     }
 

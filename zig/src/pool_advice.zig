@@ -1,0 +1,309 @@
+//! Whether a stream of similar batches (one store's gathers, or one view's) runs faster with the
+//! pool's helpers or on the calling thread alone, learned from the batches' own timings.
+//!
+//! Why it is learned and not planned: which way wins depends on where the records are and on
+//! the host, and changes while a program runs. On the 2-core VM this was measured on, 256
+//! random records of 12 KiB from a 512 MiB store took 100 us with the helper and 186 us alone,
+//! while 256 records of 3 KiB from a 12 MiB store (in the CPU caches) took 20.0 us with the
+//! helper and 16.4 us alone: the two virtual cores then shared one physical core's bandwidth,
+//! and a minute later they did not. A helper that does not speed a batch up also takes a core
+//! from the rest of the program (a loader's other steps).
+//!
+//! How: each mode keeps an estimate of its cost per byte. The first batches alternate between
+//! the modes in bursts until each has `warmup_samples`; an estimate is then the cheapest of its
+//! samples (any batch may have been descheduled: the cheapest one is what the mode can do).
+//! After that it is a moving average. The first batch of a pooled burst is not counted: after
+//! a spell alone the helpers are asleep, and that batch is mostly over by the time one wakes
+//! (it stays awake for the next ones); counting it would make the pool look no better than the
+//! thread alone for good.
+//! A batch takes the cheaper mode, except for short bursts of the other one ("probes") that
+//! keep its estimate current: often while the two are close or the other has few samples,
+//! rarely once one is clearly cheaper and both are well measured (a probe costs the difference
+//! between them). A warm-up that met a bad moment is corrected within about a thousand batches.
+//!
+//! The state is a few atomics updated without a lock: two batches finishing at once may lose
+//! one sample, which only slows the averaging. Either mode gives the same bytes.
+const std = @import("std");
+const assert = std.debug.assert;
+
+pub const Mode = enum(u1) { pooled, alone };
+
+/// Who decides, process-wide (lx_pool_set_policy; LX_POOL_* in loaderx.h): the advisors
+/// (`auto`, the default), or a fixed answer for every batch large enough for the pool:
+/// helpers `always` join, or `never` (benchmarks, and processes that share a machine).
+pub const Policy = enum(u32) { auto = 0, always = 1, never = 2 };
+
+/// A batch's mode, and its place in the advisor's sequence (which says whether it counts).
+pub const Choice = struct {
+    mode: Mode,
+    ticket: u64,
+
+    /// Whether its timing is a sample: not for the first batch of a pooled burst.
+    pub fn counted(choice: Choice) bool {
+        return choice.mode == .alone or choice.ticket % probe_burst != 0;
+    }
+};
+
+/// Samples of each mode before the modes are compared.
+pub const warmup_samples = 8;
+/// Samples of a mode after which a clear verdict against it is probed rarely.
+pub const samples_settled = 32;
+/// Batches in a probe burst (and in a burst of the warm-up). The first batch pooled after a spell alone usually has to wake a
+/// sleeping helper; the rest of the burst measures the pool as it runs when in use.
+pub const probe_burst = 4;
+/// One burst in this many is a probe while the two estimates are within 25% of each other...
+pub const probe_period_close = 32;
+/// ...and one in this many once one mode is clearly cheaper and the other has
+/// `samples_settled` samples.
+pub const probe_period_clear = 256;
+/// The pool must be this much cheaper (in 1/16ths) to be preferred: a helper that gains less
+/// is not worth the core it takes from the rest of the program.
+pub const pooled_gain_min_16ths = 1;
+/// A sample counts at most this many times the current estimate: a batch whose thread the
+/// system descheduled for milliseconds says nothing about the mode.
+pub const sample_ratio_max = 4;
+/// Each sample moves its estimate by 1/2^average_shift of the difference.
+pub const average_shift = 3;
+/// Estimates are nanoseconds per 2^cost_scale_shift bytes, so that a batch of a few hundred
+/// KiB keeps its precision; elapsed times are capped so that no product overflows.
+const cost_scale_shift = 16;
+const elapsed_ns_max: u64 = 1 << 40;
+
+comptime {
+    assert(probe_period_close < probe_period_clear);
+    assert(pooled_gain_min_16ths < 16);
+    assert(warmup_samples % probe_burst == 0);
+    assert(warmup_samples < samples_settled);
+    // The largest estimate, times the largest factor decide() and blend() multiply it by.
+    assert(@as(u128, elapsed_ns_max << cost_scale_shift) * 16 * sample_ratio_max < std.math.maxInt(u64));
+}
+
+pub const Advisor = struct {
+    /// The cost estimate of each mode, indexed by Mode; 0 while the mode has no sample.
+    costs: [2]std.atomic.Value(u64) = .{ .init(0), .init(0) },
+    /// Samples recorded of each mode, indexed by Mode (counting stops at samples_settled).
+    samples: [2]std.atomic.Value(u32) = .{ .init(0), .init(0) },
+    /// Batches advised so far; picks the probes.
+    tickets: std.atomic.Value(u64) = .init(0),
+
+    pub fn choose(advisor: *Advisor) Choice {
+        const ticket = advisor.tickets.fetchAdd(1, .monotonic);
+        if (advisor.warming()) return .{ .mode = warmupMode(ticket), .ticket = ticket };
+        return .{ .mode = decide(advisor.estimate(.pooled), advisor.estimate(.alone), ticket), .ticket = ticket };
+    }
+
+    /// Learns from a batch of `byte_count` bytes that took `elapsed_ns` as `choice` said.
+    pub fn record(advisor: *Advisor, choice: Choice, byte_count: u64, elapsed_ns: u64) void {
+        if (!choice.counted()) return;
+        advisor.recordSample(choice.mode, byte_count, elapsed_ns);
+    }
+
+    /// Counts a batch of `byte_count` bytes that took `elapsed_ns` in `mode`.
+    pub fn recordSample(advisor: *Advisor, mode: Mode, byte_count: u64, elapsed_ns: u64) void {
+        if (byte_count == 0 or elapsed_ns == 0) return;
+        const stored = &advisor.costs[@intFromEnum(mode)];
+        const samples = &advisor.samples[@intFromEnum(mode)];
+        const sample = sampleCost(byte_count, elapsed_ns);
+        const old = stored.load(.monotonic);
+        const count = samples.load(.monotonic);
+        if (count < samples_settled) _ = samples.fetchAdd(1, .monotonic);
+        if (count < warmup_samples) {
+            stored.store(if (old == 0) sample else @min(old, sample), .monotonic);
+        } else {
+            stored.store(blend(old, sample), .monotonic);
+        }
+    }
+
+    /// What decide() needs to know of `mode`.
+    pub fn estimate(advisor: *const Advisor, mode: Mode) Estimate {
+        return .{ .cost = advisor.cost(mode), .samples = advisor.samples[@intFromEnum(mode)].load(.monotonic) };
+    }
+
+    fn warming(advisor: *const Advisor) bool {
+        return advisor.samples[0].load(.monotonic) < warmup_samples or
+            advisor.samples[1].load(.monotonic) < warmup_samples;
+    }
+
+    pub fn cost(advisor: *const Advisor, mode: Mode) u64 {
+        return advisor.costs[@intFromEnum(mode)].load(.monotonic);
+    }
+};
+
+/// The mode of batch number `ticket` during the warm-up: bursts of each in turn.
+pub fn warmupMode(ticket: u64) Mode {
+    return if ((ticket / probe_burst) % 2 == 0) .pooled else .alone;
+}
+
+pub const Estimate = struct { cost: u64, samples: u32 };
+
+/// The mode of batch number `ticket` once both modes are warm: the cheaper one, except in
+/// probe bursts.
+pub fn decide(pooled: Estimate, alone: Estimate, ticket: u64) Mode {
+    assert(pooled.cost > 0 and alone.cost > 0);
+    const prefer_pooled = pooled.cost * 16 <= alone.cost * (16 - pooled_gain_min_16ths);
+    const other = if (prefer_pooled) alone else pooled;
+    const cheaper = @min(pooled.cost, alone.cost);
+    const dearer = @max(pooled.cost, alone.cost);
+    const clear = dearer * 4 > cheaper * 5 and other.samples >= samples_settled;
+    const period: u64 = if (clear) probe_period_clear else probe_period_close;
+    const probe = mix(ticket / probe_burst) % period == 0;
+    return if (prefer_pooled != probe) .pooled else .alone;
+}
+
+/// Nanoseconds per 2^cost_scale_shift bytes, at least 1 (0 means "no sample").
+pub fn sampleCost(byte_count: u64, elapsed_ns: u64) u64 {
+    assert(byte_count > 0);
+    const scaled = @min(elapsed_ns, elapsed_ns_max) << cost_scale_shift;
+    return @max(1, scaled / byte_count);
+}
+
+/// The estimate after one more sample.
+pub fn blend(estimate: u64, sample: u64) u64 {
+    assert(sample > 0);
+    if (estimate == 0) return sample;
+    const bounded = @min(sample, estimate * sample_ratio_max);
+    const moved = estimate - (estimate >> average_shift) + (bounded >> average_shift);
+    return @max(1, moved);
+}
+
+/// Spreads consecutive burst numbers over the probe periods, so that probes do not fall in
+/// step with a caller that alternates between batches of different kinds (splitmix64's
+/// finaliser).
+fn mix(value: u64) u64 {
+    var z = value +% 0x9E3779B97F4A7C15;
+    z = (z ^ (z >> 30)) *% 0xBF58476D1CE4E5B9;
+    z = (z ^ (z >> 27)) *% 0x94D049BB133111EB;
+    return z ^ (z >> 31);
+}
+
+const testing = std.testing;
+
+test "the warm-up alternates bursts until each mode has its samples, keeping the cheapest" {
+    var advisor: Advisor = .{};
+    var ticket: u64 = 0;
+    while (advisor.warming()) : (ticket += 1) {
+        const choice = advisor.choose();
+        try testing.expectEqual(ticket, choice.ticket);
+        try testing.expectEqual(if ((ticket / probe_burst) % 2 == 0) Mode.pooled else Mode.alone, choice.mode);
+        // The first batch of each pooled burst is slow (it wakes the helpers) and not counted.
+        const elapsed: u64 = if (choice.mode == .alone) 20_000 else if (ticket % probe_burst == 0) 500_000 else 10_000;
+        advisor.record(choice, 1 << 20, elapsed);
+    }
+    // Alone: tickets 4-7 and 12-15. Pooled, 3 of each 4: tickets 1-3, 9-11, then 17 and 18.
+    try testing.expectEqual(@as(u64, 19), ticket);
+    try testing.expectEqual(sampleCost(1 << 20, 10_000), advisor.cost(.pooled));
+    try testing.expectEqual(sampleCost(1 << 20, 20_000), advisor.cost(.alone));
+    // From here the pool, twice as fast, takes nearly every batch.
+    var pooled: u32 = 0;
+    for (0..1000) |_| pooled += @intFromBool(advisor.choose().mode == .pooled);
+    try testing.expect(pooled > 950);
+}
+
+/// How many of `count` consecutive tickets decide() sends to each mode, both well measured.
+fn tally(pooled: u64, alone: u64, count: u64) [2]u64 {
+    return tallySamples(pooled, alone, samples_settled, count);
+}
+
+fn tallySamples(pooled: u64, alone: u64, samples: u32, count: u64) [2]u64 {
+    var modes: [2]u64 = .{ 0, 0 };
+    const p: Estimate = .{ .cost = pooled, .samples = samples };
+    const a: Estimate = .{ .cost = alone, .samples = samples };
+    for (0..count) |ticket| modes[@intFromEnum(decide(p, a, ticket))] += 1;
+    return modes;
+}
+
+test "the cheaper mode takes most batches; a close call is probed more often than a clear one" {
+    const count = 1 << 16;
+    // The pool clearly cheaper (twice as fast): probes alone about once per 256 bursts.
+    const clear = tally(100, 200, count);
+    try testing.expect(clear[1] > 0);
+    try testing.expect(clear[1] < count / 40);
+    // Alone cheaper by 20%: a close call, probed about once per 32 bursts.
+    const close = tally(120, 100, count);
+    try testing.expect(close[0] > clear[1] * 3);
+    try testing.expect(close[0] < count / 4);
+    try testing.expect(close[1] > close[0]);
+    // Within the pool's minimum gain, the thread alone is preferred.
+    const tie = tally(100, 100, count);
+    try testing.expect(tie[1] > tie[0]);
+    // A clear verdict against a mode with few samples is still probed often.
+    const young = tallySamples(100, 200, warmup_samples, count);
+    try testing.expect(young[1] > clear[1] * 3);
+    try testing.expect(young[1] < count / 4);
+}
+
+test "probes come in bursts of consecutive batches" {
+    var ticket: u64 = 0;
+    var bursts: u32 = 0;
+    while (ticket < 1 << 16) : (ticket += probe_burst) {
+        const pooled: Estimate = .{ .cost = 100, .samples = samples_settled };
+        const alone: Estimate = .{ .cost = 200, .samples = samples_settled };
+        const first = decide(pooled, alone, ticket);
+        for (1..probe_burst) |offset| try testing.expectEqual(first, decide(pooled, alone, ticket + offset));
+        if (first == .alone) bursts += 1;
+    }
+    try testing.expect(bursts > 0);
+}
+
+test "an advisor follows the machine: it moves to the mode that became cheaper" {
+    var advisor: Advisor = .{};
+    const bytes = 768 * 1024;
+    // The pool halves the time: after the warm-up, it is preferred.
+    var modes: [2]u32 = .{ 0, 0 };
+    for (0..4096) |_| {
+        const choice = advisor.choose();
+        modes[@intFromEnum(choice.mode)] += 1;
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 10_000 else 20_000);
+    }
+    try testing.expect(modes[0] > modes[1] * 20);
+    try testing.expect(modes[1] > 1);
+    // Then the pool becomes slower than the thread alone (a shared physical core).
+    modes = .{ 0, 0 };
+    for (0..4096) |_| {
+        const choice = advisor.choose();
+        modes[@intFromEnum(choice.mode)] += 1;
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 25_000 else 20_000);
+    }
+    try testing.expect(modes[1] > modes[0] * 4);
+    try testing.expect(advisor.cost(.alone) < advisor.cost(.pooled));
+    // The estimates end within a few percent of the truth.
+    const alone_truth = sampleCost(bytes, 20_000);
+    try testing.expect(advisor.cost(.alone) * 100 > alone_truth * 97);
+    try testing.expect(advisor.cost(.alone) * 100 < alone_truth * 103);
+}
+
+test "an outlier moves an estimate by a bounded step; empty samples are ignored" {
+    try testing.expectEqual(@as(u64, 800), blend(0, 800));
+    const settled = blend(800, 800);
+    try testing.expectEqual(@as(u64, 800), settled);
+    // A batch descheduled for a second counts as at most 4x the estimate.
+    const after = blend(800, sampleCost(1 << 20, 1_000_000_000));
+    try testing.expectEqual(@as(u64, 800 - 100 + 400), after);
+    var advisor: Advisor = .{};
+    advisor.recordSample(.pooled, 0, 5);
+    advisor.recordSample(.pooled, 5, 0);
+    advisor.record(.{ .mode = .pooled, .ticket = probe_burst }, 1 << 20, 5_000);
+    try testing.expectEqual(@as(u64, 0), advisor.cost(.pooled));
+    try testing.expectEqual(@as(u32, 0), advisor.samples[0].load(.monotonic));
+    // The longest elapsed time over one byte does not overflow.
+    try testing.expect(sampleCost(1, std.math.maxInt(u64)) > 0);
+    try testing.expect(blend(sampleCost(1, std.math.maxInt(u64)), sampleCost(1, std.math.maxInt(u64))) > 0);
+}
+
+test "a warm-up that met a bad moment for the pool is corrected within a thousand batches" {
+    var advisor: Advisor = .{};
+    const bytes = 768 * 1024;
+    // During the warm-up the pool is twice as slow as the thread alone...
+    for (0..2 * warmup_samples) |_| {
+        const choice = advisor.choose();
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 40_000 else 20_000);
+    }
+    try testing.expect(advisor.cost(.pooled) > advisor.cost(.alone));
+    // ...then twice as fast: the probes find it out.
+    for (0..4096) |batch| {
+        const choice = advisor.choose();
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 10_000 else 20_000);
+        if (batch == 1000) try testing.expect(advisor.cost(.pooled) < advisor.cost(.alone));
+    }
+    try testing.expect(advisor.cost(.pooled) < advisor.cost(.alone));
+}
