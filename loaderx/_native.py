@@ -24,7 +24,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 5
+ABI_VERSION: Final = 6
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -144,6 +144,11 @@ RECORD_COUNT_MAX: Final = 1 << 24
 CHUNK_COUNT_MAX: Final = 1 << 12
 CHUNK_SIZE_MAX: Final = 1 << 32
 
+# Whether the pool's helpers join large gathers (LX_POOL_*; set_pool_policy).
+POOL_AUTO: Final = 0
+POOL_ALWAYS: Final = 1
+POOL_NEVER: Final = 2
+
 SAMPLER_SEQUENTIAL: Final = 0
 SAMPLER_IID: Final = 1
 SAMPLER_CYCLIC: Final = 2
@@ -193,6 +198,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "lx_last_error": (ctypes.c_char_p, []),
         "lx_after_fork_child": (None, []),
+        "lx_pool_set_policy": (st, [u32]),
+        "lx_pool_policy": (u32, []),
         "lx_store_open": (st, [ctypes.c_char_p, u32, ctypes.POINTER(vp)]),
         "lx_store_close": (None, [vp]),
         "lx_store_length": (u64, [vp]),
@@ -266,6 +273,21 @@ def check(code: int, context: str) -> None:
     """Raises for a non-zero status; does nothing for LX_OK."""
     if code != OK:
         raise_status(code, context)
+
+
+def set_pool_policy(policy: int) -> None:
+    """Whether the pool's helper threads join large gathers, process-wide: POOL_AUTO (the
+    default: each store and view learns it from its own gathers), POOL_ALWAYS or POOL_NEVER.
+    For benchmarks (tools/pool_phases.py) and processes that share a machine; the bytes a
+    gather writes are the same under every policy. ValueError for any other value."""
+    if type(policy) is not int or not 0 <= policy < 1 << 32:
+        raise ValueError(f"pool policy must be POOL_AUTO, POOL_ALWAYS or POOL_NEVER, got {policy!r}")
+    check(lib.lx_pool_set_policy(policy), "set the pool policy")
+
+
+def pool_policy() -> int:
+    """The policy in force (POOL_AUTO unless set_pool_policy changed it)."""
+    return int(lib.lx_pool_policy())
 
 
 def _after_fork_in_child() -> None:

@@ -48,8 +48,8 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     declared = frozenset(re.findall(r'^\s*"(lx_\w+)": \(', native, flags=re.MULTILINE))
     assert declared == abi()
     # 20 store, sampler and library functions (lx_store_verify among them) + 6 lx_view_* +
-    # lx_sampler_batch
-    assert len(abi()) == 27
+    # lx_sampler_batch + lx_pool_set_policy and lx_pool_policy
+    assert len(abi()) == 29
 
 
 def test_host_library_exports_exactly_the_header() -> None:

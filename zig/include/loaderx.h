@@ -74,10 +74,19 @@ typedef struct lx_stats {
     uint64_t reclaimable; /* chunk_bytes - live_bytes */
 } lx_stats;
 
+/* Whether the pool's helper threads join a gather large enough for them (lx_pool_set_policy).
+ * Process-wide; either way a gather writes the same bytes. */
+#define LX_POOL_AUTO 0u   /* default: each store (and view) learns from its own gathers' timings
+                           * whether helpers make them faster, and keeps checking */
+#define LX_POOL_ALWAYS 1u /* helpers join every such gather */
+#define LX_POOL_NEVER 2u  /* the calling thread alone (processes sharing a machine, benchmarks) */
+
 /* --- library ---------------------------------------------------------------------------- */
 uint32_t lx_abi_version(void);            /* bumped on any ABI change; Python checks it */
 const char *lx_status_name(int status);   /* static string, "LX_OK", ... ; "unknown" otherwise */
 const char *lx_last_error(void);          /* thread-local, valid until this thread's next call */
+lx_status lx_pool_set_policy(uint32_t policy); /* LX_POOL_*; anything else LX_INVALID_ARGUMENT */
+uint32_t lx_pool_policy(void);            /* the policy in force */
 void lx_after_fork_child(void);           /* in a forked child: rebuilds the thread pool and
                                            * resets every open store's locks */
 

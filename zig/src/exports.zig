@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 5;
+pub const abi_version: u32 = 6;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -23,11 +23,24 @@ export fn lx_last_error() callconv(.c) [*:0]const u8 {
     return status.message();
 }
 
+export fn lx_pool_set_policy(policy: u32) callconv(.c) Status {
+    const chosen = std.enums.fromInt(pool_advice.Policy, policy) orelse
+        return invalid("pool policy {d} is not one of LX_POOL_AUTO (0), LX_POOL_ALWAYS (1) and LX_POOL_NEVER (2)", .{policy});
+    store_pool.policy.store(chosen, .monotonic);
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_pool_policy() callconv(.c) u32 {
+    return @intFromEnum(store_pool.policy.load(.monotonic));
+}
+
 // ---- store ---------------------------------------------------------------------------------
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
 const store_pool = @import("pool.zig");
+const pool_advice = @import("pool_advice.zig");
 const store_errors = @import("errors.zig");
 const store_limits = @import("limits.zig");
 const Store = store_mod.Store;

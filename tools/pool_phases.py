@@ -1,0 +1,119 @@
+"""Whether the pool's helper speeds a gather up or slows it down, minute by minute, and what the
+store's advisor makes of it.
+
+    python3 tools/pool_phases.py [--seconds 60] [--block 0.2]
+
+The demo's batch: 256 random images of 3 KiB (768 KiB) from a 12 MiB set, which the CPU caches
+hold. On the 2-core VM this was written on, such a batch is copied about 1.6x faster with the
+pool's helper for a while, then for a while about 1.2x slower than by the calling thread alone
+(the two virtual cores then seem to share one physical core), and back, many times a minute.
+The store's gather advisor (zig/src/pool_advice.zig) learns which way is faster as it goes.
+
+Rows, each a block of back-to-back batches of DenseDataset.gather_into, cycled in one process
+for --seconds, with the pool policy (loaderx._native.set_pool_policy) set for each block:
+
+- `auto (default)`: the store's advisor decides whether the helper joins;
+- `helpers always`: the helper joins every batch (what every release before the advisor did);
+- `thread alone`: it never does;
+- `numpy a[idx]`: fancy indexing of a memmap of the same rows, for reference.
+
+Printed: each row's median time per batch; then, cycle by cycle (the rows of one cycle run a
+fraction of a second apart), how often the helper hurt (`helpers always` more than 10% slower
+than `thread alone`) and how often it helped (more than 10% faster), and how `auto` compared
+with the faster of the two in each kind of cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loaderx import _native  # noqa: E402
+from loaderx.converter import from_numpy  # noqa: E402
+from loaderx.dataset import DenseDataset  # noqa: E402
+
+RECORDS = 4096
+SHAPE = (32, 32, 3)
+BATCH = 256
+BATCHES = 64
+
+
+def block_time(run: Callable[[np.ndarray], object], batches: list[np.ndarray], seconds: float
+               ) -> float:
+    """Microseconds per batch over a block of about `seconds`."""
+    started = time.perf_counter()
+    count = 0
+    while time.perf_counter() - started < seconds:
+        for batch in batches:
+            run(batch)
+        count += len(batches)
+    return (time.perf_counter() - started) / count * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (RECORDS, *SHAPE), dtype=np.uint8)
+    batches = [rng.integers(0, RECORDS, BATCH) for _ in range(BATCHES)]
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(f"{folder}/images.npy", images)
+        memmap = np.load(f"{folder}/images.npy", mmap_mode="r")
+        from_numpy(f"{folder}/images", images, codec="raw")
+        dataset = DenseDataset(f"{folder}/images")
+        out = np.empty((BATCH, *SHAPE), dtype=np.uint8)
+        for batch in batches[:4]:
+            dataset.gather_into(batch, out)
+            if not np.array_equal(out, images[batch]):
+                raise AssertionError("the gather returned other bytes than the array")
+
+        gather = lambda batch: dataset.gather_into(batch, out)  # noqa: E731
+        rows: dict[str, tuple[int, Callable[[np.ndarray], object]]] = {
+            "auto (default)": (_native.POOL_AUTO, gather),
+            "helpers always": (_native.POOL_ALWAYS, gather),
+            "thread alone": (_native.POOL_NEVER, gather),
+            "numpy a[idx]": (_native.POOL_AUTO, lambda batch: memmap[batch]),
+        }
+        times: dict[str, list[float]] = {name: [] for name in rows}
+        finish = time.perf_counter() + args.seconds
+        while time.perf_counter() < finish:
+            for name, (policy, run) in rows.items():
+                _native.set_pool_policy(policy)
+                times[name].append(block_time(run, batches, args.block))
+        _native.set_pool_policy(_native.POOL_AUTO)
+        dataset.close()
+    report(times)
+
+
+def report(times: dict[str, list[float]]) -> None:
+    cycles = len(times["auto (default)"])
+    print(f"{cycles} cycles; batches of {BATCH} x 3 KiB from a 12 MiB set; medians per batch:")
+    for name, values in times.items():
+        print(f"  {name:15s} {statistics.median(values):7.2f} us")
+    cycle_rows = zip(times["auto (default)"], times["helpers always"], times["thread alone"])
+    kinds: dict[str, list[float]] = {"hurt": [], "helped": [], "even": []}
+    for auto, always, alone in cycle_rows:
+        kind = "hurt" if always > alone * 1.1 else "helped" if always * 1.1 < alone else "even"
+        kinds[kind].append(auto / min(always, alone))
+    for kind, ratios in kinds.items():
+        if not ratios:
+            print(f"cycles where the helper {kind}: none")
+            continue
+        print(f"cycles where the helper {kind}: {len(ratios)} of {cycles}; auto's time against "
+              f"the faster fixed policy: median {statistics.median(ratios):.2f}x, "
+              f"worst {max(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
