@@ -358,6 +358,18 @@ pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_pla
     if (started.nanoseconds > 0 and elapsed > 0) advisor.record(choice, byte_count, @intCast(@min(elapsed, std.math.maxInt(u64))));
 }
 
+/// A test task that counts how often each item is visited.
+fn HitCounter(comptime item_count: usize) type {
+    return struct {
+        hits: [item_count]std.atomic.Value(u32) = @splat(.init(0)),
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
+            }
+        }
+    };
+}
+
 test "blocks are contiguous, cover the batch once, and runners respect the minimum size" {
     for ([_]usize{ 1, 7, 256, 1000 }) |count| {
         for ([_]usize{ 1, 3, 16 }) |block_items| {
@@ -377,28 +389,14 @@ test "blocks are contiguous, cover the batch once, and runners respect the minim
 }
 
 test "run visits every item exactly once" {
-    const Task = struct {
-        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
-        fn runShard(task: *@This(), blocks: *Blocks) void {
-            while (blocks.next()) |range| {
-                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
-            }
-        }
-    };
+    const Task = HitCounter(4096);
     var task: Task = .{};
     run(Task, &task, task.hits.len, plan(task.hits.len, 1 << 30, 1));
     for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
 }
 
 test "many threads running batches at once share recycled jobs correctly" {
-    const Task = struct {
-        hits: [512]std.atomic.Value(u32) = @splat(.init(0)),
-        fn runShard(task: *@This(), blocks: *Blocks) void {
-            while (blocks.next()) |range| {
-                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
-            }
-        }
-    };
+    const Task = HitCounter(512);
     const Caller = struct {
         fn loop(ok: *std.atomic.Value(bool)) void {
             for (0..200) |_| {
@@ -454,14 +452,7 @@ test "more concurrent batches than helpers: each finishes, helped or not" {
 }
 
 test "an advised run visits every item exactly once in either mode" {
-    const Task = struct {
-        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
-        fn runShard(task: *@This(), blocks: *Blocks) void {
-            while (blocks.next()) |range| {
-                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
-            }
-        }
-    };
+    const Task = HitCounter(4096);
     var advisor: Advisor = .{};
     // The warm-up tries each mode; later batches take either.
     for (0..40) |_| {
@@ -484,14 +475,7 @@ test "an advised run visits every item exactly once in either mode" {
 }
 
 test "helpers that went to sleep wake for the next batch" {
-    const Task = struct {
-        hits: [4096]std.atomic.Value(u32) = @splat(.init(0)),
-        fn runShard(task: *@This(), blocks: *Blocks) void {
-            while (blocks.next()) |range| {
-                for (range.begin..range.end) |i| _ = task.hits[i].fetchAdd(1, .monotonic);
-            }
-        }
-    };
+    const Task = HitCounter(4096);
     for (0..3) |_| {
         var task: Task = .{};
         run(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 16 });
