@@ -55,6 +55,7 @@ pub fn afterForkChild() void {
     if (state.load(.acquire) != .ready) return;
     threaded = newThreaded();
     helpers = .{};
+    batches_wanting_help = .init(0);
     jobs_free = null;
     jobs_mutex = .init;
 }
@@ -165,6 +166,8 @@ const Helpers = struct {
 };
 
 var helpers: Helpers = .{};
+/// Batches inside run() whose plan wants helpers (counted whether they got any or not).
+var batches_wanting_help: std.atomic.Value(usize) = .init(0);
 var jobs_free: ?*Job = null;
 var jobs_mutex: Io.Mutex = .init;
 
@@ -313,7 +316,15 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     assert(batch_plan.runner_count <= runner_count_max);
     if (batch_plan.runner_count == 0) return;
     const blocks_init: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
-    const helper_count = if (batch_plan.runner_count > 1) ensureHelpers(batch_plan.runner_count - 1) else 0;
+    // Each batch already running that wanted helpers keeps at least its caller's core busy:
+    // this one is offered only the cores left (two loader steps made at once on two cores run
+    // side by side, each on its own thread, instead of crowding the cores with a helper).
+    const others = if (batch_plan.runner_count > 1) batches_wanting_help.fetchAdd(1, .monotonic) else 0;
+    defer if (batch_plan.runner_count > 1) {
+        _ = batches_wanting_help.fetchSub(1, .monotonic);
+    };
+    const helpers_wanted = @min(batch_plan.runner_count, cpus() -| others) -| 1;
+    const helper_count = if (helpers_wanted > 0) @min(helpers_wanted, ensureHelpers(batch_plan.runner_count - 1)) else 0;
     const job = if (helper_count > 0) acquireJob() else null;
     if (job == null) {
         var blocks = blocks_init;
@@ -330,7 +341,7 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     j.runFn = Erased.runShard;
     j.active.store(0, .seq_cst);
     j.caller_sleeping.store(0, .seq_cst);
-    post(j, @min(helper_count, batch_plan.runner_count - 1));
+    post(j, helper_count);
     task.runShard(&j.blocks);
     // Every block is claimed: helpers that have not joined yet would find nothing to do.
     withdraw(j);
@@ -472,6 +483,63 @@ test "an advised run visits every item exactly once in either mode" {
         for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
     }
     try std.testing.expectEqual(@as(u64, 40), advisor.tickets.load(.monotonic));
+}
+
+test "a batch that starts while another that wanted helpers runs is offered only the cores left" {
+    // The first batch's caller holds its block until the second batch is done; its other
+    // block is quick, so a helper is free when the second starts. On two cores the second
+    // batch must then run on its caller alone (with more cores it may get the ones left).
+    const Shared = struct {
+        quick_done: std.atomic.Value(bool) = .init(false),
+        second_done: std.atomic.Value(bool) = .init(false),
+        timed_out: std.atomic.Value(bool) = .init(false),
+    };
+    const First = struct {
+        shared: *Shared,
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                if (range.begin == 1) {
+                    task.shared.quick_done.store(true, .seq_cst);
+                    continue;
+                }
+                var waited: u32 = 0;
+                while (!task.shared.second_done.load(.seq_cst)) : (waited += 1) {
+                    if (waited > 20_000) return task.shared.timed_out.store(true, .seq_cst);
+                    io().sleep(.fromMicroseconds(100), .awake) catch {};
+                }
+            }
+        }
+    };
+    const Second = struct {
+        runners: [256]std.Thread.Id = undefined,
+        fn runShard(task: *@This(), blocks: *Blocks) void {
+            while (blocks.next()) |range| {
+                for (range.begin..range.end) |i| task.runners[i] = std.Thread.getCurrentId();
+                // Long enough per block for an idle helper to join if it were offered the batch.
+                io().sleep(.fromMicroseconds(200), .awake) catch {};
+            }
+        }
+    };
+    const Runner = struct {
+        fn first(shared: *Shared) void {
+            var task: First = .{ .shared = shared };
+            run(First, &task, 2, .{ .runner_count = 2, .block_items = 1 });
+        }
+    };
+    var shared: Shared = .{};
+    const holder = try std.Thread.spawn(.{}, Runner.first, .{&shared});
+    var waited: u32 = 0;
+    while (!shared.quick_done.load(.seq_cst) and waited < 20_000) : (waited += 1)
+        io().sleep(.fromMicroseconds(100), .awake) catch {};
+    var second: Second = .{};
+    run(Second, &second, second.runners.len, .{ .runner_count = 2, .block_items = 8 });
+    shared.second_done.store(true, .seq_cst);
+    holder.join();
+    try std.testing.expect(!shared.timed_out.load(.seq_cst));
+    if (cpus() == 2) {
+        for (second.runners) |runner| try std.testing.expectEqual(std.Thread.getCurrentId(), runner);
+    }
+    try std.testing.expectEqual(@as(usize, 0), batches_wanting_help.load(.seq_cst));
 }
 
 test "helpers that went to sleep wake for the next batch" {
