@@ -313,8 +313,13 @@ const linger_round_spins = 32;
 /// done; it waits only for helpers that actually joined, never for one still on its way.
 /// `Task.runShard` must not fail: it records its own failure for the caller to read.
 pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan) void {
+    _ = runOffering(Task, task, item_count, batch_plan);
+}
+
+/// `run`, returning how many helpers the batch was offered (0: it ran on the caller alone).
+fn runOffering(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan) usize {
     assert(batch_plan.runner_count <= runner_count_max);
-    if (batch_plan.runner_count == 0) return;
+    if (batch_plan.runner_count == 0) return 0;
     const blocks_init: Blocks = .{ .item_count = item_count, .block_items = batch_plan.block_items };
     // Each batch already running that wanted helpers keeps at least its caller's core busy:
     // this one is offered only the cores left (two loader steps made at once on two cores run
@@ -328,7 +333,8 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     const job = if (helper_count > 0) acquireJob() else null;
     if (job == null) {
         var blocks = blocks_init;
-        return task.runShard(&blocks);
+        task.runShard(&blocks);
+        return 0;
     }
     const Erased = struct {
         fn runShard(context: *anyopaque, blocks: *Blocks) void {
@@ -347,6 +353,7 @@ pub fn run(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan
     withdraw(j);
     j.waitForHelpers();
     releaseJob(j);
+    return helper_count;
 }
 
 /// `run`, for a batch of `byte_count` bytes whose plan wants helpers: `advisor` says whether
@@ -363,9 +370,11 @@ pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_pla
     const choice = advisor.choose();
     const pool_io = io();
     const started = Io.Clock.awake.now(pool_io);
-    run(Task, task, item_count, if (choice.mode == .alone) alone else batch_plan);
+    const offered = runOffering(Task, task, item_count, if (choice.mode == .alone) alone else batch_plan);
     const elapsed = started.durationTo(Io.Clock.awake.now(pool_io)).nanoseconds;
-    // A clock that failed reads 0: such a batch teaches nothing.
+    // A pooled batch that other batches left no core for ran alone: it says nothing about
+    // helpers. A clock that failed reads 0: such a batch teaches nothing either.
+    if (choice.mode == .pooled and offered == 0) return;
     if (started.nanoseconds > 0 and elapsed > 0) advisor.record(choice, byte_count, @intCast(@min(elapsed, std.math.maxInt(u64))));
 }
 
@@ -540,6 +549,23 @@ test "a batch that starts while another that wanted helpers runs is offered only
         for (second.runners) |runner| try std.testing.expectEqual(std.Thread.getCurrentId(), runner);
     }
     try std.testing.expectEqual(@as(usize, 0), batches_wanting_help.load(.seq_cst));
+}
+
+test "an advised batch that other batches leave no core for teaches its advisor nothing" {
+    const Task = HitCounter(1024);
+    // As if as many batches wanting helpers were running as there are cores.
+    _ = batches_wanting_help.fetchAdd(cpus(), .monotonic);
+    defer _ = batches_wanting_help.fetchSub(cpus(), .monotonic);
+    var advisor: Advisor = .{};
+    for (0..16) |_| {
+        var task: Task = .{};
+        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+    }
+    // The warm-up sent half the batches each way; only the ones alone were counted.
+    try std.testing.expectEqual(@as(u64, 16), advisor.tickets.load(.monotonic));
+    try std.testing.expectEqual(@as(u64, 0), advisor.cost(.pooled));
+    try std.testing.expect(advisor.cost(.alone) > 0);
 }
 
 test "helpers that went to sleep wake for the next batch" {
