@@ -1,13 +1,15 @@
 """Whether the pool's helper speeds a gather up or slows it down, minute by minute, and what the
 store's advisor makes of it.
 
-    python3 tools/pool_phases.py [--seconds 60] [--block 0.2]
+    python3 tools/pool_phases.py [--seconds 60] [--block 0.2] [--record-kib 3] [--set-mib 12]
 
 The demo's batch: 256 random images of 3 KiB (768 KiB) from a 12 MiB set, which the CPU caches
 hold. On the 2-core VM this was written on, such a batch is copied about 1.6x faster with the
 pool's helper for a while, then for a while about 1.2x slower than by the calling thread alone
 (the two virtual cores then seem to share one physical core), and back, many times a minute.
 The store's gather advisor (zig/src/pool_advice.zig) learns which way is faster as it goes.
+`--record-kib 12 --set-mib 512` shows the usual training case instead: out of the CPU caches,
+where the helper pays all the time.
 
 Rows, each a block of back-to-back batches of DenseDataset.gather_into, cycled in one process
 for --seconds, with the pool policy (loaderx._native.set_pool_policy) set for each block:
@@ -41,8 +43,6 @@ from loaderx import _native  # noqa: E402
 from loaderx.converter import from_numpy  # noqa: E402
 from loaderx.dataset import DenseDataset  # noqa: E402
 
-RECORDS = 4096
-SHAPE = (32, 32, 3)
 BATCH = 256
 BATCHES = 64
 
@@ -63,16 +63,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
+    parser.add_argument("--record-kib", type=int, default=3, help="record size (KiB)")
+    parser.add_argument("--set-mib", type=int, default=12, help="data set size (MiB)")
     args = parser.parse_args()
+    record_bytes = args.record_kib << 10
+    count = (args.set_mib << 20) // record_bytes
     rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (RECORDS, *SHAPE), dtype=np.uint8)
-    batches = [rng.integers(0, RECORDS, BATCH) for _ in range(BATCHES)]
+    images = rng.integers(0, 256, (count, record_bytes), dtype=np.uint8)
+    batches = [rng.integers(0, count, BATCH) for _ in range(BATCHES)]
     with tempfile.TemporaryDirectory() as folder:
         np.save(f"{folder}/images.npy", images)
         memmap = np.load(f"{folder}/images.npy", mmap_mode="r")
         from_numpy(f"{folder}/images", images, codec="raw")
         dataset = DenseDataset(f"{folder}/images")
-        out = np.empty((BATCH, *SHAPE), dtype=np.uint8)
+        out = np.empty((BATCH, record_bytes), dtype=np.uint8)
         for batch in batches[:4]:
             dataset.gather_into(batch, out)
             if not np.array_equal(out, images[batch]):
@@ -93,12 +97,12 @@ def main() -> None:
                 times[name].append(block_time(run, batches, args.block))
         _native.set_pool_policy(_native.POOL_AUTO)
         dataset.close()
-    report(times)
+    report(times, f"batches of {BATCH} x {args.record_kib} KiB from a {args.set_mib} MiB set")
 
 
-def report(times: dict[str, list[float]]) -> None:
+def report(times: dict[str, list[float]], what: str) -> None:
     cycles = len(times["auto (default)"])
-    print(f"{cycles} cycles; batches of {BATCH} x 3 KiB from a 12 MiB set; medians per batch:")
+    print(f"{cycles} cycles; {what}; medians per batch:")
     for name, values in times.items():
         print(f"  {name:15s} {statistics.median(values):7.2f} us")
     cycle_rows = zip(times["auto (default)"], times["helpers always"], times["thread alone"])

@@ -2,12 +2,12 @@
 //! pool's helpers or on the calling thread alone, learned from the batches' own timings.
 //!
 //! Why it is learned and not planned: which way wins depends on where the records are and on
-//! the host, and changes while a program runs. On the 2-core VM this was measured on, 256
-//! random records of 12 KiB from a 512 MiB store took 100 us with the helper and 186 us alone,
-//! while 256 records of 3 KiB from a 12 MiB store (in the CPU caches) took 20.0 us with the
-//! helper and 16.4 us alone: the two virtual cores then shared one physical core's bandwidth,
-//! and a minute later they did not. A helper that does not speed a batch up also takes a core
-//! from the rest of the program (a loader's other steps).
+//! the host, and changes while a program runs. On the 2-core VM this was written on, 256
+//! random records of 12 KiB from a 512 MiB store take about 0.54x the time with the helper,
+//! while 256 records of 3 KiB from a 12 MiB store (in the CPU caches) take 0.61x the time in
+//! some minutes and 1.19x in others, when the two virtual cores seem to share one physical
+//! core (`tools/pool_phases.py` prints both; figures in README.md). A helper that does not
+//! speed a batch up also takes a core from the rest of the program.
 //!
 //! How: each mode keeps an estimate of its cost per byte. The first batches alternate between
 //! the modes in bursts until each has `warmup_samples`; an estimate is then the cheapest of its
