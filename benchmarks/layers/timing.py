@@ -18,6 +18,11 @@ Call = Callable[[], object]
 
 BLOCK_SECONDS: Final = 0.2
 ROUNDS: Final = 5
+# Untimed calls of each contender before the rounds: besides first-touch costs, a store spends
+# its first 16 to 20 large gathers trying each way of running them (with or without the pool's
+# helpers, with streaming or cached stores; zig/src/pool_advice.zig). The tables report the
+# steady state a training run lives in.
+WARMUP_CALLS: Final = 24
 
 
 @dataclass
@@ -63,8 +68,9 @@ def interleave(calls: dict[str, Call], *, rounds: int = ROUNDS,
     timings = {name: Timing(name) for name in names}
     if not names:
         return timings
-    for name in names:  # warm-up: first-touch costs, lazy imports, caches
-        calls[name]()
+    for name in names:  # warm-up: first-touch costs, lazy imports, caches, the advisors
+        for _ in range(WARMUP_CALLS):
+            calls[name]()
         if settle is not None:
             settle(name)
     for round_index in range(rounds):

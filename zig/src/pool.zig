@@ -12,6 +12,7 @@ const std = @import("std");
 const Io = std.Io;
 const assert = std.debug.assert;
 const pool_advice = @import("pool_advice.zig");
+const probe_burst = pool_advice.probe_burst;
 pub const Advisor = pool_advice.Advisor;
 pub const Policy = pool_advice.Policy;
 
@@ -356,26 +357,37 @@ fn runOffering(comptime Task: type, task: *Task, item_count: usize, batch_plan: 
     return helper_count;
 }
 
-/// `run`, for a batch of `byte_count` bytes whose plan wants helpers: `advisor` says whether
-/// this kind of batch currently runs faster with them or on the calling thread alone (see
-/// pool_advice.zig), and learns from how long this one took.
-pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan, byte_count: u64, advisor: *Advisor) void {
-    if (batch_plan.runner_count <= 1) return run(Task, task, item_count, batch_plan);
+/// `run`, for a batch of `byte_count` bytes: when its plan wants helpers, `advisor` says
+/// whether this kind of batch currently runs faster with them or on the calling thread alone
+/// (see pool_advice.zig), and learns from how long this one took. With `timed`, returns that
+/// time when it is a fair sample of the batch's other choices (the caller's stores advisor):
+/// not for a pooled batch that other batches left no core for, nor for the first of a pooled
+/// burst (it pays for waking a helper).
+pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan, byte_count: u64, advisor: *Advisor, timed: bool) ?u64 {
     const alone: Plan = .{ .runner_count = 1, .block_items = @max(1, item_count) };
-    switch (policy.load(.monotonic)) {
-        .auto => {},
-        .always => return run(Task, task, item_count, batch_plan),
-        .never => return run(Task, task, item_count, alone),
+    const advised = batch_plan.runner_count > 1 and policy.load(.monotonic) == .auto;
+    const fixed_plan = if (batch_plan.runner_count > 1 and policy.load(.monotonic) == .never) alone else batch_plan;
+    if (!advised and !timed) {
+        run(Task, task, item_count, fixed_plan);
+        return null;
     }
-    const choice = advisor.choose();
+    const choice: ?Advisor.Choice = if (advised) advisor.choose() else null;
+    const chosen_plan = if (choice) |c| (if (c.mode == .alone) alone else batch_plan) else fixed_plan;
     const pool_io = io();
     const started = Io.Clock.awake.now(pool_io);
-    const offered = runOffering(Task, task, item_count, if (choice.mode == .alone) alone else batch_plan);
+    const offered = runOffering(Task, task, item_count, chosen_plan);
     const elapsed = started.durationTo(Io.Clock.awake.now(pool_io)).nanoseconds;
-    // A pooled batch that other batches left no core for ran alone: it says nothing about
-    // helpers. A clock that failed reads 0: such a batch teaches nothing either.
-    if (choice.mode == .pooled and offered == 0) return;
-    if (started.nanoseconds > 0 and elapsed > 0) advisor.record(choice, byte_count, @intCast(@min(elapsed, std.math.maxInt(u64))));
+    // A clock that failed reads 0: such a batch teaches nothing.
+    if (started.nanoseconds <= 0 or elapsed <= 0) return null;
+    const elapsed_ns: u64 = @intCast(@min(elapsed, std.math.maxInt(u64)));
+    if (choice) |c| {
+        // A pooled batch that other batches left no core for ran alone: it says nothing about
+        // helpers, and it was slowed by the batches beside it.
+        if (c.mode == .pooled and offered == 0) return null;
+        advisor.record(c, byte_count, elapsed_ns);
+        if (!c.counted()) return null;
+    }
+    return elapsed_ns;
 }
 
 /// A test task that counts how often each item is visited.
@@ -477,7 +489,7 @@ test "an advised run visits every item exactly once in either mode" {
     // The warm-up tries each mode; later batches take either.
     for (0..40) |_| {
         var task: Task = .{};
-        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        _ = runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor, false);
         for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
     }
     try std.testing.expect(advisor.cost(.pooled) > 0);
@@ -488,7 +500,7 @@ test "an advised run visits every item exactly once in either mode" {
     for ([_]Policy{ .always, .never }) |fixed| {
         policy.store(fixed, .monotonic);
         var task: Task = .{};
-        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        _ = runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor, false);
         for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
     }
     try std.testing.expectEqual(@as(u64, 40), advisor.tickets.load(.monotonic));
@@ -551,6 +563,30 @@ test "a batch that starts while another that wanted helpers runs is offered only
     try std.testing.expectEqual(@as(usize, 0), batches_wanting_help.load(.seq_cst));
 }
 
+test "a timed run reports its time only when it is a fair sample" {
+    const Task = HitCounter(1024);
+    var advisor: Advisor = .{};
+    const wide: Plan = .{ .runner_count = 2, .block_items = 64 };
+    // A batch too small for helpers is timed without consulting the advisor.
+    var small: Task = .{};
+    try std.testing.expect(runAdvised(Task, &small, small.hits.len, .{ .runner_count = 1, .block_items = 1024 }, 1 << 20, &advisor, true) != null);
+    try std.testing.expectEqual(@as(u64, 0), advisor.tickets.load(.monotonic));
+    // The warm-up's first batch starts a pooled burst: it pays for waking a helper.
+    var first: Task = .{};
+    try std.testing.expectEqual(@as(?u64, null), runAdvised(Task, &first, first.hits.len, wide, 1 << 20, &advisor, true));
+    for (1..probe_burst) |_| {
+        var task: Task = .{};
+        _ = runAdvised(Task, &task, task.hits.len, wide, 1 << 20, &advisor, true);
+    }
+    // The next burst runs alone: every batch of it is a sample.
+    var alone: Task = .{};
+    try std.testing.expect(runAdvised(Task, &alone, alone.hits.len, wide, 1 << 20, &advisor, true) != null);
+    for (&alone.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
+    // Untimed, nothing is reported.
+    var untimed: Task = .{};
+    try std.testing.expectEqual(@as(?u64, null), runAdvised(Task, &untimed, untimed.hits.len, .{ .runner_count = 1, .block_items = 1024 }, 1 << 20, &advisor, false));
+}
+
 test "an advised batch that other batches leave no core for teaches its advisor nothing" {
     const Task = HitCounter(1024);
     // As if as many batches wanting helpers were running as there are cores.
@@ -559,7 +595,7 @@ test "an advised batch that other batches leave no core for teaches its advisor 
     var advisor: Advisor = .{};
     for (0..16) |_| {
         var task: Task = .{};
-        runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor);
+        _ = runAdvised(Task, &task, task.hits.len, .{ .runner_count = 2, .block_items = 64 }, 1 << 20, &advisor, false);
         for (&task.hits) |*hit| try std.testing.expectEqual(@as(u32, 1), hit.load(.monotonic));
     }
     // The warm-up sent half the batches each way; only the ones alone were counted.

@@ -23,6 +23,13 @@
 //!
 //! The state is a few atomics updated without a lock: two batches finishing at once may lose
 //! one sample, which only slows the averaging. Either mode gives the same bytes.
+//!
+//! The same learning picks a large raw gather's stores (raw_copy.zig: streaming stores win
+//! when the destination is cold, cached ones when it is still in the cache), with its own
+//! advisor: `AdvisorOf` makes one for any choice between a candidate way and a default one.
+//! Two advisors of the same batches must not probe in step (each would blame the other's
+//! probes on its own mode): theirs differ by `Tuning.salt`, and the stores' warm-up bursts
+//! are twice as long as the pool's, so that each of its ways meets both pool modes.
 const std = @import("std");
 const assert = std.debug.assert;
 
@@ -32,17 +39,6 @@ pub const Mode = enum(u1) { pooled, alone };
 /// (`auto`, the default), or a fixed answer for every batch large enough for the pool:
 /// helpers `always` join, or `never` (benchmarks, and processes that share a machine).
 pub const Policy = enum(u32) { auto = 0, always = 1, never = 2 };
-
-/// A batch's mode, and its place in the advisor's sequence (which says whether it counts).
-pub const Choice = struct {
-    mode: Mode,
-    ticket: u64,
-
-    /// Whether its timing is a sample: not for the first batch of a pooled burst.
-    pub fn counted(choice: Choice) bool {
-        return choice.mode == .alone or choice.ticket % probe_burst != 0;
-    }
-};
 
 /// Samples of each mode before the modes are compared.
 pub const warmup_samples = 8;
@@ -56,9 +52,10 @@ pub const probe_period_close = 32;
 /// ...and one in this many once one mode is clearly cheaper and the other has
 /// `samples_settled` samples.
 pub const probe_period_clear = 256;
-/// The pool must be this much cheaper (in 1/16ths) to be preferred: a helper that gains less
-/// is not worth the core it takes from the rest of the program.
-pub const pooled_gain_min_16ths = 1;
+/// The candidate way must be this much cheaper (in 1/16ths) to be preferred: a helper that
+/// gains less is not worth the core it takes from the rest of the program, and a destination
+/// written through the caches is still there for whoever reads the batch next.
+pub const candidate_gain_min_16ths = 1;
 /// A sample counts at most this many times the current estimate: a batch whose thread the
 /// system descheduled for milliseconds says nothing about the mode.
 pub const sample_ratio_max = 4;
@@ -71,83 +68,140 @@ const elapsed_ns_max: u64 = 1 << 40;
 
 comptime {
     assert(probe_period_close < probe_period_clear);
-    assert(pooled_gain_min_16ths < 16);
+    assert(candidate_gain_min_16ths < 16);
     assert(warmup_samples % probe_burst == 0);
     assert(warmup_samples < samples_settled);
     // The largest estimate, times the largest factor decide() and blend() multiply it by.
     assert(@as(u128, elapsed_ns_max << cost_scale_shift) * 16 * sample_ratio_max < std.math.maxInt(u64));
 }
 
-pub const Advisor = struct {
-    /// The cost estimate of each mode, indexed by Mode; 0 while the mode has no sample.
-    costs: [2]std.atomic.Value(u64) = .{ .init(0), .init(0) },
-    /// Samples recorded of each mode, indexed by Mode (counting stops at samples_settled).
-    samples: [2]std.atomic.Value(u32) = .{ .init(0), .init(0) },
-    /// Batches advised so far; picks the probes.
-    tickets: std.atomic.Value(u64) = .init(0),
-
-    pub fn choose(advisor: *Advisor) Choice {
-        const ticket = advisor.tickets.fetchAdd(1, .monotonic);
-        if (advisor.warming()) return .{ .mode = warmupMode(ticket), .ticket = ticket };
-        return .{ .mode = decide(advisor.estimate(.pooled), advisor.estimate(.alone), ticket), .ticket = ticket };
-    }
-
-    /// Learns from a batch of `byte_count` bytes that took `elapsed_ns` as `choice` said.
-    pub fn record(advisor: *Advisor, choice: Choice, byte_count: u64, elapsed_ns: u64) void {
-        if (!choice.counted()) return;
-        advisor.recordSample(choice.mode, byte_count, elapsed_ns);
-    }
-
-    /// Counts a batch of `byte_count` bytes that took `elapsed_ns` in `mode`.
-    pub fn recordSample(advisor: *Advisor, mode: Mode, byte_count: u64, elapsed_ns: u64) void {
-        if (byte_count == 0 or elapsed_ns == 0) return;
-        const stored = &advisor.costs[@intFromEnum(mode)];
-        const samples = &advisor.samples[@intFromEnum(mode)];
-        const sample = sampleCost(byte_count, elapsed_ns);
-        const old = stored.load(.monotonic);
-        const count = samples.load(.monotonic);
-        if (count < samples_settled) _ = samples.fetchAdd(1, .monotonic);
-        if (count < warmup_samples) {
-            stored.store(if (old == 0) sample else @min(old, sample), .monotonic);
-        } else {
-            stored.store(blend(old, sample), .monotonic);
-        }
-    }
-
-    /// What decide() needs to know of `mode`.
-    pub fn estimate(advisor: *const Advisor, mode: Mode) Estimate {
-        return .{ .cost = advisor.cost(mode), .samples = advisor.samples[@intFromEnum(mode)].load(.monotonic) };
-    }
-
-    fn warming(advisor: *const Advisor) bool {
-        return advisor.samples[0].load(.monotonic) < warmup_samples or
-            advisor.samples[1].load(.monotonic) < warmup_samples;
-    }
-
-    pub fn cost(advisor: *const Advisor, mode: Mode) u64 {
-        return advisor.costs[@intFromEnum(mode)].load(.monotonic);
-    }
+/// How an advisor schedules its batches.
+pub const Tuning = struct {
+    /// Batches in a burst of the warm-up (a multiple of probe_burst).
+    warmup_burst: u64 = probe_burst,
+    /// Whether the first batch of a burst of the candidate way is left out of the samples (the
+    /// pool's: it pays for waking a sleeping helper).
+    skip_burst_start: bool = false,
+    /// Mixed into the probe schedule.
+    salt: u64 = 0,
 };
 
-/// The mode of batch number `ticket` during the warm-up: bursts of each in turn.
+/// An advisor choosing between the two values of `Way`: the first is the candidate (it must
+/// gain candidate_gain_min_16ths to be preferred), the second the default.
+pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
+    comptime {
+        const names = @typeInfo(Way).@"enum".field_names;
+        assert(names.len == 2);
+        assert(@intFromEnum(@field(Way, names[0])) == 0 and @intFromEnum(@field(Way, names[1])) == 1);
+        assert(tuning.warmup_burst % probe_burst == 0);
+        assert(warmup_samples % probe_burst == 0);
+    }
+    return struct {
+        const Self = @This();
+        pub const candidate: Way = @enumFromInt(0);
+        pub const default: Way = @enumFromInt(1);
+
+        /// A batch's way, and its place in the advisor's sequence (which says whether it counts).
+        pub const Choice = struct {
+            mode: Way,
+            ticket: u64,
+
+            /// Whether its timing is a sample (see Tuning.skip_burst_start).
+            pub fn counted(choice: Choice) bool {
+                return !tuning.skip_burst_start or choice.mode != candidate or choice.ticket % probe_burst != 0;
+            }
+        };
+
+        /// The cost estimate of each way, indexed by Way; 0 while the way has no sample.
+        costs: [2]std.atomic.Value(u64) = .{ .init(0), .init(0) },
+        /// Samples recorded of each way, indexed by Way (counting stops at samples_settled).
+        samples: [2]std.atomic.Value(u32) = .{ .init(0), .init(0) },
+        /// Batches advised so far; picks the probes.
+        tickets: std.atomic.Value(u64) = .init(0),
+
+        pub fn choose(advisor: *Self) Choice {
+            const ticket = advisor.tickets.fetchAdd(1, .monotonic);
+            const takes_candidate = if (advisor.warming())
+                (ticket / tuning.warmup_burst) % 2 == 0
+            else
+                takesCandidate(advisor.estimate(candidate), advisor.estimate(default), ticket, tuning.salt);
+            return .{ .mode = if (takes_candidate) candidate else default, .ticket = ticket };
+        }
+
+        /// Learns from a batch of `byte_count` bytes that took `elapsed_ns` as `choice` said.
+        pub fn record(advisor: *Self, choice: Choice, byte_count: u64, elapsed_ns: u64) void {
+            if (!choice.counted()) return;
+            advisor.recordSample(choice.mode, byte_count, elapsed_ns);
+        }
+
+        /// Counts a batch of `byte_count` bytes that took `elapsed_ns` in `mode`.
+        pub fn recordSample(advisor: *Self, mode: Way, byte_count: u64, elapsed_ns: u64) void {
+            if (byte_count == 0 or elapsed_ns == 0) return;
+            const stored = &advisor.costs[@intFromEnum(mode)];
+            const samples = &advisor.samples[@intFromEnum(mode)];
+            const sample = sampleCost(byte_count, elapsed_ns);
+            const old = stored.load(.monotonic);
+            const count = samples.load(.monotonic);
+            if (count < samples_settled) _ = samples.fetchAdd(1, .monotonic);
+            if (count < warmup_samples) {
+                stored.store(if (old == 0) sample else @min(old, sample), .monotonic);
+            } else {
+                stored.store(blend(old, sample), .monotonic);
+            }
+        }
+
+        /// What takesCandidate() needs to know of `mode`.
+        pub fn estimate(advisor: *const Self, mode: Way) Estimate {
+            return .{ .cost = advisor.cost(mode), .samples = advisor.samples[@intFromEnum(mode)].load(.monotonic) };
+        }
+
+        fn warming(advisor: *const Self) bool {
+            return advisor.samples[0].load(.monotonic) < warmup_samples or
+                advisor.samples[1].load(.monotonic) < warmup_samples;
+        }
+
+        pub fn cost(advisor: *const Self, mode: Way) u64 {
+            return advisor.costs[@intFromEnum(mode)].load(.monotonic);
+        }
+    };
+}
+
+/// Whether the pool's helpers join a batch (pool.runAdvised).
+pub const Advisor = AdvisorOf(Mode, .{ .skip_burst_start = true });
+
+/// Whether a large raw gather writes with streaming stores (raw_copy.Stores). Consulted for
+/// the same batches as a pool Advisor, so it probes on another schedule (see the top).
+pub fn StoresAdvisor(comptime Stores: type) type {
+    return AdvisorOf(Stores, .{ .warmup_burst = 2 * probe_burst, .salt = stores_salt });
+}
+
+/// Any constant other than the pool's 0: the probe schedules only need to differ.
+const stores_salt: u64 = 0x5EED_0F_5702E5;
+
+/// The pool's mode of batch number `ticket` during the warm-up: bursts of each in turn.
 pub fn warmupMode(ticket: u64) Mode {
     return if ((ticket / probe_burst) % 2 == 0) .pooled else .alone;
 }
 
 pub const Estimate = struct { cost: u64, samples: u32 };
 
-/// The mode of batch number `ticket` once both modes are warm: the cheaper one, except in
-/// probe bursts.
+/// The pool's mode of batch number `ticket` once both modes are warm.
 pub fn decide(pooled: Estimate, alone: Estimate, ticket: u64) Mode {
-    assert(pooled.cost > 0 and alone.cost > 0);
-    const prefer_pooled = pooled.cost * 16 <= alone.cost * (16 - pooled_gain_min_16ths);
-    const other = if (prefer_pooled) alone else pooled;
-    const cheaper = @min(pooled.cost, alone.cost);
-    const dearer = @max(pooled.cost, alone.cost);
+    return if (takesCandidate(pooled, alone, ticket, 0)) .pooled else .alone;
+}
+
+/// Whether batch number `ticket` takes the candidate way once both ways are warm: the cheaper
+/// one, except in probe bursts.
+fn takesCandidate(candidate: Estimate, default: Estimate, ticket: u64, salt: u64) bool {
+    assert(candidate.cost > 0 and default.cost > 0);
+    const prefer_candidate = candidate.cost * 16 <= default.cost * (16 - candidate_gain_min_16ths);
+    const other = if (prefer_candidate) default else candidate;
+    const cheaper = @min(candidate.cost, default.cost);
+    const dearer = @max(candidate.cost, default.cost);
     const clear = dearer * 4 > cheaper * 5 and other.samples >= samples_settled;
     const period: u64 = if (clear) probe_period_clear else probe_period_close;
-    const probe = mix(ticket / probe_burst) % period == 0;
-    return if (prefer_pooled != probe) .pooled else .alone;
+    const probe = mix((ticket / probe_burst) ^ salt) % period == 0;
+    return prefer_candidate != probe;
 }
 
 /// Nanoseconds per 2^cost_scale_shift bytes, at least 1 (0 means "no sample").
@@ -306,4 +360,36 @@ test "a warm-up that met a bad moment for the pool is corrected within a thousan
         if (batch == 1000) try testing.expect(advisor.cost(.pooled) < advisor.cost(.alone));
     }
     try testing.expect(advisor.cost(.pooled) < advisor.cost(.alone));
+}
+
+test "a stores advisor warms up and probes out of step with the pool advisor of the same batches" {
+    const Stores = enum(u1) { streaming, cached };
+    var pool_advisor: Advisor = .{};
+    var stores_advisor: StoresAdvisor(Stores) = .{};
+    // Warm-up: each way of the stores meets both pool modes (counts indexed [stores][pool]).
+    var met: [2][2]u32 = .{ .{ 0, 0 }, .{ 0, 0 } };
+    for (0..4 * probe_burst) |_| {
+        const pool_choice = pool_advisor.choose();
+        const stores_choice = stores_advisor.choose();
+        met[@intFromEnum(stores_choice.mode)][@intFromEnum(pool_choice.mode)] += 1;
+        pool_advisor.record(pool_choice, 1 << 20, 10_000);
+        stores_advisor.record(stores_choice, 1 << 20, 10_000);
+    }
+    for (met) |row| for (row) |count| try testing.expectEqual(@as(u32, probe_burst), count);
+    // Every stores batch counts (no helper to wake), so its warm-up is over after 16 batches.
+    try testing.expectEqual(@as(u32, 2 * warmup_samples), stores_advisor.samples[0].load(.monotonic) + stores_advisor.samples[1].load(.monotonic));
+    // Once settled, their probe bursts rarely coincide.
+    const clear: Estimate = .{ .cost = 100, .samples = samples_settled };
+    const dear: Estimate = .{ .cost = 200, .samples = samples_settled };
+    var pool_probes: u32 = 0;
+    var both: u32 = 0;
+    var ticket: u64 = 0;
+    while (ticket < 1 << 20) : (ticket += probe_burst) {
+        const pool_probe = !takesCandidate(clear, dear, ticket, 0);
+        const stores_probe = !takesCandidate(clear, dear, ticket, stores_salt);
+        pool_probes += @intFromBool(pool_probe);
+        both += @intFromBool(pool_probe and stores_probe);
+    }
+    try testing.expect(pool_probes > 100);
+    try testing.expect(both * 8 < pool_probes);
 }

@@ -4,9 +4,18 @@
 //! entry must be read first. Copied one after another those misses follow each other; here the
 //! loads of the next group of records start before the current group is copied, so the misses
 //! of a group overlap each other and the copy of the group before.
+//!
+//! Streaming stores. A store to a line that is not in the cache first reads that line from
+//! memory, only to overwrite it. When the destination is cold (a loader's ring of batches, a
+//! fresh result) that read is a third of the memory traffic of a large copy; x86-64's
+//! non-temporal stores skip it and send the line to memory directly. When the destination is
+//! still in the cache (one array gathered into again and again) they are slower: they evict
+//! the lines. Which case a batch is in is learned from timings (`Stores`, pool_advice.zig).
 const std = @import("std");
+const builtin = @import("builtin");
 const assert = std.debug.assert;
 const limits = @import("limits.zig");
+const pool_advice = @import("pool_advice.zig");
 const Store = @import("store.zig").Store;
 
 /// Records whose misses are kept in flight together: enough to cover a memory round trip at a
@@ -19,21 +28,56 @@ const prefetch_lines_max = 4;
 /// Where a batch position's record lives: a store and the record's index in it.
 pub const Located = struct { store: *const Store, index: u64 };
 
+/// How a copy writes its destination: around the caches, or through them.
+pub const Stores = enum(u1) { streaming, cached };
+
+/// Whether this build has streaming stores: movntdq is part of x86-64's baseline (SSE2), but
+/// only the LLVM backend assembles it; the self-hosted one (Zig's Debug builds) copies
+/// through the caches, so the Zig suite tests these stores in its ReleaseFast run.
+pub const has_streaming_stores = builtin.cpu.arch == .x86_64 and builtin.zig_backend == .stage2_llvm;
+/// Records below this size keep cached stores: a record of a few lines is mostly partial
+/// lines at its ends, and small sizes take the inlined copies of copyRecords.
+pub const streaming_stride_min: u64 = 1024;
+/// Batches below this size keep cached stores: they usually fit in the caches, where a
+/// destination that stays warm is cheaper to write again.
+pub const streaming_bytes_min: u64 = 1 << 20;
+
+/// Whether a dense batch of `byte_count` bytes in slots of `stride` may use streaming stores.
+pub fn streams(stride: u64, byte_count: u64) bool {
+    return has_streaming_stores and stride >= streaming_stride_min and byte_count >= streaming_bytes_min;
+}
+
+/// What each store and view learns about its own large raw gathers.
+pub const StoresAdvisor = pool_advice.StoresAdvisor(Stores);
+
+/// The stores of a dense batch of `byte_count` bytes in slots of `stride` whose first record
+/// is raw (`first_raw`; the batch copies its records, so the stores matter): the advisor's
+/// choice when the batch may stream, null (cached stores, nothing to learn) otherwise.
+pub fn chooseStores(advisor: *StoresAdvisor, first_raw: bool, stride: u64, byte_count: u64) ?StoresAdvisor.Choice {
+    if (!first_raw or !streams(stride, byte_count)) return null;
+    return advisor.choose();
+}
+
 /// Copies the raw records of positions begin, begin+1, ... of a batch to dst (slot i at
 /// dst + i * stride) while each is exactly `stride` bytes and needs no check beyond
 /// Store.rawSource's; returns the first position not copied (`end` when all were). That record
 /// needs more (decompression, a checksum, a size to re-read): the caller gathers it with its
 /// messages. `batch.locate(i)` gives position i's record; the caller checked every index and
-/// holds the shared lock of every store they name.
-pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize) usize {
+/// holds the shared lock of every store they name. `stores` is a hint: sizes that `streams`
+/// refuses are copied through the caches.
+pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, stores: Stores) usize {
     assert(begin <= end);
     if (stride == 0 or stride > limits.record_size_max) return begin;
+    const streaming = stores == .streaming and has_streaming_stores and stride >= streaming_stride_min;
+    // Streaming stores are weakly ordered: they must be visible before the batch is reported
+    // done (by this thread's atomics, to the caller or to the helper's caller).
+    defer if (streaming) fenceStreamingStores();
     var sources: [window][*]const u8 = undefined;
     var i = begin;
     while (i < end) {
         const stop = @min(end, i + window);
         const count = resolve(batch, stride, i, stop, &sources);
-        copySources(dst + i * stride, stride, sources[0..count]);
+        copySources(dst + i * stride, stride, sources[0..count], streaming);
         i += count;
         if (i < stop) return i;
     }
@@ -69,13 +113,17 @@ fn resolve(batch: anytype, stride: u64, begin: usize, end: usize, sources: *[win
 
 /// Copies sources[k] to dst + k * stride for every k, starting the loads of each group of
 /// records before the group before it is copied.
-fn copySources(dst: [*]u8, stride: u64, sources: []const [*]const u8) void {
+fn copySources(dst: [*]u8, stride: u64, sources: []const [*]const u8, streaming: bool) void {
     for (sources[0..@min(sources.len, group)]) |src| prefetchRecord(src, stride);
     var i: usize = 0;
     while (i < sources.len) {
         const stop = @min(sources.len, i + group);
         for (sources[stop..@min(sources.len, stop + group)]) |src| prefetchRecord(src, stride);
-        copyRecords(dst + i * stride, sources[i..stop], stride);
+        if (streaming) {
+            for (sources[i..stop], 0..) |src, k| copyStreaming(dst + (i + k) * stride, src, stride);
+        } else {
+            copyRecords(dst + i * stride, sources[i..stop], stride);
+        }
         i = stop;
     }
 }
@@ -99,6 +147,59 @@ fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
     }
 }
 
+/// Copies `len` bytes, writing every whole aligned 16 bytes of dst with a streaming store
+/// (the ends, up to 15 bytes each, with ordinary ones). The caller fences before reporting.
+fn copyStreaming(dst: [*]u8, src: [*]const u8, len: usize) void {
+    const head = @min(len, (0 -% @intFromPtr(dst)) % streaming_width);
+    @memcpy(dst[0..head], src[0..head]);
+    var i: usize = head;
+    while (i + 4 * streaming_width <= len) : (i += 4 * streaming_width) {
+        inline for (0..4) |q| storeStreaming(dst + i + q * streaming_width, src[i + q * streaming_width ..][0..streaming_width].*);
+    }
+    while (i + streaming_width <= len) : (i += streaming_width) storeStreaming(dst + i, src[i..][0..streaming_width].*);
+    @memcpy(dst[i..len], src[i..len]);
+}
+
+/// Bytes one streaming store writes (movntdq: 16, aligned).
+const streaming_width = 16;
+
+/// Only reached where has_streaming_stores (copy() checks it); other targets never
+/// assemble the instruction.
+inline fn storeStreaming(dst: [*]u8, bytes: @Vector(streaming_width, u8)) void {
+    assert(@intFromPtr(dst) % streaming_width == 0);
+    if (comptime has_streaming_stores) {
+        asm volatile ("movntdq %[bytes], (%[dst])"
+            :
+            : [bytes] "x" (bytes),
+              [dst] "r" (dst),
+            : .{ .memory = true });
+    } else unreachable;
+}
+
+fn fenceStreamingStores() void {
+    if (comptime has_streaming_stores) {
+        asm volatile ("sfence" ::: .{ .memory = true });
+    } else unreachable;
+}
+
+test "copyStreaming: every length and alignment lands exactly, nothing around it moves" {
+    if (!has_streaming_stores) return error.SkipZigTest;
+    var source_bytes: [300]u8 = undefined;
+    for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 37 +% 11);
+    for ([_]usize{ 0, 1, 15, 16, 17, 63, 64, 65, 127, 200, 255 }) |len| {
+        for (0..streaming_width) |offset| {
+            for (0..3) |source_offset| {
+                var dst: [320]u8 align(16) = @splat(0xEE);
+                copyStreaming(dst[offset + 1 ..].ptr, source_bytes[source_offset..].ptr, len);
+                fenceStreamingStores();
+                try std.testing.expectEqualSlices(u8, source_bytes[source_offset..][0..len], dst[offset + 1 ..][0..len]);
+                for (dst[0 .. offset + 1]) |b| try std.testing.expectEqual(@as(u8, 0xEE), b);
+                for (dst[offset + 1 + len ..]) |b| try std.testing.expectEqual(@as(u8, 0xEE), b);
+            }
+        }
+    }
+}
+
 test "copyRecords: every size class lands each record in its slot" {
     var source_bytes: [4 * 300]u8 = undefined;
     for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 31 +% 7);
@@ -119,7 +220,25 @@ test "copySources: every record lands in its slot, across groups" {
     var sources: [count][*]const u8 = undefined;
     for (&sources, 0..) |*source, i| source.* = source_bytes[(count - 1 - i) * 3 ..].ptr;
     var dst: [count * 3 + 1]u8 = @splat(0xEE);
-    copySources(&dst, 3, &sources);
+    copySources(&dst, 3, &sources, false);
     for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], dst[i * 3 ..][0..3]);
     try std.testing.expectEqual(@as(u8, 0xEE), dst[count * 3]);
+}
+
+test "copySources with streaming stores: every record of every group lands in its slot" {
+    if (!has_streaming_stores) return error.SkipZigTest;
+    const count = group + 5;
+    const stride = 1031; // odd: the slots start at every alignment
+    const source_bytes = try std.testing.allocator.alloc(u8, count * stride);
+    defer std.testing.allocator.free(source_bytes);
+    for (source_bytes, 0..) |*b, k| b.* = @truncate(k *% 29 +% 3);
+    var sources: [count][*]const u8 = undefined;
+    for (&sources, 0..) |*source, i| source.* = source_bytes[(count - 1 - i) * stride ..].ptr;
+    const dst = try std.testing.allocator.alloc(u8, count * stride + 1);
+    defer std.testing.allocator.free(dst);
+    @memset(dst, 0xEE);
+    copySources(dst.ptr, stride, &sources, true);
+    fenceStreamingStores();
+    for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * stride ..][0..stride], dst[i * stride ..][0..stride]);
+    try std.testing.expectEqual(@as(u8, 0xEE), dst[count * stride]);
 }

@@ -184,6 +184,8 @@ pub const Store = struct {
     runs: *runs_mod.Runs,
     /// Whether this store's gathers currently run faster with the pool's helpers (pool_advice).
     gather_advisor: pool.Advisor = .{},
+    /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
+    stores_advisor: raw_copy.StoresAdvisor = .{},
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -509,8 +511,12 @@ pub const Store = struct {
         try checkIndices(indices, store.meta.length());
         try store.checkSlots(indices, destination);
         const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
-        var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
-        pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &store.gather_advisor);
+        const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRawUnchecked() and
+            store.meta.table[@intCast(indices[0])].codec == .raw;
+        const stores = raw_copy.chooseStores(&store.stores_advisor, copies_raw, destination.stride, byte_count);
+        var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination, .stores = if (stores) |c| c.mode else .cached };
+        const elapsed = pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &store.gather_advisor, stores != null);
+        if (stores) |c| if (elapsed) |ns| store.stores_advisor.record(c, byte_count, ns);
         try task.failure.check();
     }
 
@@ -518,6 +524,7 @@ pub const Store = struct {
         store: *Store,
         indices: []const i64,
         destination: Destination,
+        stores: raw_copy.Stores,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
@@ -546,7 +553,7 @@ pub const Store = struct {
                 // which the general code below handles, with its messages. A handle that
                 // checks raw records against their sums sends them all the general way.
                 if (task.destination.offsets == null and store.copiesRawUnchecked()) {
-                    i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end);
+                    i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores);
                     if (i == end) break;
                 }
                 const index: u64 = @intCast(task.indices[i]);

@@ -7,6 +7,7 @@ const store_mod = @import("store.zig");
 const format = @import("format.zig");
 const limits = @import("limits.zig");
 const pool = @import("pool.zig");
+const raw_copy = @import("raw_copy.zig");
 const journal = @import("journal.zig");
 const Store = store_mod.Store;
 const Records = store_mod.Records;
@@ -720,9 +721,10 @@ test "runs: learned on append and on open, relearned after delete and compact; g
     }
 }
 
-test "gathers give the same bytes whether the advisor runs them pooled or alone" {
+test "gathers give the same bytes whether the advisors run them pooled or alone, streaming or cached" {
     // 256 records of 4 KiB per batch (1 MiB): enough for two runners on a machine with two
-    // CPUs, so the advisor's warm-up sends batches both ways; every batch is checked.
+    // CPUs, and for streaming stores, so both advisors' warm-ups send batches both ways; every
+    // batch is checked, and every other one lands one byte off alignment.
     var folder = Folder.init();
     defer folder.deinit();
     const store = try folder.open();
@@ -734,21 +736,31 @@ test "gathers give the same bytes whether the advisor runs them pooled or alone"
     for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, true);
     _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @intFromEnum(format.Codec.raw));
     var indices: [256]i64 = undefined;
-    const got = try testing.allocator.alloc(u8, indices.len * stride);
-    defer testing.allocator.free(got);
+    const buffer = try testing.allocator.alloc(u8, indices.len * stride + 2);
+    defer testing.allocator.free(buffer);
     var prng = std.Random.DefaultPrng.init(41);
-    for (0..64) |_| {
+    for (0..64) |batch| {
         for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
-        @memset(got, 0xAA);
+        @memset(buffer, 0xAA);
+        const got = buffer[batch % 2 ..][0 .. indices.len * stride];
         try store.gather(&indices, .{ .base = got.ptr, .stride = stride }, got.len);
         for (indices, 0..) |index, i| {
             const id: usize = @intCast(index);
             try testing.expectEqualSlices(u8, data[id * stride ..][0..stride], got[i * stride ..][0..stride]);
         }
+        if (batch % 2 == 1) try testing.expectEqual(@as(u8, 0xAA), buffer[0]);
+        try testing.expectEqual(@as(u8, 0xAA), buffer[buffer.len - 1]);
     }
     if (pool.cpus() > 1) {
         try testing.expectEqual(@as(u64, 64), store.gather_advisor.tickets.load(.monotonic));
         try testing.expect(store.gather_advisor.cost(.pooled) > 0);
         try testing.expect(store.gather_advisor.cost(.alone) > 0);
+    }
+    if (raw_copy.has_streaming_stores) {
+        try testing.expectEqual(@as(u64, 64), store.stores_advisor.tickets.load(.monotonic));
+        try testing.expect(store.stores_advisor.cost(.streaming) > 0);
+        try testing.expect(store.stores_advisor.cost(.cached) > 0);
+    } else {
+        try testing.expectEqual(@as(u64, 0), store.stores_advisor.tickets.load(.monotonic));
     }
 }

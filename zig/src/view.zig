@@ -41,6 +41,8 @@ pub const View = struct {
     contexts: codec.ContextPool = .{},
     /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
     gather_advisor: pool.Advisor = .{},
+    /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
+    stores_advisor: raw_copy.StoresAdvisor = .{},
     /// Links of the registry of open views, which a forked child resets (guarded by
     /// registry_mutex).
     registry_previous: ?*View = null,
@@ -222,9 +224,14 @@ pub const View = struct {
             for (scratch.routes, 0..) |r, i| try view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i);
         }
         const first = scratch.routes[0];
-        const bytes_min = view.stores[first.store_index].gatherBytesMin(first.local);
-        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
-        pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &view.gather_advisor);
+        const first_store = view.stores[first.store_index];
+        const bytes_min = first_store.gatherBytesMin(first.local);
+        const copies_raw = destination.offsets == null and first_store.copiesRawUnchecked() and
+            first_store.meta.table[@intCast(first.local)].codec == .raw;
+        const stores = raw_copy.chooseStores(&view.stores_advisor, copies_raw, destination.stride, byte_count);
+        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination, .stores = if (stores) |c| c.mode else .cached };
+        const elapsed = pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &view.gather_advisor, stores != null);
+        if (stores) |c| if (elapsed) |ns| view.stores_advisor.record(c, byte_count, ns);
         try task.failure.check();
     }
 
@@ -245,6 +252,7 @@ pub const View = struct {
         view: *View,
         routes: []const Route,
         destination: Destination,
+        stores: raw_copy.Stores,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
@@ -259,7 +267,7 @@ pub const View = struct {
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
                     if (task.destination.offsets == null) {
-                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end);
+                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores);
                         if (i == range.end) break;
                     }
                     const r = task.routes[i];
