@@ -365,8 +365,9 @@ fn runOffering(comptime Task: type, task: *Task, item_count: usize, batch_plan: 
 /// burst (it pays for waking a helper).
 pub fn runAdvised(comptime Task: type, task: *Task, item_count: usize, batch_plan: Plan, byte_count: u64, advisor: *Advisor, timed: bool) ?u64 {
     const alone: Plan = .{ .runner_count = 1, .block_items = @max(1, item_count) };
-    const advised = batch_plan.runner_count > 1 and policy.load(.monotonic) == .auto;
-    const fixed_plan = if (batch_plan.runner_count > 1 and policy.load(.monotonic) == .never) alone else batch_plan;
+    const process_policy = policy.load(.monotonic);
+    const advised = batch_plan.runner_count > 1 and process_policy == .auto;
+    const fixed_plan = if (batch_plan.runner_count > 1 and process_policy == .never) alone else batch_plan;
     if (!advised and !timed) {
         run(Task, task, item_count, fixed_plan);
         return null;
