@@ -71,7 +71,7 @@ comptime {
     assert(candidate_gain_min_16ths < 16);
     assert(warmup_samples % probe_burst == 0);
     assert(warmup_samples < samples_settled);
-    // The largest estimate, times the largest factor decide() and blend() multiply it by.
+    // The largest estimate, times the largest factor takesCandidate() and blend() multiply it by.
     assert(@as(u128, elapsed_ns_max << cost_scale_shift) * 16 * sample_ratio_max < std.math.maxInt(u64));
 }
 
@@ -178,17 +178,7 @@ pub fn StoresAdvisor(comptime Stores: type) type {
 /// Any constant other than the pool's 0: the probe schedules only need to differ.
 const stores_salt: u64 = 0x5EED_0F_5702E5;
 
-/// The pool's mode of batch number `ticket` during the warm-up: bursts of each in turn.
-pub fn warmupMode(ticket: u64) Mode {
-    return if ((ticket / probe_burst) % 2 == 0) .pooled else .alone;
-}
-
 pub const Estimate = struct { cost: u64, samples: u32 };
-
-/// The pool's mode of batch number `ticket` once both modes are warm.
-pub fn decide(pooled: Estimate, alone: Estimate, ticket: u64) Mode {
-    return if (takesCandidate(pooled, alone, ticket, 0)) .pooled else .alone;
-}
 
 /// Whether batch number `ticket` takes the candidate way once both ways are warm: the cheaper
 /// one, except in probe bursts.
@@ -251,6 +241,11 @@ test "the warm-up alternates bursts until each mode has its samples, keeping the
     var pooled: u32 = 0;
     for (0..1000) |_| pooled += @intFromBool(advisor.choose().mode == .pooled);
     try testing.expect(pooled > 950);
+}
+
+/// The pool advisor's mode of batch number `ticket` once both modes are warm.
+fn decide(pooled: Estimate, alone: Estimate, ticket: u64) Mode {
+    return if (takesCandidate(pooled, alone, ticket, 0)) .pooled else .alone;
 }
 
 /// How many of `count` consecutive tickets decide() sends to each mode, both well measured.

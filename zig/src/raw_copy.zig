@@ -15,6 +15,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 const limits = @import("limits.zig");
+const pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
 const Store = @import("store.zig").Store;
 
@@ -50,12 +51,16 @@ pub fn streams(stride: u64, byte_count: u64) bool {
 /// What each store and view learns about its own large raw gathers.
 pub const StoresAdvisor = pool_advice.StoresAdvisor(Stores);
 
-/// The stores of a dense batch of `byte_count` bytes in slots of `stride` whose first record
-/// is raw (`first_raw`; the batch copies its records, so the stores matter): the advisor's
-/// choice when the batch may stream, null (cached stores, nothing to learn) otherwise.
-pub fn chooseStores(advisor: *StoresAdvisor, first_raw: bool, stride: u64, byte_count: u64) ?StoresAdvisor.Choice {
-    if (!first_raw or !streams(stride, byte_count)) return null;
-    return advisor.choose();
+/// Runs the gather `task` (a store's or a view's: it has `destination` and `stores` fields)
+/// on the pool as its `pool_advisor` says. When the batch copies raw records (`copies_raw`)
+/// and may stream, `stores_advisor` picks the task's stores and learns from the batch's time;
+/// otherwise the task keeps cached stores.
+pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, stores_advisor: *StoresAdvisor) void {
+    const may_stream = copies_raw and streams(task.destination.stride, byte_count);
+    const choice: ?StoresAdvisor.Choice = if (may_stream) stores_advisor.choose() else null;
+    task.stores = if (choice) |c| c.mode else .cached;
+    const elapsed = pool.runAdvised(Task, task, item_count, batch_plan, byte_count, pool_advisor, choice != null);
+    if (choice) |c| if (elapsed) |ns| stores_advisor.record(c, byte_count, ns);
 }
 
 /// Copies the raw records of positions begin, begin+1, ... of a batch to dst (slot i at

@@ -511,12 +511,9 @@ pub const Store = struct {
         try checkIndices(indices, store.meta.length());
         try store.checkSlots(indices, destination);
         const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
-        const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRawUnchecked() and
-            store.meta.table[@intCast(indices[0])].codec == .raw;
-        const stores = raw_copy.chooseStores(&store.stores_advisor, copies_raw, destination.stride, byte_count);
-        var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination, .stores = if (stores) |c| c.mode else .cached };
-        const elapsed = pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &store.gather_advisor, stores != null);
-        if (stores) |c| if (elapsed) |ns| store.stores_advisor.record(c, byte_count, ns);
+        const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
+        var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
+        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &store.gather_advisor, &store.stores_advisor);
         try task.failure.check();
     }
 
@@ -524,7 +521,7 @@ pub const Store = struct {
         store: *Store,
         indices: []const i64,
         destination: Destination,
-        stores: raw_copy.Stores,
+        stores: raw_copy.Stores = .cached,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
@@ -574,6 +571,13 @@ pub const Store = struct {
     /// handle checks raw records against their sums (verify=True), which gatherRecord does.
     pub fn copiesRawUnchecked(store: *const Store) bool {
         return !(store.sidecar != null and store.verify == .all);
+    }
+
+    /// Whether a dense gather starting at record `index` is a raw copy (what its stores
+    /// matter for): the record is raw and this handle copies raw records unchecked. The
+    /// caller checked the index.
+    pub fn copiesRaw(store: *const Store, index: u64) bool {
+        return store.copiesRawUnchecked() and store.meta.table[index].codec == .raw;
     }
 
     /// Where raw record `index` lies when it is exactly `stride` bytes and needs no further

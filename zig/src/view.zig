@@ -226,12 +226,9 @@ pub const View = struct {
         const first = scratch.routes[0];
         const first_store = view.stores[first.store_index];
         const bytes_min = first_store.gatherBytesMin(first.local);
-        const copies_raw = destination.offsets == null and first_store.copiesRawUnchecked() and
-            first_store.meta.table[@intCast(first.local)].codec == .raw;
-        const stores = raw_copy.chooseStores(&view.stores_advisor, copies_raw, destination.stride, byte_count);
-        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination, .stores = if (stores) |c| c.mode else .cached };
-        const elapsed = pool.runAdvised(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, &view.gather_advisor, stores != null);
-        if (stores) |c| if (elapsed) |ns| view.stores_advisor.record(c, byte_count, ns);
+        const copies_raw = destination.offsets == null and first_store.copiesRaw(first.local);
+        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
+        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.stores_advisor);
         try task.failure.check();
     }
 
@@ -252,7 +249,7 @@ pub const View = struct {
         view: *View,
         routes: []const Route,
         destination: Destination,
-        stores: raw_copy.Stores,
+        stores: raw_copy.Stores = .cached,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
