@@ -24,7 +24,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 6
+ABI_VERSION: Final = 7
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -53,6 +53,17 @@ class SamplerRequest(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("shard_index", ctypes.c_uint64),
         ("shard_count", ctypes.c_uint64),
+    ]
+
+
+class ArrayFacts(ctypes.Structure):
+    """Mirror of lx_array_facts."""
+
+    _fields_ = [
+        ("data", ctypes.c_uint64),
+        ("ndim", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
     ]
 
 
@@ -188,12 +199,26 @@ def _load() -> ctypes.CDLL:
     return lib
 
 
+# Deliberately untyped (argtypes None), with their restypes: these take only uint32_t halves
+# (and lx_read_array_facts one pointer, passed with byref), which ctypes passes without a
+# conversion call each. loaderx/array_fields.py checks that they work here before anything
+# relies on them; tests/test_abi.py that their parameters are what untyped calls can pass.
+_UNTYPED_CALLS: Final[dict[str, Any]] = {
+    "lx_store_gather_arrays": ctypes.c_int,
+    "lx_view_gather_arrays": ctypes.c_int,
+    "lx_join_halves": ctypes.c_uint64,
+    "lx_read_array_facts": ctypes.c_int,
+}
+UNTYPED_CALLS: Final = frozenset(_UNTYPED_CALLS)
+
+
 def _declare(lib: ctypes.CDLL) -> None:
-    """argtypes and restype for every exported function (never rely on ctypes' int default)."""
+    """argtypes and restype for every exported function (never rely on ctypes' int default,
+    except for the four that take only 32-bit halves, which are checked at import)."""
     vp = ctypes.c_void_p
     u8, u32, u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
     st = ctypes.c_int
-    table: dict[str, tuple[object, list[object]]] = {
+    table: dict[str, tuple[object, list[object] | None]] = {
         "lx_abi_version": (u32, []),
         "lx_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "lx_last_error": (ctypes.c_char_p, []),
@@ -223,6 +248,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),
+        **{name: (restype, None) for name, restype in _UNTYPED_CALLS.items()},
     }
     for name, (restype, argtypes) in table.items():
         try:

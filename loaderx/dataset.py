@@ -137,6 +137,12 @@ def _open_store(
     return wanted, store
 
 
+def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
+    """a == b, without NumPy's comparison for the usual case of one dtype object (a builtin
+    dtype such as uint8 is a single object): 0.15 us of a small read's time here."""
+    return a is b or a == b
+
+
 def _new_result(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) -> npt.NDArray[Any]:
     """A fresh array for a read to fill completely (a failed read never returns it): a big
     one comes from recycled memory (see loaderx.result_buffers), a small one from np.empty."""
@@ -444,7 +450,7 @@ class DenseDataset(_DatasetBase):
         shape = (index.shape[0], *self.item_shape)
         if out is None:
             result = _new_result(shape, self.dtype, index.shape[0] * self.record_size)
-        elif type(out) is NDARRAY and out.dtype == self.dtype and out.shape == shape:
+        elif type(out) is NDARRAY and _same_dtype(out.dtype, self.dtype) and out.shape == shape:
             result = out
         else:
             return None
@@ -469,7 +475,7 @@ class DenseDataset(_DatasetBase):
                 f"indices must be an int64 numpy array, not {type(indices).__name__} "
                 "(normalise it with loaderx.indexing.normalize_index)"
             )
-        if out.dtype != self.dtype:
+        if not _same_dtype(out.dtype, self.dtype):
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
         store = self._store
         if store.gather_fixed(indices, out, self.record_size):

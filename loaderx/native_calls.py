@@ -3,7 +3,7 @@ needs around its calls: the calls in flight, so that close() waits for them and 
 raise ValueError; a fresh lock in a forked child; and the dense read's fast path, the hottest
 call of the library, written once for both.
 
-Calls in flight are the items of a list. With a GIL they enter and leave without the lock:
+Calls in flight are the items of a list past its placeholders. With a GIL they enter and leave without the lock:
 list.append and list.pop are single atomic operations and every Python step is sequentially
 consistent, so "append, then read _closed" in a call and "set _closed, then read the list" in
 close() can never both miss each other. Free-threaded builds give no such ordering between a
@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native
+from loaderx import _native, array_fields
 
 try:  # read by mypyc at compile time; users' environments need not have it
     from mypy_extensions import mypyc_attr
@@ -34,6 +34,10 @@ except ImportError:  # pragma: no cover - exercised only without mypy installed
         return lambda cls: cls
 
 LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+# Whether the dense read passes its arrays by their fields, in 32-bit halves (array_fields.py).
+ARRAY_CALLS: Final = array_fields.WORKS
+_LOW: Final = array_fields.LOW
+_FIELDS: Final = array_fields.OFFSET
 
 _INT64: Final = np.dtype(np.int64)
 # Held here: compiled code reads a Final from a static, where np.ndarray is an attribute lookup
@@ -46,10 +50,19 @@ _first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
 _addressof: Final = ctypes.addressof
 
 
+# A list of calls in flight starts with this many placeholders: one that empties entirely
+# frees its storage on the pop and allocates it again on the next append (50 ns a call here).
+_IDLE_LENGTH: Final = 4
+
+
+def _idle_calls() -> list[None]:
+    return [None] * _IDLE_LENGTH
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class NativeCalls:
-    """The calls in flight on `_handle`; subclasses set `_gather_fixed_native` (the export
-    gather_fixed calls) and name themselves for messages: `_describe()` ("Zrecord '/data/x'")
+    """The calls in flight on `_handle`; subclasses set `_gather_fixed_native` and
+    `_gather_arrays_native` (the exports gather_fixed calls) and name themselves for messages: `_describe()` ("Zrecord '/data/x'")
     and `_label()` ("'/data/x'", what a failed gather is "from")."""
 
     _handle: int
@@ -58,11 +71,12 @@ class NativeCalls:
     _lock: threading.Lock
     _idle: threading.Condition
     _gather_fixed_native: Any
+    _gather_arrays_native: Any
 
     def _init_calls(self) -> None:
         """Closed, with no handle yet: the subclass opens one, then sets _closed to False."""
         self._handle = 0
-        self._calls = []
+        self._calls = _idle_calls()
         self._closed = True
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -81,7 +95,7 @@ class NativeCalls:
         and one of them may have held the lock at the moment of fork."""
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._calls = []
+        self._calls = _idle_calls()
 
     def _enter(self) -> int:
         """Marks one call in flight and returns the handle; ValueError once closed."""
@@ -106,14 +120,14 @@ class NativeCalls:
             return
         with self._lock:
             self._calls.pop()
-            if self._closed and not self._calls:
+            if self._closed and len(self._calls) == _IDLE_LENGTH:
                 self._idle.notify_all()
 
     def _close_handle(self, release: Callable[[int], object]) -> None:
         """Marks the object closed, waits for the calls in flight, then releases the handle."""
         with self._lock:
             self._closed = True
-            while self._calls:
+            while len(self._calls) > _IDLE_LENGTH:
                 self._idle.wait()
             if self._handle:
                 handle, self._handle = self._handle, 0
@@ -136,12 +150,21 @@ class NativeCalls:
         count = len(indices)
         if not count or type(out) is not NDARRAY or out.nbytes != count * record_size:
             return False
-        try:
-            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
-            index_address = _addressof(_first_byte(indices))
-            out_address = _addressof(_first_byte(out))
-        except (TypeError, ValueError, BufferError, NotImplementedError):
-            return False
+        if ARRAY_CALLS:
+            # The native side reads both arrays' fields and refuses (INVALID_ARGUMENT, nothing
+            # copied) a non-contiguous or misaligned index array and a read-only or
+            # non-contiguous out: those take the slow path, as below.
+            if record_size > _LOW:
+                return False
+            first = id(indices) + _FIELDS
+            second = id(out) + _FIELDS
+        else:
+            try:
+                # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+                first = _addressof(_first_byte(indices))
+                second = _addressof(_first_byte(out))
+            except (TypeError, ValueError, BufferError, NotImplementedError):
+                return False
         if LOCK_FREE_CALLS:
             # _enter/_leave written out: two Python frames are a visible share of a small read.
             calls = self._calls
@@ -150,9 +173,7 @@ class NativeCalls:
                 self._leave()
                 raise self._closed_error()
             try:
-                code = self._gather_fixed_native(
-                    self._handle, index_address, count, out_address, record_size
-                )
+                code = _gather(self, self._handle, first, count, second, record_size)
             finally:
                 calls.pop()
                 if self._closed:
@@ -161,16 +182,36 @@ class NativeCalls:
         else:
             handle = self._enter()
             try:
-                code = self._gather_fixed_native(
-                    handle, index_address, count, out_address, record_size
-                )
+                code = _gather(self, handle, first, count, second, record_size)
             finally:
                 self._leave()
         if code == _native.OK:
             return True
-        if code == _native.INDEX_OUT_OF_RANGE:
+        if code == _native.INDEX_OUT_OF_RANGE or (code == _native.INVALID_ARGUMENT and ARRAY_CALLS):
             return False
         _native.raise_status(code, f"gather of {count} records from {self._label()}")
+
+
+def _gather(
+    calls: NativeCalls, handle: int, first: int, count: int, second: int, record_size: int
+) -> int:
+    """One dense gather of `count` records of `record_size` bytes: `first` and `second` are the
+    index and out arrays' fields with ARRAY_CALLS, else their data pointers. A function, not a
+    method: compiled code calls it directly, where a method of a class that interpreted
+    classes subclass is looked up by name at every call."""
+    if ARRAY_CALLS:
+        return int(
+            calls._gather_arrays_native(
+                handle & _LOW,
+                handle >> 32,
+                first & _LOW,
+                first >> 32,
+                second & _LOW,
+                second >> 32,
+                record_size,
+            )
+        )
+    return int(calls._gather_fixed_native(handle, first, count, second, record_size))
 
 
 def address(array: npt.NDArray[Any]) -> int:

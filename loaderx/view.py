@@ -48,6 +48,7 @@ class View(NativeCalls):
         self._handle = out.value
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_view_gather_fixed
+        self._gather_arrays_native = _native.lib.lx_view_gather_arrays
         self._closed = False
         _OPEN_VIEWS.add(self)
 

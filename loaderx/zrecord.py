@@ -191,6 +191,7 @@ class Zrecord(NativeCalls):
         _OPEN_STORES.add(self)
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_store_gather_fixed
+        self._gather_arrays_native = _native.lib.lx_store_gather_arrays
 
     # --- lifetime ---------------------------------------------------------------------------
 

@@ -134,6 +134,14 @@ def test_lx_sampler_request_agrees_with_the_ctypes_mirror() -> None:
         assert _agrees(c_type, declared), f"lx_sampler_request.{name}: {c_type} vs {declared}"
 
 
+def test_lx_array_facts_agrees_with_the_ctypes_mirror() -> None:
+    fields = header_struct("lx_array_facts")
+    mirror: list[tuple[str, Any]] = [(f[0], f[1]) for f in _native.ArrayFacts._fields_]
+    assert [name for _, name in fields] == [name for name, _ in mirror]
+    for (c_type, name), (_, declared) in zip(fields, mirror):
+        assert _agrees(c_type, declared), f"lx_array_facts.{name}: {c_type} vs {declared}"
+
+
 def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
     # The library's view of lx_stats: it fills the struct and does not write past it.
     with zrecord.Zrecord(str(tmp_path / "s"), create=True) as store:
@@ -155,7 +163,14 @@ def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
 def test_every_prototype_agrees_with_its_ctypes_declaration(name: str) -> None:
     ret, params = header_prototypes()[name]
     function = getattr(_native.lib, name)
-    argtypes = function.argtypes or []
+    if function.argtypes is None:
+        # Called untyped on purpose: ctypes passes an int as a C int, which only a uint32_t
+        # parameter reads right (array_fields.py checks the rest at import).
+        assert name in _native.UNTYPED_CALLS, f"{name} has no argtypes"
+        assert all(p == "uint32_t" or p.endswith("*") for p in params), f"{name}: {params}"
+        assert _agrees(ret.replace("const ", ""), function.restype), f"{name} returns {ret}"
+        return
+    argtypes = function.argtypes
     assert len(argtypes) == len(params), f"{name}: {len(params)} parameters in the header"
     for position, (c_type, declared) in enumerate(zip(params, argtypes)):
         assert _agrees(c_type, declared), f"{name} parameter {position}: {c_type} vs {declared}"

@@ -17,14 +17,14 @@ records of small sizes do not simply stay in the CPU caches from one pass to the
 
 A second table gives the Python time per call above the native call: the median time of
 `ds.gather_into` and of `ds[idx]` (minus a bare `np.empty` of the result) less the median
-time of `lx_store_gather_fixed` called straight through ctypes with its arguments prepared,
-for the same batches of 8-byte records.
+time of the native call the fast path makes (`lx_store_gather_arrays`, see
+loaderx/array_fields.py) called straight through ctypes with its arguments prepared, for the
+same batches of 8-byte records.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 from pathlib import Path
 from typing import Callable
@@ -129,19 +129,28 @@ def one_size(size: int, base: np.ndarray, folder: Path, args: argparse.Namespace
 
 def overhead_calls(dataset: object, batches: list[np.ndarray], out: np.ndarray
                    ) -> dict[str, timing.Call]:
-    """The native call alone (arguments prepared) and an empty result, for the overhead table."""
-    from loaderx import _native
+    """The native call the fast path makes, its arguments prepared, and an empty result, for
+    the overhead table."""
+    from loaderx import _native, array_fields, native_calls
 
     store = dataset.store  # type: ignore[attr-defined]
-    handle = ctypes.c_void_p(store._handle)  # noqa: SLF001 - the bench reaches past the API
-    native = _native.lib.lx_store_gather_fixed
-    addresses = [int(batch.ctypes.data) for batch in batches]
-    out_address = int(out.ctypes.data)
+    handle = store._handle  # noqa: SLF001 - the bench reaches past the API
     size = int(out.shape[1])
     count = len(batches[0])
-    pool = itertools.cycle(addresses)
+    if native_calls.ARRAY_CALLS:
+        native = _native.lib.lx_store_gather_arrays
+        low = array_fields.LOW
+        out_at = array_fields.fields_address(out)
+        arguments = [(handle & low, handle >> 32, at & low, at >> 32, out_at & low, out_at >> 32,
+                      size) for at in map(array_fields.fields_address, batches)]
+    else:
+        native = _native.lib.lx_store_gather_fixed
+        out_address = int(out.ctypes.data)
+        arguments = [(handle, int(batch.ctypes.data), count, out_address, size)
+                     for batch in batches]
+    pool = itertools.cycle(arguments)
     return {
-        "native call": lambda: native(handle, next(pool), count, out_address, size),
+        "native call": lambda: native(*next(pool)),
         "np.empty result": lambda: np.empty((count, size), dtype=np.uint8),
     }
 
@@ -154,15 +163,17 @@ def overhead_table(timings: dict[str, timing.Timing], batch: int, rep: Report) -
                       Column("median_s", "per call", report.duration),
                       Column("above_s", "above the native call", report.duration),
                   ])
-    table.add(call="lx_store_gather_fixed through ctypes, arguments prepared", median_s=native)
+    table.add(call="the fast path's native call through ctypes, arguments prepared",
+              median_s=native)
     into = timings[INTO].median
     table.add(call="ds.gather_into(idx, out)", median_s=into, above_s=into - native)
     read = timings[READ].median
     empty = timings["np.empty result"].median
     table.add(call="ds[idx] (less np.empty of its result)", median_s=read,
               above_s=read - empty - native)
-    table.notes.append("medians of interleaved rounds; the native call includes ctypes' own "
-                       "cost of passing five arguments and releasing the GIL")
+    table.notes.append("medians of interleaved rounds; the native call (lx_store_gather_arrays, "
+                       "or lx_store_gather_fixed where the arrays' fields cannot be used) "
+                       "includes ctypes' own cost of passing its arguments and releasing the GIL")
     rep.emit(table)
     rep.target("issue 11", "Python time per gather_into call above the native call (ns)",
                (into - native) * 1e9, 1000.0, lower_is_better=True)

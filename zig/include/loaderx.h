@@ -179,6 +179,35 @@ lx_status lx_view_record_lengths(lx_view *view, const int64_t *indices, uint64_t
 lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, uint8_t *dst,
                          const uint64_t *dst_offsets);
 
+/* --- the Python binding's fast path ----------------------------------------------------
+ * ctypes passes a Python int as a C int far more cheaply than as a typed argument, and the
+ * address of a NumPy array's fields (id(array) plus the Python object header's size) costs it
+ * nothing, where the array's data pointer costs a Python call. So these take every pointer as
+ * two uint32_t halves, low then high, and every array as the address of its NumPy fields
+ * (PyArrayObject_fields: data, nd, dimensions, strides, base, descr, flags). `indices` must be
+ * a non-empty, one-dimensional, C-contiguous, aligned array of native int64, `out` a writable
+ * C-contiguous array of count * stride bytes, where count is indices' length (the caller
+ * checks out's size and indices' dtype). Any other array is LX_INVALID_ARGUMENT before any
+ * byte moves; otherwise they are lx_store_gather_fixed and lx_view_gather_fixed. A binding
+ * checks its way of passing with lx_join_halves and lx_read_array_facts before it relies on it. */
+lx_status lx_store_gather_arrays(uint32_t store_low, uint32_t store_high, uint32_t indices_low,
+                                 uint32_t indices_high, uint32_t out_low, uint32_t out_high,
+                                 uint32_t stride);
+lx_status lx_view_gather_arrays(uint32_t view_low, uint32_t view_high, uint32_t indices_low,
+                                uint32_t indices_high, uint32_t out_low, uint32_t out_high,
+                                uint32_t stride);
+/* (high << 32) | low. */
+uint64_t lx_join_halves(uint32_t low, uint32_t high);
+
+/* What lx_read_array_facts reads from an array's fields. */
+typedef struct lx_array_facts {
+    uint64_t data;   /* the data pointer */
+    uint64_t ndim;   /* nd, as a two's-complement int64 */
+    uint64_t length; /* dimensions[0], or 0 when nd < 1 */
+    uint64_t flags;  /* NumPy's NPY_ARRAY_* bits */
+} lx_array_facts;
+lx_status lx_read_array_facts(uint32_t fields_low, uint32_t fields_high, lx_array_facts *out);
+
 /* --- sampler (pure functions of their arguments) --------------------------------------- */
 #define LX_SAMPLER_SEQUENTIAL 0u
 #define LX_SAMPLER_IID 1u

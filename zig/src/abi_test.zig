@@ -117,8 +117,9 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
     }
 }
 
-test "lx_stats and lx_sampler_request in the header are the Zig extern structs, field for field" {
+test "lx_stats, lx_sampler_request and lx_array_facts in the header are the Zig extern structs, field for field" {
     try expectStructMatches(exports.LxStats, "lx_stats");
     try expectStructMatches(exports.LxSamplerRequest, "lx_sampler_request");
+    try expectStructMatches(exports.LxArrayFacts, "lx_array_facts");
     try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxStats));
 }

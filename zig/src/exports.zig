@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 6;
+pub const abi_version: u32 = 7;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -367,6 +367,91 @@ export fn lx_view_gather(
     if (byte_count > 0 and dst == null) return invalid("lx_view_gather: dst is NULL", .{});
     const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
     return storeStatus(v.gather(indices_ptr[0..count], destination, byte_count));
+}
+
+// ---- the Python binding's fast path: 32-bit halves and NumPy arrays by their fields --------
+// ctypes passes a Python int as a C int far more cheaply than as any typed argument, and
+// id(array) costs nothing where an array's data pointer costs a Python call. So these take
+// every 64-bit value as two u32 halves (low, high) and every array as the address of its NumPy
+// fields (numpy_array.zig). loaderx/_native.py uses them only after lx_join_halves and
+// lx_read_array_facts have given back what it passed and what NumPy says of its probe arrays.
+
+const numpy_array = @import("numpy_array.zig");
+
+/// Mirrors lx_array_facts.
+pub const LxArrayFacts = extern struct {
+    data: u64,
+    ndim: u64,
+    length: u64,
+    flags: u64,
+};
+
+export fn lx_join_halves(low: u32, high: u32) callconv(.c) u64 {
+    return numpy_array.join(low, high);
+}
+
+export fn lx_read_array_facts(fields_low: u32, fields_high: u32, out: ?*LxArrayFacts) callconv(.c) Status {
+    const out_ptr = out orelse return invalid("lx_read_array_facts: out is NULL", .{});
+    const address = numpy_array.join(fields_low, fields_high);
+    const fields = numpy_array.at(address) orelse return invalid("lx_read_array_facts: 0x{x} is not the address of an array's fields", .{address});
+    const length: u64 = if (fields.nd >= 1 and fields.dimensions != null) @bitCast(@as(i64, fields.dimensions.?[0])) else 0;
+    out_ptr.* = .{
+        .data = @intFromPtr(fields.data),
+        .ndim = @bitCast(@as(i64, fields.nd)),
+        .length = length,
+        .flags = @as(u32, @bitCast(fields.flags)),
+    };
+    status.clearMessage();
+    return .ok;
+}
+
+/// A dense gather's arguments read from two arrays' fields: what lx_*_gather_fixed take.
+const ArrayGather = struct {
+    indices: []const i64,
+    out: [*]u8,
+    byte_count: u64,
+
+    /// The request, or null after setting the message of LX_INVALID_ARGUMENT.
+    fn read(comptime function: []const u8, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) ?ArrayGather {
+        const indices_fields = numpy_array.at(numpy_array.join(indices_low, indices_high)) orelse
+            return refuse(function ++ ": indices is not the address of an array's fields", .{});
+        const vector = numpy_array.vector(indices_fields) orelse
+            return refuse(function ++ ": indices is not a non-empty, one-dimensional, C-contiguous, aligned array", .{});
+        if (@intFromPtr(vector.data) % @alignOf(i64) != 0) return refuse(function ++ ": indices are not 8-byte aligned", .{});
+        if (countOverflows(vector.len, @sizeOf(i64), 0)) return refuse(function ++ ": count {d} overflows the address space", .{vector.len});
+        const out_fields = numpy_array.at(numpy_array.join(out_low, out_high)) orelse
+            return refuse(function ++ ": out is not the address of an array's fields", .{});
+        const out = numpy_array.writableBytes(out_fields) orelse
+            return refuse(function ++ ": out is not a writable C-contiguous array", .{});
+        if (stride == 0) return refuse(function ++ ": stride is 0", .{});
+        const byte_count = std.math.mul(u64, vector.len, stride) catch return refuse(function ++ ": count * stride overflows", .{});
+        const indices: [*]const i64 = @ptrCast(@alignCast(vector.data));
+        return .{ .indices = indices[0..@intCast(vector.len)], .out = out, .byte_count = byte_count };
+    }
+
+    fn refuse(comptime fmt: []const u8, args: anytype) ?ArrayGather {
+        _ = invalid(fmt, args);
+        return null;
+    }
+};
+
+/// The handle whose halves a binding passed, or null for an address no handle can have.
+fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
+    const address = numpy_array.join(low, high);
+    if (address == 0 or address % @alignOf(T) != 0) return null;
+    return @ptrFromInt(address);
+}
+
+export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) callconv(.c) Status {
+    const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL or misaligned", .{});
+    const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride) orelse return .invalid_argument;
+    return storeStatus(s.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+}
+
+export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) callconv(.c) Status {
+    const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL or misaligned", .{});
+    const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride) orelse return .invalid_argument;
+    return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }
 
 // ---- sampler -------------------------------------------------------------------------------

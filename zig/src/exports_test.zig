@@ -29,6 +29,12 @@ extern fn lx_store_train_dict(store: ?*LxStore, samples: ?[*]const u8, offsets: 
 const LxSamplerRequest = extern struct { mode: u32, reserved: u32, length: u64, batch_size: u64, seed: u64, shard_index: u64, shard_count: u64 };
 extern fn lx_sampler_batch(request: ?*const LxSamplerRequest, step: u64, out: ?[*]i64) Status;
 extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, step: u64, shard_index: u64, shard_count: u64, out: ?[*]i64) Status;
+const LxView = opaque {};
+extern fn lx_view_open(stores: ?[*]const *LxStore, count: u64, out: ?*?*LxView) Status;
+extern fn lx_view_close(view: ?*LxView) void;
+extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) Status;
+extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) Status;
+const numpy_array = @import("numpy_array.zig");
 
 /// A refusal: the expected status and a non-empty message naming the problem.
 fn expectRefused(expected: Status, got: Status, fragment: []const u8) !void {
@@ -232,4 +238,67 @@ test "lx_sampler_fill refuses every bad argument with a message" {
     request.batch_size = 0;
     try expectRefused(.invalid_argument, lx_sampler_batch(&request, 0, &out), "batch_size is 0");
     try testing.expectEqualSlices(i64, &@as([4]i64, @splat(-5)), &out);
+}
+
+/// The halves of a pointer, as the Python binding passes them.
+fn halves(pointer: anytype) [2]u32 {
+    const address: u64 = @intFromPtr(pointer);
+    return .{ @truncate(address), @intCast(address >> 32) };
+}
+
+/// NumPy's fields of a C-contiguous array of `len` items at `data`, with `flags`.
+fn arrayFields(data: [*]u8, dims: *const [1]isize, flags: c_int) numpy_array.Fields {
+    return .{ .data = data, .nd = 1, .dimensions = dims, .strides = null, .base = null, .descr = null, .flags = flags };
+}
+
+test "the array gathers copy what gather_fixed copies, and refuse bad arrays before writing" {
+    var fixture: Fixture = undefined;
+    try fixture.init();
+    defer fixture.deinit();
+    var store_list = [_]*LxStore{fixture.store};
+    var view: ?*LxView = null;
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
+    defer lx_view_close(view);
+    const vector_flags = numpy_array.flag_c_contiguous | numpy_array.flag_aligned;
+    const out_flags = vector_flags | numpy_array.flag_writeable;
+    var indices = [_]i64{ 9, 0, 4 };
+    const index_dims = [_]isize{3};
+    var index_fields = arrayFields(@ptrCast(&indices), &index_dims, vector_flags);
+    var out: [12]u8 = @splat(0xEE);
+    var out_fields = arrayFields(&out, &index_dims, out_flags);
+    const s = halves(fixture.store);
+    const v = halves(view.?);
+    const i = halves(&index_fields);
+    const o = halves(&out_fields);
+    try testing.expectEqual(Status.ok, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &out);
+    out = @splat(0xEE);
+    try testing.expectEqual(Status.ok, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &out);
+
+    // Every refusal leaves out as it was.
+    out = @splat(0xEE);
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(0, 0, i[0], i[1], o[0], o[1], 4), "store is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0] + 1, v[1], i[0], i[1], o[0], o[1], 4), "misaligned");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], 0, 0, o[0], o[1], 4), "indices is not the address");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0] + 4, o[1], 4), "out is not the address");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 0), "stride is 0");
+    out_fields.flags = vector_flags; // read-only
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "not a writable");
+    out_fields.flags = out_flags;
+    index_fields.flags = numpy_array.flag_aligned; // strided
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4), "C-contiguous");
+    index_fields.flags = vector_flags;
+    index_fields.nd = 2;
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "one-dimensional");
+    index_fields.nd = 1;
+    index_fields.data = @as([*]u8, @ptrCast(&indices)) + 1;
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "8-byte aligned");
+    index_fields.data = @ptrCast(&indices);
+    indices[1] = 10; // past the length
+    try expectRefused(.index_out_of_range, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "10");
+    indices[1] = 0;
+    try expectRefused(.size_mismatch, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 2), "");
+    const untouched: [12]u8 = @splat(0xEE);
+    try testing.expectEqualSlices(u8, &untouched, &out);
 }

@@ -31,6 +31,7 @@ test {
     _ = @import("view.zig");
     _ = @import("runs.zig");
     _ = @import("raw_copy.zig");
+    _ = @import("numpy_array.zig");
     _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");
     _ = @import("exports_test.zig");

@@ -1,0 +1,103 @@
+//! What the dense read's fast path needs from a NumPy array, read from the array's own fields.
+//!
+//! Why: Python's cheapest way to a NumPy array's data pointer (ctypes' from_buffer, then
+//! addressof) costs about as much as a whole gather of 256 small records, twice per call.
+//! `id(array)` is free, and the fields after the object header are NumPy's C ABI: every
+//! compiled NumPy extension reads them through inline functions (PyArray_DATA, PyArray_NDIM,
+//! PyArray_FLAGS), so NumPy cannot move them. The binding adds the header's size to `id()`
+//! (16 bytes on GIL builds of CPython, 32 on free-threaded ones: `object.__basicsize__`) and
+//! passes that address; loaderx/_native.py checks what this file reads against NumPy's own
+//! view of a few arrays before it uses the fast path at all.
+const std = @import("std");
+const assert = std.debug.assert;
+
+/// The leading fields of NumPy's PyArrayObject_fields (numpy/ndarraytypes.h), in order. The
+/// ones after `flags` are not read.
+pub const Fields = extern struct {
+    data: ?[*]u8,
+    nd: c_int,
+    dimensions: ?[*]const isize,
+    strides: ?[*]const isize,
+    base: ?*anyopaque,
+    descr: ?*anyopaque,
+    flags: c_int,
+};
+
+comptime {
+    // The offsets every NumPy build has on a 64-bit platform (the only ones loaderx ships).
+    assert(@offsetOf(Fields, "data") == 0);
+    assert(@offsetOf(Fields, "nd") == 8);
+    assert(@offsetOf(Fields, "dimensions") == 16);
+    assert(@offsetOf(Fields, "flags") == 48);
+}
+
+/// NumPy's NPY_ARRAY_* flag bits (numpy/ndarraytypes.h); tests/test_abi.py checks them
+/// against numpy.
+pub const flag_c_contiguous: c_int = 0x0001;
+pub const flag_aligned: c_int = 0x0100;
+pub const flag_writeable: c_int = 0x0400;
+
+/// Joins the two 32-bit halves a binding passes for one 64-bit value.
+pub fn join(low: u32, high: u32) u64 {
+    return @as(u64, high) << 32 | low;
+}
+
+/// The fields at `address` (an array's id() plus the object header), or null for an address
+/// no array can have: 0, or not aligned for the fields.
+pub fn at(address: u64) ?*const Fields {
+    if (address == 0 or address % @alignOf(Fields) != 0) return null;
+    return @ptrFromInt(address);
+}
+
+/// A one-dimensional, C-contiguous, aligned array's elements (the caller knows their type),
+/// or null when the array is anything else or empty.
+pub fn vector(fields: *const Fields) ?struct { data: [*]const u8, len: u64 } {
+    if (fields.nd != 1 or !has(fields, flag_c_contiguous | flag_aligned)) return null;
+    const dimensions = fields.dimensions orelse return null;
+    const data = fields.data orelse return null;
+    if (dimensions[0] <= 0) return null;
+    return .{ .data = data, .len = @intCast(dimensions[0]) };
+}
+
+/// A writable C-contiguous array's first byte (the caller knows its size), or null.
+pub fn writableBytes(fields: *const Fields) ?[*]u8 {
+    if (!has(fields, flag_c_contiguous | flag_writeable)) return null;
+    return fields.data;
+}
+
+fn has(fields: *const Fields, wanted: c_int) bool {
+    return fields.flags & wanted == wanted;
+}
+
+test "join puts the high half above the low one, every bit kept" {
+    try std.testing.expectEqual(@as(u64, 0), join(0, 0));
+    try std.testing.expectEqual(@as(u64, 0x7FFF_FFFF_FFFF_FFFF), join(0xFFFF_FFFF, 0x7FFF_FFFF));
+    try std.testing.expectEqual(@as(u64, 0x1_8000_0000), join(0x8000_0000, 1));
+}
+
+test "vector and writableBytes take only the arrays their flags and shape allow" {
+    var values = [_]i64{ 4, 5, 6 };
+    const dims = [_]isize{3};
+    const strides = [_]isize{8};
+    var fields: Fields = .{ .data = @ptrCast(&values), .nd = 1, .dimensions = &dims, .strides = &strides, .base = null, .descr = null, .flags = flag_c_contiguous | flag_aligned };
+    const v = vector(&fields).?;
+    try std.testing.expectEqual(@as(u64, 3), v.len);
+    try std.testing.expectEqual(@as([*]const u8, @ptrCast(&values)), v.data);
+    // Read-only: a vector still, but no writable bytes.
+    try std.testing.expect(writableBytes(&fields) == null);
+    fields.flags |= flag_writeable;
+    try std.testing.expectEqual(@as(?[*]u8, @ptrCast(&values)), writableBytes(&fields));
+    fields.flags = flag_aligned | flag_writeable; // a strided view
+    try std.testing.expect(vector(&fields) == null);
+    try std.testing.expect(writableBytes(&fields) == null);
+    fields.flags = flag_c_contiguous | flag_aligned | flag_writeable;
+    fields.nd = 2;
+    try std.testing.expect(vector(&fields) == null);
+    fields.nd = 1;
+    const empty = [_]isize{0};
+    fields.dimensions = &empty;
+    try std.testing.expect(vector(&fields) == null);
+    try std.testing.expect(at(0) == null);
+    try std.testing.expect(at(@intFromPtr(&fields) + 4) == null);
+    try std.testing.expectEqual(@as(?*const Fields, &fields), at(@intFromPtr(&fields)));
+}
