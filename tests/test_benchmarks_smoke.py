@@ -75,3 +75,18 @@ def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
                      "loader, records + labels", "loader, records + labels, 2 workers",
                      "lock handoff, records + labels"]
     assert rows[0].split()[-2] == "1.00x"
+
+
+def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> None:
+    """tools/destination_offsets.py (a README command) at minimal sizes: it compares each row's
+    last batch with the records before timing, and exits non-zero if one differs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "destination_offsets.py"), "--records", "600",
+         "--rounds", "1", "--block", "0.02", "--offsets", "0,16,2048"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ring of 5 arrays")
+    assert [int(line.split()[0]) for line in lines[2:]] == [0, 16, 2048]
+    assert all(float(line.split()[1].replace(",", "")) > 0 for line in lines[2:])
