@@ -199,19 +199,21 @@ def _gather(
     index and out arrays' fields with ARRAY_CALLS, else their data pointers. A function, not a
     method: compiled code calls it directly, where a method of a class that interpreted
     classes subclass is looked up by name at every call."""
+    # The status is an int (restype c_int): annotated, not converted, compiled code only checks it.
+    code: int
     if ARRAY_CALLS:
-        return int(
-            calls._gather_arrays_native(
-                handle & _LOW,
-                handle >> 32,
-                first & _LOW,
-                first >> 32,
-                second & _LOW,
-                second >> 32,
-                record_size,
-            )
+        code = calls._gather_arrays_native(
+            handle & _LOW,
+            handle >> 32,
+            first & _LOW,
+            first >> 32,
+            second & _LOW,
+            second >> 32,
+            record_size,
         )
-    return int(calls._gather_fixed_native(handle, first, count, second, record_size))
+    else:
+        code = calls._gather_fixed_native(handle, first, count, second, record_size)
+    return code
 
 
 def address(array: npt.NDArray[Any]) -> int:
