@@ -25,8 +25,9 @@ import numpy as np
 
 from loaderx import _native
 
-# NumPy's NPY_ARRAY_* bits (zig/src/numpy_array.zig has the same; tests/test_abi.py checks both
-# against numpy).
+# NumPy's NPY_ARRAY_* bits. tests/test_array_fields.py checks these against NumPy's own table;
+# zig/src/numpy_array.zig has the same, checked there by which arrays the gathers take and
+# decline (read-only, strided, misaligned).
 C_CONTIGUOUS: Final = 0x0001
 ALIGNED: Final = 0x0100
 WRITEABLE: Final = 0x0400
