@@ -24,7 +24,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 7
+ABI_VERSION: Final = 8
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -64,6 +64,7 @@ class ArrayFacts(ctypes.Structure):
         ("ndim", ctypes.c_uint64),
         ("length", ctypes.c_uint64),
         ("flags", ctypes.c_uint64),
+        ("stride", ctypes.c_uint64),
     ]
 
 

@@ -67,6 +67,7 @@ def _facts_agree(lib: Any, array: np.ndarray[Any, Any]) -> bool:
         facts.data == array.__array_interface__["data"][0]
         and facts.ndim == array.ndim
         and facts.length == (array.shape[0] if array.ndim else 0)
+        and facts.stride == (array.strides[0] % (1 << 64) if array.ndim else 0)
         and facts.flags & (C_CONTIGUOUS | ALIGNED | WRITEABLE) == wanted
     )
 
@@ -83,6 +84,7 @@ def probe_arrays() -> list[np.ndarray[Any, Any]]:
         read_only,
         np.zeros((3, 4), dtype=np.uint8),
         np.zeros((3, 4), dtype=np.uint8).T,
+        np.zeros((3, 4), dtype=np.uint16)[::-1],
         np.zeros(0, dtype=np.int64),
         np.zeros((), dtype=np.int64),
         unaligned,

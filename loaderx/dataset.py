@@ -29,7 +29,7 @@ from loaderx.errors import (
     StoreFullError,
 )
 from loaderx.indexing import normalize_index
-from loaderx.native_calls import NDARRAY
+from loaderx.native_calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx.paths import is_file
 from loaderx.result_buffers import POOL as RESULT_BUFFERS
 from loaderx.schema import (
@@ -141,6 +141,19 @@ def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
     """a == b, without NumPy's comparison for the usual case of one dtype object (a builtin
     dtype such as uint8 is a single object): 0.15 us of a small read's time here."""
     return a is b or a == b
+
+
+def _gather_fixed(
+    store: Store, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+) -> bool:
+    """The dense fast path (native_calls.gather_fixed) on the store's native handle, or on its
+    view for a sharded store; False, with nothing copied, sends the caller to its general path.
+    A Zrecord's own method would be looked up by name at every call: it is an interpreted
+    class, its base NativeCalls is compiled."""
+    if isinstance(store, NativeCalls):
+        return gather_fixed(store, indices, out, record_size)
+    view = store.view
+    return view is not None and gather_fixed(view, indices, out, record_size)
 
 
 def _new_result(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) -> npt.NDArray[Any]:
@@ -454,7 +467,7 @@ class DenseDataset(_DatasetBase):
             result = out
         else:
             return None
-        if store.gather_fixed(index, result, self.record_size):
+        if _gather_fixed(store, index, result, self.record_size):
             return result
         return None
 
@@ -478,7 +491,7 @@ class DenseDataset(_DatasetBase):
         if not _same_dtype(out.dtype, self.dtype):
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
         store = self._store
-        if store.gather_fixed(indices, out, self.record_size):
+        if _gather_fixed(store, indices, out, self.record_size):
             return
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")

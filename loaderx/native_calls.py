@@ -39,6 +39,9 @@ ARRAY_CALLS: Final = array_fields.WORKS
 _LOW: Final = array_fields.LOW
 _FIELDS: Final = array_fields.OFFSET
 
+_OK: Final = _native.OK
+_INDEX_OUT_OF_RANGE: Final = _native.INDEX_OUT_OF_RANGE
+_INVALID_ARGUMENT: Final = _native.INVALID_ARGUMENT
 _INT64: Final = np.dtype(np.int64)
 # Held here: compiled code reads a Final from a static, where np.ndarray is an attribute lookup
 # on the numpy module at every call (four of them on the fast path of a small read).
@@ -68,6 +71,8 @@ class NativeCalls:
     "from")."""
 
     _handle: int
+    _handle_low: object
+    _handle_high: object
     _calls: list[None]
     _closed: bool
     _lock: threading.Lock
@@ -78,10 +83,17 @@ class NativeCalls:
     def _init_calls(self) -> None:
         """Closed, with no handle yet: the subclass opens one, then sets _closed to False."""
         self._handle = 0
+        self._handle_low = 0
+        self._handle_high = 0
         self._calls = _idle_calls()
         self._closed = True
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+
+    def _set_handle(self, handle: int) -> None:
+        self._handle = handle
+        self._handle_low = handle & _LOW
+        self._handle_high = handle >> 32
 
     def _describe(self) -> str:
         raise NotImplementedError
@@ -138,76 +150,88 @@ class NativeCalls:
     def gather_fixed(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
     ) -> bool:
-        """The dense read with nothing but the checks memory safety needs: True once done.
+        """The dense read's fast path (the module function gather_fixed, which compiled callers
+        call directly)."""
+        return gather_fixed(self, indices, out, record_size)
 
-        False, with nothing copied, when the fast path does not apply: indices not a non-empty,
-        writable, C-contiguous, one-dimensional native int64 array, out not a writable
-        C-contiguous array of len(indices) * record_size bytes, or any index outside
-        0 <= i < len (negative ones included). The caller then takes its general path, which
-        normalises the index and raises the documented errors. The bounds check is the native
-        one: the indices are scanned once, in native code, before any byte moves.
-        """
-        if type(indices) is not NDARRAY or indices.dtype is not _INT64 or indices.ndim != 1:
+
+def gather_fixed(
+    owner: NativeCalls, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+) -> bool:
+    """The dense read with nothing but the checks memory safety needs: True once done.
+
+    False, with nothing copied, when the fast path does not apply: indices not a non-empty,
+    C-contiguous, aligned, one-dimensional native int64 array, out not a writable C-contiguous
+    array of len(indices) rows of record_size bytes (with ARRAY_CALLS: of at least two rows,
+    see lx_store_gather_arrays), or any index outside 0 <= i < len (negative ones included).
+    The caller then takes its general path, which normalises the index and raises the
+    documented errors. With ARRAY_CALLS every check past the dtype is native, made before any
+    byte moves; so is the bounds check, in one scan of the indices.
+
+    A function rather than the method: compiled callers call it directly, where a method of a
+    class that interpreted classes subclass is looked up by name at every call.
+    """
+    if type(indices) is not NDARRAY or indices.dtype is not _INT64 or type(out) is not NDARRAY:
+        return False
+    if ARRAY_CALLS:
+        # The native side reads both arrays' fields (shape, strides, flags) and refuses any
+        # other (INVALID_ARGUMENT, nothing copied): those take the slow path, as below.
+        if record_size <= 0 or record_size > _LOW:
+            return False
+        # array_fields.fields_address, written out: an interpreted call per array here.
+        first = id(indices) + _FIELDS
+        second = id(out) + _FIELDS
+        count = 0  # read natively from indices' shape
+    else:
+        if indices.ndim != 1:
             return False
         count = len(indices)
-        if not count or type(out) is not NDARRAY or out.nbytes != count * record_size:
+        if not count or out.nbytes != count * record_size:
             return False
-        if ARRAY_CALLS:
-            # The native side reads both arrays' fields and refuses (INVALID_ARGUMENT, nothing
-            # copied) a non-contiguous or misaligned index array and a read-only or
-            # non-contiguous out: those take the slow path, as below.
-            if record_size > _LOW:
-                return False
-            # array_fields.fields_address, written out: an interpreted call per array here.
-            first = id(indices) + _FIELDS
-            second = id(out) + _FIELDS
-        else:
-            try:
-                # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
-                first = _addressof(_first_byte(indices))
-                second = _addressof(_first_byte(out))
-            except (TypeError, ValueError, BufferError, NotImplementedError):
-                return False
-        if LOCK_FREE_CALLS:
-            # _enter/_leave written out: two Python frames are a visible share of a small read.
-            calls = self._calls
-            calls.append(None)
-            if self._closed:
-                self._leave()
-                raise self._closed_error()
-            try:
-                code = _gather(self, self._handle, first, count, second, record_size)
-            finally:
-                calls.pop()
-                if self._closed:
-                    with self._lock:
-                        self._idle.notify_all()
-        else:
-            handle = self._enter()
-            try:
-                code = _gather(self, handle, first, count, second, record_size)
-            finally:
-                self._leave()
-        if code == _native.OK:
-            return True
-        if code == _native.INDEX_OUT_OF_RANGE or (code == _native.INVALID_ARGUMENT and ARRAY_CALLS):
+        try:
+            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+            first = _addressof(_first_byte(indices))
+            second = _addressof(_first_byte(out))
+        except (TypeError, ValueError, BufferError, NotImplementedError):
             return False
-        _native.raise_status(code, f"gather of {count} records from {self._label()}")
+    if LOCK_FREE_CALLS:
+        # _enter/_leave written out: two Python frames are a visible share of a small read.
+        in_flight = owner._calls
+        in_flight.append(None)
+        if owner._closed:
+            owner._leave()
+            raise owner._closed_error()
+        try:
+            code = _gather(owner, first, count, second, record_size)
+        finally:
+            in_flight.pop()
+            if owner._closed:
+                with owner._lock:
+                    owner._idle.notify_all()
+    else:
+        owner._enter()
+        try:
+            code = _gather(owner, first, count, second, record_size)
+        finally:
+            owner._leave()
+    if code == _OK:
+        return True
+    if code == _INDEX_OUT_OF_RANGE or (code == _INVALID_ARGUMENT and ARRAY_CALLS):
+        return False
+    _native.raise_status(code, f"gather of {len(indices)} records from {owner._label()}")
 
 
-def _gather(
-    calls: NativeCalls, handle: int, first: int, count: int, second: int, record_size: int
-) -> int:
-    """One dense gather of `count` records of `record_size` bytes: `first` and `second` are the
-    index and out arrays' fields with ARRAY_CALLS, else their data pointers. A function, not a
-    method: compiled code calls it directly, where a method of a class that interpreted
-    classes subclass is looked up by name at every call."""
+def _gather(calls: NativeCalls, first: int, count: int, second: int, record_size: int) -> int:
+    """One dense gather of records of `record_size` bytes: `first` and `second` are the index
+    and out arrays' fields with ARRAY_CALLS (the native side reads the count there), else their
+    data pointers and `count` the number of records. A function, not a method, for the reason
+    gather_fixed is one."""
     # The status is an int (restype c_int): annotated, not converted, compiled code only checks it.
     code: int
     if ARRAY_CALLS:
         code = calls._gather_arrays_native(
-            handle & _LOW,
-            handle >> 32,
+            calls._handle_low,
+            calls._handle_high,
             first & _LOW,
             first >> 32,
             second & _LOW,
@@ -215,7 +239,7 @@ def _gather(
             record_size,
         )
     else:
-        code = calls._gather_fixed_native(handle, first, count, second, record_size)
+        code = calls._gather_fixed_native(calls._handle, first, count, second, record_size)
     return code
 
 

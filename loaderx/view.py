@@ -45,7 +45,7 @@ class View(NativeCalls):
         _native.check(code, f"cannot open a view over the {len(stores)} shards of {name!r}")
         if not out.value:
             raise RuntimeError(f"opening a view over {name!r} returned no handle")
-        self._handle = out.value
+        self._set_handle(out.value)
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_view_gather_fixed
         self._gather_arrays_native = _native.lib.lx_view_gather_arrays

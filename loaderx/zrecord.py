@@ -182,7 +182,7 @@ class Zrecord(NativeCalls):
         _native.check(code, f"cannot open Zrecord store {self.path!r}")
         if not handle.value:
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
-        self._handle = handle.value
+        self._set_handle(handle.value)
         self._closed = False
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.

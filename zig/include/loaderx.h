@@ -185,11 +185,13 @@ lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, 
  * nothing, where the array's data pointer costs a Python call. So these take every pointer as
  * two uint32_t halves, low then high, and every array as the address of its NumPy fields
  * (PyArrayObject_fields: data, nd, dimensions, strides, base, descr, flags). `indices` must be
- * a non-empty, one-dimensional, C-contiguous, aligned array of native int64, `out` a writable
- * C-contiguous array of count * stride bytes, where count is indices' length (the caller
- * checks out's size and indices' dtype). Any other array is LX_INVALID_ARGUMENT before any
- * byte moves; otherwise they are lx_store_gather_fixed and lx_view_gather_fixed. A binding
- * checks its way of passing with lx_join_halves and lx_read_array_facts before it relies on it. */
+ * a non-empty, one-dimensional, C-contiguous, aligned array (the caller checks that its dtype
+ * is native int64), and `out` a writable C-contiguous array whose first dimension is count,
+ * indices' length, with strides[0] == stride and no dimension 0. count must be at least 2:
+ * NumPy lets a dimension of 1 have any stride, so out's size is known only then. Any other
+ * array is LX_INVALID_ARGUMENT before any byte moves; otherwise they are lx_store_gather_fixed
+ * and lx_view_gather_fixed. A binding checks its way of passing with lx_join_halves and
+ * lx_read_array_facts before it relies on it. */
 lx_status lx_store_gather_arrays(uint32_t store_low, uint32_t store_high, uint32_t indices_low,
                                  uint32_t indices_high, uint32_t out_low, uint32_t out_high,
                                  uint32_t stride);
@@ -205,6 +207,7 @@ typedef struct lx_array_facts {
     uint64_t ndim;   /* nd, as a two's-complement int64 */
     uint64_t length; /* dimensions[0], or 0 when nd < 1 */
     uint64_t flags;  /* NumPy's NPY_ARRAY_* bits */
+    uint64_t stride; /* strides[0], as a two's-complement int64, or 0 when nd < 1 */
 } lx_array_facts;
 lx_status lx_read_array_facts(uint32_t fields_low, uint32_t fields_high, lx_array_facts *out);
 

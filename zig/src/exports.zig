@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 7;
+pub const abi_version: u32 = 8;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -384,6 +384,7 @@ pub const LxArrayFacts = extern struct {
     ndim: u64,
     length: u64,
     flags: u64,
+    stride: u64,
 };
 
 export fn lx_join_halves(low: u32, high: u32) callconv(.c) u64 {
@@ -395,11 +396,13 @@ export fn lx_read_array_facts(fields_low: u32, fields_high: u32, out: ?*LxArrayF
     const address = numpy_array.join(fields_low, fields_high);
     const fields = numpy_array.at(address) orelse return invalid("lx_read_array_facts: 0x{x} is not the address of an array's fields", .{address});
     const length: u64 = if (fields.nd >= 1 and fields.dimensions != null) @bitCast(@as(i64, fields.dimensions.?[0])) else 0;
+    const stride: u64 = if (fields.nd >= 1 and fields.strides != null) @bitCast(@as(i64, fields.strides.?[0])) else 0;
     out_ptr.* = .{
         .data = @intFromPtr(fields.data),
         .ndim = @bitCast(@as(i64, fields.nd)),
         .length = length,
         .flags = @as(u32, @bitCast(fields.flags)),
+        .stride = stride,
     };
     status.clearMessage();
     return .ok;
@@ -421,9 +424,9 @@ const ArrayGather = struct {
         if (countOverflows(vector.len, @sizeOf(i64), 0)) return refuse(function ++ ": count {d} overflows the address space", .{vector.len});
         const out_fields = numpy_array.at(numpy_array.join(out_low, out_high)) orelse
             return refuse(function ++ ": out is not the address of an array's fields", .{});
-        const out = numpy_array.writableBytes(out_fields) orelse
-            return refuse(function ++ ": out is not a writable C-contiguous array", .{});
         if (stride == 0) return refuse(function ++ ": stride is 0", .{});
+        const out = numpy_array.writableRows(out_fields, vector.len, stride) orelse
+            return refuse(function ++ ": out is not a writable C-contiguous array of {d} rows of {d} bytes (nor, for one row, a checkable one)", .{ vector.len, stride });
         const byte_count = std.math.mul(u64, vector.len, stride) catch return refuse(function ++ ": count * stride overflows", .{});
         const indices: [*]const i64 = @ptrCast(@alignCast(vector.data));
         return .{ .indices = indices[0..@intCast(vector.len)], .out = out, .byte_count = byte_count };

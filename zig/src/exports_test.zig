@@ -246,9 +246,9 @@ fn halves(pointer: anytype) [2]u32 {
     return .{ @truncate(address), @intCast(address >> 32) };
 }
 
-/// NumPy's fields of a C-contiguous array of `len` items at `data`, with `flags`.
-fn arrayFields(data: [*]u8, dims: *const [1]isize, flags: c_int) numpy_array.Fields {
-    return .{ .data = data, .nd = 1, .dimensions = dims, .strides = null, .base = null, .descr = null, .flags = flags };
+/// NumPy's fields of a one-dimensional array of dims[0] items of strides[0] bytes at `data`.
+fn arrayFields(data: [*]u8, dims: *const [1]isize, strides: *const [1]isize, flags: c_int) numpy_array.Fields {
+    return .{ .data = data, .nd = 1, .dimensions = dims, .strides = strides, .base = null, .descr = null, .flags = flags };
 }
 
 test "the array gathers copy what gather_fixed copies, and refuse bad arrays before writing" {
@@ -263,9 +263,10 @@ test "the array gathers copy what gather_fixed copies, and refuse bad arrays bef
     const out_flags = vector_flags | numpy_array.flag_writeable;
     var indices = [_]i64{ 9, 0, 4 };
     const index_dims = [_]isize{3};
-    var index_fields = arrayFields(@ptrCast(&indices), &index_dims, vector_flags);
+    var index_fields = arrayFields(@ptrCast(&indices), &index_dims, &.{8}, vector_flags);
     var out: [12]u8 = @splat(0xEE);
-    var out_fields = arrayFields(&out, &index_dims, out_flags);
+    var out_dims = [_]isize{3};
+    var out_fields = arrayFields(&out, &out_dims, &.{4}, out_flags);
     const s = halves(fixture.store);
     const v = halves(view.?);
     const i = halves(&index_fields);
@@ -298,7 +299,16 @@ test "the array gathers copy what gather_fixed copies, and refuse bad arrays bef
     indices[1] = 10; // past the length
     try expectRefused(.index_out_of_range, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "10");
     indices[1] = 0;
-    try expectRefused(.size_mismatch, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 2), "");
+    // out's rows must be exactly the records: their count and their size.
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 2), "3 rows of 2 bytes");
+    out_dims[0] = 2;
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4), "3 rows of 4 bytes");
+    out_dims[0] = 3;
+    // One record: out's strides[0] says nothing then, so the binding's general path takes it.
+    const one_index = [_]isize{1};
+    index_fields.dimensions = &one_index;
+    out_dims[0] = 1;
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "1 rows of 4 bytes");
     const untouched: [12]u8 = @splat(0xEE);
     try testing.expectEqualSlices(u8, &untouched, &out);
 }

@@ -59,9 +59,30 @@ pub fn vector(fields: *const Fields) ?struct { data: [*]const u8, len: u64 } {
     return .{ .data = data, .len = @intCast(dimensions[0]) };
 }
 
-/// A writable C-contiguous array's first byte (the caller knows its size), or null.
-pub fn writableBytes(fields: *const Fields) ?[*]u8 {
+/// NumPy's NPY_MAXDIMS (64 since NumPy 2, 32 before): an array claiming more is not one.
+pub const dimensions_max = 64;
+
+/// The first byte of `fields`' array when it is writable, C-contiguous and holds exactly
+/// `rows` rows of `row_bytes` bytes (its first dimension is `rows`), or null.
+///
+/// The size comes from strides[0], since the element size lies in the dtype, whose layout
+/// changed between NumPy 1 and 2. NumPy calls an array C-contiguous when every dimension longer
+/// than 1 has the stride of the dimensions after it times the element size; a dimension of 1
+/// may have any stride, and an empty array (a dimension of 0) is contiguous whatever its
+/// strides. So strides[0] is the row size exactly when rows >= 2 and no dimension is 0, and
+/// anything else (a batch of one record included) is refused: the binding's general path
+/// checks those arrays itself.
+pub fn writableRows(fields: *const Fields, rows: u64, row_bytes: u64) ?[*]u8 {
     if (!has(fields, flag_c_contiguous | flag_writeable)) return null;
+    if (rows < 2 or fields.nd < 1 or fields.nd > dimensions_max) return null;
+    const nd: usize = @intCast(fields.nd);
+    const dimensions = fields.dimensions orelse return null;
+    const strides = fields.strides orelse return null;
+    if (dimensions[0] < 0 or @as(u64, @intCast(dimensions[0])) != rows) return null;
+    for (dimensions[1..nd]) |extent| {
+        if (extent <= 0) return null;
+    }
+    if (strides[0] < 0 or @as(u64, @intCast(strides[0])) != row_bytes) return null;
     return fields.data;
 }
 
@@ -75,7 +96,7 @@ test "join puts the high half above the low one, every bit kept" {
     try std.testing.expectEqual(@as(u64, 0x1_8000_0000), join(0x8000_0000, 1));
 }
 
-test "vector and writableBytes take only the arrays their flags and shape allow" {
+test "vector takes only non-empty, one-dimensional, C-contiguous, aligned arrays" {
     var values = [_]i64{ 4, 5, 6 };
     const dims = [_]isize{3};
     const strides = [_]isize{8};
@@ -83,14 +104,11 @@ test "vector and writableBytes take only the arrays their flags and shape allow"
     const v = vector(&fields).?;
     try std.testing.expectEqual(@as(u64, 3), v.len);
     try std.testing.expectEqual(@as([*]const u8, @ptrCast(&values)), v.data);
-    // Read-only: a vector still, but no writable bytes.
-    try std.testing.expect(writableBytes(&fields) == null);
-    fields.flags |= flag_writeable;
-    try std.testing.expectEqual(@as(?[*]u8, @ptrCast(&values)), writableBytes(&fields));
-    fields.flags = flag_aligned | flag_writeable; // a strided view
+    fields.flags = flag_aligned; // a strided view
     try std.testing.expect(vector(&fields) == null);
-    try std.testing.expect(writableBytes(&fields) == null);
-    fields.flags = flag_c_contiguous | flag_aligned | flag_writeable;
+    fields.flags = flag_c_contiguous; // misaligned
+    try std.testing.expect(vector(&fields) == null);
+    fields.flags = flag_c_contiguous | flag_aligned;
     fields.nd = 2;
     try std.testing.expect(vector(&fields) == null);
     fields.nd = 1;
@@ -100,4 +118,38 @@ test "vector and writableBytes take only the arrays their flags and shape allow"
     try std.testing.expect(at(0) == null);
     try std.testing.expect(at(@intFromPtr(&fields) + 4) == null);
     try std.testing.expectEqual(@as(?*const Fields, &fields), at(@intFromPtr(&fields)));
+}
+
+test "writableRows takes exactly rows x row_bytes of a writable C-contiguous array, nothing else" {
+    var bytes: [96]u8 = @splat(0);
+    const data: [*]u8 = &bytes;
+    // A (4, 3, 2) array of int32: 24-byte rows.
+    var dims = [_]isize{ 4, 3, 2 };
+    var strides = [_]isize{ 24, 8, 4 };
+    const writable = flag_c_contiguous | flag_aligned | flag_writeable;
+    var fields: Fields = .{ .data = data, .nd = 3, .dimensions = &dims, .strides = &strides, .base = null, .descr = null, .flags = writable };
+    try std.testing.expectEqual(@as(?[*]u8, data), writableRows(&fields, 4, 24));
+    try std.testing.expect(writableRows(&fields, 3, 24) == null); // another row count
+    try std.testing.expect(writableRows(&fields, 4, 12) == null); // another row size
+    fields.flags = flag_c_contiguous | flag_aligned; // read-only
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
+    fields.flags = flag_aligned | flag_writeable; // strided
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
+    fields.flags = writable;
+    // An empty array is contiguous whatever its strides: a zero anywhere is refused.
+    dims[2] = 0;
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
+    dims[2] = 2;
+    // One row: strides[0] may be anything, so a batch of one is refused.
+    dims[0] = 1;
+    try std.testing.expect(writableRows(&fields, 1, 24) == null);
+    dims[0] = 4;
+    fields.nd = 0;
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
+    fields.nd = dimensions_max + 1;
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
+    fields.nd = 1; // a (4,) array of 24-byte records
+    try std.testing.expectEqual(@as(?[*]u8, data), writableRows(&fields, 4, 24));
+    strides[0] = -24;
+    try std.testing.expect(writableRows(&fields, 4, 24) == null);
 }
