@@ -5,8 +5,10 @@
 Rows, each a block of back-to-back batches per round, rounds interleaved (medians printed):
 - bare gather, 1 buffer: sampler + gather_into one reused array on this thread (the loader
   table's reference);
-- bare gather, ring of 5: the same into 5 arrays in turn, as the loader's ring of prefetch + 1
-  slots does: what a colder destination costs by itself;
+- bare gather, ring of 2 and ring of 5: the same into 2 (or 5) arrays in turn. 5 is the
+  loader's ring of prefetch + 1 slots; 2 is the fewest any loader that makes a step while its
+  consumer still holds the last one can write to. What a colder destination costs by itself:
+  on a small L3 (8 MiB) one reused 3 MiB array stays in the cache and two do not;
 - loader, records: the DataLoader over the records alone, default settings;
 - loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
 - the same with workers=2 instead of the default (one fewer than the CPUs without a transform);
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         raw, labels = folder / "raw", folder / "labels"
         calls: dict[str, Callable[[], object]] = {
             "bare gather, 1 buffer": loaders.bare_gather(raw, BATCH)[0],
+            "bare gather, ring of 2": loaders.bare_gather(raw, BATCH, 2)[0],
             f"bare gather, ring of {RING}": loaders.bare_gather(raw, BATCH, RING)[0],
             "loader, records": loaders.loaderx_loop(raw, BATCH, None)[0],
             "loader, records + labels": loaders.loaderx_loop(raw, BATCH, None, labels=labels)[0],
