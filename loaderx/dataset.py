@@ -458,11 +458,13 @@ class DenseDataset(_DatasetBase):
         checks their bounds once, before any byte moves (a sharded dataset's view does the
         same across its shards)."""
         store = self._store
-        if index.ndim != 1:
+        # The dtype first: a bool mask or an int32 array must not cost a result array here.
+        if index.dtype is not _INT64 or index.ndim != 1:
             return None
-        shape = (index.shape[0], *self.item_shape)
+        count = len(index)
+        shape = (count,) + self.item_shape
         if out is None:
-            result = _new_result(shape, self.dtype, index.shape[0] * self.record_size)
+            result = _new_result(shape, self.dtype, count * self.record_size)
         elif type(out) is NDARRAY and _same_dtype(out.dtype, self.dtype) and out.shape == shape:
             result = out
         else:
@@ -478,6 +480,19 @@ class DenseDataset(_DatasetBase):
         out a writable C-contiguous array of this dtype holding exactly len(indices) samples.
         Only cheap checks run here; the native side refuses out-of-range indices before copying.
         """
+        # The common case first, with exact type checks (cheaper than isinstance); a subclass
+        # or anything else is checked below, and a declined fast path takes the general one.
+        if type(out) is NDARRAY and type(indices) is NDARRAY and _same_dtype(out.dtype, self.dtype):
+            if _gather_fixed(self._store, indices, out, self.record_size):
+                return
+        else:
+            self._check_into(indices, out)
+        if indices.dtype != _INT64:
+            raise TypeError(f"indices must be int64, not {indices.dtype}")
+        self._store.gather_into(indices, out, self.record_size)
+
+    def _check_into(self, indices: object, out: object) -> None:
+        """gather_into's TypeErrors, for arguments that are not both arrays of the right dtype."""
         # isinstance first: anything else (a bytearray, a list) has no .dtype to compare.
         if not isinstance(out, NDARRAY):
             raise TypeError(
@@ -490,12 +505,6 @@ class DenseDataset(_DatasetBase):
             )
         if not _same_dtype(out.dtype, self.dtype):
             raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
-        store = self._store
-        if _gather_fixed(store, indices, out, self.record_size):
-            return
-        if indices.dtype != _INT64:
-            raise TypeError(f"indices must be int64, not {indices.dtype}")
-        store.gather_into(indices, out, self.record_size)
 
     def _batch(self, batch: object, what: str) -> npt.NDArray[Any]:
         """batch validated as (B, *item_shape) of the dataset's dtype, made C-contiguous."""

@@ -218,6 +218,28 @@ def test_gather_into_hot_path(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> N
         ds.gather_into(np.array([20], dtype=np.int64), np.empty((1, 2, 3), np.float32))
 
 
+class _Tagged(np.ndarray):  # type: ignore[type-arg]
+    """An ndarray subclass: the fast path takes only exact arrays, the general path takes an
+    out of a subclass too (indices must be a plain array either way)."""
+
+
+def test_gather_into_takes_subclasses_and_single_records_the_general_way(
+    dense: tuple[DenseDataset, npt.NDArray[Any]]
+) -> None:
+    ds, values = dense
+    indices = np.array([19, 0, 7], dtype=np.int64)
+    out = np.zeros((3, 2, 3), np.float32).view(_Tagged)
+    ds.gather_into(indices, out)
+    same_bits(np.asarray(out), values[indices])
+    with pytest.raises(TypeError, match="out has dtype float64, the dataset holds float32"):
+        ds.gather_into(indices, np.zeros((3, 2, 3), np.float64).view(_Tagged))
+    for index in ([4], [19, 4]):  # one record (the native fast path leaves it), and two
+        one = np.full((len(index), 2, 3), -1.0, np.float32)
+        ds.gather_into(np.array(index, dtype=np.int64), one)
+        same_bits(one, values[index])
+        same_bits(ds[np.array(index, dtype=np.int64)], values[index])
+
+
 def test_gather_into_wrong_types_are_type_errors_before_any_byte_moves(
     dense: tuple[DenseDataset, npt.NDArray[Any]],
 ) -> None:
