@@ -91,6 +91,8 @@ class NativeCalls:
         self._idle = threading.Condition(self._lock)
 
     def _set_handle(self, handle: int) -> None:
+        """The native handle, with its two 32-bit halves boxed once here rather than at every
+        fast-path call (two allocations a call otherwise)."""
         self._handle = handle
         self._handle_low = handle & _LOW
         self._handle_high = handle >> 32
@@ -144,7 +146,8 @@ class NativeCalls:
             while len(self._calls) > _IDLE_LENGTH:
                 self._idle.wait()
             if self._handle:
-                handle, self._handle = self._handle, 0
+                handle = self._handle
+                self._set_handle(0)
                 release(handle)
 
     def gather_fixed(

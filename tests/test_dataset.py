@@ -218,7 +218,7 @@ def test_gather_into_hot_path(dense: tuple[DenseDataset, npt.NDArray[Any]]) -> N
         ds.gather_into(np.array([20], dtype=np.int64), np.empty((1, 2, 3), np.float32))
 
 
-class _Tagged(np.ndarray):  # type: ignore[type-arg]
+class _Tagged(np.ndarray):
     """An ndarray subclass: the fast path takes only exact arrays, the general path takes an
     out of a subclass too (indices must be a plain array either way)."""
 

@@ -55,3 +55,22 @@ def test_closed_store_and_view_keep_their_messages(tmp_path: Path) -> None:
         store.gather_fixed(index, out, 8)
     with pytest.raises(ValueError, match=r"^Zrecord '.*ds' is closed$"):
         len(store)
+
+
+def test_the_boxed_handle_halves_follow_the_handle(tmp_path: Path) -> None:
+    """The fast path passes the handle as halves boxed when it is set: they must be the
+    handle's while it is open, and 0 with it once it is released."""
+    ds = DenseDataset(str(tmp_path / "ds"), dtype=np.int64, codec="raw")
+    ds.append(np.arange(10))
+    store = ds.store
+    assert isinstance(store, Zrecord)
+    view = View([store], "one")
+    for owner in (store, view):
+        handle = owner._handle  # noqa: SLF001 - the test reads the private halves
+        assert handle != 0
+        assert owner._handle_low == handle & 0xFFFF_FFFF  # noqa: SLF001
+        assert owner._handle_high == handle >> 32  # noqa: SLF001
+    view.close()
+    ds.close()
+    for owner in (store, view):
+        assert (owner._handle, owner._handle_low, owner._handle_high) == (0, 0, 0)  # noqa: SLF001
