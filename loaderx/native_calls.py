@@ -164,39 +164,72 @@ def gather_fixed(
     """The dense read with nothing but the checks memory safety needs: True once done.
 
     False, with nothing copied, when the fast path does not apply: indices not a non-empty,
-    C-contiguous, aligned, one-dimensional native int64 array, out not a writable C-contiguous
-    array of len(indices) rows of record_size bytes (with ARRAY_CALLS: of at least two rows,
-    see lx_store_gather_arrays), or any index outside 0 <= i < len (negative ones included).
-    The caller then takes its general path, which normalises the index and raises the
-    documented errors. With ARRAY_CALLS every check past the dtype is native, made before any
-    byte moves; so is the bounds check, in one scan of the indices.
+    C-contiguous, one-dimensional native int64 array, out not a writable C-contiguous array of
+    len(indices) * record_size bytes, or any index outside 0 <= i < len (negative ones
+    included). The caller then takes its general path, which normalises the index and raises
+    the documented errors. The bounds check is native: the indices are scanned once, before
+    any byte moves.
+
+    With ARRAY_CALLS the arrays go by their fields and the native side makes every check past
+    the dtype (out's size from its first dimension and strides[0]). What it cannot prove that
+    way (a batch of one record: NumPy lets a dimension of 1 have any stride) it declines before
+    any byte moves, and a second call passes out's size as NumPy gives it; what the fields way
+    does not take at all (misaligned indices) goes through the data pointers.
 
     A function rather than the method: compiled callers call it directly, where a method of a
     class that interpreted classes subclass is looked up by name at every call.
     """
     if type(indices) is not NDARRAY or indices.dtype is not _INT64 or type(out) is not NDARRAY:
         return False
-    if ARRAY_CALLS:
-        # The native side reads both arrays' fields (shape, strides, flags) and refuses any
-        # other (INVALID_ARGUMENT, nothing copied): those take the slow path, as below.
-        if record_size <= 0 or record_size > _LOW:
-            return False
+    if ARRAY_CALLS and 0 < record_size <= _LOW:
         # array_fields.fields_address, written out: an interpreted call per array here.
         first = id(indices) + _FIELDS
         second = id(out) + _FIELDS
-        count = 0  # read natively from indices' shape
-    else:
-        if indices.ndim != 1:
-            return False
-        count = len(indices)
-        if not count or out.nbytes != count * record_size:
-            return False
-        try:
-            # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
-            first = _addressof(_first_byte(indices))
-            second = _addressof(_first_byte(out))
-        except (TypeError, ValueError, BufferError, NotImplementedError):
-            return False
+        code = _gather(owner, first, 0, second, record_size, True)
+        if code != _INVALID_ARGUMENT:
+            return _finish(owner, code, indices)
+        size = out.nbytes
+        if 0 < size <= _LOW and indices.ndim == 1 and size == len(indices) * record_size:
+            code = _gather(owner, first, size, second, record_size, True)
+            if code != _INVALID_ARGUMENT:
+                return _finish(owner, code, indices)
+    return _gather_by_pointers(owner, indices, out, record_size)
+
+
+def _gather_by_pointers(
+    owner: NativeCalls, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+) -> bool:
+    """gather_fixed through the arrays' data pointers, with the shape checks made here."""
+    if indices.ndim != 1:
+        return False
+    count = len(indices)
+    if not count or out.nbytes != count * record_size:
+        return False
+    try:
+        # Both calls refuse read-only and non-contiguous buffers (the slow path's business).
+        first = _addressof(_first_byte(indices))
+        second = _addressof(_first_byte(out))
+    except (TypeError, ValueError, BufferError, NotImplementedError):
+        return False
+    return _finish(owner, _gather(owner, first, count, second, record_size, False), indices)
+
+
+def _finish(owner: NativeCalls, code: int, indices: npt.NDArray[np.int64]) -> bool:
+    """gather_fixed's answer for a native status other than a declined argument."""
+    if code == _OK:
+        return True
+    if code == _INDEX_OUT_OF_RANGE:
+        return False
+    _native.raise_status(code, f"gather of {len(indices)} records from {owner._label()}")
+
+
+def _gather(
+    owner: NativeCalls, first: int, count: int, second: int, record_size: int, by_fields: bool
+) -> int:
+    """One dense gather of records of `record_size` bytes, as a call in flight on `owner`.
+    When `by_fields`, `first` and `second` are the index and out arrays' fields (the native
+    side reads the count there) and `count` is out's size in bytes, or 0 for the native side to
+    prove it; otherwise they are the arrays' data pointers and `count` the number of records."""
     if LOCK_FREE_CALLS:
         # _enter/_leave written out: two Python frames are a visible share of a small read.
         in_flight = owner._calls
@@ -205,44 +238,38 @@ def gather_fixed(
             owner._leave()
             raise owner._closed_error()
         try:
-            code = _gather(owner, first, count, second, record_size)
+            return _call(owner, first, count, second, record_size, by_fields)
         finally:
             in_flight.pop()
             if owner._closed:
                 with owner._lock:
                     owner._idle.notify_all()
-    else:
-        owner._enter()
-        try:
-            code = _gather(owner, first, count, second, record_size)
-        finally:
-            owner._leave()
-    if code == _OK:
-        return True
-    if code == _INDEX_OUT_OF_RANGE or (code == _INVALID_ARGUMENT and ARRAY_CALLS):
-        return False
-    _native.raise_status(code, f"gather of {len(indices)} records from {owner._label()}")
+    owner._enter()
+    try:
+        return _call(owner, first, count, second, record_size, by_fields)
+    finally:
+        owner._leave()
 
 
-def _gather(calls: NativeCalls, first: int, count: int, second: int, record_size: int) -> int:
-    """One dense gather of records of `record_size` bytes: `first` and `second` are the index
-    and out arrays' fields with ARRAY_CALLS (the native side reads the count there), else their
-    data pointers and `count` the number of records. A function, not a method, for the reason
-    gather_fixed is one."""
+def _call(
+    owner: NativeCalls, first: int, count: int, second: int, record_size: int, by_fields: bool
+) -> int:
+    """The native call itself (see _gather)."""
     # The status is an int (restype c_int): annotated, not converted, compiled code only checks it.
     code: int
-    if ARRAY_CALLS:
-        code = calls._gather_arrays_native(
-            calls._handle_low,
-            calls._handle_high,
+    if by_fields:
+        code = owner._gather_arrays_native(
+            owner._handle_low,
+            owner._handle_high,
             first & _LOW,
             first >> 32,
             second & _LOW,
             second >> 32,
             record_size,
+            count,
         )
     else:
-        code = calls._gather_fixed_native(calls._handle, first, count, second, record_size)
+        code = owner._gather_fixed_native(owner._handle, first, count, second, record_size)
     return code
 
 

@@ -142,7 +142,7 @@ def overhead_calls(dataset: object, batches: list[np.ndarray], out: np.ndarray
         low = array_fields.LOW
         out_at = array_fields.fields_address(out)
         arguments = [(handle & low, handle >> 32, at & low, at >> 32, out_at & low, out_at >> 32,
-                      size) for at in map(array_fields.fields_address, batches)]
+                      size, 0) for at in map(array_fields.fields_address, batches)]
     else:
         native = _native.lib.lx_store_gather_fixed
         out_address = int(out.ctypes.data)

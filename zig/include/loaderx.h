@@ -186,18 +186,20 @@ lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, 
  * two uint32_t halves, low then high, and every array as the address of its NumPy fields
  * (PyArrayObject_fields: data, nd, dimensions, strides, base, descr, flags). `indices` must be
  * a non-empty, one-dimensional, C-contiguous, aligned array (the caller checks that its dtype
- * is native int64), and `out` a writable C-contiguous array whose first dimension is count,
- * indices' length, with strides[0] == stride and no dimension 0. count must be at least 2:
- * NumPy lets a dimension of 1 have any stride, so out's size is known only then. Any other
- * array is LX_INVALID_ARGUMENT before any byte moves; otherwise they are lx_store_gather_fixed
- * and lx_view_gather_fixed. A binding checks its way of passing with lx_join_halves and
+ * is native int64) and `out` a writable C-contiguous array. With out_bytes 0 the library
+ * proves out's size itself: its first dimension must be count, indices' length, with
+ * strides[0] == stride, no dimension 0 and count >= 2 (NumPy lets a dimension of 1 have any
+ * stride, so a single row's size is not known from the strides). Otherwise out_bytes is out's
+ * size as NumPy gives it (nbytes), which must be count * stride. Any other array is
+ * LX_INVALID_ARGUMENT before any byte moves; otherwise they are lx_store_gather_fixed and
+ * lx_view_gather_fixed. A binding checks its way of passing with lx_join_halves and
  * lx_read_array_facts before it relies on it. */
 lx_status lx_store_gather_arrays(uint32_t store_low, uint32_t store_high, uint32_t indices_low,
                                  uint32_t indices_high, uint32_t out_low, uint32_t out_high,
-                                 uint32_t stride);
+                                 uint32_t stride, uint32_t out_bytes);
 lx_status lx_view_gather_arrays(uint32_t view_low, uint32_t view_high, uint32_t indices_low,
                                 uint32_t indices_high, uint32_t out_low, uint32_t out_high,
-                                uint32_t stride);
+                                uint32_t stride, uint32_t out_bytes);
 /* (high << 32) | low. */
 uint64_t lx_join_halves(uint32_t low, uint32_t high);
 

@@ -415,7 +415,7 @@ const ArrayGather = struct {
     byte_count: u64,
 
     /// The request, or null after setting the message of LX_INVALID_ARGUMENT.
-    fn read(comptime function: []const u8, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) ?ArrayGather {
+    fn read(comptime function: []const u8, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) ?ArrayGather {
         const indices_fields = numpy_array.at(numpy_array.join(indices_low, indices_high)) orelse
             return refuse(function ++ ": indices is not the address of an array's fields", .{});
         const vector = numpy_array.vector(indices_fields) orelse
@@ -425,9 +425,15 @@ const ArrayGather = struct {
         const out_fields = numpy_array.at(numpy_array.join(out_low, out_high)) orelse
             return refuse(function ++ ": out is not the address of an array's fields", .{});
         if (stride == 0) return refuse(function ++ ": stride is 0", .{});
-        const out = numpy_array.writableRows(out_fields, vector.len, stride) orelse
-            return refuse(function ++ ": out is not a writable C-contiguous array of {d} rows of {d} bytes (nor, for one row, a checkable one)", .{ vector.len, stride });
         const byte_count = std.math.mul(u64, vector.len, stride) catch return refuse(function ++ ": count * stride overflows", .{});
+        const out = if (out_bytes == 0)
+            numpy_array.writableRows(out_fields, vector.len, stride) orelse
+                return refuse(function ++ ": out is not a writable C-contiguous array of {d} rows of {d} bytes (nor, for one row, a checkable one)", .{ vector.len, stride })
+        else out: {
+            if (out_bytes != byte_count) return refuse(function ++ ": out holds {d} bytes, {d} records of {d} bytes need {d}", .{ out_bytes, vector.len, stride, byte_count });
+            break :out numpy_array.writableBytes(out_fields) orelse
+                return refuse(function ++ ": out is not a writable C-contiguous array", .{});
+        };
         const indices: [*]const i64 = @ptrCast(@alignCast(vector.data));
         return .{ .indices = indices[0..@intCast(vector.len)], .out = out, .byte_count = byte_count };
     }
@@ -445,15 +451,15 @@ fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
     return @ptrFromInt(address);
 }
 
-export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) callconv(.c) Status {
+export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
     const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL or misaligned", .{});
-    const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride) orelse return .invalid_argument;
+    const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
     return storeStatus(s.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }
 
-export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) callconv(.c) Status {
+export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
     const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL or misaligned", .{});
-    const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride) orelse return .invalid_argument;
+    const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
     return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }
 

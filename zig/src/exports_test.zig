@@ -32,8 +32,8 @@ extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, st
 const LxView = opaque {};
 extern fn lx_view_open(stores: ?[*]const *LxStore, count: u64, out: ?*?*LxView) Status;
 extern fn lx_view_close(view: ?*LxView) void;
-extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) Status;
-extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32) Status;
+extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
+extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 const numpy_array = @import("numpy_array.zig");
 
 /// A refusal: the expected status and a non-empty message naming the problem.
@@ -271,44 +271,57 @@ test "the array gathers copy what gather_fixed copies, and refuse bad arrays bef
     const v = halves(view.?);
     const i = halves(&index_fields);
     const o = halves(&out_fields);
-    try testing.expectEqual(Status.ok, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4));
+    try testing.expectEqual(Status.ok, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0));
     try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &out);
     out = @splat(0xEE);
-    try testing.expectEqual(Status.ok, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4));
+    try testing.expectEqual(Status.ok, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4, 0));
     try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &out);
 
     // Every refusal leaves out as it was.
     out = @splat(0xEE);
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(0, 0, i[0], i[1], o[0], o[1], 4), "store is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0] + 1, v[1], i[0], i[1], o[0], o[1], 4), "misaligned");
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], 0, 0, o[0], o[1], 4), "indices is not the address");
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0] + 4, o[1], 4), "out is not the address");
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 0), "stride is 0");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(0, 0, i[0], i[1], o[0], o[1], 4, 0), "store is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0] + 1, v[1], i[0], i[1], o[0], o[1], 4, 0), "misaligned");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], 0, 0, o[0], o[1], 4, 0), "indices is not the address");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0] + 4, o[1], 4, 0), "out is not the address");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 0, 0), "stride is 0");
     out_fields.flags = vector_flags; // read-only
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "not a writable");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0), "not a writable");
     out_fields.flags = out_flags;
     index_fields.flags = numpy_array.flag_aligned; // strided
-    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4), "C-contiguous");
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4, 0), "C-contiguous");
     index_fields.flags = vector_flags;
     index_fields.nd = 2;
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "one-dimensional");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0), "one-dimensional");
     index_fields.nd = 1;
     index_fields.data = @as([*]u8, @ptrCast(&indices)) + 1;
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "8-byte aligned");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0), "8-byte aligned");
     index_fields.data = @ptrCast(&indices);
     indices[1] = 10; // past the length
-    try expectRefused(.index_out_of_range, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "10");
+    try expectRefused(.index_out_of_range, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0), "10");
     indices[1] = 0;
     // out's rows must be exactly the records: their count and their size.
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 2), "3 rows of 2 bytes");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 2, 0), "3 rows of 2 bytes");
     out_dims[0] = 2;
-    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4), "3 rows of 4 bytes");
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4, 0), "3 rows of 4 bytes");
     out_dims[0] = 3;
-    // One record: out's strides[0] says nothing then, so the binding's general path takes it.
+    // One record: out's strides[0] says nothing then, so the call with out_bytes 0 is refused.
     const one_index = [_]isize{1};
     index_fields.dimensions = &one_index;
     out_dims[0] = 1;
-    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4), "1 rows of 4 bytes");
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0), "1 rows of 4 bytes");
+    // The binding then vouches for out's size (NumPy's nbytes): it must be the record's.
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 8), "out holds 8 bytes, 1 records of 4 bytes need 4");
+    out_fields.flags = vector_flags; // read-only
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4, 4), "not a writable");
+    out_fields.flags = out_flags;
+    const untouched_yet: [12]u8 = @splat(0xEE);
+    try testing.expectEqualSlices(u8, &untouched_yet, &out);
+    try testing.expectEqual(Status.ok, lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 4));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9 }, out[0..4]);
+    out = @splat(0xEE);
+    try testing.expectEqual(Status.ok, lx_view_gather_arrays(v[0], v[1], i[0], i[1], o[0], o[1], 4, 4));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9 }, out[0..4]);
+    out = @splat(0xEE);
     const untouched: [12]u8 = @splat(0xEE);
     try testing.expectEqualSlices(u8, &untouched, &out);
 }

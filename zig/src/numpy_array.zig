@@ -59,6 +59,12 @@ pub fn vector(fields: *const Fields) ?struct { data: [*]const u8, len: u64 } {
     return .{ .data = data, .len = @intCast(dimensions[0]) };
 }
 
+/// A writable C-contiguous array's first byte (the caller knows its size), or null.
+pub fn writableBytes(fields: *const Fields) ?[*]u8 {
+    if (!has(fields, flag_c_contiguous | flag_writeable)) return null;
+    return fields.data;
+}
+
 /// NumPy's NPY_MAXDIMS (64 since NumPy 2, 32 before): an array claiming more is not one.
 pub const dimensions_max = 64;
 
@@ -70,8 +76,8 @@ pub const dimensions_max = 64;
 /// than 1 has the stride of the dimensions after it times the element size; a dimension of 1
 /// may have any stride, and an empty array (a dimension of 0) is contiguous whatever its
 /// strides. So strides[0] is the row size exactly when rows >= 2 and no dimension is 0, and
-/// anything else (a batch of one record included) is refused: the binding's general path
-/// checks those arrays itself.
+/// anything else (a batch of one record included) is refused: the binding then passes the
+/// size it read from NumPy (writableBytes), or takes its general path.
 pub fn writableRows(fields: *const Fields, rows: u64, row_bytes: u64) ?[*]u8 {
     if (!has(fields, flag_c_contiguous | flag_writeable)) return null;
     if (rows < 2 or fields.nd < 1 or fields.nd > dimensions_max) return null;
@@ -118,6 +124,18 @@ test "vector takes only non-empty, one-dimensional, C-contiguous, aligned arrays
     try std.testing.expect(at(0) == null);
     try std.testing.expect(at(@intFromPtr(&fields) + 4) == null);
     try std.testing.expectEqual(@as(?*const Fields, &fields), at(@intFromPtr(&fields)));
+}
+
+test "writableBytes takes writable C-contiguous arrays only" {
+    var bytes: [8]u8 = @splat(0);
+    const dims = [_]isize{8};
+    const strides = [_]isize{1};
+    var fields: Fields = .{ .data = &bytes, .nd = 1, .dimensions = &dims, .strides = &strides, .base = null, .descr = null, .flags = flag_c_contiguous | flag_writeable };
+    try std.testing.expectEqual(@as(?[*]u8, &bytes), writableBytes(&fields));
+    fields.flags = flag_c_contiguous; // read-only
+    try std.testing.expect(writableBytes(&fields) == null);
+    fields.flags = flag_writeable; // strided
+    try std.testing.expect(writableBytes(&fields) == null);
 }
 
 test "writableRows takes exactly rows x row_bytes of a writable C-contiguous array, nothing else" {
