@@ -24,7 +24,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 8
+ABI_VERSION: Final = 9
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -161,6 +161,11 @@ POOL_AUTO: Final = 0
 POOL_ALWAYS: Final = 1
 POOL_NEVER: Final = 2
 
+# How large raw gathers write their destination (LX_STORES_*; set_stores_policy).
+STORES_AUTO: Final = 0
+STORES_STREAMING: Final = 1
+STORES_CACHED: Final = 2
+
 SAMPLER_SEQUENTIAL: Final = 0
 SAMPLER_IID: Final = 1
 SAMPLER_CYCLIC: Final = 2
@@ -226,6 +231,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_after_fork_child": (None, []),
         "lx_pool_set_policy": (st, [u32]),
         "lx_pool_policy": (u32, []),
+        "lx_stores_set_policy": (st, [u32]),
+        "lx_stores_policy": (u32, []),
         "lx_store_open": (st, [ctypes.c_char_p, u32, ctypes.POINTER(vp)]),
         "lx_store_close": (None, [vp]),
         "lx_store_length": (u64, [vp]),
@@ -315,6 +322,25 @@ def set_pool_policy(policy: int) -> None:
 def pool_policy() -> int:
     """The policy in force (POOL_AUTO unless set_pool_policy changed it)."""
     return int(lib.lx_pool_policy())
+
+
+def set_stores_policy(policy: int) -> None:
+    """How large raw gathers (records of 1 KiB or more, 1 MiB or more in a batch) write their
+    destination, process-wide: STORES_AUTO (the default: each store and view learns from its
+    own gathers which way is faster), STORES_STREAMING (around the caches, where the CPU has
+    such stores) or STORES_CACHED (through them, so the batch is still cached for a reader
+    that comes at once). For measuring each way by itself (tools/loader_overhead.py); the
+    bytes a gather writes are the same under every policy. ValueError for any other value."""
+    if type(policy) is not int or not 0 <= policy < 1 << 32:
+        raise ValueError(
+            f"stores policy must be STORES_AUTO, STORES_STREAMING or STORES_CACHED, got {policy!r}"
+        )
+    check(lib.lx_stores_set_policy(policy), "set the stores policy")
+
+
+def stores_policy() -> int:
+    """The policy in force (STORES_AUTO unless set_stores_policy changed it)."""
+    return int(lib.lx_stores_policy())
 
 
 def _after_fork_in_child() -> None:

@@ -1,13 +1,13 @@
 """The pool policy (loaderx._native.set_pool_policy, lx_pool_set_policy): whether the pool's
 helper threads join large gathers. Every policy gives the same bytes, from a store and from a
 view of shards, also while another thread changes the policy; a bad value is refused with the
-policy left as it was."""
+policy left as it was (here for the stores policy too)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -67,14 +67,30 @@ def test_every_policy_gathers_the_same_bytes_from_a_store_and_from_shards(tmp_pa
         dataset.close()
 
 
+# The process-wide policies of the library, each with its setter, getter, a value other than
+# the default, and its name: the pool's, and the stores' (tests/test_streaming_stores.py).
+SETTINGS = [
+    (_native.set_pool_policy, _native.pool_policy, _native.POOL_NEVER, "POOL"),
+    (_native.set_stores_policy, _native.stores_policy, _native.STORES_CACHED, "STORES"),
+]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda setting: str(setting[3]))
 @pytest.mark.parametrize("bad", [3, -1, 1 << 32, "auto", 1.0, None])
-def test_a_bad_policy_is_refused_and_the_policy_kept(bad: object) -> None:
-    _native.set_pool_policy(_native.POOL_NEVER)
-    with pytest.raises(ValueError, match="POOL_AUTO") as raised:
-        _native.set_pool_policy(bad)  # type: ignore[arg-type]
-    if bad == 3:  # in range for the C call: the library's own message
-        assert "pool policy 3 is not one of LX_POOL_AUTO (0)" in str(raised.value)
-    assert _native.pool_policy() == _native.POOL_NEVER
+def test_a_bad_policy_is_refused_and_the_policy_kept(
+    setting: tuple[Callable[[int], None], Callable[[], int], int, str], bad: object
+) -> None:
+    set_policy, policy, chosen, name = setting
+    set_policy(chosen)
+    try:
+        with pytest.raises(ValueError, match=f"{name}_AUTO") as raised:
+            set_policy(bad)  # type: ignore[arg-type]
+        if bad == 3:  # in range for the C call: the library's own message
+            what = name.lower()
+            assert f"{what} policy 3 is not one of LX_{name}_AUTO (0)" in str(raised.value)
+        assert policy() == chosen
+    finally:
+        set_policy(0)
 
 
 def test_gathers_stay_exact_while_another_thread_switches_the_policy(tmp_path: Path) -> None:

@@ -5,15 +5,20 @@ streaming stores (zig/src/raw_copy.zig); each store and each view of shards lear
 timings which way is faster, and its first 16 such gathers try each way in turn (8 and 8).
 These tests make 40 gathers per path, so both ways run, and compare every byte with NumPy,
 including destinations that start one byte off alignment and the bytes just around them.
+A fixed stores policy (loaderx._native.set_stores_policy) sends every such gather one way; each
+policy gives the same bytes (tests/test_pool_policy.py checks that a bad one is refused).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
+from loaderx import _native
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 
@@ -21,6 +26,13 @@ RECORD = 4096  # bytes: 256 records make 1 MiB, the smallest batch that may stre
 COUNT = 1024
 BATCH = 256
 GATHERS = 40  # beyond the 16 of the warm-up
+POLICIES = (_native.STORES_STREAMING, _native.STORES_CACHED, _native.STORES_AUTO)
+
+
+@pytest.fixture(autouse=True)
+def restore_policy() -> Iterator[None]:
+    yield
+    _native.set_stores_policy(_native.STORES_AUTO)
 
 
 def _records() -> npt.NDArray[np.uint8]:
@@ -93,3 +105,29 @@ def test_a_loader_ring_round_trips_through_both_ways(tmp_path: Path) -> None:
         loader.close()
         ds.close()
         labels.close()
+
+
+def test_the_default_stores_policy_is_auto_and_each_reads_back() -> None:
+    assert _native.stores_policy() == _native.STORES_AUTO
+    for policy in POLICIES:
+        _native.set_stores_policy(policy)
+        assert _native.stores_policy() == policy
+
+
+def test_every_stores_policy_gives_the_same_bytes_from_a_store_and_from_shards(tmp_path: Path) -> None:
+    records = _records()
+    one = DenseDataset(tmp_path / "one", dtype=np.uint8, item_shape=(RECORD,), codec="raw")
+    shards = DenseDataset(
+        tmp_path / "shards", dtype=np.uint8, item_shape=(RECORD,), codec="raw", shard_records=300
+    )
+    for ds in (one, shards):
+        ds.append(records)
+    try:
+        for policy in POLICIES:
+            _native.set_stores_policy(policy)
+            for ds in (one, shards):
+                _check_gathers(ds, records)
+    finally:
+        one.close()
+        shards.close()
+

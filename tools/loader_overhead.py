@@ -9,6 +9,9 @@ Rows, each a block of back-to-back batches per round, rounds interleaved (median
   loader's ring of prefetch + 1 slots; 2 is the fewest any loader that makes a step while its
   consumer still holds the last one can write to. What a colder destination costs by itself:
   on a small L3 (8 MiB) one reused 3 MiB array stays in the cache and two do not;
+- the same three with the stores policy fixed (loaderx._native.set_stores_policy; the other rows
+  leave it to each store's advisor): streaming stores on 1 buffer and on a ring of 2, cached
+  ones on a ring of 2. Whether either way of writing removes the cost of a colder destination;
 - loader, records: the DataLoader over the records alone, default settings;
 - loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
 - the same with workers=2 instead of the default (one fewer than the CPUs without a transform);
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.layers import data, loaders, timing  # noqa: E402
+from loaderx import _native  # noqa: E402
 from loaderx.converter import from_numpy  # noqa: E402
 from loaderx.dataset import DenseDataset  # noqa: E402
 from loaderx.sampler import Sampler  # noqa: E402
@@ -95,14 +99,19 @@ def lock_handoff(path: Path, labels: Path) -> Callable[[], object]:
     return step
 
 
-def check_batches(calls: dict[str, Callable[[], object]], array: np.ndarray,
-                  sampler: Sampler) -> None:
-    """Every row's first steps are the records the sampler names, byte for byte (the rows are
-    timed from there on, so each is measured doing the right thing)."""
+def check_batches(calls: dict[str, Callable[[], object]], stores: dict[str, int],
+                  array: np.ndarray, sampler: Sampler) -> None:
+    """Every row's first steps, under the row's stores policy, are the records the sampler
+    names, byte for byte (the rows are timed from there on, so each is measured doing the right
+    thing)."""
     for step in range(3):
         want = array[sampler.batch(step)]
         for name, call in calls.items():
-            got = call()
+            _native.set_stores_policy(stores[name])
+            try:
+                got = call()
+            finally:
+                _native.set_stores_policy(_native.STORES_AUTO)
             records = got["x"] if isinstance(got, dict) else got[0] if isinstance(got, tuple) else got
             if not isinstance(records, np.ndarray) or not np.array_equal(records, want):
                 raise AssertionError(f"{name}: step {step} returned other records")
@@ -124,13 +133,20 @@ def main(argv: list[str] | None = None) -> int:
             "bare gather, 1 buffer": loaders.bare_gather(raw, BATCH)[0],
             "bare gather, ring of 2": loaders.bare_gather(raw, BATCH, 2)[0],
             f"bare gather, ring of {RING}": loaders.bare_gather(raw, BATCH, RING)[0],
+            "bare gather, 1 buffer, streaming": loaders.bare_gather(raw, BATCH)[0],
+            "bare gather, ring of 2, streaming": loaders.bare_gather(raw, BATCH, 2)[0],
+            "bare gather, ring of 2, cached": loaders.bare_gather(raw, BATCH, 2)[0],
             "loader, records": loaders.loaderx_loop(raw, BATCH, None)[0],
             "loader, records + labels": loaders.loaderx_loop(raw, BATCH, None, labels=labels)[0],
             "loader, records + labels, 2 workers": loaders.loaderx_loop(
                 raw, BATCH, None, labels=labels, workers=2)[0],
             "lock handoff, records + labels": lock_handoff(raw, labels),
         }
-        check_batches(calls, array, Sampler(args.records, BATCH, mode="cyclic", seed=0))
+        # The rows whose stores are fixed; every other row runs under STORES_AUTO.
+        stores = {name: _native.STORES_STREAMING if name.endswith("streaming") else
+                  _native.STORES_CACHED if name.endswith("cached") else _native.STORES_AUTO
+                  for name in calls}
+        check_batches(calls, stores, array, Sampler(args.records, BATCH, mode="cyclic", seed=0))
         del array
         switches: dict[str, list[float]] = {name: [] for name in calls}
 
@@ -141,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for name in order:
                 time.sleep(0.15)  # the previous row's background threads go idle
+                _native.set_stores_policy(stores[name])
                 before = context_switches()
-                elapsed, count = timing.run_block(calls[name], args.block)
+                try:
+                    elapsed, count = timing.run_block(calls[name], args.block)
+                finally:
+                    _native.set_stores_policy(_native.STORES_AUTO)
                 switches[name].append((context_switches() - before) / count)
                 timings[name].samples.append(elapsed / count)
                 timings[name].calls += count

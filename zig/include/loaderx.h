@@ -81,12 +81,22 @@ typedef struct lx_stats {
 #define LX_POOL_ALWAYS 1u /* helpers join every such gather */
 #define LX_POOL_NEVER 2u  /* the calling thread alone (processes sharing a machine, benchmarks) */
 
+/* How a large raw gather (records of 1 KiB or more, 1 MiB or more in all) writes its
+ * destination (lx_stores_set_policy). Process-wide; either way a gather writes the same bytes. */
+#define LX_STORES_AUTO 0u      /* default: each store (and view) learns from its own gathers'
+                                * timings which way is faster, and keeps checking */
+#define LX_STORES_STREAMING 1u /* around the caches (non-temporal stores, where the CPU has
+                                * them): no read of a cold destination before it is written */
+#define LX_STORES_CACHED 2u    /* through the caches: the batch stays there for its reader */
+
 /* --- library ---------------------------------------------------------------------------- */
 uint32_t lx_abi_version(void);            /* bumped on any ABI change; Python checks it */
 const char *lx_status_name(int status);   /* static string, "LX_OK", ... ; "unknown" otherwise */
 const char *lx_last_error(void);          /* thread-local, valid until this thread's next call */
 lx_status lx_pool_set_policy(uint32_t policy); /* LX_POOL_*; anything else LX_INVALID_ARGUMENT */
 uint32_t lx_pool_policy(void);            /* the policy in force */
+lx_status lx_stores_set_policy(uint32_t policy); /* LX_STORES_*; anything else LX_INVALID_ARGUMENT */
+uint32_t lx_stores_policy(void);          /* the policy in force */
 void lx_after_fork_child(void);           /* in a forked child: rebuilds the thread pool and
                                            * resets every open store's locks */
 

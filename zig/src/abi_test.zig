@@ -11,6 +11,7 @@ const sampler = @import("sampler.zig");
 const integrity = @import("integrity.zig");
 const exports = @import("exports.zig");
 const pool_advice = @import("pool_advice.zig");
+const raw_copy = @import("raw_copy.zig");
 
 const header = @embedFile("loaderx.h");
 
@@ -76,6 +77,12 @@ test "open flags, sampler modes and limits in the header are the Zig ones" {
         const name = try std.fmt.bufPrint(&name_buffer, "LX_POOL_{s}", .{field});
         _ = std.ascii.upperString(name[8..], name[8..]);
         try testing.expectEqual(@as(?u64, @intFromEnum(@field(pool_advice.Policy, field))), define(name));
+    }
+    inline for (@typeInfo(raw_copy.StoresPolicy).@"enum".field_names) |field| {
+        var name_buffer: [64]u8 = undefined;
+        const name = try std.fmt.bufPrint(&name_buffer, "LX_STORES_{s}", .{field});
+        _ = std.ascii.upperString(name[10..], name[10..]);
+        try testing.expectEqual(@as(?u64, @intFromEnum(@field(raw_copy.StoresPolicy, field))), define(name));
     }
     inline for (@typeInfo(sampler.Mode).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;

@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 8;
+pub const abi_version: u32 = 9;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -35,12 +35,25 @@ export fn lx_pool_policy() callconv(.c) u32 {
     return @intFromEnum(store_pool.policy.load(.monotonic));
 }
 
+export fn lx_stores_set_policy(policy: u32) callconv(.c) Status {
+    const chosen = std.enums.fromInt(raw_copy.StoresPolicy, policy) orelse
+        return invalid("stores policy {d} is not one of LX_STORES_AUTO (0), LX_STORES_STREAMING (1) and LX_STORES_CACHED (2)", .{policy});
+    raw_copy.stores_policy.store(chosen, .monotonic);
+    status.clearMessage();
+    return .ok;
+}
+
+export fn lx_stores_policy() callconv(.c) u32 {
+    return @intFromEnum(raw_copy.stores_policy.load(.monotonic));
+}
+
 // ---- store ---------------------------------------------------------------------------------
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
 const store_pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
+const raw_copy = @import("raw_copy.zig");
 const store_errors = @import("errors.zig");
 const store_limits = @import("limits.zig");
 const Store = store_mod.Store;

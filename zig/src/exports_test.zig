@@ -34,6 +34,10 @@ extern fn lx_view_open(stores: ?[*]const *LxStore, count: u64, out: ?*?*LxView) 
 extern fn lx_view_close(view: ?*LxView) void;
 extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
+extern fn lx_pool_set_policy(policy: u32) Status;
+extern fn lx_pool_policy() u32;
+extern fn lx_stores_set_policy(policy: u32) Status;
+extern fn lx_stores_policy() u32;
 const numpy_array = @import("numpy_array.zig");
 
 /// A refusal: the expected status and a non-empty message naming the problem.
@@ -324,4 +328,24 @@ test "the array gathers copy what gather_fixed copies, and refuse bad arrays bef
     out = @splat(0xEE);
     const untouched: [12]u8 = @splat(0xEE);
     try testing.expectEqualSlices(u8, &untouched, &out);
+}
+
+test "the pool and stores policies: each value reads back; another is refused and the policy kept" {
+    defer _ = lx_pool_set_policy(0);
+    defer _ = lx_stores_set_policy(0);
+    try testing.expectEqual(@as(u32, 0), lx_stores_policy());
+    for ([_]u32{ 1, 2, 0 }) |policy| {
+        try testing.expectEqual(Status.ok, lx_pool_set_policy(policy));
+        try testing.expectEqual(policy, lx_pool_policy());
+        try testing.expectEqual(Status.ok, lx_stores_set_policy(policy));
+        try testing.expectEqual(policy, lx_stores_policy());
+    }
+    try testing.expectEqual(Status.ok, lx_pool_set_policy(2));
+    try testing.expectEqual(Status.ok, lx_stores_set_policy(1));
+    for ([_]u32{ 3, 0xFFFF_FFFF }) |bad| {
+        try expectRefused(.invalid_argument, lx_pool_set_policy(bad), "is not one of LX_POOL_AUTO (0)");
+        try testing.expectEqual(@as(u32, 2), lx_pool_policy());
+        try expectRefused(.invalid_argument, lx_stores_set_policy(bad), "is not one of LX_STORES_AUTO (0)");
+        try testing.expectEqual(@as(u32, 1), lx_stores_policy());
+    }
 }

@@ -51,14 +51,24 @@ pub fn streams(stride: u64, byte_count: u64) bool {
 /// What each store and view learns about its own large raw gathers.
 pub const StoresAdvisor = pool_advice.StoresAdvisor(Stores);
 
+/// Who picks the stores of a batch that may stream, process-wide (lx_stores_set_policy;
+/// LX_STORES_* in loaderx.h): its store's or view's advisor (`auto`, the default), or a fixed
+/// answer. A fixed one is for measuring each way by itself (tools/loader_overhead.py), and for
+/// a program whose next step reads every batch at once, which a destination left in the cache
+/// serves better than a faster copy. Batches that may not stream keep cached stores whatever
+/// the policy.
+pub const StoresPolicy = enum(u32) { auto = 0, streaming = 1, cached = 2 };
+pub var stores_policy: std.atomic.Value(StoresPolicy) = .init(.auto);
+
 /// Runs the gather `task` (a store's or a view's: it has `destination` and `stores` fields)
 /// on the pool as its `pool_advisor` says. When the batch copies raw records (`copies_raw`)
-/// and may stream, `stores_advisor` picks the task's stores and learns from the batch's time;
-/// otherwise the task keeps cached stores.
+/// and may stream, the stores policy, or under `auto` `stores_advisor`, picks the task's
+/// stores (the advisor learns from the batch's time); otherwise the task keeps cached stores.
 pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, stores_advisor: *StoresAdvisor) void {
     const may_stream = copies_raw and streams(task.destination.stride, byte_count);
-    const choice: ?StoresAdvisor.Choice = if (may_stream) stores_advisor.choose() else null;
-    task.stores = if (choice) |c| c.mode else .cached;
+    const policy = stores_policy.load(.monotonic);
+    const choice: ?StoresAdvisor.Choice = if (may_stream and policy == .auto) stores_advisor.choose() else null;
+    task.stores = if (choice) |c| c.mode else if (may_stream and policy == .streaming) .streaming else .cached;
     const elapsed = pool.runAdvised(Task, task, item_count, batch_plan, byte_count, pool_advisor, choice != null);
     if (choice) |c| if (elapsed) |ns| stores_advisor.record(c, byte_count, ns);
 }

@@ -764,3 +764,36 @@ test "gathers give the same bytes whether the advisors run them pooled or alone,
         try testing.expectEqual(@as(u64, 0), store.stores_advisor.tickets.load(.monotonic));
     }
 }
+
+test "a fixed stores policy takes the stores advisor out of large raw gathers, with the same bytes" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    const stride = 4096; // 256 records make 1 MiB: a batch that may stream
+    const count = 512;
+    const data = try testing.allocator.alloc(u8, count * stride);
+    defer testing.allocator.free(data);
+    for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, true);
+    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @intFromEnum(format.Codec.raw));
+    var indices: [256]i64 = undefined;
+    const got = try testing.allocator.alloc(u8, indices.len * stride);
+    defer testing.allocator.free(got);
+    var prng = std.Random.DefaultPrng.init(43);
+    defer raw_copy.stores_policy.store(.auto, .monotonic);
+    for ([_]raw_copy.StoresPolicy{ .streaming, .cached, .auto }) |policy| {
+        raw_copy.stores_policy.store(policy, .monotonic);
+        for (0..12) |_| {
+            for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+            @memset(got, 0xAA);
+            try store.gather(&indices, .{ .base = got.ptr, .stride = stride }, got.len);
+            for (indices, 0..) |index, i| {
+                const id: usize = @intCast(index);
+                try testing.expectEqualSlices(u8, data[id * stride ..][0..stride], got[i * stride ..][0..stride]);
+            }
+        }
+        // Only `auto` asks the advisor (and only where streaming stores exist).
+        const asked: u64 = if (policy == .auto and raw_copy.has_streaming_stores) 12 else 0;
+        try testing.expectEqual(asked, store.stores_advisor.tickets.load(.monotonic));
+    }
+}
