@@ -1,7 +1,7 @@
 """The pool policy (loaderx._native.set_pool_policy, lx_pool_set_policy): whether the pool's
 helper threads join large gathers. Every policy gives the same bytes, from a store and from a
-view of shards, also while another thread changes the policy; a bad value is refused with the
-policy left as it was (here for the stores policy too)."""
+view of shards, also while another thread changes it (and the stores policy with it); a bad
+value of either policy is refused with the policy left as it was."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ from loaderx.dataset import DenseDataset
 RECORD_SHAPE = (4096,)  # 256 records make a 1 MiB batch: large enough for the pool's helpers
 COUNT = 1024
 POLICIES = (_native.POOL_AUTO, _native.POOL_ALWAYS, _native.POOL_NEVER)
+# The batches above may stream, so their stores follow this policy (test_streaming_stores.py).
+STORES_POLICIES = (_native.STORES_STREAMING, _native.STORES_CACHED, _native.STORES_AUTO)
 
 
 @pytest.fixture(autouse=True)
 def restore_policy() -> Iterator[None]:
     yield
     _native.set_pool_policy(_native.POOL_AUTO)
+    _native.set_stores_policy(_native.STORES_AUTO)
 
 
 def _records() -> npt.NDArray[np.uint8]:
@@ -93,7 +96,7 @@ def test_a_bad_policy_is_refused_and_the_policy_kept(
         set_policy(0)
 
 
-def test_gathers_stay_exact_while_another_thread_switches_the_policy(tmp_path: Path) -> None:
+def test_gathers_stay_exact_while_another_thread_switches_the_policies(tmp_path: Path) -> None:
     data = _records()
     datasets = _datasets(tmp_path, data)
     stop = threading.Event()
@@ -121,6 +124,7 @@ def test_gathers_stay_exact_while_another_thread_switches_the_policy(tmp_path: P
         # against a hang: it is far beyond what this takes).
         while min(gathers) < 100 and not failures and time.monotonic() < deadline:
             _native.set_pool_policy(POLICIES[switches % len(POLICIES)])
+            _native.set_stores_policy(STORES_POLICIES[switches % len(STORES_POLICIES)])
             switches += 1
             time.sleep(0.0002)
     finally:
