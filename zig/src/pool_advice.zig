@@ -367,6 +367,37 @@ test "one descheduled batch does not flip a settled choice" {
     try testing.expect(pooled > 900);
 }
 
+test "after a slow spell that ends on the dearer way, the advisor comes back at once" {
+    var advisor: Advisor = .{};
+    const bytes = 1 << cost_scale_shift; // a sample's cost is then its nanoseconds
+    for (0..samples_settled) |_| {
+        advisor.recordSample(.pooled, bytes, 10_000);
+        advisor.recordSample(.alone, bytes, 12_000);
+    }
+    // A spell in which every batch takes twice as long (a busy machine), lasting until the
+    // advisor has just sent 8 batches in a row alone (probe bursts back to back), so that the
+    // batches after it start on the dearer way.
+    var alone_run: u32 = 0;
+    var spell: u32 = 0;
+    while (alone_run < 8) : (spell += 1) {
+        try testing.expect(spell < 10_000);
+        const choice = advisor.choose();
+        alone_run = if (choice.mode == .alone) alone_run + 1 else 0;
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 20_000 else 24_000);
+    }
+    // The probes timed the way not in use during the spell too: both estimates carry it.
+    try testing.expectEqual(@as(u64, 20_000), advisor.cost(.pooled));
+    try testing.expectEqual(@as(u64, 24_000), advisor.cost(.alone));
+    var wrong: u32 = 0;
+    for (0..2048) |_| {
+        const choice = advisor.choose();
+        wrong += @intFromBool(choice.mode == .alone);
+        advisor.record(choice, bytes, if (choice.mode == .pooled) 10_000 else 12_000);
+    }
+    // Only probes go alone once the spell is over (about one burst of 4 in 256 batches).
+    try testing.expect(wrong <= 2048 / 256 * probe_burst * 2);
+}
+
 test "a warm-up that met a bad moment for the pool is corrected within a thousand batches" {
     var advisor: Advisor = .{};
     const bytes = 768 * 1024;
