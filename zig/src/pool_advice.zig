@@ -348,19 +348,27 @@ test "an outlier moves an estimate by a bounded step; empty samples are ignored"
     try testing.expect(blend(sampleCost(1, std.math.maxInt(u64)), sampleCost(1, std.math.maxInt(u64))) > 0);
 }
 
-test "one descheduled batch does not flip a settled choice" {
+/// Bytes per sample in the tests below: a sample's cost is then its nanoseconds.
+const bytes_per_ns = 1 << cost_scale_shift;
+
+/// An advisor whose two modes each have samples_settled samples of the given nanoseconds.
+fn settledAdvisor(pooled_ns: u64, alone_ns: u64) Advisor {
     var advisor: Advisor = .{};
-    const bytes = 1 << cost_scale_shift; // a sample's cost is then its nanoseconds
     for (0..samples_settled) |_| {
-        advisor.recordSample(.pooled, bytes, 10_000);
-        advisor.recordSample(.alone, bytes, 12_000);
+        advisor.recordSample(.pooled, bytes_per_ns, pooled_ns);
+        advisor.recordSample(.alone, bytes_per_ns, alone_ns);
     }
+    return advisor;
+}
+
+test "one descheduled batch does not flip a settled choice" {
+    var advisor = settledAdvisor(10_000, 12_000);
     // The pool, 1/6 cheaper, takes the batches that are not probes.
     var pooled: u32 = 0;
     for (0..1024) |_| pooled += @intFromBool(advisor.choose().mode == .pooled);
     try testing.expect(pooled > 900);
     // One pooled batch that took ten times as long (its thread was descheduled).
-    advisor.recordSample(.pooled, bytes, 100_000);
+    advisor.recordSample(.pooled, bytes_per_ns, 100_000);
     try testing.expectEqual(@as(u64, 10_000 - 1_250 + 1_562), advisor.cost(.pooled));
     pooled = 0;
     for (0..1024) |_| pooled += @intFromBool(advisor.choose().mode == .pooled);
@@ -368,12 +376,7 @@ test "one descheduled batch does not flip a settled choice" {
 }
 
 test "after a slow spell that ends on the dearer way, the advisor comes back at once" {
-    var advisor: Advisor = .{};
-    const bytes = 1 << cost_scale_shift; // a sample's cost is then its nanoseconds
-    for (0..samples_settled) |_| {
-        advisor.recordSample(.pooled, bytes, 10_000);
-        advisor.recordSample(.alone, bytes, 12_000);
-    }
+    var advisor = settledAdvisor(10_000, 12_000);
     // A spell in which every batch takes twice as long (a busy machine), lasting until the
     // advisor has just sent 8 batches in a row alone (probe bursts back to back), so that the
     // batches after it start on the dearer way.
@@ -383,7 +386,7 @@ test "after a slow spell that ends on the dearer way, the advisor comes back at 
         try testing.expect(spell < 10_000);
         const choice = advisor.choose();
         alone_run = if (choice.mode == .alone) alone_run + 1 else 0;
-        advisor.record(choice, bytes, if (choice.mode == .pooled) 20_000 else 24_000);
+        advisor.record(choice, bytes_per_ns, if (choice.mode == .pooled) 20_000 else 24_000);
     }
     // The probes timed the way not in use during the spell too: both estimates carry it.
     try testing.expectEqual(@as(u64, 20_000), advisor.cost(.pooled));
@@ -392,7 +395,7 @@ test "after a slow spell that ends on the dearer way, the advisor comes back at 
     for (0..2048) |_| {
         const choice = advisor.choose();
         wrong += @intFromBool(choice.mode == .alone);
-        advisor.record(choice, bytes, if (choice.mode == .pooled) 10_000 else 12_000);
+        advisor.record(choice, bytes_per_ns, if (choice.mode == .pooled) 10_000 else 12_000);
     }
     // Only probes go alone once the spell is over (about one burst of 4 in 256 batches).
     try testing.expect(wrong <= 2048 / 256 * probe_burst * 2);
