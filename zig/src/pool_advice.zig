@@ -60,8 +60,8 @@ pub const candidate_gain_min_16ths = 1;
 /// batch whose thread the system descheduled says nothing about the way, and on a small shared
 /// machine such batches are common. One of them then moves an estimate by at most 1/32 (a
 /// quarter, weighted 1/8), half the gain a candidate way needs, so it cannot flip a settled
-/// choice by itself; with a cap of 4x it moved it by 37%, and a store sent its gathers the
-/// slower way for hundreds of batches after one noisy one. A real slowdown still moves the
+/// choice by itself; with a cap of 4x it could move it by 37%, and a store then sent its
+/// gathers the slower way until probes of the other corrected it. A real slowdown still moves the
 /// estimate by about 3% per batch (a doubling in about 23 batches).
 pub const sample_rise_shift = 2;
 /// Each sample moves its estimate by 1/2^average_shift of the difference.
