@@ -1,9 +1,11 @@
-"""Large raw gathers give the same bytes whichever stores write them.
+"""Large raw gathers give the same bytes whichever stores write them and however their records
+are fetched.
 
 A gather of 1 MiB or more of raw records of at least 1 KiB may write its destination with
-streaming stores (zig/src/raw_copy.zig); each store and each view of shards learns from its own
-timings which way is faster, and its first 16 such gathers try each way in turn (8 and 8).
-These tests make 40 gathers per path, so both ways run, and compare every byte with NumPy,
+streaming stores, and fetch its records non-temporally (zig/src/raw_copy.zig); each store and
+each view of shards learns from its own timings which ways are faster. Its first 16 such
+gathers try each way of writing in turn (8 and 8), its first 24 each way of fetching (16 and
+8). These tests make 40 gathers per path, so every way runs, and compare every byte with NumPy,
 including destinations that start one byte off alignment and the bytes just around them.
 A fixed stores policy (loaderx._native.set_stores_policy) sends every such gather one way; each
 policy gives the same bytes (tests/test_pool_policy.py checks that a bad one is refused).

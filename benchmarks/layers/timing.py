@@ -19,10 +19,10 @@ Call = Callable[[], object]
 BLOCK_SECONDS: Final = 0.2
 ROUNDS: Final = 5
 # Untimed calls of each contender before the rounds: besides first-touch costs, a store spends
-# its first 16 to 20 large gathers trying each way of running them (with or without the pool's
-# helpers, with streaming or cached stores; zig/src/pool_advice.zig). The tables report the
-# steady state a training run lives in.
-WARMUP_CALLS: Final = 24
+# its first 24 to 32 large gathers trying each way of running them (with or without the pool's
+# helpers, with streaming or cached stores, fetching its records non-temporally or not;
+# zig/src/pool_advice.zig). The tables report the steady state a training run lives in.
+WARMUP_CALLS: Final = 40
 
 
 @dataclass

@@ -182,8 +182,18 @@ pub fn StoresAdvisor(comptime Stores: type) type {
     return AdvisorOf(Stores, .{ .warmup_burst = 2 * probe_burst, .salt = stores_salt });
 }
 
+/// Whether a large raw gather fetches its sources non-temporally (raw_copy.Loads). Consulted
+/// for the same batches as the pool's and the stores' advisors: its warm-up bursts are twice
+/// the stores', so that its first way meets both of theirs and its second the one they then
+/// prefer (which way to fetch matters with the stores that will write), and it probes on a
+/// third schedule.
+pub fn LoadsAdvisor(comptime Loads: type) type {
+    return AdvisorOf(Loads, .{ .warmup_burst = 4 * probe_burst, .salt = loads_salt });
+}
+
 /// Any constant other than the pool's 0: the probe schedules only need to differ.
 const stores_salt: u64 = 0x5EED_0F_5702E5;
+const loads_salt: u64 = 0x10AD_5EED_F00D;
 
 pub const Estimate = struct { cost: u64, samples: u32 };
 
@@ -449,4 +459,38 @@ test "a stores advisor warms up and probes out of step with the pool advisor of 
     }
     try testing.expect(pool_probes > 100);
     try testing.expect(both * 8 < pool_probes);
+}
+
+test "a loads advisor's first way meets both ways of the stores' warm-up, and it probes on its own schedule" {
+    const Ways = enum(u1) { first, second };
+    var stores_advisor: StoresAdvisor(Ways) = .{};
+    var loads_advisor: LoadsAdvisor(Ways) = .{};
+    // Counts indexed [loads][stores].
+    var met: [2][2]u32 = @splat(@splat(0));
+    for (0..8 * probe_burst) |_| {
+        const stores_choice = stores_advisor.choose();
+        const loads_choice = loads_advisor.choose();
+        met[@intFromEnum(loads_choice.mode)][@intFromEnum(stores_choice.mode)] += 1;
+        stores_advisor.record(stores_choice, 1 << 20, 10_000);
+        loads_advisor.record(loads_choice, 1 << 20, 10_000);
+    }
+    // Its first burst (16 batches) spans the whole warm-up of the stores, so its first way
+    // meets both of theirs; its second then meets the stores' way of choice.
+    try testing.expectEqual(@as(u32, 2 * probe_burst), met[0][0]);
+    try testing.expectEqual(@as(u32, 2 * probe_burst), met[0][1]);
+    try testing.expectEqual(@as(u32, 4 * probe_burst), met[1][0] + met[1][1]);
+    try testing.expectEqual(@as(u32, 8 * probe_burst), loads_advisor.samples[0].load(.monotonic) + loads_advisor.samples[1].load(.monotonic));
+    const clear: Estimate = .{ .cost = 100, .samples = samples_settled };
+    const dear: Estimate = .{ .cost = 200, .samples = samples_settled };
+    var loads_probes: u32 = 0;
+    var with_another: u32 = 0;
+    var ticket: u64 = 0;
+    while (ticket < 1 << 20) : (ticket += probe_burst) {
+        const loads_probe = !takesCandidate(clear, dear, ticket, loads_salt);
+        const other_probe = !takesCandidate(clear, dear, ticket, 0) or !takesCandidate(clear, dear, ticket, stores_salt);
+        loads_probes += @intFromBool(loads_probe);
+        with_another += @intFromBool(loads_probe and other_probe);
+    }
+    try testing.expect(loads_probes > 100);
+    try testing.expect(with_another * 4 < loads_probes);
 }

@@ -48,8 +48,19 @@ pub fn streams(stride: u64, byte_count: u64) bool {
     return has_streaming_stores and stride >= streaming_stride_min and byte_count >= streaming_bytes_min;
 }
 
+/// How a copy reads its sources. Records of a dataset larger than the caches are read once
+/// per batch: fetched as non-temporal (prefetchnta) they stop evicting what stays, among it
+/// the destination. On the AMD EPYC VM with an 8 MiB L3, a build that always fetched this way
+/// gathered 256 records of 12 KiB from 120 MiB about 1.2x as fast into one reused array and
+/// into a ring of two. Records that stay in the caches from batch to batch are the opposite
+/// case: from 3.6 MiB of them (in that L3) it ran at 0.8x, since a line fetched that way
+/// leaves the caches when it is done with. Which case a store is in is learned, like the
+/// stores (README: "Large raw gathers learn how to fetch their records").
+pub const Loads = enum(u1) { non_temporal, temporal };
+
 /// What each store and view learns about its own large raw gathers.
 pub const StoresAdvisor = pool_advice.StoresAdvisor(Stores);
+pub const LoadsAdvisor = pool_advice.LoadsAdvisor(Loads);
 
 /// Who picks the stores of a batch that may stream, process-wide (lx_stores_set_policy;
 /// LX_STORES_* in loaderx.h): its store's or view's advisor (`auto`, the default), or a fixed
@@ -60,17 +71,27 @@ pub const StoresAdvisor = pool_advice.StoresAdvisor(Stores);
 pub const StoresPolicy = enum(u32) { auto = 0, streaming = 1, cached = 2 };
 pub var stores_policy: std.atomic.Value(StoresPolicy) = .init(.auto);
 
-/// Runs the gather `task` (a store's or a view's: it has `destination` and `stores` fields)
-/// on the pool as its `pool_advisor` says. When the batch copies raw records (`copies_raw`)
-/// and may stream, the stores policy, or under `auto` `stores_advisor`, picks the task's
-/// stores (the advisor learns from the batch's time); otherwise the task keeps cached stores.
-pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, stores_advisor: *StoresAdvisor) void {
+/// A store's or a view's advisors of its large raw gathers.
+pub const CopyAdvisors = struct {
+    stores: StoresAdvisor = .{},
+    loads: LoadsAdvisor = .{},
+};
+
+/// Runs the gather `task` (a store's or a view's: it has `destination`, `stores` and `loads`
+/// fields) on the pool as its `pool_advisor` says. When the batch copies raw records
+/// (`copies_raw`) and may stream, the stores policy, or under `auto` the stores advisor, picks
+/// the task's stores, and the loads advisor its loads (each advisor learns from the batch's
+/// time); otherwise the task keeps cached stores and temporal loads.
+pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, advisors: *CopyAdvisors) void {
     const may_stream = copies_raw and streams(task.destination.stride, byte_count);
     const policy = stores_policy.load(.monotonic);
-    const choice: ?StoresAdvisor.Choice = if (may_stream and policy == .auto) stores_advisor.choose() else null;
-    task.stores = if (choice) |c| c.mode else if (may_stream and policy == .streaming) .streaming else .cached;
-    const elapsed = pool.runAdvised(Task, task, item_count, batch_plan, byte_count, pool_advisor, choice != null);
-    if (choice) |c| if (elapsed) |ns| stores_advisor.record(c, byte_count, ns);
+    const stores: ?StoresAdvisor.Choice = if (may_stream and policy == .auto) advisors.stores.choose() else null;
+    const loads: ?LoadsAdvisor.Choice = if (may_stream) advisors.loads.choose() else null;
+    task.stores = if (stores) |c| c.mode else if (may_stream and policy == .streaming) .streaming else .cached;
+    task.loads = if (loads) |c| c.mode else .temporal;
+    const elapsed = pool.runAdvised(Task, task, item_count, batch_plan, byte_count, pool_advisor, may_stream) orelse return;
+    if (stores) |c| advisors.stores.record(c, byte_count, elapsed);
+    if (loads) |c| advisors.loads.record(c, byte_count, elapsed);
 }
 
 /// Copies the raw records of positions begin, begin+1, ... of a batch to dst (slot i at
@@ -79,10 +100,18 @@ pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan
 /// needs more (decompression, a checksum, a size to re-read): the caller gathers it with its
 /// messages. `batch.locate(i)` gives position i's record; the caller checked every index and
 /// holds the shared lock of every store they name. `stores` is a hint: sizes that `streams`
-/// refuses are copied through the caches.
-pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, stores: Stores) usize {
+/// refuses are copied through the caches. `loads` says how the sources are fetched.
+pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, stores: Stores, loads: Loads) usize {
     assert(begin <= end);
     if (stride == 0 or stride > limits.record_size_max) return begin;
+    return switch (loads) {
+        inline else => |way| copyFetching(way, batch, dst, stride, begin, end, stores),
+    };
+}
+
+/// copy(), with the way its sources are fetched fixed at compile time (a prefetch's locality
+/// is part of the instruction).
+fn copyFetching(comptime loads: Loads, batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, stores: Stores) usize {
     const streaming = stores == .streaming and has_streaming_stores and stride >= streaming_stride_min;
     // Streaming stores are weakly ordered: they must be visible before the batch is reported
     // done (by this thread's atomics, to the caller or to the helper's caller).
@@ -92,7 +121,7 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, s
     while (i < end) {
         const stop = @min(end, i + window);
         const count = resolve(batch, stride, i, stop, &sources);
-        copySources(dst + i * stride, stride, sources[0..count], streaming);
+        copySources(loads, dst + i * stride, stride, sources[0..count], streaming);
         i += count;
         if (i < stop) return i;
     }
@@ -128,16 +157,16 @@ fn resolve(batch: anytype, stride: u64, begin: usize, end: usize, sources: *[win
 
 /// Copies sources[k] to dst + k * stride for every k, starting the loads of each group of
 /// records before the group before it is copied.
-fn copySources(dst: [*]u8, stride: u64, sources: []const [*]const u8, streaming: bool) void {
-    for (sources[0..@min(sources.len, group)]) |src| prefetchRecord(src, stride);
+fn copySources(comptime loads: Loads, dst: [*]u8, stride: u64, sources: []const [*]const u8, streaming: bool) void {
+    for (sources[0..@min(sources.len, group)]) |src| prefetchRecord(loads, src, stride);
     var i: usize = 0;
     while (i < sources.len) {
         const stop = @min(sources.len, i + group);
-        for (sources[stop..@min(sources.len, stop + group)]) |src| prefetchRecord(src, stride);
+        for (sources[stop..@min(sources.len, stop + group)]) |src| prefetchRecord(loads, src, stride);
         if (streaming) {
-            for (sources[i..stop], 0..) |src, k| copyStreaming(dst + (i + k) * stride, src, stride);
+            for (sources[i..stop], 0..) |src, k| copyStreaming(loads, dst + (i + k) * stride, src, stride);
         } else {
-            copyRecords(dst + i * stride, sources[i..stop], stride);
+            copyRecords(loads, dst + i * stride, sources[i..stop], stride);
         }
         i = stop;
     }
@@ -146,20 +175,52 @@ fn copySources(dst: [*]u8, stride: u64, sources: []const [*]const u8, streaming:
 /// Starts loading a record's bytes: every cache line of a small one (a record of a few lines
 /// would otherwise wait for each line in turn), the first few of a large one (the copy streams
 /// the rest).
-inline fn prefetchRecord(src: [*]const u8, stride: u64) void {
+inline fn prefetchRecord(comptime loads: Loads, src: [*]const u8, stride: u64) void {
     const lines = @min(prefetch_lines_max, (stride + cache_line - 1) / cache_line);
-    for (0..lines) |k| @prefetch(src + k * cache_line, .{ .rw = .read, .locality = 3, .cache = .data });
+    for (0..lines) |k| fetch(loads, src + k * cache_line);
+}
+
+/// Starts loading the line at `at` the way `loads` says.
+inline fn fetch(comptime loads: Loads, at: [*]const u8) void {
+    @prefetch(at, .{ .rw = .read, .locality = if (loads == .non_temporal) 0 else 3, .cache = .data });
+}
+
+/// How far ahead of the line being copied the large-record copies fetch, non-temporal loads
+/// only: the hardware prefetcher brings lines the temporal way by itself.
+const fetch_ahead = 512;
+
+/// Fetches the line `fetch_ahead` bytes past offset i of a record of `len` bytes, if the
+/// record reaches it and the loads are non-temporal.
+inline fn fetchAhead(comptime loads: Loads, src: [*]const u8, i: usize, len: usize) void {
+    if (loads == .non_temporal and i + fetch_ahead < len) fetch(loads, src + i + fetch_ahead);
 }
 
 /// Record k of `sources` to dst[k * stride ..]; common small sizes get a copy of compile-time
 /// length, which the compiler inlines instead of calling memcpy.
-fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
+fn copyRecords(comptime loads: Loads, dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
     switch (stride) {
         inline 1, 2, 4, 8, 16, 32, 64, 128, 256 => |size| {
             for (sources, 0..) |src, k| dst[k * size ..][0..size].* = src[0..size].*;
         },
-        else => for (sources, 0..) |src, k| @memcpy(dst[k * stride ..][0..stride], src[0..stride]),
+        else => for (sources, 0..) |src, k| {
+            if (loads == .non_temporal and stride >= fetch_ahead) {
+                copyFetchingAhead(dst + k * stride, src, stride);
+            } else {
+                @memcpy(dst[k * stride ..][0..stride], src[0..stride]);
+            }
+        },
     }
+}
+
+/// Copies `len` bytes a line at a time through the caches, fetching the line `fetch_ahead`
+/// bytes on the non-temporal way first (memcpy's own prefetches are temporal).
+fn copyFetchingAhead(dst: [*]u8, src: [*]const u8, len: usize) void {
+    var i: usize = 0;
+    while (i + cache_line <= len) : (i += cache_line) {
+        fetchAhead(.non_temporal, src, i, len);
+        dst[i..][0..cache_line].* = src[i..][0..cache_line].*;
+    }
+    @memcpy(dst[i..len], src[i..len]);
 }
 
 /// Copies `len` bytes, writing every whole aligned 16 bytes of dst with a streaming store
@@ -173,15 +234,18 @@ fn copyRecords(dst: [*]u8, sources: []const [*]const u8, stride: u64) void {
 /// offsets in their chunk. There the loads run a line ahead of the stores instead, which
 /// moves the waits to leads of one to two lines, where the line-by-line copy has none. A ring
 /// of batches at page + 16 took 1.5x the time of one at other offsets before.
-fn copyStreaming(dst: [*]u8, src: [*]const u8, len: usize) void {
+fn copyStreaming(comptime loads: Loads, dst: [*]u8, src: [*]const u8, len: usize) void {
     const head = @min(len, (0 -% @intFromPtr(dst)) % streaming_width);
     @memcpy(dst[0..head], src[0..head]);
     var i: usize = head;
     const lead = (@intFromPtr(dst) -% @intFromPtr(src)) % aliasing_period;
     if (lead < aliasing_lead_max) {
-        i = copyLinesAhead(dst, src, i, len);
+        i = copyLinesAhead(loads, dst, src, i, len);
     } else {
-        while (i + streaming_line <= len) : (i += streaming_line) storeLine(dst + i, loadLine(src + i));
+        while (i + streaming_line <= len) : (i += streaming_line) {
+            fetchAhead(loads, src, i, len);
+            storeLine(dst + i, loadLine(src + i));
+        }
     }
     while (i + streaming_width <= len) : (i += streaming_width) storeStreaming(dst + i, src[i..][0..streaming_width].*);
     @memcpy(dst[i..len], src[i..len]);
@@ -196,11 +260,12 @@ const aliasing_lead_max = 96;
 
 /// Copies whole lines from offset `begin` on, loading each line before storing the one
 /// before it; returns the offset after the last line copied.
-fn copyLinesAhead(dst: [*]u8, src: [*]const u8, begin: usize, len: usize) usize {
+fn copyLinesAhead(comptime loads: Loads, dst: [*]u8, src: [*]const u8, begin: usize, len: usize) usize {
     var i = begin;
     if (i + streaming_line > len) return i;
     var current = loadLine(src + i);
     while (i + 2 * streaming_line <= len) : (i += streaming_line) {
+        fetchAhead(loads, src, i, len);
         const next = loadLine(src + i + streaming_line);
         storeLine(dst + i, current);
         current = next;
@@ -257,11 +322,14 @@ test "copyStreaming: both copies (lines ahead, and line by line) land exactly at
                 const src = buffer[source_offset..].ptr;
                 const dst_at = 2 * aliasing_period + source_offset + lead;
                 const before = buffer;
-                copyStreaming(buffer[dst_at..].ptr, src, len);
-                fenceStreamingStores();
-                try std.testing.expectEqualSlices(u8, before[source_offset..][0..len], buffer[dst_at..][0..len]);
-                try std.testing.expectEqualSlices(u8, before[0..dst_at], buffer[0..dst_at]);
-                try std.testing.expectEqualSlices(u8, before[dst_at + len ..], buffer[dst_at + len ..]);
+                inline for (.{ Loads.non_temporal, Loads.temporal }) |loads| {
+                    copyStreaming(loads, buffer[dst_at..].ptr, src, len);
+                    fenceStreamingStores();
+                    try std.testing.expectEqualSlices(u8, before[source_offset..][0..len], buffer[dst_at..][0..len]);
+                    try std.testing.expectEqualSlices(u8, before[0..dst_at], buffer[0..dst_at]);
+                    try std.testing.expectEqualSlices(u8, before[dst_at + len ..], buffer[dst_at + len ..]);
+                    buffer = before;
+                }
             }
         }
     }
@@ -273,28 +341,30 @@ test "copyStreaming: every length and alignment lands exactly, nothing around it
     for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 37 +% 11);
     for ([_]usize{ 0, 1, 15, 16, 17, 63, 64, 65, 127, 200, 255 }) |len| {
         for (0..streaming_width) |offset| {
-            for (0..3) |source_offset| {
+            for (0..3) |source_offset| inline for (.{ Loads.non_temporal, Loads.temporal }) |loads| {
                 var dst: [320]u8 align(16) = @splat(0xEE);
-                copyStreaming(dst[offset + 1 ..].ptr, source_bytes[source_offset..].ptr, len);
+                copyStreaming(loads, dst[offset + 1 ..].ptr, source_bytes[source_offset..].ptr, len);
                 fenceStreamingStores();
                 try std.testing.expectEqualSlices(u8, source_bytes[source_offset..][0..len], dst[offset + 1 ..][0..len]);
                 for (dst[0 .. offset + 1]) |b| try std.testing.expectEqual(@as(u8, 0xEE), b);
                 for (dst[offset + 1 + len ..]) |b| try std.testing.expectEqual(@as(u8, 0xEE), b);
-            }
+            };
         }
     }
 }
 
-test "copyRecords: every size class lands each record in its slot" {
-    var source_bytes: [4 * 300]u8 = undefined;
+test "copyRecords: every size class lands each record in its slot, with either loads" {
+    var source_bytes: [4 * 1000]u8 = undefined;
     for (&source_bytes, 0..) |*b, k| b.* = @truncate(k *% 31 +% 7);
-    inline for (.{ 1, 8, 256, 300 }) |stride| {
-        var dst: [4 * 300]u8 = undefined;
+    // 512 and up take copyFetchingAhead with non-temporal loads; 1000 ends in a partial line.
+    inline for (.{ 1, 8, 256, 300, 512, 1000 }) |stride| inline for (.{ Loads.non_temporal, Loads.temporal }) |loads| {
+        var dst: [4 * 1000 + 1]u8 = @splat(0xEE);
         // Slots taken in reverse order, so a copy that ignored `sources` would be caught.
         const sources = [_][*]const u8{ source_bytes[3 * stride ..].ptr, source_bytes[2 * stride ..].ptr, source_bytes[stride..].ptr, source_bytes[0..].ptr };
-        copyRecords(&dst, &sources, stride);
+        copyRecords(loads, &dst, &sources, stride);
         for (0..4) |k| try std.testing.expectEqualSlices(u8, source_bytes[(3 - k) * stride ..][0..stride], dst[k * stride ..][0..stride]);
-    }
+        try std.testing.expectEqual(@as(u8, 0xEE), dst[4 * stride]);
+    };
 }
 
 test "copySources: every record lands in its slot, across groups" {
@@ -304,10 +374,12 @@ test "copySources: every record lands in its slot, across groups" {
     // Slot i reads record count - 1 - i, so a copy that ignored `sources` would be caught.
     var sources: [count][*]const u8 = undefined;
     for (&sources, 0..) |*source, i| source.* = source_bytes[(count - 1 - i) * 3 ..].ptr;
-    var dst: [count * 3 + 1]u8 = @splat(0xEE);
-    copySources(&dst, 3, &sources, false);
-    for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], dst[i * 3 ..][0..3]);
-    try std.testing.expectEqual(@as(u8, 0xEE), dst[count * 3]);
+    inline for (.{ Loads.non_temporal, Loads.temporal }) |loads| {
+        var dst: [count * 3 + 1]u8 = @splat(0xEE);
+        copySources(loads, &dst, 3, &sources, false);
+        for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * 3 ..][0..3], dst[i * 3 ..][0..3]);
+        try std.testing.expectEqual(@as(u8, 0xEE), dst[count * 3]);
+    }
 }
 
 test "copySources with streaming stores: every record of every group lands in its slot" {
@@ -322,7 +394,7 @@ test "copySources with streaming stores: every record of every group lands in it
     const dst = try std.testing.allocator.alloc(u8, count * stride + 1);
     defer std.testing.allocator.free(dst);
     @memset(dst, 0xEE);
-    copySources(dst.ptr, stride, &sources, true);
+    copySources(.temporal, dst.ptr, stride, &sources, true);
     fenceStreamingStores();
     for (0..count) |i| try std.testing.expectEqualSlices(u8, source_bytes[(count - 1 - i) * stride ..][0..stride], dst[i * stride ..][0..stride]);
     try std.testing.expectEqual(@as(u8, 0xEE), dst[count * stride]);

@@ -185,7 +185,7 @@ pub const Store = struct {
     /// Whether this store's gathers currently run faster with the pool's helpers (pool_advice).
     gather_advisor: pool.Advisor = .{},
     /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
-    stores_advisor: raw_copy.StoresAdvisor = .{},
+    copy_advisors: raw_copy.CopyAdvisors = .{},
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -513,7 +513,7 @@ pub const Store = struct {
         const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
         const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
         var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
-        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &store.gather_advisor, &store.stores_advisor);
+        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &store.gather_advisor, &store.copy_advisors);
         try task.failure.check();
     }
 
@@ -522,6 +522,7 @@ pub const Store = struct {
         indices: []const i64,
         destination: Destination,
         stores: raw_copy.Stores = .cached,
+        loads: raw_copy.Loads = .temporal,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
@@ -550,7 +551,7 @@ pub const Store = struct {
                 // which the general code below handles, with its messages. A handle that
                 // checks raw records against their sums sends them all the general way.
                 if (task.destination.offsets == null and store.copiesRawUnchecked()) {
-                    i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores);
+                    i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
                     if (i == end) break;
                 }
                 const index: u64 = @intCast(task.indices[i]);

@@ -721,7 +721,7 @@ test "runs: learned on append and on open, relearned after delete and compact; g
     }
 }
 
-test "gathers give the same bytes whether the advisors run them pooled or alone, streaming or cached" {
+test "gathers give the same bytes whether the advisors run them pooled or alone, streaming or cached, fetching either way" {
     // 256 records of 4 KiB per batch (1 MiB): enough for two runners on a machine with two
     // CPUs, and for streaming stores, so both advisors' warm-ups send batches both ways; every
     // batch is checked, and every other one lands one byte off alignment.
@@ -757,11 +757,15 @@ test "gathers give the same bytes whether the advisors run them pooled or alone,
         try testing.expect(store.gather_advisor.cost(.alone) > 0);
     }
     if (raw_copy.has_streaming_stores) {
-        try testing.expectEqual(@as(u64, 64), store.stores_advisor.tickets.load(.monotonic));
-        try testing.expect(store.stores_advisor.cost(.streaming) > 0);
-        try testing.expect(store.stores_advisor.cost(.cached) > 0);
+        try testing.expectEqual(@as(u64, 64), store.copy_advisors.stores.tickets.load(.monotonic));
+        try testing.expect(store.copy_advisors.stores.cost(.streaming) > 0);
+        try testing.expect(store.copy_advisors.stores.cost(.cached) > 0);
+        try testing.expectEqual(@as(u64, 64), store.copy_advisors.loads.tickets.load(.monotonic));
+        try testing.expect(store.copy_advisors.loads.cost(.non_temporal) > 0);
+        try testing.expect(store.copy_advisors.loads.cost(.temporal) > 0);
     } else {
-        try testing.expectEqual(@as(u64, 0), store.stores_advisor.tickets.load(.monotonic));
+        try testing.expectEqual(@as(u64, 0), store.copy_advisors.stores.tickets.load(.monotonic));
+        try testing.expectEqual(@as(u64, 0), store.copy_advisors.loads.tickets.load(.monotonic));
     }
 }
 
@@ -794,6 +798,6 @@ test "a fixed stores policy takes the stores advisor out of large raw gathers, w
         }
         // Only `auto` asks the advisor (and only where streaming stores exist).
         const asked: u64 = if (policy == .auto and raw_copy.has_streaming_stores) 12 else 0;
-        try testing.expectEqual(asked, store.stores_advisor.tickets.load(.monotonic));
+        try testing.expectEqual(asked, store.copy_advisors.stores.tickets.load(.monotonic));
     }
 }

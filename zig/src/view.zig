@@ -42,7 +42,7 @@ pub const View = struct {
     /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
     gather_advisor: pool.Advisor = .{},
     /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
-    stores_advisor: raw_copy.StoresAdvisor = .{},
+    copy_advisors: raw_copy.CopyAdvisors = .{},
     /// Links of the registry of open views, which a forked child resets (guarded by
     /// registry_mutex).
     registry_previous: ?*View = null,
@@ -228,7 +228,7 @@ pub const View = struct {
         const bytes_min = first_store.gatherBytesMin(first.local);
         const copies_raw = destination.offsets == null and first_store.copiesRaw(first.local);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
-        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.stores_advisor);
+        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.copy_advisors);
         try task.failure.check();
     }
 
@@ -250,6 +250,7 @@ pub const View = struct {
         routes: []const Route,
         destination: Destination,
         stores: raw_copy.Stores = .cached,
+        loads: raw_copy.Loads = .temporal,
         failure: Failure = .{},
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
@@ -264,7 +265,7 @@ pub const View = struct {
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
                     if (task.destination.offsets == null) {
-                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores);
+                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
                         if (i == range.end) break;
                     }
                     const r = task.routes[i];
