@@ -462,3 +462,58 @@ def test_the_command_line_reports_a_sharded_dataset_whole(tmp_path: Path) -> Non
     assert info["records"] == COUNT
     assert info["logical_bytes"] == data.nbytes
     assert info["allocated_bytes"] >= data.nbytes  # the shard folders are counted too
+
+
+def _flip_byte(chunk: Path, offset: int) -> None:
+    with open(chunk, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_verify_names_bad_records_by_their_global_index(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from loaderx.cli import EXIT_PROBLEM, main
+    from loaderx.verify import BadRecord
+
+    path, data = _sharded(tmp_path)
+    with DenseDataset(path) as ds:
+        assert ds.sharded and ds.verify().ok
+        ds.sync()  # every shard's store, nothing to report
+    record = data[0].nbytes  # raw records sit in index order in each shard's 0.zr
+    # Record 2 of the first shard (the dataset's own folder), 5 of the second, 7 of the third.
+    _flip_byte(path / "0.zr", 2 * record + 1)
+    _flip_byte(path / "shard-000001" / "0.zr", 5 * record)
+    _flip_byte(path / "shard-000002" / "0.zr", 7 * record + 3)
+    want = [BadRecord(2, "checksum"), BadRecord(CAPACITY + 5, "checksum"), BadRecord(2 * CAPACITY + 7, "checksum")]
+    with DenseDataset(path) as ds:
+        report = ds.verify()
+        assert report.bad == want and report.bad_count == 3
+        assert report.records == COUNT and report.checksummed == COUNT and report.has_checksums
+        # The records beside them read back exactly.
+        intact = np.array([1, 3, CAPACITY + 4, CAPACITY + 6, 2 * CAPACITY + 8, COUNT - 1])
+        np.testing.assert_array_equal(ds[intact], data[intact])
+    out = io.StringIO()
+    assert main(["verify", str(path), "--json"], out=out) == EXIT_PROBLEM
+    listed = json.loads(out.getvalue())
+    assert listed["bad"] == [{"index": b.index, "reason": b.reason} for b in want]
+    assert listed["records"] == COUNT and listed["ok"] is False
+
+
+def test_retraining_the_dictionary_of_a_sharded_dataset_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    from loaderx.errors import DictionaryError
+
+    data = _dense_data()
+    with DenseDataset(tmp_path / "d", dtype=data.dtype, item_shape=SHAPE, codec="zstd_dict", dict_size=1024,
+                      shard_records=CAPACITY) as ds:
+        ds.train_dict(data[::5])
+        ds.append(data)
+        assert ds.sharded
+        with pytest.raises(DictionaryError, match=r"shard-000002': the store already has a dictionary and 500 records"):
+            ds.train_dict(data[::3])
+        ds.append(data[:10])  # the shards' dictionary still compresses new records
+    with DenseDataset(tmp_path / "d") as ds:
+        np.testing.assert_array_equal(ds[np.arange(COUNT + 10)], np.concatenate([data, data[:10]]))

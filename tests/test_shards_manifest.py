@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 from pathlib import Path
 
 import msgpack
@@ -13,9 +14,10 @@ import pytest
 
 from loaderx.dataset import DenseDataset
 from loaderx.errors import ManifestError, SchemaError
-from loaderx.schema import Codec, make_schema, read_schema
+from loaderx.schema import SCHEMA_FILE, Codec, make_schema, read_schema
 from loaderx.shards import (
     MANIFEST_FILE,
+    SHARD_COUNT_MAX,
     Manifest,
     ShardEntry,
     commit_shards,
@@ -72,6 +74,15 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1 << 25}]}, "at most"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}, {"name": ".", "records": 1}]}, "only be shard 0"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}] * 2}, "twice"),
+        ({"format": "loaderx-shards", "version": 0, "generation": 0, "shards": []}, "bad manifest version 0"),
+        ({"format": "loaderx-shards", "version": True, "generation": 0, "shards": []}, "bad manifest version True"),
+        ({"format": "loaderx-shards", "version": 1, "generation": -1, "shards": []}, "bad generation -1"),
+        ({"format": "loaderx-shards", "version": 1, "generation": "0", "shards": []}, "bad generation '0'"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": {}}, "'shards' must be a list"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [0] * (SHARD_COUNT_MAX + 1)}, f"lists {SHARD_COUNT_MAX + 1} shards; the limit is {SHARD_COUNT_MAX}"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [[".", 1]]}, "shard entry 0 is not a map"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": 4}]}, "records_before below records"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": False}]}, "bad records_before False"),
     ],
 )
 def test_malformed_manifests_are_refused(raw: dict[str, object], message: str) -> None:
@@ -123,8 +134,31 @@ def test_refusals_leave_the_dataset_unchanged(tmp_path: Path) -> None:
     wrong = make_schema("dense", np.int32, (), "raw", "balanced")
     with pytest.raises(SchemaError, match="another schema than the shards"):
         commit_shards(dataset, [], wrong)
-    assert read_manifest(dataset) is not None
+    good = _stage(dataset, np.arange(2, dtype=np.int64))
+    schemaless = _stage(dataset, np.arange(2, dtype=np.int64))
+    os.unlink(os.path.join(schemaless, SCHEMA_FILE))
+    staged_before = _listing(dataset)  # the staging folders live inside the dataset's
+    with pytest.raises(ValueError, match="a staged shard folder is listed twice"):
+        commit_shards(dataset, [good, good + os.sep], SCHEMA)
+    with pytest.raises(ManifestError, match="is itself sharded; stage single stores"):
+        commit_shards(dataset, [str(dataset)], SCHEMA)
+    with pytest.raises(SchemaError, match=r"staged shard .* has no schema.msgpack"):
+        commit_shards(dataset, [good, schemaless], SCHEMA)
+    assert _listing(dataset) == staged_before
     assert [e.records for e in read_manifest(dataset).shards] == [3]  # type: ignore[union-attr]
+    # A bare store (meta.zr, no schema) is not a dataset shards may be added to.
+    bare = tmp_path / "bare"
+    shutil.copytree(schemaless, bare)
+    with pytest.raises(SchemaError, match="is a Zrecord store without schema.msgpack; refusing to add shards"):
+        commit_shards(bare, [good], SCHEMA)
+    assert not (bare / MANIFEST_FILE).exists() and os.path.isdir(good)
+
+
+def test_an_oversized_manifest_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    with open(tmp_path / MANIFEST_FILE, "wb") as f:
+        f.truncate((1 << 26) + 1)  # sparse: one byte past the limit
+    with pytest.raises(ManifestError, match="is too large to be a loaderx shard manifest"):
+        read_manifest(tmp_path)
 
 
 def test_a_failed_move_moves_everything_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
