@@ -26,11 +26,12 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
+import operator
 import sys
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Never
+from typing import Any, Final, Never, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -120,11 +121,23 @@ def _refuse_keywords(unknown: Mapping[str, object]) -> None:
         raise TypeError(text)
 
 
-def _check_count(name: str, value: int, maximum: int) -> None:
-    if not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 1 or value > maximum:
-        raise ValueError(f"{name} must be in 1..{maximum}, got {value}")
+def _as_int(name: str, value: object, got: str = "not") -> int:
+    """value as a Python int (Python and NumPy integers), or TypeError naming the parameter.
+
+    The public parameters are typed SupportsIndex, not int, and converted here: mypyc checks
+    an int parameter at the call boundary, which refuses NumPy integers and names neither the
+    parameter nor what it takes ("int object expected; got numpy.int64")."""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, {got} {type(value).__name__}") from None
+
+
+def _check_count(name: str, value: object, maximum: int) -> int:
+    count = _as_int(name, value)
+    if count < 1 or count > maximum:
+        raise ValueError(f"{name} must be in 1..{maximum}, got {count}")
+    return count
 
 
 def _references(slots: list[npt.NDArray[Any] | None], slot: int) -> int:
@@ -194,7 +207,7 @@ class _StepMaker:
             [None] * ring_size for _ in self._names
         ]
 
-    def indices(self, step: int) -> npt.NDArray[np.int64]:
+    def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         out = np.empty(self._batch_size, dtype=_INT64)
         self._sampler.fill(step, out)
         return out
@@ -254,14 +267,14 @@ class DataLoader:
     def __init__(
         self,
         streams: Mapping[str, DenseDataset],
-        batch_size: int = BATCH_SIZE_DEFAULT,
+        batch_size: SupportsIndex = BATCH_SIZE_DEFAULT,
         transform: Transform | None = None,
         mode: Mode = "cyclic",
-        seed: int = 0,
-        start_step: int = 0,
-        prefetch: int = PREFETCH_DEFAULT,
-        workers: int | None = None,
-        shard: tuple[int, int] | None = None,
+        seed: SupportsIndex = 0,
+        start_step: SupportsIndex = 0,
+        prefetch: SupportsIndex = PREFETCH_DEFAULT,
+        workers: SupportsIndex | None = None,
+        shard: Sequence[SupportsIndex] | None = None,
         reuse_buffers: bool = False,
         **unknown: Never,
     ) -> None:
@@ -272,26 +285,30 @@ class DataLoader:
         # Without a transform a step is native reads only, which the consumer may make itself
         # while it would wait (loaderx.prefetch); a user's transform runs on workers only.
         self._consumer_helps: bool = transform is None
-        if workers is None:
-            workers = default_workers(self._consumer_helps)
-        _check_count("prefetch", prefetch, DEPTH_MAX)
-        _check_count("workers", workers, WORKERS_MAX)
+        depth = _check_count("prefetch", prefetch, DEPTH_MAX)
+        threads = (
+            default_workers(self._consumer_helps)
+            if workers is None
+            else _check_count("workers", workers, WORKERS_MAX)
+        )
         self._length: int = length
+        # The sampler checks and converts batch_size, seed and shard (naming each).
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
+        first_step = _as_int("start_step", start_step, got="got")
         self.streams: dict[str, DenseDataset] = dict(streams)
-        self.batch_size: int = batch_size
+        self.batch_size: int = self.sampler.batch_size
         self.mode: Mode = mode
-        self.seed: int = seed
-        self.shard: tuple[int, int] | None = shard
-        self.prefetch: int = prefetch
-        self.workers: int = workers
+        self.seed: int = self.sampler.seed
+        self.shard: tuple[int, int] | None = None if shard is None else self.sampler.shard
+        self.prefetch: int = depth
+        self.workers: int = threads
         self.reuse_buffers: bool = reuse_buffers
         self._transform: Transform | None = transform
         self._maker: _StepMaker = _StepMaker(
-            self.sampler, self.streams, batch_size, transform, prefetch + 1, reuse_buffers
+            self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers
         )
         self._prefetcher: Prefetcher[Batch] = Prefetcher(
-            self._maker.make, start_step, prefetch, workers, name="loaderx-prefetch",
+            self._maker.make, first_step, depth, threads, name="loaderx-prefetch",
             consumer_helps=self._consumer_helps,
         )
         # Native classes take no weak references, so the finaliser watches a set that only this
@@ -376,7 +393,7 @@ class DataLoader:
         """The number of records in every stream."""
         return self._length
 
-    def indices(self, step: int) -> npt.NDArray[np.int64]:
+    def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         """The record indices of any step's batch (what every stream is gathered at)."""
         return self._maker.indices(step)
 

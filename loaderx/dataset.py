@@ -169,7 +169,7 @@ def _create_schema(
     dtype: DTypeLike | None,
     item_shape: Shape | None,
     codec: str,
-    dict_size: str | int,
+    dict_size: str | SupportsIndex,
 ) -> Schema | None:
     """The schema a constructor asked for, or None when it only opens."""
     if dtype is None:
@@ -212,7 +212,7 @@ class _DatasetBase:
         path: str | os.PathLike[str],
         kind: str,
         wanted: Schema | None,
-        shard_records: int | None,
+        shard_records: SupportsIndex | None,
         readonly: bool,
         verify: bool | None,
     ) -> None:
@@ -351,7 +351,9 @@ class _DatasetBase:
                 "train_dict(samples) with representative samples before the first append"
             )
 
-    def _train(self, records: list[npt.NDArray[np.uint8]], dict_size: str | int | None) -> None:
+    def _train(
+        self, records: list[npt.NDArray[np.uint8]], dict_size: str | SupportsIndex | None
+    ) -> None:
         if self.codec != "zstd_dict":
             raise ValueError(
                 f"train_dict applies to a zstd_dict dataset; {self.path!r} uses {self.codec!r} "
@@ -388,9 +390,9 @@ class DenseDataset(_DatasetBase):
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
         codec: Codec = "zstd",
-        dict_size: str | int = "balanced",
+        dict_size: str | SupportsIndex = "balanced",
         *,
-        shard_records: int | None = None,
+        shard_records: SupportsIndex | None = None,
         readonly: bool = False,
         verify: bool | None = None,
     ) -> None:
@@ -539,7 +541,7 @@ class DenseDataset(_DatasetBase):
         # The single store ran out of chunk space before its record limit: roll over.
         return self._become_sharded().append_fixed(data, self.record_size)
 
-    def train_dict(self, samples: npt.NDArray[Any], dict_size: str | int | None = None) -> None:
+    def train_dict(self, samples: npt.NDArray[Any], dict_size: str | SupportsIndex | None = None) -> None:
         """Trains the zstd_dict dictionary on a (N, *item_shape) array of samples.
 
         dict_size defaults to the schema's; a tier name or a byte count overrides it.
@@ -566,9 +568,9 @@ class RaggedDataset(_DatasetBase):
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
         codec: Codec = "zstd",
-        dict_size: str | int = "balanced",
+        dict_size: str | SupportsIndex = "balanced",
         *,
-        shard_records: int | None = None,
+        shard_records: SupportsIndex | None = None,
         readonly: bool = False,
         verify: bool | None = None,
     ) -> None:
@@ -673,7 +675,7 @@ class RaggedDataset(_DatasetBase):
         return self._become_sharded().append(checked)
 
     def train_dict(
-        self, samples: Sequence[npt.NDArray[Any]], dict_size: str | int | None = None
+        self, samples: Sequence[npt.NDArray[Any]], dict_size: str | SupportsIndex | None = None
     ) -> None:
         """Trains the zstd_dict dictionary on a list of sample records."""
         checked = self._records(samples, "samples")

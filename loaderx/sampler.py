@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, NoReturn, SupportsIndex
 
 import numpy as np
@@ -123,7 +123,7 @@ class Sampler:
         batch_size: SupportsIndex,
         mode: Mode = "cyclic",
         seed: SupportsIndex = 0,
-        shard: tuple[SupportsIndex, SupportsIndex] | None = None,
+        shard: Sequence[SupportsIndex] | None = None,
     ) -> None:
         length = _integer(length, "length")
         batch_size = _integer(batch_size, "batch_size")

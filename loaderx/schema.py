@@ -162,7 +162,7 @@ def check_codec(codec: object) -> Codec:
     raise ValueError(f"codec must be one of {', '.join(map(repr, CODEC_NAMES))}; got {codec!r}")
 
 
-def resolve_dict_size(dict_size: str | int) -> int:
+def resolve_dict_size(dict_size: str | SupportsIndex) -> int:
     """A DICT_TIERS name or an explicit byte count, as bytes (range-checked)."""
     if isinstance(dict_size, str):
         if dict_size not in DICT_TIERS:
@@ -184,7 +184,7 @@ def make_schema(
     dtype: DTypeLike,
     item_shape: SupportsIndex | Sequence[SupportsIndex],
     codec: str,
-    dict_size: str | int,
+    dict_size: str | SupportsIndex,
 ) -> Schema:
     """A validated Schema; raises TypeError / ValueError naming the argument at fault."""
     if kind not in KINDS:

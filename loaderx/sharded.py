@@ -59,7 +59,7 @@ _OPEN_ATTEMPTS: Final = 8
 _SWAP_WAIT: Final = 0.005
 
 
-def check_shard_records(shard_records: int) -> int:
+def check_shard_records(shard_records: object) -> int:
     """A shard capacity as an int in 1 .. SHARD_RECORDS_MAX."""
     if isinstance(shard_records, bool) or not isinstance(shard_records, (int, np.integer)):
         raise TypeError(f"shard_records must be an int, not {type(shard_records).__name__}")

@@ -433,6 +433,67 @@ def test_bad_arguments_are_refused(streams: dict[str, DenseDataset]) -> None:
         DataLoader(streams, transform=42)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         DataLoader(streams, mode="shuffled")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^streams must be a dict of name -> DenseDataset, not list$"):
+        DataLoader(list(streams.values()))  # type: ignore[arg-type]
+    dataset = next(iter(streams.values()))
+    with pytest.raises(TypeError, match="^stream names must be str, got 0$"):
+        DataLoader({0: dataset})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="^prefetch must be an int, not float$"):
+        DataLoader(streams, prefetch=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="^workers must be in 1..1024, got 1025$"):
+        DataLoader(streams, workers=1025)
+
+
+def test_numpy_integers_are_taken_wherever_an_int_is(streams: dict[str, DenseDataset]) -> None:
+    """Configurations often carry NumPy integers (a seed drawn with Generator.integers, sizes
+    computed with NumPy). The compiled module takes them as the interpreted one does."""
+    with DataLoader(streams, batch_size=8, seed=7, start_step=3, prefetch=2, workers=1, shard=(1, 2)) as plain:
+        want = [next(plain) for _ in range(3)]
+        want_indices = plain.indices(11)
+    with DataLoader(
+        streams, batch_size=np.int64(8), seed=np.uint64(7), start_step=np.int32(3),
+        prefetch=np.int64(2), workers=np.int8(1), shard=[np.int64(1), np.uint8(2)],
+    ) as loader:
+        got = [next(loader) for _ in range(3)]
+        np.testing.assert_array_equal(loader.indices(np.int64(11)), want_indices)
+        settings = (loader.batch_size, loader.seed, loader.prefetch, loader.workers, loader.shard)
+        assert settings == (8, 7, 2, 1, (1, 2))
+        assert all(type(value) is int for value in settings[:4]) and type(loader.shard) is tuple
+        assert loader.state_dict()["seed"] == 7 and type(loader.state_dict()["seed"]) is int
+    for batch, expected in zip(got, want):
+        for name in expected:
+            np.testing.assert_array_equal(batch[name], expected[name])
+
+
+@pytest.mark.parametrize(
+    ("keywords", "error", "message"),
+    [
+        ({"batch_size": 8.0}, TypeError, "batch_size must be an integer, not float"),
+        ({"seed": "7"}, TypeError, "seed must be an integer, not str"),
+        ({"start_step": 1.0}, TypeError, "start_step must be an int, got float"),
+        ({"start_step": -1}, ValueError, "start_step must be >= 0, got -1"),
+        ({"prefetch": 2.0}, TypeError, "prefetch must be an int, not float"),
+        ({"workers": np.float64(1)}, TypeError, "workers must be an int, not float64"),
+        ({"shard": 3}, TypeError, r"shard must be None or a pair \(index, count\), got 3"),
+        ({"shard": (0, 2.0)}, TypeError, "shard count must be an integer, not float"),
+    ],
+)
+def test_wrongly_typed_numbers_are_refused_by_name(
+    streams: dict[str, DenseDataset], keywords: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """The same message interpreted and compiled (mypyc's own check of an int parameter names
+    neither the parameter nor what it takes)."""
+    with pytest.raises(error, match=f"^{message}$"):
+        DataLoader(streams, **keywords)  # type: ignore[arg-type]
+    with DataLoader(streams, batch_size=4) as loader:
+        with pytest.raises(TypeError, match="^step must be an integer, not float$"):
+            loader.indices(1.5)  # type: ignore[arg-type]
+
+
+def test_empty_streams_are_refused(tmp_path: Path) -> None:
+    with DenseDataset(tmp_path / "empty", dtype=np.int64, codec="raw") as empty:
+        with pytest.raises(ValueError, match="^the streams are empty: there is nothing to load$"):
+            DataLoader({"x": empty})
 
 
 def test_defaults(streams: dict[str, DenseDataset]) -> None:

@@ -547,6 +547,9 @@ def test_zstd_dict_refuses_append_until_trained(store_path: str, rng: np.random.
     with pytest.raises(DictionaryError, match="train_dict"):
         ds.append(values)
     assert len(ds) == 0 and not ds.has_dict
+    with pytest.raises(ValueError, match="train_dict needs at least one sample"):
+        ds.train_dict(values[:0])
+    assert not ds.has_dict
     ds.train_dict(values)
     assert ds.has_dict
     assert ds.append(values) == 0
@@ -930,3 +933,41 @@ def test_gather_fixed_declines_what_it_does_not_take(
         store.gather_fixed(np.array([5, 6], dtype=np.int64), out, size)
     with pytest.raises(ValueError, match="is closed"):
         ds[np.array([5, 6], dtype=np.int64)]
+
+
+def test_numpy_integers_are_taken_for_shard_records_and_dict_size(tmp_path: Path) -> None:
+    """As interpreted, so compiled: mypyc's own check of an int parameter refuses them."""
+    values = (np.arange(60 * 16) % 5).astype(np.int32).reshape(60, 16)
+    with DenseDataset(tmp_path / "d", dtype=np.int32, item_shape=(16,), codec="zstd_dict",
+                      dict_size=np.int64(1024), shard_records=np.uint32(25)) as ds:
+        assert (ds.dict_size, ds.shard_records) == (1024, 25)
+        assert type(ds.dict_size) is int and type(ds.shard_records) is int
+        ds.train_dict(values, dict_size=np.int16(2048))
+        ds.append(values)
+        assert [s["records"] for s in ds.shard_stats()] == [25, 25, 10]
+        np.testing.assert_array_equal(ds[:], values)
+    rows = [np.full((n, 2), n, dtype=np.int16) for n in range(1, 30)]
+    with RaggedDataset(tmp_path / "r", dtype=np.int16, item_shape=(2,), codec="zstd",
+                       dict_size=np.int64(4096), shard_records=np.int8(10)) as ragged:
+        ragged.append(rows)
+        assert ragged.sharded and [r.tolist() for r in ragged[[0, 28, 13]]] == [
+            rows[0].tolist(), rows[28].tolist(), rows[13].tolist()
+        ]
+
+
+@pytest.mark.parametrize(
+    ("keywords", "error", "message"),
+    [
+        ({"shard_records": 10.0}, TypeError, "shard_records must be an int, not float"),
+        ({"shard_records": "10"}, TypeError, "shard_records must be an int, not str"),
+        ({"shard_records": 0}, ValueError, "shard_records must be in 1..16777216 .a store's limit., got 0"),
+        ({"dict_size": 1024.0}, TypeError, "dict_size must be a tier name or an int, got 1024.0"),
+        ({"dict_size": np.float32(1)}, TypeError, r"dict_size must be a tier name or an int, got np.float32\(1.0\)|dict_size must be a tier name or an int, got 1.0"),
+    ],
+)
+def test_wrongly_typed_sizes_are_refused_by_name(
+    tmp_path: Path, keywords: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^({message})$"):
+        DenseDataset(tmp_path / "d", dtype=np.int32, codec="zstd_dict", **keywords)
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
