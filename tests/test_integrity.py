@@ -323,6 +323,17 @@ def test_dataset_verify_and_verify_keyword(tmp_path: Path) -> None:
     with RaggedDataset(tmp_path / "r", dtype=np.float32, item_shape=(2,), verify=False) as r:
         r.append(rows)
         assert r.verify().ok
+    # A ragged record that is not a whole number of rows (written around the dataset).
+    with Zrecord(tmp_path / "r", codec="raw") as z:
+        z.append([b"123456789ab"])
+    with RaggedDataset(tmp_path / "r") as r:
+        assert r.verify().bad == [BadRecord(3, "size")]
+        with pytest.raises(CorruptStoreError, match=r"record 3 of .* has 11 bytes, not a whole number of 8-byte rows"):
+            r[3]
+        with pytest.raises(CorruptStoreError, match="record 3"):
+            r[[0, 3]]
+        got = r[[2, 0, 1]]
+        assert [g.tolist() for g in got] == [rows[2].tolist(), rows[0].tolist(), rows[1].tolist()]
     with pytest.raises(TypeError, match="verify"):
         Zrecord(tmp_path / "x", verify="yes")  # type: ignore[arg-type]
 

@@ -386,6 +386,15 @@ def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> No
             view.gather_into(np.array([0, 1], dtype=np.int64), out, 4)
         with pytest.raises(ValueError, match="record 0 is 4 bytes but its destination slot is 2"):
             view.gather_into(np.array([0], dtype=np.int64), np.zeros(1, np.uint16), 2)
+        with pytest.raises(ValueError, match="one-dimensional C-contiguous"):
+            view.gather_into(np.array([0, 1, 2, 3], dtype=np.int64)[::2], out[:2], 4)
+        with pytest.raises(ValueError, match="out must be a writable C-contiguous"):
+            view.gather_into(np.array([0, 1], dtype=np.int64), np.zeros(4, dtype=np.uint32)[::2], 4)
+        frozen = np.zeros(1, dtype=np.uint32)
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError, match="out must be a writable C-contiguous"):
+            view.gather_into(np.array([0], dtype=np.int64), frozen, 4)
+        assert out.tobytes() == b"efghabcdefgh" and frozen[0] == 0  # nothing was written
         data, offsets = view.gather_ragged(np.array([2, 1], dtype=np.int64))
         assert data.tobytes() == b"abcdefgh" and offsets.tolist() == [0, 4, 8]
     finally:
@@ -517,3 +526,44 @@ def test_retraining_the_dictionary_of_a_sharded_dataset_is_refused_and_changes_n
         ds.append(data[:10])  # the shards' dictionary still compresses new records
     with DenseDataset(tmp_path / "d") as ds:
         np.testing.assert_array_equal(ds[np.arange(COUNT + 10)], np.concatenate([data, data[:10]]))
+
+
+def test_a_ragged_view_gather_that_meets_a_delete_sizes_its_records_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sizing and copying are two native calls: a delete between them makes the copy refuse a
+    slot of the wrong size (SIZE_MISMATCH), and the pair runs again, up to a limit."""
+    from loaderx import _native, view as view_module
+    from loaderx.view import View
+    from loaderx.zrecord import Zrecord
+
+    store = Zrecord(tmp_path / "s", create=True, codec="raw")
+    store.append([b"a", b"bcd", b"efghij"])
+    view = View([store], "one")
+    real = _native.lib.lx_view_gather
+    calls: list[int] = []
+
+    def refuse_first(*args: object) -> int:
+        calls.append(1)
+        return _native.SIZE_MISMATCH if len(calls) == 1 else int(real(*args))
+
+    monkeypatch.setattr(_native.lib, "lx_view_gather", refuse_first)
+    try:
+        data, offsets = view.gather_ragged(np.array([2, 0, 1], dtype=np.int64))
+        assert data.tobytes() == b"efghijabcd" and offsets.tolist() == [0, 6, 7, 10]
+        assert len(calls) == 2
+        # A copy refused every time gives up after a bounded number of rounds, with a message.
+        calls.clear()
+
+        def refuse_always(*args: object) -> int:
+            calls.append(1)
+            return _native.SIZE_MISMATCH
+
+        monkeypatch.setattr(_native.lib, "lx_view_gather", refuse_always)
+        with pytest.raises(ValueError, match="gather of 1 records from 'one'"):
+            view.gather_ragged(np.array([1], dtype=np.int64))
+        assert len(calls) == view_module._RAGGED_GATHER_ATTEMPTS
+    finally:
+        monkeypatch.undo()
+        view.close()
+        store.close()
