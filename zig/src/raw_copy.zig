@@ -21,11 +21,9 @@ const Store = @import("store.zig").Store;
 
 /// Records whose misses are kept in flight together (the loads of the next group start before
 /// the current one is copied): enough to cover a memory round trip, few enough that the
-/// prefetches (up to prefetch_lines_max per record) do not crowd each other out. On the AMD
-/// EPYC VM with an 8 MiB L3, 256 random records from 512 MiB gathered in 23 us with groups of 8
-/// against 33 us with groups of 32 at 256 B, 18-20 us against 27-35 us at 128 B, and 57 against
-/// 63 us at 512 B; at 8 B, 64 B, 1 KiB and larger the two were alike, and groups of 4 lost at
-/// 8 B (README: "A raw gather finds its records before it copies them").
+/// prefetches (up to prefetch_lines_max per record) do not crowd each other out. With groups of
+/// 32, a gather of 256 B records ran no faster than NumPy's plain loop; the record-size sweep
+/// with groups of 8 is in README.md ("A raw gather finds its records before it copies them").
 pub const group = 8;
 const cache_line = std.atomic.cache_line;
 /// Lines started per record (prefetchRecord).
