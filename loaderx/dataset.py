@@ -541,7 +541,9 @@ class DenseDataset(_DatasetBase):
         # The single store ran out of chunk space before its record limit: roll over.
         return self._become_sharded().append_fixed(data, self.record_size)
 
-    def train_dict(self, samples: npt.NDArray[Any], dict_size: str | SupportsIndex | None = None) -> None:
+    def train_dict(
+        self, samples: npt.NDArray[Any], dict_size: str | SupportsIndex | None = None
+    ) -> None:
         """Trains the zstd_dict dictionary on a (N, *item_shape) array of samples.
 
         dict_size defaults to the schema's; a tier name or a byte count overrides it.
