@@ -801,3 +801,27 @@ test "a fixed stores policy takes the stores advisor out of large raw gathers, w
         try testing.expectEqual(asked, store.copy_advisors.stores.tickets.load(.monotonic));
     }
 }
+
+test "checkIndices: the first index outside 0 <= i < length is refused and named, wherever it is" {
+    const length: u64 = 1000;
+    var indices: [37]i64 = undefined;
+    for (&indices, 0..) |*index, i| index.* = @intCast((i * 389) % length);
+    indices[5] = 0;
+    indices[6] = @intCast(length - 1);
+    try store_mod.checkIndices(&indices, length);
+    try store_mod.checkIndices(&.{}, 0);
+    try testing.expectError(error.IndexOutOfRange, store_mod.checkIndices(&.{0}, 0));
+    const bad = [_]i64{ -1, std.math.minInt(i64), @intCast(length), @intCast(length + 1), std.math.maxInt(i64) };
+    for (0..indices.len) |position| {
+        const kept = indices[position];
+        for (bad) |value| {
+            indices[position] = value;
+            try testing.expectError(error.IndexOutOfRange, store_mod.checkIndices(&indices, length));
+            var wanted_buffer: [96]u8 = undefined;
+            const wanted = try std.fmt.bufPrint(&wanted_buffer, "index {d} (position {d})", .{ value, position });
+            try testing.expect(std.mem.indexOf(u8, diagnostic.text(), wanted) != null);
+        }
+        indices[position] = kept;
+    }
+    try store_mod.checkIndices(&indices, length);
+}
