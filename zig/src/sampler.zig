@@ -193,11 +193,11 @@ fn fillIid(length: u64, seed: u64, counter_first: u64, out: []i64) void {
 
 /// Draws counter_first + done, counter_first + done + 1, ... into out[done..], one at a time.
 fn fillIidScalar(length: u64, seed: u64, counter_first: u64, done: usize, out: []i64) void {
-    const key = iidKey(seed);
-    var counter = counter_first +% done;
+    // iidDraw's argument, key + counter * golden_gamma, advanced by an addition per draw.
+    var state = iidKey(seed) +% (counter_first +% done) *% golden_gamma;
     for (out[done..]) |*slot| {
-        slot.* = @intCast(reduce(iidDraw(key, counter), length));
-        counter +%= 1;
+        slot.* = @intCast(reduce(mix64(state), length));
+        state +%= golden_gamma;
     }
 }
 
