@@ -165,11 +165,11 @@ fn resolve(comptime loads: Loads, batch: anytype, stride: u64, begin: usize, end
 /// Records of at most this many bytes start loading as soon as resolve finds them, not a group
 /// ahead of their copy. Such a record is a line (or two), and finding it costs a few
 /// nanoseconds: one load started per record found keeps more of them in flight than a group
-/// does, and their misses overlap resolve's own work. In the VM with an 8 MiB L3, a gather of
-/// 256 records of 8 bytes from 128 MiB ran 1.15x-1.19x np.take's speed against 1.03x-1.05x
-/// before (same runs, alternating builds); at 32 bytes it was alike; at 256 bytes (four lines a
-/// record, up to a thousand lines at once) it was a quarter slower, so larger records keep the
-/// group pipeline of copySources.
+/// does, and their misses overlap resolve's own work. In the record-size sweep on the VM with
+/// an 8 MiB L3, 256 records of 8 bytes from 128 MiB went from 1.04x-1.10x np.take's speed to
+/// 1.24x-1.27x (README, "A raw gather finds its records before it copies them"). In scratch
+/// runs, 32 bytes was alike and 256 bytes (four lines a record, up to a thousand lines at once)
+/// a quarter slower, so larger records keep the group pipeline of copySources.
 const early_fetch_stride_max: u64 = 32;
 
 comptime {

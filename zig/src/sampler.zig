@@ -178,9 +178,9 @@ fn mulWideV(a: V, b: V) struct { hi: V, lo: V } {
 /// (two in mix64, one wide in reduce). Vector units multiply 64-bit lanes only with AVX-512DQ;
 /// elsewhere they are built from 32-bit products, and the wide one is taken apart lane by lane,
 /// so one draw after another on the scalar multiplier, whose draws overlap, is faster: on the
-/// AVX2 VM with an 8 MiB L3, 25.7 against 33.1 us for a batch of 8192 (`benchmarks/compare.py
-/// sampler`), while the vector path made the earlier AVX-512 VM's figures. Both give the
-/// same indices.
+/// AVX2 VM with an 8 MiB L3, 20.8 to 23.5 against 33.1 to 33.8 us for a batch of 8192
+/// (`benchmarks/compare.py sampler`; README, "Sampler"), while the vector path made the
+/// earlier AVX-512 VM's figures. Both give the same indices.
 const iid_in_vectors = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512dq);
 
 fn fillIid(length: u64, seed: u64, counter_first: u64, out: []i64) void {
