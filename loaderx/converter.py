@@ -433,7 +433,7 @@ def recode(
 def _recode_dense(
     src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
-    with DenseDataset(src_path) as src, DenseDataset(
+    with DenseDataset(src_path, readonly=True) as src, DenseDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)
@@ -452,7 +452,7 @@ def _recode_dense(
 def _recode_ragged(
     src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
-    with RaggedDataset(src_path) as src, RaggedDataset(
+    with RaggedDataset(src_path, readonly=True) as src, RaggedDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)

@@ -481,6 +481,30 @@ def test_readonly_on_a_read_only_filesystem(read_only_mount: str) -> None:
         Zrecord(path)
 
 
+def test_recode_reads_its_source_from_a_read_only_filesystem(
+    read_only_mount: str, tmp_path: Path
+) -> None:
+    from loaderx.converter import from_numpy, recode
+    from loaderx.dataset import RaggedDataset
+
+    dense = np.arange(600, dtype=np.int32).reshape(100, 6)
+    ragged = [np.arange(n, dtype=np.int16) for n in (4, 0, 9, 1)]
+    from_numpy(os.path.join(read_only_mount, "dense"), dense, codec="raw")
+    path = os.path.join(read_only_mount, "ragged")
+    with RaggedDataset(path, dtype=np.int16, item_shape=(), codec="zstd") as rs:
+        rs.append(ragged)
+    subprocess.run(["mount", "-o", "remount,ro", read_only_mount], check=True)
+    recode(os.path.join(read_only_mount, "dense"), str(tmp_path / "dense"), codec="zstd")
+    recode(os.path.join(read_only_mount, "ragged"), str(tmp_path / "ragged"), codec="raw")
+    with DenseDataset(tmp_path / "dense", readonly=True) as ds:
+        assert ds.codec == "zstd"
+        np.testing.assert_array_equal(ds[:], dense)
+    with RaggedDataset(tmp_path / "ragged", readonly=True) as rs:
+        assert rs.codec == "raw"
+        for want, have in zip(ragged, rs[:], strict=True):
+            np.testing.assert_array_equal(have, want)
+
+
 def test_readonly_for_a_user_who_cannot_write(
     tmp_path: Path, others_can_reach: Callable[..., AbstractContextManager[None]]
 ) -> None:
