@@ -235,9 +235,14 @@ class _DatasetBase:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)
-        # and reopens there, never creating anything: e.g. for spawned torch DataLoader workers.
+        # and reopens there with the same options, never creating anything: e.g. for spawned
+        # torch DataLoader workers.
         return _reopen_dataset, (
-            type(self).__name__, os.path.abspath(self.path), self.readonly, self.shard_records
+            type(self).__name__,
+            os.path.abspath(self.path),
+            self.readonly,
+            self.shard_records,
+            self._store.verify_reads,
         )
 
     @property
@@ -685,12 +690,17 @@ class RaggedDataset(_DatasetBase):
 
 
 def _reopen_dataset(
-    kind: str, path: str, readonly: bool = False, shard_records: int | None = None
+    kind: str,
+    path: str,
+    readonly: bool = False,
+    shard_records: int | None = None,
+    verify: bool | None = None,
 ) -> DenseDataset | RaggedDataset:
-    """Unpickles a dataset: opens the existing one at path by its class name."""
+    """Unpickles a dataset: opens the existing one at path by its class name. (The defaults
+    keep pickles made before `verify` was carried loadable.)"""
     if kind == "RaggedDataset":
-        return RaggedDataset(path, readonly=readonly, shard_records=shard_records)
-    return DenseDataset(path, readonly=readonly, shard_records=shard_records)
+        return RaggedDataset(path, readonly=readonly, shard_records=shard_records, verify=verify)
+    return DenseDataset(path, readonly=readonly, shard_records=shard_records, verify=verify)
 
 
 def pad(

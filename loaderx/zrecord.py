@@ -237,8 +237,11 @@ class Zrecord(NativeCalls):
         self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The handle belongs to this process: the copy reopens the same folder by path.
-        return _reopen, (self.path, self.codec, self.durable, self.readonly)
+        # The handle belongs to this process: the copy reopens the same folder by its absolute
+        # path (the receiver may run in another directory), with the same options.
+        return _reopen, (
+            os.path.abspath(self.path), self.codec, self.durable, self.readonly, self.verify_reads
+        )
 
     def __len__(self) -> int:
         handle = self._enter()
@@ -521,9 +524,13 @@ class Zrecord(NativeCalls):
             self._leave()
 
 
-def _reopen(path: str, codec: Codec, durable: bool, readonly: bool = False) -> Zrecord:
+def _reopen(
+    path: str, codec: Codec, durable: bool, readonly: bool = False, verify: bool | None = None
+) -> Zrecord:
     """Unpickles a Zrecord: opens the existing store at path (it is never created here)."""
-    return Zrecord(path, create=False, codec=codec, durable=durable, readonly=readonly)
+    return Zrecord(
+        path, create=False, codec=codec, durable=durable, readonly=readonly, verify=verify
+    )
 
 
 # Every open Zrecord, for the fork handler below (weak: a store is still closed by close() or

@@ -761,6 +761,22 @@ def test_datasets_pickle_by_path_and_reopen(tmp_path: Path, rng: np.random.Gener
     ragged.close()
 
 
+@pytest.mark.parametrize("verify", [None, True, False])
+def test_a_pickled_dataset_keeps_verify_and_readonly(
+    tmp_path: Path, rng: np.random.Generator, verify: bool | None
+) -> None:
+    import pickle
+
+    values = rng.integers(0, 1 << 40, size=(30, 2), dtype=np.int64)
+    with DenseDataset(tmp_path / "dense", dtype=np.int64, item_shape=(2,)) as ds:
+        ds.append(values)
+    with DenseDataset(tmp_path / "dense", readonly=True, verify=verify) as ds:
+        data = pickle.dumps(ds)
+    with pickle.loads(data) as copy:
+        assert copy.readonly and copy.store.verify_reads is verify
+        assert np.array_equal(copy[:], values)
+
+
 def test_unpickling_a_removed_dataset_does_not_recreate_it(tmp_path: Path) -> None:
     import pickle
     import shutil

@@ -459,6 +459,24 @@ def test_a_store_pickles_by_path_and_reopens(store_path: str) -> None:
     copy.close()
 
 
+@pytest.mark.parametrize("verify", [None, True, False])
+def test_a_pickled_store_keeps_its_options_and_an_absolute_path(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, verify: bool | None
+) -> None:
+    import pickle
+
+    monkeypatch.chdir(tmp_path)
+    with Zrecord("relative", create=True, codec="raw") as store:
+        store.append([b"one", b"two"])
+    with Zrecord("relative", readonly=True, verify=verify) as store:
+        data = pickle.dumps(store)
+    monkeypatch.chdir("/")  # the receiver runs elsewhere
+    with pickle.loads(data) as copy:
+        assert copy.path == str(tmp_path / "relative")
+        assert copy.readonly and copy.verify_reads is verify
+        assert copy.gather(slice(None)) == [b"one", b"two"]
+
+
 def test_opening_without_create_never_creates(tmp_path: Any) -> None:
     missing = str(tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="no Zrecord store .* pass create=True"):
