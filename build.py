@@ -173,11 +173,27 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if m.name.startswith(ZSTD_TREE_PREFIX)
                    and (m.isfile() or m.isdir())]
-        archive.extractall(staging, members=members, filter="data")
+        extract_plain(archive, members, staging)
     shutil.rmtree(tree, ignore_errors=True)
     (staging / ZSTD_TREE_PREFIX).rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
     return tree
+
+
+def extract_plain(archive: tarfile.TarFile, members: list[tarfile.TarInfo], into: Path) -> None:
+    """Extracts regular files and folders that stay inside `into`. Python 3.11.4 and later
+    check that themselves (filter="data"); 3.11.0-3.11.3 have no filters, so the same is
+    checked here (the sdist's checksum already matched, this only guards the unpacking)."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(into, members=members, filter="data")
+        return
+    root = into.resolve()
+    for member in members:
+        target = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+            raise SystemExit(f"refusing the archive member {member.name!r}: not a plain file "
+                             f"or folder inside {into}")
+    archive.extractall(into, members=members)
 
 
 def zig(args: list[str], python: str = sys.executable, doing: str = "", expect: str = "") -> None:

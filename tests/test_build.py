@@ -31,3 +31,38 @@ def test_a_long_step_reports_while_it_runs(capsys: pytest.CaptureFixture[str]) -
     assert out[-1].startswith("[build] waiting: done in ")
     with pytest.raises(subprocess.CalledProcessError):
         build.run_long([sys.executable, "-c", "raise SystemExit(3)"], "failing", "no time")
+
+
+def tar_of(members: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["python-with-filters", "3.11.0-3.11.3"])
+def test_the_zstd_sources_unpack_safely_with_or_without_tar_filters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: bool
+) -> None:
+    import io
+    import tarfile
+
+    build = load_build()
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    good = tar_of({"zstd/lib/a.c": b"int a;", "zstd/lib/b.h": b"#define B 1"})
+    with tarfile.open(fileobj=io.BytesIO(good)) as archive:
+        build.extract_plain(archive, archive.getmembers(), tmp_path / "good")
+    assert (tmp_path / "good/zstd/lib/a.c").read_bytes() == b"int a;"
+    assert (tmp_path / "good/zstd/lib/b.h").read_bytes() == b"#define B 1"
+    bad = tar_of({"zstd/ok.c": b"1", "zstd/../../escaped.c": b"2"})
+    with tarfile.open(fileobj=io.BytesIO(bad)) as archive:
+        with pytest.raises((SystemExit, getattr(tarfile, "FilterError", SystemExit))):
+            build.extract_plain(archive, archive.getmembers(), tmp_path / "bad" / "in")
+    assert not (tmp_path / "escaped.c").exists() and not (tmp_path / "bad/escaped.c").exists()
