@@ -255,9 +255,9 @@ CALLERS = 200
 
 
 def test_two_hundred_concurrent_gathers_and_appends(store_path: str) -> None:
-    # More batches in flight than the native pool has jobs (64): every call must still run and
-    # return exact data. Each batch is big enough to be split across threads, and a barrier
-    # starts all 200 calls at once, so they overlap.
+    # Far more batches in flight than cores (each is offered only the cores the others leave):
+    # every call must still run and return exact data. Each batch is big enough to be split
+    # across threads, and a barrier starts all 200 calls at once, so they overlap.
     with Zrecord(store_path, codec="zstd", create=True) as store:
         table = wide_of(np.arange(2000))
         store.append_fixed(table, 4096)
