@@ -340,7 +340,9 @@ class DataLoader:
     def fingerprint(self) -> dict[str, Any]:
         """What the index stream depends on besides (seed, step); see loaderx.checkpoint."""
         return {
-            "lengths": {name: len(dataset) for name, dataset in self.streams.items()},
+            # The length sampled from (fixed when the loader was made), not the datasets'
+            # lengths now: a dataset that grew since would otherwise pass for the one sampled.
+            "lengths": {name: self._length for name in self.streams},
             "global_batch_size": self.sampler.global_batch_size,
             "mode": self.mode,
         }

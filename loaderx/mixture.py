@@ -35,7 +35,7 @@ import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ import numpy.typing as npt
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset
 from loaderx.prefetch import Prefetcher, default_workers
+from loaderx.sampler import _check_shard, _integer
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
 
@@ -123,31 +124,32 @@ class MixtureSampler:
         self,
         lengths: Sequence[int],
         weights: Sequence[float],
-        batch_size: int,
-        seed: int = 0,
-        shard: tuple[int, int] | None = None,
+        batch_size: SupportsIndex,
+        seed: SupportsIndex = 0,
+        shard: tuple[SupportsIndex, SupportsIndex] | None = None,
     ) -> None:
         if len(lengths) != len(weights):
             raise ValueError(f"{len(lengths)} sources but {len(weights)} weights")
         for position, length in enumerate(lengths):
             if isinstance(length, bool) or not isinstance(length, int) or length < 1:
                 raise ValueError(f"source {position} has {length!r} records; each needs >= 1")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _U64:
-            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
-        index, count = (0, 1) if shard is None else shard
-        if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
-            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+        # Python and NumPy integers alike, converted and named as DataLoader's Sampler does.
+        size = _integer(batch_size, "batch_size")
+        if size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {size!r}")
+        key = _integer(seed, "seed")
+        if not 0 <= key <= _U64:
+            raise ValueError(f"seed must be an int in [0, 2**64), got {key!r}")
+        index, count = _check_shard(shard)
         self.lengths = list(lengths)
         self.weights = [float(w) for w in weights]
         self.shares = shares(weights)
-        self.batch_size = batch_size
-        self.seed = seed
+        self.batch_size = size
+        self.seed = key
         self.shard = (index, count)
-        self.global_batch_size = batch_size * count
+        self.global_batch_size = size * count
         self._bounds = np.cumsum([0, *self.shares], dtype=np.int64)
-        self._offset = _mix64(seed) % SLOTS
+        self._offset = _mix64(key) % SLOTS
 
     def _before(self, position: int, source: int) -> int:
         """How many of positions [0, position) read from source (the floor-sum closed form)."""
@@ -298,7 +300,12 @@ class _MixtureMaker:
             batch[self.source_key] = sources
         if self.transform is None:
             return batch
-        return self.transform(batch)
+        result: object = self.transform(batch)
+        if not isinstance(result, dict):
+            raise TypeError(
+                f"the transform must return a batch dict, it returned {type(result).__name__}"
+            )
+        return result
 
 
 class MixtureLoader:
@@ -315,13 +322,13 @@ class MixtureLoader:
         self,
         sources: Sequence[Mapping[str, DenseDataset]],
         weights: Sequence[float],
-        batch_size: int = 256,
+        batch_size: SupportsIndex = 256,
         transform: Callable[[dict[str, npt.NDArray[Any]]], Batch] | None = None,
-        seed: int = 0,
+        seed: SupportsIndex = 0,
         start_step: int = 0,
         prefetch: int = 4,
         workers: int | None = None,
-        shard: tuple[int, int] | None = None,
+        shard: tuple[SupportsIndex, SupportsIndex] | None = None,
         source_key: str | None = None,
     ) -> None:
         names, lengths = _check_sources(sources)
@@ -332,7 +339,7 @@ class MixtureLoader:
         self.names = names
         self.transform = transform
         self.source_key = source_key
-        self.batch_size = batch_size
+        self.batch_size = self.sampler.batch_size
         self.prefetch = prefetch
         self.workers = workers if workers is not None else default_workers(transform is None)
         self._prefetcher = self._start(start_step)
@@ -366,8 +373,10 @@ class MixtureLoader:
 
     def fingerprint(self) -> dict[str, Any]:
         return {
+            # The lengths sampled from (fixed when the loader was made), not the datasets'
+            # lengths now: a dataset that grew since would otherwise pass for the one sampled.
             "lengths": [
-                {name: len(source[name]) for name in self.names} for source in self.sources
+                {name: length for name in self.names} for length in self.sampler.lengths
             ],
             "shares": list(self.sampler.shares),
             "global_batch_size": self.sampler.global_batch_size,

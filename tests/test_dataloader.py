@@ -592,6 +592,28 @@ def test_state_of_other_data_is_refused_naming_the_difference(
             other.load_state_dict({**state, "step": -1})
 
 
+def test_a_state_names_the_length_sampled_not_the_length_now(folder: Path) -> None:
+    """A dataset that grows under a loader (its own appends or another process's) must not let
+    the loader's state pass for the grown data: resuming there would read other records."""
+    from loaderx.errors import StateMismatchError
+
+    path = folder / "growing"
+    data = DenseDataset(path, dtype=np.int64, item_shape=())
+    data.append(np.arange(1000, dtype=np.int64))
+    with DataLoader({"y": data}, batch_size=32, seed=4) as loader:
+        next(loader)
+        data.append(np.arange(1000, 1100, dtype=np.int64))
+        state = loader.state_dict()
+        want = next(loader)["y"].copy()
+    assert state["fingerprint"]["lengths"] == {"y": 1000}
+    assert want.max() < 1000
+    with DataLoader({"y": data}, batch_size=32) as grown:
+        with pytest.raises(StateMismatchError, match="lengths: saved .*1000.*, now .*1100"):
+            grown.load_state_dict(state)
+        assert grown.step == 0
+    data.close()
+
+
 def test_state_allows_another_host_count_with_the_same_global_batch(
     streams: dict[str, DenseDataset],
 ) -> None:

@@ -171,3 +171,44 @@ def test_mixture_errors(sources: list[dict[str, DenseDataset]]) -> None:
         MixtureLoader(sources[0], [1], 8)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="also a stream name"):
         MixtureLoader(sources, [1, 1, 1], 8, source_key="id")
+
+
+def test_numpy_integers_work_as_in_dataloader(sources: list[dict[str, DenseDataset]]) -> None:
+    weights = [0.5, 0.3, 0.2]
+    with MixtureLoader(sources, weights, batch_size=12, seed=7, shard=(1, 2)) as plain:
+        want = [next(plain)["id"] for _ in range(5)]
+    with MixtureLoader(
+        sources, weights, batch_size=np.int64(12), seed=np.uint64(7),
+        shard=(np.int64(1), np.int32(2)),
+    ) as numpy_ints:
+        assert numpy_ints.batch_size == 12 and type(numpy_ints.batch_size) is int
+        for expected in want:
+            assert np.array_equal(next(numpy_ints)["id"], expected)
+    with pytest.raises(TypeError, match="batch_size must be an integer, not float"):
+        MixtureLoader(sources, weights, batch_size=12.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seed must be an integer, not bool"):
+        MixtureLoader(sources, weights, seed=True)
+
+
+def test_a_transform_must_return_a_batch_dict(sources: list[dict[str, DenseDataset]]) -> None:
+    with MixtureLoader(sources, [1, 1, 1], 8, transform=lambda b: 5) as loader:  # type: ignore[arg-type, return-value]
+        with pytest.raises(TypeError, match="must return a batch dict, it returned int"):
+            next(loader)
+
+
+def test_a_state_names_the_lengths_sampled_not_the_lengths_now(tmp_path: Path) -> None:
+    first = DenseDataset(tmp_path / "a", dtype=np.int64, item_shape=())
+    first.append(np.arange(500, dtype=np.int64))
+    second = DenseDataset(tmp_path / "b", dtype=np.int64, item_shape=())
+    second.append(np.arange(10_000, 10_500, dtype=np.int64))
+    sources_ = [{"y": first}, {"y": second}]
+    with MixtureLoader(sources_, [0.5, 0.5], batch_size=64, seed=1) as loader:
+        next(loader)
+        first.append(np.arange(500, 700, dtype=np.int64))
+        state = loader.state_dict()
+    assert state["fingerprint"]["lengths"] == [{"y": 500}, {"y": 500}]
+    with MixtureLoader(sources_, [0.5, 0.5], batch_size=64) as grown:
+        with pytest.raises(StateMismatchError, match="lengths: saved .*500.*, now .*700"):
+            grown.load_state_dict(state)
+    first.close()
+    second.close()
