@@ -68,6 +68,15 @@ def _is_store(folder: str) -> bool:
     return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, "meta.zr"))
 
 
+def _check_append_or_overwrite(append: bool, overwrite: bool) -> None:
+    """The two ask for opposite things; refuse the pair rather than pick one silently."""
+    if append and overwrite:
+        raise ValueError(
+            "append=True adds records to the dataset at path and overwrite=True replaces it: "
+            "pass one of them"
+        )
+
+
 def _check_destination(path: str, overwrite: bool) -> bool:
     """Raises unless path may be written; returns whether an old store has to be replaced.
 
@@ -160,6 +169,7 @@ def from_numpy(
     in one atomic commit (creating it if absent). start_method picks how worker processes
     start (default "fork" where available).
     """
+    _check_append_or_overwrite(append, overwrite)
     data = array if isinstance(array, np.ndarray) else np.asarray(array)
     if data.ndim == 0:
         raise ValueError("from_numpy needs an array with at least one dimension (axis 0: records)")
@@ -255,6 +265,7 @@ def from_iterator(
     are published in source order only when every source succeeded (loaderx.parallel).
     append=True adds them to the dataset at path in one atomic commit.
     """
+    _check_append_or_overwrite(append, overwrite)
     if workers is not None or append:
         return _from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                        overwrite, workers, append, shard_records, start_method)

@@ -294,6 +294,20 @@ def test_append_creates_then_extends(tmp_path: Path) -> None:
     assert len(read_ragged(str(tmp_path / "r"))) == 20
 
 
+def test_append_with_overwrite_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    path = str(tmp_path / "c")
+    assert from_numpy(path, np.arange(10, dtype=np.int64)) == 10
+    before = sorted(os.listdir(path))
+    for workers in (1, 2):
+        with pytest.raises(ValueError, match="append=True adds .* overwrite=True replaces"):
+            from_numpy(path, np.arange(5, dtype=np.int64), append=True, overwrite=True,
+                       workers=workers)
+    with pytest.raises(ValueError, match="pass one of them"):
+        from_iterator(path, [ragged_source(1, 3)], append=True, overwrite=True)
+    assert sorted(os.listdir(path)) == before
+    np.testing.assert_array_equal(read_dense(path), np.arange(10))
+
+
 # --- multi-host training read --------------------------------------------------------------------
 
 HOST_BATCH = 24
