@@ -183,8 +183,6 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
-    if args.n < 0:
-        raise Problem(f"-n must be >= 0, got {args.n}")
     opened = open_store(args.path)
     try:
         count = min(args.n, len(opened))
@@ -254,7 +252,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     if not os.path.isfile(source):
         raise Problem(f"{source}: no such file")
     codec = check_codec(args.codec)
-    dict_size = _dict_size(args.dict_size)
+    dict_size = args.dict_size
     if source.endswith(".npz"):
         with np.load(source) as archive:
             names = list(archive.files)
@@ -275,20 +273,36 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _dict_size(text: str) -> str | int:
+    """--dict-size's argparse type: a tier name or a byte count (its range is the converter's)."""
     if text in DICT_TIERS:
         return text
     try:
         return int(text)
     except ValueError:
         names = ", ".join(DICT_TIERS)
-        raise Problem(f"--dict-size must be one of {names} or a byte count, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"one of {names} or a byte count, not {text!r}") from None
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an int >= minimum, so that a bad count is a usage error (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"an integer, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import recode
 
     count = recode(args.source, args.dest, codec=check_codec(args.codec),
-                   dict_size=_dict_size(args.dict_size), overwrite=args.overwrite,
+                   dict_size=args.dict_size, overwrite=args.overwrite,
                    progress=_progress(args))
     print(f"{args.dest}: {count:,} records ({args.codec})", file=out)
     return EXIT_OK
@@ -419,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     head = command("head", "the first records, printed as NumPy prints them", cmd_head)
     head.add_argument("path")
-    head.add_argument("-n", type=int, default=5, help="how many records (default 5)")
+    head.add_argument("-n", type=_at_least(0), default=5, help="how many records (default 5)")
 
     verify = command("verify", "check every record (table against chunks, checksums, frames) "
                      "in parallel; exit 1 listing the bad records", cmd_verify)
@@ -435,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
         made.add_argument("source")
         made.add_argument("dest")
         made.add_argument("--codec", default="zstd", choices=CODEC_NAMES)
-        made.add_argument("--dict-size", default="balanced",
+        made.add_argument("--dict-size", type=_dict_size, default="balanced",
                           help="zstd_dict dictionary: small, balanced, max or a byte count")
         made.add_argument("--overwrite", action="store_true",
                           help="replace an existing store at DEST (only ever a loaderx store)")
@@ -448,10 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = command("bench", "this dataset's random-gather speed next to a NumPy memmap of the "
                     "same records", cmd_bench)
     bench.add_argument("path")
-    bench.add_argument("--batch", type=int, default=256, help="records per batch (default 256)")
-    bench.add_argument("--records", type=int, default=_BENCH_RECORDS_MAX,
+    bench.add_argument("--batch", type=_at_least(1), default=256, help="records per batch (default 256)")
+    bench.add_argument("--records", type=_at_least(1), default=_BENCH_RECORDS_MAX,
                        help=f"use the first N records (default {_BENCH_RECORDS_MAX:,})")
-    bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    bench.add_argument("--rounds", type=_at_least(1), default=5, help="interleaved rounds (default 5)")
     bench.add_argument("--seconds", type=float, default=0.3, help="seconds per contender and round")
     bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")
     bench.add_argument("--json", action="store_true", help="print JSON")

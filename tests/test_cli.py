@@ -118,6 +118,21 @@ def test_problems_exit_1_and_usage_errors_exit_2(
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == EXIT_USAGE
+    # Bad counts and sizes are usage errors too, refused before any store is opened.
+    for argv, message in (
+        (["head", "x", "-n", "-3"], "argument -n: must be >= 0, got -3"),
+        (["head", "x", "-n", "abc"], "argument -n: an integer, not 'abc'"),
+        (["bench", "x", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+        (["bench", "x", "--batch", "-1"], "argument --batch: must be >= 1, got -1"),
+        (["bench", "x", "--records", "0"], "argument --records: must be >= 1, got 0"),
+        (["convert", "x.npy", "y", "--dict-size", "huge"],
+         "argument --dict-size: one of small, balanced, max or a byte count, not 'huge'"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == EXIT_USAGE
+        assert message in capsys.readouterr().err
 
 
 def test_bench_compares_with_a_memmap(tmp_path: Path, images: np.ndarray) -> None:
