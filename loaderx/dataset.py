@@ -28,7 +28,7 @@ from loaderx.errors import (
     SchemaError,
     StoreFullError,
 )
-from loaderx.indexing import normalize_index
+from loaderx.indexing import normalize_index, normalize_selection
 from loaderx.native_calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx.paths import is_file
 from loaderx.result_buffers import POOL as RESULT_BUFFERS
@@ -67,15 +67,6 @@ _META_FILE: Final = "meta.zr"
 Shape = SupportsIndex | Sequence[SupportsIndex]
 # What a dataset reads and writes through: one store, or the shards of a sharded dataset.
 Store = Zrecord | ShardedStore
-
-
-def _is_scalar_index(index: object) -> bool:
-    """True for an index that selects one record (and so returns one sample, not a batch)."""
-    if isinstance(index, (bool, np.bool_)):
-        return False
-    if isinstance(index, (int, np.integer)):
-        return True
-    return isinstance(index, np.ndarray) and index.ndim == 0
 
 
 def _open_store(
@@ -439,11 +430,8 @@ class DenseDataset(_DatasetBase):
             fast = self._read_plain(index, out)
             if fast is not None:
                 return fast
-        indices = normalize_index(index, len(self._store))
-        if _is_scalar_index(index):
-            shape = self.item_shape
-        else:
-            shape = (len(indices), *self.item_shape)
+        indices, selection = normalize_selection(index, len(self._store))
+        shape = (*selection, *self.item_shape)
         if out is None:
             result = _new_result(shape, self.dtype, len(indices) * self.record_size)
         else:
@@ -604,9 +592,14 @@ class RaggedDataset(_DatasetBase):
 
         The records of one read are views into a single buffer filled by one gather.
         """
-        indices = normalize_index(index, len(self._store))
+        indices, selection = normalize_selection(index, len(self._store))
+        if len(selection) > 1:
+            raise IndexError(
+                f"a ragged dataset takes one-dimensional selections; this index has shape "
+                f"{selection} (flatten it, or read its rows one at a time)"
+            )
         records = self._read(indices)
-        if _is_scalar_index(index):
+        if not selection:
             return records[0]
         return records
 

@@ -2,9 +2,14 @@
 
 Accepted forms follow NumPy's rules for a one-dimensional array: an integer (negative counts
 from the end), a slice, a sequence or array of integers, a boolean mask of exactly the length,
-and NumPy integer scalars. Everything else is a TypeError; an index outside the length is an
-IndexError that names the index and the length. The result is what the native store expects:
-every value in 0 <= i < length.
+NumPy integer scalars, any object with __index__, and array-likes that NumPy converts (a torch
+tensor, a JAX array: anything with __array__). Everything else is a TypeError; an index outside
+the length is an IndexError that names the index and the length. The result is what the native
+store expects: every value in 0 <= i < length.
+
+normalize_selection adds what a dense read returns around the samples: one sample for a scalar
+index, and for an integer array of two or more dimensions the array's own shape, as NumPy's
+a[idx] does (the records are gathered flat, in C order).
 """
 
 from __future__ import annotations
@@ -45,12 +50,56 @@ def normalize_index(index: object, length: int) -> IndexArray:
         return _from_sequence(index, length)
     if isinstance(index, (float, np.floating, complex, str, bytes)):
         raise TypeError(f"record indices must be integers, not {type(index).__name__}")
+    if _is_array_like(index):
+        return _from_array(np.asarray(index), length)
     if isinstance(index, SupportsIndex):
         return np.array([_scalar(operator.index(index), length)], dtype=np.int64)
     raise TypeError(
         f"cannot index records with {type(index).__name__}; use an integer, a slice, an "
         "integer sequence or array, or a bool mask"
     )
+
+
+def normalize_selection(index: object, length: int) -> tuple[IndexArray, tuple[int, ...]]:
+    """normalize_index, and the shape a dense read's result has before item_shape: () for one
+    record, the index's own shape for an integer array of two or more dimensions, else
+    (len(indices),)."""
+    array: npt.NDArray[Any] | None = None
+    if isinstance(index, np.ndarray):
+        array = index
+    elif _is_array_like(index):
+        array = np.asarray(index)
+    if array is not None and array.ndim >= 2 and array.dtype.kind in "iu":
+        return normalize_index(array.reshape(-1), length), array.shape
+    indices = normalize_index(index if array is None else array, length)
+    if is_scalar_index(index if array is None else array):
+        return indices, ()
+    return indices, (len(indices),)
+
+
+def is_scalar_index(index: object) -> bool:
+    """True for an index that selects one record (a read returns one sample, not a batch): an
+    int, a NumPy integer, a 0-d array or array-like, or another object with __index__."""
+    if isinstance(index, np.ndarray):
+        return index.ndim == 0
+    if isinstance(index, (bool, np.bool_)):
+        return False
+    if isinstance(index, (int, np.integer)):
+        return True
+    if isinstance(index, _NOT_SCALAR):
+        return False
+    if _is_array_like(index):
+        return bool(np.ndim(index) == 0)  # type: ignore[arg-type]
+    return isinstance(index, SupportsIndex)
+
+
+# Index forms that are never one record (or are refused), checked before __index__ is asked.
+_NOT_SCALAR: Final = (slice, list, tuple, range, float, np.floating, complex, str, bytes)
+
+
+def _is_array_like(index: object) -> bool:
+    """An object NumPy indexes as an array although it is none (a torch tensor, a JAX array)."""
+    return not isinstance(index, np.ndarray) and hasattr(type(index), "__array__")
 
 
 def _scalar(value: int, length: int) -> int:

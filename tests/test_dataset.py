@@ -20,7 +20,7 @@ from loaderx import schema as schema_module
 from loaderx import zrecord
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
 from loaderx.errors import DictionaryError, SchemaError
-from loaderx.indexing import normalize_index
+from loaderx.indexing import normalize_index, normalize_selection
 from loaderx.schema import Codec
 
 NUMERIC = [
@@ -761,6 +761,41 @@ def test_datasets_pickle_by_path_and_reopen(tmp_path: Path, rng: np.random.Gener
     ragged.close()
 
 
+def test_index_forms_numpy_takes_give_numpy_shapes(tmp_path: Path) -> None:
+    """Objects with __index__, array-likes (a torch tensor, a JAX array) and integer arrays of
+    two or more dimensions select what NumPy selects, in NumPy's shape."""
+    import torch
+
+    class Three:
+        def __index__(self) -> int:
+            return 3
+
+    values = np.arange(60, dtype=np.float32).reshape(10, 3, 2)
+    grid = np.array([[1, -2], [3, 0], [9, 9]])
+    for codec in ("raw", "zstd"):
+        with DenseDataset(tmp_path / codec, dtype=np.float32, item_shape=(3, 2), codec=codec) as ds:
+            ds.append(values)
+            for index in (Three(), torch.tensor(3), torch.tensor([4, -1, 4]), grid,
+                          torch.from_numpy(grid), np.abs(grid).astype(np.uint16), grid[:, ::-1]):
+                want = values[index]
+                got = ds[index]
+                assert got.shape == want.shape and np.array_equal(got, want)
+            out = np.full((3, 2, 3, 2), -1, dtype=np.float32)
+            assert ds.read(grid, out=out) is out and np.array_equal(out, values[grid])
+            untouched = out.copy()
+            with pytest.raises(ValueError, match="out has shape \\(6, 3, 2\\), the selection"):
+                ds.read(grid, out=out.reshape(6, 3, 2))
+            with pytest.raises(IndexError, match="index 10 is out of range"):
+                ds.read(np.array([[0], [10]]), out=out[:2, :1])
+            assert np.array_equal(out, untouched)
+    with RaggedDataset(tmp_path / "ragged", dtype=np.int32, item_shape=()) as rs:
+        rs.append([np.arange(n, dtype=np.int32) for n in (2, 0, 5)])
+        assert np.array_equal(rs[torch.tensor(2)], np.arange(5))
+        assert [len(r) for r in rs[torch.tensor([2, 0])]] == [5, 2]
+        with pytest.raises(IndexError, match="one-dimensional selections; this index has shape"):
+            rs[np.array([[0, 1], [2, 2]])]
+
+
 @pytest.mark.parametrize("verify", [None, True, False])
 def test_a_pickled_dataset_keeps_verify_and_readonly(
     tmp_path: Path, rng: np.random.Generator, verify: bool | None
@@ -803,9 +838,9 @@ def test_opening_a_missing_dataset_creates_nothing(tmp_path: Path) -> None:
 
 
 def general_path_error(index: Any, length: int) -> tuple[type, str]:
-    """The exception type and message the general path (normalize_index) gives for index."""
+    """The exception type and message the general path (normalize_selection) gives."""
     with pytest.raises(Exception) as caught:
-        normalize_index(index, length)
+        normalize_selection(index, length)
     return type(caught.value), str(caught.value)
 
 
@@ -845,7 +880,8 @@ OUT_OF_RANGE = [
     np.array([2**63 + 5], dtype=np.uint64),
     np.array([0, 20], dtype=np.int32),
     np.arange(40, dtype=np.int64)[::2],  # non-contiguous and out of range
-    np.array([[0, 1]], dtype=np.int64),  # two-dimensional
+    np.array([[0, 20]], dtype=np.int64),  # two-dimensional
+    np.array([[-21], [3]], dtype=np.int64),
 ]
 
 
@@ -868,7 +904,7 @@ def test_fast_path_refusals_keep_the_general_path_messages(
 ) -> None:
     ds, values = dense
     error, message = general_path_error(index, len(values))
-    out = np.full((index.shape[0] if index.ndim else 1, 2, 3), 7.0, np.float32)
+    out = np.full((*index.shape, 2, 3), 7.0, np.float32)
     for read in (lambda: ds[index], lambda: ds.read(index), lambda: ds.read(index, out=out)):
         with pytest.raises(error) as caught:
             read()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loaderx.indexing import normalize_index
+from loaderx.indexing import is_scalar_index, normalize_index, normalize_selection
 
 
 def numpy_says(index: Any, length: int) -> list[int]:
@@ -193,3 +193,46 @@ def test_range_and_index_protocol() -> None:
     assert check(Five(), 10).tolist() == [5]
     with pytest.raises(IndexError):
         normalize_index(range(8, 12), 10)
+
+
+class ArrayLike:
+    """What NumPy converts with __array__ (a torch tensor, a JAX array), without __index__."""
+
+    def __init__(self, values: Any) -> None:
+        self.values = np.asarray(values)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
+def test_array_likes_index_as_numpy_indexes_them() -> None:
+    assert check(ArrayLike([3, -1, 0]), 10).tolist() == numpy_says(np.array([3, -1, 0]), 10)
+    assert check(ArrayLike(np.arange(10) % 3 == 0), 10).tolist() == [0, 3, 6, 9]
+    assert check(ArrayLike(7), 10).tolist() == [7]
+    assert is_scalar_index(ArrayLike(7)) and not is_scalar_index(ArrayLike([7]))
+    with pytest.raises(IndexError, match="index 10 is out of range for length 10"):
+        normalize_index(ArrayLike([1, 10]), 10)
+    with pytest.raises(TypeError, match="must be integers, not float64"):
+        normalize_index(ArrayLike([1.0]), 10)
+
+
+def test_selections_carry_the_shape_numpy_gives() -> None:
+    class Five:
+        def __index__(self) -> int:
+            return 5
+
+    grid = np.array([[1, -2], [3, 0], [9, 9]], dtype=np.int32)
+    for index, shape in (
+        (4, ()), (np.int64(-1), ()), (np.array(2), ()), (Five(), ()), (ArrayLike(6), ()),
+        ([1, 2], (2,)), (slice(2, 8, 3), (2,)), (np.zeros(10, dtype=bool), (0,)),
+        (grid, (3, 2)), (ArrayLike(grid), (3, 2)), (grid[:, :1], (3, 1)),
+    ):
+        indices, selection = normalize_selection(index, 10)
+        numpy_index = np.asarray(index) if isinstance(index, ArrayLike) else index
+        selected = np.arange(10)[numpy_index]
+        assert selection == selected.shape == shape
+        assert indices.tolist() == selected.reshape(-1).tolist()
+    with pytest.raises(IndexError, match="index 10 is out of range"):
+        normalize_selection(np.array([[0], [10]]), 10)
+    with pytest.raises(IndexError, match="one-dimensional"):
+        normalize_selection(np.ones((2, 5), dtype=bool), 10)
