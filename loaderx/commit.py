@@ -29,6 +29,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
+from loaderx.lock_descriptors import close_descriptor, open_descriptor
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -86,19 +88,20 @@ class _FolderLock:
         if fcntl is None:
             return
         try:
-            self.fd = os.open(folder, os.O_RDONLY)
+            # Registered: a forked child closes its copy (loaderx.lock_descriptors).
+            self.fd = open_descriptor(folder, os.O_RDONLY)
         except PermissionError:
             return  # a folder we may not read is locked by nobody we know of
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(self.fd)
+            close_descriptor(self.fd)
             self.fd = -1
             raise
 
     def release(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)  # closing the last descriptor drops the flock
+            close_descriptor(self.fd)  # closing the last descriptor drops the flock
             self.fd = -1
 
     def __enter__(self) -> _FolderLock:

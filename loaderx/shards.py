@@ -42,6 +42,7 @@ from typing import Any, Final
 import msgpack
 
 from loaderx.errors import ManifestError, SchemaError
+from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 
@@ -268,12 +269,14 @@ def commit_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     it is not re-entrant (code holding it calls the *_locked functions).
     """
     folder = os.fspath(folder)
-    fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    # A registered descriptor: a child forked while we hold the lock closes its copy, so the
+    # lock ends with our close (loaderx.lock_descriptors).
+    fd = open_descriptor(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         _lock_file(fd)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        close_descriptor(fd)  # closing the descriptor releases the lock
 
 
 def _lock_file(fd: int) -> None:

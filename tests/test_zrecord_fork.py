@@ -223,3 +223,51 @@ def test_fork_while_threads_read_a_sharded_dataset(tmp_path: Path) -> None:
     assert not errors, errors
     np.testing.assert_array_equal(dataset[:], data)
     dataset.close()
+
+
+def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
+    """A child forked while a parent thread appends to a sharded dataset (holding its commit
+    lock, an flock) must not keep that lock: the parent takes it again while the child lives,
+    and the child's own append gets it once the parent's thread is done."""
+    import fcntl
+
+    from loaderx.lock_descriptors import open_count
+    from loaderx.shards import LOCK_FILE, commit_lock
+
+    path = str(tmp_path / "sharded")
+    with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:
+        writer.append(np.arange(250, dtype=np.int64))
+    # Not written through before the fork, so the child's append is not refused for the
+    # parent's writer lock (a store has one writer at a time).
+    dataset = DenseDataset(path, shard_records=100)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with commit_lock(path):
+            held.set()
+            release.wait()
+
+    def child() -> None:
+        assert open_count() == 0  # the inherited lock descriptor is closed
+        time.sleep(1.0)  # the parent checks the lock meanwhile
+        dataset.append(np.arange(1000, 1003, dtype=np.int64))
+        dataset.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = run_child(child)
+    release.set()
+    holder.join()
+    probe = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
+    try:  # before the fix the child's copy kept the lock: this raised BlockingIOError
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(probe)
+    wait_child(pid)  # the child's append took the lock (a hang fails it by its alarm)
+    expected = np.concatenate([np.arange(250), np.arange(1000, 1003)])
+    with DenseDataset(path, shard_records=100) as reopened:
+        np.testing.assert_array_equal(reopened[:], expected)
+    dataset.append(np.arange(7, dtype=np.int64))  # the parent's own append is not blocked
+    assert len(dataset) == 260
+    dataset.close()

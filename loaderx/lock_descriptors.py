@@ -1,0 +1,71 @@
+"""Descriptors that hold an flock, closed in a forked child so the lock stays the parent's.
+
+An flock belongs to the open file description, and fork() gives the child a copy of every
+descriptor. If a parent thread holds such a lock when another thread forks, the lock then
+outlives that thread's close() for as long as the child lives: the parent's next attempt waits
+for the child, and the child's own attempt waits forever (the thread that held the lock does
+not exist there, so nothing in the child ever releases it). So every lock descriptor is opened
+here, and the child closes its copies right after fork; closing a copy never releases the
+parent's lock, which ends with the parent's own close as it should.
+
+The registry's lock is held across fork (taken before, released after in the parent, made anew
+in the child), so a descriptor is never half-registered when the child takes stock.
+
+Left interpreted: it runs once per lock taken.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_registry_lock = threading.Lock()
+_open_descriptors: set[int] = set()
+
+
+def open_descriptor(path: str, flags: int, mode: int = 0o644) -> int:
+    """os.open(path, flags, mode), registered until close_descriptor."""
+    with _registry_lock:
+        fd = os.open(path, flags, mode)
+        _open_descriptors.add(fd)
+    return fd
+
+
+def close_descriptor(fd: int) -> None:
+    """Closes a descriptor of open_descriptor (releasing its flock when it is the last copy)."""
+    with _registry_lock:
+        _open_descriptors.discard(fd)
+        os.close(fd)
+
+
+def open_count() -> int:
+    """How many lock descriptors this process holds (for tests)."""
+    with _registry_lock:
+        return len(_open_descriptors)
+
+
+def _before_fork() -> None:
+    _registry_lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _registry_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock
+    for fd in _open_descriptors:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # already closed by other fork handling: nothing of ours to release
+    _open_descriptors.clear()
+    _registry_lock = threading.Lock()  # the parent's was held across the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
