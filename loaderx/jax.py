@@ -7,7 +7,12 @@ jax stays optional: it is imported here only, and `import loaderx.dataset` never
   JAX dispatches the copy asynchronously, so batch k+1 travels to the device while step k
   computes. With ``sharding=`` each array is placed with that sharding; when several processes
   run (multi-host), each contributes its local rows and the result is a global array
-  (``jax.make_array_from_process_local_data``).
+  (``jax.make_array_from_process_local_data``). When the loader was made with
+  ``reuse_buffers=True`` (it writes later steps into the arrays it handed out), each array is
+  first copied on the host: ``device_put`` may alias the NumPy batch (it does on CPU) or read
+  it after returning (its copy is asynchronous, even with ``may_alias=False``), and device
+  arrays already yielded would change when the loader writes a later step there. Without
+  reuse_buffers nothing is copied beyond the transfer.
 - ``process_shard()`` is the ``shard=`` for this process: ``(jax.process_index(),
   jax.process_count())``, so every host's loader takes its slice of each global batch.
 - ``global_batch(batch, sharding)`` builds global arrays from this process's rows.
@@ -49,7 +54,18 @@ def global_batch(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> d
     }
 
 
-def _place(batch: Mapping[str, Any], sharding: jax.sharding.Sharding | None) -> dict[str, Any]:
+def _place(
+    batch: Mapping[str, Any], sharding: jax.sharding.Sharding | None, copy: bool
+) -> dict[str, Any]:
+    """Device arrays of batch; with copy, none of them reads memory the loader writes again.
+
+    copy is for loaders that write later steps into this batch's arrays (reuse_buffers). The
+    copy is made on the host, before device_put: device_put may alias a NumPy array (it does on
+    CPU), and even with ``may_alias=False`` its copy is asynchronous and may read the array after
+    device_put returned, when the loader may already be writing the next step into it.
+    """
+    if copy:
+        batch = {name: np.array(value, copy=True) for name, value in batch.items()}
     if sharding is not None and jax.process_count() > 1:
         return global_batch(batch, sharding)
     if sharding is None:
@@ -62,6 +78,9 @@ class DevicePrefetch:
 
     state_dict() is the wrapped loader's state moved back by the batches still queued here, so
     it names the next batch this iterator yields, not the next one the loader computes.
+    ``copy`` is true when the loader has ``reuse_buffers`` set (a DataLoader made with
+    reuse_buffers=True): each array is then copied on the host before it is placed, so no device
+    array depends on memory the loader writes again.
     """
 
     def __init__(
@@ -75,6 +94,7 @@ class DevicePrefetch:
         self.loader = loader
         self.size = size
         self.sharding = sharding
+        self.copy: bool = getattr(loader, "reuse_buffers", False) is True
         self._queue: deque[dict[str, Any]] = deque()
 
     def __iter__(self) -> DevicePrefetch:
@@ -86,7 +106,7 @@ class DevicePrefetch:
                 batch = next(self.loader)
             except StopIteration:
                 return
-            self._queue.append(_place(batch, self.sharding))
+            self._queue.append(_place(batch, self.sharding, self.copy))
 
     def __next__(self) -> dict[str, Any]:
         self._fill()

@@ -15,6 +15,10 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused across
   steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until ``ring`` more
   batches have been taken.
+- Datasets stored with a non-native byte order (say dtype ``'>f4'`` on a little-endian host),
+  which torch refuses, become tensors of the native dtype with the same values: each such
+  batch is byte-swapped in one copy (so those tensors do not share the loader's arrays). Other
+  datasets are untouched.
 """
 
 from __future__ import annotations
@@ -43,6 +47,24 @@ def collate(batch: Any) -> Any:
     (Typed Any because torch declares collate_fn as taking a list of samples.)
     """
     return batch
+
+
+def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """array itself in native byte order, else a copy converted to it (same values)."""
+    if array.dtype.isnative:
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
+
+
+def _tensor(value: Any) -> torch.Tensor:
+    """torch.from_numpy, which shares memory but refuses non-native byte order; such arrays
+    are converted first (one copy)."""
+    return torch.from_numpy(_native(np.asarray(value)))
+
+
+def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    """The dtype of a tensor made by _tensor from an array of this dtype."""
+    return torch.from_numpy(np.empty(0, dtype.newbyteorder("="))).dtype
 
 
 def _streams(streams: Mapping[str, DenseDataset] | DenseDataset) -> dict[str, DenseDataset]:
@@ -91,7 +113,7 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
             arrays[name] = out
         if self.transform is not None:
             arrays = self.transform(arrays)
-        return {name: torch.from_numpy(np.asarray(value)) for name, value in arrays.items()}
+        return {name: _tensor(value) for name, value in arrays.items()}
 
     def __getitem__(self, index: int) -> TensorBatch:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -133,12 +155,16 @@ class _PinnedRing:
         self._next = (self._next + 1) % self._size
         staged: TensorBatch = {}
         for name, value in batch.items():
-            source = torch.from_numpy(np.asarray(value))
+            array = np.asarray(value)
+            dtype = _torch_dtype(array.dtype)
             buffer = slot.get(name)
-            if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
-                buffer = torch.empty(source.shape, dtype=source.dtype, pin_memory=self._pin)
+            if buffer is None or buffer.shape != array.shape or buffer.dtype != dtype:
+                buffer = torch.empty(array.shape, dtype=dtype, pin_memory=self._pin)
                 slot[name] = buffer
-            buffer.copy_(source)
+            if array.dtype.isnative:
+                buffer.copy_(torch.from_numpy(array))
+            else:  # swapped to native order on its way into the buffer: still one copy
+                np.copyto(buffer.numpy(), array)
             staged[name] = buffer
         return staged
 
@@ -151,6 +177,7 @@ class TorchLoader:
     this needs an accelerator backend (CUDA, ROCm, XPU...), and asking for it without one
     raises RuntimeError at construction. ``device`` (e.g. "cuda") moves each batch there with
     non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader.
+    A stream stored in non-native byte order comes out in native order (one copy per batch).
     """
 
     def __init__(
@@ -186,7 +213,7 @@ class TorchLoader:
         if self._ring is not None:
             tensors = self._ring.stage(batch)
         else:
-            tensors = {name: torch.from_numpy(np.asarray(v)) for name, v in batch.items()}
+            tensors = {name: _tensor(v) for name, v in batch.items()}
         if self.device is not None:
             tensors = {n: t.to(self.device, non_blocking=True) for n, t in tensors.items()}
         return tensors

@@ -83,6 +83,75 @@ def test_sharded_batches_split_rows_across_devices(streams: dict[str, DenseDatas
         assert np.array_equal(np.asarray(made["y"]), np.arange(8))
 
 
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DenseDataset]]:
+    """Six streams of 1 KiB rows (one dataset under six names). Each name gets its own loader
+    buffers; on CPU, JAX aliased some buffers and not others (it seems to depend on their
+    addresses), and with twelve buffers a missing copy failed every run, not only some."""
+    base = tmp_path_factory.mktemp("jax_wide")
+    from_numpy(base / "w", np.random.default_rng(5).random((RECORDS, 256), dtype=np.float32))
+    dataset = DenseDataset(base / "w")
+    yield {f"w{k}": dataset for k in range(6)}
+    dataset.close()
+
+
+def reference_batches(streams: dict[str, DenseDataset], seed: int, steps: int) -> list[Any]:
+    """Each step's batch from a loader that hands out fresh arrays (the default)."""
+    with DataLoader(streams, batch_size=16, seed=seed) as fresh:
+        return [next(fresh) for _ in range(steps)]
+
+
+def check_kept(kept: list[dict[str, Any]], expected: list[Any]) -> None:
+    for step, (batch, want) in enumerate(zip(kept, expected, strict=True)):
+        for name in want:
+            assert np.array_equal(np.asarray(batch[name]), want[name]), (step, name)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_batches_from_reused_buffers_keep_their_values(
+    wide: dict[str, DenseDataset], sharded: bool,
+) -> None:
+    """With reuse_buffers=True the loader writes later steps into the arrays it handed out;
+    device arrays already yielded must not change (device_put may alias a NumPy array, as it
+    does on CPU, or read it after returning)."""
+    sharding = None
+    if sharded:
+        mesh = Mesh(np.array(jax.devices()), ("data",))
+        sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    expected = reference_batches(wide, seed=6, steps=10)
+    loader = DataLoader(wide, batch_size=16, seed=6, prefetch=1, workers=1, reuse_buffers=True)
+    with device_prefetch(loader, size=2, sharding=sharding) as batches:
+        assert batches.copy
+        kept = [next(batches) for _ in range(10)]
+        for _ in range(4):  # the loader keeps writing into its two buffers per stream
+            next(batches)
+    check_kept(kept, expected)
+
+
+def test_batches_from_reused_buffers_multi_host_path(
+    wide: dict[str, DenseDataset], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The multi-host path (make_array_from_process_local_data, which may alias too) also gets
+    private copies; one process here, with jax.process_count() made to answer 2."""
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    expected = reference_batches(wide, seed=7, steps=10)
+    loader = DataLoader(wide, batch_size=16, seed=7, prefetch=1, workers=1, reuse_buffers=True)
+    with device_prefetch(loader, size=2, sharding=sharding) as batches:
+        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        kept = [next(batches) for _ in range(10)]
+        for _ in range(4):
+            next(batches)
+        monkeypatch.undo()
+    check_kept(kept, expected)
+
+
+def test_only_loaders_that_reuse_buffers_are_copied(wide: dict[str, DenseDataset]) -> None:
+    with DataLoader(wide, batch_size=16) as loader:
+        assert not device_prefetch(loader).copy
+    assert not device_prefetch(iter([{"a": np.zeros(2)}])).copy
+
+
 def test_state_names_the_next_batch_yielded(streams: dict[str, DenseDataset]) -> None:
     with DataLoader(streams, batch_size=8, seed=3) as loader:
         batches = device_prefetch(loader, size=2)

@@ -168,3 +168,83 @@ def test_the_staging_ring_reuses_its_buffers() -> None:
     assert (staged[4]["x"] == 4).all() and (staged[3]["x"] == 3).all()
     bigger = ring.stage({"x": np.ones((4, 2), dtype=np.int16)})  # a new shape gets a new buffer
     assert bigger["x"].shape == (4, 2)
+
+
+SWAPPED_F4 = np.dtype(np.float32).newbyteorder()  # '>f4' on a little-endian host
+SWAPPED_I8 = np.dtype(np.int64).newbyteorder()
+
+
+def values_of(indices: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+    """Record i of the swapped float stream: three floats whose bytes are all distinct from
+    their swapped reading (so a missing or doubled byte swap cannot go unnoticed)."""
+    return (indices[:, None] * np.float32(1.1) + np.array([-3.75, 0.1, 1e30], np.float32)
+            ).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DenseDataset]:
+    """Streams stored in the byte order opposite to this machine's, next to a native one."""
+    base = tmp_path_factory.mktemp("torch_swapped")
+    every = np.arange(RECORDS, dtype=np.int64)
+    made = {"value": DenseDataset(base / "value", dtype=SWAPPED_F4, item_shape=(3,)),
+            "label": DenseDataset(base / "label", dtype=SWAPPED_I8, item_shape=())}
+    made["value"].append(values_of(every).astype(SWAPPED_F4))
+    made["label"].append((every * 10**12).astype(SWAPPED_I8))
+    from_numpy(base / "image", images_of(every))
+    made["image"] = DenseDataset(base / "image")
+    assert not made["value"].dtype.isnative and not made["label"].dtype.isnative
+    return made
+
+
+def check_swapped(batch: TensorBatch, indices: npt.NDArray[np.int64]) -> None:
+    """Native tensors holding exactly the stored values."""
+    assert batch["value"].dtype == torch.float32 and batch["label"].dtype == torch.int64
+    assert torch.equal(batch["value"], torch.from_numpy(values_of(indices)))
+    assert torch.equal(batch["label"], torch.from_numpy(indices * 10**12))
+    assert torch.equal(batch["image"], torch.from_numpy(images_of(indices)))
+
+
+def test_non_native_byte_order_becomes_native_tensors(swapped: dict[str, DenseDataset]) -> None:
+    ds = TorchDataset(swapped)
+    check_swapped(ds.__getitems__([4, 0, RECORDS - 1]), np.array([4, 0, RECORDS - 1]))
+    sample = ds[7]
+    assert sample["value"].shape == (3,) and sample["label"].shape == ()
+    assert torch.equal(sample["value"], torch.from_numpy(values_of(np.array([7]))[0]))
+    assert sample["label"].item() == 7 * 10**12
+    batches = list(ds.loader(batch_size=64, drop_last=True))
+    assert len(batches) == RECORDS // 64
+    for k, batch in enumerate(batches):
+        check_swapped(batch, np.arange(64 * k, 64 * (k + 1)))
+    # A transform sees the stored dtype (as DataLoader's does); what it returns is converted too.
+    passed = TorchDataset(swapped, transform=lambda b: {"seen": b["value"]})
+    seen = passed.__getitems__([2])["seen"]
+    assert seen.dtype == torch.float32 and torch.equal(seen, torch.from_numpy(values_of(np.array([2]))))
+
+
+def test_torch_loader_converts_only_non_native_streams(swapped: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(swapped, batch_size=16, seed=5, prefetch=1, workers=1, reuse_buffers=True)
+    with TorchLoader(loader) as tensors:
+        first = next(tensors)
+        check_swapped(first, loader.indices(0))
+        next(tensors)
+        third = next(tensors)
+        check_swapped(third, loader.indices(2))
+        # The native stream still shares the loader's array (slot 0 again, as in the test
+        # above); the converted ones are copies that keep their values.
+        assert third["image"].data_ptr() == first["image"].data_ptr()
+        assert third["value"].data_ptr() != first["value"].data_ptr()
+        assert torch.equal(first["value"], torch.from_numpy(values_of(loader.indices(0))))
+
+
+def test_the_staging_ring_swaps_into_its_buffers() -> None:
+    ring = _PinnedRing(2, pin=False)
+    scales = (1.0, -2.5, 3.0)
+    batches = [{"x": (np.arange(6, dtype=np.float32).reshape(3, 2) * k).astype(SWAPPED_F4)}
+               for k in scales]
+    assert not batches[0]["x"].dtype.isnative
+    staged = [ring.stage(b) for b in batches]
+    assert staged[0]["x"].dtype == torch.float32
+    assert staged[0]["x"].data_ptr() == staged[2]["x"].data_ptr()  # buffers still reused
+    # staged[0]'s buffer now holds the third batch, as the ring promises.
+    for k, tensors in zip(scales[1:], staged[1:], strict=True):
+        assert torch.equal(tensors["x"], torch.arange(6, dtype=torch.float32).reshape(3, 2) * k)
