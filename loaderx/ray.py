@@ -8,7 +8,8 @@ them have the same length and the same row order. Every Ray write task writes it
 its own shard(s) into a hidden staging folder beside path; path must therefore be on a file
 system every node sees. Nothing is visible until `on_write_complete`, on the driver, which
 publishes the shards in write-task order: a new destination appears with all its columns at
-once (one rename), an append adds each column's shards with one manifest commit per column.
+once (one rename), an append adds every column's shards in one commit that lands in all
+columns or in none, even if the driver is killed (see "Appending to every column at once").
 A failed write (`on_write_failed`) removes the staging folder and leaves path as it was.
 
 Reading. `read_dataset(path)` is a `ray.data.Dataset` over the same layout (or over one
@@ -32,6 +33,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.parallel import Part, common_schema, split_ranges
 from loaderx.sharded import check_shard_records
+from loaderx.column_append import append_all, recover_appends, refuse_some_new
 from loaderx.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
 from loaderx.shards import SHARD_RECORDS_MAX
 
@@ -202,19 +204,27 @@ class LoaderxDatasink(Datasink[TaskParts]):
 
     def _commit_append(self, per_column: dict[str, list[Part]],
                        schemas: dict[str, Schema]) -> None:
-        """Checks every column's existing schema first, then commits column by column."""
-        from loaderx.shards import commit_shards
-
-        for column, folder in self.columns.items():
-            target = os.path.join(self.path, folder)
+        """Adds every column's shards in one commit that lands in all columns or in none
+        (see "Appending to every column at once" below)."""
+        if os.path.isdir(self.path):
+            recover_appends(self.path)  # finish an append that a killed driver left halfway
+        targets = {c: os.path.join(self.path, f) for c, f in self.columns.items()}
+        fresh = not os.path.lexists(self.path) or (os.path.isdir(self.path)
+                                                    and not os.listdir(self.path))
+        if fresh:  # nothing to append to: create path with all its columns in one rename
+            self._commit_new(per_column, schemas)
+            return
+        for column, target in targets.items():  # fail early, before any lock is taken
             if os.path.isfile(schema_path(target)):
                 lines = differences(read_schema(target), schemas[column])
                 if lines:
                     raise ValueError(f"cannot append column {column!r} to {target!r}: "
                                      + "; ".join(lines))
-        for column, folder in self.columns.items():
-            commit_shards(os.path.join(self.path, folder), [f for f, _ in per_column[column]],
-                          schemas[column])
+        refuse_some_new({folder: not os.path.isfile(schema_path(targets[column]))
+                          for column, folder in self.columns.items()})
+        append_all(self.path, self.staging,
+                    [(folder, [f for f, _ in per_column[column]], schemas[column])
+                     for column, folder in self.columns.items()])
 
 
 def _check_new_destination(path: str) -> None:
@@ -241,7 +251,7 @@ def write_dataset(ds: ray.data.Dataset, path: str | os.PathLike[str],
     its own length), the others DenseDatasets (each row one fixed-shape sample). Rows keep
     Ray's output order (set DataContext.execution_options.preserve_order for a deterministic
     one); every column gets the same rows in the same order. append=True adds shards to the
-    existing datasets (one manifest commit per column) instead of creating path.
+    existing datasets (in every column or, on a failure, in none) instead of creating path.
     """
     chosen = columns if columns is not None else ds.columns()
     sink = LoaderxDatasink(path, chosen, codec, ragged, append, shard_records)
@@ -348,4 +358,10 @@ def read_dataset(path: str | os.PathLike[str],
     return result
 
 
-__all__ = ["LoaderxDatasink", "LoaderxDatasource", "read_dataset", "write_dataset"]
+__all__ = [
+    "LoaderxDatasink",
+    "LoaderxDatasource",
+    "read_dataset",
+    "recover_appends",
+    "write_dataset",
+]

@@ -308,7 +308,7 @@ def _store_length(folder: str) -> int:
         return len(store)
 
 
-def _check_staged(folder: str, schema: Schema) -> int:
+def check_staged(folder: str, schema: Schema) -> int:
     """A staged shard's record count, after checking it is one complete single-store dataset."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"staged shard {folder!r} is not a folder")
@@ -387,7 +387,7 @@ def commit_shards_locked(
 ) -> Manifest:
     """commit_shards for a caller that already holds the commit lock. A caller that has the
     dataset's tail store open passes its length as tail_records (it is then not reopened)."""
-    counts = [_check_staged(path, schema) for path in staged]
+    counts = [check_staged(path, schema) for path in staged]
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
         raise ManifestError(

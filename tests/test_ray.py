@@ -6,11 +6,17 @@ ray.data.range through a deterministic map, so every expected value is computed 
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,12 +24,16 @@ import numpy.typing as npt
 import pytest
 import ray
 import ray.data
+from ray.data.block import BlockAccessor
 from ray.data.context import DataContext
 
+import loaderx.column_append
+from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.ray import read_dataset, write_dataset
-from loaderx.shards import read_manifest
+from loaderx.ray import LoaderxDatasink, read_dataset, recover_appends, write_dataset
+from loaderx.shards import SHARD_RECORDS_MAX, read_manifest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = 600
 
 
@@ -90,7 +100,7 @@ def tree_digest(folder: Path) -> dict[str, str]:
     return found
 
 
-def check_columns(path: Path, labels: npt.NDArray[np.int64], ids: range) -> None:
+def check_columns(path: Path, labels: npt.NDArray[np.int64], ids: Sequence[int]) -> None:
     with DenseDataset(str(path / "image")) as images, DenseDataset(str(path / "label")) as lab, \
             RaggedDataset(str(path / "tokens")) as tokens:
         assert len(images) == len(lab) == len(tokens) == len(ids)
@@ -178,3 +188,224 @@ def test_bad_arguments_are_refused_before_writing(tmp_path: Path) -> None:
         write_dataset(source(), str(web), columns=["image"])
     assert os.listdir(web) == ["notes.txt"]
     assert hidden_beside(web) == []
+
+
+# --- an append lands in every column or in none ----------------------------------------------
+
+
+def no_journal(path: Path) -> None:
+    """No append journal inside path, and every column's manifest a regular file again."""
+    assert [n for n in os.listdir(path) if n.startswith(".loaderx-append")] == []
+    for name in os.listdir(path):
+        assert not os.path.islink(path / name / "shards.msgpack"), name
+
+
+@pytest.mark.parametrize("step", ["_plan_column", "_link_column"])
+def test_a_failure_between_two_columns_changes_no_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    web = tmp_path / "web"
+    columns = ["image", "label", "tokens"]
+    write_dataset(source(), str(web), columns=columns, ragged=["tokens"], shard_records=100)
+    before = tree_digest(web)
+    original = getattr(loaderx.column_append, step)
+    calls: list[int] = []
+
+    def second_fails(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the first column went through this step, the second fails
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return original(*args)
+
+    monkeypatch.setattr(loaderx.column_append, step, second_fails)
+    with pytest.raises(OSError, match="injected"):
+        write_dataset(source(first=ROWS), str(web), columns=columns, ragged=["tokens"],
+                      append=True, shard_records=100)
+    assert len(calls) == 2
+    assert tree_digest(web) == before  # every column exactly as it was, byte for byte
+    assert hidden_beside(web) == []
+    no_journal(web)
+    check_columns(web, np.arange(ROWS, dtype=np.int64), range(ROWS))
+
+    monkeypatch.setattr(loaderx.column_append, step, original)
+    assert write_dataset(source(first=ROWS), str(web), columns=columns, ragged=["tokens"],
+                         append=True, shard_records=100) == ROWS
+    no_journal(web)
+    check_columns(web, np.arange(2 * ROWS, dtype=np.int64), list(range(ROWS)) * 2)
+
+
+def test_append_refuses_columns_of_which_only_some_exist(tmp_path: Path) -> None:
+    web = tmp_path / "web"
+    write_dataset(source(), str(web), columns=["label"])
+    before = tree_digest(web)
+    with pytest.raises(ValueError, match="every column to exist already, or none"):
+        write_dataset(source(), str(web), columns=["image", "label"], append=True)
+    assert tree_digest(web) == before
+    assert os.listdir(web) == ["label"]
+    assert hidden_beside(web) == []
+
+
+# Columns written without Ray (the sink's own write and on_write_complete, as Ray calls them),
+# so that a loop can run many appends: under a full disk, and killed at every step.
+SINK_COLUMNS = ["image", "label", "extra"]
+OLD_ROWS = 100
+NEW_ROWS = 50
+
+
+def sink_values(column: str, first: int, count: int) -> npt.NDArray[Any]:
+    ids = np.arange(first, first + count, dtype=np.int64)
+    if column == "image":
+        return np.stack([(ids * 3 + k) % 251 for k in range(16)], axis=1).astype(np.uint8)
+    if column == "label":
+        return ids
+    return (ids / 2).astype(np.float32)
+
+
+def sink_base(path: str, shard_records: int = 64) -> None:
+    """OLD_ROWS rows per column: sharded datasets, or single stores with shard_records=0."""
+    os.makedirs(path)
+    for column in SINK_COLUMNS:
+        from_numpy(os.path.join(path, column), sink_values(column, 0, OLD_ROWS), codec="raw",
+                   shard_records=shard_records or SHARD_RECORDS_MAX)
+
+
+def staged_sink(path: str, first: int) -> tuple[LoaderxDatasink, Any]:
+    """A sink whose one write task has staged NEW_ROWS rows, and the result Ray would pass."""
+    sink = LoaderxDatasink(path, columns=SINK_COLUMNS, codec="raw", append=True,
+                           shard_records=64)
+    sink.on_write_start()
+    block = BlockAccessor.batch_to_block({c: sink_values(c, first, NEW_ROWS)
+                                          for c in SINK_COLUMNS})
+    written = sink.write([block], SimpleNamespace(task_idx=0))  # type: ignore[arg-type]
+    return sink, SimpleNamespace(write_returns=[written])
+
+
+def sink_rows(path: str) -> int:
+    """How many rows every column holds; they must be the same rows, in the same order."""
+    found = {}
+    for column in SINK_COLUMNS:
+        with DenseDataset(os.path.join(path, column), readonly=True) as ds:
+            found[column] = ds[:]
+    for rows in (OLD_ROWS, OLD_ROWS + NEW_ROWS, OLD_ROWS + 2 * NEW_ROWS):
+        if all(np.array_equal(found[c], sink_values(c, 0, rows)) for c in SINK_COLUMNS):
+            return rows
+    raise AssertionError(f"the columns disagree: { {c: len(v) for c, v in found.items()} }")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MiB tmpfs (the tests run as root, here and in CI)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs at {mount}: {result.stderr.strip()} -- the "
+                    "full-disk test needs root (mount) and is not skipped")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_an_append_on_a_full_disk_lands_in_every_column_or_none(small_disk: Path) -> None:
+    outcomes = []
+    for free_pages in range(12):  # the disk fills at a different step each time
+        path = str(small_disk / "web")
+        sink_base(path)
+        sink, result = staged_sink(path, OLD_ROWS)
+        ballast = small_disk / "ballast"
+        fd = os.open(ballast, os.O_CREAT | os.O_WRONLY)
+        found = os.statvfs(small_disk)
+        os.posix_fallocate(fd, 0, max(1, found.f_bavail * found.f_frsize - free_pages * 4096))
+        os.close(fd)
+        try:
+            sink.on_write_complete(result)
+            outcomes.append("landed")
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            outcomes.append("refused")
+        rows = sink_rows(path)
+        assert rows == (OLD_ROWS + NEW_ROWS if outcomes[-1] == "landed" else OLD_ROWS)
+        os.remove(ballast)
+        recover_appends(path)  # a tidy-up that the full disk stopped (a warning said so)
+        no_journal(Path(path))
+        assert hidden_beside(Path(path)) == []
+        later, result = staged_sink(path, rows)
+        later.on_write_complete(result)
+        assert sink_rows(path) == rows + NEW_ROWS
+        shutil.rmtree(path)
+    assert "refused" in outcomes and "landed" in outcomes, outcomes
+
+
+KILL_LOOP = textwrap.dedent("""
+    import json, os, shutil, signal, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    import test_ray as t
+    from loaderx.ray import recover_appends
+
+    root, shard_records = sys.argv[1], int(sys.argv[3])
+    seen, target = set(), 0
+    while True:
+        target += 1
+        run = os.path.join(root, f"run{target}")
+        path = os.path.join(run, "web")
+        t.sink_base(path, shard_records)
+        sink, result = t.staged_sink(path, t.OLD_ROWS)
+        pid = os.fork()
+        if pid == 0:  # the driver: killed just before its target-th change to the disk
+            count = [0]
+            def hooked(call):
+                def run_it(*args, **kwargs):
+                    count[0] += 1
+                    if count[0] == target:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return call(*args, **kwargs)
+                return run_it
+            for name in ("rename", "replace", "symlink", "unlink", "rmdir", "mkdir"):
+                setattr(os, name, hooked(getattr(os, name)))
+            try:
+                sink.on_write_complete(result)
+            except BaseException:
+                os._exit(3)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFSIGNALED(status):
+            assert os.WEXITSTATUS(status) == 0, status
+            assert t.sink_rows(path) == t.OLD_ROWS + t.NEW_ROWS
+            break
+        rows = t.sink_rows(path)  # before any recovery, read as any reader would
+        seen.add(rows)
+        for name in os.listdir(run):  # the dead driver's staging folder, which users delete
+            if name.startswith("."):
+                shutil.rmtree(os.path.join(run, name))
+        if target % 2:
+            recover_appends(path)
+            assert t.sink_rows(path) == rows
+            t.no_journal(Path(path))
+        later, result = t.staged_sink(path, rows)  # recovers first when not done above
+        later.on_write_complete(result)
+        assert t.sink_rows(path) == rows + t.NEW_ROWS
+        t.no_journal(Path(path))
+        shutil.rmtree(run)
+    print(json.dumps({"kills": target - 1, "seen": sorted(seen)}))
+""")
+
+
+@pytest.mark.parametrize("shard_records", [64, 0], ids=["sharded", "single-store"])
+def test_a_driver_killed_at_any_step_leaves_every_column_old_or_every_column_new(
+    tmp_path: Path, shard_records: int
+) -> None:
+    # Its own process: the loop forks a driver per kill, which wants a parent without Ray's
+    # threads.
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_LOOP, str(tmp_path), os.path.dirname(__file__),
+         str(shard_records)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["seen"] == [OLD_ROWS, OLD_ROWS + NEW_ROWS], result
+    assert result["kills"] > 20, result
