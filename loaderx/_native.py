@@ -24,7 +24,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 9
+ABI_VERSION: Final = 10
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -243,6 +243,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_record_lengths": (st, [vp, vp, u64, vp]),
         "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_store_delete": (st, [vp, vp, u64]),
+        "lx_stores_delete": (st, [vp, u64, vp, vp]),
         "lx_store_compact": (st, [vp]),
         "lx_store_stats": (st, [vp, ctypes.POINTER(Stats)]),
         "lx_store_sync": (st, [vp]),

@@ -16,6 +16,7 @@ record.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import threading
@@ -27,6 +28,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from loaderx import _native
 from loaderx.errors import ManifestError, ReadOnlyStoreError, SchemaError, StoreFullError
 from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
@@ -412,21 +414,40 @@ class ShardedStore:
                 [ShardEntry(e.name, int(n)) for e, n in zip(self.entries, lengths)],
                 self._generation + 1,
             )
+            if not plan:
+                return
+            before = read_manifest(self.path)
             for shard, local in plan:
                 entry = pending.shards[shard]
                 entry.records_before = entry.records
                 entry.records -= len(local)
             write_manifest(self.path, pending)
-            for shard, local in plan:
-                self.stores[shard].delete(local)
-            for entry in pending.shards:
-                entry.records_before = None
-            pending.generation += 1
-            write_manifest(self.path, pending)
-            self.entries = pending.shards
-            self._generation = pending.generation
+            try:
+                _delete_each([self.stores[shard] for shard, _ in plan],
+                             [local for _, local in plan], self.path)
+            finally:
+                self._settle_delete(pending, before, lengths)
+
+    def _settle_delete(
+        self, pending: Manifest, before: Manifest | None, lengths: npt.NDArray[np.int64]
+    ) -> None:
+        """After a delete, done or not: a refused one (nothing moved, since the native call
+        takes every shard before any record moves) puts the manifest back as it was; otherwise
+        it states what each shard now holds (all, or the shards done before a failure)."""
+        now = [len(store) for store in self.stores]
+        if before is not None and now == lengths.tolist():
+            write_manifest(self.path, before)
             self._signature = _signature(self.path)
-            self._rebuild_view()
+            return
+        for entry, records in zip(pending.shards, now):
+            entry.records = records
+            entry.records_before = None
+        pending.generation += 1
+        write_manifest(self.path, pending)
+        self.entries = pending.shards
+        self._generation = pending.generation
+        self._signature = _signature(self.path)
+        self._rebuild_view()
 
     def compact(self) -> None:
         """Compacts every shard in place (offline, as for a single store)."""
@@ -491,6 +512,28 @@ class ShardedStore:
             view.close()
         for store in self.stores:
             store.close()
+
+
+def _delete_each(stores: list[Zrecord], indices: list[npt.NDArray[np.int64]], name: str) -> None:
+    """Deletes indices[k] from stores[k] in one native call (lx_stores_delete), refused as a
+    whole, with nothing changed, when any of the stores is open elsewhere."""
+    entered: list[Zrecord] = []
+    try:
+        handles = []
+        for store in stores:
+            handles.append(store._enter())  # noqa: SLF001 - a call in flight on each store
+            entered.append(store)
+        flat = np.ascontiguousarray(np.concatenate(indices), dtype=np.int64)
+        splits = np.zeros(len(stores) + 1, dtype=np.uint64)
+        splits[1:] = np.cumsum([len(local) for local in indices])
+        array = (ctypes.c_void_p * len(handles))(*handles)
+        code = _native.lib.lx_stores_delete(
+            array, len(handles), flat.ctypes.data, splits.ctypes.data
+        )
+        _native.check(code, f"delete of {len(flat)} records from {len(stores)} shards of {name!r}")
+    finally:
+        for store in entered:
+            store._leave()  # noqa: SLF001
 
 
 # Every ShardedStore, for the fork handler below: a parent thread may have held _guard (an

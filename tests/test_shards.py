@@ -249,6 +249,36 @@ def test_delete_keeps_the_index_space_dense_shard_by_shard(tmp_path: Path) -> No
         assert ds[:].tobytes() == data[expected].tobytes()
 
 
+@pytest.mark.parametrize("holder", ["another dataset handle", "a handle on one shard"])
+def test_a_refused_delete_changes_no_shard_and_no_manifest(tmp_path: Path, holder: str) -> None:
+    """Any shard open elsewhere refuses the whole delete before a record moves (one native
+    call takes every shard first), and the manifest is put back byte for byte."""
+    from loaderx.errors import StoreLockedError
+    from loaderx.shards import manifest_path
+    from loaderx.zrecord import Zrecord
+
+    path, data = _sharded(tmp_path)
+    before = Path(manifest_path(str(path))).read_bytes()
+    victims = [5, 1500, 2100]  # one record in each shard
+    with DenseDataset(path) as ds:
+        other: DenseDataset | Zrecord
+        if holder == "another dataset handle":
+            other = DenseDataset(path, readonly=True)
+        else:  # the last shard only: the first two would delete before it refused, before
+            other = Zrecord(os.path.join(path, "shard-000002"), readonly=True)
+        with other:
+            with pytest.raises(StoreLockedError, match="needs the store to itself"):
+                ds.delete(victims)
+            assert len(ds) == COUNT
+            assert ds[:].tobytes() == data.tobytes()
+        assert Path(manifest_path(str(path))).read_bytes() == before
+        ds.delete(victims)  # nothing holds a shard now
+        assert len(ds) == COUNT - 3
+    with DenseDataset(path) as ds:
+        remaining = sorted(ds[:][:, 0, 0].tolist())  # record i starts with i
+        assert remaining == sorted(set(range(COUNT)) - set(victims))
+
+
 def test_a_delete_interrupted_after_the_manifest_still_opens(tmp_path: Path) -> None:
     path, data = _sharded(tmp_path)
     manifest = read_manifest(path)

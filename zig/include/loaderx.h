@@ -130,6 +130,11 @@ lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t coun
 
 /* Swap-last delete of the given records (any order, duplicates allowed). */
 lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t count);
+/* One delete across `count` distinct stores, all or nothing refused: store k deletes
+ * indices[splits[k] .. splits[k + 1]) (splits: count + 1 offsets from 0, non-decreasing).
+ * Every store is taken exclusively and every index checked before any record moves. */
+lx_status lx_stores_delete(lx_store *const *stores, uint64_t count, const int64_t *indices,
+                           const uint64_t *splits);
 /* Offline, in-place compaction (see README). */
 lx_status lx_store_compact(lx_store *store);
 lx_status lx_store_stats(lx_store *store, lx_stats *out);

@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 9;
+pub const abi_version: u32 = 10;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -240,6 +240,51 @@ export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) ca
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
     if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_delete: count {d} overflows the address space", .{count});
     return storeStatus(s.delete(indices_ptr[0..count]));
+}
+
+/// One delete across several distinct stores, refused as a whole or done as a whole (see
+/// Store.deleteEach): store k deletes `indices[splits[k] .. splits[k + 1]]`; `splits` holds
+/// count + 1 non-decreasing offsets from 0.
+export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) callconv(.c) Status {
+    if (count == 0 or count > store_limits.view_store_count_max)
+        return invalid("lx_stores_delete: count is {d}; give 1 to {d} stores", .{ count, store_limits.view_store_count_max });
+    const stores_ptr = stores orelse return invalid("lx_stores_delete: stores is NULL", .{});
+    const splits_ptr = splits orelse return invalid("lx_stores_delete: splits is NULL", .{});
+    const handles = stores_ptr[0..@intCast(count)];
+    const bounds = splits_ptr[0..@intCast(count + 1)];
+    for (handles, 0..) |handle, i| {
+        if (handle == null) return invalid("lx_stores_delete: store {d} is NULL", .{i});
+    }
+    if (bounds[0] != 0) return invalid("lx_stores_delete: splits[0] is {d}, not 0", .{bounds[0]});
+    for (bounds[1..], 1..) |bound, k| {
+        if (bound < bounds[k - 1])
+            return invalid("lx_stores_delete: splits[{d}] = {d} is below splits[{d}] = {d}", .{ k, bound, k - 1, bounds[k - 1] });
+    }
+    const total = bounds[bounds.len - 1];
+    if (countOverflows(total, @sizeOf(i64), 0)) return invalid("lx_stores_delete: {d} indices overflow the address space", .{total});
+    const indices_ptr: [*]const i64 = if (total == 0) &[_]i64{} else indices orelse return invalid("lx_stores_delete: indices is NULL", .{});
+    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
+    const plain: []const *Store = @ptrCast(handles);
+    const sorted = std.heap.c_allocator.dupe(*Store, plain) catch return outOfMemoryStatus("lx_stores_delete");
+    defer std.heap.c_allocator.free(sorted);
+    std.mem.sortUnstable(*Store, sorted, {}, struct {
+        fn lessThan(_: void, a: *Store, b: *Store) bool {
+            return @intFromPtr(a) < @intFromPtr(b);
+        }
+    }.lessThan);
+    for (sorted[1..], sorted[0 .. sorted.len - 1]) |later, earlier| {
+        // The same handle twice would wait on its own exclusive lock forever.
+        if (later == earlier) return invalid("lx_stores_delete: a store appears twice", .{});
+    }
+    const slices = std.heap.c_allocator.alloc([]const i64, plain.len) catch return outOfMemoryStatus("lx_stores_delete");
+    defer std.heap.c_allocator.free(slices);
+    for (slices, 0..) |*slice, k| slice.* = indices_ptr[@intCast(bounds[k])..@intCast(bounds[k + 1])];
+    return storeStatus(Store.deleteEach(plain, slices));
+}
+
+fn outOfMemoryStatus(comptime function: []const u8) Status {
+    status.setMessage(function ++ ": out of memory", .{});
+    return .out_of_memory;
 }
 
 export fn lx_store_compact(store: ?*Store) callconv(.c) Status {

@@ -23,6 +23,7 @@ extern fn lx_store_record_lengths(store: ?*LxStore, indices: ?[*]const i64, coun
 extern fn lx_store_gather(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 extern fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) Status;
 extern fn lx_store_compact(store: ?*LxStore) Status;
+extern fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) Status;
 extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
 extern fn lx_store_sync(store: ?*LxStore) Status;
 extern fn lx_store_train_dict(store: ?*LxStore, samples: ?[*]const u8, offsets: ?[*]const u64, count: u64, dict_size: u64) Status;
@@ -221,6 +222,56 @@ test "delete, stats, sync, compact and train_dict refuse bad arguments, changing
     var stats: LxStats = undefined;
     try testing.expectEqual(Status.ok, lx_store_stats(s, &stats));
     try testing.expectEqual(LxStats{ .records = 10, .live_bytes = 40, .chunk_bytes = 40, .reclaimable = 0 }, stats);
+}
+
+test "lx_stores_delete refuses bad arguments, and a store open elsewhere refuses it all" {
+    var first: Fixture = undefined;
+    try first.init();
+    defer first.deinit();
+    var second: Fixture = undefined;
+    try second.init();
+    defer second.deinit();
+    var both = [_]?*LxStore{ first.store, second.store };
+    var indices = [_]i64{ 9, 0, 4 };
+    var splits = [_]u64{ 0, 1, 3 };
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 0, &indices, &splits), "count is 0");
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, huge, &indices, &splits), "count is");
+    try expectRefused(.invalid_argument, lx_stores_delete(null, 2, &indices, &splits), "stores is NULL");
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 2, &indices, null), "splits is NULL");
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 2, null, &splits), "indices is NULL");
+    var with_null = [_]?*LxStore{ first.store, null };
+    try expectRefused(.invalid_argument, lx_stores_delete(&with_null, 2, &indices, &splits), "store 1 is NULL");
+    var twice = [_]?*LxStore{ first.store, first.store };
+    try expectRefused(.invalid_argument, lx_stores_delete(&twice, 2, &indices, &splits), "appears twice");
+    var not_from_zero = [_]u64{ 1, 1, 3 };
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 2, &indices, &not_from_zero), "splits[0]");
+    var decreasing = [_]u64{ 0, 2, 1 };
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 2, &indices, &decreasing), "is below");
+    var overflowing = [_]u64{ 0, 1, huge };
+    try expectRefused(.invalid_argument, lx_stores_delete(&both, 2, &indices, &overflowing), "overflow");
+    var outside = [_]i64{ 9, 0, 10 };
+    try expectRefused(.index_out_of_range, lx_stores_delete(&both, 2, &outside, &splits), "out of range");
+    try testing.expectEqual(@as(u64, 10), lx_store_length(first.store));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(second.store));
+
+    // A second handle on the second store: the whole delete is refused, the first store included.
+    var other: ?*LxStore = null;
+    try testing.expectEqual(Status.ok, lx_store_open(&second.path, 0, &other));
+    try expectRefused(.store_locked, lx_stores_delete(&both, 2, &indices, &splits), "needs the store to itself");
+    try testing.expectEqual(@as(u64, 10), lx_store_length(first.store));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(second.store));
+    lx_store_close(other);
+
+    try testing.expectEqual(Status.ok, lx_stores_delete(&both, 2, &indices, &splits));
+    try testing.expectEqual(@as(u64, 9), lx_store_length(first.store));
+    try testing.expectEqual(@as(u64, 8), lx_store_length(second.store));
+    // Swap-last, highest target first: record 4 took record 9's bytes, then record 0 took 8's.
+    var got: [8]u8 = undefined;
+    var picks = [_]i64{ 0, 4 };
+    try testing.expectEqual(Status.ok, lx_store_gather_fixed(second.store, &picks, 2, &got, 4));
+    try testing.expectEqualSlices(u8, &.{ 8, 8, 8, 8, 9, 9, 9, 9 }, &got);
+    try testing.expectEqual(Status.ok, lx_store_gather_fixed(first.store, &picks, 2, &got, 4));
+    try testing.expectEqualSlices(u8, &.{ 0, 0, 0, 0, 4, 4, 4, 4 }, &got);
 }
 
 test "lx_sampler_fill refuses every bad argument with a message" {

@@ -740,14 +740,46 @@ pub const Store = struct {
     /// Swap-last delete: targets in descending order, duplicates once each. Atomic under a
     /// crash: the final entries go to a redo log first (journal.zig).
     pub fn delete(store: *Store, indices: []const i64) Error!void {
-        const io = pool.io();
         try store.refuseIfReadOnly();
         try checkIndices(indices, store.meta.length());
         if (indices.len == 0) return;
         try store.beginMaintenance("delete");
         defer store.endMaintenance();
+        try checkIndices(indices, store.meta.length());
+        try store.deleteHeld(indices);
+    }
+
+    /// Deletes `indices[k]` from `stores[k]` for every k, refusing the whole call with nothing
+    /// changed when any store is read-only, open elsewhere (StoreLocked) or given an index
+    /// out of its range: every store is taken exclusively and every index checked before the
+    /// first record moves. Stores are taken in the given order, the order in which a view's
+    /// gathers lock them, so the two never wait on each other in a cycle. A failure once
+    /// deleting has begun (a full disk) leaves the earlier stores deleted; each store's own
+    /// delete stays atomic (its redo log). The stores must be distinct (the C ABI checks).
+    pub fn deleteEach(stores: []const *Store, indices: []const []const i64) Error!void {
+        assert(stores.len == indices.len);
+        for (stores, indices) |store, wanted| {
+            try store.refuseIfReadOnly();
+            try checkIndices(wanted, store.meta.length());
+        }
+        var taken: usize = 0;
+        defer for (stores[0..taken]) |store| store.endMaintenance();
+        for (stores) |store| {
+            try store.beginMaintenance("delete");
+            taken += 1;
+        }
+        // Lengths may have changed while the locks were taken (another handle's delete).
+        for (stores, indices) |store, wanted| try checkIndices(wanted, store.meta.length());
+        for (stores, indices) |store, wanted| {
+            if (wanted.len > 0) try store.deleteHeld(wanted);
+        }
+    }
+
+    /// delete's work, the store held exclusively and every index checked against its length.
+    fn deleteHeld(store: *Store, indices: []const i64) Error!void {
+        const io = pool.io();
+        if (indices.len == 0) return;
         const old_length = store.meta.length();
-        try checkIndices(indices, old_length);
         const targets = store.allocator.alloc(u32, indices.len) catch return outOfMemory();
         defer store.allocator.free(targets);
         for (indices, targets) |index, *target| target.* = @intCast(index);
