@@ -106,6 +106,7 @@ class ShardedStore:
     _generation: int
     _signature: _Signature | None
     _guard: threading.Lock
+    _closed: bool
     # Which records gathers check against their checksum, for every shard (see Zrecord).
     verify_reads: bool | None
 
@@ -129,6 +130,7 @@ class ShardedStore:
         self._generation = 0
         self._signature = None
         self._guard = threading.Lock()
+        self._closed = False
         _OPEN_SHARDED.add(self)
 
     # --- opening ---------------------------------------------------------------------------
@@ -196,6 +198,7 @@ class ShardedStore:
         return sharded
 
     def _refuse_if_readonly(self, operation: str) -> None:
+        self._check_open()
         if self.readonly:
             raise ReadOnlyStoreError(
                 f"{operation} refused: sharded dataset {self.path!r} was opened with readonly=True"
@@ -273,7 +276,13 @@ class ShardedStore:
 
     # --- reading ---------------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        """A closed dataset raises, as a closed single store does, rather than look empty."""
+        if self._closed:
+            raise ValueError(f"sharded dataset {self.path!r} is closed")
+
     def __len__(self) -> int:
+        self._check_open()
         view = self._view
         return 0 if view is None else len(view)
 
@@ -288,6 +297,7 @@ class ShardedStore:
     def gather_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
     ) -> None:
+        self._check_open()
         view = self._view
         if view is None:
             if len(indices):
@@ -306,6 +316,7 @@ class ShardedStore:
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        self._check_open()
         view = self._view
         if view is None:
             if len(indices):
@@ -315,6 +326,7 @@ class ShardedStore:
 
     def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
         """The logical size of each selected record (any index form, as Zrecord takes)."""
+        self._check_open()
         view = self._view
         indices = normalize_index(index, 0 if view is None else len(view))
         if view is None:  # no shards: only an empty selection gets past normalize_index
@@ -466,6 +478,7 @@ class ShardedStore:
 
     def shard_stats(self) -> list[dict[str, Any]]:
         """One dict per shard: its name plus its store's stats."""
+        self._check_open()
         return [
             {"name": entry.name, **store.stats()}
             for entry, store in zip(self.entries, self.stores)
@@ -478,6 +491,7 @@ class ShardedStore:
 
     def verify(self) -> VerifyReport:
         """Every shard's Zrecord.verify() as one report, in the dataset's index space."""
+        self._check_open()
         with self._guard:
             reports = [store.verify() for store in self.stores]
         bad: list[BadRecord] = []
@@ -505,6 +519,7 @@ class ShardedStore:
 
     def close(self) -> None:
         """Closes the views, then every shard's store."""
+        self._closed = True
         views = self._retired + ([] if self._view is None else [self._view])
         self._view = None
         self._retired = []

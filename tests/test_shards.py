@@ -597,3 +597,28 @@ def test_a_ragged_view_gather_that_meets_a_delete_sizes_its_records_again(
         monkeypatch.undo()
         view.close()
         store.close()
+
+
+def test_a_closed_sharded_dataset_raises_as_a_closed_store_does(tmp_path: Path) -> None:
+    path, data = _sharded(tmp_path)
+    ds = DenseDataset(path)
+    ds.close()
+    out = np.full((2, *SHAPE), 7, dtype=np.uint16)
+    for call in (
+        lambda: len(ds),
+        lambda: ds[3],
+        lambda: ds[[]],
+        lambda: ds[:],
+        lambda: ds.read(np.array([0, 1]), out=out),
+        lambda: ds.gather_into(np.array([0, 1]), out),
+        lambda: ds.append(data[:1]),
+        lambda: ds.delete([0]),
+        lambda: ds.stats(),
+        lambda: ds.verify(),
+        lambda: ds.compact(),
+    ):
+        with pytest.raises(ValueError, match="sharded dataset .* is closed"):
+            call()
+    assert (out == 7).all()
+    with DenseDataset(path) as reopened:  # nothing changed
+        assert reopened[:].tobytes() == data.tobytes()
