@@ -1,8 +1,8 @@
 """ShardedStore: the shards of a sharded dataset, open together and used like one Zrecord.
 
 DenseDataset and RaggedDataset hold either a Zrecord (a single-store dataset) or this. Reads go
-through one native View over every shard. Appends fill the last shard and roll over to a new
-one when it is full. Maintenance runs shard by shard. Every change to the manifest holds the
+through one native View over every shard. Appends fill the last shard and roll over to new
+ones when it is full, all or nothing on an error (see _append). Maintenance runs shard by shard. Every change to the manifest holds the
 dataset's commit lock (see loaderx.shards), so other processes may commit shards meanwhile.
 
 Deletes keep the global index space dense: each shard deletes swap-last within itself (its
@@ -354,33 +354,76 @@ class ShardedStore:
         return self._append(len(records), write)
 
     def _append(self, count: int, write: Callable[[Zrecord, int, int], int]) -> int:
-        """Writes records [0, count) to the tail shard, rolling over when it is full; returns
-        the global index of the first. A batch that spans shards is written shard by shard:
-        a failure in a later shard keeps the earlier part (each part is all or nothing)."""
+        """Writes records [0, count) after the last one, rolling over to new shards as the tail
+        fills; returns the global index of the first.
+
+        All or nothing on an error: the records past the tail's room are written first, into
+        new shards in the staging area that no reader sees; then the tail takes its part (one
+        atomic store append); then one manifest commit adds the new shards. An error before
+        that commit (a full disk, a refused record) removes the staged shards and leaves the
+        dataset as it was. Only a process killed between the tail's append and the commit
+        leaves the tail's part in (the staged shards are then garbage the next commit removes).
+        """
         with self._guard, commit_lock(self.path):
             self._sync_manifest()
-            first: int | None = None
-            done = 0
-            while done < count:
-                if not self.stores:
-                    self._roll_over()
-                tail = self.stores[-1]
-                room = self.shard_records - len(tail)
-                if room <= 0:
-                    self._roll_over()
-                    continue
-                take = min(room, count - done)
-                try:
-                    local = write(tail, done, done + take)
-                except StoreFullError:
-                    if len(tail) == 0:
-                        raise
-                    self._roll_over()  # out of chunk space before the record limit
-                    continue
-                if first is None:
-                    first = self._tail_start() + local
-                done += take
-            return len(self) if first is None else first
+            if count == 0:
+                return len(self)
+            if not self.stores:
+                self._roll_over()
+            tail = self.stores[-1]
+            head = min(max(0, self.shard_records - len(tail)), count)
+            staged: list[str] = []
+            try:
+                for begin in range(head, count, self.shard_records):
+                    end = min(count, begin + self.shard_records)
+                    staged.append(self._write_staged(write, begin, end))
+                first = len(self)
+                if head:
+                    try:
+                        first = self._tail_start() + write(tail, 0, head)
+                    except StoreFullError:
+                        if len(tail) == 0:
+                            raise
+                        # Out of chunk space before the record limit (garbage left by deletes):
+                        # the tail's part goes to a shard of its own, ahead of the others.
+                        staged.insert(0, self._write_staged(write, 0, head))
+                if staged:
+                    manifest = commit_shards_locked(self.path, staged, self.schema, len(tail))
+                    self._load(manifest, _signature(self.path))
+            except BaseException:
+                for folder in staged:  # renamed into the dataset only by a commit that succeeded
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
+            return first
+
+    def _write_staged(self, write: Callable[[Zrecord, int, int], int], begin: int, end: int) -> str:
+        """A new shard holding records [begin, end), built in the staging area (not listed, so
+        invisible until a commit moves it in); removed again if anything fails."""
+        staged = self._new_shard_folder()
+        try:
+            with Zrecord(staged, codec=self.schema.codec) as store:
+                write(store, begin, end)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        return staged
+
+    def _new_shard_folder(self) -> str:
+        """An empty shard in the staging area: the schema, the dictionary its predecessors
+        share (a zstd_dict dataset's shards all use the one its first shard trained), a store."""
+        tail = self.stores[-1] if self.stores else None
+        staged = staging_folder(self.path)
+        try:
+            write_schema(staged, self.schema)
+            if tail is not None:
+                dictionary = os.path.join(tail.path, _DICT_FILE)
+                if os.path.isfile(dictionary):
+                    shutil.copyfile(dictionary, os.path.join(staged, _DICT_FILE))
+            Zrecord(staged, create=True, codec=self.schema.codec).close()
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        return staged
 
     def _tail_start(self) -> int:
         """The global index of the tail shard's first record (the other shards are sealed)."""
@@ -389,15 +432,8 @@ class ShardedStore:
     def _roll_over(self) -> None:
         """Under the commit lock: seals the tail and commits a new, empty shard after it."""
         tail = self.stores[-1] if self.stores else None
-        staged = staging_folder(self.path)
+        staged = self._new_shard_folder()
         try:
-            write_schema(staged, self.schema)
-            if tail is not None:
-                # A zstd_dict dataset's shards share the dictionary its first shard trained.
-                dictionary = os.path.join(tail.path, _DICT_FILE)
-                if os.path.isfile(dictionary):
-                    shutil.copyfile(dictionary, os.path.join(staged, _DICT_FILE))
-            Zrecord(staged, create=True, codec=self.schema.codec).close()
             manifest = commit_shards_locked(
                 self.path, [staged], self.schema, None if tail is None else len(tail)
             )

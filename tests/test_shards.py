@@ -622,3 +622,41 @@ def test_a_closed_sharded_dataset_raises_as_a_closed_store_does(tmp_path: Path) 
     assert (out == 7).all()
     with DenseDataset(path) as reopened:  # nothing changed
         assert reopened[:].tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize("failing_call", [1, 3, 5])
+def test_a_failed_append_across_shards_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing_call: int
+) -> None:
+    """The batch spans the tail and four new shards; whichever of its five store appends fails
+    (the new shards are written first, the tail last), the dataset stays as it was."""
+    from loaderx.shards import manifest_path
+    from loaderx.zrecord import Zrecord
+
+    path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
+    more = _dense_data(4000)[::-1].copy()
+    before = Path(manifest_path(str(path))).read_bytes()
+    listing = sorted(os.listdir(path))
+    original = Zrecord.append_fixed
+    calls = []
+
+    def flaky(store: Zrecord, rows: Any, record_size: int) -> int:
+        calls.append(store.path)
+        if len(calls) == failing_call:
+            raise OSError(28, "No space left on device (injected)")
+        return original(store, rows, record_size)
+
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        monkeypatch.setattr(Zrecord, "append_fixed", flaky)
+        with pytest.raises(OSError, match="injected"):
+            ds.append(more)  # 500 into the tail, then 1000, 1000, 1000 and 500 in new shards
+        monkeypatch.setattr(Zrecord, "append_fixed", original)
+        assert len(ds) == COUNT and ds[:].tobytes() == data.tobytes()
+        assert Path(manifest_path(str(path))).read_bytes() == before
+        assert sorted(os.listdir(path)) == listing
+        assert len(calls) == failing_call
+        assert ds.append(more) == COUNT
+        assert ds[:].tobytes() == np.concatenate([data, more]).tobytes()
+    with DenseDataset(path) as reopened:
+        assert reopened[:].tobytes() == np.concatenate([data, more]).tobytes()
+        assert [s["records"] for s in reopened.shard_stats()] == [1000] * 6 + [500]

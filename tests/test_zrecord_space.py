@@ -235,6 +235,36 @@ def test_a_full_disk_at_a_new_table_page(small_disk: Path) -> None:
         assert np.array_equal(read_all(store, 1), rows_of(0, 1000, 1))
 
 
+def test_a_sharded_append_on_a_full_disk_adds_nothing(small_disk: Path) -> None:
+    """A batch that spans the tail and two new shards: the disk fills while the new shards are
+    written, and the dataset keeps exactly its old records and shards."""
+    from loaderx.dataset import DenseDataset
+    from loaderx.shards import manifest_path
+
+    path = small_disk / "sharded"
+    with DenseDataset(path, dtype=np.uint64, item_shape=(64,), codec="raw",
+                      shard_records=2000) as ds:
+        ds.append(rows_of(0, 2500, 64))
+        before = Path(manifest_path(str(path))).read_bytes()
+        listing = sorted(os.listdir(path))
+        stat = os.statvfs(small_disk)
+        free = stat.f_bavail * stat.f_frsize  # leave 1 MiB: the batch needs 2 MB
+        (small_disk / "ballast").write_bytes(b"\x00" * (free - MIB))
+        with pytest.raises(OSError) as full:
+            ds.append(rows_of(2500, 4000, 64))  # 500 into the tail, then 2000 + 1500 staged
+        assert_enospc(full.value)
+        assert len(ds) == 2500
+        assert np.array_equal(ds[:], rows_of(0, 2500, 64))
+        assert Path(manifest_path(str(path))).read_bytes() == before
+        assert sorted(os.listdir(path)) == listing  # no staged shard left behind
+        (small_disk / "ballast").unlink()
+        assert ds.append(rows_of(2500, 4000, 64)) == 2500
+        assert np.array_equal(ds[:], rows_of(0, 6500, 64))
+    with DenseDataset(path, shard_records=2000) as reopened:
+        assert np.array_equal(reopened[:], rows_of(0, 6500, 64))
+        assert [s["records"] for s in reopened.shard_stats()] == [2000, 2000, 2000, 500]
+
+
 # --- opening beside a writer ---------------------------------------------------------------------------
 
 WRITER = textwrap.dedent(
