@@ -78,7 +78,7 @@ def fsync_tree(folder: str) -> None:
         fsync_folder(here)
 
 
-class _FolderLock:
+class FolderLock:
     """An flock on a folder's inode: it follows the folder through renames, dies with us."""
 
     fd: int
@@ -104,7 +104,7 @@ class _FolderLock:
             close_descriptor(self.fd)  # closing the last descriptor drops the flock
             self.fd = -1
 
-    def __enter__(self) -> _FolderLock:
+    def __enter__(self) -> FolderLock:
         return self
 
     def __exit__(
@@ -116,10 +116,10 @@ class _FolderLock:
         self.release()
 
 
-def _try_lock(folder: str) -> _FolderLock | None:
+def try_lock(folder: str) -> FolderLock | None:
     """The folder's lock, or None while a live process holds it."""
     try:
-        return _FolderLock(folder, blocking=False)
+        return FolderLock(folder, blocking=False)
     except BlockingIOError:
         return None
     except FileNotFoundError:
@@ -172,9 +172,9 @@ def recover(dst: str) -> None:
         return  # no parent folder, or one we may not list: nothing we could recover there
     if not groups:
         return
-    with _FolderLock(parent, blocking=True):
+    with FolderLock(parent, blocking=True):
         for group in _leftovers(dst).values():
-            locks = [_try_lock(path) for path in group.values()]
+            locks = [try_lock(path) for path in group.values()]
             try:
                 if all(lock is not None for lock in locks):
                     _settle(dst, group)
@@ -194,7 +194,7 @@ class StagedFolder:
     final: str
     path: str
     token: str
-    _lock: _FolderLock
+    _lock: FolderLock
 
     def __init__(self, dst: str) -> None:
         self.final = os.path.abspath(dst)
@@ -210,7 +210,7 @@ class StagedFolder:
                 os.mkdir(self.path, 0o777)
             except FileExistsError:
                 continue
-            self._lock = _FolderLock(self.path, blocking=True)
+            self._lock = FolderLock(self.path, blocking=True)
             # A recovery elsewhere may have removed the folder before we locked it.
             if self._lock.fd < 0 or os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path)):
                 break
@@ -229,7 +229,7 @@ class StagedFolder:
         parent = os.path.dirname(self.final)
         fsync_tree(self.path)
         new = self._sibling(NEW)
-        with _FolderLock(parent, blocking=True):
+        with FolderLock(parent, blocking=True):
             os.replace(self.path, new)
             self.path = new
             fsync_folder(parent)
@@ -248,7 +248,7 @@ class StagedFolder:
         """dst -> old, new -> dst, each rename durable before the next; then old is removed."""
         parent = os.path.dirname(self.final)
         old = self._sibling(OLD)
-        with _FolderLock(self.final, blocking=True):
+        with FolderLock(self.final, blocking=True):
             os.replace(self.final, old)
             fsync_folder(parent)
             try:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
+from loaderx.commit import FolderLock, try_lock
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
 from loaderx.sharded import check_shard_records
@@ -163,11 +164,53 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
 # --- staging and publishing -------------------------------------------------------------------
 
 
-def make_staging(final: str) -> str:
-    """A private folder beside final (same file system) for the parts of one conversion."""
+def _parts_prefix(final: str) -> str:
+    return f".{os.path.basename(final)}.loaderx-parts-"
+
+
+# Locked by the conversion for its whole run. A file, not the parts folder itself: the workers'
+# own converters lock the folder they convert in (loaderx.commit), and that is this one.
+_LIVE_MARKER: Final = ".loaderx-live"
+
+
+def make_staging(final: str) -> tuple[str, FolderLock]:
+    """A private folder beside final (same file system) for the parts of one conversion, and
+    the lock that marks it live until the conversion ends (release it after removing it).
+
+    The parts folders of conversions that were killed (their lock died with them) are removed
+    first: nothing else ever would."""
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.loaderx-parts-", dir=parent)
+    remove_dead_staging(final)
+    staging = tempfile.mkdtemp(prefix=_parts_prefix(final), dir=parent)
+    try:
+        marker = os.path.join(staging, _LIVE_MARKER)
+        open(marker, "xb").close()
+        return staging, FolderLock(marker, blocking=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def remove_dead_staging(final: str) -> int:
+    """Removes the parts folders beside final whose conversion is gone; returns how many."""
+    parent = os.path.dirname(final)
+    removed = 0
+    for name in os.listdir(parent):
+        if not name.startswith(_parts_prefix(final)):
+            continue
+        folder = os.path.join(parent, name)
+        # None: a live conversion holds it, or the marker is gone (the folder is being removed,
+        # or its conversion was killed within microseconds of making it: left alone).
+        lock = try_lock(os.path.join(folder, _LIVE_MARKER))
+        if lock is None:
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+        finally:
+            lock.release()
+    return removed
 
 
 def part_folder(staging: str, job: int, piece: int) -> str:
@@ -272,7 +315,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
         _check_destination(final, overwrite)
     count = int(data.shape[0])
     ranges = split_ranges(count, workers)
-    staging = make_staging(final)
+    staging, live = make_staging(final)
     try:
         jobs = [_NumpyJob(staging, i, data[a:b], shard_records, options)
                 for i, (a, b) in enumerate(ranges)]
@@ -282,6 +325,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
         publish(final, parts, schema, overwrite, append)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        live.release()
     return count
 
 
@@ -345,7 +389,7 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
     final = os.path.abspath(path)
     if not append:
         _check_destination(final, overwrite)
-    staging = make_staging(final)
+    staging, live = make_staging(final)
     try:
         jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records)
                 for i, s in enumerate(sources)]
@@ -367,6 +411,7 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
         return sum(count for _, count in parts)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        live.release()
 
 
 __all__ = ["check_workers", "convert_iterables", "convert_numpy",

@@ -50,8 +50,8 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     assert declared == abi()
     # 20 store, sampler and library functions (lx_store_verify among them) + 6 lx_view_* +
     # lx_sampler_batch + lx_pool_set_policy and lx_pool_policy + lx_stores_set_policy and
-    # lx_stores_policy + the 4 calls of 32-bit halves
-    assert len(abi()) == 35
+    # lx_stores_policy + the 4 calls of 32-bit halves + lx_stores_delete
+    assert len(abi()) == 36
 
 
 def test_host_library_exports_exactly_the_header() -> None:

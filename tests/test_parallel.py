@@ -434,3 +434,31 @@ def test_a_concurrent_reader_sees_the_old_or_the_new_dataset(tmp_path: Path) -> 
     reader.join(60)
     assert counts["mixed"] == 0, counts
     assert counts["old"] > 0 and counts["new"] > 0, counts
+
+
+def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) -> None:
+    """A conversion's parts folder is locked while it runs; one whose lock is gone (its
+    process was killed) is removed by the next conversion to the same destination."""
+    from loaderx.commit import FolderLock
+
+    dead = tmp_path / ".c.loaderx-parts-dead0001"
+    (dead / "part-000000-000000").mkdir(parents=True)
+    (dead / "part-000000-000000" / "0.zr").write_bytes(b"\0" * 4096)
+    (dead / ".loaderx-live").touch()
+    live = tmp_path / ".c.loaderx-parts-live0001"
+    live.mkdir()
+    (live / ".loaderx-live").touch()
+    other = tmp_path / ".cc.loaderx-parts-dead0002"  # another destination's: not ours to judge
+    other.mkdir()
+    (other / ".loaderx-live").touch()
+    holder = FolderLock(str(live / ".loaderx-live"), blocking=True)
+    try:
+        assert from_numpy(str(tmp_path / "c"), np.arange(50, dtype=np.int64), workers=2) == 50
+        assert not dead.exists()
+        assert live.exists() and other.exists()
+    finally:
+        holder.release()
+    np.testing.assert_array_equal(read_dense(str(tmp_path / "c")), np.arange(50))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".c.loaderx-parts-live0001", ".cc.loaderx-parts-dead0002", "c"
+    ]

@@ -241,6 +241,8 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
     # parent's writer lock (a store has one writer at a time).
     dataset = DenseDataset(path, shard_records=100)
     held, release = threading.Event(), threading.Event()
+    checked, tell_child = os.pipe()
+    ready, tell_parent = os.pipe()
 
     def hold() -> None:
         with commit_lock(path):
@@ -248,8 +250,9 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
             release.wait()
 
     def child() -> None:
-        assert open_count() == 0  # the inherited lock descriptor is closed
-        time.sleep(1.0)  # the parent checks the lock meanwhile
+        assert open_count() == 0  # the inherited lock descriptor is closed (at fork)
+        os.write(tell_parent, b"x")  # so the parent may check the lock now
+        assert os.read(checked, 1) == b"x"  # the parent has checked it
         dataset.append(np.arange(1000, 1003, dtype=np.int64))
         dataset.close()
 
@@ -259,11 +262,20 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
     pid = run_child(child)
     release.set()
     holder.join()
+    # The child runs (its copies were closed at the fork); a child that failed before saying
+    # so fails the test by its exit status below, not by a hang here.
+    import select
+
+    if select.select([ready], [], [], 30)[0]:
+        assert os.read(ready, 1) == b"x"
     probe = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
     try:  # before the fix the child's copy kept the lock: this raised BlockingIOError
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(probe)
+        os.write(tell_child, b"x")
+        for fd in (tell_child, checked, ready, tell_parent):
+            os.close(fd)
     wait_child(pid)  # the child's append took the lock (a hang fails it by its alarm)
     expected = np.concatenate([np.arange(250), np.arange(1000, 1003)])
     with DenseDataset(path, shard_records=100) as reopened:
