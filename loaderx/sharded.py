@@ -40,6 +40,7 @@ from loaderx.shards import (
     ShardEntry,
     commit_lock,
     commit_shards_locked,
+    discard_staging,
     manifest_path,
     read_manifest,
     shard_folder,
@@ -392,7 +393,7 @@ class ShardedStore:
                     self._load(manifest, _signature(self.path))
             except BaseException:
                 for folder in staged:  # renamed into the dataset only by a commit that succeeded
-                    shutil.rmtree(folder, ignore_errors=True)
+                    discard_staging(folder)
                 raise
             return first
 
@@ -404,7 +405,7 @@ class ShardedStore:
             with Zrecord(staged, codec=self.schema.codec) as store:
                 write(store, begin, end)
         except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
+            discard_staging(staged)
             raise
         return staged
 
@@ -421,7 +422,7 @@ class ShardedStore:
                     shutil.copyfile(dictionary, os.path.join(staged, _DICT_FILE))
             Zrecord(staged, create=True, codec=self.schema.codec).close()
         except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
+            discard_staging(staged)
             raise
         return staged
 
@@ -438,7 +439,7 @@ class ShardedStore:
                 self.path, [staged], self.schema, None if tail is None else len(tail)
             )
         except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
+            discard_staging(staged)
             raise
         self._load(manifest, _signature(self.path))
 

@@ -34,13 +34,15 @@ import os
 import re
 import shutil
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Final
 
 import msgpack
 
+from loaderx.commit import FolderLock, try_lock
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import write_file_atomically
@@ -51,6 +53,8 @@ MANIFEST_FORMAT: Final = "loaderx-shards"
 MANIFEST_VERSION: Final = 1
 LOCK_FILE: Final = "shards.lock"
 STAGING_PREFIX: Final = ".staging-"
+# The marker beside a staging folder, locked by the process that builds the shard there.
+_LIVE_SUFFIX: Final = ".live"
 # The name of the top-level store when a single-store dataset has rolled over.
 TOP_LEVEL: Final = "."
 
@@ -290,14 +294,75 @@ def _lock_file(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
 
 
+# This process's claims on staging folders: path -> the lock on its marker.
+_staging_locks: dict[str, FolderLock] = {}
+_staging_guard = threading.Lock()
+
+
 def staging_folder(folder: str | os.PathLike[str]) -> str:
     """A fresh, empty hidden folder inside the dataset folder (created if absent) to build one
-    shard in before commit_shards moves it in. Being inside the dataset, the move is a rename."""
+    shard in before commit_shards moves it in. Being inside the dataset, the move is a rename.
+
+    Beside it, a marker file stays locked by this process until commit_shards moves the folder
+    in or discard_staging removes it; a folder whose marker nobody holds belongs to a process
+    that was killed, and the next commit removes it (remove_dead_staging)."""
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    os.mkdir(path)
+    # The marker first, locked, then the folder: no staging folder is ever without its claim.
+    open(path + _LIVE_SUFFIX, "xb").close()
+    try:
+        lock = FolderLock(path + _LIVE_SUFFIX, blocking=True)
+    except BaseException:
+        os.unlink(path + _LIVE_SUFFIX)
+        raise
+    try:
+        os.mkdir(path)
+    except BaseException:
+        os.unlink(path + _LIVE_SUFFIX)
+        lock.release()
+        raise
+    with _staging_guard:
+        _staging_locks[path] = lock
     return path
+
+
+def release_staging(path: str) -> None:
+    """Ends this process's claim on a staging folder (moved in as a shard, or removed)."""
+    with _staging_guard:
+        lock = _staging_locks.pop(path, None)
+    with suppress(FileNotFoundError):
+        os.unlink(path + _LIVE_SUFFIX)
+    if lock is not None:
+        lock.release()
+
+
+def discard_staging(path: str) -> None:
+    """Removes a staging folder this process will not commit, and its claim."""
+    shutil.rmtree(path, ignore_errors=True)
+    release_staging(path)
+
+
+def remove_dead_staging(folder: str) -> None:
+    """Under the commit lock: removes staging folders (and stray markers) of killed processes.
+    A folder without a marker (made before markers existed) is left alone."""
+    names = os.listdir(folder)
+    for name in names:
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        path = os.path.join(folder, name.removesuffix(_LIVE_SUFFIX))
+        if name.endswith(_LIVE_SUFFIX) and os.path.lexists(path):
+            continue  # judged with its folder
+        marker = path + _LIVE_SUFFIX
+        lock = try_lock(marker)
+        if lock is None:  # held by a live process, or no marker at all
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            with suppress(FileNotFoundError):
+                os.unlink(marker)
+        finally:
+            lock.release()
 
 
 def _store_length(folder: str) -> int:
@@ -398,6 +463,7 @@ def commit_shards_locked(
     moved: list[tuple[str, str]] = []
     try:
         remove_unlisted(folder, manifest)
+        remove_dead_staging(folder)
         seal_tail(folder, manifest, tail_records)
         first = next_shard_number(manifest)
         for offset, (path, count) in enumerate(zip(staged, counts)):
@@ -415,6 +481,8 @@ def commit_shards_locked(
         if created:
             os.unlink(os.path.join(folder, SCHEMA_FILE))
         raise
+    for path in staged:
+        release_staging(path)
     return manifest
 
 

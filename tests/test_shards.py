@@ -660,3 +660,32 @@ def test_a_failed_append_across_shards_changes_nothing(
     with DenseDataset(path) as reopened:
         assert reopened[:].tobytes() == np.concatenate([data, more]).tobytes()
         assert [s["records"] for s in reopened.shard_stats()] == [1000] * 6 + [500]
+
+
+def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) -> None:
+    """A staging folder is claimed by a lock on a marker beside it; one left by a process that
+    died (its lock died with it) is removed by the next commit, a live one is not."""
+    import subprocess
+    import sys
+
+    from loaderx.shards import STAGING_PREFIX, discard_staging, staging_folder
+
+    path, data = _sharded(tmp_path)
+    code = (
+        "import os, sys\n"
+        "from loaderx.shards import staging_folder\n"
+        "staged = staging_folder(sys.argv[1])\n"
+        "open(os.path.join(staged, '0.zr'), 'wb').write(b'x' * 65536)\n"
+        "os._exit(0)  # as if killed: no cleanup runs\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    dead = [n for n in os.listdir(path) if n.startswith(STAGING_PREFIX)]
+    assert len(dead) == 2  # the folder and its marker
+    mine = staging_folder(path)
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        ds.append(data[:600])  # 500 fill the tail, 100 roll over: a commit
+        assert ds[:].tobytes() == np.concatenate([data, data[:600]]).tobytes()
+    left = sorted(n for n in os.listdir(path) if n.startswith(STAGING_PREFIX))
+    assert left == sorted([os.path.basename(mine), os.path.basename(mine) + ".live"])
+    discard_staging(mine)
+    assert not [n for n in os.listdir(path) if n.startswith(STAGING_PREFIX)]

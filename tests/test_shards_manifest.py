@@ -193,7 +193,10 @@ def test_a_failed_first_commit_removes_the_schema_it_wrote(tmp_path: Path, monke
     monkeypatch.setattr("loaderx.shards.write_manifest", failing_write)
     with pytest.raises(OSError, match="No space"):
         commit_shards(dataset, [staged], SCHEMA)
-    assert sorted(os.listdir(dataset)) == sorted([os.path.basename(staged), "shards.lock"])
+    # The staged shard stays, still claimed by this process (its marker beside it).
+    assert sorted(os.listdir(dataset)) == sorted(
+        [os.path.basename(staged), os.path.basename(staged) + ".live", "shards.lock"]
+    )
 
 
 def test_unlisted_shard_folders_are_removed_by_the_next_commit(tmp_path: Path) -> None:
