@@ -36,6 +36,10 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
+# Whether FolderLock really locks (flock exists here). Without it every lock "succeeds", so
+# nothing may judge a folder dead by taking its lock.
+FOLDER_LOCKS_WORK: Final = fcntl is not None
+
 PARTIAL: Final = "partial"
 NEW: Final = "new"
 OLD: Final = "old"

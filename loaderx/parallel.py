@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx.commit import FolderLock, try_lock
+from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
 from loaderx.sharded import check_shard_records
@@ -193,7 +193,10 @@ def make_staging(final: str) -> tuple[str, FolderLock]:
 
 
 def remove_dead_staging(final: str) -> int:
-    """Removes the parts folders beside final whose conversion is gone; returns how many."""
+    """Removes the parts folders beside final whose conversion is gone; returns how many.
+    Where file locks do not exist (Windows) a live folder looks the same: none is removed."""
+    if not FOLDER_LOCKS_WORK:
+        return 0
     parent = os.path.dirname(final)
     removed = 0
     for name in os.listdir(parent):

@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import msgpack
 
-from loaderx.commit import FolderLock, try_lock
+from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import write_file_atomically
@@ -53,8 +53,10 @@ MANIFEST_FORMAT: Final = "loaderx-shards"
 MANIFEST_VERSION: Final = 1
 LOCK_FILE: Final = "shards.lock"
 STAGING_PREFIX: Final = ".staging-"
-# The marker beside a staging folder, locked by the process that builds the shard there.
+# The marker beside a staging folder, locked by the process that builds the shard there, and
+# the name it is made under before it is locked.
 _LIVE_SUFFIX: Final = ".live"
+_CLAIM_PREFIX: Final = ".claim-"
 # The name of the top-level store when a single-store dataset has rolled over.
 TOP_LEVEL: Final = "."
 
@@ -309,17 +311,23 @@ def staging_folder(folder: str | os.PathLike[str]) -> str:
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    # The marker first, locked, then the folder: no staging folder is ever without its claim.
-    open(path + _LIVE_SUFFIX, "xb").close()
+    # The marker first, then the folder: no staging folder is ever without its claim. The
+    # marker is made and locked under a name remove_dead_staging ignores and only then renamed
+    # (the lock follows the file), so no commit elsewhere ever sees it unlocked.
+    claiming = os.path.join(folder, f"{_CLAIM_PREFIX}{uuid.uuid4().hex[:12]}")
+    open(claiming, "xb").close()
     try:
-        lock = FolderLock(path + _LIVE_SUFFIX, blocking=True)
+        lock = FolderLock(claiming, blocking=True)
     except BaseException:
-        os.unlink(path + _LIVE_SUFFIX)
+        os.unlink(claiming)
         raise
     try:
+        os.rename(claiming, path + _LIVE_SUFFIX)
         os.mkdir(path)
     except BaseException:
-        os.unlink(path + _LIVE_SUFFIX)
+        for name in (claiming, path + _LIVE_SUFFIX):
+            with suppress(FileNotFoundError):
+                os.unlink(name)
         lock.release()
         raise
     with _staging_guard:
@@ -345,7 +353,10 @@ def discard_staging(path: str) -> None:
 
 def remove_dead_staging(folder: str) -> None:
     """Under the commit lock: removes staging folders (and stray markers) of killed processes.
-    A folder without a marker (made before markers existed) is left alone."""
+    A folder without a marker (made before markers existed) is left alone, and so is every
+    folder where file locks do not exist (Windows): there a live one looks the same."""
+    if not FOLDER_LOCKS_WORK:
+        return
     names = os.listdir(folder)
     for name in names:
         if not name.startswith(STAGING_PREFIX):
