@@ -182,14 +182,25 @@ def make_staging(final: str) -> tuple[str, FolderLock]:
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
     remove_dead_staging(final)
-    staging = tempfile.mkdtemp(prefix=_parts_prefix(final), dir=parent)
+    # Made under a name remove_dead_staging ignores, its marker locked, and only then renamed
+    # (the lock stays with the marker file): another conversion to the same path never sees
+    # this folder with its marker not yet locked, which it would take for a dead one.
+    claiming = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.loaderx-claim-", dir=parent)
     try:
-        marker = os.path.join(staging, _LIVE_MARKER)
+        marker = os.path.join(claiming, _LIVE_MARKER)
         open(marker, "xb").close()
-        return staging, FolderLock(marker, blocking=True)
+        live = FolderLock(marker, blocking=True)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(claiming, ignore_errors=True)
         raise
+    staging = os.path.join(parent, _parts_prefix(final) + os.path.basename(claiming)[-8:])
+    try:
+        os.rename(claiming, staging)
+    except BaseException:
+        shutil.rmtree(claiming, ignore_errors=True)
+        live.release()
+        raise
+    return staging, live
 
 
 def remove_dead_staging(final: str) -> int:
