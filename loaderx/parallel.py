@@ -20,9 +20,7 @@ import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
-import shutil
 import signal
-import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
@@ -31,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
+from loaderx import claims
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
 from loaderx.sharded import check_shard_records
@@ -168,63 +166,25 @@ def _parts_prefix(final: str) -> str:
     return f".{os.path.basename(final)}.loaderx-parts-"
 
 
-# Locked by the conversion for its whole run. A file, not the parts folder itself: the workers'
-# own converters lock the folder they convert in (loaderx.commit), and that is this one.
-_LIVE_MARKER: Final = ".loaderx-live"
+def _claim_prefix(final: str) -> str:
+    return f".{os.path.basename(final)}.loaderx-claim-"
 
 
-def make_staging(final: str) -> tuple[str, FolderLock]:
-    """A private folder beside final (same file system) for the parts of one conversion, and
-    the lock that marks it live until the conversion ends (release it after removing it).
+def make_staging(final: str) -> str:
+    """A private folder beside final (same file system) for the parts of one conversion,
+    claimed (loaderx.claims) until the conversion ends: end it with claims.discard.
 
-    The parts folders of conversions that were killed (their lock died with them) are removed
+    The parts folders of conversions that were killed (their claim died with them) are removed
     first: nothing else ever would."""
     parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
     remove_dead_staging(final)
-    # Made under a name remove_dead_staging ignores, its marker locked, and only then renamed
-    # (the lock stays with the marker file): another conversion to the same path never sees
-    # this folder with its marker not yet locked, which it would take for a dead one.
-    claiming = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.loaderx-claim-", dir=parent)
-    try:
-        marker = os.path.join(claiming, _LIVE_MARKER)
-        open(marker, "xb").close()
-        live = FolderLock(marker, blocking=True)
-    except BaseException:
-        shutil.rmtree(claiming, ignore_errors=True)
-        raise
-    staging = os.path.join(parent, _parts_prefix(final) + os.path.basename(claiming)[-8:])
-    try:
-        os.rename(claiming, staging)
-    except BaseException:
-        shutil.rmtree(claiming, ignore_errors=True)
-        live.release()
-        raise
-    return staging, live
+    return claims.claim_folder(parent, _parts_prefix(final), _claim_prefix(final))
 
 
 def remove_dead_staging(final: str) -> int:
     """Removes the parts folders beside final whose conversion is gone; returns how many.
     Where file locks do not exist (Windows) a live folder looks the same: none is removed."""
-    if not FOLDER_LOCKS_WORK:
-        return 0
-    parent = os.path.dirname(final)
-    removed = 0
-    for name in os.listdir(parent):
-        if not name.startswith(_parts_prefix(final)):
-            continue
-        folder = os.path.join(parent, name)
-        # None: a live conversion holds it, or the marker is gone (the folder is being removed,
-        # or its conversion was killed within microseconds of making it: left alone).
-        lock = try_lock(os.path.join(folder, _LIVE_MARKER))
-        if lock is None:
-            continue
-        try:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-        finally:
-            lock.release()
-    return removed
+    return claims.remove_dead(os.path.dirname(final), _parts_prefix(final), _claim_prefix(final))
 
 
 def part_folder(staging: str, job: int, piece: int) -> str:
@@ -329,7 +289,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
         _check_destination(final, overwrite)
     count = int(data.shape[0])
     ranges = split_ranges(count, workers)
-    staging, live = make_staging(final)
+    staging = make_staging(final)
     try:
         jobs = [_NumpyJob(staging, i, data[a:b], shard_records, options)
                 for i, (a, b) in enumerate(ranges)]
@@ -338,8 +298,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
         parts: list[Part] = [part for written in results for part in written]
         publish(final, parts, schema, overwrite, append)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        live.release()
+        claims.discard(staging)
     return count
 
 
@@ -403,7 +362,7 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
     final = os.path.abspath(path)
     if not append:
         _check_destination(final, overwrite)
-    staging, live = make_staging(final)
+    staging = make_staging(final)
     try:
         jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records)
                 for i, s in enumerate(sources)]
@@ -424,8 +383,7 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
         publish(final, parts, schema, overwrite, append)
         return sum(count for _, count in parts)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        live.release()
+        claims.discard(staging)
 
 
 __all__ = ["check_workers", "convert_iterables", "convert_numpy",

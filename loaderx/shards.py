@@ -34,15 +34,13 @@ import os
 import re
 import shutil
 import sys
-import threading
-import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, Final
 
 import msgpack
 
-from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
+from loaderx import claims
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import write_file_atomically
@@ -53,9 +51,8 @@ MANIFEST_FORMAT: Final = "loaderx-shards"
 MANIFEST_VERSION: Final = 1
 LOCK_FILE: Final = "shards.lock"
 STAGING_PREFIX: Final = ".staging-"
-# The marker beside a staging folder, locked by the process that builds the shard there, and
-# the name it is made under before it is locked.
-_LIVE_SUFFIX: Final = ".live"
+# The name a staging folder's marker is made and locked under before it is renamed into place
+# (loaderx.claims).
 _CLAIM_PREFIX: Final = ".claim-"
 # The name of the top-level store when a single-store dataset has rolled over.
 TOP_LEVEL: Final = "."
@@ -296,84 +293,32 @@ def _lock_file(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
 
 
-# This process's claims on staging folders: path -> the lock on its marker.
-_staging_locks: dict[str, FolderLock] = {}
-_staging_guard = threading.Lock()
-
-
 def staging_folder(folder: str | os.PathLike[str]) -> str:
     """A fresh, empty hidden folder inside the dataset folder (created if absent) to build one
     shard in before commit_shards moves it in. Being inside the dataset, the move is a rename.
 
-    Beside it, a marker file stays locked by this process until commit_shards moves the folder
-    in or discard_staging removes it; a folder whose marker nobody holds belongs to a process
-    that was killed, and the next commit removes it (remove_dead_staging)."""
+    It is claimed (loaderx.claims) by this process until commit_shards moves it in or
+    discard_staging removes it; a folder whose claim nobody holds belongs to a process that was
+    killed, and the next commit removes it (remove_dead_staging)."""
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    # The marker first, then the folder: no staging folder is ever without its claim. The
-    # marker is made and locked under a name remove_dead_staging ignores and only then renamed
-    # (the lock follows the file), so no commit elsewhere ever sees it unlocked.
-    claiming = os.path.join(folder, f"{_CLAIM_PREFIX}{uuid.uuid4().hex[:12]}")
-    open(claiming, "xb").close()
-    try:
-        lock = FolderLock(claiming, blocking=True)
-    except BaseException:
-        os.unlink(claiming)
-        raise
-    try:
-        os.rename(claiming, path + _LIVE_SUFFIX)
-        os.mkdir(path)
-    except BaseException:
-        for name in (claiming, path + _LIVE_SUFFIX):
-            with suppress(FileNotFoundError):
-                os.unlink(name)
-        lock.release()
-        raise
-    with _staging_guard:
-        _staging_locks[path] = lock
-    return path
+    return claims.claim_folder(folder, f"{STAGING_PREFIX}{os.getpid()}-", _CLAIM_PREFIX)
 
 
 def release_staging(path: str) -> None:
     """Ends this process's claim on a staging folder (moved in as a shard, or removed)."""
-    with _staging_guard:
-        lock = _staging_locks.pop(path, None)
-    with suppress(FileNotFoundError):
-        os.unlink(path + _LIVE_SUFFIX)
-    if lock is not None:
-        lock.release()
+    claims.release(path)
 
 
 def discard_staging(path: str) -> None:
     """Removes a staging folder this process will not commit, and its claim."""
-    shutil.rmtree(path, ignore_errors=True)
-    release_staging(path)
+    claims.discard(path)
 
 
 def remove_dead_staging(folder: str) -> None:
     """Under the commit lock: removes staging folders (and stray markers) of killed processes.
     A folder without a marker (made before markers existed) is left alone, and so is every
     folder where file locks do not exist (Windows): there a live one looks the same."""
-    if not FOLDER_LOCKS_WORK:
-        return
-    names = os.listdir(folder)
-    for name in names:
-        if not name.startswith(STAGING_PREFIX):
-            continue
-        path = os.path.join(folder, name.removesuffix(_LIVE_SUFFIX))
-        if name.endswith(_LIVE_SUFFIX) and os.path.lexists(path):
-            continue  # judged with its folder
-        marker = path + _LIVE_SUFFIX
-        lock = try_lock(marker)
-        if lock is None:  # held by a live process, or no marker at all
-            continue
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-            with suppress(FileNotFoundError):
-                os.unlink(marker)
-        finally:
-            lock.release()
+    claims.remove_dead(folder, STAGING_PREFIX, _CLAIM_PREFIX)
 
 
 def _store_length(folder: str) -> int:

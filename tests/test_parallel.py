@@ -444,21 +444,27 @@ def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) 
     dead = tmp_path / ".c.loaderx-parts-dead0001"
     (dead / "part-000000-000000").mkdir(parents=True)
     (dead / "part-000000-000000" / "0.zr").write_bytes(b"\0" * 4096)
-    (dead / ".loaderx-live").touch()
+    (tmp_path / ".c.loaderx-parts-dead0001.live").touch()
+    (tmp_path / ".c.loaderx-parts-gone0001.live").touch()  # killed between marker and folder
+    (tmp_path / ".c.loaderx-claim-dead0003").touch()  # killed before its claim was renamed
     live = tmp_path / ".c.loaderx-parts-live0001"
     live.mkdir()
-    (live / ".loaderx-live").touch()
+    (tmp_path / ".c.loaderx-parts-live0001.live").touch()
     other = tmp_path / ".cc.loaderx-parts-dead0002"  # another destination's: not ours to judge
     other.mkdir()
-    (other / ".loaderx-live").touch()
-    holder = FolderLock(str(live / ".loaderx-live"), blocking=True)
+    (tmp_path / ".cc.loaderx-parts-dead0002.live").touch()
+    unmarked = tmp_path / ".c.loaderx-parts-nomark01"  # made another way: left alone
+    unmarked.mkdir()
+    holder = FolderLock(str(tmp_path / ".c.loaderx-parts-live0001.live"), blocking=True)
     try:
         assert from_numpy(str(tmp_path / "c"), np.arange(50, dtype=np.int64), workers=2) == 50
         assert not dead.exists()
-        assert live.exists() and other.exists()
+        assert live.exists() and other.exists() and unmarked.exists()
     finally:
         holder.release()
     np.testing.assert_array_equal(read_dense(str(tmp_path / "c")), np.arange(50))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".c.loaderx-parts-live0001", ".cc.loaderx-parts-dead0002", "c"
+        ".c.loaderx-parts-live0001", ".c.loaderx-parts-live0001.live",
+        ".c.loaderx-parts-nomark01", ".cc.loaderx-parts-dead0002",
+        ".cc.loaderx-parts-dead0002.live", "c",
     ]

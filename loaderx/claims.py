@@ -1,0 +1,153 @@
+"""Claimed folders: scratch folders that a killed process leaves behind and a later one removes.
+
+Two writers build data in hidden folders that nothing else would ever clean up if the writer
+were killed: a sharded dataset's staging folders (loaderx.shards, `.staging-*` inside the
+dataset) and a parallel conversion's parts folder (loaderx.parallel, `.<name>.loaderx-parts-*`
+beside the destination). Both are claimed the same way:
+
+    <folder>          the scratch folder itself (left empty for the caller: a staging folder
+                      is public API and becomes a shard as it is)
+    <folder>.live     its marker, flock-ed by the owning process until it releases the claim
+
+A folder whose marker can be locked belongs to nobody (the kernel drops an flock when its
+process dies), so `remove_dead(parent, prefix)` removes it and its marker. The marker is locked
+before it gets its name: it is made under a claim name (`<claim prefix><random>`), locked,
+checked to be still there, and only then renamed (the lock follows the file). So no cleaner ever
+sees a live folder's marker unlocked; a claim file left by a process killed before the rename is
+removed too, and a creator whose claim file a cleaner took away meanwhile makes a new one.
+
+Where flock does not exist (Windows, loaderx.commit.FOLDER_LOCKS_WORK false) nothing is judged
+dead: a live claim would look the same. The marker is a file beside the folder, not the folder
+itself, because the converters lock the folders they write in (loaderx.commit.StagedFolder),
+and a parts folder is such a folder.
+
+This module stays interpreted: it runs once per staging folder or conversion, never on a read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from contextlib import suppress
+from typing import Final
+
+from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
+
+LIVE_SUFFIX: Final = ".live"
+# Random hex digits in every folder and claim name: 48 bits, so two never meet.
+_TOKEN_HEX: Final = 12
+
+# This process's claims: folder path -> the lock on its marker.
+_held: dict[str, FolderLock] = {}
+_held_guard = threading.Lock()
+
+
+def _token() -> str:
+    return uuid.uuid4().hex[:_TOKEN_HEX]
+
+
+def _locked_claim(parent: str, claim_prefix: str) -> tuple[str, FolderLock]:
+    """A new empty file in parent under a claim name, flock-ed by us. A cleaner may delete a
+    claim file in the moment between its creation and our lock: then it is made again."""
+    while True:
+        claim = os.path.join(parent, claim_prefix + _token())
+        open(claim, "xb").close()
+        try:
+            lock = FolderLock(claim, blocking=True)
+        except FileNotFoundError:
+            continue  # removed before we could open it
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(claim)
+            raise
+        try:
+            still_there = lock.fd < 0 or os.path.samestat(os.fstat(lock.fd), os.stat(claim))
+        except FileNotFoundError:
+            still_there = False
+        if still_there:
+            return claim, lock
+        lock.release()
+
+
+def claim_folder(parent: str, name_prefix: str, claim_prefix: str) -> str:
+    """Creates parent/<name_prefix><random> (an empty folder) claimed by this process until
+    release() or discard(); returns its path. parent is created if absent."""
+    os.makedirs(parent, exist_ok=True)
+    claim, lock = _locked_claim(parent, claim_prefix)
+    path = os.path.join(parent, name_prefix + _token())
+    marker = path + LIVE_SUFFIX
+    try:
+        # The marker before the folder: no folder is ever without its claim.
+        os.rename(claim, marker)
+        os.mkdir(path)
+    except BaseException:
+        for leftover in (claim, marker):
+            with suppress(FileNotFoundError):
+                os.unlink(leftover)
+        lock.release()
+        raise
+    with _held_guard:
+        _held[path] = lock
+    return path
+
+
+def release(path: str) -> None:
+    """Ends this process's claim on a folder (moved elsewhere, or removed): its marker goes."""
+    with _held_guard:
+        lock = _held.pop(path, None)
+    with suppress(FileNotFoundError):
+        os.unlink(path + LIVE_SUFFIX)
+    if lock is not None:
+        lock.release()
+
+
+def discard(path: str) -> None:
+    """Removes a claimed folder and its claim."""
+    shutil.rmtree(path, ignore_errors=True)
+    release(path)
+
+
+def remove_dead(parent: str, name_prefix: str, claim_prefix: str) -> int:
+    """Removes the folders in parent named name_prefix* whose claim nobody holds, their
+    markers, and claim files nobody holds; returns how many folders went. A folder without a
+    marker is left alone (it was made another way). The caller serialises cleaners of one
+    parent if it needs to: two at once only ever both skip or both remove the same dead one."""
+    if not FOLDER_LOCKS_WORK:
+        return 0
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        if name.startswith(claim_prefix):
+            _remove_if_unheld(os.path.join(parent, name), None)
+        elif name.startswith(name_prefix):
+            path = os.path.join(parent, name.removesuffix(LIVE_SUFFIX))
+            is_folder = os.path.lexists(path)
+            if name.endswith(LIVE_SUFFIX) and is_folder:
+                continue  # judged with its folder
+            if _remove_if_unheld(path + LIVE_SUFFIX, path) and is_folder:
+                removed += 1
+    return removed
+
+
+def _remove_if_unheld(marker: str, folder: str | None) -> bool:
+    """Removes folder (if any) and then marker when nobody holds the marker's lock; returns
+    whether it did."""
+    lock = try_lock(marker)
+    if lock is None:  # held by a live process, or no marker at all
+        return False
+    try:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        with suppress(FileNotFoundError):
+            os.unlink(marker)
+    finally:
+        lock.release()
+    return True
+
+
+__all__ = ["LIVE_SUFFIX", "claim_folder", "discard", "release", "remove_dead"]

@@ -1,0 +1,114 @@
+"""loaderx.claims: a claimed folder survives every cleaner while its process lives, and goes with
+the next cleaner once its process is dead (killed without any cleanup)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loaderx import claims
+from loaderx.commit import FolderLock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX = ".job-"
+CLAIM = ".job-claim-"  # shares PREFIX on purpose: claim files must never pass for folders
+
+
+def _names(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir())
+
+
+def test_a_claim_is_an_empty_folder_with_a_held_marker(tmp_path: Path) -> None:
+    path = claims.claim_folder(str(tmp_path / "new"), PREFIX, CLAIM)
+    name = os.path.basename(path)
+    assert name.startswith(PREFIX) and os.listdir(path) == []
+    assert _names(tmp_path / "new") == [name, name + claims.LIVE_SUFFIX]
+    with pytest.raises(BlockingIOError):  # another descriptor is refused: this process holds it
+        FolderLock(path + claims.LIVE_SUFFIX, blocking=False)
+    assert claims.remove_dead(str(tmp_path / "new"), PREFIX, CLAIM) == 0
+    assert _names(tmp_path / "new") == [name, name + claims.LIVE_SUFFIX]
+    claims.discard(path)
+    assert _names(tmp_path / "new") == []
+
+
+def test_a_dead_processes_claims_go_and_a_live_ones_stay(tmp_path: Path) -> None:
+    code = (
+        "import os, sys\n"
+        "from loaderx import claims\n"
+        f"path = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
+        "open(os.path.join(path, 'data'), 'wb').write(b'x' * 4096)\n"
+        "os._exit(0)  # as if killed: no cleanup runs\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=ROOT)
+    (tmp_path / (CLAIM + "0123456789ab")).touch()  # killed before its claim became a marker
+    (tmp_path / (PREFIX + "stray" + claims.LIVE_SUFFIX)).touch()  # killed before its folder
+    (tmp_path / (PREFIX + "unmarked")).mkdir()  # not made by claim_folder: never judged
+    (tmp_path / "other").mkdir()
+    mine = claims.claim_folder(str(tmp_path), PREFIX, CLAIM)
+    assert len(_names(tmp_path)) == 8
+    assert claims.remove_dead(str(tmp_path), PREFIX, CLAIM) == 1  # the dead process's folder
+    mine_name = os.path.basename(mine)
+    assert _names(tmp_path) == sorted(
+        [PREFIX + "unmarked", "other", mine_name, mine_name + claims.LIVE_SUFFIX]
+    )
+    claims.release(mine)  # moved elsewhere by its owner, say: the folder is no longer ours
+    assert _names(tmp_path) == sorted([PREFIX + "unmarked", "other", mine_name])
+
+
+def test_a_claim_file_taken_by_a_cleaner_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment between making a claim file and locking it: a cleaner that finds the file
+    unlocked removes it, and the creator notices and claims again."""
+    real = FolderLock
+    calls: list[str] = []
+
+    def cleaner_first(path: str, blocking: bool) -> FolderLock:
+        if not calls:
+            assert claims.remove_dead(str(tmp_path), PREFIX, CLAIM) == 0
+            assert not os.path.exists(path)  # the cleaner took it
+        calls.append(path)
+        return real(path, blocking)
+
+    monkeypatch.setattr("loaderx.claims.FolderLock", cleaner_first)
+    path = claims.claim_folder(str(tmp_path), PREFIX, CLAIM)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    monkeypatch.undo()
+    assert _names(tmp_path) == sorted([os.path.basename(path), os.path.basename(path) + ".live"])
+    assert claims.remove_dead(str(tmp_path), PREFIX, CLAIM) == 0
+    claims.discard(path)
+
+
+def test_cleaners_never_take_a_live_claim(tmp_path: Path) -> None:
+    """Another process cleans the same folder without pause while this one claims, checks and
+    discards folders: every folder and marker stays for as long as it is claimed."""
+    code = (
+        "import sys, time\n"
+        "from loaderx import claims\n"
+        "end = time.monotonic() + float(sys.argv[2])\n"
+        "while time.monotonic() < end:\n"
+        f"    claims.remove_dead(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
+    )
+    cleaner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), "4"], cwd=ROOT)
+    try:
+        time.sleep(0.5)  # the cleaner is running
+        claimed = 0
+        while cleaner.poll() is None:
+            path = claims.claim_folder(str(tmp_path), PREFIX, CLAIM)
+            with open(os.path.join(path, "data"), "wb") as file:
+                file.write(b"y" * 1024)
+            assert os.path.isfile(path + claims.LIVE_SUFFIX)
+            with open(os.path.join(path, "data"), "rb") as file:
+                assert file.read() == b"y" * 1024
+            claims.discard(path)
+            claimed += 1
+    finally:
+        cleaner.wait(30)
+    assert cleaner.returncode == 0
+    assert claimed > 50
+    assert _names(tmp_path) == []
