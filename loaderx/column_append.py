@@ -60,6 +60,7 @@ from loaderx.shards import (
     read_manifest,
     remove_unlisted,
     seal_tail,
+    settle_pending,
     shard_name,
 )
 
@@ -129,6 +130,9 @@ def _plan_column(path: str, relative: str, staged: list[str], schema: Schema) ->
         raise SchemaError(f"{folder!r} is a Zrecord store without a schema; refusing to append")
     else:
         created = True
+    found = read_manifest(folder)
+    if found is not None:
+        settle_pending(folder, found)  # a killed sharded append's state, before we build on it
     old_bytes = _read_bytes(manifest_path(folder))
     old = (parse_manifest(old_bytes, manifest_path(folder)) if old_bytes is not None
            else current_manifest(folder))

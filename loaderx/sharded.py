@@ -2,8 +2,9 @@
 
 DenseDataset and RaggedDataset hold either a Zrecord (a single-store dataset) or this. Reads go
 through one native View over every shard. Appends fill the last shard and roll over to new
-ones when it is full, all or nothing on an error (see _append). Maintenance runs shard by shard. Every change to the manifest holds the
-dataset's commit lock (see loaderx.shards), so other processes may commit shards meanwhile.
+ones when it is full, all or nothing on an error and under SIGKILL (see _append). Maintenance
+runs shard by shard. Every change to the manifest holds the dataset's commit lock (see
+loaderx.shards), so other processes may commit shards meanwhile.
 
 Deletes keep the global index space dense: each shard deletes swap-last within itself (its
 last records fill the holes) and every later shard's records shift down by the number deleted
@@ -23,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any, Final
 
 import numpy as np
@@ -41,8 +43,11 @@ from loaderx.shards import (
     commit_lock,
     commit_shards_locked,
     discard_staging,
+    fsync_folder,
     manifest_path,
     read_manifest,
+    remove_unlisted,
+    settle_pending,
     shard_folder,
     staging_folder,
     write_manifest,
@@ -106,6 +111,9 @@ class ShardedStore:
     _retired: list[View]
     _generation: int
     _signature: _Signature | None
+    # False while the manifest on disk still has an append in flight (loaderx.shards): this
+    # handle resolved it for reading, and its next write settles it on disk first.
+    _settled: bool
     _guard: threading.Lock
     _closed: bool
     # Which records gathers check against their checksum, for every shard (see Zrecord).
@@ -130,6 +138,7 @@ class ShardedStore:
         self._retired = []
         self._generation = 0
         self._signature = None
+        self._settled = True
         self._guard = threading.Lock()
         self._closed = False
         _OPEN_SHARDED.add(self)
@@ -232,16 +241,28 @@ class ShardedStore:
         )
 
     def _load(self, manifest: Manifest, signature: _Signature | None) -> None:
-        """Makes the manifest current: opens shards not open yet, checks every count."""
+        """Makes the manifest current: resolves an append in flight by the length of the store
+        that takes its tail part (loaderx.shards), opens shards not open yet, checks every
+        count."""
         open_by_name = dict(zip([e.name for e in self.entries], self.stores))
         stores: list[Zrecord] = []
         opened: list[Zrecord] = []
+
+        def store_of(entry: ShardEntry) -> Zrecord:
+            store = open_by_name.get(entry.name)
+            if store is None:
+                store = self._open_shard(entry)
+                opened.append(store)
+                open_by_name[entry.name] = store
+            return store
+
+        settled = manifest.appending is None
         try:
+            appending = manifest.appending
+            if appending is not None:
+                manifest = manifest.resolved(len(store_of(manifest.shards[appending])))
             for position, entry in enumerate(manifest.shards):
-                store = open_by_name.get(entry.name)
-                if store is None:
-                    store = self._open_shard(entry)
-                    opened.append(store)
+                store = store_of(entry)
                 stores.append(store)
                 length = len(store)
                 if not entry.accepts(length, position == len(manifest.shards) - 1):
@@ -254,10 +275,11 @@ class ShardedStore:
             for store in opened:
                 store.close()
             raise
-        self.entries = [ShardEntry(e.name, e.records, e.records_before) for e in manifest.shards]
+        self.entries = [entry.copy() for entry in manifest.shards]
         self.stores = stores
         self._generation = manifest.generation
         self._signature = signature
+        self._settled = settled
         self._rebuild_view()
 
     def _rebuild_view(self) -> None:
@@ -267,13 +289,15 @@ class ShardedStore:
             self._retired.append(old)
 
     def _sync_manifest(self) -> None:
-        """Under the commit lock: catches up with commits made by other handles or processes."""
+        """Under the commit lock: catches up with commits made by other handles or processes,
+        and settles on disk an append in flight that a killed writer left (loaderx.shards)."""
         signature = _signature(self.path)
-        if signature is None or signature == self._signature:
+        if signature is None or (signature == self._signature and self._settled):
             return
         manifest = read_manifest(self.path)
         if manifest is not None:
-            self._load(manifest, signature)
+            settled = settle_pending(self.path, manifest)
+            self._load(settled, signature if settled is manifest else _signature(self.path))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -358,12 +382,13 @@ class ShardedStore:
         """Writes records [0, count) after the last one, rolling over to new shards as the tail
         fills; returns the global index of the first.
 
-        All or nothing on an error: the records past the tail's room are written first, into
-        new shards in the staging area that no reader sees; then the tail takes its part (one
-        atomic store append); then one manifest commit adds the new shards. An error before
-        that commit (a full disk, a refused record) removes the staged shards and leaves the
-        dataset as it was. Only a process killed between the tail's append and the commit
-        leaves the tail's part in (the staged shards are then garbage the next commit removes).
+        All or nothing, on an error and under SIGKILL alike. A batch that fits the tail is one
+        atomic store append. A larger one is written first as new shards in the staging area,
+        which no reader sees; then one manifest write lists them as pending and the tail's
+        part as in flight (loaderx.shards); then the tail takes its part in one atomic store
+        append, which is the commit point; then a final manifest write settles it. A process
+        killed anywhere leaves a state that every reader resolves the same way (the pending
+        shards count exactly when the tail's part is in) and that the next writer settles.
         """
         with self._guard, commit_lock(self.path):
             self._sync_manifest()
@@ -372,30 +397,86 @@ class ShardedStore:
             if not self.stores:
                 self._roll_over()
             tail = self.stores[-1]
+            first = len(self)
             head = min(max(0, self.shard_records - len(tail)), count)
-            staged: list[str] = []
             try:
-                for begin in range(head, count, self.shard_records):
-                    end = min(count, begin + self.shard_records)
-                    staged.append(self._write_staged(write, begin, end))
-                first = len(self)
-                if head:
-                    try:
-                        first = self._tail_start() + write(tail, 0, head)
-                    except StoreFullError:
-                        if len(tail) == 0:
-                            raise
-                        # Out of chunk space before the record limit (garbage left by deletes):
-                        # the tail's part goes to a shard of its own, ahead of the others.
-                        staged.insert(0, self._write_staged(write, 0, head))
-                if staged:
-                    manifest = commit_shards_locked(self.path, staged, self.schema, len(tail))
-                    self._load(manifest, _signature(self.path))
-            except BaseException:
-                for folder in staged:  # renamed into the dataset only by a commit that succeeded
-                    discard_staging(folder)
-                raise
+                if head == count:
+                    write(tail, 0, count)
+                else:
+                    self._append_spanning(tail, head, count, write)
+            except StoreFullError:
+                if len(tail) == 0 or head == 0:
+                    raise
+                # Out of chunk space before the record limit (garbage left by deletes): the
+                # tail stays as it is and the whole batch goes to new shards.
+                self._commit_new_shards(0, count, write, len(tail))
             return first
+
+    def _append_spanning(
+        self, tail: Zrecord, head: int, count: int, write: Callable[[Zrecord, int, int], int]
+    ) -> None:
+        """Records [0, head) into the tail and [head, count) into new shards, as one commit
+        (see _append); with head 0 the new shards are simply committed."""
+        length = len(tail)
+        if head == 0:
+            self._commit_new_shards(0, count, write, length)
+            return
+        before = read_manifest(self.path)  # None: a single-store dataset rolling over
+        in_flight = self._commit_new_shards(head, count, write, length, length + head)
+        try:
+            write(tail, 0, head)  # the commit point
+        except BaseException:
+            # Not in (a store append is all or nothing): the manifest goes back as it was and
+            # the pending shards go. Should that fail too, the manifest on disk still reads as
+            # "not in", and this handle's next write settles it (its signature is stale).
+            with suppress(OSError):
+                self._undo_in_flight(in_flight, before, len(tail))
+            raise
+        try:
+            settled = settle_pending(self.path, in_flight, length + head)
+        except OSError:
+            # The append is in and durable; only the final manifest write failed (a full
+            # disk, say). Readers resolve the state on disk as "in", the next write settles it.
+            self._load(in_flight, _signature(self.path))
+            return
+        self._load(settled, _signature(self.path))
+
+    def _undo_in_flight(self, in_flight: Manifest, before: Manifest | None, length: int) -> None:
+        """After the tail's part failed: puts back the manifest from before the append (or
+        none, for a single-store dataset) and removes the pending shards."""
+        if before is None:
+            os.unlink(manifest_path(self.path))
+            fsync_folder(self.path)
+        else:
+            write_manifest(self.path, before)
+        remove_unlisted(self.path, in_flight.resolved(length))
+        self._signature = _signature(self.path)
+
+    def _commit_new_shards(
+        self,
+        begin: int,
+        count: int,
+        write: Callable[[Zrecord, int, int], int],
+        tail_records: int,
+        appending: int | None = None,
+    ) -> Manifest:
+        """Records [begin, count) as new shards after the tail, committed in one manifest
+        write (listed as pending when `appending`, see commit_shards_locked). An error before
+        the commit removes the staged shards and leaves the dataset as it was."""
+        staged: list[str] = []
+        try:
+            for start in range(begin, count, self.shard_records):
+                staged.append(self._write_staged(write, start, min(count, start + self.shard_records)))
+            manifest = commit_shards_locked(
+                self.path, staged, self.schema, tail_records, appending
+            )
+        except BaseException:
+            for folder in staged:  # renamed into the dataset only by a commit that succeeded
+                discard_staging(folder)
+            raise
+        if appending is None:
+            self._load(manifest, _signature(self.path))
+        return manifest
 
     def _write_staged(self, write: Callable[[Zrecord, int, int], int], begin: int, end: int) -> str:
         """A new shard holding records [begin, end), built in the staging area (not listed, so

@@ -19,6 +19,17 @@ A shard's store must hold exactly that many, with two exceptions that crashes ma
 Anything else ("counts disagree") means a shard was replaced, truncated or lost, and opening
 refuses it naming the shard. Readers always use the store's own length.
 
+An append in flight. A batch larger than the tail's room is written as new shards plus the
+tail's part, and must appear whole or not at all even if its process is killed. The manifest
+then goes through one extra state (written with version 2, so that a loaderx that cannot read
+it refuses it): the new shards are listed with `pending`, and the tail entry carries
+`records_after`, its count once its part is in. The tail's own store append is the commit
+point: every reader resolves the state by the tail store's length (`Manifest.resolved`): below
+`records_after`, the pending shards are not part of the dataset (the append never happened);
+at `records_after`, they are (it happened, only the final manifest write is missing). Every
+writer, under the commit lock, first writes the resolved manifest back (`settle_pending`), so
+no later append can move the tail past `records_after` while the state is still unresolved.
+
 Commits. `commit_shards` moves complete staged shard folders in as the next shard names and
 rewrites the manifest atomically (temporary file, fsync, rename, fsync of the folder), under a
 commit lock (flock on `shards.lock` in the dataset folder), so independent jobs may append
@@ -49,6 +60,8 @@ from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_
 MANIFEST_FILE: Final = "shards.msgpack"
 MANIFEST_FORMAT: Final = "loaderx-shards"
 MANIFEST_VERSION: Final = 1
+# The version of a manifest with an append in flight (see the module doc).
+MANIFEST_VERSION_APPENDING: Final = 2
 LOCK_FILE: Final = "shards.lock"
 STAGING_PREFIX: Final = ".staging-"
 # The name a staging folder's marker is made and locked under before it is renamed into place
@@ -77,11 +90,24 @@ class ShardEntry:
     name: str
     records: int
     records_before: int | None
+    # An append in flight (module doc): the tail's count once its part is in ...
+    records_after: int | None
+    # ... and the shards that the append adds after it.
+    pending: bool
 
-    def __init__(self, name: str, records: int, records_before: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        records: int,
+        records_before: int | None = None,
+        records_after: int | None = None,
+        pending: bool = False,
+    ) -> None:
         self.name = name
         self.records = records
         self.records_before = records_before
+        self.records_after = records_after
+        self.pending = pending
 
     def accepts(self, length: int, is_tail: bool) -> bool:
         """Whether a store holding `length` records agrees with this entry."""
@@ -93,19 +119,31 @@ class ShardEntry:
         entry: dict[str, Any] = {"name": self.name, "records": self.records}
         if self.records_before is not None:
             entry["records_before"] = self.records_before
+        if self.records_after is not None:
+            entry["records_after"] = self.records_after
+        if self.pending:
+            entry["pending"] = True
         return entry
+
+    def copy(self) -> ShardEntry:
+        return ShardEntry(
+            self.name, self.records, self.records_before, self.records_after, self.pending
+        )
+
+    def _key(self) -> tuple[str, int, int | None, int | None, bool]:
+        return (self.name, self.records, self.records_before, self.records_after, self.pending)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ShardEntry):
             return NotImplemented
-        return (self.name, self.records, self.records_before) == (
-            other.name,
-            other.records,
-            other.records_before,
-        )
+        return self._key() == other._key()
 
     def __repr__(self) -> str:
         extra = "" if self.records_before is None else f", records_before={self.records_before}"
+        if self.records_after is not None:
+            extra += f", records_after={self.records_after}"
+        if self.pending:
+            extra += ", pending=True"
         return f"ShardEntry({self.name!r}, records={self.records}{extra})"
 
 
@@ -132,10 +170,37 @@ class Manifest:
     def names(self) -> list[str]:
         return [entry.name for entry in self.shards]
 
+    @property
+    def appending(self) -> int | None:
+        """The position of the entry with an append in flight (module doc), or None."""
+        for position, entry in enumerate(self.shards):
+            if entry.records_after is not None:
+                return position
+        return None
+
+    def resolved(self, appending_length: int) -> Manifest:
+        """This manifest with its append in flight settled by the length of the store that
+        takes the tail's part (module doc): the pending shards kept when the store reached
+        records_after, dropped otherwise. A manifest without one comes back as a copy."""
+        position = self.appending
+        entries = [entry.copy() for entry in self.shards]
+        if position is not None:
+            entry = entries[position]
+            assert entry.records_after is not None
+            if appending_length >= entry.records_after:
+                entry.records = entry.records_after
+                for added in entries[position + 1 :]:
+                    added.pending = False
+            else:
+                entries = entries[: position + 1]
+            entry.records_after = None
+        return Manifest(entries, self.generation, MANIFEST_VERSION)
+
     def to_dict(self) -> dict[str, Any]:
+        version = MANIFEST_VERSION if self.appending is None else MANIFEST_VERSION_APPENDING
         return {
             "format": MANIFEST_FORMAT,
-            "version": self.version,
+            "version": version,
             "generation": self.generation,
             "shards": [entry.to_dict() for entry in self.shards],
         }
@@ -177,12 +242,14 @@ def _entry(raw: object, position: int, path: str) -> ShardEntry:
     name = raw.get("name")
     records = raw.get("records")
     before = raw.get("records_before")
+    after = raw.get("records_after")
+    pending = raw.get("pending", False)
     if not isinstance(name, str) or shard_number(name) is None:
         raise ManifestError(f"{path}: shard entry {position} has a bad name {name!r}")
     if name == TOP_LEVEL and position != 0:
         raise ManifestError(f"{path}: '.' (the top-level store) may only be shard 0")
-    for what, value in (("records", records), ("records_before", before)):
-        if value is None and what == "records_before":
+    for what, value in (("records", records), ("records_before", before), ("records_after", after)):
+        if value is None and what != "records":
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ManifestError(f"{path}: shard {name!r} has a bad {what} {value!r}")
@@ -194,7 +261,33 @@ def _entry(raw: object, position: int, path: str) -> ShardEntry:
     assert isinstance(records, int)
     if before is not None and before < records:
         raise ManifestError(f"{path}: shard {name!r} has records_before below records")
-    return ShardEntry(name, records, before)
+    if after is not None and (after <= records or before is not None):
+        raise ManifestError(
+            f"{path}: shard {name!r} has records_after not above records, or with records_before"
+        )
+    if not isinstance(pending, bool):
+        raise ManifestError(f"{path}: shard {name!r} has a bad pending {pending!r}")
+    assert after is None or isinstance(after, int)
+    return ShardEntry(name, records, before, after, pending)
+
+
+def _check_appending(entries: list[ShardEntry], version: int, path: str) -> None:
+    """An append in flight is one entry with records_after followed by its pending shards only
+    (module doc), in a version 2 manifest; a manifest without one has no pending shard."""
+    marked = [i for i, entry in enumerate(entries) if entry.records_after is not None]
+    pending = [i for i, entry in enumerate(entries) if entry.pending]
+    if not marked and not pending:
+        return
+    if (
+        len(marked) != 1
+        or version != MANIFEST_VERSION_APPENDING
+        or pending != list(range(marked[0] + 1, len(entries)))
+        or not pending
+    ):
+        raise ManifestError(
+            f"{path}: a malformed append in flight (records_after on one shard, then only "
+            "pending shards, in a version 2 manifest)"
+        )
 
 
 def parse_manifest(data: bytes, path: str) -> Manifest:
@@ -208,10 +301,10 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     version = raw.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ManifestError(f"{path}: bad manifest version {version!r}")
-    if version > MANIFEST_VERSION:
+    if version > MANIFEST_VERSION_APPENDING:
         raise ManifestError(
-            f"{path} has manifest version {version}; this loaderx reads version "
-            f"{MANIFEST_VERSION} (upgrade loaderx)"
+            f"{path} has manifest version {version}; this loaderx reads versions up to "
+            f"{MANIFEST_VERSION_APPENDING} (upgrade loaderx)"
         )
     generation = raw.get("generation")
     shards = raw.get("shards")
@@ -225,6 +318,7 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     names = [entry.name for entry in entries]
     if len(set(names)) != len(names):
         raise ManifestError(f"{path} lists a shard twice")
+    _check_appending(entries, version, path)
     return Manifest(entries, generation, version)
 
 
@@ -373,11 +467,30 @@ def current_manifest(folder: str, tail_records: int | None = None) -> Manifest:
     tail_records, when the caller has the tail store open, is its length (not reopened)."""
     found = read_manifest(folder)
     if found is not None:
-        return found
+        return settle_pending(folder, found)
     if os.path.isfile(os.path.join(folder, _META_FILE)):
         count = _store_length(folder) if tail_records is None else tail_records
         return Manifest([ShardEntry(TOP_LEVEL, count)])
     return Manifest([])
+
+
+def settle_pending(
+    folder: str, manifest: Manifest, appending_length: int | None = None
+) -> Manifest:
+    """Under the commit lock: writes `manifest` back with its append in flight resolved (module
+    doc) and removes the pending shards it dropped; returns what it wrote. A manifest without
+    one is returned unchanged. appending_length is the length of the store taking the tail's
+    part, when the caller has it open (it is reopened otherwise)."""
+    position = manifest.appending
+    if position is None:
+        return manifest
+    if appending_length is None:
+        appending_length = _store_length(shard_folder(folder, manifest.shards[position].name))
+    settled = manifest.resolved(appending_length)
+    settled.generation = manifest.generation + 1
+    write_manifest(folder, settled)
+    remove_unlisted(folder, settled)
+    return settled
 
 
 def remove_unlisted(folder: str, manifest: Manifest) -> None:
@@ -404,10 +517,19 @@ def seal_tail(folder: str, manifest: Manifest, tail_records: int | None = None) 
 
 
 def commit_shards_locked(
-    folder: str, staged: list[str], schema: Schema, tail_records: int | None = None
+    folder: str,
+    staged: list[str],
+    schema: Schema,
+    tail_records: int | None = None,
+    appending: int | None = None,
 ) -> Manifest:
     """commit_shards for a caller that already holds the commit lock. A caller that has the
-    dataset's tail store open passes its length as tail_records (it is then not reopened)."""
+    dataset's tail store open passes its length as tail_records (it is then not reopened).
+
+    appending: the tail's count once a part of the same append is in (> tail_records). The
+    shards are then listed as pending and the returned manifest has an append in flight (module
+    doc): the caller appends the tail's part, then settles it with settle_pending."""
+    assert appending is None or (tail_records is not None and appending > tail_records)
     counts = [check_staged(path, schema) for path in staged]
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
@@ -421,13 +543,15 @@ def commit_shards_locked(
         remove_unlisted(folder, manifest)
         remove_dead_staging(folder)
         seal_tail(folder, manifest, tail_records)
+        if appending is not None:
+            manifest.shards[-1].records_after = appending
         first = next_shard_number(manifest)
         for offset, (path, count) in enumerate(zip(staged, counts)):
             name = shard_name(first + offset)
             target = os.path.join(folder, name)
             os.rename(path, target)
             moved.append((path, target))
-            manifest.shards.append(ShardEntry(name, count))
+            manifest.shards.append(ShardEntry(name, count, pending=appending is not None))
         fsync_folder(folder)
         manifest.generation += 1
         write_manifest(folder, manifest)

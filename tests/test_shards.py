@@ -689,3 +689,96 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
     assert left == sorted([os.path.basename(mine), os.path.basename(mine) + ".live"])
     discard_staging(mine)
     assert not [n for n in os.listdir(path) if n.startswith(STAGING_PREFIX)]
+
+
+_KILLED_APPEND = """
+import os, sys
+import numpy as np
+import loaderx.sharded
+from loaderx.dataset import DenseDataset
+from loaderx.zrecord import Zrecord
+
+path, where, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = np.load(sys.argv[4])
+original_append = Zrecord.append_fixed
+original_commit = loaderx.sharded.commit_shards_locked
+
+def append_fixed(store, data, record_size):
+    tail = ".staging-" not in store.path
+    if tail and where == "before-tail":
+        os._exit(9)
+    first = original_append(store, data, record_size)
+    if tail and where == "after-tail":
+        os._exit(9)
+    return first
+
+def commit_shards_locked(*args, **kwargs):
+    if where == "before-manifest":
+        os._exit(9)
+    return original_commit(*args, **kwargs)
+
+Zrecord.append_fixed = append_fixed
+loaderx.sharded.commit_shards_locked = commit_shards_locked
+with DenseDataset(path, shard_records=count) as ds:
+    ds.append(rows)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("layout", ["sharded", "single store"])
+@pytest.mark.parametrize("where", ["before-manifest", "before-tail", "after-tail"])
+def test_a_killed_append_across_shards_is_all_or_nothing(
+    tmp_path: Path, layout: str, where: str
+) -> None:
+    """A process dies at each step of an append that spans the tail and new shards: before its
+    manifest write, after it but before the tail's part (the commit point), and after the tail's
+    part but before the final manifest write. Readers see the dataset as it was in the first
+    two cases and with the whole batch in the third; the next write settles it on disk and
+    removes what the dead process left."""
+    import subprocess
+    import sys
+
+    import msgpack
+
+    from loaderx.shards import MANIFEST_VERSION_APPENDING, STAGING_PREFIX, manifest_path
+
+    if layout == "sharded":
+        path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
+    else:
+        data = _dense_data(700)
+        path = tmp_path / "single"
+        with DenseDataset(path, dtype=data.dtype, item_shape=SHAPE, codec="raw") as ds:
+            ds.append(data)
+    more = _dense_data(3200)[::-1].copy()  # the tail's room, then new shards
+    np.save(tmp_path / "more.npy", more)
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_APPEND, str(path), where, str(CAPACITY),
+         str(tmp_path / "more.npy")],
+        capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 9, done.stderr
+    expected = np.concatenate([data, more]) if where == "after-tail" else data
+    if where != "before-manifest":
+        manifest = read_manifest(path)
+        assert manifest is not None and manifest.appending is not None  # left in flight
+        raw = msgpack.unpackb(Path(manifest_path(str(path))).read_bytes())
+        assert raw["version"] == MANIFEST_VERSION_APPENDING
+    with DenseDataset(path, readonly=True) as reader:
+        assert len(reader) == len(expected) and reader[:].tobytes() == expected.tobytes()
+    extra = _dense_data(CAPACITY)  # spans again: the next writer settles, then commits
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        assert ds.append(extra) == len(expected)
+        assert ds[:].tobytes() == np.concatenate([expected, extra]).tobytes()
+    manifest = read_manifest(path)
+    assert manifest is not None and manifest.appending is None
+    assert not any(entry.pending for entry in manifest.shards)
+    names = os.listdir(path)
+    assert not [n for n in names if n.startswith((STAGING_PREFIX, ".claim-"))]
+    assert sorted(n for n in names if n.startswith("shard-")) == sorted(
+        e.name for e in manifest.shards if e.name != "."
+    )
+    with DenseDataset(path, readonly=True) as reopened:
+        assert reopened[:].tobytes() == np.concatenate([expected, extra]).tobytes()
+        counts = [s["records"] for s in reopened.shard_stats()]
+        assert sum(counts) == len(expected) + CAPACITY and max(counts) == CAPACITY
