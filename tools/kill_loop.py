@@ -20,10 +20,10 @@ reopens the store and checks that:
 The sharded operations work on a DenseDataset of small shards (shard_records=53), whose rows are
 int64 columns computed from a unique id. After each kill the dataset opens writable, verify()
 finds nothing, every row is exact, and the ids are what the README allows: an append that fits
-the last shard and a parallel append are all or nothing; an append past the last shard's room
-keeps nothing, all, or exactly the part that fits that room; a delete over several shards may
-be applied to any subset of them (each shard's delete is atomic). Then this process appends
-(a commit) and no staging, parts or unlisted shard folder of the killed worker survives it.
+the last shard, an append past the last shard's room (new shards plus the tail's part) and a
+parallel append are all or nothing; a delete over several shards may be applied to any subset
+of them (each shard's delete is atomic). Then this process appends (a commit) and no staging,
+claim, parts or unlisted shard folder of the killed worker survives it.
 Exit status 0 when every round passed; otherwise the first failure is printed and it is 1.
 """
 
@@ -229,8 +229,8 @@ def shard_lengths(ds: DenseDataset) -> list[int]:
 
 
 def _append_rows(ds: DenseDataset, log: Log, next_id: int, count: int) -> int:
-    # The tail's room decides what a kill may leave: the part that fits it is written last of
-    # all but the commit, so only that part can stay without the rest.
+    # The tail's room tells whether the append spans shards (then its new shards are pending
+    # until the tail's part, the commit point, is in).
     room = max(0, SHARD_RECORDS - shard_lengths(ds)[-1])
     log.say("A", next_id, count, room)
     ds.append(rows_of(range(next_id, next_id + count)))
@@ -452,8 +452,7 @@ class Pending:
     """An operation a worker announced: the ids it adds (in order) or removes (shard by shard)."""
 
     added: list[int] = field(default_factory=list)
-    # How many of the added ids, a prefix, a kill may leave: 0 or all, and for an append past
-    # the tail's room also that room.
+    # How many of the added ids, a prefix, a kill may leave: 0 or all.
     keeps: set[int] = field(default_factory=set)
     removed: list[set[int]] = field(default_factory=list)
     spans: bool = False  # it writes or deletes in more than one shard
@@ -471,8 +470,7 @@ def announced(words: list[str]) -> Pending:
     if tag == "P":  # every worker of the two writes its own shards: always several
         return Pending(added, {0, count}, spans=True, tag=tag)
     room = int(words[3])
-    keeps = {0, count} | ({room} if 0 < room < count else set())
-    return Pending(added, keeps, spans=count > room, tag=tag)
+    return Pending(added, {0, count}, spans=count > room, tag=tag)
 
 
 @dataclass
@@ -572,17 +570,19 @@ def read_dataset(path: str) -> tuple[list[int], int]:
 
 
 def leftovers(path: str) -> list[str]:
-    """What killed writers leave that the next commit removes: staging folders and their
-    markers, shard folders the manifest does not list, and parts folders beside the dataset."""
+    """What killed writers leave that the next commit removes: staging folders, their markers
+    and claim files, shard folders the manifest does not list, and parts folders (with theirs)
+    beside the dataset."""
     manifest = read_manifest(path)
     listed = set() if manifest is None else set(manifest.names)
     inside = [
         name for name in os.listdir(path)
-        if name.startswith(STAGING_PREFIX)
+        if name.startswith((STAGING_PREFIX, ".claim-"))
         or (shard_number(name) is not None and name not in listed)
     ]
-    parts = f".{os.path.basename(path)}.loaderx-parts-"
-    beside = [name for name in os.listdir(os.path.dirname(path)) if name.startswith(parts)]
+    hidden = (f".{os.path.basename(path)}.loaderx-parts-",
+              f".{os.path.basename(path)}.loaderx-claim-")
+    beside = [name for name in os.listdir(os.path.dirname(path)) if name.startswith(hidden)]
     return sorted(inside) + sorted(beside)
 
 
