@@ -8,8 +8,9 @@ loaderx.shards), so other processes may commit shards meanwhile.
 
 Deletes keep the global index space dense: each shard deletes swap-last within itself (its
 last records fill the holes) and every later shard's records shift down by the number deleted
-before them. The manifest records the new counts first, with the old ones as records_before, so
-a crash between the two leaves a dataset that still opens.
+before them. A journal (loaderx.delete_journal) records each shard's part first, then the
+manifest the new counts, with the old ones as records_before; a process killed between two
+shards leaves a delete that the next writable open finishes (_finish_interrupted_delete).
 
 Stays interpreted: it is ctypes glue (through View and Zrecord) and runs per call, not per
 record.
@@ -31,6 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx import _native
+from loaderx.delete_journal import (
+    JOURNAL_FILE,
+    ShardDelete,
+    journal_path,
+    read_journal,
+    remove_journal,
+    write_journal,
+)
 from loaderx.errors import ManifestError, ReadOnlyStoreError, SchemaError, StoreFullError
 from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
@@ -192,7 +201,20 @@ class ShardedStore:
             manifest = read_manifest(path)
             if manifest is None:
                 raise ManifestError(f"{path!r} has no {MANIFEST_FILE}")
-            sharded._load(manifest, signature)
+            if readonly or not os.path.exists(journal_path(path)):
+                sharded._load(manifest, signature)
+                if readonly:
+                    sharded._refuse_half_deleted()
+            else:
+                # A delete's journal: it may have to be finished. The commit lock before any
+                # shard is open here, so that a delete elsewhere (or another opener finishing
+                # this one) is never refused for our handles.
+                with commit_lock(path):
+                    manifest = read_manifest(path)
+                    if manifest is None:
+                        raise ManifestError(f"{path!r} has no {MANIFEST_FILE}")
+                    sharded._load(manifest, _signature(path))
+                    sharded._finish_interrupted_delete()
         except BaseException:
             sharded.close()
             raise
@@ -551,7 +573,18 @@ class ShardedStore:
                 entry = pending.shards[shard]
                 entry.records_before = entry.records
                 entry.records -= len(local)
-            write_manifest(self.path, pending)
+            # The journal first: a process killed once the shards start moving leaves what the
+            # next writable open needs to finish the delete (loaderx.delete_journal).
+            write_journal(
+                self.path,
+                [ShardDelete(self.entries[shard].name, int(lengths[shard]), local)
+                 for shard, local in plan],
+            )
+            try:
+                write_manifest(self.path, pending)
+            except BaseException:
+                remove_journal(self.path)
+                raise
             try:
                 _delete_each([self.stores[shard] for shard, _ in plan],
                              [local for _, local in plan], self.path)
@@ -567,17 +600,66 @@ class ShardedStore:
         now = [len(store) for store in self.stores]
         if before is not None and now == lengths.tolist():
             write_manifest(self.path, before)
+            remove_journal(self.path)
             self._signature = _signature(self.path)
             return
-        for entry, records in zip(pending.shards, now):
-            entry.records = records
+        self._write_counts(pending)
+        remove_journal(self.path)
+
+    def _write_counts(self, manifest: Manifest) -> None:
+        """Writes `manifest` with every entry's count set to what its store now holds (no
+        delete in progress) and makes it this handle's."""
+        for entry, store in zip(manifest.shards, self.stores):
+            entry.records = len(store)
             entry.records_before = None
-        pending.generation += 1
-        write_manifest(self.path, pending)
-        self.entries = pending.shards
-        self._generation = pending.generation
+        manifest.generation += 1
+        write_manifest(self.path, manifest)
+        self.entries = manifest.shards
+        self._generation = manifest.generation
         self._signature = _signature(self.path)
         self._rebuild_view()
+
+    def _refuse_half_deleted(self) -> None:
+        """A read-only handle cannot finish a killed delete: it refuses one that some shards
+        applied and others did not (all or none reads as a consistent dataset)."""
+        done = {
+            len(store) == entry.records
+            for entry, store in zip(self.entries, self.stores)
+            if entry.records_before is not None
+        }
+        if len(done) > 1:
+            raise ReadOnlyStoreError(
+                f"{self.path!r}: a delete over several shards was interrupted by a crash and "
+                "is half done; open the dataset writable once to finish it"
+            )
+
+    def _finish_interrupted_delete(self) -> None:
+        """Under the commit lock, just after opening: finishes a delete over several shards
+        that a killed process left half done (loaderx.delete_journal), on every shard still at
+        its count before, then settles the manifest. A stale journal is removed."""
+        parts = read_journal(self.path)
+        if parts is None:
+            return
+        if all(entry.records_before is None for entry in self.entries):
+            remove_journal(self.path)  # died before the manifest write, or after settling it
+            return
+        by_name = dict(zip([entry.name for entry in self.entries], self.stores))
+        todo: list[tuple[Zrecord, npt.NDArray[np.int64]]] = []
+        for part in parts:
+            store = by_name.get(part.name)
+            length = -1 if store is None else len(store)
+            if store is not None and length == part.records_before:
+                todo.append((store, part.indices))
+            elif length != part.records_after:
+                raise ManifestError(
+                    f"{self.path!r}: shard {part.name!r} holds {length} records, neither the "
+                    f"{part.records_before} before the interrupted delete in "
+                    f"{JOURNAL_FILE} nor the {part.records_after} after it"
+                )
+        if todo:
+            _delete_each([store for store, _ in todo], [local for _, local in todo], self.path)
+        self._write_counts(Manifest([entry.copy() for entry in self.entries], self._generation))
+        remove_journal(self.path)
 
     def compact(self) -> None:
         """Compacts every shard in place (offline, as for a single store)."""

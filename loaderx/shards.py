@@ -3,6 +3,7 @@
 A sharded dataset folder holds
     schema.msgpack     the dataset's schema (as for a single-store dataset)
     shards.msgpack     this manifest: the format version and the ordered list of shards
+    shards.delete      only during a delete over several shards (loaderx.delete_journal)
     shard-000001/ ...  one ordinary single-store dataset folder per shard (its own
                        schema.msgpack, identical to the top one, plus meta.zr and chunks)
 Shard k's records are the global indices [sum of the counts before k, ... + its count).

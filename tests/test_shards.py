@@ -782,3 +782,100 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
         assert reopened[:].tobytes() == np.concatenate([expected, extra]).tobytes()
         counts = [s["records"] for s in reopened.shard_stats()]
         assert sum(counts) == len(expected) + CAPACITY and max(counts) == CAPACITY
+
+
+_KILLED_DELETE = """
+import os, sys
+import numpy as np
+import loaderx.sharded
+from loaderx.dataset import DenseDataset
+
+path, where = sys.argv[1], sys.argv[2]
+original_delete = loaderx.sharded._delete_each
+original_write = loaderx.sharded.write_manifest
+
+def delete_each(stores, indices, name):
+    if where == "between-shards":
+        original_delete(stores[:1], indices[:1], name)
+        os._exit(9)
+    original_delete(stores, indices, name)
+    os._exit(9)
+
+def write_manifest(folder, manifest):
+    if where == "before-manifest":
+        os._exit(9)
+    original_write(folder, manifest)
+
+loaderx.sharded._delete_each = delete_each
+loaderx.sharded.write_manifest = write_manifest
+with DenseDataset(path, shard_records=1000) as ds:
+    ds.delete([5, 999, 1000, 1500, 2001, 2499, 17])
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("where", ["before-manifest", "between-shards", "after-shards"])
+def test_a_killed_delete_over_several_shards_is_finished_by_the_next_open(
+    tmp_path: Path, where: str
+) -> None:
+    """A process dies in a delete over three shards: after writing its journal, after the first
+    shard's part, or after every shard's but before settling the manifest. A read-only open sees
+    the dataset as it was or as after the delete, and refuses a half-done one by name; the next
+    writable open finishes the delete, exactly as the dead process would have."""
+    import subprocess
+    import sys
+
+    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx.errors import ReadOnlyStoreError
+
+    path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
+    reference = tmp_path / "reference"
+    shutil.copytree(path, reference)
+    targets = [5, 999, 1000, 1500, 2001, 2499, 17]
+    with DenseDataset(reference, shard_records=CAPACITY) as ds:
+        ds.delete(targets)
+        expected = ds[:]
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_DELETE, str(path), where],
+        capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 9, done.stderr
+    assert (path / JOURNAL_FILE).exists()
+    if where == "between-shards":
+        with pytest.raises(ReadOnlyStoreError, match="half done; open the dataset writable"):
+            DenseDataset(path, readonly=True)
+    else:
+        with DenseDataset(path, readonly=True) as reader:
+            seen = data if where == "before-manifest" else expected
+            assert reader[:].tobytes() == seen.tobytes()
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        final = data if where == "before-manifest" else expected
+        assert len(ds) == len(final) and ds[:].tobytes() == final.tobytes()
+    assert not (path / JOURNAL_FILE).exists()
+    manifest = read_manifest(path)
+    assert manifest is not None
+    assert all(entry.records_before is None for entry in manifest.shards)
+    with DenseDataset(path, readonly=True) as reopened:
+        assert [e.records for e in manifest.shards] == [
+            int(s["records"]) for s in reopened.shard_stats()
+        ]
+
+
+def test_a_delete_journal_is_removed_after_every_delete(tmp_path: Path) -> None:
+    """Done, refused (a shard open elsewhere) or across one shard: no journal stays behind."""
+    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx.errors import StoreLockedError
+    from loaderx.zrecord import Zrecord
+
+    path, data = _sharded(tmp_path)
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        ds.delete([0, 1999])
+        assert not (path / JOURNAL_FILE).exists()
+        with Zrecord(str(path / "shard-000002"), create=False):
+            with pytest.raises(StoreLockedError):
+                ds.delete([3, 2400])
+        assert not (path / JOURNAL_FILE).exists()
+        ds.delete([10])
+        assert not (path / JOURNAL_FILE).exists()
+        assert len(ds) == COUNT - 3

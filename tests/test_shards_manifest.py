@@ -236,3 +236,46 @@ def test_concurrent_committers_lose_nothing(tmp_path: Path) -> None:
     for entry in manifest.shards:
         with DenseDataset(os.path.join(dataset, entry.name)) as shard:
             assert (shard[:] == entry.records).all()
+
+
+def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
+    """A journal that is not one, or whose indices fall outside their shard, is refused at the
+    writable open that would finish the delete, naming the file; nothing is deleted."""
+    import shutil
+
+    import msgpack
+    import numpy as np
+
+    from loaderx.dataset import DenseDataset
+    from loaderx.delete_journal import JOURNAL_FILE, ShardDelete, read_journal, write_journal
+    from loaderx.shards import read_manifest, write_manifest
+
+    good = tmp_path / "good"
+    with DenseDataset(good, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    manifest = read_manifest(good)
+    assert manifest is not None
+    manifest.shards[0].records_before = manifest.shards[0].records
+    manifest.shards[0].records -= 1
+    write_manifest(good, manifest)  # as a killed delete leaves it, before any shard moved
+    write_journal(str(good), [ShardDelete(manifest.shards[0].name, 10, np.array([3]))])
+    [part] = read_journal(str(good)) or []
+    assert (part.name, part.records_before, part.indices.tolist()) == (manifest.shards[0].name, 10, [3])
+    for name, content in [
+        ("garbage", b"\xc1 not msgpack"),
+        ("outside", msgpack.packb({"format": "loaderx-delete", "version": 1, "shards": [
+            {"name": manifest.shards[0].name, "records_before": 10,
+             "indices": np.array([10], "<i8").tobytes()}]})),
+        ("twice", msgpack.packb({"format": "loaderx-delete", "version": 1, "shards": [
+            {"name": manifest.shards[0].name, "records_before": 10,
+             "indices": np.array([2, 2], "<i8").tobytes()}]})),
+    ]:
+        broken = tmp_path / name
+        shutil.copytree(good, broken)
+        (broken / JOURNAL_FILE).write_bytes(content)
+        with pytest.raises(ManifestError, match=JOURNAL_FILE.replace(".", r"\.")):
+            DenseDataset(broken, shard_records=10)
+        with DenseDataset(broken, readonly=True) as reader:  # read-only: nothing half done
+            assert reader[:].tolist() == list(range(25))
+    with DenseDataset(good, shard_records=10) as ds:  # the intact journal is finished
+        assert ds[:].tolist() == [0, 1, 2, 9, 4, 5, 6, 7, 8] + list(range(10, 25))

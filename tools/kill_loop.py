@@ -21,9 +21,10 @@ The sharded operations work on a DenseDataset of small shards (shard_records=53)
 int64 columns computed from a unique id. After each kill the dataset opens writable, verify()
 finds nothing, every row is exact, and the ids are what the README allows: an append that fits
 the last shard, an append past the last shard's room (new shards plus the tail's part) and a
-parallel append are all or nothing; a delete over several shards may be applied to any subset
-of them (each shard's delete is atomic). Then this process appends (a commit) and no staging,
-claim, parts or unlisted shard folder of the killed worker survives it.
+parallel append are all or nothing; so is a delete over several shards, once the writable open
+that reads the dataset here has finished one that a kill cut between shards
+(loaderx.delete_journal). Then this process appends (a commit) and no staging, claim, parts or
+unlisted shard folder of the killed worker survives it.
 Exit status 0 when every round passed; otherwise the first failure is printed and it is 1.
 """
 
@@ -57,6 +58,7 @@ import numpy.typing as npt  # noqa: E402
 from loaderx import commit  # noqa: E402
 from loaderx.converter import from_numpy  # noqa: E402
 from loaderx.dataset import DenseDataset  # noqa: E402
+from loaderx.delete_journal import JOURNAL_FILE  # noqa: E402
 from loaderx.schema import Codec  # noqa: E402
 from loaderx.shards import STAGING_PREFIX, read_manifest, shard_number  # noqa: E402
 from loaderx.zrecord import Zrecord  # noqa: E402
@@ -547,7 +549,14 @@ def applied_delete(delete: Pending, extra: set[int], lost: set[int]) -> str:
     strays = sorted(lost.difference(*done))
     if strays:
         raise KillLoopFailure(f"an interrupted delete lost ids it did not name: {strays[:10]}")
-    return "whole" if len(done) == len(delete.removed) else "part"
+    if len(done) != len(delete.removed):
+        # The writable open that read the dataset finishes a delete a kill cut between shards
+        # (loaderx.delete_journal), so a part means that did not happen.
+        raise KillLoopFailure(
+            f"an interrupted delete over {len(delete.removed)} shards was applied to only "
+            f"{len(done)} of them"
+        )
+    return "whole"
 
 
 def read_dataset(path: str) -> tuple[list[int], int]:
@@ -587,11 +596,14 @@ def leftovers(path: str) -> list[str]:
 
 
 def has_redo_log(path: str) -> bool:
-    """Whether a shard holds a delete's redo log (the next open finishes that delete)."""
+    """Whether a shard holds a delete's redo log, or the dataset a delete journal over several
+    shards (the next writable open finishes that delete)."""
     folders = [path] + [
         os.path.join(path, name) for name in os.listdir(path) if shard_number(name) is not None
     ]
-    return any(os.path.exists(os.path.join(folder, "redo.zr")) for folder in folders)
+    return os.path.exists(os.path.join(path, JOURNAL_FILE)) or any(
+        os.path.exists(os.path.join(folder, "redo.zr")) for folder in folders
+    )
 
 
 def recover(operation: str, path: str, model: DatasetModel) -> None:
