@@ -320,6 +320,9 @@ class ShardedStore:
         if manifest is not None:
             settled = settle_pending(self.path, manifest)
             self._load(settled, signature if settled is manifest else _signature(self.path))
+            # A delete that another process (or a failed settle of ours) left in the journal
+            # is finished before this handle writes anything over it.
+            self._finish_interrupted_delete()
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -613,11 +616,13 @@ class ShardedStore:
             entry.records = len(store)
             entry.records_before = None
         manifest.generation += 1
-        write_manifest(self.path, manifest)
-        self.entries = manifest.shards
+        # This handle's view first: should the write fail, it still reads what the shards
+        # hold, and its stale signature makes its next write settle the manifest.
+        self.entries = [entry.copy() for entry in manifest.shards]
         self._generation = manifest.generation
-        self._signature = _signature(self.path)
         self._rebuild_view()
+        write_manifest(self.path, manifest)
+        self._signature = _signature(self.path)
 
     def _refuse_half_deleted(self) -> None:
         """A read-only handle cannot finish a killed delete: it refuses one that some shards

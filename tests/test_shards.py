@@ -791,6 +791,7 @@ import loaderx.sharded
 from loaderx.dataset import DenseDataset
 
 path, where = sys.argv[1], sys.argv[2]
+targets = [int(i) for i in sys.argv[3].split(",")]
 original_delete = loaderx.sharded._delete_each
 original_write = loaderx.sharded.write_manifest
 
@@ -809,7 +810,11 @@ def write_manifest(folder, manifest):
 loaderx.sharded._delete_each = delete_each
 loaderx.sharded.write_manifest = write_manifest
 with DenseDataset(path, shard_records=1000) as ds:
-    ds.delete([5, 999, 1000, 1500, 2001, 2499, 17])
+    if len(sys.argv) > 4:  # new shards first, for a delete in shards no other handle holds
+        loaderx.sharded.write_manifest = original_write
+        ds.append(np.load(sys.argv[4]))
+        loaderx.sharded.write_manifest = write_manifest
+    ds.delete(targets)
 os._exit(0)
 """
 
@@ -836,7 +841,7 @@ def test_a_killed_delete_over_several_shards_is_finished_by_the_next_open(
         ds.delete(targets)
         expected = ds[:]
     done = subprocess.run(
-        [sys.executable, "-c", _KILLED_DELETE, str(path), where],
+        [sys.executable, "-c", _KILLED_DELETE, str(path), where, ",".join(map(str, targets))],
         capture_output=True, text=True, timeout=120,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
@@ -879,3 +884,89 @@ def test_a_delete_journal_is_removed_after_every_delete(tmp_path: Path) -> None:
         ds.delete([10])
         assert not (path / JOURNAL_FILE).exists()
         assert len(ds) == COUNT - 3
+
+
+@pytest.mark.parametrize("then", ["append", "delete"])
+@pytest.mark.parametrize("where", ["between-shards", "after-shards"])
+def test_a_writer_opened_before_a_killed_delete_finishes_it_first(
+    tmp_path: Path, where: str, then: str
+) -> None:
+    """A handle opened before another process added shards and died in a delete over them: its
+    next write finishes that delete (or settles it) first, so the delete is neither left half
+    done nor, once its shards all moved, applied a second time over the new records."""
+    import subprocess
+    import sys
+
+    from loaderx.delete_journal import JOURNAL_FILE
+
+    data = _dense_data(1500)
+    path = tmp_path / "d"
+    with DenseDataset(path, dtype=data.dtype, item_shape=SHAPE, codec="raw",
+                      shard_records=CAPACITY) as ds:
+        ds.append(data)  # shards of 1000 and 500
+    more = _dense_data(3000)[::-1].copy()  # 500 into the tail, then shards 2, 3 and 4
+    np.save(tmp_path / "more.npy", more)
+    targets = [2005, 2999, 3000, 3500, 4001, 4499, 2017]  # in the new shards only
+    reference = tmp_path / "reference"
+    shutil.copytree(path, reference)
+    row = _dense_data(1)
+    with DenseDataset(reference, shard_records=CAPACITY) as ds:
+        ds.append(more)
+        ds.delete(targets)
+        ds.append(row) if then == "append" else ds.delete([0])
+        expected = ds[:]
+    with DenseDataset(path, shard_records=CAPACITY) as early:
+        done = subprocess.run(
+            [sys.executable, "-c", _KILLED_DELETE, str(path), where, ",".join(map(str, targets)),
+             str(tmp_path / "more.npy")],
+            capture_output=True, text=True, timeout=120,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        assert done.returncode == 9, done.stderr
+        assert (path / JOURNAL_FILE).exists()
+        early.append(row) if then == "append" else early.delete([0])
+        assert early[:].tobytes() == expected.tobytes()
+    assert not (path / JOURNAL_FILE).exists()
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as reopened:
+            assert reopened[:].tobytes() == expected.tobytes()
+
+
+def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every shard deleted, then the manifest write that settles it fails (a full disk): the
+    delete raises, the handle still reads what the shards hold, and its next write settles the
+    manifest and drops the journal instead of applying it again."""
+    from loaderx import sharded
+    from loaderx.delete_journal import JOURNAL_FILE
+
+    path, data = _sharded(tmp_path)
+    reference = tmp_path / "reference"
+    shutil.copytree(path, reference)
+    row = _dense_data(1)
+    with DenseDataset(reference, shard_records=CAPACITY) as ds:
+        ds.delete([5, 1000, 2001])
+        ds.append(row)
+        expected = ds[:]
+    original = sharded.write_manifest  # type: ignore[attr-defined]
+    writes = []
+
+    def failing_third(folder: str, manifest: Any) -> None:
+        writes.append(folder)
+        if len(writes) == 2:  # the first is the pending counts, the second settles them
+            raise OSError(28, "No space left on device (injected)")
+        original(folder, manifest)
+
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        monkeypatch.setattr("loaderx.sharded.write_manifest", failing_third)
+        with pytest.raises(OSError, match="injected"):
+            ds.delete([5, 1000, 2001])
+        monkeypatch.setattr("loaderx.sharded.write_manifest", original)
+        assert (path / JOURNAL_FILE).exists()
+        assert len(ds) == COUNT - 3 and ds[:].tobytes() == expected[:-1].tobytes()
+        ds.append(row)
+        assert ds[:].tobytes() == expected.tobytes()
+    assert not (path / JOURNAL_FILE).exists()
+    with DenseDataset(path) as reopened:
+        assert reopened[:].tobytes() == expected.tobytes()
