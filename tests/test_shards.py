@@ -970,3 +970,24 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
     assert not (path / JOURNAL_FILE).exists()
     with DenseDataset(path) as reopened:
         assert reopened[:].tobytes() == expected.tobytes()
+
+
+def test_a_delete_that_empties_the_first_shard(tmp_path: Path) -> None:
+    """Every record of shard 0 deleted: the dataset reads on from the next shard, before and
+    after reopening (the native view once aborted on an empty first shard)."""
+    data = np.arange(20, dtype=np.int64)
+    with DenseDataset(tmp_path / "d", dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(data)
+        ds.delete(np.arange(10))
+        assert ds[:].tolist() == list(range(10, 20))
+        assert [s["records"] for s in ds.shard_stats()] == [0, 10]
+        assert ds[[0, 9, -1]].tolist() == [10, 19, 19]
+    for readonly in (True, False):
+        with DenseDataset(tmp_path / "d", readonly=readonly) as reopened:
+            assert reopened[:].tolist() == list(range(10, 20))
+    with DenseDataset(tmp_path / "d", shard_records=10) as ds:
+        ds.append(np.array([20], dtype=np.int64))
+        ds.delete(np.arange(10))  # the second shard empty too: only the new one holds records
+        assert ds[:].tolist() == [20]
+    with DenseDataset(tmp_path / "d", readonly=True) as reopened:
+        assert reopened[:].tolist() == [20] and len(reopened) == 1

@@ -85,7 +85,9 @@ pub const View = struct {
     /// The store holding global index `global` (any value; the caller checks the local index).
     /// See `uniform_shift`: null unless starts[k] == k << shift for every k.
     fn uniformShift(starts: []const u64) ?u6 {
-        if (starts.len < 2 or !std.math.isPowerOfTwo(starts[1])) return null;
+        // starts[1] is 0 when the first store is empty (a delete emptied it): no shift then,
+        // and isPowerOfTwo must not see a 0.
+        if (starts.len < 2 or starts[1] == 0 or !std.math.isPowerOfTwo(starts[1])) return null;
         const shift: u6 = @intCast(std.math.log2_int(u64, starts[1]));
         for (starts, 0..) |start, k| {
             if (start != @as(u64, k) << shift) return null;
@@ -453,6 +455,13 @@ test "a view routes by shift when every store but the last holds the same power 
         for (indices, out) |index, byte| try testing.expectEqual(@as(u8, @intCast(index)), byte);
         try testing.expectError(error.IndexOutOfRange, view.gather(&.{11}, .{ .base = &out, .stride = 1 }, 1));
     }
+}
+
+test "an empty first store never routes by shift" {
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0, 10 }));
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0 }));
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0, 0 }));
+    try testing.expectEqual(@as(?u6, 3), View.uniformShift(&.{ 0, 8, 16 }));
 }
 
 test "a view copies raw records of fixed size and decompresses the others, interleaved" {
