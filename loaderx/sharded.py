@@ -40,7 +40,13 @@ from loaderx.delete_journal import (
     remove_journal,
     write_journal,
 )
-from loaderx.errors import ManifestError, ReadOnlyStoreError, SchemaError, StoreFullError
+from loaderx.errors import (
+    ManifestError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreFullError,
+    StoreLockedError,
+)
 from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 from loaderx.shards import (
@@ -55,6 +61,7 @@ from loaderx.shards import (
     fsync_folder,
     manifest_path,
     read_manifest,
+    reading_lock,
     remove_unlisted,
     settle_pending,
     shard_folder,
@@ -68,7 +75,9 @@ from loaderx.zrecord import Zrecord
 _DICT_FILE: Final = "dict.zr"
 _META_FILE: Final = "meta.zr"
 
-_Signature = tuple[int, int, int]
+_Signature = tuple[int, int, int, bytes]
+# The manifest's first bytes, its format, version and generation fields (see _signature).
+_SIGNATURE_BYTES: Final = 64
 # Opening retries while the dataset folder keeps being replaced under it (each replacement is
 # a whole conversion, so two attempts nearly always suffice).
 _OPEN_ATTEMPTS: Final = 8
@@ -97,12 +106,27 @@ def _folder_identity(folder: str) -> tuple[int, int] | None:
 
 
 def _signature(folder: str) -> _Signature | None:
-    """What identifies the manifest's current version cheaply (it is replaced by rename)."""
+    """What identifies the manifest's current version cheaply: its inode, size and mtime, and
+    its first bytes, which hold its generation (written before the shard list, and one higher
+    on every write). The stat alone is not enough: a replaced manifest's freed inode is often
+    the next one's, its size the same, and its mtime equal within the kernel's coarse clock."""
     try:
-        found = os.stat(manifest_path(folder))
+        fd = os.open(manifest_path(folder), os.O_RDONLY)
     except FileNotFoundError:
         return None
-    return (found.st_ino, found.st_mtime_ns, found.st_size)
+    try:
+        found = os.fstat(fd)
+        head = os.read(fd, _SIGNATURE_BYTES)  # a fresh descriptor reads from the start
+    finally:
+        os.close(fd)
+    return (found.st_ino, found.st_mtime_ns, found.st_size, head)
+
+
+def _required_manifest(folder: str) -> Manifest:
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ManifestError(f"{folder!r} has no {MANIFEST_FILE}")
+    return manifest
 
 
 class ShardedStore:
@@ -169,14 +193,17 @@ class ShardedStore:
         shard's gather verification (see Zrecord)."""
         for attempt in range(_OPEN_ATTEMPTS - 1):
             identity = _folder_identity(path)
+            manifest_version = _signature(path)
             try:
                 sharded = cls._open_once(path, schema, shard_records, readonly, verify)
             except (ManifestError, SchemaError, OSError):
                 now = _folder_identity(path)
-                if now is not None and now == identity:
+                if now is not None and now == identity and _signature(path) == manifest_version:
                     raise
                 # The whole folder was replaced while we read it, or we are between the two
-                # renames of a replacement (the path names no folder for a moment): open again.
+                # renames of a replacement (the path names no folder for a moment), or another
+                # process committed meanwhile (a delete whose shards moved after we read the
+                # manifest: their counts then disagree with it): open again.
                 time.sleep(_SWAP_WAIT * attempt)
                 continue
             if _folder_identity(path) == identity:
@@ -197,12 +224,10 @@ class ShardedStore:
     ) -> ShardedStore:
         sharded = cls(path, schema, shard_records, readonly, verify)
         try:
-            signature = _signature(path)
-            manifest = read_manifest(path)
-            if manifest is None:
-                raise ManifestError(f"{path!r} has no {MANIFEST_FILE}")
             if readonly or not os.path.exists(journal_path(path)):
-                sharded._load(manifest, signature)
+                with reading_lock(path):
+                    signature = _signature(path)
+                    sharded._load(_required_manifest(path), signature)
                 if readonly:
                     sharded._refuse_half_deleted()
             else:
@@ -210,10 +235,8 @@ class ShardedStore:
                 # shard is open here, so that a delete elsewhere (or another opener finishing
                 # this one) is never refused for our handles.
                 with commit_lock(path):
-                    manifest = read_manifest(path)
-                    if manifest is None:
-                        raise ManifestError(f"{path!r} has no {MANIFEST_FILE}")
-                    sharded._load(manifest, _signature(path))
+                    signature = _signature(path)
+                    sharded._load(_required_manifest(path), signature)
                     sharded._finish_interrupted_delete()
         except BaseException:
             sharded.close()
@@ -434,6 +457,13 @@ class ShardedStore:
                     raise
                 # Out of chunk space before the record limit (garbage left by deletes): the
                 # tail stays as it is and the whole batch goes to new shards.
+                self._commit_new_shards(0, count, write, len(tail))
+            except StoreLockedError:
+                if head == 0:
+                    raise
+                # Another process writes the tail (a store has one writer, from its first
+                # append until it closes): the tail is sealed where it is and this batch goes
+                # to new shards, the first of which becomes this process's tail.
                 self._commit_new_shards(0, count, write, len(tail))
             return first
 

@@ -377,6 +377,30 @@ def commit_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
         close_descriptor(fd)  # closing the descriptor releases the lock
 
 
+@contextmanager
+def reading_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the commit lock shared for the block, so that an open reads the manifest and opens
+    the shards it lists while no commit or delete runs (one that landed in between would make
+    the counts disagree). Nothing is locked where the lock file cannot be opened for reading (a
+    dataset that never committed, or a read-only copy without one) or on Windows (no shared
+    mode); opening then relies on its retries."""
+    if sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    try:
+        fd = open_descriptor(os.path.join(os.fspath(folder), LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        close_descriptor(fd)
+
+
 def _lock_file(fd: int) -> None:
     if sys.platform == "win32":  # Windows wheels only
         import msvcrt
