@@ -279,3 +279,27 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
             assert reader[:].tolist() == list(range(25))
     with DenseDataset(good, shard_records=10) as ds:  # the intact journal is finished
         assert ds[:].tolist() == [0, 1, 2, 9, 4, 5, 6, 7, 8] + list(range(10, 25))
+
+
+def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewritten manifest can get the freed inode, the size and the coarse mtime of the one
+    before it; the signature a writer checks before every write still differs, by generation."""
+    import os
+
+    from loaderx import sharded
+    from loaderx.shards import Manifest, ShardEntry, write_manifest
+
+    folder = str(tmp_path)
+    write_manifest(folder, Manifest([ShardEntry("shard-000001", 7)], generation=5))
+    real_fstat = os.fstat
+    fd = os.open(os.path.join(folder, "shards.msgpack"), os.O_RDONLY)
+    first_stat = real_fstat(fd)
+    os.close(fd)
+    monkeypatch.setattr(os, "fstat", lambda fd: first_stat)  # same inode, size and mtime
+    before = sharded._signature(folder)
+    write_manifest(folder, Manifest([ShardEntry("shard-000001", 8)], generation=6))
+    after = sharded._signature(folder)
+    assert before is not None and after is not None
+    assert before[:3] == after[:3] and before != after
