@@ -58,6 +58,7 @@ from loaderx.shards import (
     next_shard_number,
     parse_manifest,
     read_manifest,
+    refuse_unfinished_delete,
     remove_unlisted,
     seal_tail,
     settle_pending,
@@ -132,6 +133,7 @@ def _plan_column(path: str, relative: str, staged: list[str], schema: Schema) ->
         created = True
     found = read_manifest(folder)
     if found is not None:
+        refuse_unfinished_delete(folder, found)
         settle_pending(folder, found)  # a killed sharded append's state, before we build on it
     old_bytes = _read_bytes(manifest_path(folder))
     old = (parse_manifest(old_bytes, manifest_path(folder)) if old_bytes is not None

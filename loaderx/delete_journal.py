@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from loaderx.errors import ManifestError
 from loaderx.paths import write_file_atomically
-from loaderx.shards import fsync_folder
+from loaderx.shards import DELETE_JOURNAL_FILE, fsync_folder
 
-JOURNAL_FILE: Final = "shards.delete"
+JOURNAL_FILE: Final = DELETE_JOURNAL_FILE
 _FORMAT: Final = "loaderx-delete"
 _VERSION: Final = 1
 _INDEX_DTYPE: Final = np.dtype("<i8")

@@ -60,6 +60,7 @@ from loaderx.shards import (
     discard_staging,
     fsync_folder,
     manifest_path,
+    deleting_lock,
     read_manifest,
     reading_lock,
     remove_unlisted,
@@ -224,20 +225,22 @@ class ShardedStore:
     ) -> ShardedStore:
         sharded = cls(path, schema, shard_records, readonly, verify)
         try:
-            if readonly or not os.path.exists(journal_path(path)):
-                with reading_lock(path):
-                    signature = _signature(path)
-                    sharded._load(_required_manifest(path), signature)
-                if readonly:
-                    sharded._refuse_half_deleted()
-            else:
-                # A delete's journal: it may have to be finished. The commit lock before any
-                # shard is open here, so that a delete elsewhere (or another opener finishing
-                # this one) is never refused for our handles.
+            with reading_lock(path):
+                signature = _signature(path)
+                sharded._load(_required_manifest(path), signature)
+            if readonly:
+                sharded._refuse_half_deleted()
+            elif sharded._delete_unsettled():
+                # A delete that a killed process left: finished now, under the commit lock (the
+                # readers lock is released first: the finish takes it exclusively).
                 with commit_lock(path):
-                    signature = _signature(path)
-                    sharded._load(_required_manifest(path), signature)
-                    sharded._finish_interrupted_delete()
+                    try:
+                        sharded._sync_manifest()
+                    except StoreLockedError:
+                        # Other handles (readers of a consistent state) keep it from finishing:
+                        # reads may go on, and every write tries again first (or refuses).
+                        if sharded._half_deleted():
+                            raise
         except BaseException:
             sharded.close()
             raise
@@ -337,15 +340,15 @@ class ShardedStore:
         """Under the commit lock: catches up with commits made by other handles or processes,
         and settles on disk an append in flight that a killed writer left (loaderx.shards)."""
         signature = _signature(self.path)
-        if signature is None or (signature == self._signature and self._settled):
-            return
-        manifest = read_manifest(self.path)
-        if manifest is not None:
-            settled = settle_pending(self.path, manifest)
-            self._load(settled, signature if settled is manifest else _signature(self.path))
-            # A delete that another process (or a failed settle of ours) left in the journal
-            # is finished before this handle writes anything over it.
-            self._finish_interrupted_delete()
+        if signature is not None and (signature != self._signature or not self._settled):
+            manifest = read_manifest(self.path)
+            if manifest is not None:
+                settled = settle_pending(self.path, manifest)
+                self._load(settled, signature if settled is manifest else _signature(self.path))
+        # A delete that another process (or a failed settle of ours) left is finished before
+        # this handle writes anything over it; while it cannot be (other handles hold its
+        # shards), every write refuses here.
+        self._finish_interrupted_delete()
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -459,7 +462,9 @@ class ShardedStore:
                 # tail stays as it is and the whole batch goes to new shards.
                 self._commit_new_shards(0, count, write, len(tail))
             except StoreLockedError:
-                if head == 0:
+                if head == 0 or self.entries[-1].name == TOP_LEVEL:
+                    # The top-level store may have a single-store writer, which takes no
+                    # commit lock and would go on appending to it: never sealed under it.
                     raise
                 # Another process writes the tail (a store has one writer, from its first
                 # append until it closes): the tail is sealed where it is and this batch goes
@@ -601,28 +606,38 @@ class ShardedStore:
             )
             if not plan:
                 return
-            before = read_manifest(self.path)
-            for shard, local in plan:
-                entry = pending.shards[shard]
-                entry.records_before = entry.records
-                entry.records -= len(local)
-            # The journal first: a process killed once the shards start moving leaves what the
-            # next writable open needs to finish the delete (loaderx.delete_journal).
-            write_journal(
-                self.path,
-                [ShardDelete(self.entries[shard].name, int(lengths[shard]), local)
-                 for shard, local in plan],
-            )
-            try:
-                write_manifest(self.path, pending)
-            except BaseException:
-                remove_journal(self.path)
-                raise
-            try:
-                _delete_each([self.stores[shard] for shard, _ in plan],
-                             [local for _, local in plan], self.path)
-            finally:
-                self._settle_delete(pending, before, lengths)
+            with deleting_lock(self.path):  # opens wait rather than meet moving shards
+                self._delete_planned(plan, pending, lengths)
+
+    def _delete_planned(
+        self,
+        plan: list[tuple[int, npt.NDArray[np.int64]]],
+        pending: Manifest,
+        lengths: npt.NDArray[np.int64],
+    ) -> None:
+        """Under the commit and readers locks: journal, manifest, the native delete, settle."""
+        before = read_manifest(self.path)
+        for shard, local in plan:
+            entry = pending.shards[shard]
+            entry.records_before = entry.records
+            entry.records -= len(local)
+        # The journal first: a process killed once the shards start moving leaves what the
+        # next writable open needs to finish the delete (loaderx.delete_journal).
+        write_journal(
+            self.path,
+            [ShardDelete(self.entries[shard].name, int(lengths[shard]), local)
+             for shard, local in plan],
+        )
+        try:
+            write_manifest(self.path, pending)
+        except BaseException:
+            remove_journal(self.path)
+            raise
+        try:
+            _delete_each([self.stores[shard] for shard, _ in plan],
+                         [local for _, local in plan], self.path)
+        finally:
+            self._settle_delete(pending, before, lengths)
 
     def _settle_delete(
         self, pending: Manifest, before: Manifest | None, lengths: npt.NDArray[np.int64]
@@ -632,8 +647,10 @@ class ShardedStore:
         it states what each shard now holds (all, or the shards done before a failure)."""
         now = [len(store) for store in self.stores]
         if before is not None and now == lengths.tolist():
-            write_manifest(self.path, before)
+            # Refused: the journal goes first, so that a failure to put the manifest back can
+            # never let a later write carry out a delete its caller was told had failed.
             remove_journal(self.path)
+            write_manifest(self.path, before)
             self._signature = _signature(self.path)
             return
         self._write_counts(pending)
@@ -654,15 +671,24 @@ class ShardedStore:
         write_manifest(self.path, manifest)
         self._signature = _signature(self.path)
 
-    def _refuse_half_deleted(self) -> None:
-        """A read-only handle cannot finish a killed delete: it refuses one that some shards
-        applied and others did not (all or none reads as a consistent dataset)."""
+    def _delete_unsettled(self) -> bool:
+        """Whether a delete left its journal, or the manifest mid-delete (a killed process)."""
+        mid_delete = any(entry.records_before is not None for entry in self.entries)
+        return mid_delete or os.path.exists(journal_path(self.path))
+
+    def _half_deleted(self) -> bool:
+        """Whether some shards of a delete in the manifest applied it and others not."""
         done = {
             len(store) == entry.records
             for entry, store in zip(self.entries, self.stores)
             if entry.records_before is not None
         }
-        if len(done) > 1:
+        return len(done) > 1
+
+    def _refuse_half_deleted(self) -> None:
+        """A read-only handle cannot finish a killed delete: it refuses one that some shards
+        applied and others did not (all or none reads as a consistent dataset)."""
+        if self._half_deleted():
             raise ReadOnlyStoreError(
                 f"{self.path!r}: a delete over several shards was interrupted by a crash and "
                 "is half done; open the dataset writable once to finish it"
@@ -673,9 +699,15 @@ class ShardedStore:
         that a killed process left half done (loaderx.delete_journal), on every shard still at
         its count before, then settles the manifest. A stale journal is removed."""
         parts = read_journal(self.path)
+        mid_delete = any(entry.records_before is not None for entry in self.entries)
         if parts is None:
+            if mid_delete:
+                # No journal: a refused delete whose manifest could not be put back (its
+                # journal goes first, so it never runs later), or one from a loaderx without
+                # journals. The shards hold what they hold; the manifest says so.
+                self._write_counts(Manifest([e.copy() for e in self.entries], self._generation))
             return
-        if all(entry.records_before is None for entry in self.entries):
+        if not mid_delete:
             remove_journal(self.path)  # died before the manifest write, or after settling it
             return
         by_name = dict(zip([entry.name for entry in self.entries], self.stores))
@@ -692,7 +724,10 @@ class ShardedStore:
                     f"{JOURNAL_FILE} nor the {part.records_after} after it"
                 )
         if todo:
-            _delete_each([store for store, _ in todo], [local for _, local in todo], self.path)
+            with deleting_lock(self.path):
+                _delete_each(
+                    [store for store, _ in todo], [local for _, local in todo], self.path
+                )
         self._write_counts(Manifest([entry.copy() for entry in self.entries], self._generation))
         remove_journal(self.path)
 

@@ -64,6 +64,10 @@ MANIFEST_VERSION: Final = 1
 # The version of a manifest with an append in flight (see the module doc).
 MANIFEST_VERSION_APPENDING: Final = 2
 LOCK_FILE: Final = "shards.lock"
+# Opens hold it shared, deletes exclusively (reading_lock, deleting_lock).
+READERS_LOCK_FILE: Final = "shards.readers.lock"
+# The journal of a delete over several shards (loaderx.delete_journal).
+DELETE_JOURNAL_FILE: Final = "shards.delete"
 STAGING_PREFIX: Final = ".staging-"
 # The name a staging folder's marker is made and locked under before it is renamed into place
 # (loaderx.claims).
@@ -379,18 +383,19 @@ def commit_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
 
 @contextmanager
 def reading_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
-    """Holds the commit lock shared for the block, so that an open reads the manifest and opens
-    the shards it lists while no commit or delete runs (one that landed in between would make
-    the counts disagree). Nothing is locked where the lock file cannot be opened for reading (a
-    dataset that never committed, or a read-only copy without one) or on Windows (no shared
-    mode); opening then relies on its retries."""
+    """Holds the readers lock shared for the block, so that an open reads the manifest and opens
+    the shards it lists while no delete runs (one that moved records in between would make the
+    counts disagree). Appends and commits do not take this lock: they never invalidate what an
+    open reads, so opens never wait for them. Nothing is locked where the lock file cannot be
+    opened for reading (no delete ever ran, or a read-only copy without one) or on Windows (no
+    shared mode); opening then relies on its retries."""
     if sys.platform == "win32":
         yield
         return
     import fcntl
 
     try:
-        fd = open_descriptor(os.path.join(os.fspath(folder), LOCK_FILE), os.O_RDONLY)
+        fd = open_descriptor(os.path.join(os.fspath(folder), READERS_LOCK_FILE), os.O_RDONLY)
     except OSError:
         yield
         return
@@ -399,6 +404,32 @@ def reading_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
         yield
     finally:
         close_descriptor(fd)
+
+
+@contextmanager
+def deleting_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the readers lock exclusively for the block (a delete, with the commit lock held):
+    opens wait for it instead of opening shards that are moving, or taking the handles that
+    would make the delete refuse."""
+    folder = os.fspath(folder)
+    fd = open_descriptor(os.path.join(folder, READERS_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock_file(fd)
+        yield
+    finally:
+        close_descriptor(fd)
+
+
+def refuse_unfinished_delete(folder: str, manifest: Manifest) -> None:
+    """Under the commit lock, for a commit that has no handle on the shards: refuses while a
+    killed delete over several shards waits to be finished (loaderx.delete_journal), which only
+    a writable open of the dataset can do."""
+    mid_delete = any(entry.records_before is not None for entry in manifest.shards)
+    if mid_delete and os.path.exists(os.path.join(folder, DELETE_JOURNAL_FILE)):
+        raise ManifestError(
+            f"{folder!r}: a delete over several shards was interrupted by a crash; open the "
+            "dataset writable once (DenseDataset(path) or RaggedDataset(path)) to finish it"
+        )
 
 
 def _lock_file(fd: int) -> None:
@@ -492,6 +523,7 @@ def current_manifest(folder: str, tail_records: int | None = None) -> Manifest:
     tail_records, when the caller has the tail store open, is its length (not reopened)."""
     found = read_manifest(folder)
     if found is not None:
+        refuse_unfinished_delete(folder, found)
         return settle_pending(folder, found)
     if os.path.isfile(os.path.join(folder, _META_FILE)):
         count = _store_length(folder) if tail_records is None else tail_records
