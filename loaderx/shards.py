@@ -370,10 +370,17 @@ def commit_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     maintenance. The lock is per open file, so it excludes other threads of this process too;
     it is not re-entrant (code holding it calls the *_locked functions).
     """
-    folder = os.fspath(folder)
+    with _exclusive(folder, LOCK_FILE):
+        yield
+
+
+@contextmanager
+def _exclusive(folder: str | os.PathLike[str], name: str) -> Iterator[None]:
+    """An exclusive flock on the lock file `name` in folder (created if absent), for the block."""
     # A registered descriptor: a child forked while we hold the lock closes its copy, so the
     # lock ends with our close (loaderx.lock_descriptors).
-    fd = open_descriptor(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    path = os.path.join(os.fspath(folder), name)
+    fd = open_descriptor(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         _lock_file(fd)
         yield
@@ -411,13 +418,8 @@ def deleting_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     """Holds the readers lock exclusively for the block (a delete, with the commit lock held):
     opens wait for it instead of opening shards that are moving, or taking the handles that
     would make the delete refuse."""
-    folder = os.fspath(folder)
-    fd = open_descriptor(os.path.join(folder, READERS_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        _lock_file(fd)
+    with _exclusive(folder, READERS_LOCK_FILE):
         yield
-    finally:
-        close_descriptor(fd)
 
 
 def refuse_unfinished_delete(folder: str, manifest: Manifest) -> None:

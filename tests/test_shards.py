@@ -835,25 +835,10 @@ def test_a_killed_delete_over_several_shards_is_finished_by_the_next_open(
     shard's part, or after every shard's but before settling the manifest. A read-only open sees
     the dataset as it was or as after the delete, and refuses a half-done one by name; the next
     writable open finishes the delete, exactly as the dead process would have."""
-    import subprocess
-    import sys
-
     from loaderx.delete_journal import JOURNAL_FILE
     from loaderx.errors import ReadOnlyStoreError
 
-    path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
-    reference = tmp_path / "reference"
-    shutil.copytree(path, reference)
-    targets = [5, 999, 1000, 1500, 2001, 2499, 17]
-    with DenseDataset(reference, shard_records=CAPACITY) as ds:
-        ds.delete(targets)
-        expected = ds[:]
-    done = subprocess.run(
-        [sys.executable, "-c", _KILLED_DELETE, str(path), where, ",".join(map(str, targets))],
-        capture_output=True, text=True, timeout=120,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    assert done.returncode == 9, done.stderr
+    path, data, expected = _killed_delete(tmp_path, where)  # shards of 1000, 1000, 500
     assert (path / JOURNAL_FILE).exists()
     if where == "between-shards":
         with pytest.raises(ReadOnlyStoreError, match="half done; open the dataset writable"):
@@ -1001,6 +986,9 @@ def test_a_delete_that_empties_the_first_shard(tmp_path: Path) -> None:
         assert reopened[:].tolist() == [20] and len(reopened) == 1
 
 
+# The head of the scripts that play another process appending to the same dataset.
+_OTHER_PROCESS = "import sys\nimport numpy as np\nfrom loaderx.dataset import DenseDataset\n"
+
 _DELETER = """
 import sys, time
 import numpy as np
@@ -1064,10 +1052,7 @@ def test_two_processes_append_to_one_dataset(tmp_path: Path) -> None:
     path = tmp_path / "d"
     with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
         ds.append(np.arange(15, dtype=np.int64))
-    code = (
-        "import sys\n"
-        "import numpy as np\n"
-        "from loaderx.dataset import DenseDataset\n"
+    code = _OTHER_PROCESS + (
         "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
         "    other.append(np.arange(16, 18, dtype=np.int64))\n"
         "    other.append(np.arange(18, 43, dtype=np.int64))\n"
@@ -1097,19 +1082,28 @@ def _killed_delete(tmp_path: Path, where: str) -> tuple[Path, npt.NDArray[Any], 
     import sys
 
     path, data = _sharded(tmp_path)
-    reference = tmp_path / "reference"
-    shutil.copytree(path, reference)
-    targets = [5, 999, 1000, 1500, 2001, 2499, 17]
-    with DenseDataset(reference, shard_records=CAPACITY) as ds:
-        ds.delete(targets)
-        expected = ds[:]
+    expected = _after_delete(tmp_path, path, _TARGETS)
     done = subprocess.run(
-        [sys.executable, "-c", _KILLED_DELETE, str(path), where, ",".join(map(str, targets))],
+        [sys.executable, "-c", _KILLED_DELETE, str(path), where, ",".join(map(str, _TARGETS))],
         capture_output=True, text=True, timeout=120,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     assert done.returncode == 9, done.stderr
     return path, data, expected
+
+
+# A delete over all three shards of _sharded.
+_TARGETS = [5, 999, 1000, 1500, 2001, 2499, 17]
+
+
+def _after_delete(tmp_path: Path, path: Path, targets: list[int]) -> npt.NDArray[Any]:
+    """What the dataset at path holds after deleting targets, done on a copy of it."""
+    reference = tmp_path / "reference"
+    shutil.copytree(path, reference)
+    with DenseDataset(reference, shard_records=CAPACITY) as ds:
+        ds.delete(targets)
+        result: npt.NDArray[Any] = ds[:]
+    return result
 
 
 def test_a_killed_delete_waits_while_readers_hold_its_shards(tmp_path: Path) -> None:
@@ -1171,15 +1165,10 @@ def test_an_open_that_waited_for_a_killed_delete_finishes_it(tmp_path: Path) -> 
     from loaderx.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
-    reference = tmp_path / "reference"
-    shutil.copytree(path, reference)
-    targets = [5, 999, 1000, 1500, 2001, 2499, 17]
-    with DenseDataset(reference, shard_records=CAPACITY) as ds:
-        ds.delete(targets)
-        expected = ds[:]
+    expected = _after_delete(tmp_path, path, _TARGETS)
     deleter = subprocess.Popen(
         [sys.executable, "-c", _KILLED_DELETE, str(path), "held-between-shards",
-         ",".join(map(str, targets))],
+         ",".join(map(str, _TARGETS))],
         stdout=subprocess.PIPE, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
@@ -1239,10 +1228,7 @@ def test_a_single_store_writer_elsewhere_is_never_sealed_under(tmp_path: Path) -
     path = tmp_path / "single"
     with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
         ds.append(np.arange(6, dtype=np.int64))
-    code = (
-        "import sys\n"
-        "import numpy as np\n"
-        "from loaderx.dataset import DenseDataset\n"
+    code = _OTHER_PROCESS + (
         "with DenseDataset(sys.argv[1]) as other:\n"
         "    other.append(np.arange(6, 7, dtype=np.int64))\n"
         "    print('holding', flush=True)\n"
