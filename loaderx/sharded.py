@@ -84,6 +84,10 @@ _SIGNATURE_BYTES: Final = 64
 _OPEN_ATTEMPTS: Final = 8
 # Seconds added to the wait before each further attempt while a replacement is in progress.
 _SWAP_WAIT: Final = 0.005
+# A writable open finishing a half-done delete waits this long, this many times, for the
+# handles of a killed process that the kernel has not closed yet (_finish_at_open).
+_FINISH_ATTEMPTS: Final = 40
+_FINISH_WAIT: Final = 0.05
 
 
 def check_shard_records(shard_records: object) -> int:
@@ -231,16 +235,7 @@ class ShardedStore:
             if readonly:
                 sharded._refuse_half_deleted()
             elif sharded._delete_unsettled():
-                # A delete that a killed process left: finished now, under the commit lock (the
-                # readers lock is released first: the finish takes it exclusively).
-                with commit_lock(path):
-                    try:
-                        sharded._sync_manifest()
-                    except StoreLockedError:
-                        # Other handles (readers of a consistent state) keep it from finishing:
-                        # reads may go on, and every write tries again first (or refuses).
-                        if sharded._half_deleted():
-                            raise
+                sharded._finish_at_open()
         except BaseException:
             sharded.close()
             raise
@@ -670,6 +665,27 @@ class ShardedStore:
         self._rebuild_view()
         write_manifest(self.path, manifest)
         self._signature = _signature(self.path)
+
+    def _finish_at_open(self) -> None:
+        """A delete that a killed process left, finished at a writable open, under the commit
+        lock (the readers lock is released first: the finish takes it exclusively).
+
+        Other handles on its shards keep it from running. Readers of a consistent state (every
+        shard or none deleted) may go on, and every write tries again first (or refuses). A
+        half-done one must be finished to be read: it waits a moment for the handles of a
+        process that is still dying (a killed process drops its locks one by one), then raises.
+        """
+        for attempt in range(_FINISH_ATTEMPTS):
+            with commit_lock(self.path):
+                try:
+                    self._sync_manifest()
+                    return
+                except StoreLockedError:
+                    if not self._half_deleted():
+                        return
+                    if attempt == _FINISH_ATTEMPTS - 1:
+                        raise
+            time.sleep(_FINISH_WAIT)
 
     def _delete_unsettled(self) -> bool:
         """Whether a delete left its journal, or the manifest mid-delete (a killed process)."""
