@@ -641,15 +641,16 @@ class ShardedStore:
         takes every shard before any record moves) puts the manifest back as it was; otherwise
         it states what each shard now holds (all, or the shards done before a failure)."""
         now = [len(store) for store in self.stores]
+        # The native call has returned: the journal, there for a process killed inside it, goes
+        # first, so that a failure of the manifest write below can never let a later write
+        # carry out (the rest of) a delete whose caller was told the outcome. A manifest left
+        # mid-delete without a journal is settled to what the shards hold by the next write.
+        remove_journal(self.path)
         if before is not None and now == lengths.tolist():
-            # Refused: the journal goes first, so that a failure to put the manifest back can
-            # never let a later write carry out a delete its caller was told had failed.
-            remove_journal(self.path)
-            write_manifest(self.path, before)
+            write_manifest(self.path, before)  # refused: nothing moved
             self._signature = _signature(self.path)
             return
         self._write_counts(pending)
-        remove_journal(self.path)
 
     def _write_counts(self, manifest: Manifest) -> None:
         """Writes `manifest` with every entry's count set to what its store now holds (no

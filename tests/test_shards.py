@@ -929,8 +929,8 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every shard deleted, then the manifest write that settles it fails (a full disk): the
-    delete raises, the handle still reads what the shards hold, and its next write settles the
-    manifest and drops the journal instead of applying it again."""
+    delete raises, the handle still reads what the shards hold, the journal is gone (it can
+    never be applied again), and the next write settles the manifest."""
     from loaderx import sharded
     from loaderx.delete_journal import JOURNAL_FILE
 
@@ -956,7 +956,7 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
         with pytest.raises(OSError, match="injected"):
             ds.delete([5, 1000, 2001])
         monkeypatch.setattr("loaderx.sharded.write_manifest", original)
-        assert (path / JOURNAL_FILE).exists()
+        assert not (path / JOURNAL_FILE).exists()  # its native call returned: its job is done
         assert len(ds) == COUNT - 3 and ds[:].tobytes() == expected[:-1].tobytes()
         ds.append(row)
         assert ds[:].tobytes() == expected.tobytes()
@@ -1254,3 +1254,44 @@ def test_a_single_store_writer_elsewhere_is_never_sealed_under(tmp_path: Path) -
     for readonly in (True, False):
         with DenseDataset(path, readonly=readonly) as reopened:
             assert reopened[:].tolist() == list(range(9))
+
+
+def test_a_failed_delete_is_never_finished_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk stops a delete after its first shard, and then the manifest write that
+    states the partial result fails too: the caller was told it failed, with the first shard's
+    part done, and no later write carries out the rest."""
+    from loaderx.delete_journal import JOURNAL_FILE
+
+    path, data = _sharded(tmp_path)
+    original_delete = sharded_module._delete_each
+    original_write = sharded_module.write_manifest  # type: ignore[attr-defined]
+    writes = []
+
+    def first_shard_then_full(stores: Any, indices: Any, name: str) -> None:
+        original_delete(stores[:1], indices[:1], name)
+        raise OSError(28, "No space left on device (injected)")
+
+    def failing_settle(folder: str, manifest: Any) -> None:
+        writes.append(folder)
+        if len(writes) == 2:
+            raise OSError(28, "No space left on device (injected)")
+        original_write(folder, manifest)
+
+    row = _dense_data(1)
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        monkeypatch.setattr("loaderx.sharded._delete_each", first_shard_then_full)
+        monkeypatch.setattr("loaderx.sharded.write_manifest", failing_settle)
+        with pytest.raises(OSError, match="injected"):
+            ds.delete([5, 1500])
+        monkeypatch.undo()
+        first = data[:CAPACITY].copy()
+        first[5] = data[CAPACITY - 1]  # swap-last within the first shard
+        partial = np.concatenate([first[: CAPACITY - 1], data[CAPACITY:]])
+        assert ds[:].tobytes() == partial.tobytes()
+        assert not (path / JOURNAL_FILE).exists()
+        ds.append(row)
+        assert ds[:].tobytes() == np.concatenate([partial, row]).tobytes()
+    with DenseDataset(path, readonly=True) as reopened:
+        assert reopened[:].tobytes() == np.concatenate([partial, row]).tobytes()

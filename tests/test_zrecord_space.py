@@ -3,6 +3,7 @@ files cut short are corrupt (never a crash), and opening beside a busy writer se
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx.dataset import DenseDataset
 from loaderx.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
 
@@ -318,3 +320,41 @@ def test_opening_while_another_process_appends(tmp_path: Path, codec: Codec) -> 
     with Zrecord(path, create=False) as store:
         ids = read_all(store, 8)[:, 0]
         assert np.array_equal(ids, np.arange(len(store), dtype=np.uint64))
+
+
+def _leave_free(mount: Path, free: int) -> Path:
+    """Fills the file system until only about `free` bytes are left; returns the filler."""
+    filler = mount / "filler"
+    stats = os.statvfs(mount)
+    with open(filler, "wb") as out:
+        with contextlib.suppress(OSError):
+            out.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - free))
+    return filler
+
+
+def test_a_delete_that_runs_out_of_space_leaves_no_redo_log(small_disk: Path) -> None:
+    """A delete whose redo log cannot be written (a full disk) changes nothing and leaves no
+    log behind (one left would make every read-only open refuse the store as if a crash had
+    interrupted a delete). Swept over the free space, so that some deletes fail there."""
+    count = 10000
+    data = np.arange(count, dtype=np.int64)
+    targets = np.sort(np.random.default_rng(1).choice(count, 1000, replace=False))
+    refused = 0
+    for free in range(0, 32768, 4096):
+        path = small_disk / "store"
+        shutil.rmtree(path, ignore_errors=True)
+        with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
+            ds.append(data)
+        filler = _leave_free(small_disk, free)
+        with DenseDataset(path) as ds:
+            try:
+                ds.delete(targets)
+            except OSError as exc:
+                assert_enospc(exc)
+                refused += 1
+                assert ds[:].tobytes() == data.tobytes()
+        filler.unlink()
+        assert not (path / "redo.zr").exists()
+        with DenseDataset(path, readonly=True) as reader:
+            assert len(reader) in (count, count - len(targets))
+    assert refused > 0

@@ -77,6 +77,9 @@ pub fn write(allocator: Allocator, io: Io, dir: Io.Dir, plan: Plan, durable: boo
     const f = dir.createFile(io, file_name, .{ .truncate = true }) catch |err|
         return fail(err, "create {s}", .{file_name});
     defer f.close(io);
+    // A log that failed to be written (a full disk) goes again: the delete has not started,
+    // and a log left behind would make every read-only open refuse the store.
+    errdefer dir.deleteFile(io, file_name) catch {};
     f.writePositionalAll(io, bytes, 0) catch |err| return fail(err, "write {s}", .{file_name});
     if (durable) {
         f.sync(io) catch |err| return fail(err, "sync {s}", .{file_name});
