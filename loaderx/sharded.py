@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from typing import Any, Final
 
 import numpy as np
@@ -125,6 +125,12 @@ def _signature(folder: str) -> _Signature | None:
     finally:
         os.close(fd)
     return (found.st_ino, found.st_mtime_ns, found.st_size, head)
+
+
+def _delete_unsettled(folder: str, manifest: Manifest) -> bool:
+    """Whether a delete left its journal, or the manifest mid-delete (a killed process)."""
+    mid_delete = any(entry.records_before is not None for entry in manifest.shards)
+    return mid_delete or os.path.exists(journal_path(folder))
 
 
 def _required_manifest(folder: str) -> Manifest:
@@ -231,10 +237,17 @@ class ShardedStore:
         try:
             with reading_lock(path):
                 signature = _signature(path)
-                sharded._load(_required_manifest(path), signature)
-            if readonly:
-                sharded._refuse_half_deleted()
-            elif sharded._delete_unsettled():
+                manifest = _required_manifest(path)
+                unsettled = not readonly and _delete_unsettled(path, manifest)
+                if not unsettled:
+                    try:
+                        sharded._load(manifest, signature)
+                        if readonly:
+                            sharded._refuse_half_deleted()
+                    except BaseException:
+                        sharded.close()  # under the lock: its handles never block a finish
+                        raise
+            if unsettled:
                 sharded._finish_at_open()
         except BaseException:
             sharded.close()
@@ -331,9 +344,10 @@ class ShardedStore:
         if old is not None:
             self._retired.append(old)
 
-    def _sync_manifest(self) -> None:
+    def _sync_manifest(self, readers_locked: bool = False) -> None:
         """Under the commit lock: catches up with commits made by other handles or processes,
-        and settles on disk an append in flight that a killed writer left (loaderx.shards)."""
+        and settles on disk an append in flight that a killed writer left (loaderx.shards).
+        readers_locked: the caller holds the readers lock exclusively already."""
         signature = _signature(self.path)
         if signature is not None and (signature != self._signature or not self._settled):
             manifest = read_manifest(self.path)
@@ -343,7 +357,7 @@ class ShardedStore:
         # A delete that another process (or a failed settle of ours) left is finished before
         # this handle writes anything over it; while it cannot be (other handles hold its
         # shards), every write refuses here.
-        self._finish_interrupted_delete()
+        self._finish_interrupted_delete(readers_locked)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -668,30 +682,42 @@ class ShardedStore:
         self._signature = _signature(self.path)
 
     def _finish_at_open(self) -> None:
-        """A delete that a killed process left, finished at a writable open, under the commit
-        lock (the readers lock is released first: the finish takes it exclusively).
+        """A delete that a killed process left, finished by a writable open: its shards are
+        opened only under the commit lock and the readers lock held exclusively, so no other
+        open (writable ones finishing the same delete, read-only ones refusing it) holds them
+        meanwhile.
 
-        Other handles on its shards keep it from running. Readers of a consistent state (every
+        Handles older than the kill keep it from running. Readers of a consistent state (every
         shard or none deleted) may go on, and every write tries again first (or refuses). A
-        half-done one must be finished to be read: it waits a moment for the handles of a
-        process that is still dying (a killed process drops its locks one by one), then raises.
+        half-done one must be finished to be read: the shards are closed again and it waits a
+        moment for the handles of a process that is still dying (a killed process drops its
+        locks one by one), then raises.
         """
         for attempt in range(_FINISH_ATTEMPTS):
-            with commit_lock(self.path):
+            with commit_lock(self.path), deleting_lock(self.path):
                 try:
-                    self._sync_manifest()
+                    self._sync_manifest(readers_locked=True)
                     return
                 except StoreLockedError:
                     if not self._half_deleted():
                         return
                     if attempt == _FINISH_ATTEMPTS - 1:
                         raise
+                    self._release_shards()
             time.sleep(_FINISH_WAIT)
 
-    def _delete_unsettled(self) -> bool:
-        """Whether a delete left its journal, or the manifest mid-delete (a killed process)."""
-        mid_delete = any(entry.records_before is not None for entry in self.entries)
-        return mid_delete or os.path.exists(journal_path(self.path))
+    def _release_shards(self) -> None:
+        """Closes every shard and view and forgets the manifest (the next sync opens anew)."""
+        views = self._retired + ([] if self._view is None else [self._view])
+        self._view = None
+        self._retired = []
+        for view in views:
+            view.close()
+        for store in self.stores:
+            store.close()
+        self.entries = []
+        self.stores = []
+        self._signature = None
 
     def _half_deleted(self) -> bool:
         """Whether some shards of a delete in the manifest applied it and others not."""
@@ -711,7 +737,7 @@ class ShardedStore:
                 "is half done; open the dataset writable once to finish it"
             )
 
-    def _finish_interrupted_delete(self) -> None:
+    def _finish_interrupted_delete(self, readers_locked: bool = False) -> None:
         """Under the commit lock, just after opening: finishes a delete over several shards
         that a killed process left half done (loaderx.delete_journal), on every shard still at
         its count before, then settles the manifest. A stale journal is removed."""
@@ -741,7 +767,9 @@ class ShardedStore:
                     f"{JOURNAL_FILE} nor the {part.records_after} after it"
                 )
         if todo:
-            with deleting_lock(self.path):
+            # The readers lock, exclusively: the same process never takes it twice (two
+            # descriptors of one process conflict like two processes).
+            with nullcontext() if readers_locked else deleting_lock(self.path):
                 _delete_each(
                     [store for store, _ in todo], [local for _, local in todo], self.path
                 )

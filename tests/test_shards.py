@@ -1295,3 +1295,43 @@ def test_a_failed_delete_is_never_finished_later(
         assert ds[:].tobytes() == np.concatenate([partial, row]).tobytes()
     with DenseDataset(path, readonly=True) as reopened:
         assert reopened[:].tobytes() == np.concatenate([partial, row]).tobytes()
+
+
+_OPENER = """
+import sys
+from loaderx.dataset import DenseDataset
+
+with DenseDataset(sys.argv[1], shard_records=1000) as ds:
+    sys.stdout.buffer.write(ds[:].tobytes())
+"""
+
+
+def test_concurrent_opens_of_a_half_done_delete_all_finish_it(tmp_path: Path) -> None:
+    """A delete killed between shards, then four processes open the dataset writable at once
+    and two more read-only: no open is refused for the others' handles, one of the writable ones
+    finishes the delete, and every writable one reads its result."""
+    import subprocess
+    import sys
+
+    path, data, expected = _killed_delete(tmp_path, "between-shards")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _OPENER, str(path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=root)
+        for _ in range(4)
+    ]
+    reader_code = _OPENER.replace("shard_records=1000", "readonly=True")
+    readers = [
+        subprocess.Popen([sys.executable, "-c", reader_code, str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+        for _ in range(2)
+    ]
+    for writer in writers:
+        out, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err.decode()
+        assert out == expected.tobytes()
+    for reader in readers:  # the half-done state refused, or the finished one read
+        out, err = reader.communicate(timeout=120)
+        assert (reader.returncode == 0 and out == expected.tobytes()) or (
+            reader.returncode != 0 and b"half done" in err
+        ), err.decode()
