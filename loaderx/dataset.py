@@ -27,6 +27,7 @@ from loaderx.errors import (
     ReadOnlyStoreError,
     SchemaError,
     StoreFullError,
+    StoreLockedError,
 )
 from loaderx.indexing import normalize_index, normalize_selection
 from loaderx.native_calls import NDARRAY, NativeCalls, gather_fixed
@@ -197,6 +198,8 @@ class _DatasetBase:
     shard_records: int
     _store: Store
     _sharding: threading.Lock
+    # Whether this handle has become its single store's writer and checked it is still one.
+    _writer_checked: bool
 
     def __init__(
         self,
@@ -220,6 +223,7 @@ class _DatasetBase:
         self.dict_size = schema.dict_size
         self._store = store
         self._sharding = threading.Lock()
+        self._writer_checked = False
 
     def __len__(self) -> int:
         return len(self._store)
@@ -263,9 +267,24 @@ class _DatasetBase:
             raise ReadOnlyStoreError(
                 f"append refused: dataset {self.path!r} was opened with readonly=True"
             )
-        if isinstance(store, Zrecord) and len(store) + count > self.shard_records:
-            return self._become_sharded()
+        if isinstance(store, Zrecord):
+            if not self._writer_checked:
+                self._claim_single_store(store)
+            if len(store) + count > self.shard_records:
+                return self._become_sharded()
         return store
+
+    def _claim_single_store(self, store: Zrecord) -> None:
+        """Before the first append to a single store: this handle becomes its writer, then
+        checks that no other process has made the dataset sharded since it opened (a rollover
+        seals the store, and claims its writer lock to do so, so none can from now on)."""
+        store.claim_writer()
+        if is_file(manifest_path(self.path)):
+            raise StoreLockedError(
+                f"append refused: {self.path!r} became a sharded dataset in another process "
+                "after this handle opened it as a single store; open it again"
+            )
+        self._writer_checked = True
 
     def _become_sharded(self) -> ShardedStore:
         with self._sharding:

@@ -12,6 +12,7 @@ import errno
 import os
 import stat
 import uuid
+from typing import Final
 
 
 def is_file(path: str) -> bool:
@@ -37,11 +38,15 @@ def is_file(path: str) -> bool:
 __all__ = ["is_file"]
 
 
+# Between a file's name and the rest of its temporary name in write_file_atomically.
+TEMPORARY_MARK: Final = ".tmp-"
+
+
 def write_file_atomically(path: str, data: bytes) -> None:
     """Replaces the file at path with data, all or nothing: a uniquely named temporary file
     beside it, fsync, then a rename over it (a killed writer leaves the old file, and two
     writers never share a temporary file). Syncing the folder is the caller's choice."""
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as f:
             f.write(data)

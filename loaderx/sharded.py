@@ -63,6 +63,7 @@ from loaderx.shards import (
     deleting_lock,
     read_manifest,
     reading_lock,
+    remove_dead_temporaries,
     remove_unlisted,
     settle_pending,
     shard_folder,
@@ -256,7 +257,12 @@ class ShardedStore:
 
     @classmethod
     def adopt(cls, path: str, store: Zrecord, schema: Schema, shard_records: int) -> ShardedStore:
-        """A single-store dataset about to roll over: its open store becomes shard 0 ('.')."""
+        """A single-store dataset about to roll over: its open store becomes shard 0 ('.').
+
+        The store's writer lock is claimed first: another process writing it as a single store
+        (it takes no commit lock) must never find it sealed under it. While that process holds
+        it, this raises StoreLockedError and nothing changes."""
+        store.claim_writer()
         sharded = cls(path, schema, shard_records, verify=store.verify_reads)
         sharded.entries = [ShardEntry(TOP_LEVEL, len(store))]
         sharded.stores = [store]
@@ -625,6 +631,7 @@ class ShardedStore:
         lengths: npt.NDArray[np.int64],
     ) -> None:
         """Under the commit and readers locks: journal, manifest, the native delete, settle."""
+        remove_dead_temporaries(self.path)  # a killed delete's journal can be large
         before = read_manifest(self.path)
         for shard, local in plan:
             entry = pending.shards[shard]

@@ -47,7 +47,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Final
 
 import msgpack
@@ -55,7 +55,7 @@ import msgpack
 from loaderx import claims
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
-from loaderx.paths import write_file_atomically
+from loaderx.paths import TEMPORARY_MARK, write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 
 MANIFEST_FILE: Final = "shards.msgpack"
@@ -471,6 +471,18 @@ def remove_dead_staging(folder: str) -> None:
     A folder without a marker (made before markers existed) is left alone, and so is every
     folder where file locks do not exist (Windows): there a live one looks the same."""
     claims.remove_dead(folder, STAGING_PREFIX, _CLAIM_PREFIX)
+    remove_dead_temporaries(folder)
+
+
+def remove_dead_temporaries(folder: str) -> None:
+    """Under the commit lock: removes the temporary files of manifest and delete-journal writes
+    that a killed process left (every such write holds the commit lock, so none is live now;
+    a killed large delete's journal can be large)."""
+    dead = tuple(f"{name}{TEMPORARY_MARK}" for name in (MANIFEST_FILE, DELETE_JOURNAL_FILE))
+    for name in os.listdir(folder):
+        if name.startswith(dead):
+            with suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
 
 
 def _store_length(folder: str) -> int:

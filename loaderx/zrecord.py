@@ -270,6 +270,22 @@ class Zrecord(NativeCalls):
     def _codec_for(self, codec: Codec | None) -> int:
         return self._codec_id if codec is None else codec_id(codec)
 
+    def claim_writer(self) -> None:
+        """Makes this handle the store's writer now, as its first append would (an append of
+        nothing): StoreLockedError while another handle writes the store. The claim lasts
+        until the handle closes; a sharded dataset takes it before it seals the store."""
+        self._refuse_if_readonly("append")
+        offsets = np.zeros(1, dtype=np.uint64)
+        first = ctypes.c_uint64()
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_append(
+                handle, None, offsets.ctypes.data, 0, codec_id("raw"), ctypes.byref(first)
+            )
+            _native.check(code, f"append to {self.path!r}")
+        finally:
+            self._leave()
+
     def append(self, records: Records, *, codec: Codec | None = None) -> int:
         """Appends a batch of bytes-like records in one native call; returns the first new index."""
         self._refuse_if_readonly("append")

@@ -1335,3 +1335,50 @@ def test_concurrent_opens_of_a_half_done_delete_all_finish_it(tmp_path: Path) ->
         assert (reader.returncode == 0 and out == expected.tobytes()) or (
             reader.returncode != 0 and b"half done" in err
         ), err.decode()
+
+
+def test_temporary_files_of_killed_writes_go_with_the_next_commit_or_delete(tmp_path: Path) -> None:
+    """A process killed while writing the manifest or a delete's journal leaves its temporary
+    file; every such write holds the commit lock, so the next delete or commit removes them."""
+    path, data = _sharded(tmp_path)
+    for name in ("shards.msgpack.tmp-11-aaaa", "shards.delete.tmp-12-bbbb"):
+        (path / name).write_bytes(b"x" * 4096)
+    (path / "notes.tmp-1").write_bytes(b"mine")  # not ours: stays
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        ds.delete([1])
+        assert sorted(n for n in os.listdir(path) if ".tmp-" in n) == ["notes.tmp-1"]
+        (path / "shards.msgpack.tmp-13-cccc").write_bytes(b"x")
+        ds.append(_dense_data(600))  # spans: a commit
+    assert sorted(n for n in os.listdir(path) if ".tmp-" in n) == ["notes.tmp-1"]
+
+
+def test_a_single_store_handle_never_appends_past_a_rollover_elsewhere(tmp_path: Path) -> None:
+    """A handle opened the dataset as a single store and has not appended yet; another process
+    (with a smaller shard_records) rolls it over, sealing the store. The first handle's append
+    then refuses, saying to reopen, instead of growing the sealed store behind the manifest;
+    reopened, it appends as a sharded dataset."""
+    import subprocess
+    import sys
+
+    from loaderx.errors import StoreLockedError
+
+    path = tmp_path / "single"
+    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(6, dtype=np.int64))
+    code = _OTHER_PROCESS + (
+        "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
+        "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
+    )
+    with DenseDataset(path) as early:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        assert done.returncode == 0, done.stderr
+        with pytest.raises(StoreLockedError, match="became a sharded dataset in another process"):
+            early.append(np.arange(100, 102, dtype=np.int64))
+    with DenseDataset(path, shard_records=10) as reopened:
+        reopened.append(np.arange(15, 17, dtype=np.int64))
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(17))
