@@ -986,6 +986,14 @@ def test_a_delete_that_empties_the_first_shard(tmp_path: Path) -> None:
         assert reopened[:].tolist() == [20] and len(reopened) == 1
 
 
+def _single_store_of_six(tmp_path: Path) -> Path:
+    """A single-store int64 dataset holding 0..5."""
+    path = tmp_path / "single"
+    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(6, dtype=np.int64))
+    return path
+
+
 # The head of the scripts that play another process appending to the same dataset.
 _OTHER_PROCESS = "import sys\nimport numpy as np\nfrom loaderx.dataset import DenseDataset\n"
 
@@ -1225,9 +1233,7 @@ def test_a_single_store_writer_elsewhere_is_never_sealed_under(tmp_path: Path) -
 
     from loaderx.errors import StoreLockedError
 
-    path = tmp_path / "single"
-    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
-        ds.append(np.arange(6, dtype=np.int64))
+    path = _single_store_of_six(tmp_path)
     code = _OTHER_PROCESS + (
         "with DenseDataset(sys.argv[1]) as other:\n"
         "    other.append(np.arange(6, 7, dtype=np.int64))\n"
@@ -1362,9 +1368,7 @@ def test_a_single_store_handle_never_appends_past_a_rollover_elsewhere(tmp_path:
 
     from loaderx.errors import StoreLockedError
 
-    path = tmp_path / "single"
-    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
-        ds.append(np.arange(6, dtype=np.int64))
+    path = _single_store_of_six(tmp_path)
     code = _OTHER_PROCESS + (
         "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
         "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
