@@ -842,13 +842,7 @@ class ShardedStore:
     def close(self) -> None:
         """Closes the views, then every shard's store."""
         self._closed = True
-        views = self._retired + ([] if self._view is None else [self._view])
-        self._view = None
-        self._retired = []
-        for view in views:
-            view.close()
-        for store in self.stores:
-            store.close()
+        self._release_shards()
 
 
 def _delete_each(stores: list[Zrecord], indices: list[npt.NDArray[np.int64]], name: str) -> None:
