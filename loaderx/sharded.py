@@ -706,6 +706,8 @@ class ShardedStore:
                     self._sync_manifest(readers_locked=True)
                     return
                 except StoreLockedError:
+                    if not self.entries:
+                        raise  # refused before the manifest was loaded: nothing to read yet
                     if not self._half_deleted():
                         return
                     if attempt == _FINISH_ATTEMPTS - 1:

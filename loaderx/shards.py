@@ -601,6 +601,37 @@ def commit_shards_locked(
     shards are then listed as pending and the returned manifest has an append in flight (module
     doc): the caller appends the tail's part, then settles it with settle_pending."""
     assert appending is None or (tail_records is not None and appending > tail_records)
+    with _sealing_single_store(folder, tail_records):
+        return _commit_shards_locked(folder, staged, schema, tail_records, appending)
+
+
+@contextmanager
+def _sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None]:
+    """A commit into a single-store dataset seals its store as shard '.'. That store's writer
+    takes no commit lock, so the commit claims the store's writer lock for its whole length
+    (StoreLockedError while a handle, in this or another process, writes it); a handle that
+    opened it as a single store then refuses its first append (loaderx.dataset). A caller
+    passing tail_records has the store open and claimed already."""
+    if tail_records is not None or read_manifest(folder) is not None:
+        yield
+        return
+    if not os.path.isfile(os.path.join(folder, _META_FILE)):
+        yield  # a new dataset: nothing to seal
+        return
+    from loaderx.zrecord import Zrecord  # here: reading a manifest never needs the library
+
+    with Zrecord(folder, create=False) as store:
+        store.claim_writer()
+        yield
+
+
+def _commit_shards_locked(
+    folder: str,
+    staged: list[str],
+    schema: Schema,
+    tail_records: int | None,
+    appending: int | None,
+) -> Manifest:
     counts = [check_staged(path, schema) for path in staged]
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:

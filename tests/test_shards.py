@@ -1386,3 +1386,48 @@ def test_a_single_store_handle_never_appends_past_a_rollover_elsewhere(tmp_path:
     for readonly in (True, False):
         with DenseDataset(path, readonly=readonly) as ds:
             assert ds[:].tolist() == list(range(17))
+
+
+def test_an_open_refused_before_its_manifest_loads_never_looks_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writable open that must settle a delete first, and cannot even open a shard (held
+    exclusively elsewhere, say by a long compaction): it raises, rather than hand back a handle
+    that reads as an empty dataset."""
+    from loaderx.delete_journal import write_journal
+    from loaderx.errors import StoreLockedError
+    from loaderx.sharded import ShardedStore
+
+    path, data = _sharded(tmp_path)
+    write_journal(str(path), [])  # a stale journal: the open goes the settling way
+
+    def held(self: ShardedStore, entry: Any) -> Any:
+        raise StoreLockedError("held exclusively elsewhere (injected)")
+
+    monkeypatch.setattr(ShardedStore, "_open_shard", held)
+    with pytest.raises(StoreLockedError, match="injected"):
+        DenseDataset(path, shard_records=CAPACITY)
+    monkeypatch.undo()
+    with DenseDataset(path, shard_records=CAPACITY) as ds:
+        assert ds[:].tobytes() == data.tobytes()
+
+
+def test_a_commit_never_seals_a_single_store_that_a_handle_writes(tmp_path: Path) -> None:
+    """A handle has appended to a single-store dataset (it is the store's writer) when a
+    parallel conversion appends to the same path: the commit that would seal the store as
+    shard '.' refuses and changes nothing, so the handle's next append cannot land behind the
+    manifest; once the handle closes, the conversion goes through."""
+    from loaderx.errors import StoreLockedError
+
+    path = _single_store_of_six(tmp_path)
+    more = np.arange(100, 120, dtype=np.int64)
+    with DenseDataset(path) as writer:
+        writer.append(np.arange(6, 8, dtype=np.int64))
+        with pytest.raises(StoreLockedError):
+            from_numpy(str(path), more, codec="raw", workers=2, append=True)
+        assert read_manifest(path) is None
+        writer.append(np.arange(8, 10, dtype=np.int64))
+    assert from_numpy(str(path), more, codec="raw", workers=2, append=True) == len(more)
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(10)) + more.tolist()
