@@ -142,8 +142,7 @@ def _plan_column(path: str, relative: str, staged: list[str], schema: Schema) ->
         raise ManifestError(f"{folder!r} has {len(old.shards)} shards; adding {len(staged)} "
                             f"would pass the limit of {SHARD_COUNT_MAX}")
     remove_unlisted(folder, old)  # left by a crashed commit
-    new = Manifest([ShardEntry(e.name, e.records, e.records_before) for e in old.shards],
-                   old.generation + 1)
+    new = Manifest([entry.copy() for entry in old.shards], old.generation + 1)
     seal_tail(folder, new)
     first = next_shard_number(old)
     moves = []

@@ -32,7 +32,6 @@ from numpy.typing import DTypeLike
 from loaderx import claims
 from loaderx.errors import SchemaError, WorkerError
 from loaderx.schema import Schema, differences, read_schema
-from loaderx.sharded import check_shard_records
 
 # A worker's report travels through a pipe before it exits; a huge message or traceback is cut
 # so the send never blocks on a full pipe (64 KiB) while the parent waits for the exit.

@@ -673,6 +673,10 @@ class ShardedStore:
             return
         self._write_counts(pending)
 
+    def _manifest(self) -> Manifest:
+        """A copy of this handle's manifest (its entries and generation)."""
+        return Manifest([entry.copy() for entry in self.entries], self._generation)
+
     def _write_counts(self, manifest: Manifest) -> None:
         """Writes `manifest` with every entry's count set to what its store now holds (no
         delete in progress) and makes it this handle's."""
@@ -757,7 +761,7 @@ class ShardedStore:
                 # No journal: a refused delete whose manifest could not be put back (its
                 # journal goes first, so it never runs later), or one from a loaderx without
                 # journals. The shards hold what they hold; the manifest says so.
-                self._write_counts(Manifest([e.copy() for e in self.entries], self._generation))
+                self._write_counts(self._manifest())
             return
         if not mid_delete:
             remove_journal(self.path)  # died before the manifest write, or after settling it
@@ -782,7 +786,7 @@ class ShardedStore:
                 _delete_each(
                     [store for store, _ in todo], [local for _, local in todo], self.path
                 )
-        self._write_counts(Manifest([entry.copy() for entry in self.entries], self._generation))
+        self._write_counts(self._manifest())
         remove_journal(self.path)
 
     def compact(self) -> None:

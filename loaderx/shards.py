@@ -153,16 +153,13 @@ class ShardEntry:
 
 
 class Manifest:
-    """The ordered shards of a dataset; `generation` grows by one with every write."""
+    """The ordered shards of a dataset; `generation` grows by one with every write. The format
+    version it is written with follows from its content (to_dict)."""
 
-    version: int
     generation: int
     shards: list[ShardEntry]
 
-    def __init__(
-        self, shards: Sequence[ShardEntry], generation: int = 0, version: int = MANIFEST_VERSION
-    ) -> None:
-        self.version = version
+    def __init__(self, shards: Sequence[ShardEntry], generation: int = 0) -> None:
         self.generation = generation
         self.shards = list(shards)
 
@@ -199,7 +196,7 @@ class Manifest:
             else:
                 entries = entries[: position + 1]
             entry.records_after = None
-        return Manifest(entries, self.generation, MANIFEST_VERSION)
+        return Manifest(entries, self.generation)
 
     def to_dict(self) -> dict[str, Any]:
         version = MANIFEST_VERSION if self.appending is None else MANIFEST_VERSION_APPENDING
@@ -324,7 +321,7 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     if len(set(names)) != len(names):
         raise ManifestError(f"{path} lists a shard twice")
     _check_appending(entries, version, path)
-    return Manifest(entries, generation, version)
+    return Manifest(entries, generation)
 
 
 def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
