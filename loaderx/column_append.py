@@ -61,6 +61,7 @@ from loaderx.shards import (
     refuse_unfinished_delete,
     remove_unlisted,
     seal_tail,
+    sealing_single_store,
     settle_pending,
     shard_name,
 )
@@ -115,6 +116,17 @@ def _commit_locks(folders: Iterable[str]) -> Iterator[None]:
     with ExitStack() as stack:
         for folder in sorted({os.path.realpath(f) for f in folders}):
             stack.enter_context(commit_lock(folder))
+        yield
+
+
+@contextmanager
+def _single_stores_claimed(folders: Iterable[str]) -> Iterator[None]:
+    """A column that is still a single store is sealed by this append; its writer takes no
+    commit lock, so the append holds the store's writer lock too, until it ends
+    (StoreLockedError, before anything is written, while a handle appends to that column)."""
+    with ExitStack() as stack:
+        for folder in folders:
+            stack.enter_context(sealing_single_store(folder, None))
         yield
 
 
@@ -257,7 +269,7 @@ def append_all(path: str, staging: str,
     folders = [os.path.join(path, relative) for relative, _, _ in columns]
     for folder in folders:
         os.makedirs(folder, exist_ok=True)  # the commit lock lives there
-    with _commit_locks(folders):
+    with _commit_locks(folders), _single_stores_claimed(folders):
         plans = [_plan_column(path, *column) for column in columns]
         refuse_some_new({p.relative: p.created for p in plans})  # again, under the locks
         name = f"{_JOURNAL_PREFIX}{uuid.uuid4().hex[:12]}"

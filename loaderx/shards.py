@@ -598,12 +598,12 @@ def commit_shards_locked(
     shards are then listed as pending and the returned manifest has an append in flight (module
     doc): the caller appends the tail's part, then settles it with settle_pending."""
     assert appending is None or (tail_records is not None and appending > tail_records)
-    with _sealing_single_store(folder, tail_records):
+    with sealing_single_store(folder, tail_records):
         return _commit_shards_locked(folder, staged, schema, tail_records, appending)
 
 
 @contextmanager
-def _sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None]:
+def sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None]:
     """A commit into a single-store dataset seals its store as shard '.'. That store's writer
     takes no commit lock, so the commit claims the store's writer lock for its whole length
     (StoreLockedError while a handle, in this or another process, writes it); a handle that

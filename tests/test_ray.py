@@ -409,3 +409,37 @@ def test_a_driver_killed_at_any_step_leaves_every_column_old_or_every_column_new
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["seen"] == [OLD_ROWS, OLD_ROWS + NEW_ROWS], result
     assert result["kills"] > 20, result
+
+
+def test_append_into_a_single_store_column_a_handle_writes_is_refused(tmp_path: Path) -> None:
+    """Columns that are still single stores (from_numpy): Ray's append seals each one, so while
+    a handle appends to one of them the append refuses with StoreLockedError and changes
+    nothing; once that handle closes, the same append lands in every column."""
+    from loaderx.errors import StoreLockedError
+
+    web = tmp_path / "web"
+    ids = list(range(40))
+    from_numpy(str(web / "image"), np.stack([image_of(i) for i in ids]))
+    from_numpy(str(web / "label"), np.asarray(ids, dtype=np.int64))
+    assert read_manifest(str(web / "label")) is None
+    with DenseDataset(str(web / "label")) as writer:
+        writer.append(np.asarray([40], dtype=np.int64))
+        with DenseDataset(str(web / "image")) as images:
+            images.append(image_of(40)[None])
+        before = tree_digest(web)
+        with pytest.raises(StoreLockedError):
+            write_dataset(source(first=41), str(web), columns=["image", "label"], append=True)
+        # Only the empty commit-lock files the refused append took are new.
+        after = tree_digest(web)
+        assert {k: v for k, v in after.items() if not k.endswith("/shards.lock")} == before
+        assert hidden_beside(web / "label") == []
+        writer.append(np.asarray([-1], dtype=np.int64))  # still its writer: nothing was sealed
+    with DenseDataset(str(web / "label")) as lab:
+        lab.delete([41])  # the -1
+    assert write_dataset(source(first=41), str(web), columns=["image", "label"],
+                         append=True) == ROWS
+    with DenseDataset(str(web / "label")) as lab, DenseDataset(str(web / "image")) as images:
+        np.testing.assert_array_equal(lab[:], np.arange(41 + ROWS))
+        np.testing.assert_array_equal(images[:41], np.stack([image_of(i) for i in range(41)]))
+        np.testing.assert_array_equal(images[41:], np.stack([image_of(i) for i in range(ROWS)]))
+    assert read_manifest(str(web / "label")) is not None
