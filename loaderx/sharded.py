@@ -658,9 +658,10 @@ class ShardedStore:
     def _settle_delete(
         self, pending: Manifest, before: Manifest | None, lengths: npt.NDArray[np.int64]
     ) -> None:
-        """After a delete, done or not: a refused one (nothing moved, since the native call
-        takes every shard before any record moves) puts the manifest back as it was; otherwise
-        it states what each shard now holds (all, or the shards done before a failure)."""
+        """After a delete, done or not: a refused one (nothing moved: the native call takes
+        every shard and writes every shard's redo log before any record moves, so a full disk
+        refuses it too) puts the manifest back as it was; otherwise it states what each shard
+        now holds (every shard deleted, also when a failure came after the records moved)."""
         now = [len(store) for store in self.stores]
         # The native call has returned: the journal, there for a process killed inside it, goes
         # first, so that a failure of the manifest write below can never let a later write

@@ -1265,9 +1265,10 @@ def test_a_single_store_writer_elsewhere_is_never_sealed_under(tmp_path: Path) -
 def test_a_failed_delete_is_never_finished_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A full disk stops a delete after its first shard, and then the manifest write that
-    states the partial result fails too: the caller was told it failed, with the first shard's
-    part done, and no later write carries out the rest."""
+    """The native delete stops after its first shard (injected: a full disk no longer can,
+    tests/test_zrecord_space.py), and then the manifest write that states the partial result
+    fails too: the caller was told it failed, with the first shard's part done, and no later
+    write carries out the rest."""
     from loaderx.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)

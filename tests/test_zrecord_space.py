@@ -267,6 +267,62 @@ def test_a_sharded_append_on_a_full_disk_adds_nothing(small_disk: Path) -> None:
         assert [s["records"] for s in reopened.shard_stats()] == [2000, 2000, 2000, 500]
 
 
+def _without_locks(folder: Path) -> list[str]:
+    """A folder's names, less the empty lock files that any open may create."""
+    return sorted(name for name in os.listdir(folder) if not name.endswith(".lock"))
+
+
+def test_a_delete_over_several_shards_on_a_full_disk_is_all_or_nothing(small_disk: Path) -> None:
+    """Swept over the free space: a delete across three shards either deletes from every shard
+    or raises ENOSPC with every shard, the manifest and the folder as they were. Some of the
+    refusals come from the native call itself, after a shard's redo log was written (every log
+    is written before any table changes), which before left the earlier shards deleted."""
+    from loaderx.shards import manifest_path
+
+    count, capacity = 6000, 2000
+    data = np.arange(count, dtype=np.int64) * 7
+    # Few from the first shard, many from the second: the second shard's redo log needs pages
+    # the first one's freed pages do not cover.
+    rng = np.random.default_rng(5)
+    targets = np.sort(np.concatenate([rng.choice(capacity, 10, replace=False) + k * capacity
+                                      if k == 0 else
+                                      rng.choice(capacity, 1500 - 1000 * (k - 1), replace=False)
+                                      + k * capacity for k in range(3)]))
+    expected = np.delete(data, targets)
+    outcomes = {"done": 0, "refused": 0, "refused by the native call": 0}
+    for free in range(0, 160 * 1024, 4096):
+        path = small_disk / "sharded"
+        shutil.rmtree(path, ignore_errors=True)
+        with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=capacity) as ds:
+            ds.append(data)
+        manifest = Path(manifest_path(str(path))).read_bytes()
+        listing = _without_locks(path)
+        filler = _leave_free(small_disk, free)
+        try:
+            with DenseDataset(path, shard_records=capacity) as ds:
+                try:
+                    ds.delete(targets)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc  # Python's own writes or the native call
+                    outcomes["refused"] += 1
+                    if "redo.zr" in str(exc):
+                        assert_enospc(exc)
+                        outcomes["refused by the native call"] += 1
+                    assert ds[:].tobytes() == data.tobytes()
+                    assert Path(manifest_path(str(path))).read_bytes() == manifest
+                    assert _without_locks(path) == listing
+                    for shard in listing:
+                        assert not (path / shard / "redo.zr").exists()
+                else:
+                    outcomes["done"] += 1
+                    assert np.sort(ds[:]).tobytes() == expected.tobytes()
+        finally:
+            filler.unlink()
+        with DenseDataset(path, readonly=True) as reader:
+            assert np.sort(reader[:]).tobytes() in (data.tobytes(), expected.tobytes())
+    assert outcomes["done"] > 0 and outcomes["refused by the native call"] > 0, outcomes
+
+
 # --- opening beside a writer ---------------------------------------------------------------------------
 
 WRITER = textwrap.dedent(

@@ -132,7 +132,9 @@ lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t coun
 lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t count);
 /* One delete across `count` distinct stores, all or nothing refused: store k deletes
  * indices[splits[k] .. splits[k + 1]) (splits: count + 1 offsets from 0, non-decreasing).
- * Every store is taken exclusively and every index checked before any record moves. */
+ * Every store is taken exclusively, every index checked and every store's redo log written
+ * before any record moves, so an error there (a full disk) changes nothing; an error after
+ * that leaves every store deleted (each finished by its next writable open). */
 lx_status lx_stores_delete(lx_store *const *stores, uint64_t count, const int64_t *indices,
                            const uint64_t *splits);
 /* Offline, in-place compaction (see README). */

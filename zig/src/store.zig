@@ -749,15 +749,19 @@ pub const Store = struct {
         try store.deleteHeld(indices);
     }
 
-    /// Deletes `indices[k]` from `stores[k]` for every k, refusing the whole call with nothing
-    /// changed when any store is read-only, open elsewhere (StoreLocked) or given an index
-    /// out of its range: every store is taken exclusively and every index checked before the
-    /// first record moves. Stores are taken in the given order, the order in which a view's
-    /// gathers lock them, so the two never wait on each other in a cycle. A failure once
-    /// deleting has begun (a full disk) leaves the earlier stores deleted; each store's own
-    /// delete stays atomic (its redo log). The stores must be distinct (the C ABI checks).
+    /// Deletes `indices[k]` from `stores[k]` for every k, as a whole or not at all. Refused with
+    /// nothing changed when any store is read-only, open elsewhere (StoreLocked) or given an
+    /// index out of its range: every store is taken exclusively and every index checked before
+    /// the first record moves. Stores are taken in the given order, the order in which a view's
+    /// gathers lock them, so the two never wait on each other in a cycle. Then two phases:
+    /// every store's redo log is written (the only step that needs new disk space) before any
+    /// table changes, so a full disk there removes the logs written and changes nothing; then
+    /// every table changes in memory (which cannot fail) before any is synced and its log
+    /// removed, so a failure in that last part leaves every store deleted, each finished for
+    /// good by its next writable open. The stores must be distinct (the C ABI checks).
     pub fn deleteEach(stores: []const *Store, indices: []const []const i64) Error!void {
         assert(stores.len == indices.len);
+        assert(stores.len > 0);
         for (stores, indices) |store, wanted| {
             try store.refuseIfReadOnly();
             try checkIndices(wanted, store.meta.length());
@@ -770,22 +774,64 @@ pub const Store = struct {
         }
         // Lengths may have changed while the locks were taken (another handle's delete).
         for (stores, indices) |store, wanted| try checkIndices(wanted, store.meta.length());
-        for (stores, indices) |store, wanted| {
-            if (wanted.len > 0) try store.deleteHeld(wanted);
+        const allocator = stores[0].allocator;
+        const prepared = allocator.alloc(PreparedDelete, stores.len) catch return outOfMemory();
+        defer allocator.free(prepared);
+        var logged: usize = 0;
+        defer for (prepared[0..logged]) |*delete_plan| delete_plan.deinit(allocator);
+        {
+            errdefer for (stores[0..logged], prepared[0..logged]) |store, *delete_plan| {
+                store.abandonDelete(delete_plan);
+            };
+            for (stores, indices, prepared) |store, wanted, *delete_plan| {
+                delete_plan.* = try store.prepareDelete(allocator, wanted);
+                logged += 1;
+            }
         }
+        for (stores, prepared) |store, *delete_plan| {
+            if (!delete_plan.empty()) journal.apply(&store.meta, delete_plan.plan());
+        }
+        for (stores, prepared) |store, *delete_plan| try store.finishDelete(delete_plan);
     }
 
     /// delete's work, the store held exclusively and every index checked against its length.
     fn deleteHeld(store: *Store, indices: []const i64) Error!void {
+        var delete_plan = try store.prepareDelete(store.allocator, indices);
+        defer delete_plan.deinit(store.allocator);
+        if (delete_plan.empty()) return;
+        journal.apply(&store.meta, delete_plan.plan());
+        try store.finishDelete(&delete_plan);
+    }
+
+    /// A delete's first half, the store held exclusively and every index checked: plans the
+    /// swap-last moves and writes them to the redo log (and the sums' pending mark) without
+    /// touching the table. On an error nothing is left behind.
+    fn prepareDelete(store: *Store, allocator: Allocator, indices: []const i64) Error!PreparedDelete {
         const io = pool.io();
-        if (indices.len == 0) return;
         const old_length = store.meta.length();
-        const targets = store.allocator.alloc(u32, indices.len) catch return outOfMemory();
-        defer store.allocator.free(targets);
+        const targets = allocator.alloc(u32, indices.len) catch return outOfMemory();
+        errdefer allocator.free(targets);
         for (indices, targets) |index, *target| target.* = @intCast(index);
         std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
         const unique = uniqueSorted(targets);
         const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
+        const moves = allocator.alloc(journal.Move, unique.len) catch return outOfMemory();
+        errdefer allocator.free(moves);
+        // Every entry a swap-last delete copies comes from [new_length, old_length). Running it
+        // on a copy of that tail yields the final value of each entry below new_length without
+        // touching the table, which changes only after the plan is in the log.
+        const tail = allocator.dupe(RecordLoc, store.meta.table[new_length..old_length]) catch return outOfMemory();
+        defer allocator.free(tail);
+        const move_count = planMoves(tail, unique, old_length, moves);
+        const prepared: PreparedDelete = .{
+            .targets = targets,
+            .unique_count = unique.len,
+            .moves = moves,
+            .move_count = move_count,
+            .old_length = old_length,
+            .new_length = new_length,
+        };
+        if (prepared.empty()) return prepared;
         if (store.sidecar) |*sidecar| {
             try integrity.repairPendingDelete(store);
             try sidecar.loadAll(io, old_length);
@@ -795,33 +841,30 @@ pub const Store = struct {
             // (see integrity.duplicateChecks). redo.zr stays the record of the table's moves.
             try sidecar.setPending(io, old_length, new_length, store.durable);
         }
-        // Every entry a swap-last delete copies comes from [new_length, old_length). Running it
-        // on a copy of that tail yields the final value of each entry below new_length without
-        // touching the table, which changes only after the plan is in the log.
-        const tail = store.allocator.alloc(format.RecordLoc, unique.len) catch return outOfMemory();
-        defer store.allocator.free(tail);
-        @memcpy(tail, store.meta.table[new_length..old_length]);
-        const moves = store.allocator.alloc(journal.Move, unique.len) catch return outOfMemory();
-        defer store.allocator.free(moves);
-        var move_count: usize = 0;
-        var last = old_length;
-        for (unique) |target| {
-            last -= 1;
-            assert(target <= last and last >= new_length);
-            const entry = tail[last - new_length];
-            if (target >= new_length) {
-                tail[target - new_length] = entry; // beyond the new length: invisible
-            } else {
-                moves[move_count] = .{ .target = target, .entry = entry };
-                move_count += 1;
-            }
-        }
-        const plan: journal.Plan = .{ .old_length = old_length, .new_length = new_length, .moves = moves[0..move_count] };
-        try journal.write(store.allocator, io, store.dir, plan, store.durable);
-        journal.apply(&store.meta, plan);
+        errdefer if (store.sidecar) |*sidecar| sidecar.clearPending(io, store.durable) catch {};
+        try journal.write(allocator, io, store.dir, prepared.plan(), store.durable);
+        return prepared;
+    }
+
+    /// Undoes prepareDelete of a delete whose table never changed. Best effort: this runs after
+    /// another store's failure, whose error is the one reported; a log it cannot remove is a
+    /// plan of final entries, applied by the next writable open.
+    fn abandonDelete(store: *Store, delete_plan: *const PreparedDelete) void {
+        if (delete_plan.empty()) return;
+        const io = pool.io();
+        journal.remove(io, store.dir, store.durable) catch {};
+        if (store.sidecar) |*sidecar| sidecar.clearPending(io, store.durable) catch {};
+    }
+
+    /// A delete's second half, after journal.apply changed the table in memory: syncs the
+    /// table, moves the sums and removes the redo log.
+    fn finishDelete(store: *Store, delete_plan: *const PreparedDelete) Error!void {
+        if (delete_plan.empty()) return;
+        const io = pool.io();
+        assert(store.meta.length() == delete_plan.new_length);
         if (store.durable) try store.meta.flushAll(io);
         if (store.sidecar) |*sidecar| {
-            try store.moveSums(sidecar, unique, old_length, new_length);
+            try store.moveSums(sidecar, delete_plan.unique(), delete_plan.old_length, delete_plan.new_length);
             try sidecar.clearPending(io, store.durable);
         }
         try journal.remove(io, store.dir, store.durable);
@@ -1097,6 +1140,59 @@ fn checkCodec(tag: u8) Error!Codec {
         return error.InvalidArgument;
     }
     return c;
+}
+
+/// A delete planned and in its redo log, its table not changed yet (Store.prepareDelete).
+const PreparedDelete = struct {
+    /// Owned; its first unique_count values are the distinct targets, in descending order.
+    targets: []u32,
+    unique_count: usize,
+    /// Owned; the first move_count are the plan's moves.
+    moves: []journal.Move,
+    move_count: usize,
+    old_length: u32,
+    new_length: u32,
+
+    fn empty(prepared: *const PreparedDelete) bool {
+        return prepared.unique_count == 0;
+    }
+
+    fn unique(prepared: *const PreparedDelete) []const u32 {
+        return prepared.targets[0..prepared.unique_count];
+    }
+
+    fn plan(prepared: *const PreparedDelete) journal.Plan {
+        return .{ .old_length = prepared.old_length, .new_length = prepared.new_length, .moves = prepared.moves[0..prepared.move_count] };
+    }
+
+    fn deinit(prepared: *PreparedDelete, allocator: Allocator) void {
+        allocator.free(prepared.targets);
+        allocator.free(prepared.moves);
+        prepared.* = undefined;
+    }
+};
+
+/// The swap-last moves that delete `unique` (distinct, descending) from a table of old_length
+/// entries, run on `tail`, a copy of its entries [new_length, old_length): each target below the
+/// new length gets the entry of the last record still standing. Returns how many moves it
+/// wrote to `moves`.
+fn planMoves(tail: []RecordLoc, unique: []const u32, old_length: u32, moves: []journal.Move) usize {
+    assert(tail.len == unique.len and moves.len >= unique.len);
+    const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
+    var move_count: usize = 0;
+    var last = old_length;
+    for (unique) |target| {
+        last -= 1;
+        assert(target <= last and last >= new_length);
+        const entry = tail[last - new_length];
+        if (target >= new_length) {
+            tail[target - new_length] = entry; // beyond the new length: invisible
+        } else {
+            moves[move_count] = .{ .target = target, .entry = entry };
+            move_count += 1;
+        }
+    }
+    return move_count;
 }
 
 /// Moves the distinct values of a sorted slice to its front and returns them.
