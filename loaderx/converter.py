@@ -444,7 +444,9 @@ def recode(
 def _recode_dense(
     src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
-    with DenseDataset(src_path, readonly=True) as src, DenseDataset(
+    # verify=True: a damaged raw record must stop the recode, not be re-checksummed into a
+    # destination that then verifies clean.
+    with DenseDataset(src_path, readonly=True, verify=True) as src, DenseDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)
@@ -463,7 +465,7 @@ def _recode_dense(
 def _recode_ragged(
     src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
 ) -> int:
-    with RaggedDataset(src_path, readonly=True) as src, RaggedDataset(
+    with RaggedDataset(src_path, readonly=True, verify=True) as src, RaggedDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)

@@ -374,3 +374,78 @@ def test_flipped_raw_byte_in_a_shard_is_caught_through_the_view_with_verify_true
         assert np.array_equal(ds[picks], data[picks])
     with DenseDataset(tmp_path / "d") as ds:  # the default leaves raw records unchecked
         assert not np.array_equal(ds[np.array([150])], data[[150]])
+
+
+# ---- damage that once killed the process -----------------------------------------------------
+
+_OPEN_AND_READ = """
+import sys
+from loaderx.errors import CorruptStoreError
+from loaderx.zrecord import Zrecord
+try:
+    with Zrecord(sys.argv[1], readonly=sys.argv[2] == "ro", verify=True) as z:
+        z.gather([5])
+        z.verify()
+except CorruptStoreError as exc:
+    print("corrupt:", exc)
+    sys.exit(3)
+"""
+
+
+def _open_in_child(path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-c", _OPEN_AND_READ, str(path), mode],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode >= 0, f"killed by signal {-result.returncode}: {result.stderr}"
+    return result
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_a_pending_delete_beyond_the_table_is_corrupt_never_a_signal(
+    tmp_path: Path, mode: str
+) -> None:
+    """sums.zr's record of a delete in progress names entries far past meta.zr's end, and one
+    sum is stale, so a read goes looking for the moved entry: CorruptStoreError at open, where
+    it used to read past the mapped file (SIGBUS)."""
+    from_numpy(tmp_path / "s", np.arange(6400, dtype=np.int64).reshape(100, 64), codec="zstd",
+               progress=False)
+    _patch(tmp_path / "s" / "sums.zr", 8, (1 << 24).to_bytes(4, "little") + bytes(4))
+    _flip(tmp_path / "s" / "sums.zr", 16 + 4 * 5)
+    result = _open_in_child(tmp_path / "s", mode)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "sums.zr records a delete from 16777216 records" in result.stdout
+
+
+def test_a_redo_log_over_a_truncated_table_is_corrupt_never_a_signal(tmp_path: Path) -> None:
+    """A complete redo.zr (deleting record 900 of 1000, whose entry lies pages past the cut)
+    over a meta.zr cut short: the writable open that replays it raises CorruptStoreError
+    instead of writing past the mapped file (SIGBUS)."""
+    import struct
+    import zlib
+
+    from_numpy(tmp_path / "s", np.arange(8000, dtype=np.int64).reshape(1000, 8), codec="zstd",
+               progress=False)
+    last = _entry(tmp_path / "s", 999).tobytes()
+    body = b"ZRDO" + struct.pack("<IIII", 1, 1000, 999, 1) + struct.pack("<I", 900) + last
+    (tmp_path / "s" / "redo.zr").write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    os.truncate(tmp_path / "s" / "meta.zr", HEADER + ENTRY * 50)
+    result = _open_in_child(tmp_path / "s", "rw")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "meta.zr is 816 bytes, too short for the 1000 records" in result.stdout
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_recode_refuses_a_damaged_raw_record(tmp_path: Path, codec: Codec) -> None:
+    """recode reads its source with every checksum checked: a damaged raw record (a raw store's,
+    or an incompressible one in a zstd store) stops it, instead of being checksummed afresh
+    into a destination that verifies clean; an existing destination stays as it was."""
+    from loaderx.converter import recode
+
+    data = np.random.default_rng(3).integers(0, 256, (200, 64), dtype=np.uint8)
+    from_numpy(tmp_path / "src", data, codec=codec, progress=False)
+    recode(tmp_path / "src", tmp_path / "dst", codec="zstd", progress=False)
+    _flip_record(tmp_path / "src", 70, within=2)
+    with pytest.raises(CorruptStoreError, match="record 70's stored bytes do not match"):
+        recode(tmp_path / "src", tmp_path / "dst", codec="zstd", overwrite=True, progress=False)
+    with DenseDataset(tmp_path / "dst", readonly=True, verify=True) as dst:
+        assert dst[:].tobytes() == data.tobytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "src"]

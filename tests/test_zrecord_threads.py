@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Appends alternate between these codecs at random.
 CODECS_MIXED: list[Codec] = ["raw", "zstd"]
@@ -296,3 +302,94 @@ def test_two_hundred_concurrent_gathers_and_appends(store_path: str) -> None:
         for first, writer in placed.items():
             store.gather_into(np.arange(first, first + 48), out, 4096)
             assert np.array_equal(out, wide_of(np.arange(48) + 1_000_000 + writer * 48))
+
+
+# ---- indices whose memory changes during the call ----------------------------------------------
+
+_OVERLAP = """
+import sys
+import numpy as np
+from loaderx.converter import from_numpy
+from loaderx.dataset import DenseDataset
+
+codec, how, folder = sys.argv[1], sys.argv[2], sys.argv[3]
+n = 4096
+data = np.arange(n, dtype=np.int64) * 3 + (1 << 40)
+from_numpy(folder, data, codec=codec, progress=False)
+buffer = np.zeros(2 * n, dtype=np.int64)
+buffer[:n] = np.arange(n)[::-1]
+idx, out = buffer[:n], buffer[300:300 + n]  # out overlaps the indices, 300 records on
+wanted = data[np.arange(n)[::-1]]
+with DenseDataset(folder) as ds:
+    ds.read(idx, out=out) if how == "read" else ds.gather_into(idx, out)
+assert np.array_equal(out, wanted), "wrong records"
+print("ok")
+"""
+
+
+def test_an_out_that_overlaps_the_indices_gets_the_records_they_named(tmp_path: Path) -> None:
+    """The native gather checks the indices once and reads them again while it copies, so it
+    works on its own copy: records written into an `out` that overlaps the index array are
+    exactly those the indices named before the call (it used to read overwritten indices,
+    unchecked, and abort)."""
+    for codec in ("raw", "zstd"):
+        for how in ("gather_into", "read"):
+            result = subprocess.run(
+                [sys.executable, "-c", _OVERLAP, codec, how, str(tmp_path / f"{codec}-{how}")],
+                capture_output=True, text=True, timeout=120, cwd=ROOT,
+            )
+            assert result.returncode >= 0, f"killed by signal {-result.returncode}: {result.stderr}"
+            assert result.stdout == "ok\n", (codec, how, result.stdout + result.stderr)
+
+
+_SCRIBBLED = """
+import sys
+import threading
+import numpy as np
+from loaderx.zrecord import Zrecord
+
+n = 1 << 16
+data = np.arange(n * 8, dtype=np.uint64).reshape(n, 8)
+with Zrecord(sys.argv[1], codec=sys.argv[2], create=True) as store:
+    store.append_fixed(data, 64)
+idx = np.arange(n, dtype=np.int64)
+stop = threading.Event()
+
+def scribble():
+    while not stop.is_set():
+        idx[n // 2:] = 1 << 30
+        idx[n // 2:] = np.arange(n // 2, n)
+
+outcomes = {"refused": 0, "read": 0}
+writer = threading.Thread(target=scribble)
+writer.start()
+try:
+    with Zrecord(sys.argv[1]) as store:
+        for _ in range(200):
+            out = np.zeros_like(data)
+            try:
+                store.gather_into(idx, out, 64)
+            except IndexError:
+                outcomes["refused"] += 1
+            else:
+                outcomes["read"] += 1
+                assert np.array_equal(out, data), "wrong records"
+finally:
+    stop.set()
+    writer.join()
+print(outcomes["refused"] + outcomes["read"])
+"""
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_indices_rewritten_by_another_thread_never_crash(tmp_path: Path, codec: Codec) -> None:
+    """Another thread rewrites half the index array (to an out-of-range value and back) while
+    gathers run with the GIL released: each gather either refuses with IndexError or returns
+    exactly the records the indices named; the process never aborts (it used to, reading an
+    index again after its check)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIBBLED, str(tmp_path / "s"), codec],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode >= 0, f"killed by signal {-result.returncode}: {result.stderr}"
+    assert result.stdout == "200\n", result.stdout + result.stderr

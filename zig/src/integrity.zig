@@ -5,6 +5,7 @@ const Io = std.Io;
 const limits = @import("limits.zig");
 const format = @import("format.zig");
 const meta_file = @import("meta.zig");
+const diagnostic = @import("diagnostic.zig");
 const codec = @import("codec.zig");
 const checksum = @import("checksum.zig");
 const dictionary = @import("dictionary.zig");
@@ -37,7 +38,12 @@ pub const VerifyMode = enum(u8) {
 /// checksums) gets one; a non-empty one stays without checksums. A store that cannot be written
 /// (permissions) is opened without starting one.
 pub fn openSidecar(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, writable: bool) Error!?checksum.Sidecar {
-    if (try checksum.Sidecar.open(io, dir, meta.length(), writable)) |sidecar| return sidecar;
+    if (try checksum.Sidecar.open(io, dir, meta.length(), writable)) |opened| {
+        var sidecar = opened;
+        errdefer sidecar.close(io);
+        try checkPendingCovered(io, meta, &sidecar);
+        return sidecar;
+    }
     if (!writable) return null;
     const tail = meta.header.tail();
     if (meta.length() != 0 or tail.chunk != 0 or tail.offset != 0) return null;
@@ -48,6 +54,18 @@ pub fn openSidecar(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, writable: b
         else => return err,
     };
     return checksum.Sidecar.open(io, dir, 0, true);
+}
+
+/// A pending delete's entries [pending_to, pending_from) are read through the table's mapping
+/// (duplicateChecks, repairPendingDelete): meta.zr must hold them all, or a damaged sums.zr
+/// header would send those reads past the end of the file (SIGBUS) instead of being reported.
+fn checkPendingCovered(io: Io, meta: *const meta_file.Meta, sidecar: *const checksum.Sidecar) Error!void {
+    if (sidecar.pending_from == 0) return;
+    const size = meta.file.length(io) catch |err| return meta_file.fail(err, "stat {s}", .{meta_file.file_name});
+    if (size < meta_file.entriesEnd(sidecar.pending_from)) {
+        diagnostic.note("corrupt store: {s} records a delete from {d} records, but {s} holds the entries of fewer", .{ checksum.file_name, sidecar.pending_from, meta_file.file_name });
+        return error.Corrupt;
+    }
 }
 
 /// Whether record `index` (below `length`), whose entry is `entry` and whose stored bytes are

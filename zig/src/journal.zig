@@ -122,6 +122,10 @@ pub fn replay(allocator: Allocator, io: Io, dir: Io.Dir, meta: *meta_file.Meta) 
             diagnostic.note("corrupt store: {s} deletes from {d} to {d} records but the table holds {d}", .{ file_name, plan.old_length, plan.new_length, length });
             return error.Corrupt;
         }
+        // The open checks that meta.zr covers the table only after this replay, which writes
+        // entries through the mapping: a shorter file would fault (SIGBUS) instead of being
+        // reported.
+        try meta.checkCovers(io, plan.old_length);
         apply(meta, plan);
         try meta.flushAll(io);
     }

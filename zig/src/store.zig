@@ -41,6 +41,11 @@ pub const runner_bytes_min: u64 = 64 * 1024;
 /// (out of cache): up to 256 KiB a batch the pool only ties with the inline copy, so waking a
 /// thread is not worth it; from 1 MiB on the pool is about twice as fast.
 const gather_runner_bytes_min: u64 = 256 * 1024;
+/// A gather copies at most this many indices on the stack (8 KiB), more on the heap.
+const gather_indices_on_stack_max = 1024;
+comptime {
+    assert(gather_indices_on_stack_max * @sizeOf(i64) <= 8 * 1024);
+}
 
 pub const Options = struct {
     /// Create meta.zr when it is absent.
@@ -503,7 +508,18 @@ pub const Store = struct {
     // ---- gather -------------------------------------------------------------------------
 
     /// Writes record indices[i] (decompressed) into destination slot i, for every i.
-    pub fn gather(store: *Store, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
+    pub fn gather(store: *Store, caller_indices: []const i64, destination: Destination, byte_count: u64) Error!void {
+        // The indices are checked once and read again while copying, so the gather works on
+        // its own copy of them: the caller's may share memory with the destination (an `out`
+        // that overlaps the index array) or be changed by another thread meanwhile, and an
+        // index read after its check must be the one checked.
+        var on_stack: [gather_indices_on_stack_max]i64 = undefined;
+        const on_heap: ?[]i64 = if (caller_indices.len <= on_stack.len) null else store.allocator.dupe(i64, caller_indices) catch return outOfMemory();
+        defer if (on_heap) |copy| store.allocator.free(copy);
+        const indices: []const i64 = on_heap orelse blk: {
+            @memcpy(on_stack[0..caller_indices.len], caller_indices);
+            break :blk on_stack[0..caller_indices.len];
+        };
         const io = pool.io();
         try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
