@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from loaderx.errors import StateMismatchError
+from loaderx.sampler import SEED_LIMIT, STEP_LIMIT
 
 STATE_FORMAT: Final = "loaderx-loader-state"
 STATE_VERSION: Final = 1
@@ -63,9 +64,9 @@ def read_state(state: object, fingerprint: dict[str, Any]) -> tuple[int, int]:
     if state["version"] != STATE_VERSION:
         raise ValueError(f"loader state version {state['version']!r}; this loaderx reads {STATE_VERSION}")
     seed, step = state["seed"], state["step"]
-    for name, value in (("seed", seed), ("step", step)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"the state's {name} must be an int >= 0, got {value!r}")
+    for name, value, limit in (("seed", seed, SEED_LIMIT), ("step", step, STEP_LIMIT)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+            raise ValueError(f"the state's {name} must be an int in [0, 2**64), got {value!r}")
     saved = state["fingerprint"]
     if not isinstance(saved, Mapping):
         raise ValueError(f"the state's fingerprint must be a dict, got {type(saved).__name__}")

@@ -26,10 +26,10 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
-import operator
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, Never, SupportsIndex
 
@@ -38,7 +38,15 @@ import numpy.typing as npt
 
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.prefetch import DEPTH_MAX, WORKERS_MAX, Prefetcher, default_workers
+from loaderx.loader_arguments import as_int, check_count
+from loaderx.prefetch import (
+    DEPTH_MAX,
+    WORKERS_MAX,
+    Prefetcher,
+    WeakProducer,
+    close_when_collected,
+    default_workers,
+)
 from loaderx.sampler import Mode, Sampler
 
 __all__ = ["DataLoader", "Batch", "Transform"]
@@ -119,25 +127,6 @@ def _refuse_keywords(unknown: Mapping[str, object]) -> None:
         if hint:
             text += f"; use {hint}"
         raise TypeError(text)
-
-
-def _as_int(name: str, value: object, got: str = "not") -> int:
-    """value as a Python int (Python and NumPy integers), or TypeError naming the parameter.
-
-    The public parameters are typed SupportsIndex, not int, and converted here: mypyc checks
-    an int parameter at the call boundary, which refuses NumPy integers and names neither the
-    parameter nor what it takes ("int object expected; got numpy.int64")."""
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int, {got} {type(value).__name__}") from None
-
-
-def _check_count(name: str, value: object, maximum: int) -> int:
-    count = _as_int(name, value)
-    if count < 1 or count > maximum:
-        raise ValueError(f"{name} must be in 1..{maximum}, got {count}")
-    return count
 
 
 def _references(slots: list[npt.NDArray[Any] | None], slot: int) -> int:
@@ -285,16 +274,16 @@ class DataLoader:
         # Without a transform a step is native reads only, which the consumer may make itself
         # while it would wait (loaderx.prefetch); a user's transform runs on workers only.
         self._consumer_helps: bool = transform is None
-        depth = _check_count("prefetch", prefetch, DEPTH_MAX)
+        depth = check_count("prefetch", prefetch, DEPTH_MAX)
         threads = (
             default_workers(self._consumer_helps)
             if workers is None
-            else _check_count("workers", workers, WORKERS_MAX)
+            else check_count("workers", workers, WORKERS_MAX)
         )
         self._length: int = length
         # The sampler checks and converts batch_size, seed and shard (naming each).
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
-        first_step = _as_int("start_step", start_step, got="got")
+        first_step = as_int("start_step", start_step, got="got")
         self.streams: dict[str, DenseDataset] = dict(streams)
         self.batch_size: int = self.sampler.batch_size
         self.mode: Mode = mode
@@ -307,35 +296,40 @@ class DataLoader:
         self._maker: _StepMaker = _StepMaker(
             self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers
         )
+        # Only the loader holds its maker: the threads call it through a weak reference, so a
+        # transform that references the loader's owner does not keep the loader alive.
+        self._produce: partial[Batch] = partial(self._maker.make)
         self._prefetcher: Prefetcher[Batch] = Prefetcher(
-            self._maker.make, first_step, depth, threads, name="loaderx-prefetch",
+            WeakProducer(self._produce), first_step, depth, threads, name="loaderx-prefetch",
             consumer_helps=self._consumer_helps,
         )
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
-        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
-            self._lifetime, self._prefetcher.close
+        self._finalizer: weakref.finalize[Any, Any] = close_when_collected(
+            self._lifetime, self._prefetcher
         )
 
     def _restart(self, seed: int, step: int) -> None:
-        """Stops the threads and starts over at (seed, step) (what load_state_dict does)."""
-        self.close()
+        """Stops the threads and starts over at (seed, step) (what load_state_dict does). The
+        new sampler is made first: a seed it refuses leaves this loader running as it was."""
         sampler = Sampler(
             self._length, self.batch_size, mode=self.mode, seed=seed, shard=self.shard
         )
+        self.close()
         self.sampler = sampler
         self.seed = seed
         self._maker = _StepMaker(
             sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
             self.reuse_buffers,
         )
+        self._produce = partial(self._maker.make)
         self._prefetcher = Prefetcher(
-            self._maker.make, step, self.prefetch, self.workers, name="loaderx-prefetch",
-            consumer_helps=self._consumer_helps,
+            WeakProducer(self._produce), step, self.prefetch, self.workers,
+            name="loaderx-prefetch", consumer_helps=self._consumer_helps,
         )
         self._lifetime = set()
-        self._finalizer = weakref.finalize(self._lifetime, self._prefetcher.close)
+        self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 
     def fingerprint(self) -> dict[str, Any]:
         """What the index stream depends on besides (seed, step); see loaderx.checkpoint."""

@@ -67,3 +67,7 @@ class WorkerError(LoaderxError, RuntimeError):
 
     def __reduce__(self) -> tuple[type[WorkerError], tuple[int, str]]:
         return (type(self), (self.worker, str(self)))
+
+
+class ProducerGone(LoaderxError, RuntimeError):
+    """A loader's worker thread asked for a step of a loader that has been collected."""

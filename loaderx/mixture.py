@@ -32,8 +32,8 @@ source and stream.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, SupportsIndex
 
@@ -42,7 +42,15 @@ import numpy.typing as npt
 
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset
-from loaderx.prefetch import Prefetcher, default_workers
+from loaderx.loader_arguments import as_int, check_count
+from loaderx.prefetch import (
+    DEPTH_MAX,
+    WORKERS_MAX,
+    Prefetcher,
+    WeakProducer,
+    close_when_collected,
+    default_workers,
+)
 from loaderx.sampler import _check_shard, _integer
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
@@ -325,9 +333,9 @@ class MixtureLoader:
         batch_size: SupportsIndex = 256,
         transform: Callable[[dict[str, npt.NDArray[Any]]], Batch] | None = None,
         seed: SupportsIndex = 0,
-        start_step: int = 0,
-        prefetch: int = 4,
-        workers: int | None = None,
+        start_step: SupportsIndex = 0,
+        prefetch: SupportsIndex = 4,
+        workers: SupportsIndex | None = None,
         shard: tuple[SupportsIndex, SupportsIndex] | None = None,
         source_key: str | None = None,
     ) -> None:
@@ -340,17 +348,24 @@ class MixtureLoader:
         self.transform = transform
         self.source_key = source_key
         self.batch_size = self.sampler.batch_size
-        self.prefetch = prefetch
-        self.workers = workers if workers is not None else default_workers(transform is None)
-        self._prefetcher = self._start(start_step)
+        self.prefetch = check_count("prefetch", prefetch, DEPTH_MAX)
+        self.workers = (
+            default_workers(transform is None)
+            if workers is None
+            else check_count("workers", workers, WORKERS_MAX)
+        )
+        self._prefetcher = self._start(as_int("start_step", start_step, got="got"))
 
     def _start(self, step: int) -> Prefetcher[Batch]:
-        # The threads hold a maker, not the loader, so a dropped loader can be collected.
+        # The threads hold a maker, not the loader, and only through a weak reference (the
+        # maker holds the transform, which may reference the loader's owner), so a dropped
+        # loader can be collected.
+        self._produce: partial[Batch] = partial(_MixtureMaker(self).make)
         prefetcher: Prefetcher[Batch] = Prefetcher(
-            _MixtureMaker(self).make, step, self.prefetch, self.workers, name="loaderx-mixture",
-            consumer_helps=self.transform is None,
+            WeakProducer(self._produce), step, self.prefetch, self.workers,
+            name="loaderx-mixture", consumer_helps=self.transform is None,
         )
-        self._finalizer = weakref.finalize(self, prefetcher.close)
+        self._finalizer = close_when_collected(self, prefetcher)
         return prefetcher
 
     @property
@@ -388,11 +403,13 @@ class MixtureLoader:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         seed, step = read_state(state, self.fingerprint())
-        self.close()
         sampler = self.sampler
-        self.sampler = MixtureSampler(
+        # Made first: a state it refuses leaves this loader running as it was.
+        restarted = MixtureSampler(
             sampler.lengths, sampler.weights, sampler.batch_size, seed, sampler.shard
         )
+        self.close()
+        self.sampler = restarted
         self._prefetcher = self._start(step)
 
     def __len__(self) -> int:

@@ -14,8 +14,13 @@ DataLoader builds on:
   so iterating further continues with the following step.
 - Closable: ``close()`` stops every worker and joins it (a worker inside ``produce`` finishes that
   call first). It is idempotent, safe from any thread, and wakes a consumer blocked in
-  ``next()``, which then raises StopIteration. Workers are daemon threads and ``close`` is also
-  registered with atexit, so a forgotten Prefetcher never keeps the interpreter from exiting.
+  ``next()``, which then raises StopIteration. Workers are daemon threads, and at interpreter
+  exit a forgotten Prefetcher is closed waiting at most EXIT_JOIN_SECONDS for its workers (one
+  may be blocked in a user's transform), so it never keeps the interpreter from exiting.
+- Collectable: ``produce`` may be a WeakProducer, which the worker threads call through a weak
+  reference, so that they (and the atexit hook) do not keep alive what ``produce`` references:
+  a loader whose transform is a bound method of the loader's owner would otherwise never be
+  collected, and its threads would run until exit.
 - With ``consumer_helps=True``, a consumer that would wait makes a step itself: when ``next()``
   finds its step not ready and the window has a step no worker has started, the consumer runs
   ``produce`` for that step on its own thread and files the result as a worker would, then
@@ -25,9 +30,14 @@ DataLoader builds on:
   elsewhere finds its steps ready and never does this. Only for a ``produce`` whose every call
   finishes on its own (the loaders pass it without a user transform): the consumer cannot
   return a step that became ready while it makes another, so a ``produce`` that waited on
-  something the consumer does next would never return. A KeyboardInterrupt (or any
-  BaseException that is not an Exception) raised inside such a step goes up from ``next()`` at
-  once; the step is also filed as failed, so it is raised again if that step is taken later.
+  something the consumer does next would never return.
+- Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the
+  consumer's thread anywhere in ``next()``, also between claiming a step and filing it. It goes
+  up from ``next()`` at once and the step stays claimed by that thread, which makes it again on
+  its next call (the consumer is never inside a step it claimed while it is in ``next()``), so
+  iterating on after a caught Ctrl-C returns every step, in order. A finished step is taken out
+  of the shared state before anything that can be interrupted, so none is left stranded there.
+  Worker threads receive no signals.
 
 Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
 lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the
@@ -42,7 +52,12 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Callable, Final, Generic, NoReturn, TypeVar, cast
+import time
+import weakref
+from functools import partial
+from typing import Any, Callable, Final, Generic, NoReturn, TypeVar, cast
+
+from loaderx.errors import ProducerGone
 
 T = TypeVar("T")
 
@@ -51,6 +66,26 @@ DEPTH_MAX: Final = 4096
 WORKERS_MAX: Final = 1024
 # Worker threads a loader starts when none are asked for, at most.
 WORKERS_DEFAULT_MAX: Final = 4
+# At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
+EXIT_JOIN_SECONDS: Final = 2.0
+
+
+class WeakProducer(Generic[T]):
+    """Calls ``produce`` through a weak reference (module docstring, "Collectable").
+
+    ``produce`` is a functools.partial (compiled classes and bound methods make poor weak
+    referents: the one takes none, the other dies at once), which the caller keeps as long as
+    it uses the Prefetcher.
+    """
+
+    def __init__(self, produce: partial[T]) -> None:
+        self._produce: weakref.ref[partial[T]] = weakref.ref(produce)
+
+    def __call__(self, step: int) -> T:
+        produce = self._produce()
+        if produce is None:
+            raise ProducerGone("the loader this step was for has been collected")
+        return produce(step)
 
 
 def default_workers(consumer_helps: bool) -> int:
@@ -66,6 +101,15 @@ def _check_count(name: str, value: int, maximum: int) -> None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1 or value > maximum:
         raise ValueError(f"{name} must be in 1..{maximum}, got {value}")
+
+
+def close_when_collected(anchor: object, prefetcher: Prefetcher[T]) -> weakref.finalize[Any, Any]:
+    """A finaliser that closes ``prefetcher`` when ``anchor`` is collected. Not at exit: then the
+    Prefetcher's own hook closes it with a bounded wait, where the finaliser's exit call would
+    join a worker blocked in a user's transform for ever."""
+    finalizer = weakref.finalize(anchor, prefetcher.close)
+    finalizer.atexit = False
+    return finalizer
 
 
 class Prefetcher(Generic[T]):
@@ -106,10 +150,12 @@ class Prefetcher(Generic[T]):
         self._take_step: int = start_step
         self._values: dict[int, T] = {}
         self._errors: dict[int, BaseException] = {}
+        # Steps a consumer thread claimed and has not filed: step -> that thread's ident.
+        self._helping: dict[int, int] = {}
         self._closed: bool = False
         self._threads: list[threading.Thread] = []
         self._pid: int = os.getpid()
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
         try:
             self._start(min(workers, depth), name)
         except BaseException:
@@ -173,26 +219,50 @@ class Prefetcher(Generic[T]):
             self._run(own, consumer=True)
 
     def _take_or_claim(self) -> tuple[int, T | None, BaseException | None]:
-        """(-1, value, error) taking the consumer's step once it is ready; else, when the
-        consumer helps, (step, None, None) claiming a step for it to make; waits only when there
-        is neither. StopIteration once closed."""
+        """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
+        None) for a step this thread claimed earlier and an interrupt kept it from filing, or,
+        when the consumer helps, a new step it claims to make; waits only when there is none of
+        these. StopIteration once closed."""
+        me = threading.get_ident()
         with self._lock:
             while True:
                 if self._closed:
                     raise StopIteration
                 step = self._take_step
                 if step in self._values or step in self._errors:
-                    self._take_step = step + 1
-                    # One more step may now be claimed.
-                    self._space.notify()
-                    if step in self._errors:
-                        return -1, None, self._errors.pop(step)
-                    return -1, self._values.pop(step), None
+                    return self._take(step)
+                own = self._orphan_of(me)
+                if own >= 0:
+                    return own, None, None
                 if self._consumer_helps and self._claim_step - step < self._depth:
                     own = self._claim_step
                     self._claim_step = own + 1
+                    self._helping[own] = me
                     return own, None, None
                 self._ready.wait()
+
+    def _take(self, step: int) -> tuple[int, T | None, BaseException | None]:
+        """Takes the finished step (lock held). Subscripts and stores only until the step is
+        out of the shared state and the count moved: no call, so no interrupt, in between."""
+        value: T | None = None
+        error: BaseException | None = None
+        if step in self._errors:
+            error = self._errors[step]
+            del self._errors[step]
+        else:
+            value = self._values[step]
+            del self._values[step]
+        self._take_step = step + 1
+        # One more step may now be claimed.
+        self._space.notify()
+        return -1, value, error
+
+    def _orphan_of(self, me: int) -> int:
+        """A step thread `me` claimed and never filed (an interrupt), or -1 (lock held)."""
+        for step, owner in self._helping.items():
+            if owner == me:
+                return step
+        return -1
 
     def _claim(self) -> int:
         """Returns the next step for this worker to compute, or -1 once closed."""
@@ -217,15 +287,17 @@ class Prefetcher(Generic[T]):
         A function of its own so that no reference to the result outlives the filing: a worker
         waiting for room must not keep its last result alive (the DataLoader recycles a batch's
         arrays only when nothing references them). On the consumer's thread an interrupt (a
-        BaseException that is not an Exception) is filed and also raised at once.
+        BaseException that is not an Exception) goes up unfiled: the step stays this thread's
+        to make again (module docstring, "Interrupts").
         """
         try:
             value = self._produce(step)
-        except BaseException as error:  # delivered to the consumer, never swallowed
-            filed = self._file(step, None, error)
-            if consumer and not isinstance(error, Exception):
+        except Exception as error:  # delivered to the consumer, never swallowed
+            return self._file(step, None, error)
+        except BaseException as error:
+            if consumer:
                 raise
-            return filed
+            return self._file(step, None, error)
         return self._file(step, value, None)
 
     def _file(self, step: int, value: T | None, error: BaseException | None) -> bool:
@@ -234,8 +306,12 @@ class Prefetcher(Generic[T]):
         with self._lock:
             if self._closed:
                 return False
+            # No call (not even typing.cast) until the step is filed and no longer claimed: an
+            # interrupt in between would lose the step (see _take).
+            if step in self._helping:
+                del self._helping[step]
             if error is None:
-                self._values[step] = cast(T, value)
+                self._values[step] = value  # type: ignore[assignment]
             else:
                 self._errors[step] = error
             if step == self._take_step:
@@ -244,27 +320,36 @@ class Prefetcher(Generic[T]):
 
     def close(self) -> None:
         """Stops and joins every worker; results not yet taken are dropped. Idempotent."""
+        # First: whatever happens below, the atexit hook must not keep this object (and the
+        # buffers its results reference) alive until exit.
+        atexit.unregister(self._close_at_exit)
+        self._stop(None)
+
+    def _close_at_exit(self) -> None:
+        """close() at interpreter exit: waits at most EXIT_JOIN_SECONDS for the workers."""
+        self._stop(EXIT_JOIN_SECONDS)
+
+    def _stop(self, timeout: float | None) -> None:
         if self.forked:
             # The workers are the parent's; this copy only stops handing out steps.
             self._closed = True
-            atexit.unregister(self.close)
             return
         with self._lock:
             self._closed = True
             self._values.clear()
             self._errors.clear()
+            self._helping.clear()
             self._ready.notify_all()
             self._space.notify_all()
             threads = list(self._threads)
-        current = threading.current_thread()
-        if current in threads:
+        if threading.current_thread() in threads:
             # Called from inside produce (or by a finaliser the collector ran on a worker): the
             # other workers may need the lock this thread holds, so they cannot be joined here.
             # Each of them exits as soon as it sees the flag.
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         for thread in threads:
-            thread.join()
-        atexit.unregister(self.close)
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> Prefetcher[T]:
         return self

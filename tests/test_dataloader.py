@@ -271,6 +271,146 @@ def test_a_dropped_loader_stops_its_threads(streams: dict[str, DenseDataset]) ->
     assert loader_threads() == []
 
 
+class _Pipeline:
+    """The usual owner of a loader: its transform is a bound method of the owner."""
+
+    def __init__(self, streams: dict[str, DenseDataset], mixture: bool) -> None:
+        from loaderx.mixture import MixtureLoader
+
+        self.loader: DataLoader | MixtureLoader = (
+            MixtureLoader([streams, streams], [1, 1], batch_size=32, transform=self.augment,
+                          workers=2)
+            if mixture
+            else DataLoader(streams, batch_size=32, transform=self.augment, workers=2)
+        )
+
+    def augment(self, batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+        return batch
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_a_dropped_loader_whose_transform_holds_its_owner_stops_its_threads(
+    streams: dict[str, DenseDataset], mixture: bool
+) -> None:
+    """owner -> loader -> maker -> transform -> owner: the threads call the maker through a
+    weak reference, so dropping the owner lets the collector free the cycle, whose finaliser
+    stops the threads (they used to run until exit, one set per owner dropped)."""
+    before = set(threading.enumerate())
+    owners = [_Pipeline(streams, mixture) for _ in range(5)]
+    for owner in owners:
+        assert next(owner.loader)["label"].shape == (32,)
+    assert len(set(threading.enumerate()) - before) == 10
+    gone = [weakref.ref(owner) for owner in owners]
+    del owner, owners
+    deadline = time.monotonic() + 10
+    while set(threading.enumerate()) - before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert set(threading.enumerate()) - before == set()
+    assert [ref() for ref in gone] == [None] * 5
+
+
+_FORGOTTEN = """
+import sys
+import threading
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+
+never = threading.Event()
+
+
+def transform(batch):
+    never.wait()  # a transform blocked for good (a queue nobody feeds)
+    return batch
+
+
+loader = DataLoader({"label": DenseDataset(sys.argv[1])}, batch_size=10, transform=transform,
+                    workers=1)
+print("main thread done", flush=True)
+"""
+
+
+def test_a_forgotten_loader_whose_transform_blocks_lets_the_interpreter_exit(folder: Path) -> None:
+    """At exit a forgotten loader's workers get a bounded wait (loaderx.prefetch
+    EXIT_JOIN_SECONDS), so a transform blocked forever does not keep the process alive."""
+    import subprocess
+    import sys
+
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", _FORGOTTEN, str(folder / "label")],
+                            capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "main thread done\n"
+    assert time.monotonic() - started < 50
+
+
+_INTERRUPTED = """
+import faulthandler
+import signal
+import sys
+import numpy as np
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.sampler import Sampler
+
+labels = DenseDataset(sys.argv[1])
+loader = DataLoader({"label": labels}, batch_size=16, prefetch=2, workers=1, seed=5)
+sampler = Sampler(len(labels), 16, seed=5)
+armed = [False]
+
+
+def handler(signum, frame):
+    if armed[0]:
+        armed[0] = False
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGALRM, handler)
+faulthandler.dump_traceback_later(60, exit=True)  # a hang ends the child, saying where
+interrupts = calls = lost = 0
+last = -1
+while interrupts < 300:
+    calls += 1
+    try:
+        try:
+            armed[0] = True
+            signal.setitimer(signal.ITIMER_REAL, 0.00002 * (calls % 23))
+            batch = next(loader)["label"]
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except (KeyboardInterrupt, RuntimeError):  # RuntimeError: a Condition.wait interrupted
+        interrupts += 1
+        continue
+    # Every batch is one of the stream's, in step order: an interrupt may cost the batch next()
+    # was returning, never give a wrong or repeated one.
+    step = last + 1
+    while not np.array_equal(batch, sampler.batch(step)):
+        step += 1
+        assert step <= last + 1 + interrupts, f"no step from {last + 1} on matches"
+    lost += step - last - 1
+    last = step
+faulthandler.cancel_dump_traceback_later()
+loader.close()
+print(interrupts, last > 300, lost <= interrupts)
+"""
+
+
+def test_interrupts_at_any_moment_never_wedge_the_loader(folder: Path) -> None:
+    """Real SIGALRMs raising KeyboardInterrupt wherever next() is (the consumer makes steps
+    itself without a transform): after each caught interrupt the loader goes on, in step order,
+    never blocking (a step claimed and not filed used to block every later next())."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(folder / "label")],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "300 True True\n"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_stress_thousands_of_steps_with_four_workers(
     streams: dict[str, DenseDataset], mode: Mode
@@ -588,8 +728,24 @@ def test_state_of_other_data_is_refused_naming_the_difference(
             other.load_state_dict([1, 2])  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="not a loaderx loader state"):
             other.load_state_dict({"seed": 1, "step": 2})
-        with pytest.raises(ValueError, match="step must be an int >= 0"):
+        with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*64\), got -1"):
             other.load_state_dict({**state, "step": -1})
+
+
+def test_a_refused_state_leaves_the_loader_running_where_it_was(folder: Path) -> None:
+    """A state whose seed or step is past the 64-bit range is refused before anything changes:
+    the same loader goes on with the batches it would have returned."""
+    streams = {"data": DenseDataset(folder / "data")}
+    with DataLoader(streams, batch_size=24, seed=3) as loader, \
+            DataLoader(streams, batch_size=24, seed=3) as reference:
+        expected = [next(reference)["data"].copy() for _ in range(4)]
+        assert np.array_equal(next(loader)["data"], expected[0])
+        state = loader.state_dict()
+        for key in ("seed", "step"):
+            with pytest.raises(ValueError, match=rf"{key} must be an int in \[0, 2\*\*64\)"):
+                loader.load_state_dict({**state, key: 1 << 64})
+        assert not loader.closed and loader.step == 1
+        assert [np.array_equal(next(loader)["data"], want) for want in expected[1:]] == [True] * 3
 
 
 def test_a_state_names_the_length_sampled_not_the_length_now(folder: Path) -> None:

@@ -131,6 +131,29 @@ def test_batches_are_pure_and_resume_exactly(sources: list[dict[str, DenseDatase
     assert np.array_equal(sampler.batch(far)[1], sampler.batch(far)[1])
 
 
+def test_numpy_integers_are_taken_and_a_refused_state_changes_nothing(
+    sources: list[dict[str, DenseDataset]],
+) -> None:
+    """prefetch, workers and start_step take NumPy integers as DataLoader's do, and bad ones
+    are named; a state whose seed is past 64 bits is refused with the loader still running."""
+    weights = [0.5, 0.3, 0.2]
+    with MixtureLoader(sources, weights, 24, seed=7) as reference:
+        expected = [next(reference)["id"].copy() for _ in range(6)]
+    with MixtureLoader(sources, weights, 24, seed=7, start_step=np.int64(2),
+                       prefetch=np.int32(3), workers=np.int64(1)) as loader:
+        assert (loader.prefetch, loader.workers) == (3, 1)
+        assert np.array_equal(next(loader)["id"], expected[2])
+        state = loader.state_dict()
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*64\)"):
+            loader.load_state_dict({**state, "seed": 1 << 64})
+        assert not loader.closed and loader.step == 3
+        assert [np.array_equal(next(loader)["id"], want) for want in expected[3:]] == [True] * 3
+    with pytest.raises(ValueError, match="prefetch must be in 1.."):
+        MixtureLoader(sources, weights, 24, prefetch=0)
+    with pytest.raises(TypeError, match="start_step must be an int, got float"):
+        MixtureLoader(sources, weights, 24, start_step=1.5)  # type: ignore[arg-type]
+
+
 def test_shards_split_the_global_batch(sources: list[dict[str, DenseDataset]]) -> None:
     weights = [0.2, 0.5, 0.3]
 

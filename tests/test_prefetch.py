@@ -244,6 +244,7 @@ class GatedWorker:
         if step == 0 and name.startswith("loaderx-prefetch"):
             assert self.gate.wait(10.0)
         if step == self.interrupt_at and name == "MainThread":
+            self.interrupt_at = -1  # once, as a Ctrl-C
             raise KeyboardInterrupt(f"interrupted in step {step}")
         return step * 10
 
@@ -283,7 +284,10 @@ def test_a_consumer_that_does_not_help_only_waits() -> None:
     assert all(makers == ["loaderx-prefetch-0"] for makers in produce.made_by.values())
 
 
-def test_an_interrupt_in_a_step_the_consumer_makes_goes_up_at_once_and_stays_filed() -> None:
+def test_an_interrupt_in_a_step_the_consumer_makes_goes_up_and_the_step_is_made_again() -> None:
+    """Ctrl-C while the consumer makes a step itself: the KeyboardInterrupt goes up from next()
+    at once, and iterating on (as after a caught Ctrl-C in a notebook) returns every step in
+    order, the interrupted one made again by the consumer, never left claimed and unfiled."""
     produce = GatedWorker(interrupt_at=2)
     with Prefetcher(produce, 0, 4, 1, consumer_helps=True) as prefetcher:
         produce.wait_started(0)
@@ -291,11 +295,9 @@ def test_an_interrupt_in_a_step_the_consumer_makes_goes_up_at_once_and_stays_fil
             next(prefetcher)  # makes step 1, then step 2 raises on this thread
         assert not produce.gate.is_set() and prefetcher.next_step == 0
         produce.gate.set()
-        assert next(prefetcher) == 0
-        assert next(prefetcher) == 10
-        with pytest.raises(KeyboardInterrupt, match="interrupted in step 2"):
-            next(prefetcher)  # the step's filed error, as for any step
-        assert [next(prefetcher) for _ in range(3)] == [30, 40, 50]
+        assert [next(prefetcher) for _ in range(6)] == [0, 10, 20, 30, 40, 50]
+    assert produce.made_by[2] == ["MainThread", "MainThread"]  # interrupted, then made again
+    assert all(len(makers) == 1 for step, makers in produce.made_by.items() if step != 2)
 
 
 def test_a_forked_child_refuses_next_and_closes_without_the_parents_lock() -> None:
@@ -343,3 +345,39 @@ def test_default_workers_leave_a_cpu_to_a_consumer_that_helps(
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
     assert default_workers(consumer_helps=True) == helping
     assert default_workers(consumer_helps=False) == alone
+
+
+def test_closing_from_a_worker_leaves_nothing_for_exit_to_hold() -> None:
+    """close() run on a worker thread (from inside produce, or by a finaliser the collector ran
+    there) cannot join that worker, but must still drop the exit hook: the hook would keep the
+    Prefetcher, and everything produce references (a loader's batch buffers), until exit."""
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    payload = Payload()
+    gone = weakref.ref(payload)
+    holder: dict[str, Prefetcher[int]] = {}
+    closed_on = []
+
+    def produce(step: int, held: Payload = payload) -> int:
+        if step == 3:
+            closed_on.append(threading.current_thread().name)
+            holder["prefetcher"].close()
+        return step
+
+    holder["prefetcher"] = Prefetcher(produce, 0, 2, 1)
+    # Taking step 1 lets the worker claim step 3, inside which it closes the Prefetcher.
+    assert [next(holder["prefetcher"]) for _ in range(2)] == [0, 1]
+    deadline = time.monotonic() + 5
+    while not holder["prefetcher"].closed and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert closed_on == ["loaderx-prefetch-0"] and holder["prefetcher"].closed
+    del holder, produce, payload
+    deadline = time.monotonic() + 5
+    while gone() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert gone() is None
