@@ -11,10 +11,12 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   workers work.
 - ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
   made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
-  alive, so the loader never writes into an array a tensor still uses). With
-  ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused across
-  steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until ``ring`` more
-  batches have been taken.
+  alive, so the loader never writes into an array a tensor still uses). A loader made with
+  ``reuse_buffers=True`` writes later steps into its arrays whatever still uses them, so its
+  batches are copied once (as loaderx.jax does), and tensors already yielded keep their values.
+  With ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused
+  across steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until
+  ``ring`` more batches have been taken (over reuse_buffers too: that copy is the only one).
 - Datasets stored with a non-native byte order (say dtype ``'>f4'`` on a little-endian host),
   which torch refuses, become tensors of the native dtype with the same values: each such
   batch is byte-swapped in one copy (so those tensors do not share the loader's arrays). Other
@@ -56,10 +58,14 @@ def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return array.astype(array.dtype.newbyteorder("="))
 
 
-def _tensor(value: Any) -> torch.Tensor:
+def _tensor(value: Any, copy: bool = False) -> torch.Tensor:
     """torch.from_numpy, which shares memory but refuses non-native byte order; such arrays
-    are converted first (one copy)."""
-    return torch.from_numpy(_native(np.asarray(value)))
+    are converted first (one copy). With copy the tensor never shares value's memory."""
+    array = np.asarray(value)
+    native = _native(array)
+    if copy and native is array:
+        native = array.copy()
+    return torch.from_numpy(native)
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -177,6 +183,8 @@ class TorchLoader:
     this needs an accelerator backend (CUDA, ROCm, XPU...), and asking for it without one
     raises RuntimeError at construction. ``device`` (e.g. "cuda") moves each batch there with
     non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader.
+    ``copy`` is true when the loader has reuse_buffers set and pin_memory is off: each array is
+    then copied (once), since the loader writes later steps into the arrays it handed out.
     A stream stored in non-native byte order comes out in native order (one copy per batch).
     """
 
@@ -204,6 +212,8 @@ class TorchLoader:
         self.pin_memory = pin_memory
         self.device = None if device is None else torch.device(device)
         self._ring = _PinnedRing(ring, pin_memory) if pin_memory else None
+        # The staging ring already copies each batch before the loader is asked for the next.
+        self.copy: bool = loader.reuse_buffers and not pin_memory
 
     def __iter__(self) -> Iterator[TensorBatch]:
         return self
@@ -213,7 +223,7 @@ class TorchLoader:
         if self._ring is not None:
             tensors = self._ring.stage(batch)
         else:
-            tensors = {name: _tensor(v) for name, v in batch.items()}
+            tensors = {name: _tensor(v, self.copy) for name, v in batch.items()}
         if self.device is not None:
             tensors = {n: t.to(self.device, non_blocking=True) for n, t in tensors.items()}
         return tensors
