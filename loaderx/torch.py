@@ -7,8 +7,10 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   batch at once and the adapter answers with one native gather per stream, straight into the
   batch's memory. The batch is already collated: give torch's DataLoader
   ``collate_fn=loaderx.torch.collate`` (or build it with ``TorchDataset.loader(...)``, which
-  does). It pickles by path (the datasets reopen in the worker), so spawn and forkserver
-  workers work.
+  does); torch's default collate_fn meets a TypeError that says so. Indices may be ints, lists
+  of them, or integer tensors (a batch sampler such as ``torch.randperm(n).split(b)``, or a
+  BatchSampler over a tensor, which yields lists of 0-d tensors). It pickles by path (the
+  datasets reopen in the worker), so spawn and forkserver workers work.
 - ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
   made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
   alive, so the loader never writes into an array a tensor still uses). A loader made with
@@ -25,7 +27,7 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -35,11 +37,14 @@ import torch.utils.data
 
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
-from loaderx.indexing import normalize_index
+from loaderx.indexing import is_scalar_index, normalize_index
 
-__all__ = ["TorchDataset", "TorchLoader", "collate"]
+__all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]
 
 TensorBatch = dict[str, torch.Tensor]
+# What torch's samplers hand a map-style dataset: ints or integer tensors (numpy's too).
+SampleIndex = int | np.integer[Any] | torch.Tensor
+BatchIndices = Sequence[int] | Sequence[torch.Tensor] | torch.Tensor | npt.NDArray[np.integer[Any]]
 RING_DEFAULT: Final = 2
 
 
@@ -49,6 +54,50 @@ def collate(batch: Any) -> Any:
     (Typed Any because torch declares collate_fn as taking a list of samples.)
     """
     return batch
+
+
+class CollatedBatch(dict[str, torch.Tensor]):
+    """A batch from TorchDataset.__getitems__: stream name -> (B, *item_shape) tensor.
+
+    torch's default collate_fn takes a list of samples and starts with ``batch[0]``; on a plain
+    dict that is a bare KeyError(0). An integer key here says what to do instead.
+    """
+
+    def __missing__(self, key: object) -> torch.Tensor:
+        if isinstance(key, int):
+            raise TypeError(
+                f"a TorchDataset batch is already collated (a dict of stream name -> tensor, "
+                f"streams {sorted(self)}), not a list of samples to index with [{key}]: give "
+                "torch's DataLoader collate_fn=loaderx.torch.collate, or build it with "
+                "TorchDataset.loader(...)"
+            )
+        raise KeyError(key)
+
+
+def _batch_index(indices: object) -> object:
+    """A batch of indices as normalize_index takes it. torch's DataLoader passes on what its
+    batch sampler yields: a list of ints (BatchSampler), a 1-d tensor
+    (``torch.randperm(n).split(b)``), or a list of 0-d tensors (a BatchSampler over a tensor)."""
+    if is_scalar_index(indices):
+        raise TypeError(
+            f"__getitems__ takes a batch of indices, not the single index {indices!r}; "
+            "use ds[i] for one sample"
+        )
+    if isinstance(indices, (list, tuple)) and _same_scalar_tensors(indices):
+        return torch.stack(list(indices))
+    if isinstance(indices, (list, tuple, range, np.ndarray, torch.Tensor)):
+        return indices
+    if isinstance(indices, Iterable):
+        return list(indices)  # another sampler's batch type, say a deque
+    return indices  # normalize_index says what is wrong with it
+
+
+def _same_scalar_tensors(items: list[Any] | tuple[Any, ...]) -> bool:
+    """True when items are 0-d tensors of one dtype, which stack into the 1-d index they mean.
+    (torch.stack would promote a mix of bools and ints, which normalize_index refuses.)"""
+    if not items or not all(isinstance(item, torch.Tensor) and item.ndim == 0 for item in items):
+        return False
+    return len({item.dtype for item in items}) == 1
 
 
 def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -119,16 +168,22 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
             arrays[name] = out
         if self.transform is not None:
             arrays = self.transform(arrays)
-        return {name: _tensor(value) for name, value in arrays.items()}
+        tensors = {name: _tensor(value) for name, value in arrays.items()}
+        return tensors if scalar else CollatedBatch(tensors)
 
-    def __getitem__(self, index: int) -> TensorBatch:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"TorchDataset[i] takes one int index, not {type(index).__name__}")
+    def __getitem__(self, index: SampleIndex) -> TensorBatch:
+        """One sample; index is an int, a NumPy integer or a 0-d integer tensor."""
+        if not is_scalar_index(index):
+            raise TypeError(
+                f"TorchDataset[i] takes one int index (or a 0-d integer tensor), not "
+                f"{type(index).__name__}; __getitems__ takes a batch"
+            )
         return self._tensors(normalize_index(index, self._length), scalar=True)
 
-    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
-        """The batch of these indices, gathered in one native call per stream."""
-        return self._tensors(normalize_index(list(indices), self._length), scalar=False)
+    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
+        """The batch of these indices (a sequence or an integer tensor), gathered in one native
+        call per stream."""
+        return self._tensors(normalize_index(_batch_index(indices), self._length), scalar=False)
 
     def loader(self, batch_size: int, **options: Any) -> torch.utils.data.DataLoader[TensorBatch]:
         """torch's DataLoader over this dataset, with collate_fn=collate set for you.

@@ -4,7 +4,7 @@ workers included) and the tensor view of a loaderx DataLoader."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,16 @@ import torch.utils.data
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
-from loaderx.torch import TensorBatch, TorchDataset, TorchLoader, _PinnedRing, collate
+from loaderx.torch import (
+    BatchIndices,
+    CollatedBatch,
+    SampleIndex,
+    TensorBatch,
+    TorchDataset,
+    TorchLoader,
+    _PinnedRing,
+    collate,
+)
 
 RECORDS = 300
 
@@ -56,11 +65,11 @@ class CountingDataset(TorchDataset):
     batches = 0
     samples = 0
 
-    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
+    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
         self.batches += 1
         return super().__getitems__(indices)
 
-    def __getitem__(self, index: int) -> TensorBatch:
+    def __getitem__(self, index: SampleIndex) -> TensorBatch:
         self.samples += 1
         return super().__getitem__(index)
 
@@ -277,3 +286,60 @@ def test_the_staging_ring_swaps_into_its_buffers() -> None:
     for k, tensors in zip(scales[1:], staged[1:], strict=True):
         assert torch.equal(tensors["x"], torch.arange(6, dtype=torch.float32).reshape(3, 2) * k)
 
+
+def test_tensor_batch_samplers(adapter: TorchDataset) -> None:
+    """torch's DataLoader passes on what its batch sampler yields: 1-d tensors
+    (torch.randperm(n).split(b)) and lists of 0-d tensors (a BatchSampler over a tensor)."""
+    order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(11))
+    splits = torch.split(order, 32)
+    # torch annotates batch_sampler as yielding lists; it passes tensors on just the same.
+    loader = torch.utils.data.DataLoader(
+        adapter, batch_sampler=splits, collate_fn=collate  # type: ignore[arg-type]
+    )
+    batches = list(loader)
+    assert len(batches) == len(splits) == 10
+    for batch, split in zip(batches, splits, strict=True):
+        check(batch, split.numpy())
+    listed = torch.utils.data.DataLoader(adapter, sampler=order, batch_size=32, collate_fn=collate)
+    for batch, split in zip(listed, splits, strict=True):
+        check(batch, split.numpy())
+    # A tensor index means what the same NumPy array means.
+    check(adapter.__getitems__(torch.tensor([7, -1, 7])), np.array([7, RECORDS - 1, 7]))
+    mask = torch.zeros(RECORDS, dtype=torch.bool)
+    mask[[3, 200]] = True
+    check(adapter.__getitems__(mask), np.array([3, 200]))
+    pair = [torch.tensor(9, dtype=torch.int32), torch.tensor(2, dtype=torch.int32)]
+    check(adapter.__getitems__(pair), np.array([9, 2]))
+
+
+def test_tensor_single_indices(adapter: TorchDataset) -> None:
+    for index, record in ((torch.tensor(3), 3), (torch.tensor(-2, dtype=torch.int16), RECORDS - 2),
+                          (np.int32(5), 5)):
+        sample = adapter[index]
+        assert sample["label"].item() == record
+        assert sample["image"].numpy().tobytes() == images_of(np.array([record]))[0].tobytes()
+    with pytest.raises(TypeError, match="one int index"):
+        adapter[torch.tensor([3])]
+    with pytest.raises(TypeError, match="one int index"):
+        adapter[True]
+    with pytest.raises(TypeError, match="must be integers"):
+        adapter[torch.tensor(3.0)]
+    with pytest.raises(IndexError, match="out of range"):
+        adapter[torch.tensor(RECORDS)]
+    with pytest.raises(TypeError, match="not the single index"):
+        adapter.__getitems__(torch.tensor(3))
+    with pytest.raises(TypeError, match="mixing bools and integers|must be integers"):
+        adapter.__getitems__([torch.tensor(1), torch.tensor(True)])
+
+
+def test_torchs_default_collate_is_a_clear_error(adapter: TorchDataset) -> None:
+    loader = torch.utils.data.DataLoader(adapter, batch_size=4)  # no collate_fn=collate
+    with pytest.raises(TypeError, match=r"already collated .* collate_fn=loaderx\.torch\.collate"):
+        next(iter(loader))
+    batch = adapter.__getitems__([4, 1])
+    assert isinstance(batch, CollatedBatch)
+    check(batch, np.array([4, 1]))
+    with pytest.raises(KeyError):
+        batch["missing"]
+    # torch's pin_memory and worker processes copy batches as their own type; it pickles.
+    check(pickle.loads(pickle.dumps(batch)), np.array([4, 1]))
