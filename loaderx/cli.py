@@ -245,6 +245,28 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if args.quiet else None
 
 
+def _plain_name(name: str) -> bool:
+    """True for a name that stays one entry inside the folder it is joined onto: no separator,
+    no drive, not empty, '.' or '..', no NUL."""
+    if name in ("", os.curdir, os.pardir) or "\0" in name or os.sep in name:
+        return False
+    if os.altsep is not None and os.altsep in name:
+        return False
+    return not os.path.splitdrive(name)[0]
+
+
+def _check_array_names(source: str, dest: str, names: Sequence[str]) -> None:
+    """An .npz's array names become folders in dest: refuse, before anything is written, an
+    archive whose names would reach outside dest ('../x', '/abs/x') or are no folder name."""
+    bad = [name for name in names if not _plain_name(name)]
+    if bad:
+        listed = ", ".join(repr(name) for name in bad)
+        raise Problem(
+            f"{source}: array names {listed} are not plain folder names (each array becomes "
+            f"{dest}/<name>, and these would not); nothing was converted"
+        )
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import from_numpy
 
@@ -256,6 +278,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     if source.endswith(".npz"):
         with np.load(source) as archive:
             names = list(archive.files)
+            _check_array_names(source, args.dest, names)
             for name in names:
                 target = os.path.join(args.dest, name)
                 count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,

@@ -135,6 +135,48 @@ def test_problems_exit_1_and_usage_errors_exit_2(
         assert message in capsys.readouterr().err
 
 
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path, with its bytes."""
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/abs/escaped", "..", ".", "", "a/b"])
+def test_convert_refuses_npz_names_that_leave_dest(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz array name becomes DEST/<name>: one that is not a plain folder name ('../x', an
+    absolute path) is refused before anything is written, the good arrays beside it too."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    if name.startswith("/"):
+        name = str(tmp_path / "abs" / "escaped")
+    arrays = {"good": np.arange(5), name: np.arange(3)}
+    # numpy's stubs refuse **arrays (a name could be allow_pickle); any name is fine at run time.
+    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
+    before = tree(tmp_path)
+    status, text = run("convert", str(work / "in.npz"), str(work / "sub" / "dest"), "--quiet")
+    assert status == EXIT_PROBLEM and text == ""
+    err = capsys.readouterr().err
+    assert f"array names {name!r} are not plain folder names" in err
+    assert "nothing was converted" in err and "'good'" not in err
+    assert tree(tmp_path) == before  # not a byte written, inside DEST or out
+    assert sorted(p.name for p in work.iterdir()) == ["in.npz", "sub"]
+    assert list((work / "sub").iterdir()) == []
+
+
+def test_convert_npz_names_with_dots_inside_stay_in_dest(tmp_path: Path) -> None:
+    arrays: dict[str, np.ndarray] = {"a..b": np.arange(4, dtype=np.int16),
+                                     ".hidden": np.ones(2, np.uint8)}
+    np.savez(tmp_path / "in.npz", **arrays)  # type: ignore[arg-type]
+    status, _ = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")
+    assert status == EXIT_OK
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".hidden", "a..b"]
+    for name, values in arrays.items():
+        with DenseDataset(tmp_path / "out" / name) as ds:
+            assert ds.dtype == values.dtype and ds[:].tobytes() == values.tobytes()
+
+
 def test_bench_compares_with_a_memmap(tmp_path: Path, images: np.ndarray) -> None:
     from_numpy(tmp_path / "raw", images, codec="raw")
     status, text = run("bench", str(tmp_path / "raw"), "--json", "--rounds", "1",
