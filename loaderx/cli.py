@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -321,6 +322,18 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _seconds(text: str) -> float:
+    """--seconds' argparse type: a finite number > 0. A timing round runs until that many
+    seconds have passed: nan and inf would never end it, and 0 or less times one call."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import recode
 
@@ -489,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--records", type=_at_least(1), default=_BENCH_RECORDS_MAX,
                        help=f"use the first N records (default {_BENCH_RECORDS_MAX:,})")
     bench.add_argument("--rounds", type=_at_least(1), default=5, help="interleaved rounds (default 5)")
-    bench.add_argument("--seconds", type=float, default=0.3, help="seconds per contender and round")
+    bench.add_argument("--seconds", type=_seconds, default=0.3,
+                       help="seconds per contender and round (default 0.3)")
     bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")
     bench.add_argument("--json", action="store_true", help="print JSON")
     return parser

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, main
+from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset
 
@@ -175,6 +175,26 @@ def test_convert_npz_names_with_dots_inside_stay_in_dest(tmp_path: Path) -> None
     for name, values in arrays.items():
         with DenseDataset(tmp_path / "out" / name) as ds:
             assert ds.dtype == values.dtype and ds[:].tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize("seconds, message", [
+    ("nan", "must be a finite number > 0, got nan"),
+    ("inf", "must be a finite number > 0, got inf"),
+    ("-inf", "must be a finite number > 0, got -inf"),
+    ("0", "must be a finite number > 0, got 0"),
+    ("-0.5", "must be a finite number > 0, got -0.5"),
+    ("soon", "a number of seconds, not 'soon'"),
+])
+def test_bench_seconds_must_be_finite_and_above_zero(
+    tmp_path: Path, seconds: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A timing round waits for --seconds to pass: nan or inf never ended. A usage error (exit
+    2), found before the store is opened (there is none here: the old code said exit 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", str(tmp_path / "none"), "--rounds", "1", f"--seconds={seconds}"])
+    assert exit_info.value.code == EXIT_USAGE
+    assert f"argument --seconds: {message}" in capsys.readouterr().err
+    assert build_parser().parse_args(["bench", "x", "--seconds", "1e-3"]).seconds == 0.001
 
 
 def test_bench_compares_with_a_memmap(tmp_path: Path, images: np.ndarray) -> None:
