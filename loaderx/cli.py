@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -245,6 +246,28 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if args.quiet else None
 
 
+def _plain_name(name: str) -> bool:
+    """True for a name that stays one entry inside the folder it is joined onto: no separator,
+    no drive, not empty, '.' or '..', no NUL."""
+    if name in ("", os.curdir, os.pardir) or "\0" in name or os.sep in name:
+        return False
+    if os.altsep is not None and os.altsep in name:
+        return False
+    return not os.path.splitdrive(name)[0]
+
+
+def _check_array_names(source: str, dest: str, names: Sequence[str]) -> None:
+    """An .npz's array names become folders in dest: refuse, before anything is written, an
+    archive whose names would reach outside dest ('../x', '/abs/x') or are no folder name."""
+    bad = [name for name in names if not _plain_name(name)]
+    if bad:
+        listed = ", ".join(repr(name) for name in bad)
+        raise Problem(
+            f"{source}: array names {listed} are not plain folder names (each array becomes "
+            f"{dest}/<name>, and these would not); nothing was converted"
+        )
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import from_numpy
 
@@ -256,6 +279,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     if source.endswith(".npz"):
         with np.load(source) as archive:
             names = list(archive.files)
+            _check_array_names(source, args.dest, names)
             for name in names:
                 target = os.path.join(args.dest, name)
                 count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,
@@ -296,6 +320,18 @@ def _at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _seconds(text: str) -> float:
+    """--seconds' argparse type: a finite number > 0. A timing round runs until that many
+    seconds have passed: nan and inf would never end it, and 0 or less times one call."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
@@ -466,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--records", type=_at_least(1), default=_BENCH_RECORDS_MAX,
                        help=f"use the first N records (default {_BENCH_RECORDS_MAX:,})")
     bench.add_argument("--rounds", type=_at_least(1), default=5, help="interleaved rounds (default 5)")
-    bench.add_argument("--seconds", type=float, default=0.3, help="seconds per contender and round")
+    bench.add_argument("--seconds", type=_seconds, default=0.3,
+                       help="seconds per contender and round (default 0.3)")
     bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")
     bench.add_argument("--json", action="store_true", help="print JSON")
     return parser

@@ -13,6 +13,10 @@ jax stays optional: it is imported here only, and `import loaderx.dataset` never
   it after returning (its copy is asynchronous, even with ``may_alias=False``), and device
   arrays already yielded would change when the loader writes a later step there. Without
   reuse_buffers nothing is copied beyond the transfer.
+- Errors keep their step: an exception raised by ``next(loader)`` (or by the placement) for
+  step k is raised by the ``next()`` that would have returned step k, after every earlier batch
+  was returned, as the DataLoader does. Nothing more is asked of the loader until that error
+  was raised, and the next ``next()`` goes on with step k+1 (if the loader does).
 - ``process_shard()`` is the ``shard=`` for this process: ``(jax.process_index(),
   jax.process_count())``, so every host's loader takes its slice of each global batch.
 - ``global_batch(batch, sharding)`` builds global arrays from this process's rows.
@@ -77,7 +81,8 @@ class DevicePrefetch:
     """Iterates device-resident batches, keeping `size` of them in flight; see the module doc.
 
     state_dict() is the wrapped loader's state moved back by the batches still queued here, so
-    it names the next batch this iterator yields, not the next one the loader computes.
+    it names the next batch this iterator yields, not the next one the loader computes. A step's
+    error is raised in that step's turn, as the DataLoader raises it (module doc).
     ``copy`` is true when the loader has ``reuse_buffers`` set (a DataLoader made with
     reuse_buffers=True): each array is then copied on the host before it is placed, so no device
     array depends on memory the loader writes again.
@@ -95,26 +100,43 @@ class DevicePrefetch:
         self.size = size
         self.sharding = sharding
         self.copy: bool = getattr(loader, "reuse_buffers", False) is True
-        self._queue: deque[dict[str, Any]] = deque()
+        # Steps in order: a placed batch, or the Exception that step raised (kept for its turn).
+        self._queue: deque[dict[str, Any] | Exception] = deque()
 
     def __iter__(self) -> DevicePrefetch:
         return self
 
     def _fill(self) -> None:
+        """Takes steps from the loader until `size` are queued, the loader ends, or a step
+        failed: the loader is not asked for more before the caller has seen that error."""
         while len(self._queue) < self.size:
+            if self._queue and isinstance(self._queue[-1], Exception):
+                return
             try:
-                batch = next(self.loader)
+                entry: dict[str, Any] | Exception = _place(
+                    next(self.loader), self.sharding, self.copy
+                )
             except StopIteration:
                 return
-            self._queue.append(_place(batch, self.sharding, self.copy))
+            except Exception as error:  # raised in its step's turn, after the batches before it
+                entry = error
+            self._queue.append(entry)
 
     def __next__(self) -> dict[str, Any]:
         self._fill()
         if not self._queue:
             raise StopIteration
-        batch = self._queue.popleft()
-        self._fill()  # the next copy starts now, while the caller computes on this batch
-        return batch
+        entry = self._queue.popleft()
+        if isinstance(entry, Exception):
+            raise entry
+        try:
+            self._fill()  # the next copy starts now, while the caller computes on this batch
+        except BaseException:
+            # A KeyboardInterrupt (or the like) goes up at once; the batch it interrupted stays
+            # first in line, so the next next() returns it.
+            self._queue.appendleft(entry)
+            raise
+        return entry
 
     @property
     def step(self) -> int:

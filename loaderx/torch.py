@@ -7,14 +7,18 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   batch at once and the adapter answers with one native gather per stream, straight into the
   batch's memory. The batch is already collated: give torch's DataLoader
   ``collate_fn=loaderx.torch.collate`` (or build it with ``TorchDataset.loader(...)``, which
-  does). It pickles by path (the datasets reopen in the worker), so spawn and forkserver
-  workers work.
+  does); torch's default collate_fn meets a TypeError that says so. Indices may be ints, lists
+  of them, or integer tensors (a batch sampler such as ``torch.randperm(n).split(b)``, or a
+  BatchSampler over a tensor, which yields lists of 0-d tensors). It pickles by path (the
+  datasets reopen in the worker), so spawn and forkserver workers work.
 - ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
   made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
-  alive, so the loader never writes into an array a tensor still uses). With
-  ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused across
-  steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until ``ring`` more
-  batches have been taken.
+  alive, so the loader never writes into an array a tensor still uses). A loader made with
+  ``reuse_buffers=True`` writes later steps into its arrays whatever still uses them, so its
+  batches are copied once (as loaderx.jax does), and tensors already yielded keep their values.
+  With ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused
+  across steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until
+  ``ring`` more batches have been taken (over reuse_buffers too: that copy is the only one).
 - Datasets stored with a non-native byte order (say dtype ``'>f4'`` on a little-endian host),
   which torch refuses, become tensors of the native dtype with the same values: each such
   batch is byte-swapped in one copy (so those tensors do not share the loader's arrays). Other
@@ -23,7 +27,7 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -33,11 +37,14 @@ import torch.utils.data
 
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
-from loaderx.indexing import normalize_index
+from loaderx.indexing import is_scalar_index, normalize_index
 
-__all__ = ["TorchDataset", "TorchLoader", "collate"]
+__all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]
 
 TensorBatch = dict[str, torch.Tensor]
+# What torch's samplers hand a map-style dataset: ints or integer tensors (numpy's too).
+SampleIndex = int | np.integer[Any] | torch.Tensor
+BatchIndices = Sequence[int] | Sequence[torch.Tensor] | torch.Tensor | npt.NDArray[np.integer[Any]]
 RING_DEFAULT: Final = 2
 
 
@@ -49,6 +56,50 @@ def collate(batch: Any) -> Any:
     return batch
 
 
+class CollatedBatch(dict[str, torch.Tensor]):
+    """A batch from TorchDataset.__getitems__: stream name -> (B, *item_shape) tensor.
+
+    torch's default collate_fn takes a list of samples and starts with ``batch[0]``; on a plain
+    dict that is a bare KeyError(0). An integer key here says what to do instead.
+    """
+
+    def __missing__(self, key: object) -> torch.Tensor:
+        if isinstance(key, int):
+            raise TypeError(
+                f"a TorchDataset batch is already collated (a dict of stream name -> tensor, "
+                f"streams {sorted(self)}), not a list of samples to index with [{key}]: give "
+                "torch's DataLoader collate_fn=loaderx.torch.collate, or build it with "
+                "TorchDataset.loader(...)"
+            )
+        raise KeyError(key)
+
+
+def _batch_index(indices: object) -> object:
+    """A batch of indices as normalize_index takes it. torch's DataLoader passes on what its
+    batch sampler yields: a list of ints (BatchSampler), a 1-d tensor
+    (``torch.randperm(n).split(b)``), or a list of 0-d tensors (a BatchSampler over a tensor)."""
+    if is_scalar_index(indices):
+        raise TypeError(
+            f"__getitems__ takes a batch of indices, not the single index {indices!r}; "
+            "use ds[i] for one sample"
+        )
+    if isinstance(indices, (list, tuple)) and _same_scalar_tensors(indices):
+        return torch.stack(list(indices))
+    if isinstance(indices, (list, tuple, range, np.ndarray, torch.Tensor)):
+        return indices
+    if isinstance(indices, Iterable):
+        return list(indices)  # another sampler's batch type, say a deque
+    return indices  # normalize_index says what is wrong with it
+
+
+def _same_scalar_tensors(items: list[Any] | tuple[Any, ...]) -> bool:
+    """True when items are 0-d tensors of one dtype, which stack into the 1-d index they mean.
+    (torch.stack would promote a mix of bools and ints, which normalize_index refuses.)"""
+    if not items or not all(isinstance(item, torch.Tensor) and item.ndim == 0 for item in items):
+        return False
+    return len({item.dtype for item in items}) == 1
+
+
 def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """array itself in native byte order, else a copy converted to it (same values)."""
     if array.dtype.isnative:
@@ -56,10 +107,14 @@ def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return array.astype(array.dtype.newbyteorder("="))
 
 
-def _tensor(value: Any) -> torch.Tensor:
+def _tensor(value: Any, copy: bool = False) -> torch.Tensor:
     """torch.from_numpy, which shares memory but refuses non-native byte order; such arrays
-    are converted first (one copy)."""
-    return torch.from_numpy(_native(np.asarray(value)))
+    are converted first (one copy). With copy the tensor never shares value's memory."""
+    array = np.asarray(value)
+    native = _native(array)
+    if copy and native is array:
+        native = array.copy()
+    return torch.from_numpy(native)
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -113,16 +168,22 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
             arrays[name] = out
         if self.transform is not None:
             arrays = self.transform(arrays)
-        return {name: _tensor(value) for name, value in arrays.items()}
+        tensors = {name: _tensor(value) for name, value in arrays.items()}
+        return tensors if scalar else CollatedBatch(tensors)
 
-    def __getitem__(self, index: int) -> TensorBatch:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"TorchDataset[i] takes one int index, not {type(index).__name__}")
+    def __getitem__(self, index: SampleIndex) -> TensorBatch:
+        """One sample; index is an int, a NumPy integer or a 0-d integer tensor."""
+        if not is_scalar_index(index):
+            raise TypeError(
+                f"TorchDataset[i] takes one int index (or a 0-d integer tensor), not "
+                f"{type(index).__name__}; __getitems__ takes a batch"
+            )
         return self._tensors(normalize_index(index, self._length), scalar=True)
 
-    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
-        """The batch of these indices, gathered in one native call per stream."""
-        return self._tensors(normalize_index(list(indices), self._length), scalar=False)
+    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
+        """The batch of these indices (a sequence or an integer tensor), gathered in one native
+        call per stream."""
+        return self._tensors(normalize_index(_batch_index(indices), self._length), scalar=False)
 
     def loader(self, batch_size: int, **options: Any) -> torch.utils.data.DataLoader[TensorBatch]:
         """torch's DataLoader over this dataset, with collate_fn=collate set for you.
@@ -177,6 +238,8 @@ class TorchLoader:
     this needs an accelerator backend (CUDA, ROCm, XPU...), and asking for it without one
     raises RuntimeError at construction. ``device`` (e.g. "cuda") moves each batch there with
     non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader.
+    ``copy`` is true when the loader has reuse_buffers set and pin_memory is off: each array is
+    then copied (once), since the loader writes later steps into the arrays it handed out.
     A stream stored in non-native byte order comes out in native order (one copy per batch).
     """
 
@@ -204,6 +267,8 @@ class TorchLoader:
         self.pin_memory = pin_memory
         self.device = None if device is None else torch.device(device)
         self._ring = _PinnedRing(ring, pin_memory) if pin_memory else None
+        # The staging ring already copies each batch before the loader is asked for the next.
+        self.copy: bool = loader.reuse_buffers and not pin_memory
 
     def __iter__(self) -> Iterator[TensorBatch]:
         return self
@@ -213,7 +278,7 @@ class TorchLoader:
         if self._ring is not None:
             tensors = self._ring.stage(batch)
         else:
-            tensors = {name: _tensor(v) for name, v in batch.items()}
+            tensors = {name: _tensor(v, self.copy) for name, v in batch.items()}
         if self.device is not None:
             tensors = {n: t.to(self.device, non_blocking=True) for n, t in tensors.items()}
         return tensors

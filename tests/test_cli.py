@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, main
+from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset
 
@@ -133,6 +133,68 @@ def test_problems_exit_1_and_usage_errors_exit_2(
             main(argv)
         assert exit_info.value.code == EXIT_USAGE
         assert message in capsys.readouterr().err
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path, with its bytes."""
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/abs/escaped", "..", ".", "", "a/b"])
+def test_convert_refuses_npz_names_that_leave_dest(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz array name becomes DEST/<name>: one that is not a plain folder name ('../x', an
+    absolute path) is refused before anything is written, the good arrays beside it too."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    if name.startswith("/"):
+        name = str(tmp_path / "abs" / "escaped")
+    arrays = {"good": np.arange(5), name: np.arange(3)}
+    # numpy's stubs refuse **arrays (a name could be allow_pickle); any name is fine at run time.
+    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
+    before = tree(tmp_path)
+    status, text = run("convert", str(work / "in.npz"), str(work / "sub" / "dest"), "--quiet")
+    assert status == EXIT_PROBLEM and text == ""
+    err = capsys.readouterr().err
+    assert f"array names {name!r} are not plain folder names" in err
+    assert "nothing was converted" in err and "'good'" not in err
+    assert tree(tmp_path) == before  # not a byte written, inside DEST or out
+    assert sorted(p.name for p in work.iterdir()) == ["in.npz", "sub"]
+    assert list((work / "sub").iterdir()) == []
+
+
+def test_convert_npz_names_with_dots_inside_stay_in_dest(tmp_path: Path) -> None:
+    arrays: dict[str, np.ndarray] = {"a..b": np.arange(4, dtype=np.int16),
+                                     ".hidden": np.ones(2, np.uint8)}
+    np.savez(tmp_path / "in.npz", **arrays)  # type: ignore[arg-type]
+    status, _ = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")
+    assert status == EXIT_OK
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".hidden", "a..b"]
+    for name, values in arrays.items():
+        with DenseDataset(tmp_path / "out" / name) as ds:
+            assert ds.dtype == values.dtype and ds[:].tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize("seconds, message", [
+    ("nan", "must be a finite number > 0, got nan"),
+    ("inf", "must be a finite number > 0, got inf"),
+    ("-inf", "must be a finite number > 0, got -inf"),
+    ("0", "must be a finite number > 0, got 0"),
+    ("-0.5", "must be a finite number > 0, got -0.5"),
+    ("soon", "a number of seconds, not 'soon'"),
+])
+def test_bench_seconds_must_be_finite_and_above_zero(
+    tmp_path: Path, seconds: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A timing round waits for --seconds to pass: nan or inf never ended. A usage error (exit
+    2), found before the store is opened (there is none here: the old code said exit 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", str(tmp_path / "none"), "--rounds", "1", f"--seconds={seconds}"])
+    assert exit_info.value.code == EXIT_USAGE
+    assert f"argument --seconds: {message}" in capsys.readouterr().err
+    assert build_parser().parse_args(["bench", "x", "--seconds", "1e-3"]).seconds == 0.001
 
 
 def test_bench_compares_with_a_memmap(tmp_path: Path, images: np.ndarray) -> None:

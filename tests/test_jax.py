@@ -166,6 +166,75 @@ def test_state_names_the_next_batch_yielded(streams: dict[str, DenseDataset]) ->
         assert np.array_equal(np.asarray(next(resumed)["y"]), following)
 
 
+def fail_at_steps(steps: set[int]) -> Any:
+    """A transform for a sequential loader of batch 8 over `y`: raises on these steps."""
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        step = int(batch["y"][0]) // 8
+        if step in steps:
+            raise RuntimeError(f"bad step {step}")
+        return batch
+
+    return transform
+
+
+def outcomes(batches: Iterator[dict[str, Any]], calls: int) -> list[Any]:
+    """What each next() gave: the batch's y as a list, or the message of the error it raised."""
+    seen: list[Any] = []
+    for _ in range(calls):
+        try:
+            seen.append(np.asarray(next(batches)["y"]).tolist())
+        except RuntimeError as error:
+            seen.append(str(error))
+    return seen
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_errors_come_out_in_step_order(streams: dict[str, DenseDataset], size: int) -> None:
+    """An error of step k is raised by the next() that would have returned step k, after every
+    batch before it; no batch is lost, and the following next() goes on with step k+1."""
+    loader = DataLoader(streams, batch_size=8, mode="sequential", workers=1,
+                        transform=fail_at_steps({2, 3, 6}))
+    with device_prefetch(loader, size=size) as batches:
+        seen = outcomes(batches, 3)
+        assert batches.state_dict()["step"] == 3  # the failed step 2 was taken
+        seen += outcomes(batches, 5)
+    rows = [list(range(8 * step, 8 * step + 8)) for step in range(8)]
+    assert seen == [rows[0], rows[1], "bad step 2", "bad step 3", rows[4], rows[5],
+                    "bad step 6", rows[7]]
+
+
+class Interrupted:
+    """An iterator of batches {"a": [k, k]} whose call number `at` raises KeyboardInterrupt
+    without using up a batch (as Ctrl-C inside next(loader) would)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.calls = 0
+        self.made = 0
+
+    def __iter__(self) -> Interrupted:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        self.made += 1
+        return {"a": np.full(2, self.made - 1)}
+
+
+def test_an_interrupt_while_refilling_loses_no_batch() -> None:
+    """Ctrl-C in the refill after a batch was taken off the queue goes up at once; that batch
+    is then the next one returned."""
+    batches = device_prefetch(Interrupted(at=3), size=2)
+    with pytest.raises(KeyboardInterrupt):
+        next(batches)
+    assert [np.asarray(next(batches)["a"]).tolist() for _ in range(5)] == [
+        [0, 0], [1, 1], [2, 2], [3, 3], [4, 4]
+    ]
+
+
 def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
     loader: Any = iter([])
     with pytest.raises(ValueError, match="size must be an int >= 1"):

@@ -4,8 +4,9 @@ workers included) and the tensor view of a loaderx DataLoader."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +17,16 @@ import torch.utils.data
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
-from loaderx.torch import TensorBatch, TorchDataset, TorchLoader, _PinnedRing, collate
+from loaderx.torch import (
+    BatchIndices,
+    CollatedBatch,
+    SampleIndex,
+    TensorBatch,
+    TorchDataset,
+    TorchLoader,
+    _PinnedRing,
+    collate,
+)
 
 RECORDS = 300
 
@@ -55,11 +65,11 @@ class CountingDataset(TorchDataset):
     batches = 0
     samples = 0
 
-    def __getitems__(self, indices: Sequence[int]) -> TensorBatch:
+    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
         self.batches += 1
         return super().__getitems__(indices)
 
-    def __getitem__(self, index: int) -> TensorBatch:
+    def __getitem__(self, index: SampleIndex) -> TensorBatch:
         self.samples += 1
         return super().__getitem__(index)
 
@@ -126,25 +136,53 @@ def test_worker_processes_started_without_fork(adapter: TorchDataset, context: s
         check(batch, np.arange(50 * k, 50 * (k + 1)))
 
 
+def recording(seen: list[dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A DataLoader transform that keeps every batch it passes on (run it with workers=1, so
+    that the batches come in step order)."""
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        seen.append(batch)
+        return batch
+
+    return transform
+
+
 def test_torch_loader_shares_the_loaders_arrays(folder: Path) -> None:
     streams = {"image": DenseDataset(folder / "image"), "label": DenseDataset(folder / "label")}
-    # With reuse_buffers and prefetch=1 the loader writes step k into slot k % 2: two tensors
-    # two steps apart at the same address prove that no copy was made.
-    loader = DataLoader(streams, batch_size=16, seed=4, prefetch=1, workers=1, reuse_buffers=True)
+    # Each tensor at the address of the array the loader handed out: no copy was made.
+    made: list[dict[str, Any]] = []
+    loader = DataLoader(streams, batch_size=16, seed=4, prefetch=1, workers=1,
+                        transform=recording(made))
     with TorchLoader(loader) as tensors:
-        first = next(tensors)
-        check(first, loader.indices(0))
-        address = first["image"].data_ptr()
-        next(tensors)
-        third = next(tensors)
-        assert third["image"].data_ptr() == address
-        check(third, loader.indices(2))
+        assert not tensors.copy
+        kept = [next(tensors) for _ in range(3)]
+        for step, batch in enumerate(kept):
+            check(batch, loader.indices(step))
+            for name in streams:
+                assert batch[name].data_ptr() == made[step][name].ctypes.data
         assert tensors.step == 3 and tensors.steps_per_epoch == RECORDS // 16
         state = tensors.state_dict()
     assert loader.closed
     with TorchLoader(DataLoader(streams, batch_size=16)) as resumed:
         resumed.load_state_dict(state)
         check(next(resumed), loader.indices(3))
+
+
+def test_torch_loader_copies_batches_of_reused_buffers(folder: Path) -> None:
+    """A loader made with reuse_buffers=True writes step k + 2 into step k's arrays (prefetch=1:
+    a ring of two); tensors already yielded must keep their values, byte for byte."""
+    streams = {"image": DenseDataset(folder / "image"), "label": DenseDataset(folder / "label")}
+    loader = DataLoader(streams, batch_size=16, seed=9, prefetch=1, workers=1, reuse_buffers=True)
+    with TorchLoader(loader) as tensors:
+        assert tensors.copy
+        kept = [next(tensors) for _ in range(8)]
+        for _ in range(4):  # the loader keeps writing into its two arrays per stream
+            next(tensors)
+    for step, batch in enumerate(kept):
+        labels = loader.indices(step)
+        assert batch["label"].numpy().tobytes() == labels.tobytes()
+        assert batch["image"].numpy().tobytes() == images_of(labels).tobytes()
+    assert len({batch["image"].data_ptr() for batch in kept}) == len(kept)
 
 
 def test_pinned_memory_without_an_accelerator_is_a_clear_error(folder: Path) -> None:
@@ -222,18 +260,17 @@ def test_non_native_byte_order_becomes_native_tensors(swapped: dict[str, DenseDa
 
 
 def test_torch_loader_converts_only_non_native_streams(swapped: dict[str, DenseDataset]) -> None:
-    loader = DataLoader(swapped, batch_size=16, seed=5, prefetch=1, workers=1, reuse_buffers=True)
+    made: list[dict[str, Any]] = []
+    loader = DataLoader(swapped, batch_size=16, seed=5, prefetch=1, workers=1,
+                        transform=recording(made))
     with TorchLoader(loader) as tensors:
-        first = next(tensors)
-        check_swapped(first, loader.indices(0))
-        next(tensors)
-        third = next(tensors)
-        check_swapped(third, loader.indices(2))
-        # The native stream still shares the loader's array (slot 0 again, as in the test
-        # above); the converted ones are copies that keep their values.
-        assert third["image"].data_ptr() == first["image"].data_ptr()
-        assert third["value"].data_ptr() != first["value"].data_ptr()
-        assert torch.equal(first["value"], torch.from_numpy(values_of(loader.indices(0))))
+        kept = [next(tensors) for _ in range(3)]
+    for step, batch in enumerate(kept):
+        check_swapped(batch, loader.indices(step))
+        # The native stream shares the loader's array; the converted ones are copies.
+        assert batch["image"].data_ptr() == made[step]["image"].ctypes.data
+        assert batch["value"].data_ptr() != made[step]["value"].ctypes.data
+        assert batch["label"].data_ptr() != made[step]["label"].ctypes.data
 
 
 def test_the_staging_ring_swaps_into_its_buffers() -> None:
@@ -248,3 +285,61 @@ def test_the_staging_ring_swaps_into_its_buffers() -> None:
     # staged[0]'s buffer now holds the third batch, as the ring promises.
     for k, tensors in zip(scales[1:], staged[1:], strict=True):
         assert torch.equal(tensors["x"], torch.arange(6, dtype=torch.float32).reshape(3, 2) * k)
+
+
+def test_tensor_batch_samplers(adapter: TorchDataset) -> None:
+    """torch's DataLoader passes on what its batch sampler yields: 1-d tensors
+    (torch.randperm(n).split(b)) and lists of 0-d tensors (a BatchSampler over a tensor)."""
+    order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(11))
+    splits = torch.split(order, 32)
+    # torch annotates batch_sampler as yielding lists; it passes tensors on just the same.
+    loader = torch.utils.data.DataLoader(
+        adapter, batch_sampler=splits, collate_fn=collate  # type: ignore[arg-type]
+    )
+    batches = list(loader)
+    assert len(batches) == len(splits) == 10
+    for batch, split in zip(batches, splits, strict=True):
+        check(batch, split.numpy())
+    listed = torch.utils.data.DataLoader(adapter, sampler=order, batch_size=32, collate_fn=collate)
+    for batch, split in zip(listed, splits, strict=True):
+        check(batch, split.numpy())
+    # A tensor index means what the same NumPy array means.
+    check(adapter.__getitems__(torch.tensor([7, -1, 7])), np.array([7, RECORDS - 1, 7]))
+    mask = torch.zeros(RECORDS, dtype=torch.bool)
+    mask[[3, 200]] = True
+    check(adapter.__getitems__(mask), np.array([3, 200]))
+    pair = [torch.tensor(9, dtype=torch.int32), torch.tensor(2, dtype=torch.int32)]
+    check(adapter.__getitems__(pair), np.array([9, 2]))
+
+
+def test_tensor_single_indices(adapter: TorchDataset) -> None:
+    for index, record in ((torch.tensor(3), 3), (torch.tensor(-2, dtype=torch.int16), RECORDS - 2),
+                          (np.int32(5), 5)):
+        sample = adapter[index]
+        assert sample["label"].item() == record
+        assert sample["image"].numpy().tobytes() == images_of(np.array([record]))[0].tobytes()
+    with pytest.raises(TypeError, match="one int index"):
+        adapter[torch.tensor([3])]
+    with pytest.raises(TypeError, match="one int index"):
+        adapter[True]
+    with pytest.raises(TypeError, match="must be integers"):
+        adapter[torch.tensor(3.0)]
+    with pytest.raises(IndexError, match="out of range"):
+        adapter[torch.tensor(RECORDS)]
+    with pytest.raises(TypeError, match="not the single index"):
+        adapter.__getitems__(torch.tensor(3))
+    with pytest.raises(TypeError, match="mixing bools and integers|must be integers"):
+        adapter.__getitems__([torch.tensor(1), torch.tensor(True)])
+
+
+def test_torchs_default_collate_is_a_clear_error(adapter: TorchDataset) -> None:
+    loader = torch.utils.data.DataLoader(adapter, batch_size=4)  # no collate_fn=collate
+    with pytest.raises(TypeError, match=r"already collated .* collate_fn=loaderx\.torch\.collate"):
+        next(iter(loader))
+    batch = adapter.__getitems__([4, 1])
+    assert isinstance(batch, CollatedBatch)
+    check(batch, np.array([4, 1]))
+    with pytest.raises(KeyError):
+        batch["missing"]
+    # torch's pin_memory and worker processes copy batches as their own type; it pickles.
+    check(pickle.loads(pickle.dumps(batch)), np.array([4, 1]))
