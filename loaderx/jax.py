@@ -100,8 +100,9 @@ class DevicePrefetch:
         self.size = size
         self.sharding = sharding
         self.copy: bool = getattr(loader, "reuse_buffers", False) is True
-        # Steps in order: a placed batch, or the Exception that step raised (kept for its turn).
-        self._queue: deque[dict[str, Any] | Exception] = deque()
+        # Steps in order: a placed batch, the Exception that step raised (kept for its turn),
+        # or a host batch in a 1-tuple, not placed yet (an interrupt cut its placement short).
+        self._queue: deque[dict[str, Any] | Exception | tuple[Mapping[str, Any]]] = deque()
 
     def __iter__(self) -> DevicePrefetch:
         return self
@@ -113,20 +114,32 @@ class DevicePrefetch:
             if self._queue and isinstance(self._queue[-1], Exception):
                 return
             try:
-                entry: dict[str, Any] | Exception = _place(
-                    next(self.loader), self.sharding, self.copy
-                )
+                host = next(self.loader)
             except StopIteration:
                 return
             except Exception as error:  # raised in its step's turn, after the batches before it
-                entry = error
-            self._queue.append(entry)
+                self._queue.append(error)
+                continue
+            # Queued before it is placed: an interrupt during the placement (a host copy and a
+            # transfer, the widest window) leaves it queued, to be placed in its turn.
+            self._queue.append((host,))
+            self._queue[-1] = self._placed(host)
+
+    def _placed(self, host: Mapping[str, Any]) -> dict[str, Any] | Exception:
+        try:
+            return _place(host, self.sharding, self.copy)
+        except Exception as error:  # raised in its step's turn, as the loader's own errors
+            return error
 
     def __next__(self) -> dict[str, Any]:
         self._fill()
         if not self._queue:
             raise StopIteration
+        first = self._queue[0]
+        if isinstance(first, tuple):  # its placement was interrupted: placed now
+            self._queue[0] = self._placed(first[0])
         entry = self._queue.popleft()
+        assert not isinstance(entry, tuple)
         if isinstance(entry, Exception):
             raise entry
         try:

@@ -35,9 +35,11 @@ DataLoader builds on:
   consumer's thread anywhere in ``next()``, also between claiming a step and filing it. It goes
   up from ``next()`` at once and the step stays claimed by that thread, which makes it again on
   its next call (the consumer is never inside a step it claimed while it is in ``next()``), so
-  iterating on after a caught Ctrl-C returns every step, in order. A finished step is taken out
-  of the shared state before anything that can be interrupted, so none is left stranded there.
-  Worker threads receive no signals.
+  iterating on after a caught Ctrl-C returns every step, in order. An interrupt once the step
+  is being made (all but one bytecode of the window) also gives the step up, so that another
+  consumer thread waiting for it makes it instead. A finished step is taken out of the shared state before
+  anything that can be interrupted, so none is left stranded there. Worker threads receive no
+  signals.
 
 Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
 lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the
@@ -68,6 +70,8 @@ WORKERS_MAX: Final = 1024
 WORKERS_DEFAULT_MAX: Final = 4
 # At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
 EXIT_JOIN_SECONDS: Final = 2.0
+# The owner of a step its consumer gave up (no thread has ident 0).
+_ABANDONED: Final = 0
 
 
 class WeakProducer(Generic[T]):
@@ -216,7 +220,11 @@ class Prefetcher(Generic[T]):
                     raise error
                 return cast(T, value)
             # The step is made on this thread and filed as a worker would.
-            self._run(own, consumer=True)
+            try:
+                self._run(own, consumer=True)
+            except BaseException:
+                self._abandon(own)
+                raise
 
     def _take_or_claim(self) -> tuple[int, T | None, BaseException | None]:
         """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
@@ -242,8 +250,11 @@ class Prefetcher(Generic[T]):
                 self._ready.wait()
 
     def _take(self, step: int) -> tuple[int, T | None, BaseException | None]:
-        """Takes the finished step (lock held). Subscripts and stores only until the step is
-        out of the shared state and the count moved: no call, so no interrupt, in between."""
+        """Takes the finished step (lock held). The waiting worker is told first (one more step
+        may be claimed once the lock is released; it checks again then), so that from there on
+        subscripts and stores only move the step out and the count on: no call, so no
+        interrupt, in between."""
+        self._space.notify()
         value: T | None = None
         error: BaseException | None = None
         if step in self._errors:
@@ -253,14 +264,14 @@ class Prefetcher(Generic[T]):
             value = self._values[step]
             del self._values[step]
         self._take_step = step + 1
-        # One more step may now be claimed.
-        self._space.notify()
         return -1, value, error
 
     def _orphan_of(self, me: int) -> int:
-        """A step thread `me` claimed and never filed (an interrupt), or -1 (lock held)."""
+        """A step thread `me` claimed and never filed (an interrupt), or one whose maker gave it
+        up (_ABANDONED), which `me` then takes over; else -1 (lock held)."""
         for step, owner in self._helping.items():
-            if owner == me:
+            if owner == me or owner == _ABANDONED:
+                self._helping[step] = me
                 return step
         return -1
 
@@ -296,9 +307,18 @@ class Prefetcher(Generic[T]):
             return self._file(step, None, error)
         except BaseException as error:
             if consumer:
-                raise
+                raise  # __next__ gives the step up
             return self._file(step, None, error)
         return self._file(step, value, None)
+
+    def _abandon(self, step: int) -> None:
+        """An interrupted consumer gives up the step it was making, so that any consumer thread
+        may make it (another one may be waiting for it). Should an interrupt stop even this,
+        the step stays this thread's, which makes it on its next call."""
+        me = threading.get_ident()
+        with self._lock:
+            if step in self._helping and self._helping[step] == me:
+                self._helping[step] = _ABANDONED
 
     def _file(self, step: int, value: T | None, error: BaseException | None) -> bool:
         """Files step's result, or the error its next() raises when one is given; False once
@@ -310,6 +330,8 @@ class Prefetcher(Generic[T]):
             # interrupt in between would lose the step (see _take).
             if step in self._helping:
                 del self._helping[step]
+            if step < self._take_step:
+                return True  # taken already (cannot happen: a step is taken once filed)
             if error is None:
                 self._values[step] = value  # type: ignore[assignment]
             else:

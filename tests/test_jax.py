@@ -216,6 +216,11 @@ class Interrupted:
     def __iter__(self) -> Interrupted:
         return self
 
+    @property
+    def step(self) -> int:
+        """The next step this iterator makes, as a DataLoader's step."""
+        return self.made
+
     def __next__(self) -> dict[str, Any]:
         self.calls += 1
         if self.calls == self.at:
@@ -232,6 +237,35 @@ def test_an_interrupt_while_refilling_loses_no_batch() -> None:
         next(batches)
     assert [np.asarray(next(batches)["a"]).tolist() for _ in range(5)] == [
         [0, 0], [1, 1], [2, 2], [3, 3], [4, 4]
+    ]
+
+
+def test_an_interrupt_while_placing_a_batch_loses_no_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while a batch already taken from the loader is being placed on the device (the
+    host copy and the transfer): the batch stays queued, is placed in its turn, and step counts
+    it (it used to be dropped, with step one off)."""
+    import loaderx.jax
+
+    placed = loaderx.jax._place
+    calls = [0]
+
+    def interrupted_once(batch: Any, sharding: Any, copy: bool) -> dict[str, Any]:
+        calls[0] += 1
+        if calls[0] == 4:  # placing step 3, in the refill of the second next()
+            raise KeyboardInterrupt
+        return placed(batch, sharding, copy)
+
+    monkeypatch.setattr(loaderx.jax, "_place", interrupted_once)
+    loader = Interrupted(at=-1)
+    batches = device_prefetch(loader, size=2)
+    assert np.asarray(next(batches)["a"]).tolist() == [0, 0]
+    with pytest.raises(KeyboardInterrupt):
+        next(batches)
+    assert loader.made == 4 and batches.step == 1
+    assert [np.asarray(next(batches)["a"]).tolist() for _ in range(5)] == [
+        [1, 1], [2, 2], [3, 3], [4, 4], [5, 5]
     ]
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +382,82 @@ def test_closing_from_a_worker_leaves_nothing_for_exit_to_hold() -> None:
         gc.collect()
         time.sleep(0.01)
     assert gone() is None
+
+
+def test_a_step_another_consumer_gave_up_is_made_by_the_one_waiting() -> None:
+    """The main thread is interrupted while it makes a step itself; a second thread that
+    consumes the same Prefetcher next makes that step instead of waiting for it for ever, and
+    every step comes out once, in order."""
+    produce = GatedWorker(interrupt_at=2)
+    with Prefetcher(produce, 0, 4, 1, consumer_helps=True) as prefetcher:
+        produce.wait_started(0)
+        with pytest.raises(KeyboardInterrupt, match="interrupted in step 2"):
+            next(prefetcher)  # makes step 1, then step 2 raises on this thread
+        produce.gate.set()
+        got: list[int] = []
+        other = threading.Thread(target=lambda: got.extend(next(prefetcher) for _ in range(6)))
+        other.start()
+        other.join(10)
+        assert not other.is_alive()
+        assert got == [0, 10, 20, 30, 40, 50]
+    assert produce.made_by[2][0] == "MainThread" and len(produce.made_by[2]) == 2
+    assert produce.made_by[2][1] != "MainThread"  # made again by the thread that waited
+
+
+_NOTIFY_INTERRUPTED = """
+import signal
+import sys
+import threading
+import time
+import numpy as np
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+
+labels = DenseDataset(sys.argv[1])
+loader = DataLoader({"label": labels}, batch_size=4, mode="sequential", prefetch=1, workers=1,
+                    transform=lambda batch: {"label": batch["label"] * 1})
+space = loader._prefetcher._space
+armed = [False]
+
+
+def tracer(frame, event, arg):
+    if (event == "call" and armed[0] and frame.f_code is threading.Condition.notify.__code__
+            and frame.f_locals.get("self") is space):
+        armed[0] = False
+        signal.raise_signal(signal.SIGINT)  # a Ctrl-C as next() wakes the worker
+    return None
+
+
+got = [int(next(loader)["label"][0]) // 4]
+time.sleep(0.3)  # the worker has made step 1 and waits for room
+armed[0] = True
+sys.settrace(tracer)
+try:
+    got.append(int(next(loader)["label"][0]) // 4)
+except KeyboardInterrupt:
+    pass
+sys.settrace(None)
+assert not armed[0], "the interrupt never fired"
+got.extend(int(next(loader)["label"][0]) // 4 for _ in range(3))
+loader.close()
+print(got)
+"""
+
+
+def test_an_interrupt_as_a_step_is_taken_neither_loses_it_nor_wedges(tmp_path: Path) -> None:
+    """A Ctrl-C inside the wake-up of the waiting worker, as next() takes a step: the step
+    stays to be taken by the next call (it used to be dropped, with the worker never woken,
+    so a loader with a transform blocked for ever)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from loaderx.converter import from_numpy
+
+    from_numpy(tmp_path / "label", np.arange(64, dtype=np.int64), codec="raw")
+    result = subprocess.run([sys.executable, "-c", _NOTIFY_INTERRUPTED, str(tmp_path / "label")],
+                            capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[0, 1, 2, 3]\n"  # the interrupted next() returned nothing

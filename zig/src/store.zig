@@ -868,7 +868,9 @@ pub const Store = struct {
     fn abandonDelete(store: *Store, delete_plan: *const PreparedDelete) void {
         if (delete_plan.empty()) return;
         const io = pool.io();
-        journal.remove(io, store.dir, store.durable) catch {};
+        journal.remove(io, store.dir, store.durable) catch return;
+        // Only once the log is gone: a log left behind is replayed by the next writable open,
+        // and the pending mark is what lets the sums of the entries it moves be settled then.
         if (store.sidecar) |*sidecar| sidecar.clearPending(io, store.durable) catch {};
     }
 
