@@ -41,11 +41,15 @@ pub const runner_bytes_min: u64 = 64 * 1024;
 /// (out of cache): up to 256 KiB a batch the pool only ties with the inline copy, so waking a
 /// thread is not worth it; from 1 MiB on the pool is about twice as fast.
 const gather_runner_bytes_min: u64 = 256 * 1024;
-/// A gather copies at most this many indices on the stack (8 KiB), more on the heap.
-const gather_indices_on_stack_max = 1024;
+/// A gather copies up to this many indices into its thread's scratch (8 KiB), more to the heap.
+const gather_indices_scratch_max = 1024;
 comptime {
-    assert(gather_indices_on_stack_max * @sizeOf(i64) <= 8 * 1024);
+    assert(gather_indices_scratch_max * @sizeOf(i64) <= 8 * 1024);
 }
+/// Per thread, not on the stack: a large frame costs a gather of small records measurably
+/// (stack probes and safety fills in ReleaseSafe). A gather never runs inside another on the
+/// same thread.
+threadlocal var gather_indices_scratch: [gather_indices_scratch_max]i64 = undefined;
 
 pub const Options = struct {
     /// Create meta.zr when it is absent.
@@ -509,22 +513,18 @@ pub const Store = struct {
 
     /// Writes record indices[i] (decompressed) into destination slot i, for every i.
     pub fn gather(store: *Store, caller_indices: []const i64, destination: Destination, byte_count: u64) Error!void {
-        // The indices are checked once and read again while copying, so the gather works on
-        // its own copy of them: the caller's may share memory with the destination (an `out`
-        // that overlaps the index array) or be changed by another thread meanwhile, and an
-        // index read after its check must be the one checked.
-        var on_stack: [gather_indices_on_stack_max]i64 = undefined;
-        const on_heap: ?[]i64 = if (caller_indices.len <= on_stack.len) null else store.allocator.dupe(i64, caller_indices) catch return outOfMemory();
-        defer if (on_heap) |copy| store.allocator.free(copy);
-        const indices: []const i64 = on_heap orelse blk: {
-            @memcpy(on_stack[0..caller_indices.len], caller_indices);
-            break :blk on_stack[0..caller_indices.len];
-        };
         const io = pool.io();
         try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
-        try checkIndices(indices, store.meta.length());
+        // The indices are checked once and read again while copying, so the gather works on
+        // its own copy of them, made by the check: the caller's may share memory with the
+        // destination (an `out` that overlaps the index array) or be changed by another thread
+        // meanwhile, and an index read after its check must be the one checked.
+        const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
+        defer if (on_heap) |copy| store.allocator.free(copy);
+        const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
+        try copyCheckedIndices(caller_indices, indices, store.meta.length());
         try store.checkSlots(indices, destination);
         const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else runner_bytes_min;
         const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
@@ -747,8 +747,12 @@ pub const Store = struct {
         try store.relockIfForked();
         store.lock.lockSharedUncancelable(io);
         defer store.lock.unlockShared(io);
-        try checkIndices(indices, store.meta.length());
-        for (indices, out) |index, *len| len.* = store.meta.table[@intCast(index)].logic_length;
+        // Checked on a copy, read once, before anything is written: the caller's array may
+        // change meanwhile.
+        const checked = store.allocator.alloc(i64, indices.len) catch return outOfMemory();
+        defer store.allocator.free(checked);
+        try copyCheckedIndices(indices, checked, store.meta.length());
+        for (checked, out) |index, *len| len.* = store.meta.table[@intCast(index)].logic_length;
     }
 
     // ---- delete, stats, sync --------------------------------------------------------------
@@ -827,7 +831,12 @@ pub const Store = struct {
         const old_length = store.meta.length();
         const targets = allocator.alloc(u32, indices.len) catch return outOfMemory();
         errdefer allocator.free(targets);
-        for (indices, targets) |index, *target| target.* = @intCast(index);
+        // Each index read once and checked again as it is read: the callers checked them, but
+        // the caller's array may have changed since.
+        for (indices, targets, 0..) |index, *target, i| {
+            if (@as(u64, @bitCast(index)) >= old_length) return indexOutOfRange(index, i, old_length);
+            target.* = @intCast(index);
+        }
         std.mem.sortUnstable(u32, targets, {}, std.sort.desc(u32));
         const unique = uniqueSorted(targets);
         const new_length: u32 = old_length - @as(u32, @intCast(unique.len));
@@ -1224,12 +1233,29 @@ fn uniqueSorted(values: []u32) []u32 {
     return values[0..count];
 }
 
+/// Copies `indices` into `copy`, reading each once, and checks the copies against `length`
+/// (as checkIndices, whose message names the first bad one). One pass with no early exit, so
+/// that it vectorises: as fast as the check alone.
+pub fn copyCheckedIndices(indices: []const i64, copy: []i64, length: u64) Error!void {
+    assert(copy.len == indices.len);
+    assert(length <= std.math.maxInt(i64));
+    var out_of_range = false;
+    for (indices, copy) |index, *slot| {
+        slot.* = index;
+        // A negative index reads as a u64 far above any length.
+        out_of_range = out_of_range or @as(u64, @bitCast(index)) >= length;
+    }
+    if (out_of_range) return checkIndices(copy, length);
+}
+
 pub fn checkIndices(indices: []const i64, length: u64) Error!void {
     for (indices, 0..) |index, i| {
-        if (index < 0 or @as(u64, @intCast(index)) >= length) {
-            diagnostic.note("index {d} (position {d}) is out of range for a store of {d} records", .{ index, i, length });
-            return error.IndexOutOfRange;
-        }
+        if (index < 0 or @as(u64, @intCast(index)) >= length) return indexOutOfRange(index, i, length);
     }
+}
+
+fn indexOutOfRange(index: i64, position: usize, length: u64) Error {
+    diagnostic.note("index {d} (position {d}) is out of range for a store of {d} records", .{ index, position, length });
+    return error.IndexOutOfRange;
 }
 
