@@ -243,10 +243,24 @@ class StagedFolder:
                 self._swap(new)
             else:
                 if os.path.isdir(self.final) and not os.path.islink(self.final):
-                    os.rmdir(self.final)  # the empty folder that was there (fails if it filled)
+                    self._remove_empty_final()
                 os.replace(new, self.final)
                 fsync_folder(parent)
         self._lock.release()
+
+    def _remove_empty_final(self) -> None:
+        """Removes the empty folder that was at the destination. It may have filled since (another
+        conversion into the same new destination published first): then the destination exists,
+        as a conversion without overwrite=True is told up front."""
+        try:
+            os.rmdir(self.final)
+        except OSError as exc:
+            if not os.path.isdir(self.final) or not os.listdir(self.final):
+                raise
+            raise FileExistsError(
+                f"{self.final!r} already exists (another conversion published it first); pass "
+                "overwrite=True to replace the store there"
+            ) from exc
 
     def _swap(self, new: str) -> None:
         """dst -> old, new -> dst, each rename durable before the next; then old is removed."""

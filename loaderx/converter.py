@@ -176,13 +176,13 @@ def from_numpy(
     schema = make_schema("dense", data.dtype, data.shape[1:], codec, dict_size)
     block_bytes = _check_chunk_bytes(chunk_bytes)
     count = int(data.shape[0])
-    if workers != 1 or append:
-        return _from_numpy_parallel(path, data, schema, workers, append, shard_records,
-                                    start_method, overwrite, block_bytes, codec, dict_size)
-    if count > RECORD_COUNT_MAX:
+    if count > RECORD_COUNT_MAX:  # before any worker starts
         raise ValueError(
             f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
         )
+    if workers != 1 or append:
+        return _from_numpy_parallel(path, data, schema, workers, append, shard_records,
+                                    start_method, overwrite, block_bytes, codec, dict_size)
     _check_trainable(schema.codec, count)
     staging, replace = _stage(os.fspath(path), overwrite)
     try:

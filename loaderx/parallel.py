@@ -96,22 +96,33 @@ class _Running:
     index: int
     process: multiprocessing.process.BaseProcess
     conn: multiprocessing.connection.Connection
+    received: bool
+    report: Any
 
     def __init__(self, index: int, process: multiprocessing.process.BaseProcess,
                  conn: multiprocessing.connection.Connection) -> None:
         self.index = index
         self.process = process
         self.conn = conn
+        self.received = False
+        self.report = None
+
+    def receive(self) -> None:
+        """Reads the report once the pipe has one (or says it closed). Read as soon as it
+        arrives, not after the worker exits: a report larger than the pipe's buffer (a part of
+        many shards) blocks its sender until it is read, so the worker could never exit."""
+        try:
+            self.report = self.conn.recv()
+        except EOFError:  # it died before reporting: the pipe only says it closed
+            self.report = None
+        self.received = True
 
     def outcome(self, count: int, describe: Callable[[int], str]) -> Any:
         """The result of a finished worker; WorkerError when it failed or died."""
         self.process.join()
-        report = None
-        if self.conn.poll():
-            try:
-                report = self.conn.recv()
-            except EOFError:  # it died before reporting: the pipe only says it closed
-                report = None
+        if not self.received and self.conn.poll():
+            self.receive()
+        report = self.report
         self.conn.close()
         what = f"worker {self.index} of {count} ({describe(self.index)})"
         if report is not None and report[0] == "ok" and self.process.exitcode == 0:
@@ -148,10 +159,17 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
                 process.start()
                 send.close()
                 running[process.sentinel] = _Running(index, process, receive)
-            for sentinel in multiprocessing.connection.wait(list(running)):
-                assert isinstance(sentinel, int)
-                done = running.pop(sentinel)
-                results[done.index] = done.outcome(len(jobs), describe)
+            # Reports are read as they arrive (see _Running.receive), exits handled as they come.
+            reports: dict[object, _Running] = {
+                w.conn: w for w in running.values() if not w.received
+            }
+            waited: list[Any] = [*running, *(w.conn for w in reports.values())]
+            for ready in multiprocessing.connection.wait(waited):
+                if isinstance(ready, int):
+                    done = running.pop(ready)
+                    results[done.index] = done.outcome(len(jobs), describe)
+                elif not reports[ready].received:
+                    reports[ready].receive()
     finally:
         for left in running.values():
             left.stop()

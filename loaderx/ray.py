@@ -277,7 +277,10 @@ def _find_columns(path: str, columns: Mapping[str, str] | Sequence[str] | None) 
 
 
 def _open(folder: str) -> DenseDataset | RaggedDataset:
-    return DenseDataset(folder) if read_schema(folder).kind == "dense" else RaggedDataset(folder)
+    """Read-only: a read needs no writer lock, and works on a read-only file system."""
+    if read_schema(folder).kind == "dense":
+        return DenseDataset(folder, readonly=True)
+    return RaggedDataset(folder, readonly=True)
 
 
 def _column_block(ds: DenseDataset | RaggedDataset, start: int, stop: int) -> Any:

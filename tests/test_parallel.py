@@ -468,3 +468,76 @@ def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) 
         ".c.loaderx-parts-nomark01", ".cc.loaderx-parts-dead0002",
         ".cc.loaderx-parts-dead0002.live", "c",
     ]
+
+
+_MANY_SHARDS = """
+import sys
+import numpy as np
+from loaderx.converter import from_numpy
+from loaderx.dataset import DenseDataset
+
+count = from_numpy(sys.argv[1], np.arange(4000, dtype=np.int64) * 3, codec="raw", workers=2,
+                   shard_records=2, progress=False)
+with DenseDataset(sys.argv[1]) as ds:
+    assert ds[:].tolist() == list(range(0, 12000, 3)), "other records"
+    print(count, len(ds.shard_stats()))
+"""
+
+
+def test_workers_that_write_many_shards_report_them(tmp_path: Path) -> None:
+    """1000 shards per worker make a report larger than the pipe's buffer: the parent reads it
+    as it arrives (it used to wait for the worker to exit first, which the worker, blocked
+    sending, never did: the conversion hung for good)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _MANY_SHARDS, str(tmp_path / "many")],
+                            capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4000 2000\n"
+
+
+def test_too_many_records_are_refused_before_any_worker_starts(tmp_path: Path) -> None:
+    """More than a dataset's 2^44 records (a broadcast array: no memory) are refused up front
+    with workers=2 as with workers=1 (the parallel path used to start converting them)."""
+    from loaderx.shards import RECORD_COUNT_MAX
+
+    huge = np.broadcast_to(np.uint8(7), (RECORD_COUNT_MAX + 1,))
+    for workers in (1, 2):
+        with pytest.raises(ValueError, match=f"{RECORD_COUNT_MAX + 1} records exceed"):
+            from_numpy(tmp_path / f"w{workers}", huge, codec="raw", workers=workers)
+        assert not (tmp_path / f"w{workers}").exists()
+
+
+def test_the_loser_of_two_new_conversions_is_told_the_destination_exists(tmp_path: Path) -> None:
+    """Two conversions into the same new destination, both past its check: one publishes, the
+    other raises the FileExistsError a conversion without overwrite=True gets up front (it
+    raised OSError 'Directory not empty'), and the winner's records are intact."""
+    dst = tmp_path / "dst"
+    meet = threading.Barrier(2, timeout=30)
+    errors: dict[int, BaseException] = {}
+
+    def convert(value: int) -> None:
+        met: list[int] = []
+
+        def progress(done: int, total: int | None, nbytes: int) -> None:
+            if not met:
+                met.append(1)
+                meet.wait()  # both conversions have found dst absent
+
+        try:
+            from_numpy(dst, np.full((100, 16), value, np.uint8), codec="raw", progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the asserts below
+            errors[value] = exc
+
+    threads = [threading.Thread(target=convert, args=(v,)) for v in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(errors) == 1, errors
+    (loser, error), = errors.items()
+    assert isinstance(error, FileExistsError) and "overwrite=True" in str(error)
+    with DenseDataset(dst) as ds:
+        assert ds[:].tobytes() == np.full((100, 16), 3 - loser, np.uint8).tobytes()

@@ -443,3 +443,18 @@ def test_append_into_a_single_store_column_a_handle_writes_is_refused(tmp_path: 
         np.testing.assert_array_equal(images[:41], np.stack([image_of(i) for i in range(41)]))
         np.testing.assert_array_equal(images[41:], np.stack([image_of(i) for i in range(ROWS)]))
     assert read_manifest(str(web / "label")) is not None
+
+
+def test_read_dataset_reads_a_read_only_file_system(tmp_path: Path) -> None:
+    """Ray reads open every column read-only, so a dataset on a read-only mount reads in full
+    (they used to open it writable and fail with PermissionError)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    try:
+        from_numpy(str(mount / "data" / "x"), np.arange(100, dtype=np.int64) * 5)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        rows = read_dataset(str(mount / "data")).take_all()
+        assert [int(r["x"]) for r in rows] == list(range(0, 500, 5))
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
