@@ -280,16 +280,20 @@ class _NumpyJob:
         self.staging = staging
         self.index = index
         self.rows = rows  # a view (fork) or the pickled rows themselves (spawn, forkserver)
+        # Kept apart: NumPy may unpickle an array of non-native byte order as native order
+        # (same values), which would write shards of another dtype than the schema's.
+        self.dtype = rows.dtype
         self.options = options
         self.shard_records = shard_records
 
     def __call__(self) -> list[Part]:
         from loaderx.converter import from_numpy
 
+        rows = self.rows if self.rows.dtype == self.dtype else self.rows.astype(self.dtype)
         written: list[Part] = []
-        for piece, (a, b) in enumerate(pieces(0, len(self.rows), self.shard_records)):
+        for piece, (a, b) in enumerate(pieces(0, len(rows), self.shard_records)):
             folder = part_folder(self.staging, self.index, piece)
-            written.append((folder, from_numpy(folder, self.rows[a:b], **self.options)))
+            written.append((folder, from_numpy(folder, rows[a:b], **self.options)))
         return written
 
 

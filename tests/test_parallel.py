@@ -541,3 +541,18 @@ def test_the_loser_of_two_new_conversions_is_told_the_destination_exists(tmp_pat
     assert isinstance(error, FileExistsError) and "overwrite=True" in str(error)
     with DenseDataset(dst) as ds:
         assert ds[:].tobytes() == np.full((100, 16), 3 - loser, np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_big_endian_array_converts_with_any_start_method(
+    tmp_path: Path, start_method: str
+) -> None:
+    """'>i4' rows reach spawned workers pickled, and NumPy may unpickle them in native order:
+    the workers cast them back, so every shard has the schema's dtype and the same values
+    (publishing used to refuse the shards: "store has '<i4', asked for '>i4'")."""
+    data = (np.arange(600, dtype=np.int32) * 7 - 1000).astype(">i4")
+    assert from_numpy(tmp_path / "be", data, codec="raw", workers=2, shard_records=100,
+                      start_method=start_method, progress=False) == 600
+    with DenseDataset(tmp_path / "be") as ds:
+        assert ds.dtype == np.dtype(">i4")
+        assert ds[:].tobytes() == data.tobytes()
