@@ -11,7 +11,6 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Final, SupportsIndex
@@ -29,6 +28,7 @@ from loaderx.errors import (
     StoreFullError,
     StoreLockedError,
 )
+from loaderx.fork_safe_lock import ForkSafeLock
 from loaderx.indexing import normalize_index, normalize_selection
 from loaderx.native_calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx.paths import is_file
@@ -197,7 +197,7 @@ class _DatasetBase:
     dict_size: int
     shard_records: int
     _store: Store
-    _sharding: threading.Lock
+    _sharding: ForkSafeLock
     # Whether this handle has become its single store's writer and checked it is still one.
     _writer_checked: bool
 
@@ -222,7 +222,8 @@ class _DatasetBase:
         self.codec = schema.codec
         self.dict_size = schema.dict_size
         self._store = store
-        self._sharding = threading.Lock()
+        # A child forked while another thread rolls over must not find it held for good.
+        self._sharding = ForkSafeLock()
         self._writer_checked = False
 
     def __len__(self) -> int:

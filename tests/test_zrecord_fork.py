@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -283,3 +285,52 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
     dataset.append(np.arange(7, dtype=np.int64))  # the parent's own append is not blocked
     assert len(dataset) == 260
     dataset.close()
+
+
+_FORK_DURING_ROLLOVER = """
+import os, signal, sys, threading, time
+import numpy as np
+from loaderx.dataset import DenseDataset
+
+sys.setswitchinterval(1e-6)
+tried = hung = 0
+deadline = time.monotonic() + 40
+for trial in range(400):
+    if time.monotonic() > deadline or tried >= 20:
+        break
+    ds = DenseDataset(os.path.join(sys.argv[1], f"d{trial}"), dtype=np.int64, item_shape=(4,),
+                      codec="raw", shard_records=8)
+    ds.append(np.zeros((8, 4), np.int64))  # full: the next append rolls over
+    rolling = threading.Thread(target=ds.append, args=(np.ones((1, 4), np.int64),))
+    rolling.start()
+    pid = None
+    while rolling.is_alive():
+        if ds._sharding.locked():  # the rollover is running on the other thread now
+            pid = os.fork()
+            break
+    if pid == 0:
+        signal.alarm(10)
+        try:
+            ds.append(np.ones((1, 4), np.int64))  # 9 + 1 > 8: rolls over too
+        except Exception:
+            pass  # refused (the parent writes this dataset): fine
+        os._exit(0)
+    rolling.join()
+    if pid:
+        tried += 1
+        _, status = os.waitpid(pid, 0)
+        hung += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
+    ds.close()
+print(tried > 0, hung)
+"""
+
+
+def test_a_child_forked_during_a_rollover_never_hangs(tmp_path: Path) -> None:
+    """A thread rolls a single-store dataset over (holding the handle's rollover lock) while
+    another forks: the child's own rollover gets a fresh lock (loaderx/fork_safe_lock.py) and
+    appends or is refused, where it used to block for good on the inherited lock."""
+    result = subprocess.run([sys.executable, "-c", _FORK_DURING_ROLLOVER, str(tmp_path)],
+                            capture_output=True, text=True, timeout=180,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True 0\n"

@@ -1,0 +1,61 @@
+"""A thread lock that a forked child gets back unlocked.
+
+A child of os.fork() inherits every lock in the state it had at that instant, but not the
+threads: a lock another thread held then stays held in the child for good, and the child's
+first use of it blocks forever. ForkSafeLock registers each instance (weakly), and a fork
+handler gives each a fresh lock in the child. Only for locks that guard state the child may
+rebuild on its own (a handle's in-process bookkeeping); the files they protect have their own
+cross-process locks.
+
+This module stays interpreted: compiled (mypyc) classes take no weak references.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from types import TracebackType
+from typing import Final
+
+
+class ForkSafeLock:
+    """threading.Lock's with-statement and locked(), given back unlocked to a forked child."""
+
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self._lock: threading.Lock = threading.Lock()
+        _ALL.add(self)
+
+    def __enter__(self) -> ForkSafeLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+
+_ALL: Final[weakref.WeakSet[ForkSafeLock]] = weakref.WeakSet()
+
+
+def _renew_in_child() -> None:
+    for lock in list(_ALL):
+        lock._renew()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_in_child)
+
+__all__ = ["ForkSafeLock"]
