@@ -292,6 +292,20 @@ def _column_block(ds: DenseDataset | RaggedDataset, start: int, stop: int) -> An
     return values
 
 
+# Records whose lengths estimate a ragged column's record size (read from the table only).
+_SIZE_SAMPLE: Final = 1024
+
+
+def _record_bytes(ds: DenseDataset | RaggedDataset, schema: Schema) -> int:
+    """Bytes per record, for the read blocks' sizes and Ray's estimate: the schema's for a dense
+    column; for a ragged one (whose schema gives one row of a record), the mean over an evenly
+    spaced sample of the records' lengths, reading no record."""
+    if not isinstance(ds, RaggedDataset) or len(ds) == 0:
+        return schema.row_size
+    sample = np.linspace(0, len(ds) - 1, num=min(len(ds), _SIZE_SAMPLE)).astype(np.int64)
+    return max(1, int(np.ceil(float(ds.lengths(sample).mean()) * schema.row_size)))
+
+
 class LoaderxDatasource(Datasource):
     """Reads loaderx datasets (one per column, all the same length) as a Ray dataset."""
 
@@ -304,7 +318,7 @@ class LoaderxDatasource(Datasource):
         for column, folder in self.folders.items():
             with _open(folder) as ds:
                 lengths[column] = len(ds)
-                self.row_bytes += read_schema(folder).row_size
+                self.row_bytes += _record_bytes(ds, read_schema(folder))
         if len(set(lengths.values())) > 1:
             raise ValueError(f"the columns have different lengths: {lengths}")
         self.length = next(iter(lengths.values()))
