@@ -8,8 +8,13 @@ not exist there, so nothing in the child ever releases it). So every lock descri
 here, and the child closes its copies right after fork; closing a copy never releases the
 parent's lock, which ends with the parent's own close as it should.
 
-The registry's lock is held across fork (taken before, released after in the parent, made anew
-in the child), so a descriptor is never half-registered when the child takes stock.
+The registry's lock is held across fork (taken before, released after in the parent, renewed in
+the child), so a descriptor is never half-registered when the child takes stock. The parent's
+two handlers are the lock's own C methods, not Python functions: a Ctrl-C raises only where
+Python code runs, and one raised in a Python handler between the fork and the release (CPython
+drops exceptions of fork handlers) left the lock held for good, so every later FolderLock
+blocked. It is an RLock so that a release without the acquire (an acquire a Ctrl-C broke off
+while another thread held the lock) raises, dropped, instead of releasing that thread's hold.
 
 Left interpreted: it runs once per lock taken.
 """
@@ -18,8 +23,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from typing import Final
 
-_registry_lock = threading.Lock()
+_registry_lock: Final = threading.RLock()
 _open_descriptors: set[int] = set()
 
 
@@ -44,28 +51,24 @@ def open_count() -> int:
         return len(_open_descriptors)
 
 
-def _before_fork() -> None:
-    _registry_lock.acquire()
-
-
-def _after_fork_in_parent() -> None:
-    _registry_lock.release()
-
-
-def _after_fork_in_child() -> None:
-    global _registry_lock
+def _close_copies_in_child() -> None:
+    # Renew the lock first: a parent thread may have held it, and it does not exist here.
+    _renew_registry_lock()
     for fd in _open_descriptors:
         try:
             os.close(fd)
         except OSError:
             pass  # already closed by other fork handling: nothing of ours to release
     _open_descriptors.clear()
-    _registry_lock = threading.Lock()  # the parent's was held across the fork
 
+
+# RLock._at_fork_reinit is what threading itself uses to renew its locks in a forked child
+# (CPython 3.9 and later; not in typeshed).
+_renew_registry_lock: Final[Callable[[], None]] = getattr(_registry_lock, "_at_fork_reinit")
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
+        before=_registry_lock.acquire,
+        after_in_parent=_registry_lock.release,
+        after_in_child=_close_copies_in_child,
     )

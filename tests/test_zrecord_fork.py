@@ -334,3 +334,93 @@ def test_a_child_forked_during_a_rollover_never_hangs(tmp_path: Path) -> None:
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
     assert result.stdout == "True 0\n"
+
+
+# A pending Ctrl-C at the end of fork(): the C-level "before" hook registered first runs last,
+# right before the fork, and sends SIGINT without running any bytecode, so the signal is only
+# pending (as when the kernel delivers it during the fork). The first Python code after the
+# fork in the parent takes it.
+_SIGINT_AT_FORK = """
+import ctypes, functools, os, signal, sys, threading
+libc = ctypes.CDLL(None)
+os.register_at_fork(before=functools.partial(libc.kill, os.getpid(), signal.SIGINT))
+from loaderx.commit import FolderLock
+interrupted = False
+try:
+    pid = os.fork()
+    if pid == 0:
+        with FolderLock(sys.argv[1], True):
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+except KeyboardInterrupt:  # raised as fork() returns: the pid is lost with it
+    interrupted = True
+    os.wait()
+taker = threading.Thread(target=lambda: FolderLock(sys.argv[1], True).release(), daemon=True)
+taker.start()
+taker.join(10)
+print(interrupted, taker.is_alive())
+"""
+
+
+def test_a_ctrl_c_during_fork_neither_wedges_the_lock_registry_nor_gets_lost(
+    tmp_path: Path,
+) -> None:
+    """The registry of lock descriptors is locked across fork. Its parent handler was Python
+    code, where the pending Ctrl-C raised before the release; CPython drops a fork handler's
+    exception, so the registry stayed locked and every later FolderLock blocked, and the
+    Ctrl-C was lost. Now the handlers are the lock's own methods: the Ctrl-C reaches the
+    caller of fork and the next FolderLock is taken."""
+    result = subprocess.run([sys.executable, "-c", _SIGINT_AT_FORK, str(tmp_path)],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True False\n", result.stderr
+
+
+# A Ctrl-C breaks off the "before" hook's wait for the registry lock while another thread
+# holds it: the fork goes on without the lock, and the parent's "after" hook must not release
+# the other thread's hold. The child must still get a usable registry.
+_SIGINT_WHILE_WAITING_AT_FORK = """
+import os, signal, sys, threading, time
+from loaderx import lock_descriptors
+from loaderx.commit import FolderLock
+held, done = threading.Event(), threading.Event()
+errors = []
+def hold():
+    lock_descriptors._registry_lock.acquire()
+    held.set()
+    time.sleep(1.0)
+    try:  # the fork's "after" hook ran meanwhile: it must not have released this hold
+        lock_descriptors._registry_lock.release()
+        errors.append("released")
+    except RuntimeError as error:
+        errors.append(repr(error))
+holder = threading.Thread(target=hold)
+holder.start()
+held.wait()
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    with FolderLock(sys.argv[1], True):
+        pass
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+holder.join()
+with FolderLock(sys.argv[1], True):
+    pass
+print(os.waitstatus_to_exitcode(status), errors)
+"""
+
+
+def test_a_ctrl_c_while_fork_waits_for_the_registry_leaves_another_threads_hold(
+    tmp_path: Path,
+) -> None:
+    """With a plain Lock the parent's release after such a fork released the holder's lock
+    (and the holder's own release then raised)."""
+    result = subprocess.run([sys.executable, "-c", _SIGINT_WHILE_WAITING_AT_FORK, str(tmp_path)],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0 ['released']\n", result.stderr
