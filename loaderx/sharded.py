@@ -21,9 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
 from typing import Any, Final
@@ -47,6 +45,7 @@ from loaderx.errors import (
     StoreFullError,
     StoreLockedError,
 )
+from loaderx.fork_safe_lock import ForkSafeLock
 from loaderx.indexing import normalize_index
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 from loaderx.shards import (
@@ -159,7 +158,9 @@ class ShardedStore:
     # False while the manifest on disk still has an append in flight (loaderx.shards): this
     # handle resolved it for reading, and its next write settles it on disk first.
     _settled: bool
-    _guard: threading.Lock
+    # A parent thread may hold it (an append or a delete) at the moment of fork; a child gets
+    # it back unlocked.
+    _guard: ForkSafeLock
     _closed: bool
     # Which records gathers check against their checksum, for every shard (see Zrecord).
     verify_reads: bool | None
@@ -184,9 +185,8 @@ class ShardedStore:
         self._generation = 0
         self._signature = None
         self._settled = True
-        self._guard = threading.Lock()
+        self._guard = ForkSafeLock()
         self._closed = False
-        _OPEN_SHARDED.add(self)
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -872,17 +872,3 @@ def _delete_each(stores: list[Zrecord], indices: list[npt.NDArray[np.int64]], na
     finally:
         for store in entered:
             store._leave()  # noqa: SLF001
-
-
-# Every ShardedStore, for the fork handler below: a parent thread may have held _guard (an
-# append or a delete) at the moment of fork, and it does not exist in the child.
-_OPEN_SHARDED: Final[weakref.WeakSet[ShardedStore]] = weakref.WeakSet()
-
-
-def _reset_after_fork() -> None:
-    for sharded in list(_OPEN_SHARDED):
-        sharded._guard = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)

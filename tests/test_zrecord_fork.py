@@ -424,3 +424,43 @@ def test_a_ctrl_c_while_fork_waits_for_the_registry_leaves_another_threads_hold(
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
     assert result.stdout == "0 ['released']\n", result.stderr
+
+
+def test_a_child_forked_while_a_thread_holds_a_sharded_handles_guard_can_append(
+    tmp_path: Path,
+) -> None:
+    """A sharded handle's in-process guard (taken by every append, delete and compact) is a
+    fork-safe lock: a child forked while a parent thread held it gets it back unlocked, where
+    a plain lock stayed held for good in the child (its first append blocked)."""
+    path = str(tmp_path / "sharded")
+    with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:
+        writer.append(np.arange(250, dtype=np.int64))
+    dataset = DenseDataset(path, shard_records=100)
+    from loaderx.sharded import ShardedStore
+
+    assert isinstance(dataset.store, ShardedStore)
+    guard = dataset.store._guard  # noqa: SLF001
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with guard:
+            held.set()
+            release.wait()
+
+    def child() -> None:
+        dataset.append(np.arange(1000, 1003, dtype=np.int64))
+        dataset.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        pid = run_child(child)
+    finally:
+        release.set()
+        holder.join()
+    wait_child(pid)  # a child blocked on the inherited guard dies of its alarm
+    expected = np.concatenate([np.arange(250), np.arange(1000, 1003)])
+    with DenseDataset(path, shard_records=100) as reopened:
+        np.testing.assert_array_equal(reopened[:], expected)
+    dataset.close()
