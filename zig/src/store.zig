@@ -1259,3 +1259,46 @@ fn indexOutOfRange(index: i64, position: usize, length: u64) Error {
     return error.IndexOutOfRange;
 }
 
+
+test "an abandoned delete whose redo log cannot be removed keeps the sums' pending mark, and the next open finishes it" {
+    const testing = std.testing;
+    const io = pool.io();
+    var tmp = testing.tmpDir(.{});
+    defer tmp.cleanup();
+    var path_buffer: [64]u8 = undefined;
+    const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}", .{tmp.sub_path});
+    var data: [10 * 64]u8 = undefined;
+    for (&data, 0..) |*b, i| b.* = @truncate(i / 64 *% 37 +% i % 5);
+    {
+        const store = try Store.open(testing.allocator, path, .{ .create = true });
+        defer store.close();
+        _ = try store.append(.{ .data = &data, .stride = 64, .count = 10 }, 1);
+        try store.beginMaintenance("delete");
+        defer store.endMaintenance();
+        var delete_plan = try store.prepareDelete(testing.allocator, &.{ 2, 5 });
+        defer delete_plan.deinit(testing.allocator);
+        // The log cannot be removed: a folder (with a file in it) stands in its place.
+        try tmp.dir.rename(journal.file_name, tmp.dir, "redo.aside", io);
+        try tmp.dir.createDir(io, journal.file_name, .default_dir);
+        try tmp.dir.writeFile(io, .{ .sub_path = journal.file_name ++ "/x", .data = "x" });
+        store.abandonDelete(&delete_plan);
+        try testing.expectEqual(@as(u32, 10), store.sidecar.?.pending_from);
+        try testing.expectEqual(@as(u32, 8), store.sidecar.?.pending_to);
+        try tmp.dir.deleteTree(io, journal.file_name);
+        try tmp.dir.rename("redo.aside", tmp.dir, journal.file_name, io);
+    }
+    // The log left behind is a plan of final entries: the next writable open applies it, and
+    // the pending mark lets it settle the moved records' sums, so every record verifies.
+    const store = try Store.open(testing.allocator, path, .{});
+    defer store.close();
+    try testing.expectEqual(@as(u64, 8), store.length());
+    var problems: [4]integrity.Problem = undefined;
+    const summary = try store.verifyAll(&problems);
+    try testing.expectEqual(@as(u64, 0), summary.problem_count);
+    const expected_rows = [_]usize{ 0, 1, 8, 3, 4, 9, 6, 7 }; // 9 fills 5, then 8 fills 2
+    for (expected_rows, 0..) |row, index| {
+        var out: [64]u8 = undefined;
+        try store.gather(&.{@intCast(index)}, .{ .base = &out, .stride = 64 }, 64);
+        try testing.expectEqualSlices(u8, data[row * 64 ..][0..64], &out);
+    }
+}
