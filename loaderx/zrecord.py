@@ -438,8 +438,9 @@ class Zrecord(NativeCalls):
         # Off the fast path: every check again, in order, each with its own message.
         if type(record_size) is not int:
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
-        if type(indices) is not np.ndarray or indices.dtype != _INT64:
+        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
             raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
+        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
         if not indices.flags.c_contiguous or indices.ndim != 1:
             raise ValueError("indices must be a one-dimensional C-contiguous array")
         if not isinstance(out, np.ndarray):

@@ -1023,3 +1023,35 @@ def test_wrongly_typed_sizes_are_refused_by_name(
     with pytest.raises(error, match=f"^({message})$"):
         DenseDataset(tmp_path / "d", dtype=np.int32, codec="zstd_dict", **keywords)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+@pytest.mark.parametrize("shard_records", [None, 4])
+def test_index_arrays_of_ndarray_subclasses_read_as_their_plain_arrays(
+    tmp_path: Path, shard_records: int | None
+) -> None:
+    # np.memmap (indices saved with np.save and loaded with mmap_mode) and other subclasses
+    # index as NumPy indexes with them; they were refused with "indices must be an int64 numpy
+    # array", which they are.
+    samples = np.arange(30, dtype=np.int32).reshape(10, 3)
+    ds = DenseDataset(tmp_path / "d", dtype=np.int32, item_shape=(3,), codec="raw",
+                      shard_records=shard_records)
+    ds.append(samples)
+    np.save(tmp_path / "idx.npy", np.array([3, 1, 9], dtype=np.int64))
+    mapped = np.load(tmp_path / "idx.npy", mmap_mode="r")
+    masked = np.ma.array([3, 1, 9], mask=[False, True, False])  # NumPy ignores the mask
+    for index in (mapped, masked, np.array([3, 1, 9]).view(np.recarray)):
+        want = samples[np.asarray(index)]
+        same_bits(ds[index], want)
+        out = np.zeros_like(want)
+        ds.read(index, out=out)
+        same_bits(out, want)
+    out = np.zeros((3, 3), dtype=np.int32)
+    ds.gather_into(mapped, out)
+    same_bits(out, samples[[3, 1, 9]])
+    ds.delete(mapped[:1])
+    assert len(ds) == 9
+    ds.close()
+    ragged = RaggedDataset(tmp_path / "r", dtype=np.int32, codec="raw", shard_records=shard_records)
+    ragged.append([np.arange(n + 1, dtype=np.int32) for n in range(10)])
+    assert [len(r) for r in ragged[mapped]] == [4, 2, 10]
+    ragged.close()
