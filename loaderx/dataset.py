@@ -110,6 +110,11 @@ def _open_store(
                 "open it with loaderx.zrecord.Zrecord, or pass dtype= (and item_shape=) to "
                 "declare the schema of an empty store"
             )
+        if wanted is not None:  # readonly: the schema named, but a read-only open never creates
+            raise FileNotFoundError(
+                f"no loaderx dataset at {path!r}; readonly=True opens an existing one and never "
+                "creates it (open without readonly=True to create it)"
+            )
         raise FileNotFoundError(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
         )
