@@ -179,8 +179,12 @@ def _create_schema(
 def _check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """value as an ndarray of exactly dtype; TypeError otherwise (never a silent cast)."""
     if not isinstance(value, np.ndarray):
+        # A NumPy scalar's type is named like a dtype: "of dtype uint16, not uint16" said nothing.
+        found = type(value).__name__
+        if isinstance(value, np.generic):
+            found = f"a NumPy {found} scalar"
         raise TypeError(
-            f"{what} must be a numpy array of dtype {dtype}, not {type(value).__name__} "
+            f"{what} must be a numpy array of dtype {dtype}, not {found} "
             "(build it with np.asarray(..., dtype=...))"
         )
     if value.dtype != dtype:

@@ -317,6 +317,22 @@ def test_missing_batch_axis_hint(dense: tuple[DenseDataset, npt.NDArray[Any]]) -
         ds.append(np.zeros((1, 2, 3), np.float64))
 
 
+def test_a_numpy_scalar_is_named_as_one_when_an_array_is_needed(store_path: str) -> None:
+    # NumPy names a scalar's type like a dtype: the message said "of dtype uint16, not uint16".
+    ds = DenseDataset(store_path, dtype=np.uint16)
+    with pytest.raises(TypeError, match=r"^batch must be a numpy array of dtype uint16, not a "
+                       r"NumPy uint16 scalar \(build it with np.asarray"):
+        ds.append(np.uint16(3))  # type: ignore[arg-type]
+    ds.append(np.arange(2, dtype=np.uint16))
+    with pytest.raises(TypeError, match="not a NumPy uint16 scalar"):
+        ds.read([0], out=np.uint16(3))  # type: ignore[arg-type]
+    ds.close()
+    rs = RaggedDataset(store_path + "-ragged", dtype=np.float32)
+    with pytest.raises(TypeError, match=r"records\[0\] must be .* not a NumPy float32 scalar"):
+        rs.append([np.float32(1)])  # type: ignore[list-item]
+    rs.close()
+
+
 WRONG_RAGGED: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
     ("bare array", lambda: np.zeros((4, 2), np.int16), TypeError),
     ("dtype in the middle", lambda: [np.zeros((1, 2), np.int16), np.zeros((1, 2), np.int32)],
