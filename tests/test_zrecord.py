@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Any
 
@@ -486,3 +488,40 @@ def test_opening_without_create_never_creates(tmp_path: Any) -> None:
     with pytest.raises(FileNotFoundError, match="meta.zr is missing"):
         Zrecord(missing)
     assert os.listdir(missing) == []
+
+
+# Each case in a child process: zstd's trainer killed the whole interpreter on these.
+_TINY_SAMPLES_CHILD = """
+import sys
+from loaderx.zrecord import Zrecord
+sizes = [int(size) for size in sys.argv[2].split(",")]
+with Zrecord(sys.argv[1], create=True, codec="zstd_dict") as store:
+    try:
+        store.train_dict([b"a" * size for size in sizes], 1024)
+    except ValueError as refused:
+        print(refused)
+    print(store.has_dict, len(store))
+"""
+
+
+@pytest.mark.parametrize("sizes", [
+    "1,1,1,1,1,1,1,1,1,1",  # 7 bytes in the first 7 samples (zstd trains on 3/4): SIGFPE
+    "1,1,1,1,1,1,1,1",  # 6 in the first 6: SIGSEGV
+    "0,0,0,0,0,0,0,3,3,3",  # none in the first 7
+    "1,1,1,1,1,30,30",  # 5 in the first 5 of 7
+])
+def test_training_on_samples_too_small_for_zstd_is_refused(store_path: str, sizes: str) -> None:
+    """ZDICT trains on the first three quarters of the samples in 8-byte windows and crashed
+    the process (division by zero, or an underflowed count) when they held fewer than 8 bytes
+    while the whole set held 8 or more: from_numpy of ten 1-byte labels with zstd_dict did."""
+    done = subprocess.run([sys.executable, "-c", _TINY_SAMPLES_CHILD, store_path, sizes],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"dictionary training for {store_path!r}: dictionary training failed (zstd trains on "
+        "the first three quarters of the samples, and they hold fewer than 8 bytes); give more "
+        "and larger samples (about 100x dict_size in total)",
+        "False 0",
+    ]
+    with Zrecord(store_path) as store:
+        assert not store.has_dict and not os.path.exists(os.path.join(store_path, "dict.zr"))
