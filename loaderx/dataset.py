@@ -725,12 +725,36 @@ def _reopen_dataset(
     return DenseDataset(path, readonly=readonly, shard_records=shard_records, verify=verify)
 
 
+def _padding(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """value as a 0-d array of dtype; ValueError when the cast would change more than a float's
+    rounding (np.full pads int records with 1 for 1.5, or with -2**63 for NaN, without a word)."""
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = np.array(value, dtype=dtype)
+            wanted = np.asarray(value)
+            if cast.ndim != 0 or wanted.dtype.kind not in "biufc":
+                kept = False
+            elif dtype.kind in "fc":  # rounded is fine; infinite, NaN or imaginary parts must stay
+                kept = bool(np.isfinite(cast) == np.isfinite(wanted)
+                            and np.isnan(cast) == np.isnan(wanted)
+                            and (dtype.kind == "c" or np.imag(wanted) == 0))
+            else:
+                kept = bool(cast == wanted)
+    except (TypeError, ValueError, OverflowError):
+        kept = False
+    if not kept:
+        raise ValueError(f"padding value {value!r} is not a value of the records' dtype {dtype}")
+    return cast
+
+
 def pad(
     records: Sequence[npt.NDArray[Any]], value: Any = 0
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
     """Pads a list of (L_i, *trailing) arrays into a (B, max L, *trailing) array plus the L_i.
 
-    Every record must have the same dtype and trailing shape; the padding is `value`.
+    Every record must have the same dtype and trailing shape; the padding is `value`, which
+    must be a value of that dtype (a float dtype rounds it; anything else it would change, such
+    as NaN or 1.5 for integer records, is a ValueError).
     """
     if len(records) == 0:
         raise ValueError("pad needs at least one record to know the dtype and trailing shape")
@@ -753,7 +777,8 @@ def pad(
             )
         lengths[position] = record.shape[0]
     longest = int(lengths.max())
-    dense = np.full((len(records), longest, *trailing), value, dtype=first.dtype)
+    dense = np.full((len(records), longest, *trailing), _padding(value, first.dtype),
+                    dtype=first.dtype)
     for position, record in enumerate(records):
         dense[position, : record.shape[0]] = record
     return dense, lengths

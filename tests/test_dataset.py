@@ -646,6 +646,27 @@ def test_pad_refuses_mixed_records() -> None:
         pad([np.float64(1.0)])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize(("dtype", "value"), [
+    (np.int64, np.nan), (np.int32, 1.5), (np.uint8, -1), (np.int32, 2**40), (np.bool_, 5),
+    (np.float16, 1e6), (np.float64, 1 + 2j), (np.float32, "x"), (np.int64, None), (np.int8, [1]),
+])
+def test_pad_refuses_a_value_the_records_cannot_hold(dtype: Any, value: Any) -> None:
+    # np.full casts unsafely: NaN padded int records with -2**63, 1.5 with 1, 1e6 float16 with inf.
+    records = [np.arange(2).astype(dtype), np.arange(1).astype(dtype)]
+    with pytest.raises(ValueError, match=f"padding value .* is not a value of the records' dtype "
+                       f"{np.dtype(dtype)}"):
+        pad(records, value)
+
+
+def test_pad_takes_values_a_float_rounds() -> None:
+    dense, _ = pad([np.zeros(2, np.float32), np.zeros(1, np.float32)], 0.1)
+    assert dense[1, 1] == np.float32(0.1)
+    for value in (np.nan, -np.inf):
+        assert np.isnan(value) == np.isnan(pad([np.zeros(2), np.zeros(1)], value)[0][1, 1])
+    assert pad([np.zeros(2, np.uint8), np.zeros(1, np.uint8)], 2.0)[0].tolist() == [[0, 0], [0, 2]]
+    assert pad([np.zeros(2, np.bool_), np.zeros(1, np.bool_)], True)[0][1, 1]
+
+
 # --- the README's examples, as written ----------------------------------------------------------
 
 
