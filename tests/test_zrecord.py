@@ -251,6 +251,23 @@ def test_gather_into_read_only_indices_and_unusual_dtypes(store_path: str) -> No
         assert pairs.view(np.int64).tolist() == [9000, 0, 4000]
 
 
+def test_gather_into_record_size_is_an_int_of_at_least_one_byte(store_path: str) -> None:
+    # A NumPy integer is taken, as append_fixed takes it (it was a TypeError), and a size of
+    # 0 or less is refused by name (it was "out holds 3 bytes but 1 records of -3 bytes need -3").
+    with Zrecord(store_path, create=True, codec="raw") as store:
+        store.append([b"abc", b"def"])
+        out = np.zeros(6, np.uint8)
+        store.gather_into(np.array([1, 0]), out, np.int64(3))  # type: ignore[arg-type]
+        assert out.tobytes() == b"defabc"
+        for size in (0, -3):
+            with pytest.raises(ValueError, match=f"^record_size must be at least 1 byte, got {size}$"):
+                store.gather_into(np.array([1, 0]), out, size)
+        for wrong in (True, 3.0, "3"):
+            with pytest.raises(TypeError, match="record_size must be an int"):
+                store.gather_into(np.array([1, 0]), out, wrong)  # type: ignore[arg-type]
+        assert out.tobytes() == b"defabc"
+
+
 def test_gather_into_empty_batch(store_path: str) -> None:
     with Zrecord(store_path, create=True) as store:
         store.append([b"abcd"])
