@@ -48,7 +48,7 @@ from loaderx.schema import (
     write_schema,
 )
 from loaderx.sharded import ShardedStore, check_shard_records
-from loaderx.shards import SHARD_RECORDS_MAX, manifest_path
+from loaderx.shards import SHARD_RECORDS_MAX, manifest_path, shard_number
 from loaderx.verify import BadRecord, VerifyReport
 from loaderx.zrecord import Zrecord
 
@@ -288,6 +288,7 @@ class _DatasetBase:
         """Before the first append to a single store: this handle becomes its writer, then
         checks that no other process has made the dataset sharded since it opened (a rollover
         seals the store, and claims its writer lock to do so, so none can from now on)."""
+        self._refuse_if_shard("append")
         store.claim_writer()
         if is_file(manifest_path(self.path)):
             raise StoreLockedError(
@@ -295,6 +296,16 @@ class _DatasetBase:
                 "after this handle opened it as a single store; open it again"
             )
         self._writer_checked = True
+
+    def _refuse_if_shard(self, operation: str) -> None:
+        """Refuses to change the record count of a shard folder opened as a dataset of its
+        own: its sharded dataset's manifest lists the count, and would no longer open."""
+        parent, name = os.path.split(os.path.realpath(self.path))
+        if shard_number(name) is not None and is_file(manifest_path(parent)):
+            raise ValueError(
+                f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
+                f"{parent!r}; open that dataset and {operation} through it"
+            )
 
     def _become_sharded(self) -> ShardedStore:
         with self._sharding:
@@ -321,6 +332,8 @@ class _DatasetBase:
         down (see loaderx.sharded)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
+            if isinstance(self._store, Zrecord):
+                self._refuse_if_shard("delete")
             self._store.delete(indices)
 
     def stats(self) -> dict[str, int]:
