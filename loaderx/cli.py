@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
-from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, check_codec
+from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
 from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
 
@@ -268,6 +268,48 @@ def _check_array_names(source: str, dest: str, names: Sequence[str]) -> None:
         )
 
 
+def _member_header(archive: Any, name: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of one array of an open .npz, from its .npy header alone."""
+    member = name + ".npy" if name + ".npy" in archive.zip.namelist() else name
+    with archive.zip.open(member) as stream:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    return shape, dtype
+
+
+def _check_members(
+    source: str, archive: Any, dest: str, codec: Codec, dict_size: str | int, overwrite: bool
+) -> None:
+    """Every array of an .npz checked before the first is converted, so that a refused one
+    (an object or 0-d array, too few records to train a dictionary on, a destination that
+    exists) leaves nothing half done: its header must make a dense schema, and its folder must
+    be free (or replaceable with --overwrite)."""
+    from loaderx.converter import _check_destination, _check_trainable
+
+    for name in archive.files:
+        try:
+            shape, dtype = _member_header(archive, name)
+        except ValueError as error:
+            raise Problem(
+                f"{source}: array {name!r} is not one NumPy can read ({error}); nothing was "
+                "converted"
+            ) from None
+        if not shape:
+            raise Problem(
+                f"{source}: array {name!r} is 0-d (each array needs an axis 0 of records); "
+                "nothing was converted"
+            )
+        try:
+            make_schema("dense", dtype, shape[1:], codec, dict_size)
+            _check_trainable(codec, shape[0])
+        except (TypeError, ValueError) as error:
+            raise Problem(f"{source}: array {name!r}: {error}; nothing was converted") from None
+        _check_destination(os.path.join(dest, name), overwrite)
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import from_numpy
 
@@ -280,6 +322,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
         with np.load(source) as archive:
             names = list(archive.files)
             _check_array_names(source, args.dest, names)
+            _check_members(source, archive, args.dest, codec, dict_size, args.overwrite)
             for name in names:
                 target = os.path.join(args.dest, name)
                 count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,

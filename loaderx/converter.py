@@ -33,7 +33,7 @@ from loaderx.schema import (
     schema_path,
 )
 from loaderx.sharded import check_shard_records
-from loaderx.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX
+from loaderx.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path, shard_number
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
@@ -77,12 +77,25 @@ def _check_append_or_overwrite(append: bool, overwrite: bool) -> None:
         )
 
 
+def _refuse_shard_folder(path: str) -> None:
+    """A shard folder of a sharded dataset is no destination: a new store there has another
+    count (or schema) than the manifest lists, so the dataset no longer opens, and a folder
+    with a shard's name that the manifest does not list is removed by its next commit."""
+    parent, name = os.path.split(os.path.realpath(path))
+    if shard_number(name) is not None and os.path.exists(manifest_path(parent)):
+        raise FileExistsError(
+            f"{path!r} is a shard folder of the sharded dataset {parent!r}; refusing to write a "
+            "store there even with overwrite=True (convert into another path)"
+        )
+
+
 def _check_destination(path: str, overwrite: bool) -> bool:
     """Raises unless path may be written; returns whether an old store has to be replaced.
 
     An empty folder counts as free. Anything else needs overwrite=True and must be a loaderx
     store holding only its own files: nothing else is ever deleted.
     """
+    _refuse_shard_folder(path)
     if not os.path.lexists(path):
         return False
     if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):

@@ -48,7 +48,7 @@ from loaderx.schema import (
     write_schema,
 )
 from loaderx.sharded import ShardedStore, check_shard_records
-from loaderx.shards import SHARD_RECORDS_MAX, manifest_path
+from loaderx.shards import SHARD_RECORDS_MAX, manifest_path, shard_number
 from loaderx.verify import BadRecord, VerifyReport
 from loaderx.zrecord import Zrecord
 
@@ -109,6 +109,11 @@ def _open_store(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
                 "open it with loaderx.zrecord.Zrecord, or pass dtype= (and item_shape=) to "
                 "declare the schema of an empty store"
+            )
+        if wanted is not None:  # readonly: the schema named, but a read-only open never creates
+            raise FileNotFoundError(
+                f"no loaderx dataset at {path!r}; readonly=True opens an existing one and never "
+                "creates it (open without readonly=True to create it)"
             )
         raise FileNotFoundError(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
@@ -174,8 +179,12 @@ def _create_schema(
 def _check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """value as an ndarray of exactly dtype; TypeError otherwise (never a silent cast)."""
     if not isinstance(value, np.ndarray):
+        # A NumPy scalar's type is named like a dtype: "of dtype uint16, not uint16" said nothing.
+        found = type(value).__name__
+        if isinstance(value, np.generic):
+            found = f"a NumPy {found} scalar"
         raise TypeError(
-            f"{what} must be a numpy array of dtype {dtype}, not {type(value).__name__} "
+            f"{what} must be a numpy array of dtype {dtype}, not {found} "
             "(build it with np.asarray(..., dtype=...))"
         )
     if value.dtype != dtype:
@@ -279,6 +288,7 @@ class _DatasetBase:
         """Before the first append to a single store: this handle becomes its writer, then
         checks that no other process has made the dataset sharded since it opened (a rollover
         seals the store, and claims its writer lock to do so, so none can from now on)."""
+        self._refuse_if_shard("append")
         store.claim_writer()
         if is_file(manifest_path(self.path)):
             raise StoreLockedError(
@@ -286,6 +296,16 @@ class _DatasetBase:
                 "after this handle opened it as a single store; open it again"
             )
         self._writer_checked = True
+
+    def _refuse_if_shard(self, operation: str) -> None:
+        """Refuses to change the record count of a shard folder opened as a dataset of its
+        own: its sharded dataset's manifest lists the count, and would no longer open."""
+        parent, name = os.path.split(os.path.realpath(self.path))
+        if shard_number(name) is not None and is_file(manifest_path(parent)):
+            raise ValueError(
+                f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
+                f"{parent!r}; open that dataset and {operation} through it"
+            )
 
     def _become_sharded(self) -> ShardedStore:
         with self._sharding:
@@ -312,6 +332,8 @@ class _DatasetBase:
         down (see loaderx.sharded)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
+            if isinstance(self._store, Zrecord):
+                self._refuse_if_shard("delete")
             self._store.delete(indices)
 
     def stats(self) -> dict[str, int]:
@@ -716,12 +738,36 @@ def _reopen_dataset(
     return DenseDataset(path, readonly=readonly, shard_records=shard_records, verify=verify)
 
 
+def _padding(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """value as a 0-d array of dtype; ValueError when the cast would change more than a float's
+    rounding (np.full pads int records with 1 for 1.5, or with -2**63 for NaN, without a word)."""
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = np.array(value, dtype=dtype)
+            wanted = np.asarray(value)
+            if cast.ndim != 0 or wanted.dtype.kind not in "biufc":
+                kept = False
+            elif dtype.kind in "fc":  # rounded is fine; infinite, NaN or imaginary parts must stay
+                kept = bool(np.isfinite(cast) == np.isfinite(wanted)
+                            and np.isnan(cast) == np.isnan(wanted)
+                            and (dtype.kind == "c" or np.imag(wanted) == 0))
+            else:
+                kept = bool(cast == wanted)
+    except (TypeError, ValueError, OverflowError):
+        kept = False
+    if not kept:
+        raise ValueError(f"padding value {value!r} is not a value of the records' dtype {dtype}")
+    return cast
+
+
 def pad(
     records: Sequence[npt.NDArray[Any]], value: Any = 0
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
     """Pads a list of (L_i, *trailing) arrays into a (B, max L, *trailing) array plus the L_i.
 
-    Every record must have the same dtype and trailing shape; the padding is `value`.
+    Every record must have the same dtype and trailing shape; the padding is `value`, which
+    must be a value of that dtype (a float dtype rounds it; anything else it would change, such
+    as NaN or 1.5 for integer records, is a ValueError).
     """
     if len(records) == 0:
         raise ValueError("pad needs at least one record to know the dtype and trailing shape")
@@ -744,7 +790,8 @@ def pad(
             )
         lengths[position] = record.shape[0]
     longest = int(lengths.max())
-    dense = np.full((len(records), longest, *trailing), value, dtype=first.dtype)
+    dense = np.full((len(records), longest, *trailing), _padding(value, first.dtype),
+                    dtype=first.dtype)
     for position, record in enumerate(records):
         dense[position, : record.shape[0]] = record
     return dense, lengths

@@ -35,7 +35,9 @@ def normalize_index(index: object, length: int) -> IndexArray:
     if length < 0:
         raise ValueError(f"length must be non-negative, got {length}")
     if isinstance(index, np.ndarray):
-        return _from_array(index, length)
+        # A subclass (np.memmap, a masked array) indexes as its plain array, as NumPy does; the
+        # native gather and the general path take exactly np.ndarray.
+        return _from_array(np.asarray(index), length)
     if isinstance(index, slice):
         start, stop, step = index.indices(length)
         return np.arange(start, stop, step, dtype=np.int64)
@@ -66,7 +68,7 @@ def normalize_selection(index: object, length: int) -> tuple[IndexArray, tuple[i
     (len(indices),)."""
     array: npt.NDArray[Any] | None = None
     if isinstance(index, np.ndarray):
-        array = index
+        array = np.asarray(index)  # a subclass (np.matrix, np.memmap) as its plain array
     elif _is_array_like(index):
         array = np.asarray(index)
     if array is not None and array.ndim >= 2 and array.dtype.kind in "iu":

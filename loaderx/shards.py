@@ -622,6 +622,21 @@ def sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None
         yield
 
 
+def _refuse_shard_folders(folder: str, staged: list[str]) -> None:
+    """A staged folder that is the dataset's own top-level store or one of its shard folders
+    would be renamed away from the name its manifest lists (the dataset then no longer opens),
+    or removed as a crash's leftover before the move."""
+    home = os.path.realpath(folder)
+    for path in staged:
+        found = os.path.realpath(path)
+        parent, name = os.path.split(found)
+        if found == home or (parent == home and shard_number(name) is not None):
+            raise ValueError(
+                f"staged shard {path!r} is a shard folder of {folder!r} already; build new "
+                "shards in staging_folder(path)"
+            )
+
+
 def _commit_shards_locked(
     folder: str,
     staged: list[str],
@@ -630,6 +645,7 @@ def _commit_shards_locked(
     appending: int | None,
 ) -> Manifest:
     counts = [check_staged(path, schema) for path in staged]
+    _refuse_shard_folders(folder, staged)
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
         raise ManifestError(

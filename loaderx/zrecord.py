@@ -436,10 +436,15 @@ class Zrecord(NativeCalls):
         if type(record_size) is int and self.gather_fixed(indices, out, record_size):
             return
         # Off the fast path: every check again, in order, each with its own message.
-        if type(record_size) is not int:
+        if isinstance(record_size, bool) or not isinstance(record_size, (int, np.integer)):
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
-        if type(indices) is not np.ndarray or indices.dtype != _INT64:
+        if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
+            return self.gather_into(indices, out, int(record_size))
+        if record_size <= 0:
+            raise ValueError(f"record_size must be at least 1 byte, got {record_size}")
+        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
             raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
+        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
         if not indices.flags.c_contiguous or indices.ndim != 1:
             raise ValueError("indices must be a one-dimensional C-contiguous array")
         if not isinstance(out, np.ndarray):

@@ -268,3 +268,38 @@ def test_verify_lists_bad_records_and_exits_1(tmp_path: Path) -> None:
     report = json.loads(run("verify", str(tmp_path / "ds"), "--json")[1])
     assert report["ok"] is False and report["bad"] == [{"index": 5, "reason": "checksum"}]
     assert report["records"] == 100 and report["has_checksums"] is True
+
+
+@pytest.mark.parametrize("refused, message", [
+    ("object", "array 'b': a dataset holds bool, integer, floating or complex samples"),
+    ("scalar", "array 'b' is 0-d (each array needs an axis 0 of records)"),
+    ("few", "array 'b': 'zstd_dict' trains a dictionary on the records, which needs at least 7"),
+    ("exists", "already exists; pass --overwrite"),
+    ("foreign", "exists and is not a loaderx store; refusing to remove it even with --overwrite"),
+])
+def test_convert_npz_checks_every_array_before_converting_any(
+    tmp_path: Path, refused: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz whose second array cannot be converted (or whose DEST/<name> is taken) is
+    refused before the first is written: it used to leave DEST/a converted and then fail."""
+    b: np.ndarray = np.arange(4.0)
+    if refused == "object":
+        b = np.array([1, "x"], dtype=object)
+    elif refused == "scalar":
+        b = np.array(5)
+    elif refused == "few":
+        b = np.arange(3.0)
+    np.savez(tmp_path / "in.npz", a=np.arange(300), b=b)
+    dest = tmp_path / "out"
+    if refused in ("exists", "foreign"):
+        (dest / "b").mkdir(parents=True)
+        (dest / "b" / "precious").write_bytes(b"keep")
+    before = tree(tmp_path)
+    flags = ["--overwrite"] if refused == "foreign" else []
+    if refused == "few":
+        flags = ["--codec", "zstd_dict", "--dict-size", "1024"]
+    status, text = run("convert", str(tmp_path / "in.npz"), str(dest), "--quiet", *flags)
+    assert status == EXIT_PROBLEM and text == ""
+    assert message in capsys.readouterr().err
+    assert tree(tmp_path) == before
+    assert not (dest / "a").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +300,31 @@ def test_overwrite_never_removes_foreign_files_inside_a_store(tmp_path: Path) ->
         from_numpy(str(path), np.arange(9), overwrite=True)
     assert (path / "README.txt").read_text() == "mine"
     same_bits(dense_content(str(path)), np.arange(4))
+
+
+def test_a_shard_folder_of_a_sharded_dataset_is_never_a_destination(tmp_path: Path) -> None:
+    # A store written over a listed shard disagreed with the manifest (another count or codec)
+    # and the dataset no longer opened; one written at an unlisted shard name is removed by the
+    # dataset's next commit.
+    path = tmp_path / "ds"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))  # shards ".", shard-000001, shard-000002
+    before = sorted(os.listdir(path))
+    attempts: list[Callable[[], int]] = [
+        lambda: recode(str(path), str(path / "shard-000001"), codec="raw", overwrite=True),
+        lambda: from_numpy(str(path / "shard-000002") + os.sep, np.arange(5), overwrite=True),
+        lambda: from_numpy(str(path / "shard-000009"), np.arange(5)),
+        lambda: from_numpy(str(path / "shard-000002"), np.arange(5), overwrite=True, workers=2),
+        lambda: from_iterator(str(path / "shard-000001"), [np.arange(3)], overwrite=True),
+    ]
+    for attempt in attempts:
+        with pytest.raises(FileExistsError, match="is a shard folder of the sharded dataset"):
+            attempt()
+    assert sorted(os.listdir(path)) == before
+    with DenseDataset(path, readonly=True) as ds:
+        same_bits(ds[:], np.arange(25, dtype=np.int64))
+    # The same names elsewhere are ordinary destinations.
+    assert from_numpy(str(tmp_path / "shard-000001"), np.arange(3)) == 3
 
 
 def test_empty_folder_is_free(tmp_path: Path) -> None:

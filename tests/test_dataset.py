@@ -317,6 +317,22 @@ def test_missing_batch_axis_hint(dense: tuple[DenseDataset, npt.NDArray[Any]]) -
         ds.append(np.zeros((1, 2, 3), np.float64))
 
 
+def test_a_numpy_scalar_is_named_as_one_when_an_array_is_needed(store_path: str) -> None:
+    # NumPy names a scalar's type like a dtype: the message said "of dtype uint16, not uint16".
+    ds = DenseDataset(store_path, dtype=np.uint16)
+    with pytest.raises(TypeError, match=r"^batch must be a numpy array of dtype uint16, not a "
+                       r"NumPy uint16 scalar \(build it with np.asarray"):
+        ds.append(np.uint16(3))  # type: ignore[arg-type]
+    ds.append(np.arange(2, dtype=np.uint16))
+    with pytest.raises(TypeError, match="not a NumPy uint16 scalar"):
+        ds.read([0], out=np.uint16(3))  # type: ignore[arg-type]
+    ds.close()
+    rs = RaggedDataset(store_path + "-ragged", dtype=np.float32)
+    with pytest.raises(TypeError, match=r"records\[0\] must be .* not a NumPy float32 scalar"):
+        rs.append([np.float32(1)])  # type: ignore[list-item]
+    rs.close()
+
+
 WRONG_RAGGED: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
     ("bare array", lambda: np.zeros((4, 2), np.int16), TypeError),
     ("dtype in the middle", lambda: [np.zeros((1, 2), np.int16), np.zeros((1, 2), np.int32)],
@@ -628,6 +644,27 @@ def test_pad_refuses_mixed_records() -> None:
         pad([np.zeros((2, 2)), np.zeros((2, 3))])
     with pytest.raises(TypeError):
         pad([np.float64(1.0)])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(("dtype", "value"), [
+    (np.int64, np.nan), (np.int32, 1.5), (np.uint8, -1), (np.int32, 2**40), (np.bool_, 5),
+    (np.float16, 1e6), (np.float64, 1 + 2j), (np.float32, "x"), (np.int64, None), (np.int8, [1]),
+])
+def test_pad_refuses_a_value_the_records_cannot_hold(dtype: Any, value: Any) -> None:
+    # np.full casts unsafely: NaN padded int records with -2**63, 1.5 with 1, 1e6 float16 with inf.
+    records = [np.arange(2).astype(dtype), np.arange(1).astype(dtype)]
+    with pytest.raises(ValueError, match=f"padding value .* is not a value of the records' dtype "
+                       f"{np.dtype(dtype)}"):
+        pad(records, value)
+
+
+def test_pad_takes_values_a_float_rounds() -> None:
+    dense, _ = pad([np.zeros(2, np.float32), np.zeros(1, np.float32)], 0.1)
+    assert dense[1, 1] == np.float32(0.1)
+    for value in (np.nan, -np.inf):
+        assert np.isnan(value) == np.isnan(pad([np.zeros(2), np.zeros(1)], value)[0][1, 1])
+    assert pad([np.zeros(2, np.uint8), np.zeros(1, np.uint8)], 2.0)[0].tolist() == [[0, 0], [0, 2]]
+    assert pad([np.zeros(2, np.bool_), np.zeros(1, np.bool_)], True)[0][1, 1]
 
 
 # --- the README's examples, as written ----------------------------------------------------------
@@ -1023,3 +1060,35 @@ def test_wrongly_typed_sizes_are_refused_by_name(
     with pytest.raises(error, match=f"^({message})$"):
         DenseDataset(tmp_path / "d", dtype=np.int32, codec="zstd_dict", **keywords)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+@pytest.mark.parametrize("shard_records", [None, 4])
+def test_index_arrays_of_ndarray_subclasses_read_as_their_plain_arrays(
+    tmp_path: Path, shard_records: int | None
+) -> None:
+    # np.memmap (indices saved with np.save and loaded with mmap_mode) and other subclasses
+    # index as NumPy indexes with them; they were refused with "indices must be an int64 numpy
+    # array", which they are.
+    samples = np.arange(30, dtype=np.int32).reshape(10, 3)
+    ds = DenseDataset(tmp_path / "d", dtype=np.int32, item_shape=(3,), codec="raw",
+                      shard_records=shard_records)
+    ds.append(samples)
+    np.save(tmp_path / "idx.npy", np.array([3, 1, 9], dtype=np.int64))
+    mapped = np.load(tmp_path / "idx.npy", mmap_mode="r")
+    masked = np.ma.array([3, 1, 9], mask=[False, True, False])  # NumPy ignores the mask
+    for index in (mapped, masked, np.array([3, 1, 9]).view(np.recarray)):
+        want = samples[np.asarray(index)]
+        same_bits(ds[index], want)
+        out = np.zeros_like(want)
+        ds.read(index, out=out)
+        same_bits(out, want)
+    out = np.zeros((3, 3), dtype=np.int32)
+    ds.gather_into(mapped, out)
+    same_bits(out, samples[[3, 1, 9]])
+    ds.delete(mapped[:1])
+    assert len(ds) == 9
+    ds.close()
+    ragged = RaggedDataset(tmp_path / "r", dtype=np.int32, codec="raw", shard_records=shard_records)
+    ragged.append([np.arange(n + 1, dtype=np.int32) for n in range(10)])
+    assert [len(r) for r in ragged[mapped]] == [4, 2, 10]
+    ragged.close()

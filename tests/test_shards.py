@@ -21,6 +21,7 @@ from loaderx.errors import ManifestError, SchemaError
 from loaderx.sampler import Sampler
 from loaderx.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
+from loaderx.zrecord import Zrecord
 
 CAPACITY = 1000
 COUNT = 2500  # three shards: 1000, 1000, 500
@@ -200,12 +201,13 @@ def test_open_refuses_a_missing_shard(tmp_path: Path) -> None:
 
 def test_open_refuses_counts_that_disagree_but_accepts_a_tail_that_ran_ahead(tmp_path: Path) -> None:
     path, data = _sharded(tmp_path)
-    with DenseDataset(path / "shard-000002") as tail:  # appends since the last manifest write
-        tail.append(data[:10])
+    # The shards' stores changed underneath (a dataset handle on a shard folder refuses both).
+    with Zrecord(path / "shard-000002") as tail:  # appends since the last manifest write
+        tail.append(list(data[:10]))
     with DenseDataset(path) as ds:
         assert len(ds) == COUNT + 10
         assert ds[-10:].tobytes() == data[:10].tobytes()
-    with DenseDataset(path / "shard-000001") as middle:
+    with Zrecord(path / "shard-000001") as middle:
         middle.delete(0)
     with pytest.raises(ManifestError, match=r"shard 'shard-000001' holds 999 records but shards.msgpack records 1000: the counts disagree"):
         DenseDataset(path)
@@ -1432,3 +1434,36 @@ def test_a_commit_never_seals_a_single_store_that_a_handle_writes(tmp_path: Path
     for readonly in (True, False):
         with DenseDataset(path, readonly=readonly) as ds:
             assert ds[:].tolist() == list(range(10)) + more.tolist()
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_shard_opened_by_itself_refuses_writes_that_change_its_count(
+    tmp_path: Path, kind: str
+) -> None:
+    """Appending to or deleting from a shard folder opened as a dataset of its own changed the
+    count its manifest lists: the sharded dataset then refused to open ("the counts disagree")."""
+    path = tmp_path / "ds"
+    values = np.arange(25, dtype=np.int64)
+    if kind == "dense":
+        with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+            ds.append(values)  # shards ".", shard-000001, shard-000002
+        shard: DenseDataset | RaggedDataset = DenseDataset(path / "shard-000001")
+        more: Any = np.arange(3, dtype=np.int64)
+    else:
+        with RaggedDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+            ds.append([values[i : i + 1] for i in range(25)])
+        shard = RaggedDataset(path / "shard-000001")
+        more = [np.arange(3, dtype=np.int64)]
+    with shard:
+        assert not shard.sharded and len(shard) == 10  # reading it is fine
+        with pytest.raises(ValueError, match="append refused: .* is a shard of the sharded dataset"):
+            shard.append(more)
+        with pytest.raises(ValueError, match="delete refused: .* is a shard of the sharded dataset"):
+            shard.delete([0])
+        assert len(shard) == 10
+    opened = DenseDataset(path) if kind == "dense" else RaggedDataset(path)
+    with opened:
+        assert len(opened) == 25
+        opened.append(more)  # through the dataset, both still work
+        opened.delete([0])
+        assert len(opened) == 25 + len(more) - 1

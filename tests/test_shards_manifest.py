@@ -215,6 +215,34 @@ def test_unlisted_shard_folders_are_removed_by_the_next_commit(tmp_path: Path) -
     assert [e.records for e in manifest.shards] == [3, 5]
 
 
+def test_a_shard_folder_of_the_dataset_is_refused_as_a_staged_shard(tmp_path: Path) -> None:
+    # Committing one of the dataset's own shards renamed it to the next shard's name: the
+    # manifest then listed a folder that was gone and the dataset no longer opened.
+    dataset = tmp_path / "ds"
+    with DenseDataset(dataset, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))  # shards ".", shard-000001, shard-000002
+    single = tmp_path / "single"
+    with DenseDataset(single, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(4, dtype=np.int64))
+    unlisted = _stage(dataset, np.arange(2, dtype=np.int64))
+    os.rename(unlisted, dataset / "shard-000007")  # named like a shard: the commit removes those
+    cases = [(dataset, dataset / "shard-000001"), (dataset, dataset / "shard-000002" / "."),
+             (dataset, dataset / "shard-000007"), (single, single)]
+    for target, staged in cases:
+        before = _listing(target)
+        with pytest.raises(ValueError, match="is a shard folder of .* already; build new shards "
+                           r"in staging_folder\(path\)"):
+            commit_shards(target, [str(staged)], SCHEMA)
+        after = _listing(target)
+        for listing in (before, after):  # the commit lock's file, made before anything is checked
+            listing.pop("shards.lock", None)
+        assert after == before
+    with DenseDataset(dataset, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(25))
+    with DenseDataset(single, readonly=True) as ds:
+        assert not ds.sharded and ds[:].tolist() == [0, 1, 2, 3]
+
+
 def _commit_worker(dataset: str, value: int, rounds: int) -> None:
     for _ in range(rounds):
         commit_shards(dataset, [_stage(Path(dataset), np.full(value, value, dtype=np.int64))], SCHEMA)

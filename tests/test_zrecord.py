@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Any
 
@@ -249,6 +251,23 @@ def test_gather_into_read_only_indices_and_unusual_dtypes(store_path: str) -> No
         assert pairs.view(np.int64).tolist() == [9000, 0, 4000]
 
 
+def test_gather_into_record_size_is_an_int_of_at_least_one_byte(store_path: str) -> None:
+    # A NumPy integer is taken, as append_fixed takes it (it was a TypeError), and a size of
+    # 0 or less is refused by name (it was "out holds 3 bytes but 1 records of -3 bytes need -3").
+    with Zrecord(store_path, create=True, codec="raw") as store:
+        store.append([b"abc", b"def"])
+        out = np.zeros(6, np.uint8)
+        store.gather_into(np.array([1, 0]), out, np.int64(3))  # type: ignore[arg-type]
+        assert out.tobytes() == b"defabc"
+        for size in (0, -3):
+            with pytest.raises(ValueError, match=f"^record_size must be at least 1 byte, got {size}$"):
+                store.gather_into(np.array([1, 0]), out, size)
+        for wrong in (True, 3.0, "3"):
+            with pytest.raises(TypeError, match="record_size must be an int"):
+                store.gather_into(np.array([1, 0]), out, wrong)  # type: ignore[arg-type]
+        assert out.tobytes() == b"defabc"
+
+
 def test_gather_into_empty_batch(store_path: str) -> None:
     with Zrecord(store_path, create=True) as store:
         store.append([b"abcd"])
@@ -486,3 +505,40 @@ def test_opening_without_create_never_creates(tmp_path: Any) -> None:
     with pytest.raises(FileNotFoundError, match="meta.zr is missing"):
         Zrecord(missing)
     assert os.listdir(missing) == []
+
+
+# Each case in a child process: zstd's trainer killed the whole interpreter on these.
+_TINY_SAMPLES_CHILD = """
+import sys
+from loaderx.zrecord import Zrecord
+sizes = [int(size) for size in sys.argv[2].split(",")]
+with Zrecord(sys.argv[1], create=True, codec="zstd_dict") as store:
+    try:
+        store.train_dict([b"a" * size for size in sizes], 1024)
+    except ValueError as refused:
+        print(refused)
+    print(store.has_dict, len(store))
+"""
+
+
+@pytest.mark.parametrize("sizes", [
+    "1,1,1,1,1,1,1,1,1,1",  # 7 bytes in the first 7 samples (zstd trains on 3/4): SIGFPE
+    "1,1,1,1,1,1,1,1",  # 6 in the first 6: SIGSEGV
+    "0,0,0,0,0,0,0,3,3,3",  # none in the first 7
+    "1,1,1,1,1,30,30",  # 5 in the first 5 of 7
+])
+def test_training_on_samples_too_small_for_zstd_is_refused(store_path: str, sizes: str) -> None:
+    """ZDICT trains on the first three quarters of the samples in 8-byte windows and crashed
+    the process (division by zero, or an underflowed count) when they held fewer than 8 bytes
+    while the whole set held 8 or more: from_numpy of ten 1-byte labels with zstd_dict did."""
+    done = subprocess.run([sys.executable, "-c", _TINY_SAMPLES_CHILD, store_path, sizes],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"dictionary training for {store_path!r}: dictionary training failed (zstd trains on "
+        "the first three quarters of the samples, and they hold fewer than 8 bytes); give more "
+        "and larger samples (about 100x dict_size in total)",
+        "False 0",
+    ]
+    with Zrecord(store_path) as store:
+        assert not store.has_dict and not os.path.exists(os.path.join(store_path, "dict.zr"))

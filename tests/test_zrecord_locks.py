@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx.dataset import DenseDataset
+from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ReadOnlyStoreError, StoreLockedError
 from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
@@ -442,6 +442,13 @@ def test_readonly_dataset(tmp_path: Path) -> None:
     # The same schema may be named while opening read-only; nothing is created or changed.
     with DenseDataset(path, dtype=np.int32, item_shape=(6,), readonly=True) as ds:
         np.testing.assert_array_equal(ds[[9, 0]], data[[9, 0]])
+    # Where there is none, naming the schema read-only creates nothing, and the message says why
+    # (it used to say "pass dtype= (and item_shape=) to create one", which the caller had done).
+    missing = str(tmp_path / "missing")
+    for cls in (DenseDataset, RaggedDataset):
+        with pytest.raises(FileNotFoundError, match="readonly=True opens an existing one and never"):
+            cls(missing, dtype=np.int32, item_shape=(6,), readonly=True)
+    assert not os.path.exists(missing)
 
 
 @pytest.fixture

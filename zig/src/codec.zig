@@ -195,11 +195,44 @@ pub fn decompress(dctx: *DCtx, ddict: ?*const DDict, src: []const u8, dst: []u8)
     return null;
 }
 
+/// ZDICT_trainFromBuffer trains on the first 3/4 of the samples (FASTCOVER_DEFAULT_SPLITPOINT,
+/// rounded down) in windows of this many bytes (its d = 8). zstd 1.5.7 counts that part's
+/// windows as its size - 8 + 1 without checking that it holds one, so a part of fewer bytes,
+/// in a set that holds 8 or more, divides by zero or runs past its tables (SIGFPE, SIGSEGV).
+const train_window_size: usize = 8;
+
 /// Trains a dictionary of at most dst.len bytes; returns its size or ZDICT's error description.
 pub fn train(dst: []u8, samples: []const u8, sample_sizes: []const usize) union(enum) { size: usize, failed: [*:0]const u8 } {
+    // (unsigned)(nbSamples * 0.75) in zstd: exact in a double for any count that fits a c_uint.
+    const trained_count = sample_sizes.len * 3 / 4;
+    var trained_size: usize = 0;
+    for (sample_sizes[0..trained_count]) |size| trained_size += size;
+    if (trained_size < train_window_size) {
+        return .{ .failed = "zstd trains on the first three quarters of the samples, and they hold fewer than 8 bytes" };
+    }
     const result = ZDICT_trainFromBuffer(dst.ptr, dst.len, samples.ptr, sample_sizes.ptr, @intCast(sample_sizes.len));
     if (ZDICT_isError(result) != 0) return .{ .failed = ZDICT_getErrorName(result) };
     return .{ .size = result };
+}
+
+test "training refuses samples whose first three quarters hold fewer than 8 bytes" {
+    // zstd crashed on these (SIGFPE for 7 bytes, SIGSEGV below): the whole set holds 8 or more.
+    var dict: [1024]u8 = undefined;
+    const samples: [70]u8 = @splat('a');
+    const cases = [_][]const usize{
+        &[_]usize{ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, // 7 bytes in the first 7 samples
+        &[_]usize{ 1, 1, 1, 1, 1, 1, 1, 1 }, // 6 bytes in the first 6
+        &[_]usize{ 0, 0, 0, 0, 0, 0, 0, 3, 3, 3 }, // none in the first 7
+        &[_]usize{ 1, 1, 1, 1, 1, 30, 30 }, // 5 in the first 5 of 7
+    };
+    for (cases) |sizes| {
+        var total: usize = 0;
+        for (sizes) |size| total += size;
+        try std.testing.expect(train(&dict, samples[0..total], sizes) == .failed);
+    }
+    // Eight bytes in the first three quarters are past the check (zstd decides from there).
+    const enough = [_]usize{ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    _ = train(&dict, samples[0..enough.len], &enough);
 }
 
 test "compress and decompress round trip, with the raw fallback" {
