@@ -238,9 +238,18 @@ def shard_folder(folder: str, name: str) -> str:
 # --- reading --------------------------------------------------------------------------------
 
 
+# The fields a shard entry may have (ShardEntry.to_dict). A newer manifest format would bump
+# the version, so any other key is damage: a flipped byte in "records_before" must not make a
+# delete in progress read as settled.
+_ENTRY_FIELDS: Final = frozenset({"name", "records", "records_before", "records_after", "pending"})
+
+
 def _entry(raw: object, position: int, path: str) -> ShardEntry:
     if not isinstance(raw, dict):
         raise ManifestError(f"{path}: shard entry {position} is not a map")
+    unknown = sorted(str(key) for key in raw if key not in _ENTRY_FIELDS)
+    if unknown:
+        raise ManifestError(f"{path}: shard entry {position} has unknown fields {unknown}")
     name = raw.get("name")
     records = raw.get("records")
     before = raw.get("records_before")
