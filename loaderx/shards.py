@@ -571,11 +571,19 @@ def settle_pending(
 
 
 def remove_unlisted(folder: str, manifest: Manifest) -> None:
-    """Removes shard folders that the manifest does not list (left by a crashed commit)."""
+    """Removes shard folders that the manifest does not list (left by a crashed commit), and
+    files or links under a shard's name: one left in place of the next shard's folder would
+    fail every later commit's move into it (ENOTDIR) for good."""
     listed = set(manifest.names)
     for name in os.listdir(folder):
-        if shard_number(name) is not None and name not in listed:
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        if shard_number(name) is None or name in listed:
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def next_shard_number(manifest: Manifest) -> int:

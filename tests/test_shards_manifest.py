@@ -216,6 +216,29 @@ def test_unlisted_shard_folders_are_removed_by_the_next_commit(tmp_path: Path) -
     assert [e.records for e in manifest.shards] == [3, 5]
 
 
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_file_under_the_next_shards_name_is_removed_by_the_next_commit(
+    tmp_path: Path, kind: str
+) -> None:
+    """A stray file (or dangling link) named like the next shard: rmtree could not remove it,
+    and every append that rolled over then failed to move its shard there (NotADirectoryError),
+    for good."""
+    dataset = tmp_path / "ds"
+    with DenseDataset(dataset, dtype=np.int64, codec="raw", shard_records=100) as ds:
+        ds.append(np.arange(250, dtype=np.int64))
+    stray = dataset / "shard-000003"
+    if kind == "file":
+        stray.write_bytes(b"x")
+    else:
+        stray.symlink_to(tmp_path / "nowhere")
+    with DenseDataset(dataset, shard_records=100) as ds:
+        assert ds.append(np.arange(250, 500, dtype=np.int64)) == 250
+        assert ds[:].tolist() == list(range(500))
+    assert (dataset / "shard-000003").is_dir() and not (dataset / "shard-000003").is_symlink()
+    with DenseDataset(dataset, readonly=True) as reader:
+        assert [s["records"] for s in reader.shard_stats()] == [100, 100, 100, 100, 100]
+
+
 def _commit_worker(dataset: str, value: int, rounds: int) -> None:
     for _ in range(rounds):
         commit_shards(dataset, [_stage(Path(dataset), np.full(value, value, dtype=np.int64))], SCHEMA)
