@@ -238,9 +238,18 @@ def shard_folder(folder: str, name: str) -> str:
 # --- reading --------------------------------------------------------------------------------
 
 
+# The fields a shard entry may have (ShardEntry.to_dict). A newer manifest format would bump
+# the version, so any other key is damage: a flipped byte in "records_before" must not make a
+# delete in progress read as settled.
+_ENTRY_FIELDS: Final = frozenset({"name", "records", "records_before", "records_after", "pending"})
+
+
 def _entry(raw: object, position: int, path: str) -> ShardEntry:
     if not isinstance(raw, dict):
         raise ManifestError(f"{path}: shard entry {position} is not a map")
+    unknown = sorted(str(key) for key in raw if key not in _ENTRY_FIELDS)
+    if unknown:
+        raise ManifestError(f"{path}: shard entry {position} has unknown fields {unknown}")
     name = raw.get("name")
     records = raw.get("records")
     before = raw.get("records_before")
@@ -562,11 +571,19 @@ def settle_pending(
 
 
 def remove_unlisted(folder: str, manifest: Manifest) -> None:
-    """Removes shard folders that the manifest does not list (left by a crashed commit)."""
+    """Removes shard folders that the manifest does not list (left by a crashed commit), and
+    files or links under a shard's name: one left in place of the next shard's folder would
+    fail every later commit's move into it (ENOTDIR) for good."""
     listed = set(manifest.names)
     for name in os.listdir(folder):
-        if shard_number(name) is not None and name not in listed:
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        if shard_number(name) is None or name in listed:
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def next_shard_number(manifest: Manifest) -> int:

@@ -17,7 +17,7 @@ from loaderx import sharded as sharded_module
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import ManifestError, SchemaError
+from loaderx.errors import CorruptStoreError, ManifestError, SchemaError
 from loaderx.sampler import Sampler
 from loaderx.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
@@ -183,6 +183,39 @@ def _sharded(tmp_path: Path) -> tuple[Path, npt.NDArray[np.uint16]]:
     with DenseDataset(tmp_path / "d", dtype=data.dtype, item_shape=SHAPE, codec="raw", shard_records=CAPACITY) as ds:
         ds.append(data)
     return tmp_path / "d", data
+
+
+@pytest.mark.parametrize(("codec", "damage"), [("raw", "chunk"), ("zstd", "chunk"), ("zstd", "length")])
+def test_a_damaged_record_is_named_by_its_global_index_and_shard(
+    tmp_path: Path, codec: Codec, damage: str
+) -> None:
+    """A shard's store names its own local index; a gather through the dataset said "record 7"
+    for global record 2007 (shard 2's record 7), which pointed at the wrong record. Damaged
+    stored bytes fail in the copy, a damaged logical length in the check of the slots first."""
+    data = np.repeat(_dense_data(), 8, axis=2)  # rows zstd compresses (small ones stay raw)
+    path = tmp_path / "d"
+    with DenseDataset(path, dtype=data.dtype, item_shape=data.shape[1:], codec=codec,
+                      shard_records=CAPACITY) as ds:
+        ds.append(data)
+    shard = path / "shard-000002"
+    # meta.zr: a 16-byte header, then entries of (offset u32, stored u32, logical u32, ...).
+    entry = np.frombuffer((shard / "meta.zr").read_bytes()[16 + 16 * 7 : 16 + 16 * 8], np.uint32)
+    assert (entry[1] != entry[2]) == (codec == "zstd")
+    if damage == "chunk":
+        target, position = shard / "0.zr", int(entry[0]) + 1
+    else:
+        target, position = shard / "meta.zr", 16 + 16 * 7 + 8
+    with open(target, "r+b") as damaged:
+        damaged.seek(position)
+        byte = damaged.read(1)
+        damaged.seek(position)
+        damaged.write(bytes([byte[0] ^ 0x10]))
+    with DenseDataset(path, readonly=True, verify=True) as ds:
+        for selection in ([2007], [5, 2007, 1500], slice(None)):
+            with pytest.raises(CorruptStoreError, match=r"index 2007 \(record 7 of shard 2\): corrupt"):
+                ds[selection]
+        assert ds[[5, 2006, 2008]].tobytes() == data[[5, 2006, 2008]].tobytes()
+        assert [bad.index for bad in ds.verify().bad] == [2007]
 
 
 def test_open_refuses_a_shard_with_another_schema(tmp_path: Path) -> None:

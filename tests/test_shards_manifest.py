@@ -89,6 +89,7 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [[".", 1]]}, "shard entry 0 is not a map"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": 4}]}, "records_before below records"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": False}]}, "bad records_before False"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": ".", "records": 5, "recosds_before": 6}]}, r"shard entry 0 has unknown fields \['recosds_before'\]"),
     ],
 )
 def test_malformed_manifests_are_refused(raw: dict[str, object], message: str) -> None:
@@ -243,6 +244,29 @@ def test_a_shard_folder_of_the_dataset_is_refused_as_a_staged_shard(tmp_path: Pa
         assert not ds.sharded and ds[:].tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_file_under_the_next_shards_name_is_removed_by_the_next_commit(
+    tmp_path: Path, kind: str
+) -> None:
+    """A stray file (or dangling link) named like the next shard: rmtree could not remove it,
+    and every append that rolled over then failed to move its shard there (NotADirectoryError),
+    for good."""
+    dataset = tmp_path / "ds"
+    with DenseDataset(dataset, dtype=np.int64, codec="raw", shard_records=100) as ds:
+        ds.append(np.arange(250, dtype=np.int64))
+    stray = dataset / "shard-000003"
+    if kind == "file":
+        stray.write_bytes(b"x")
+    else:
+        stray.symlink_to(tmp_path / "nowhere")
+    with DenseDataset(dataset, shard_records=100) as ds:
+        assert ds.append(np.arange(250, 500, dtype=np.int64)) == 250
+        assert ds[:].tolist() == list(range(500))
+    assert (dataset / "shard-000003").is_dir() and not (dataset / "shard-000003").is_symlink()
+    with DenseDataset(dataset, readonly=True) as reader:
+        assert [s["records"] for s in reader.shard_stats()] == [100, 100, 100, 100, 100]
+
+
 def _commit_worker(dataset: str, value: int, rounds: int) -> None:
     for _ in range(rounds):
         commit_shards(dataset, [_stage(Path(dataset), np.full(value, value, dtype=np.int64))], SCHEMA)
@@ -307,6 +331,38 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
             assert reader[:].tolist() == list(range(25))
     with DenseDataset(good, shard_records=10) as ds:  # the intact journal is finished
         assert ds[:].tolist() == [0, 1, 2, 9, 4, 5, 6, 7, 8] + list(range(10, 25))
+
+
+def test_a_damaged_key_never_makes_a_half_done_delete_readable(tmp_path: Path) -> None:
+    """A delete over two shards killed between them: shard 0 deleted, shard 1 not, both marked
+    in the manifest. One flipped bit in shard 0's "records_before" key made the entry read as
+    settled, and a read-only open served the half-done delete (record 3 gone, record 13 kept)
+    as if it were a dataset; an unknown field is now refused as the damage it is."""
+    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx.errors import ReadOnlyStoreError
+    from loaderx.zrecord import Zrecord
+
+    path = tmp_path / "d"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    manifest = read_manifest(path)
+    assert manifest is not None and [e.name for e in manifest.shards][:2] == [".", "shard-000001"]
+    for entry in manifest.shards[:2]:
+        entry.records_before, entry.records = 10, 9
+    write_manifest(path, manifest)
+    write_journal(str(path), [ShardDelete(".", 10, np.array([3])),
+                              ShardDelete("shard-000001", 10, np.array([3]))])
+    with Zrecord(path) as store:  # the killed delete got this far: shard 0 only
+        store.delete(np.array([3]))
+    with pytest.raises(ReadOnlyStoreError, match="half done"):
+        DenseDataset(path, readonly=True)
+    data = (path / MANIFEST_FILE).read_bytes()
+    at = data.index(b"records_before")
+    (path / MANIFEST_FILE).write_bytes(data[:at + 4] + b"s" + data[at + 5:])  # r -> s: one bit
+    with pytest.raises(ManifestError, match=r"shards\.msgpack: shard entry 0 has unknown fields"):
+        DenseDataset(path, readonly=True)
+    with pytest.raises(ManifestError, match=r"shards\.msgpack: shard entry 0 has unknown fields"):
+        DenseDataset(path, shard_records=10)
 
 
 def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(

@@ -167,6 +167,56 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.fixture
+def few_inodes(tmp_path: Path) -> Iterator[Path]:
+    """A real tmpfs with room for bytes but only 64 inodes (files and folders)."""
+    mount = tmp_path / "inodes"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,nr_inodes=64", "tmpfs", str(mount)],
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs at {mount}: {result.stderr.strip()} (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def fill_inodes(folder: Path) -> list[Path]:
+    """Creates empty files in `folder` until the file system has no inode left."""
+    made: list[Path] = []
+    while True:
+        try:
+            (folder / str(len(made))).touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            return made
+        made.append(folder / str(len(made)))
+
+
+def test_a_lock_file_on_a_disk_out_of_inodes_is_enospc(few_inodes: Path) -> None:
+    # Each of the three lock files fails in turn as one more inode is freed: each is a full
+    # disk, OSError(ENOSPC) naming the file (it was an OSError without errno, "NoSpaceLeft",
+    # which callers could not tell from other I/O errors). A sharded append met it at its new
+    # shard's lock files.
+    path = few_inodes / "store"
+    path.mkdir()
+    made = fill_inodes(few_inodes)
+    for name in ["open.lock", "maintenance.lock", "writer.lock"]:
+        with pytest.raises(OSError) as full:
+            Zrecord(path, codec="raw", create=True).close()
+        assert_enospc(full.value)
+        assert name in str(full.value)
+        made.pop().unlink()
+    for filler in made:
+        filler.unlink()
+    with Zrecord(path, codec="raw", create=True) as store:
+        store.append_fixed(rows_of(0, 10, 1), 8)
+        assert np.array_equal(read_all(store, 1), rows_of(0, 10, 1))
+
+
 def fill(path: Path) -> None:
     """Writes to `path` until the file system is full."""
     block = b"\xa5" * 4096

@@ -203,6 +203,12 @@ fn openLockFile(io: Io, dir: Io.Dir, name: []const u8, read_only: bool) Error!?I
 }
 
 fn failOpen(err: anyerror, name: []const u8) Error {
+    // A folder out of inodes (or blocks) is a full disk like any other: named the way meta.fail
+    // names it, so Python raises OSError(ENOSPC) rather than an OSError without an errno.
+    if (err == error.NoSpaceLeft) {
+        diagnostic.note("cannot create the lock file {s}: no space left on device (ENOSPC)", .{name});
+        return errors.fromStd(err);
+    }
     diagnostic.note("cannot open the lock file {s}: {t}", .{ name, err });
     return errors.fromStd(err);
 }

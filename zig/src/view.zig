@@ -223,7 +223,8 @@ pub const View = struct {
         // Every slot's size is checked before any record is copied, so a refusal leaves the
         // destination as it was.
         if (!view.slotsMatch(scratch.routes, destination)) {
-            for (scratch.routes, 0..) |r, i| try view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i);
+            for (scratch.routes, 0..) |r, i| view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i) catch |err|
+                return placeFailure(indices, scratch.routes, i, err);
         }
         const first = scratch.routes[0];
         const first_store = view.stores[first.store_index];
@@ -231,7 +232,19 @@ pub const View = struct {
         const copies_raw = destination.offsets == null and first_store.copiesRaw(first.local);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
         raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.copy_advisors);
-        try task.failure.check();
+        task.failure.check() catch |err| return placeFailure(indices, scratch.routes, task.failure.position, err);
+    }
+
+    /// A store's message names the shard's local index ("record 7"); the caller gave a global
+    /// one, so say which, and in which shard, before that message.
+    fn placeFailure(indices: []const i64, routes: []const Route, position: ?usize, err: Error) Error {
+        const i = position orelse return err;
+        var buffer: [256]u8 = undefined;
+        const text = diagnostic.text();
+        const message = buffer[0..@min(text.len, buffer.len)];
+        @memcpy(message, text[0..message.len]);
+        diagnostic.note("index {d} (record {d} of shard {d}): {s}", .{ indices[i], routes[i].local, routes[i].store_index, message });
+        return err;
     }
 
     /// Whether every slot has its record's logical length, in a loop with no call and no early
@@ -272,7 +285,10 @@ pub const View = struct {
                     }
                     const r = task.routes[i];
                     const store = task.view.stores[r.store_index];
-                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) return;
+                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) {
+                        task.failure.place(i);
+                        return;
+                    }
                 }
             }
         }
