@@ -438,6 +438,39 @@ def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> No
         store.native_handle
 
 
+def test_a_view_holds_its_stores_and_closing_a_store_closes_the_view(tmp_path: Path) -> None:
+    # The view borrowed only the stores' handles: a store collected under it, or closed before
+    # it, freed what the next view call read (a segmentation fault).
+    import gc
+
+    from loaderx.view import View
+    from loaderx.zrecord import Zrecord
+
+    with Zrecord(tmp_path / "s", create=True, codec="raw") as store:
+        store.append_fixed(np.arange(10, dtype=np.uint64), 8)
+    view = View([Zrecord(tmp_path / "s")], "collected")
+    gc.collect()
+    out = np.zeros(2, dtype=np.uint64)
+    view.gather_into(np.array([9, 0], dtype=np.int64), out, 8)
+    assert out.tolist() == [9, 0] and len(view) == 10
+    view.close()
+
+    first = Zrecord(tmp_path / "s")
+    second = Zrecord(tmp_path / "s")
+    views = [View([first], "one"), View([second, first], "two"), View([second], "other")]
+    first.close()
+    for closed in views[:2]:
+        with pytest.raises(ValueError, match="is closed"):
+            len(closed)
+        with pytest.raises(ValueError, match="is closed"):
+            closed.gather_into(np.array([0], dtype=np.int64), out[:1], 8)
+    assert len(views[2]) == 10  # a view over other stores only stays open
+    with pytest.raises(ValueError, match="is closed"):
+        View([second, first], "late")
+    views[2].close()
+    second.close()
+
+
 def test_a_view_of_one_store_twice_never_deadlocks_with_a_writer(tmp_path: Path) -> None:
     # A gather touching both positions of the store used to take its shared lock twice: a
     # compaction queued between the two waited on the first while the second waited on it.
