@@ -387,6 +387,7 @@ export fn lx_view_gather_fixed(
     const v = view orelse return invalid("lx_view_gather_fixed: view is NULL", .{});
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_gather_fixed: indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_view_gather_fixed: count {d} overflows the address space", .{count});
     if (stride == 0) return invalid("lx_view_gather_fixed: stride is 0", .{});
     const dst_ptr = dst orelse return invalid("lx_view_gather_fixed: dst is NULL", .{});
     const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_view_gather_fixed: count * stride overflows", .{});
@@ -403,6 +404,7 @@ export fn lx_view_record_lengths(
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_record_lengths: indices is NULL", .{});
     const out_ptr = out_lengths orelse return invalid("lx_view_record_lengths: out_lengths is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_view_record_lengths: count {d} overflows the address space", .{count});
     return storeStatus(v.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
 }
 
@@ -417,6 +419,7 @@ export fn lx_view_gather(
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_gather: indices is NULL", .{});
     const offsets_ptr = dst_offsets orelse return invalid("lx_view_gather: dst_offsets is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_view_gather: count {d} overflows the address space", .{count});
     for (0..count) |i| {
         if (offsets_ptr[i + 1] < offsets_ptr[i])
             return invalid("lx_view_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });

@@ -33,6 +33,10 @@ extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, st
 const LxView = opaque {};
 extern fn lx_view_open(stores: ?[*]const *LxStore, count: u64, out: ?*?*LxView) Status;
 extern fn lx_view_close(view: ?*LxView) void;
+extern fn lx_view_length(view: ?*const LxView) u64;
+extern fn lx_view_gather_fixed(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
+extern fn lx_view_record_lengths(view: ?*LxView, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
+extern fn lx_view_gather(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_pool_set_policy(policy: u32) Status;
@@ -192,6 +196,57 @@ test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wr
     // And the same arguments done right.
     try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
     try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+}
+
+test "view gathers refuse what store gathers refuse, overflowing counts included, before writing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{f.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
+    defer lx_view_close(view);
+    const v = view.?;
+    try testing.expectEqual(@as(u64, 10), lx_view_length(v));
+    try testing.expectEqual(@as(u64, 0), lx_view_length(null));
+    var out: [16]u8 = @splat(0xEE);
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(null, &indices, 4, &out, 4), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, null, 4, &out, 4), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, null, 4), "dst is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, &out, 0), "stride is 0");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge / 2, &out, 4), "overflow");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge, &out, 1), "overflows the address space");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, lx_view_gather_fixed(v, &outside, 4, &out, 4), "out of range");
+    try expectRefused(.size_mismatch, lx_view_gather_fixed(v, &indices, 2, &out, 8), "destination slot");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    var lengths: [4]u64 = @splat(77);
+    try expectRefused(.invalid_argument, lx_view_record_lengths(null, &indices, 4, &lengths), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, null, 4, &lengths), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, 4, null), "out_lengths is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, huge, &lengths), "overflows the address space");
+    try expectRefused(.index_out_of_range, lx_view_record_lengths(v, &outside, 4, &lengths), "out of range");
+    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
+
+    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
+    try expectRefused(.invalid_argument, lx_view_gather(null, &indices, 4, &out, &offsets), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, null, 4, &out, &offsets), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, null), "dst_offsets is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, null, &offsets), "dst is NULL");
+    // Refused before any offset is read: the offsets past the fifth are not the caller's.
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, huge, &out, &offsets), "overflows the address space");
+    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, &decreasing), "decrease");
+    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
+    try expectRefused(.size_mismatch, lx_view_gather(v, &indices, 4, &out, &uneven), "destination slot");
+    try expectRefused(.index_out_of_range, lx_view_gather(v, &outside, 4, &out, &offsets), "out of range");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    try testing.expectEqual(Status.ok, lx_view_gather(v, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+    try testing.expectEqual(Status.ok, lx_view_gather_fixed(v, null, 0, null, 0));
 }
 
 test "delete, stats, sync, compact and train_dict refuse bad arguments, changing nothing" {
