@@ -90,6 +90,75 @@ test "library calls: unknown statuses, close(NULL), queries on NULL" {
     try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(null));
 }
 
+test "every call refuses a handle that is not open: another kind, misaligned, zeroed, closed" {
+    var f: Fixture = undefined;
+    try f.init();
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{f.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
+    var index: [1]i64 = .{0};
+    var offsets: [2]u64 = .{ 0, 4 };
+    var out: [4]u8 = @splat(0xEE);
+    var lengths: [1]u64 = .{77};
+    // A view passed as a store, a store as a view, memory that never held one, and a handle
+    // one byte off: each refused with a message, nothing read through it, nothing written.
+    const as_store: *LxStore = @ptrCast(view.?);
+    const as_view: *LxView = @ptrCast(f.store);
+    const StoreStruct = @import("store.zig").Store;
+    var zeros: [@sizeOf(StoreStruct) / 8 + 1]u64 align(@alignOf(StoreStruct)) = @splat(0);
+    const fake: *LxStore = @ptrCast(&zeros);
+    const off: *LxStore = @ptrFromInt(@intFromPtr(f.store) + 1);
+    for ([_]*LxStore{ as_store, fake, off }) |bad| {
+        try expectRefused(.invalid_argument, lx_store_gather_fixed(bad, &index, 1, &out, 4), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_gather(bad, &index, 1, &out, &offsets), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_record_lengths(bad, &index, 1, &lengths), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_append_fixed(bad, &out, 4, 1, 0, null), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_delete(bad, &index, 1), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_compact(bad), "not an open lx_store");
+        try testing.expectEqual(@as(u64, 0), lx_store_length(bad));
+        try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(bad));
+        const one = [_]?*LxStore{bad};
+        try expectRefused(.invalid_argument, lx_stores_delete(&one, 1, &index, &[_]u64{ 0, 1 }), "store 0 is not an open lx_store");
+        var other: ?*LxView = null;
+        const list = [_]*LxStore{bad};
+        try expectRefused(.invalid_argument, lx_view_open(&list, 1, &other), "store 0 is not an open lx_store");
+        lx_store_close(bad); // does nothing
+    }
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(as_view, &index, 1, &out, 4), "not an open lx_view");
+    try expectRefused(.invalid_argument, lx_view_gather(as_view, &index, 1, &out, &offsets), "not an open lx_view");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(as_view, &index, 1, &lengths), "not an open lx_view");
+    try testing.expectEqual(@as(u64, 0), lx_view_length(as_view));
+    lx_view_close(as_view); // does nothing
+    try testing.expectEqualSlices(u8, &@as([4]u8, @splat(0xEE)), &out);
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+    for (zeros) |word| try testing.expectEqual(@as(u64, 0), word);
+    // Both still work after all that.
+    try testing.expectEqual(Status.ok, lx_view_gather_fixed(view, &index, 1, &out, 4));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(f.store));
+    // A store closed under a view of it (the caller broke the borrow): the view refuses.
+    var g: Fixture = undefined;
+    try g.init();
+    var orphan: ?*LxView = null;
+    const orphan_list = [_]*LxStore{g.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&orphan_list, 1, &orphan));
+    lx_store_close(g.store);
+    try testing.expectEqual(@as(u64, 0), lx_view_length(orphan));
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(orphan, &index, 1, &out, 4), "closed before the view");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(orphan, &index, 1, &lengths), "closed before the view");
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+    lx_view_close(orphan);
+    g.tmp.cleanup();
+    // Closed: the view, then the store, each twice. A second close does nothing (it freed the
+    // handle a second time before); so does any call in between.
+    lx_view_close(view);
+    lx_view_close(view);
+    try testing.expectEqual(@as(u64, 0), lx_view_length(view));
+    lx_store_close(f.store);
+    lx_store_close(f.store);
+    try testing.expectEqual(@as(u64, 0), lx_store_length(f.store));
+    f.tmp.cleanup();
+}
+
 test "lx_store_open refuses NULLs, an empty path, unknown flags and a missing store" {
     var out: ?*LxStore = null;
     try expectRefused(.invalid_argument, lx_store_open(null, 0, &out), "path is NULL");

@@ -26,6 +26,8 @@ const Route = struct {
 };
 
 pub const View = struct {
+    /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
+    canary: u64 = canary_open,
     allocator: Allocator,
     /// Borrowed: the caller keeps every store open for the view's lifetime.
     stores: []*Store,
@@ -99,8 +101,13 @@ pub const View = struct {
         return first;
     }
 
+    /// "lxview" and a version byte; a store's differs, so neither passes for the other.
+    pub const canary_open: u64 = 0x6C78_7669_6577_0001;
+    pub const canary_closed: u64 = 0;
+
     /// Releases the view (not its stores). No other thread may be using it.
     pub fn close(view: *View) void {
+        @atomicStore(u64, &view.canary, canary_closed, .monotonic);
         unregister(view);
         if (view.first_positions) |positions| view.allocator.free(positions);
         view.contexts.deinit();
@@ -164,8 +171,9 @@ pub const View = struct {
     fn routeAndLock(view: *View, indices: []const i64, scratch: Scratch) Error!void {
         const routes = scratch.routes;
         const touched = scratch.touched;
-        const total = view.length();
         const last = view.stores.len - 1;
+        try view.checkOpen(last);
+        const total = view.length();
         @memset(touched, 0);
         // The highest record of the last store the batch reads (its range is open).
         var last_local_max: u64 = 0;
@@ -182,7 +190,10 @@ pub const View = struct {
         // In a forked child, each store re-takes its cross-process lock on first use.
         for (scratch.locked, 0..) |word, w| {
             var bits = word;
-            while (bits != 0) : (bits &= bits - 1) try view.stores[w * 64 + @ctz(bits)].relockIfForked();
+            while (bits != 0) : (bits &= bits - 1) {
+                try view.checkOpen(w * 64 + @ctz(bits));
+                try view.stores[w * 64 + @ctz(bits)].relockIfForked();
+            }
         }
         view.lockTouched(scratch.locked);
         errdefer view.unlockTouched(scratch.locked);
@@ -196,6 +207,14 @@ pub const View = struct {
                 if (view.stores[k].length() < needed) try view.checkShrunk(indices, routes, k);
             }
         }
+    }
+
+    /// Refuses a call once store k was closed under the view (the caller broke the borrow; see
+    /// lx_view_open). Its memory may have been reused since, so this catches the common case.
+    pub fn checkOpen(view: *const View, k: usize) Error!void {
+        if (@atomicLoad(u64, &view.stores[k].canary, .monotonic) == Store.canary_open) return;
+        diagnostic.note("store {d} of the view was closed before the view", .{k});
+        return error.InvalidArgument;
     }
 
     /// Refuses the batch when a record routed to store k is past its current length (the
