@@ -3,7 +3,8 @@
 A gather through a view is one native call whatever the number of stores: the library routes
 each global index to its store (prefix sums of the lengths, taken when the view is made; the
 last store's range follows its live length) and runs the whole batch on its pool with the GIL
-released. The view borrows the stores' handles: whoever owns the stores closes the view first.
+released. The view borrows the stores' handles, so it holds the stores (a store collected under
+it would free its handle), and closing a store closes every view over it first.
 Like Zrecord, calls in flight are tracked (NativeCalls, lock-free with a GIL), so close()
 waits for them.
 """
@@ -33,24 +34,48 @@ class View(NativeCalls):
     """The stores, in order, as one sequence of records (global indices 0 .. len - 1)."""
 
     name: str
+    _stores: tuple[Zrecord, ...]
+    _finalizer: weakref.finalize[Any, Any]
 
     def __init__(self, stores: Sequence[Zrecord], name: str) -> None:
         self.name = name
         self._init_calls()
         if not stores:
             raise ValueError("a view needs at least one store")
-        handles = (ctypes.c_void_p * len(stores))(*[store.native_handle for store in stores])
-        out = ctypes.c_void_p()
-        code = _native.lib.lx_view_open(handles, len(stores), ctypes.byref(out))
-        _native.check(code, f"cannot open a view over the {len(stores)} shards of {name!r}")
-        if not out.value:
-            raise RuntimeError(f"opening a view over {name!r} returned no handle")
-        self._set_handle(out.value)
+        self._stores = tuple(stores)
+        # Each store counts this as a call in flight until the view is on its list: a close()
+        # meanwhile waits, then closes the view with it (never a view over a freed store).
+        entered: list[Zrecord] = []
+        try:
+            for store in self._stores:
+                store._enter()
+                entered.append(store)
+            self._open()
+        finally:
+            for store in entered:
+                store._leave()
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_view_gather_fixed
         self._gather_arrays_native = _native.lib.lx_view_gather_arrays
         self._closed = False
         _OPEN_VIEWS.add(self)
+
+    def _open(self) -> None:
+        """The native view over the stores, entered on each store's list of views."""
+        count = len(self._stores)
+        handles = (ctypes.c_void_p * count)(*[store._handle for store in self._stores])
+        out = ctypes.c_void_p()
+        code = _native.lib.lx_view_open(handles, count, ctypes.byref(out))
+        _native.check(code, f"cannot open a view over the {count} shards of {self.name!r}")
+        if not out.value:
+            raise RuntimeError(f"opening a view over {self.name!r} returned no handle")
+        self._set_handle(out.value)
+        # Frees the native view if this object is collected without close() (never its
+        # stores); not at exit, for the reason Zrecord gives.
+        self._finalizer = weakref.finalize(self, _native.lib.lx_view_close, out.value)
+        self._finalizer.atexit = False
+        for store in self._stores:
+            store._views.add(self)
 
     def _describe(self) -> str:
         return f"the view over {self.name!r}"
@@ -60,7 +85,8 @@ class View(NativeCalls):
 
     def close(self) -> None:
         """Closes the view after calls already in flight return (never its stores)."""
-        self._close_handle(_native.lib.lx_view_close)
+        self._close_handle(lambda _handle: self._finalizer())
+        self._stores = ()
 
     def __len__(self) -> int:
         handle = self._enter()

@@ -15,7 +15,7 @@ import os
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,9 @@ from loaderx.paths import is_file
 from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
 from loaderx.verify import BadRecord, VerifyReport
+
+if TYPE_CHECKING:
+    from loaderx.view import View
 
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
 RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
@@ -138,6 +141,8 @@ class Zrecord(NativeCalls):
     verify_reads: bool | None
     _codec_id: int
     _finalizer: weakref.finalize[Any, Any]
+    # The open views over this store (each holds the store; close() closes them first).
+    _views: weakref.WeakSet[View]
 
     def __init__(
         self,
@@ -162,6 +167,7 @@ class Zrecord(NativeCalls):
         verify_flag = verify_flags(verify)
         self.verify_reads = verify
         self._init_calls()
+        self._views = weakref.WeakSet()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
@@ -209,8 +215,16 @@ class Zrecord(NativeCalls):
             )
 
     def close(self) -> None:
-        """Closes the store after calls already in flight return; later calls raise ValueError."""
-        self._close_handle(lambda _handle: self._finalizer())
+        """Closes the store after calls already in flight return; later calls raise ValueError.
+        Every open View over it is closed first: its handle would otherwise point at a freed
+        store."""
+        self._close_handle(self._release)
+
+    def _release(self, _handle: int) -> None:
+        # No call is in flight and none can start (a View being made counts as one).
+        for view in list(self._views):
+            view.close()
+        self._finalizer()
 
     @property
     def closed(self) -> bool:
@@ -218,8 +232,8 @@ class Zrecord(NativeCalls):
 
     @property
     def native_handle(self) -> int:
-        """The lx_store pointer, for a loaderx.view.View over this store (which must be closed
-        before this store is)."""
+        """The lx_store pointer, for a loaderx.view.View over this store (which this store's
+        close() closes first)."""
         with self._lock:
             if self._closed:
                 raise ValueError(f"Zrecord {self.path!r} is closed")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from loaderx import _native, zrecord
+from loaderx.schema import Codec
 
 HEADER = Path(__file__).resolve().parents[1] / "zig" / "include" / "loaderx.h"
 
@@ -140,6 +141,36 @@ def test_lx_array_facts_agrees_with_the_ctypes_mirror() -> None:
     assert [name for _, name in fields] == [name for name, _ in mirror]
     for (c_type, name), (_, declared) in zip(fields, mirror):
         assert _agrees(c_type, declared), f"lx_array_facts.{name}: {c_type} vs {declared}"
+
+
+@pytest.mark.parametrize(
+    ("c_name", "mirror"),
+    [("lx_verify_problem", _native.VerifyProblem), ("lx_verify_summary", _native.VerifySummary)],
+)
+def test_lx_verify_structs_agree_with_their_ctypes_mirrors(c_name: str, mirror: Any) -> None:
+    fields = header_struct(c_name)
+    declared: list[tuple[str, Any]] = [(f[0], f[1]) for f in mirror._fields_]
+    assert [name for _, name in fields] == [name for name, _ in declared]
+    for (c_type, name), (_, field_type) in zip(fields, declared):
+        assert _agrees(c_type, field_type), f"{c_name}.{name}: {c_type} vs {field_type}"
+    assert ctypes.sizeof(mirror) == sum(8 if c == "uint64_t" else 4 for c, _ in fields)
+
+
+def test_python_codec_tags_are_the_ones_the_library_writes_to_the_table(tmp_path: Path) -> None:
+    # The tags have no define in loaderx.h: what pins Python's names to the library's enum is the
+    # codec byte of each table entry (meta.zr: a 16-byte header, then 16-byte entries whose
+    # byte 14 is the codec).
+    samples = [bytes([i % 7]) * 64 for i in range(64)]
+    with zrecord.Zrecord(tmp_path / "s", create=True) as store:
+        store.train_dict(samples, 1024)
+        names: tuple[Codec, ...] = ("raw", "zstd", "zstd_dict")
+        assert names == tuple(zrecord.CODECS)
+        for name in names:
+            store.append([b"abc" * 50], codec=name)
+        assert store.gather([0, 1, 2]) == [b"abc" * 50] * 3
+    table = (tmp_path / "s" / "meta.zr").read_bytes()[16:]
+    written = [table[16 * i + 14] for i in range(len(names))]
+    assert written == list(zrecord.CODECS.values()) == [0, 1, 2]
 
 
 def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:

@@ -473,6 +473,79 @@ def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> No
         store.native_handle
 
 
+def test_a_view_holds_its_stores_and_closing_a_store_closes_the_view(tmp_path: Path) -> None:
+    # The view borrowed only the stores' handles: a store collected under it, or closed before
+    # it, freed what the next view call read (a segmentation fault).
+    import gc
+
+    from loaderx.view import View
+    from loaderx.zrecord import Zrecord
+
+    with Zrecord(tmp_path / "s", create=True, codec="raw") as store:
+        store.append_fixed(np.arange(10, dtype=np.uint64), 8)
+    view = View([Zrecord(tmp_path / "s")], "collected")
+    gc.collect()
+    out = np.zeros(2, dtype=np.uint64)
+    view.gather_into(np.array([9, 0], dtype=np.int64), out, 8)
+    assert out.tolist() == [9, 0] and len(view) == 10
+    view.close()
+
+    first = Zrecord(tmp_path / "s")
+    second = Zrecord(tmp_path / "s")
+    views = [View([first], "one"), View([second, first], "two"), View([second], "other")]
+    first.close()
+    for closed in views[:2]:
+        with pytest.raises(ValueError, match="is closed"):
+            len(closed)
+        with pytest.raises(ValueError, match="is closed"):
+            closed.gather_into(np.array([0], dtype=np.int64), out[:1], 8)
+    assert len(views[2]) == 10  # a view over other stores only stays open
+    with pytest.raises(ValueError, match="is closed"):
+        View([second, first], "late")
+    views[2].close()
+    second.close()
+
+
+def test_a_view_of_one_store_twice_never_deadlocks_with_a_writer(tmp_path: Path) -> None:
+    # A gather touching both positions of the store used to take its shared lock twice: a
+    # compaction queued between the two waited on the first while the second waited on it.
+    import threading
+
+    from loaderx.view import View
+    from loaderx.zrecord import Zrecord
+
+    store = Zrecord(tmp_path / "s", create=True, codec="raw")
+    store.append_fixed(np.arange(1000, dtype=np.uint64), 8)
+    view = View([store, store], "twice")
+    indices = np.array([0, 1999] * 100, dtype=np.int64)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def repeat(action: Any) -> None:
+        try:
+            while not stop.is_set():
+                action()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    out = np.zeros(len(indices), dtype=np.uint64)
+    threads = [
+        threading.Thread(target=repeat, args=(lambda: view.gather_into(indices, out, 8),), daemon=True),
+        threading.Thread(target=repeat, args=(store.compact,), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    stop.wait(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join(10.0)
+    stuck = [thread.is_alive() for thread in threads]
+    assert stuck == [False, False] and failures == []
+    assert out.tolist() == [0, 999] * 100
+    view.close()
+    store.close()
+
+
 def test_the_python_limits_agree_with_the_library() -> None:
     import ctypes
 

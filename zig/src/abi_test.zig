@@ -1,6 +1,6 @@
 //! zig/include/loaderx.h agrees with the Zig sources: every status (value and C name), the
-//! status count, the open flags, the sampler modes, the limits and the fields of lx_stats and
-//! lx_sampler_request.
+//! status count, the open flags, the sampler modes, the limits and the fields of lx_stats,
+//! lx_sampler_request, lx_array_facts, lx_verify_problem and lx_verify_summary.
 //! The header is read as text (build.zig hands it over as the import "loaderx.h"), so whatever
 //! statuses or constants it gains are checked too; tests/test_abi.py checks Python against it.
 const std = @import("std");
@@ -109,7 +109,8 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
         const c_type = words.next().?;
         const name = words.next().?;
         try testing.expect(index < info.field_names.len);
-        try testing.expectEqualStrings(info.field_names[index], name);
+        // A Zig field the library never reads is named with a leading underscore (`_reserved`).
+        try testing.expectEqualStrings(std.mem.trimStart(u8, info.field_names[index], "_"), name);
         c_types[index] = c_type;
         index += 1;
     }
@@ -124,9 +125,13 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
     }
 }
 
-test "lx_stats, lx_sampler_request and lx_array_facts in the header are the Zig extern structs, field for field" {
+test "lx_stats, lx_sampler_request, lx_array_facts and lx_verify_* in the header are the Zig extern structs, field for field" {
     try expectStructMatches(exports.LxStats, "lx_stats");
     try expectStructMatches(exports.LxSamplerRequest, "lx_sampler_request");
     try expectStructMatches(exports.LxArrayFacts, "lx_array_facts");
+    try expectStructMatches(integrity.Problem, "lx_verify_problem");
+    try expectStructMatches(integrity.Summary, "lx_verify_summary");
+    try testing.expectEqual(@as(usize, 16), @sizeOf(integrity.Problem));
+    try testing.expectEqual(@as(usize, 32), @sizeOf(integrity.Summary));
     try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxStats));
 }

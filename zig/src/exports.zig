@@ -89,6 +89,29 @@ fn coreStatus(err: store_errors.Error) Status {
     return store_errors.toStatus(err);
 }
 
+/// Whether `handle` is an open handle of type T: not NULL, aligned, and carrying T's canary,
+/// which open sets and close clears. A closed handle, a double close, or a handle of the other
+/// kind (a view passed as a store) is refused this way instead of read; memory reused since a
+/// close may hold anything, so this catches the common misuse, not every one.
+fn isOpen(comptime T: type, handle: ?*const T) bool {
+    const h = handle orelse return false;
+    if (@intFromPtr(h) % @alignOf(T) != 0) return false;
+    return @atomicLoad(u64, &h.canary, .monotonic) == T.canary_open;
+}
+
+/// The handle when it is open, or null after setting the message of LX_INVALID_ARGUMENT.
+fn openHandle(comptime T: type, handle: ?*T, comptime function: []const u8, comptime noun: []const u8) ?*T {
+    if (handle == null) {
+        _ = invalid(function ++ ": " ++ noun ++ " is NULL", .{});
+        return null;
+    }
+    if (!isOpen(T, handle)) {
+        _ = invalid(function ++ ": " ++ noun ++ " is not an open lx_" ++ noun ++ " (closed already, or another kind of pointer)", .{});
+        return null;
+    }
+    return handle;
+}
+
 fn invalid(comptime fmt: []const u8, args: anytype) Status {
     status.setMessage(fmt, args);
     return .invalid_argument;
@@ -130,17 +153,18 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callco
 }
 
 export fn lx_store_close(store: ?*Store) callconv(.c) void {
-    if (store) |s| s.close();
+    // NULL does nothing, and so does a handle already closed (a second close).
+    if (isOpen(Store, store)) store.?.close();
 }
 
 export fn lx_store_length(store: ?*const Store) callconv(.c) u64 {
-    const s = store orelse return 0;
-    return s.length();
+    if (!isOpen(Store, store)) return 0;
+    return store.?.length();
 }
 
 export fn lx_store_has_dict(store: ?*const Store) callconv(.c) c_int {
-    const s = store orelse return 0;
-    return @intFromBool(s.hasDict());
+    if (!isOpen(Store, store)) return 0;
+    return @intFromBool(store.?.hasDict());
 }
 
 export fn lx_store_append(
@@ -151,7 +175,7 @@ export fn lx_store_append(
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_append: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_append", "store") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_append: offsets is NULL", .{});
     // An oversized count is refused by append before any offset past the first is read.
     if (data == null and count <= store_limits.record_count_max and offsets_ptr[count] != offsets_ptr[0])
@@ -171,7 +195,7 @@ export fn lx_store_append_fixed(
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_append_fixed: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_append_fixed", "store") orelse return .invalid_argument;
     if (stride == 0 and count > 0) return invalid("lx_store_append_fixed: stride is 0", .{});
     if (count > 0 and data == null) return invalid("lx_store_append_fixed: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .stride = stride, .count = count };
@@ -188,7 +212,7 @@ export fn lx_store_gather_fixed(
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_gather_fixed: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_gather_fixed", "store") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_gather_fixed: indices is NULL", .{});
     if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_gather_fixed: count {d} overflows the address space", .{count});
@@ -204,7 +228,7 @@ export fn lx_store_record_lengths(
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_record_lengths: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_record_lengths", "store") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_record_lengths: indices is NULL", .{});
     const out_ptr = out_lengths orelse return invalid("lx_store_record_lengths: out_lengths is NULL", .{});
@@ -219,7 +243,7 @@ export fn lx_store_gather(
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_gather: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_gather", "store") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_gather: indices is NULL", .{});
     const offsets_ptr = dst_offsets orelse return invalid("lx_store_gather: dst_offsets is NULL", .{});
@@ -235,7 +259,7 @@ export fn lx_store_gather(
 }
 
 export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_delete: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_delete", "store") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
     if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_delete: count {d} overflows the address space", .{count});
@@ -254,6 +278,7 @@ export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]c
     const bounds = splits_ptr[0..@intCast(count + 1)];
     for (handles, 0..) |handle, i| {
         if (handle == null) return invalid("lx_stores_delete: store {d} is NULL", .{i});
+        if (!isOpen(Store, handle)) return invalid("lx_stores_delete: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
     }
     if (bounds[0] != 0) return invalid("lx_stores_delete: splits[0] is {d}, not 0", .{bounds[0]});
     for (bounds[1..], 1..) |bound, k| {
@@ -288,12 +313,12 @@ fn outOfMemoryStatus(comptime function: []const u8) Status {
 }
 
 export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_compact: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_compact", "store") orelse return .invalid_argument;
     return storeStatus(s.compact());
 }
 
 export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_stats: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_stats", "store") orelse return .invalid_argument;
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
     const stats = s.stats() catch |err| return coreStatus(err);
     out_ptr.* = .{
@@ -312,7 +337,7 @@ export fn lx_store_verify(
     capacity: u64,
     out_summary: ?*integrity.Summary,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_verify: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_verify", "store") orelse return .invalid_argument;
     const summary_ptr = out_summary orelse return invalid("lx_store_verify: out_summary is NULL", .{});
     if (capacity > 0 and out_problems == null) return invalid("lx_store_verify: out_problems is NULL", .{});
     if (capacity > store_limits.record_count_max)
@@ -325,7 +350,7 @@ export fn lx_store_verify(
 }
 
 export fn lx_store_sync(store: ?*Store) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_sync: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_sync", "store") orelse return .invalid_argument;
     return storeStatus(s.sync());
 }
 
@@ -336,7 +361,7 @@ export fn lx_store_train_dict(
     count: u64,
     dict_size: u64,
 ) callconv(.c) Status {
-    const s = store orelse return invalid("lx_store_train_dict: store is NULL", .{});
+    const s = openHandle(Store, store, "lx_store_train_dict", "store") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_train_dict: offsets is NULL", .{});
     if (count > store_limits.record_count_max)
         return invalid("lx_store_train_dict: {d} samples; at most {d} are accepted", .{ count, store_limits.record_count_max });
@@ -360,6 +385,7 @@ export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) cal
     const handles = stores_ptr[0..@intCast(count)];
     for (handles, 0..) |handle, i| {
         if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
+        if (!isOpen(Store, handle)) return invalid("lx_view_open: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
     }
     // Every handle is non-null (checked above), so the optional pointers are plain pointers.
     const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return coreStatus(err);
@@ -369,11 +395,13 @@ export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) cal
 }
 
 export fn lx_view_close(view: ?*View) callconv(.c) void {
-    if (view) |v| v.close();
+    if (isOpen(View, view)) view.?.close();
 }
 
 export fn lx_view_length(view: ?*const View) callconv(.c) u64 {
-    const v = view orelse return 0;
+    if (!isOpen(View, view)) return 0;
+    const v = view.?;
+    v.checkOpen(v.stores.len - 1) catch return 0;
     return v.length();
 }
 
@@ -384,9 +412,10 @@ export fn lx_view_gather_fixed(
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const v = view orelse return invalid("lx_view_gather_fixed: view is NULL", .{});
+    const v = openHandle(View, view, "lx_view_gather_fixed", "view") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_gather_fixed: indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_view_gather_fixed: count {d} overflows the address space", .{count});
     if (stride == 0) return invalid("lx_view_gather_fixed: stride is 0", .{});
     const dst_ptr = dst orelse return invalid("lx_view_gather_fixed: dst is NULL", .{});
     const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_view_gather_fixed: count * stride overflows", .{});
@@ -399,10 +428,11 @@ export fn lx_view_record_lengths(
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const v = view orelse return invalid("lx_view_record_lengths: view is NULL", .{});
+    const v = openHandle(View, view, "lx_view_record_lengths", "view") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_record_lengths: indices is NULL", .{});
     const out_ptr = out_lengths orelse return invalid("lx_view_record_lengths: out_lengths is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_view_record_lengths: count {d} overflows the address space", .{count});
     return storeStatus(v.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
 }
 
@@ -413,10 +443,11 @@ export fn lx_view_gather(
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const v = view orelse return invalid("lx_view_gather: view is NULL", .{});
+    const v = openHandle(View, view, "lx_view_gather", "view") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_view_gather: indices is NULL", .{});
     const offsets_ptr = dst_offsets orelse return invalid("lx_view_gather: dst_offsets is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_view_gather: count {d} overflows the address space", .{count});
     for (0..count) |i| {
         if (offsets_ptr[i + 1] < offsets_ptr[i])
             return invalid("lx_view_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
@@ -502,21 +533,23 @@ const ArrayGather = struct {
     }
 };
 
-/// The handle whose halves a binding passed, or null for an address no handle can have.
+/// The open handle whose halves a binding passed, or null for NULL, a misaligned address or
+/// a handle that is not open (isOpen).
 fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
     const address = numpy_array.join(low, high);
     if (address == 0 or address % @alignOf(T) != 0) return null;
-    return @ptrFromInt(address);
+    const handle: *T = @ptrFromInt(address);
+    return if (isOpen(T, handle)) handle else null;
 }
 
 export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL or misaligned", .{});
+    const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL, misaligned or not open", .{});
     const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
     return storeStatus(s.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }
 
 export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL or misaligned", .{});
+    const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL, misaligned or not open", .{});
     const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
     return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }

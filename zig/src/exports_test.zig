@@ -33,6 +33,10 @@ extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, st
 const LxView = opaque {};
 extern fn lx_view_open(stores: ?[*]const *LxStore, count: u64, out: ?*?*LxView) Status;
 extern fn lx_view_close(view: ?*LxView) void;
+extern fn lx_view_length(view: ?*const LxView) u64;
+extern fn lx_view_gather_fixed(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
+extern fn lx_view_record_lengths(view: ?*LxView, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
+extern fn lx_view_gather(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_pool_set_policy(policy: u32) Status;
@@ -84,6 +88,75 @@ test "library calls: unknown statuses, close(NULL), queries on NULL" {
     lx_store_close(null);
     try testing.expectEqual(@as(u64, 0), lx_store_length(null));
     try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(null));
+}
+
+test "every call refuses a handle that is not open: another kind, misaligned, zeroed, closed" {
+    var f: Fixture = undefined;
+    try f.init();
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{f.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
+    var index: [1]i64 = .{0};
+    var offsets: [2]u64 = .{ 0, 4 };
+    var out: [4]u8 = @splat(0xEE);
+    var lengths: [1]u64 = .{77};
+    // A view passed as a store, a store as a view, memory that never held one, and a handle
+    // one byte off: each refused with a message, nothing read through it, nothing written.
+    const as_store: *LxStore = @ptrCast(view.?);
+    const as_view: *LxView = @ptrCast(f.store);
+    const StoreStruct = @import("store.zig").Store;
+    var zeros: [@sizeOf(StoreStruct) / 8 + 1]u64 align(@alignOf(StoreStruct)) = @splat(0);
+    const fake: *LxStore = @ptrCast(&zeros);
+    const off: *LxStore = @ptrFromInt(@intFromPtr(f.store) + 1);
+    for ([_]*LxStore{ as_store, fake, off }) |bad| {
+        try expectRefused(.invalid_argument, lx_store_gather_fixed(bad, &index, 1, &out, 4), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_gather(bad, &index, 1, &out, &offsets), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_record_lengths(bad, &index, 1, &lengths), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_append_fixed(bad, &out, 4, 1, 0, null), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_delete(bad, &index, 1), "not an open lx_store");
+        try expectRefused(.invalid_argument, lx_store_compact(bad), "not an open lx_store");
+        try testing.expectEqual(@as(u64, 0), lx_store_length(bad));
+        try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(bad));
+        const one = [_]?*LxStore{bad};
+        try expectRefused(.invalid_argument, lx_stores_delete(&one, 1, &index, &[_]u64{ 0, 1 }), "store 0 is not an open lx_store");
+        var other: ?*LxView = null;
+        const list = [_]*LxStore{bad};
+        try expectRefused(.invalid_argument, lx_view_open(&list, 1, &other), "store 0 is not an open lx_store");
+        lx_store_close(bad); // does nothing
+    }
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(as_view, &index, 1, &out, 4), "not an open lx_view");
+    try expectRefused(.invalid_argument, lx_view_gather(as_view, &index, 1, &out, &offsets), "not an open lx_view");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(as_view, &index, 1, &lengths), "not an open lx_view");
+    try testing.expectEqual(@as(u64, 0), lx_view_length(as_view));
+    lx_view_close(as_view); // does nothing
+    try testing.expectEqualSlices(u8, &@as([4]u8, @splat(0xEE)), &out);
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+    for (zeros) |word| try testing.expectEqual(@as(u64, 0), word);
+    // Both still work after all that.
+    try testing.expectEqual(Status.ok, lx_view_gather_fixed(view, &index, 1, &out, 4));
+    try testing.expectEqual(@as(u64, 10), lx_store_length(f.store));
+    // A store closed under a view of it (the caller broke the borrow): the view refuses.
+    var g: Fixture = undefined;
+    try g.init();
+    var orphan: ?*LxView = null;
+    const orphan_list = [_]*LxStore{g.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&orphan_list, 1, &orphan));
+    lx_store_close(g.store);
+    try testing.expectEqual(@as(u64, 0), lx_view_length(orphan));
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(orphan, &index, 1, &out, 4), "closed before the view");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(orphan, &index, 1, &lengths), "closed before the view");
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+    lx_view_close(orphan);
+    g.tmp.cleanup();
+    // Closed: the view, then the store, each twice. A second close does nothing (it freed the
+    // handle a second time before); so does any call in between.
+    lx_view_close(view);
+    lx_view_close(view);
+    try testing.expectEqual(@as(u64, 0), lx_view_length(view));
+    lx_store_close(f.store);
+    lx_store_close(f.store);
+    try testing.expectEqual(@as(u64, 0), lx_store_length(f.store));
+    f.tmp.cleanup();
 }
 
 test "lx_store_open refuses NULLs, an empty path, unknown flags and a missing store" {
@@ -192,6 +265,57 @@ test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wr
     // And the same arguments done right.
     try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
     try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+}
+
+test "view gathers refuse what store gathers refuse, overflowing counts included, before writing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{f.store};
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
+    defer lx_view_close(view);
+    const v = view.?;
+    try testing.expectEqual(@as(u64, 10), lx_view_length(v));
+    try testing.expectEqual(@as(u64, 0), lx_view_length(null));
+    var out: [16]u8 = @splat(0xEE);
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(null, &indices, 4, &out, 4), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, null, 4, &out, 4), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, null, 4), "dst is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, &out, 0), "stride is 0");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge / 2, &out, 4), "overflow");
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge, &out, 1), "overflows the address space");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, lx_view_gather_fixed(v, &outside, 4, &out, 4), "out of range");
+    try expectRefused(.size_mismatch, lx_view_gather_fixed(v, &indices, 2, &out, 8), "destination slot");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    var lengths: [4]u64 = @splat(77);
+    try expectRefused(.invalid_argument, lx_view_record_lengths(null, &indices, 4, &lengths), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, null, 4, &lengths), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, 4, null), "out_lengths is NULL");
+    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, huge, &lengths), "overflows the address space");
+    try expectRefused(.index_out_of_range, lx_view_record_lengths(v, &outside, 4, &lengths), "out of range");
+    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
+
+    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
+    try expectRefused(.invalid_argument, lx_view_gather(null, &indices, 4, &out, &offsets), "view is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, null, 4, &out, &offsets), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, null), "dst_offsets is NULL");
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, null, &offsets), "dst is NULL");
+    // Refused before any offset is read: the offsets past the fifth are not the caller's.
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, huge, &out, &offsets), "overflows the address space");
+    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
+    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, &decreasing), "decrease");
+    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
+    try expectRefused(.size_mismatch, lx_view_gather(v, &indices, 4, &out, &uneven), "destination slot");
+    try expectRefused(.index_out_of_range, lx_view_gather(v, &outside, 4, &out, &offsets), "out of range");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    try testing.expectEqual(Status.ok, lx_view_gather(v, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+    try testing.expectEqual(Status.ok, lx_view_gather_fixed(v, null, 0, null, 0));
 }
 
 test "delete, stats, sync, compact and train_dict refuse bad arguments, changing nothing" {

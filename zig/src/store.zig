@@ -178,6 +178,8 @@ pub const Stats = struct {
 };
 
 pub const Store = struct {
+    /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
+    canary: u64 = canary_open,
     allocator: Allocator,
     dir: Io.Dir,
     meta: meta_file.Meta,
@@ -286,9 +288,15 @@ pub const Store = struct {
         return store;
     }
 
+    /// "lxstore" and a version byte; a view's differs, so neither passes for the other.
+    pub const canary_open: u64 = 0x6C78_7374_6F72_6501;
+    pub const canary_closed: u64 = 0;
+
     /// Releases everything. The caller guarantees no other thread uses the store.
     pub fn close(store: *Store) void {
         const io = pool.io();
+        // First: the handle is dead from here on (a second close does nothing).
+        @atomicStore(u64, &store.canary, canary_closed, .monotonic);
         // Out of the registry first: a fork from now on must not see a half-closed store.
         unregister(store);
         store.locks.release(io);

@@ -26,6 +26,8 @@ const Route = struct {
 };
 
 pub const View = struct {
+    /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
+    canary: u64 = canary_open,
     allocator: Allocator,
     /// Borrowed: the caller keeps every store open for the view's lifetime.
     stores: []*Store,
@@ -37,6 +39,9 @@ pub const View = struct {
     /// (a dataset's shards fill to their capacity, 2^24 by default): global index g is then in
     /// store min(g >> shift, last), with no search.
     uniform_shift: ?u6,
+    /// For each position, the first position holding the same store; null when every store
+    /// is distinct (see lockSet).
+    first_positions: ?[]u32,
     /// Decompression contexts of this view's gathers (a context is not tied to a store).
     contexts: codec.ContextPool = .{},
     /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
@@ -62,15 +67,49 @@ pub const View = struct {
             start.* = total;
             total += store.length();
         }
+        const first_positions = try firstPositions(allocator, stores);
+        errdefer if (first_positions) |positions| allocator.free(positions);
         const view = allocator.create(View) catch return outOfMemory();
-        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts, .uniform_shift = uniformShift(starts) };
+        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts, .uniform_shift = uniformShift(starts), .first_positions = first_positions };
         register(view);
         return view;
     }
 
+    /// For each position, the first position of its store, or null when no store repeats (the
+    /// same store twice is two shards of it: each reads the whole store).
+    fn firstPositions(allocator: Allocator, stores: []const *Store) Error!?[]u32 {
+        const order = allocator.alloc(u32, stores.len) catch return outOfMemory();
+        defer allocator.free(order);
+        for (order, 0..) |*position, k| position.* = @intCast(k);
+        // By store, then by position: each run of one store starts at its first position.
+        std.mem.sortUnstable(u32, order, stores, struct {
+            fn lessThan(context: []const *Store, a: u32, b: u32) bool {
+                const a_store = @intFromPtr(context[a]);
+                const b_store = @intFromPtr(context[b]);
+                return a_store < b_store or (a_store == b_store and a < b);
+            }
+        }.lessThan);
+        var repeats = false;
+        for (order[1..], order[0 .. order.len - 1]) |later, earlier| repeats = repeats or stores[later] == stores[earlier];
+        if (!repeats) return null;
+        const first = allocator.alloc(u32, stores.len) catch return outOfMemory();
+        var run_first = order[0];
+        for (order, 0..) |position, i| {
+            if (i > 0 and stores[position] != stores[order[i - 1]]) run_first = position;
+            first[position] = run_first;
+        }
+        return first;
+    }
+
+    /// "lxview" and a version byte; a store's differs, so neither passes for the other.
+    pub const canary_open: u64 = 0x6C78_7669_6577_0001;
+    pub const canary_closed: u64 = 0;
+
     /// Releases the view (not its stores). No other thread may be using it.
     pub fn close(view: *View) void {
+        @atomicStore(u64, &view.canary, canary_closed, .monotonic);
         unregister(view);
+        if (view.first_positions) |positions| view.allocator.free(positions);
         view.contexts.deinit();
         view.allocator.free(view.starts);
         view.allocator.free(view.stores);
@@ -129,9 +168,12 @@ pub const View = struct {
     /// Routes every index, checking it against the total and its store's current length.
     /// Takes the shared lock of every store the batch touches (in store order, so two views
     /// never wait on each other) and returns the set for `unlockTouched`.
-    fn routeAndLock(view: *View, indices: []const i64, routes: []Route, touched: []u64) Error!void {
-        const total = view.length();
+    fn routeAndLock(view: *View, indices: []const i64, scratch: Scratch) Error!void {
+        const routes = scratch.routes;
+        const touched = scratch.touched;
         const last = view.stores.len - 1;
+        try view.checkOpen(last);
+        const total = view.length();
         @memset(touched, 0);
         // The highest record of the last store the batch reads (its range is open).
         var last_local_max: u64 = 0;
@@ -144,13 +186,17 @@ pub const View = struct {
             touched[r.store_index / 64] |= @as(u64, 1) << @intCast(r.store_index % 64);
             last_local_max = if (r.store_index == last) @max(last_local_max, r.local) else last_local_max;
         }
+        view.lockSet(touched, scratch.locked);
         // In a forked child, each store re-takes its cross-process lock on first use.
-        for (touched, 0..) |word, w| {
+        for (scratch.locked, 0..) |word, w| {
             var bits = word;
-            while (bits != 0) : (bits &= bits - 1) try view.stores[w * 64 + @ctz(bits)].relockIfForked();
+            while (bits != 0) : (bits &= bits - 1) {
+                try view.checkOpen(w * 64 + @ctz(bits));
+                try view.stores[w * 64 + @ctz(bits)].relockIfForked();
+            }
         }
-        view.lockTouched(touched);
-        errdefer view.unlockTouched(touched);
+        view.lockTouched(scratch.locked);
+        errdefer view.unlockTouched(scratch.locked);
         // One length per touched store, not per record: a store other than the last still
         // holding the length the view was made with covers every record routed to it.
         for (touched, 0..) |word, w| {
@@ -163,6 +209,14 @@ pub const View = struct {
         }
     }
 
+    /// Refuses a call once store k was closed under the view (the caller broke the borrow; see
+    /// lx_view_open). Its memory may have been reused since, so this catches the common case.
+    pub fn checkOpen(view: *const View, k: usize) Error!void {
+        if (@atomicLoad(u64, &view.stores[k].canary, .monotonic) == Store.canary_open) return;
+        diagnostic.note("store {d} of the view was closed before the view", .{k});
+        return error.InvalidArgument;
+    }
+
     /// Refuses the batch when a record routed to store k is past its current length (the
     /// store shrank since the view was made: a delete through the same handle).
     fn checkShrunk(view: *const View, indices: []const i64, routes: []const Route, k: usize) Error!void {
@@ -171,6 +225,21 @@ pub const View = struct {
             if (r.store_index == k and r.local >= store_length) {
                 diagnostic.note("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
                 return error.IndexOutOfRange;
+            }
+        }
+    }
+
+    /// The positions whose stores a call locks: `touched` itself (the same slice) unless a
+    /// store repeats, then each touched store's first position, once. A store locked shared
+    /// twice by one call deadlocks with a writer (delete, compact) queued between the two.
+    fn lockSet(view: *const View, touched: []const u64, locked: []u64) void {
+        const first = view.first_positions orelse return;
+        @memset(locked, 0);
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                const k = first[w * 64 + @ctz(bits)];
+                locked[k / 64] |= @as(u64, 1) << @intCast(k % 64);
             }
         }
     }
@@ -195,20 +264,27 @@ pub const View = struct {
         }
     }
 
-    /// Per-call scratch: a route per index and one bit per store.
+    /// Per-call scratch: a route per index, one bit per store touched and one per store locked
+    /// (lockSet; the same words unless the view repeats a store).
     const Scratch = struct {
         routes: []Route,
         touched: []u64,
+        locked: []u64,
 
-        fn init(allocator: Allocator, index_count: usize, store_count: usize) Error!Scratch {
+        fn init(view: *const View, index_count: usize) Error!Scratch {
+            const allocator = view.allocator;
+            const words = (view.stores.len + 63) / 64;
             const routes = allocator.alloc(Route, index_count) catch return outOfMemory();
             errdefer allocator.free(routes);
-            const touched = allocator.alloc(u64, (store_count + 63) / 64) catch return outOfMemory();
-            return .{ .routes = routes, .touched = touched };
+            const touched = allocator.alloc(u64, words) catch return outOfMemory();
+            errdefer allocator.free(touched);
+            const locked = if (view.first_positions == null) touched else allocator.alloc(u64, words) catch return outOfMemory();
+            return .{ .routes = routes, .touched = touched, .locked = locked };
         }
 
         fn deinit(scratch: Scratch, allocator: Allocator) void {
             allocator.free(scratch.routes);
+            if (scratch.locked.ptr != scratch.touched.ptr) allocator.free(scratch.locked);
             allocator.free(scratch.touched);
         }
     };
@@ -216,10 +292,10 @@ pub const View = struct {
     /// Writes global record indices[i] (decompressed) into destination slot i, for every i:
     /// one pool run over the whole batch, each record read by its own store.
     pub fn gather(view: *View, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
-        const scratch = try Scratch.init(view.allocator, indices.len, view.stores.len);
+        const scratch = try Scratch.init(view, indices.len);
         defer scratch.deinit(view.allocator);
-        try view.routeAndLock(indices, scratch.routes, scratch.touched);
-        defer view.unlockTouched(scratch.touched);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
         // Every slot's size is checked before any record is copied, so a refusal leaves the
         // destination as it was.
         if (!view.slotsMatch(scratch.routes, destination)) {
@@ -303,10 +379,10 @@ pub const View = struct {
     /// The logical length of each global record.
     pub fn recordLengths(view: *View, indices: []const i64, out: []u64) Error!void {
         assert(indices.len == out.len);
-        const scratch = try Scratch.init(view.allocator, indices.len, view.stores.len);
+        const scratch = try Scratch.init(view, indices.len);
         defer scratch.deinit(view.allocator);
-        try view.routeAndLock(indices, scratch.routes, scratch.touched);
-        defer view.unlockTouched(scratch.touched);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
         for (scratch.routes, out) |r, *len| len.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
     }
 };
@@ -528,4 +604,36 @@ test "a view copies raw records of fixed size and decompresses the others, inter
 
 test "a view of no stores is refused" {
     try testing.expectError(error.InvalidArgument, View.open(testing.allocator, &.{}));
+}
+
+test "a view of one store twice locks it once per call and reads it at both positions" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const stores = [_]*Store{ fixture.stores[0], fixture.stores[2], fixture.stores[0] };
+    const view = try View.open(testing.allocator, &stores);
+    defer view.close();
+    try testing.expectEqualSlices(u32, &.{ 0, 1, 0 }, view.first_positions.?);
+    var locked: [1]u64 = undefined;
+    view.lockSet(&.{0b101}, &locked);
+    try testing.expectEqual(@as(u64, 0b001), locked[0]);
+    view.lockSet(&.{0b110}, &locked);
+    try testing.expectEqual(@as(u64, 0b011), locked[0]);
+    // Globals 0, 1 and 5, 6 are the first store's records ([0] and [1, 1]) at both its
+    // positions; 2 is the last store's first record ([2, 2, 2]).
+    const indices = [_]i64{ 6, 0, 5, 2 };
+    var lengths: [4]u64 = undefined;
+    try view.recordLengths(&indices, &lengths);
+    try testing.expectEqualSlices(u64, &.{ 2, 1, 1, 3 }, &lengths);
+    var offsets: [5]u64 = .{ 0, 2, 3, 4, 7 };
+    var out: [7]u8 = undefined;
+    try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, out.len);
+    try testing.expectEqualSlices(u8, &.{ 1, 1, 0, 0, 2, 2, 2 }, &out);
+}
+
+test "a view of distinct stores has no first positions" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    try testing.expect(view.first_positions == null);
 }
