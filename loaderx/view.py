@@ -105,7 +105,8 @@ class View(NativeCalls):
         """
         if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
             raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
-        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
+        if type(indices) is not np.ndarray:
+            indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
         if not indices.flags.c_contiguous or indices.ndim != 1:
             raise ValueError("indices must be a one-dimensional C-contiguous array")
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:

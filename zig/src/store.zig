@@ -135,7 +135,9 @@ pub const Failure = struct {
     message: [256]u8 = undefined,
     message_len: usize = 0,
     /// The thread whose record() won, so that only it names the batch position that failed.
-    claimer: std.Thread.Id = undefined,
+    /// Atomic: a losing thread reads it while the winner may still be writing it (it then
+    /// reads 0, which no thread's id is, or the winner's id: either way not its own).
+    claimer: std.atomic.Value(std.Thread.Id) = .init(0),
     /// The batch position of the failed record, when the caller placed it (a view does: its
     /// stores' messages name a shard's local index, which the view turns into the global one).
     position: ?usize = null,
@@ -147,7 +149,7 @@ pub const Failure = struct {
     pub fn record(failure: *Failure, err: Error, comptime fmt: []const u8, args: anytype) void {
         if (failure.claimed.swap(true, .acq_rel)) return;
         failure.err = err;
-        failure.claimer = std.Thread.getCurrentId();
+        failure.claimer.store(std.Thread.getCurrentId(), .monotonic);
         const written = std.fmt.bufPrint(&failure.message, fmt, args) catch failure.message[0..];
         failure.message_len = written.len;
     }
@@ -155,7 +157,7 @@ pub const Failure = struct {
     /// Called by the thread whose record at batch position `i` just failed: names `i` when that
     /// failure is the one recorded (another thread's may have come first).
     pub fn place(failure: *Failure, i: usize) void {
-        if (failure.claimer == std.Thread.getCurrentId() and failure.position == null) failure.position = i;
+        if (failure.claimer.load(.monotonic) == std.Thread.getCurrentId() and failure.position == null) failure.position = i;
     }
 
     /// Records an error whose message this thread has just set.
