@@ -64,9 +64,13 @@ def read_state(state: object, fingerprint: dict[str, Any]) -> tuple[int, int]:
     if state["version"] != STATE_VERSION:
         raise ValueError(f"loader state version {state['version']!r}; this loaderx reads {STATE_VERSION}")
     seed, step = state["seed"], state["step"]
-    for name, value, limit in (("seed", seed, SEED_LIMIT), ("step", step, STEP_LIMIT)):
+    # A step of 2**64 is the state of a loader past its last step (it refuses next()), kept
+    # so that every state_dict() loads back.
+    for name, value, limit, bounds in (
+        ("seed", seed, SEED_LIMIT, "[0, 2**64)"), ("step", step, STEP_LIMIT + 1, "[0, 2**64]")
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-            raise ValueError(f"the state's {name} must be an int in [0, 2**64), got {value!r}")
+            raise ValueError(f"the state's {name} must be an int in {bounds}, got {value!r}")
     saved = state["fingerprint"]
     if not isinstance(saved, Mapping):
         raise ValueError(f"the state's fingerprint must be a dict, got {type(saved).__name__}")

@@ -66,6 +66,8 @@ T = TypeVar("T")
 # Sanity limits: far beyond anything useful, low enough to catch a unit mix-up early.
 DEPTH_MAX: Final = 4096
 WORKERS_MAX: Final = 1024
+# The first step a loader cannot make by default: steps are unsigned 64-bit on the native side.
+STEP_END_DEFAULT: Final = 1 << 64
 # Worker threads a loader starts when none are asked for, at most.
 WORKERS_DEFAULT_MAX: Final = 4
 # At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
@@ -131,11 +133,17 @@ class Prefetcher(Generic[T]):
         workers: int,
         name: str = "loaderx-prefetch",
         consumer_helps: bool = False,
+        step_end: int = STEP_END_DEFAULT,
+        step_end_reason: str = "steps are unsigned 64-bit integers",
     ) -> None:
         if not isinstance(start_step, int):
             raise TypeError(f"start_step must be an int, got {type(start_step).__name__}")
         if start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {start_step}")
+        if start_step > step_end:
+            raise ValueError(
+                f"start_step must be <= {step_end} ({step_end_reason}), got {start_step}"
+            )
         _check_count("depth", depth, DEPTH_MAX)
         _check_count("workers", workers, WORKERS_MAX)
         if not callable(produce):
@@ -143,6 +151,10 @@ class Prefetcher(Generic[T]):
         self._produce: Callable[[int], T] = produce
         self._depth: int = depth
         self._consumer_helps: bool = consumer_helps
+        # No step at or past step_end is made: next() there raises instead (_refuse_end), so
+        # the step count stops at step_end, which a state dict can still hold.
+        self._step_end: int = step_end
+        self._step_end_reason: str = step_end_reason
         # A reentrant lock: a garbage-collector finaliser may call close() on a worker thread
         # that already holds the lock (see close()).
         self._lock: threading.RLock = threading.RLock()
@@ -204,6 +216,12 @@ class Prefetcher(Generic[T]):
             f"process, starting at step {self._take_step} to continue the stream"
         )
 
+    def _refuse_end(self) -> NoReturn:
+        raise ValueError(
+            f"this loader is past its last step, {self._step_end - 1} "
+            f"({self._step_end_reason}): it has no further batch"
+        )
+
     def __iter__(self) -> Prefetcher[T]:
         return self
 
@@ -239,10 +257,13 @@ class Prefetcher(Generic[T]):
                 step = self._take_step
                 if step in self._values or step in self._errors:
                     return self._take(step)
+                if step >= self._step_end:
+                    self._refuse_end()
                 own = self._orphan_of(me)
                 if own >= 0:
                     return own, None, None
-                if self._consumer_helps and self._claim_step - step < self._depth:
+                claimable = self._claim_step < self._step_end
+                if self._consumer_helps and claimable and self._claim_step - step < self._depth:
                     own = self._claim_step
                     self._claim_step = own + 1
                     self._helping[own] = me
@@ -278,7 +299,10 @@ class Prefetcher(Generic[T]):
     def _claim(self) -> int:
         """Returns the next step for this worker to compute, or -1 once closed."""
         with self._lock:
-            while not self._closed and self._claim_step - self._take_step >= self._depth:
+            while not self._closed and (
+                self._claim_step - self._take_step >= self._depth
+                or self._claim_step >= self._step_end
+            ):
                 self._space.wait()
             if self._closed:
                 return -1

@@ -728,7 +728,7 @@ def test_state_of_other_data_is_refused_naming_the_difference(
             other.load_state_dict([1, 2])  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="not a loaderx loader state"):
             other.load_state_dict({"seed": 1, "step": 2})
-        with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*64\), got -1"):
+        with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*64\], got -1"):
             other.load_state_dict({**state, "step": -1})
 
 
@@ -741,11 +741,33 @@ def test_a_refused_state_leaves_the_loader_running_where_it_was(folder: Path) ->
         expected = [next(reference)["data"].copy() for _ in range(4)]
         assert np.array_equal(next(loader)["data"], expected[0])
         state = loader.state_dict()
-        for key in ("seed", "step"):
-            with pytest.raises(ValueError, match=rf"{key} must be an int in \[0, 2\*\*64\)"):
-                loader.load_state_dict({**state, key: 1 << 64})
+        for key, value, bounds in (("seed", 1 << 64, r"\)"), ("step", (1 << 64) + 1, r"\]")):
+            with pytest.raises(ValueError, match=rf"{key} must be an int in \[0, 2\*\*64{bounds}"):
+                loader.load_state_dict({**state, key: value})
         assert not loader.closed and loader.step == 1
         assert [np.array_equal(next(loader)["data"], want) for want in expected[1:]] == [True] * 3
+
+
+def test_the_last_step_is_2_64_minus_1_and_its_state_loads_back(folder: Path) -> None:
+    """Steps are unsigned 64-bit: past step 2**64 - 1 next() refuses, without moving the step,
+    and the state there (step 2**64) loads back instead of being refused."""
+    streams = {"data": DenseDataset(folder / "data")}
+    last = (1 << 64) - 1
+    with DataLoader(streams, batch_size=24, mode="sequential", start_step=last - 1) as loader:
+        take(loader, 2)
+        for _ in range(2):
+            with pytest.raises(ValueError, match=f"past its last step, {last} "):
+                next(loader)
+            assert loader.step == 1 << 64
+        state = loader.state_dict()
+        assert state["step"] == 1 << 64
+    with DataLoader(streams, batch_size=24, mode="sequential") as other:
+        other.load_state_dict(state)
+        assert other.step == 1 << 64
+        with pytest.raises(ValueError, match="past its last step"):
+            next(other)
+    with pytest.raises(ValueError, match=r"start_step must be <= 18446744073709551616 \(steps are"):
+        DataLoader(streams, batch_size=24, start_step=(1 << 64) + 1)
 
 
 def test_a_state_names_the_length_sampled_not_the_length_now(folder: Path) -> None:
