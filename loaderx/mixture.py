@@ -60,6 +60,9 @@ SLOTS: Final = 1 << SLOTS_BITS
 # Odd, and SLOTS * (sqrt(5) - 1) / 2 rounded: the rotation step closest to the golden ratio.
 _ROTATION: Final = round(SLOTS * (math.sqrt(5.0) - 1.0) / 2.0) | 1
 _U64: Final = (1 << 64) - 1
+# Record positions (step * global batch + row) are int64 in the vectorised sampling.
+_POSITION_LIMIT: Final = 1 << 63
+STEP_END_REASON: Final = "step * global batch size must stay below 2**63"
 _ROUNDS: Final = 4
 _MULTIPLIERS: Final = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93)
 
@@ -156,6 +159,8 @@ class MixtureSampler:
         self.seed = key
         self.shard = (index, count)
         self.global_batch_size = size * count
+        # Record positions are int64: steps from here on would reach past 2**63 - 1.
+        self.step_end = _POSITION_LIMIT // self.global_batch_size
         self._bounds = np.cumsum([0, *self.shares], dtype=np.int64)
         self._offset = _mix64(key) % SLOTS
 
@@ -179,6 +184,8 @@ class MixtureSampler:
     def _first_position(self, step: int) -> int:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
+        if step >= self.step_end:
+            raise ValueError(f"step must be < {self.step_end} ({STEP_END_REASON}), got {step}")
         return int(step) * self.global_batch_size + self.shard[0] * self.batch_size
 
     def counts(self, step: int) -> npt.NDArray[np.int64]:
@@ -364,6 +371,7 @@ class MixtureLoader:
         prefetcher: Prefetcher[Batch] = Prefetcher(
             WeakProducer(self._produce), step, self.prefetch, self.workers,
             name="loaderx-mixture", consumer_helps=self.transform is None,
+            step_end=self.sampler.step_end, step_end_reason=STEP_END_REASON,
         )
         self._finalizer = close_when_collected(self, prefetcher)
         return prefetcher
@@ -408,6 +416,11 @@ class MixtureLoader:
         restarted = MixtureSampler(
             sampler.lengths, sampler.weights, sampler.batch_size, seed, sampler.shard
         )
+        if step > restarted.step_end:
+            raise ValueError(
+                f"the state's step must be in [0, {restarted.step_end}] ({STEP_END_REASON}), "
+                f"got {step}"
+            )
         self.close()
         self.sampler = restarted
         self._prefetcher = self._start(step)

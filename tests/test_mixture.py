@@ -154,6 +154,29 @@ def test_numpy_integers_are_taken_and_a_refused_state_changes_nothing(
         MixtureLoader(sources, weights, 24, start_step=1.5)  # type: ignore[arg-type]
 
 
+def test_the_last_step_keeps_positions_in_int64(sources: list[dict[str, DenseDataset]]) -> None:
+    """Record positions (step * global batch) are int64: the step that would reach 2**63 is
+    refused clearly by next(), which does not move the step, and by load_state_dict, which
+    leaves the loader running."""
+    weights = [0.5, 0.3, 0.2]
+    end = (1 << 63) // 24
+    with MixtureLoader(sources, weights, 12, shard=(1, 2), start_step=end - 1) as loader:
+        assert next(loader)["id"].shape == (12,)
+        for _ in range(2):
+            with pytest.raises(ValueError, match=rf"past its last step, {end - 1} .*below 2\*\*63"):
+                next(loader)
+            assert loader.step == end
+        state = loader.state_dict()
+    with MixtureLoader(sources, weights, 12, shard=(0, 2)) as other:
+        with pytest.raises(ValueError, match=rf"step must be in \[0, {end}\]"):
+            other.load_state_dict({**state, "step": end + 1})
+        assert not other.closed and other.step == 0
+        other.load_state_dict(state)
+        assert other.step == end
+    with pytest.raises(ValueError, match=rf"step must be < {end} "):
+        MixtureSampler(LENGTHS, weights, 24).batch(end)
+
+
 def test_shards_split_the_global_batch(sources: list[dict[str, DenseDataset]]) -> None:
     weights = [0.2, 0.5, 0.3]
 
