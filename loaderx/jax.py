@@ -34,6 +34,9 @@ from typing import Any, Final
 import jax
 import numpy as np
 
+from loaderx.loader_arguments import check_count
+from loaderx.prefetch import DEPTH_MAX
+
 __all__ = ["DevicePrefetch", "device_prefetch", "global_batch", "process_shard"]
 
 SIZE_DEFAULT: Final = 2
@@ -92,8 +95,11 @@ class DevicePrefetch:
         self, loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
         sharding: jax.sharding.Sharding | None = None,
     ) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an int >= 1 (batches on the device ahead), got {size!r}")
+        if isinstance(size, bool):
+            raise TypeError("size must be an int (batches on the device ahead), not bool")
+        # Capped as the loaders' prefetch is: a larger size is a unit mix-up, and would pin
+        # that many batches in device memory.
+        size = check_count("size", size, DEPTH_MAX)
         if sharding is not None and not isinstance(sharding, jax.sharding.Sharding):
             raise TypeError(f"sharding must be a jax.sharding.Sharding, not {type(sharding).__name__}")
         self.loader = loader

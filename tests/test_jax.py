@@ -271,8 +271,14 @@ def test_an_interrupt_while_placing_a_batch_loses_no_batch(
 
 def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
     loader: Any = iter([])
-    with pytest.raises(ValueError, match="size must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"size must be in 1\.\.4096, got 0"):
         device_prefetch(loader, size=0)
+    # Capped as DataLoader's prefetch is (a larger size is a unit mix-up).
+    with pytest.raises(ValueError, match=r"size must be in 1\.\.4096, got 4097"):
+        device_prefetch(loader, size=4097)
+    with pytest.raises(TypeError, match="size must be an int"):
+        device_prefetch(loader, size=True)
+    assert device_prefetch(loader, size=np.int64(4096)).size == 4096  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="jax.sharding.Sharding"):
         device_prefetch(loader, sharding="data")  # type: ignore[arg-type]
     # A finite iterator ends the prefetch when it ends.
