@@ -145,6 +145,9 @@ def check_item_shape(item_shape: SupportsIndex | Sequence[SupportsIndex]) -> tup
         dims = (item_shape,)
     result: list[int] = []
     for dim in dims:
+        # operator.index takes True as 1: a bool here is a mistake, not a size.
+        if isinstance(dim, (bool, np.bool_)):
+            raise TypeError(f"item_shape must hold integers, not bools, got {item_shape!r}")
         try:
             value = operator.index(dim)
         except TypeError as exc:

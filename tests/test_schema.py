@@ -11,6 +11,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from loaderx.dataset import DenseDataset
 from loaderx.errors import SchemaError
 from loaderx.schema import (
     DICT_SIZE_MAX,
@@ -95,6 +96,16 @@ def test_item_shape_forms() -> None:
         check_item_shape((2, -1))
     with pytest.raises(TypeError, match="integers"):
         check_item_shape((2.5,))  # type: ignore[arg-type]
+
+
+def test_item_shape_refuses_bools(tmp_path: Path) -> None:
+    """operator.index takes True as 1, which turned item_shape=(True,) into (1,)."""
+    for shape in ((True,), (2, False), True, (np.bool_(True),)):
+        with pytest.raises(TypeError, match="item_shape must hold integers, not bools"):
+            check_item_shape(shape)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not bools"):
+        DenseDataset(tmp_path / "x", dtype="u1", item_shape=(True,))
+    assert not (tmp_path / "x").exists()
 
 
 def test_dict_tiers_and_explicit_sizes() -> None:
