@@ -20,6 +20,7 @@ from numpy.typing import DTypeLike
 
 from loaderx.commit import StagedFolder
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.paths import is_file
 from loaderx.progress import Progress, ProgressOption
 from loaderx.schema import (
     Codec,
@@ -438,6 +439,9 @@ def recode(
     dst_path = os.fspath(dst)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
+    # Checked here so that the error names the source, not the schema file read_schema opens.
+    if not is_file(schema_path(src_path)):
+        raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
     found = read_schema(src_path)
     target = found.with_codec(codec, dict_size)
     block_bytes = _check_chunk_bytes(chunk_bytes)

@@ -251,8 +251,14 @@ def test_recode_refuses_itself_and_missing_sources(tmp_path: Path) -> None:
         recode(str(tmp_path / "a"), str(tmp_path / "a"), overwrite=True)
     with pytest.raises(ValueError, match="other than its source"):
         recode(str(tmp_path / "a"), str(tmp_path / "." / "a"), overwrite=True)
-    with pytest.raises(FileNotFoundError):
-        recode(str(tmp_path / "missing"), str(tmp_path / "b"))
+    # The error names the missing source, not the schema file inside it.
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_bytes(b"x")
+    for name in ("missing", "empty", "file"):
+        source = str(tmp_path / name)
+        with pytest.raises(FileNotFoundError, match=rf"^no loaderx dataset at '{source}' to recode$"):
+            recode(source, str(tmp_path / "b"))
+    assert not (tmp_path / "b").exists()
     same_bits(dense_content(str(tmp_path / "a")), np.arange(10))
 
 
