@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
 
@@ -244,10 +245,37 @@ def _from_numpy_parallel(
 
 
 def _as_record(record: object, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """An array record as it is (the dataset checks its dtype); other sequences via np.asarray."""
+    """An array record as it is (the dataset checks its dtype); other sequences via np.asarray,
+    refused when the cast would change a value (as pad() refuses its padding value)."""
     if isinstance(record, np.ndarray):
         return record
-    return np.asarray(record, dtype=dtype)
+    values = np.asarray(record)
+    if values.dtype == dtype:
+        return values
+    if values.dtype.kind not in "biufc":  # ragged lists and the like: NumPy says what is wrong
+        return np.asarray(record, dtype=dtype)
+    # The cast may warn about what _kept then refuses with a clearer message.
+    with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        cast = values.astype(dtype)
+        if not _kept(values, cast, dtype):
+            raise ValueError(
+                f"a record of {values.dtype} values does not fit dtype {dtype} without changing "
+                f"them (np.asarray would truncate or wrap): convert it yourself first"
+            )
+    return cast
+
+
+def _kept(values: npt.NDArray[Any], cast: npt.NDArray[Any], dtype: np.dtype[Any]) -> bool:
+    """Whether cast holds the same values: a float dtype may round, but not turn a finite value
+    infinite or drop an imaginary part; any other dtype must keep every value exactly."""
+    if dtype.kind in "fc":
+        return bool(
+            np.array_equal(np.isfinite(cast), np.isfinite(values))
+            and np.array_equal(np.isnan(cast), np.isnan(values))
+            and (dtype.kind == "c" or not np.any(np.imag(values)))
+        )
+    return bool(np.array_equal(cast, values))
 
 
 def from_iterator(
@@ -267,7 +295,8 @@ def from_iterator(
     """Writes a ragged dataset at path from an iterable of (L, *item_shape) arrays.
 
     dtype and item_shape default to the first record's dtype and trailing shape. Array records
-    must have that dtype exactly; non-array records (lists) go through np.asarray(r, dtype).
+    must have that dtype exactly; non-array records (lists) are converted to dtype, and refused
+    (ValueError) when that would change a value (1.5 into an int dtype, 300 into uint8).
     Records are appended in batches of about chunk_bytes. "zstd_dict" is refused: a dictionary
     must be trained on final data, so stream with "zstd" and recode afterwards. Returns the
     number of records written.

@@ -150,6 +150,23 @@ def test_from_iterator_explicit_schema_and_lists(tmp_path: Path) -> None:
     assert not os.path.exists(tmp_path / "nothing")
 
 
+def test_from_iterator_refuses_lossy_list_records(tmp_path: Path) -> None:
+    """Lists were cast with np.asarray(r, dtype), which truncates 1.5 to 1 without a word."""
+    for records, dtype in (
+        ([[1.5, 2.0]], np.int32), ([[1, 2], [1.0, 2.7]], np.int64), ([[300]], np.uint8),
+        ([[-1]], np.uint16), ([[2]], np.bool_), ([[1e300]], np.float32), ([[1 + 2j]], np.float64),
+    ):
+        with pytest.raises(ValueError, match=f"does not fit dtype {np.dtype(dtype)}"):
+            from_iterator(str(tmp_path / "r"), records, dtype=dtype, item_shape=())
+        assert os.listdir(tmp_path) == []
+    # Values the dtype holds are taken (a float dtype may round).
+    from_iterator(str(tmp_path / "ok"), [[1.0, 2.0], [True]], dtype=np.int8, item_shape=())
+    assert [r.tolist() for r in ragged_content(str(tmp_path / "ok"))] == [[1, 2], [1]]
+    from_iterator(str(tmp_path / "f"), [[0.1, 7], [float("nan")]], dtype=np.float32, item_shape=())
+    got = ragged_content(str(tmp_path / "f"))
+    assert got[0].tolist() == [np.float32(0.1), 7.0] and np.isnan(got[1][0])
+
+
 def test_from_iterator_refuses_zstd_dict(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="recode"):
         from_iterator(str(tmp_path / "r"), [np.arange(3)], codec="zstd_dict")
