@@ -44,6 +44,7 @@ from typing import Any, Final
 import msgpack
 
 from loaderx.errors import ManifestError, SchemaError
+from loaderx.paths import PathArg, fs_path
 from loaderx.schema import Schema, differences, read_schema, schema_path, write_schema
 from loaderx.shards import (
     SHARD_COUNT_MAX,
@@ -300,13 +301,13 @@ def append_all(path: str, staging: str,
                           f"failed ({exc}); recover_appends({path!r}) finishes it", stacklevel=3)
 
 
-def recover_appends(path: str | os.PathLike[str]) -> int:
+def recover_appends(path: PathArg) -> int:
     """Finishes appends that a killed write_dataset(append=True) left halfway in path: each
     goes forward in every column if it had reached its commit point, else back in every
     column. Readers never need this (they see all columns before or all after); it makes the
     column folders self-contained again. Returns how many it finished; the next append into
     path runs it first."""
-    path = os.path.abspath(os.fspath(path))
+    path = os.path.abspath(fs_path(path))
     finished = 0
     for name in sorted(os.listdir(path)):
         journal = os.path.join(path, name)

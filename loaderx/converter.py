@@ -21,7 +21,7 @@ from numpy.typing import DTypeLike
 
 from loaderx.commit import StagedFolder
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.paths import is_file
+from loaderx.paths import PathArg, fs_path, is_file
 from loaderx.progress import Progress, ProgressOption
 from loaderx.schema import (
     Codec,
@@ -158,7 +158,7 @@ def _sample_positions(count: int, record_bytes: float, dict_size: int) -> npt.ND
 
 
 def from_numpy(
-    path: str | os.PathLike[str],
+    path: PathArg,
     array: npt.ArrayLike,
     codec: Codec = "zstd",
     dict_size: str | int = "balanced",
@@ -184,6 +184,7 @@ def from_numpy(
     in one atomic commit (creating it if absent). start_method picks how worker processes
     start (default "fork" where available).
     """
+    path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
     data = array if isinstance(array, np.ndarray) else np.asarray(array)
     if data.ndim == 0:
@@ -279,7 +280,7 @@ def _kept(values: npt.NDArray[Any], cast: npt.NDArray[Any], dtype: np.dtype[Any]
 
 
 def from_iterator(
-    path: str | os.PathLike[str],
+    path: PathArg,
     iterable: Iterable[Any],
     codec: Codec = "zstd",
     dtype: DTypeLike | None = None,
@@ -308,6 +309,7 @@ def from_iterator(
     are published in source order only when every source succeeded (loaderx.parallel).
     append=True adds them to the dataset at path in one atomic commit.
     """
+    path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
     if workers is not None or append:
         return _from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
@@ -449,8 +451,8 @@ def _check_trainable(codec: str, count: int) -> None:
 
 
 def recode(
-    src: str | os.PathLike[str],
-    dst: str | os.PathLike[str],
+    src: PathArg,
+    dst: PathArg,
     codec: Codec = "zstd",
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
@@ -464,8 +466,8 @@ def recode(
     the dictionary is trained first on a strided sample of the whole source. Memory is bounded
     by chunk_bytes plus that sample. Returns the number of records written.
     """
-    src_path = os.fspath(src)
-    dst_path = os.fspath(dst)
+    src_path = fs_path(src)
+    dst_path = fs_path(dst)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
     # Checked here so that the error names the source, not the schema file read_schema opens.

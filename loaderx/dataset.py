@@ -31,7 +31,7 @@ from loaderx.errors import (
 from loaderx.fork_safe_lock import ForkSafeLock
 from loaderx.indexing import normalize_index, normalize_selection
 from loaderx.native_calls import NDARRAY, NativeCalls, gather_fixed
-from loaderx.paths import is_file
+from loaderx.paths import PathArg, fs_path, is_file
 from loaderx.result_buffers import POOL as RESULT_BUFFERS
 from loaderx.schema import (
     DICT_SIZE_MAX,
@@ -212,14 +212,14 @@ class _DatasetBase:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         kind: str,
         wanted: Schema | None,
         shard_records: SupportsIndex | None,
         readonly: bool,
         verify: bool | None,
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = fs_path(path)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
         schema, store = _open_store(
@@ -424,7 +424,7 @@ class DenseDataset(_DatasetBase):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
         codec: Codec = "zstd",
@@ -601,7 +601,7 @@ class RaggedDataset(_DatasetBase):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
         codec: Codec = "zstd",

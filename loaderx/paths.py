@@ -12,7 +12,16 @@ import errno
 import os
 import stat
 import uuid
-from typing import Final
+from typing import Final, TypeAlias
+
+# A path as the public API takes it: bytes too, as the os functions take them.
+PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+
+def fs_path(path: PathArg) -> str:
+    """path as a str; bytes are decoded as os.fsdecode does, so that every file name (even one
+    that is not UTF-8) round-trips to the same name through os.fsencode."""
+    return os.fsdecode(path)
 
 
 def is_file(path: str) -> bool:
@@ -35,7 +44,7 @@ def is_file(path: str) -> bool:
         raise
 
 
-__all__ = ["is_file"]
+__all__ = ["PathArg", "fs_path", "is_file"]
 
 
 # Between a file's name and the rest of its temporary name in write_file_atomically.

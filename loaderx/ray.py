@@ -32,6 +32,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.parallel import Part, common_schema, split_ranges
+from loaderx.paths import PathArg, fs_path
 from loaderx.sharded import check_shard_records
 from loaderx.column_append import append_all, recover_appends, refuse_some_new
 from loaderx.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
@@ -123,10 +124,10 @@ class LoaderxDatasink(Datasink[TaskParts]):
     made, so every write task, wherever it runs, stages into the same shared folder.
     """
 
-    def __init__(self, path: str | os.PathLike[str], columns: Mapping[str, str] | Sequence[str],
+    def __init__(self, path: PathArg, columns: Mapping[str, str] | Sequence[str],
                  codec: str = "zstd", ragged: Sequence[str] = (), append: bool = False,
                  shard_records: int = SHARD_RECORDS_MAX) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(fs_path(path))
         self.columns = _check_columns(columns)
         unknown = sorted(set(ragged) - set(self.columns))
         if unknown:
@@ -239,7 +240,7 @@ def _column_schema(column: str, parts: list[Part], ragged: frozenset[str]) -> Sc
     return common_schema(parts, lambda p: f"column {column!r}, part {p}")
 
 
-def write_dataset(ds: ray.data.Dataset, path: str | os.PathLike[str],
+def write_dataset(ds: ray.data.Dataset, path: PathArg,
                   columns: Mapping[str, str] | Sequence[str] | None = None, codec: str = "zstd",
                   ragged: Sequence[str] = (), append: bool = False,
                   shard_records: int = SHARD_RECORDS_MAX) -> int:
@@ -309,10 +310,10 @@ def _record_bytes(ds: DenseDataset | RaggedDataset, schema: Schema) -> int:
 class LoaderxDatasource(Datasource):
     """Reads loaderx datasets (one per column, all the same length) as a Ray dataset."""
 
-    def __init__(self, path: str | os.PathLike[str],
+    def __init__(self, path: PathArg,
                  columns: Mapping[str, str] | Sequence[str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.folders = _find_columns(os.path.abspath(os.fspath(path)), columns)
+        self.folders = _find_columns(os.path.abspath(fs_path(path)), columns)
         lengths: dict[str, int] = {}
         self.row_bytes = 0
         for column, folder in self.folders.items():
@@ -358,7 +359,7 @@ class _RangeReader:
                 ds.close()
 
 
-def read_dataset(path: str | os.PathLike[str],
+def read_dataset(path: PathArg,
                  columns: Mapping[str, str] | Sequence[str] | None = None,
                  override_num_blocks: int | None = None) -> ray.data.Dataset:
     """A ray.data.Dataset of loaderx datasets: path itself, or the column datasets under it.

@@ -24,7 +24,7 @@ from loaderx import _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.native_calls import NativeCalls, address
-from loaderx.paths import is_file
+from loaderx.paths import PathArg, fs_path, is_file
 from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
 from loaderx.verify import BadRecord, VerifyReport
@@ -146,7 +146,7 @@ class Zrecord(NativeCalls):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         create: bool = False,
         codec: Codec = "zstd",
@@ -157,7 +157,7 @@ class Zrecord(NativeCalls):
         """verify: which records gathers check against their checksum. None (the default):
         compressed and empty records, whose check costs little next to decompression; True:
         every record, raw ones included; False: none. A mismatch raises CorruptStoreError."""
-        self.path = os.fspath(path)
+        self.path = fs_path(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
         self.durable = bool(durable)

@@ -183,6 +183,25 @@ def test_from_iterator_bad_record_leaves_no_store(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
+def test_bytes_paths_are_taken_as_the_os_functions_take_them(tmp_path: Path) -> None:
+    """Bytes paths raised "Can't mix strings and bytes" (or a regex TypeError) from deep inside;
+    they are now decoded as os.fsdecode does, so a name that is not UTF-8 works too."""
+    from loaderx.zrecord import Zrecord
+
+    base = os.fsencode(tmp_path)
+    dense, ragged, copy = base + b"/d\xff", base + b"/r", base + b"/c"
+    assert from_numpy(dense, np.arange(6, dtype=np.int32).reshape(3, 2)) == 3
+    assert from_iterator(ragged, [np.arange(2), np.arange(3)]) == 2
+    assert recode(dense, copy, codec="raw") == 3
+    with DenseDataset(dense) as ds, RaggedDataset(ragged) as rs, DenseDataset(copy) as cs:
+        assert ds.path == os.fsdecode(dense) and os.fsencode(ds.path) == dense
+        assert ds[:].tolist() == cs[:].tolist() == [[0, 1], [2, 3], [4, 5]]
+        assert [r.tolist() for r in rs[:]] == [[0, 1], [0, 1, 2]]
+    assert sorted(os.listdir(base)) == [b"c", b"d\xff", b"r"]
+    with Zrecord(base + b"/z", create=True) as store:
+        assert store.path == os.fsdecode(base + b"/z")
+
+
 # --- recode -----------------------------------------------------------------------------------
 
 
