@@ -121,10 +121,9 @@ def _from_sequence(index: list[Any] | tuple[Any, ...] | range, length: int) -> I
         # check the items so the message names what was wrong.
         if isinstance(item, (bool, np.bool_, int, np.integer)):
             continue
-        raise TypeError(
-            f"record indices must be integers (or all bools for a mask), found "
-            f"{type(item).__name__} ({item!r})"
-        )
+        # Rarer items (0-d tensors or arrays, __index__ objects): converted only once one is met.
+        index = [_sequence_item(item) for item in index]
+        break
     bools = sum(1 for item in index if isinstance(item, (bool, np.bool_)))
     if bools == len(index):
         return _from_array(np.array(index, dtype=np.bool_), length)
@@ -142,6 +141,24 @@ def _from_sequence(index: list[Any] | tuple[Any, ...] | range, length: int) -> I
     if low < 0:
         result[result < 0] += length
     return result
+
+
+def _sequence_item(item: object) -> bool | np.bool_ | int | np.integer[Any]:
+    """One item of an index sequence as a bool or an int: a 0-d integer or bool array or
+    array-like (a torch tensor, without importing torch) as its value, an object with
+    __index__ as that; anything else (a float, a string, a longer array) is a TypeError."""
+    if isinstance(item, (bool, np.bool_, int, np.integer)):
+        return item
+    if isinstance(item, np.ndarray) or _is_array_like(item):
+        array = np.asarray(item)
+        if array.ndim == 0 and array.dtype.kind in "biu":
+            return bool(array) if array.dtype.kind == "b" else int(array)
+    elif not isinstance(item, _NOT_SCALAR) and isinstance(item, SupportsIndex):
+        return operator.index(item)
+    raise TypeError(
+        f"record indices must be integers (or all bools for a mask), found "
+        f"{type(item).__name__} ({item!r})"
+    )
 
 
 def _from_array(array: npt.NDArray[Any], length: int) -> IndexArray:

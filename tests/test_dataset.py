@@ -798,6 +798,31 @@ def test_datasets_pickle_by_path_and_reopen(tmp_path: Path, rng: np.random.Gener
     ragged.close()
 
 
+def test_lists_of_0d_tensors_index_as_numpy_indexes_them(tmp_path: Path) -> None:
+    """ds[[torch.tensor(1), torch.tensor(2)]] was refused although a tensor index is taken;
+    0-d integer or bool tensors and arrays in a list are now their values, as NumPy reads them."""
+    import torch
+
+    values = np.arange(20, dtype=np.int32).reshape(10, 2)
+    with DenseDataset(tmp_path / "d", dtype=np.int32, item_shape=(2,)) as ds:
+        ds.append(values)
+        for index in (
+            [torch.tensor(1), torch.tensor(-2)], [3, torch.tensor(2, dtype=torch.uint8), np.int16(0)],
+            (np.array(4), 1), [torch.tensor(k % 3 == 0) for k in range(10)],
+        ):
+            want = values[np.asarray(index)]
+            assert np.array_equal(ds[index], want) and ds[index].shape == want.shape
+        for bad, name in ((torch.tensor(1.0), "Tensor"), (torch.tensor([1]), "Tensor"),
+                          (np.array([1]), "ndarray"), (1.0, "float")):
+            with pytest.raises(TypeError, match=f"must be integers .*found {name}"):
+                ds[[0, bad]]
+        with pytest.raises(IndexError, match="index 10 is out of range for length 10"):
+            ds[[torch.tensor(10)]]
+    with RaggedDataset(tmp_path / "r", dtype=np.int32, item_shape=()) as rs:
+        rs.append([np.arange(n, dtype=np.int32) for n in (2, 0, 5)])
+        assert [len(r) for r in rs[[torch.tensor(2), torch.tensor(0)]]] == [5, 2]
+
+
 def test_index_forms_numpy_takes_give_numpy_shapes(tmp_path: Path) -> None:
     """Objects with __index__, array-likes (a torch tensor, a JAX array) and integer arrays of
     two or more dimensions select what NumPy selects, in NumPy's shape."""

@@ -236,3 +236,21 @@ def test_selections_carry_the_shape_numpy_gives() -> None:
         normalize_selection(np.array([[0], [10]]), 10)
     with pytest.raises(IndexError, match="one-dimensional"):
         normalize_selection(np.ones((2, 5), dtype=bool), 10)
+
+
+def test_sequences_take_0d_array_likes_and_index_objects() -> None:
+    """Items of a list index may be 0-d integer/bool array-likes (a torch tensor, found without
+    importing torch) or objects with __index__, as they may be a whole index."""
+
+    class Five:
+        def __index__(self) -> int:
+            return 5
+
+    assert check([ArrayLike(3), -1, np.array(0), Five()], 10).tolist() == [3, 9, 0, 5]
+    mask = [ArrayLike(k % 4 == 0) for k in range(10)]
+    assert check(mask, 10).tolist() == [0, 4, 8]
+    for bad in (ArrayLike(1.0), ArrayLike([1]), np.array([2]), "3"):
+        with pytest.raises(TypeError, match="record indices must be integers"):
+            normalize_index([1, bad], 10)
+    with pytest.raises(TypeError, match="mixing bools and integers"):
+        normalize_index([ArrayLike(True), 1], 10)
