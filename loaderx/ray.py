@@ -283,13 +283,21 @@ def _open(folder: str) -> DenseDataset | RaggedDataset:
     return RaggedDataset(folder, readonly=True)
 
 
+def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """array in native byte order (a converted copy if it is not): Ray's tensor columns ignore
+    the byte order and would read '>f4' rows as little-endian garbage."""
+    if array.dtype.isnative:
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
+
+
 def _column_block(ds: DenseDataset | RaggedDataset, start: int, stop: int) -> Any:
     values = ds[start:stop]
     if isinstance(values, list):  # ragged: an object array of per-row arrays
         column = np.empty(len(values), dtype=object)
-        column[:] = values
+        column[:] = [_native(row) for row in values]
         return column
-    return values
+    return _native(values)
 
 
 # Records whose lengths estimate a ragged column's record size (read from the table only).
