@@ -64,6 +64,16 @@ def _check_columns(columns: Mapping[str, str] | Sequence[str]) -> dict[str, str]
     return mapping
 
 
+def _refuse_hidden(mapping: dict[str, str]) -> None:
+    """Hidden names under the destination are the writer's own: an append recovers (or
+    removes) every .loaderx-append-* and .loaderx-appended-* folder there as its journal, and
+    read_dataset(path) skips them, so a column written to one would be lost."""
+    for column, folder in mapping.items():
+        if any(part.startswith(".") for part in os.path.normpath(folder).split(os.sep)):
+            raise ValueError(f"column {column!r}: folder {folder!r} must not be hidden (start "
+                             "with '.'): hidden names under path are kept for append journals")
+
+
 # --- one column's shards inside one write task ------------------------------------------------
 
 
@@ -128,6 +138,7 @@ class LoaderxDatasink(Datasink[TaskParts]):
                  shard_records: int = SHARD_RECORDS_MAX) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.columns = _check_columns(columns)
+        _refuse_hidden(self.columns)
         unknown = sorted(set(ragged) - set(self.columns))
         if unknown:
             raise ValueError(f"ragged names columns that are not written: {unknown}")

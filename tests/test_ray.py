@@ -178,6 +178,9 @@ def test_bad_arguments_are_refused_before_writing(tmp_path: Path) -> None:
         write_dataset(source(), str(web), columns={"image": "../elsewhere"})
     with pytest.raises(ValueError, match="same folder"):
         write_dataset(source(), str(web), columns={"image": "a", "label": "a"})
+    for hidden in (".loaderx-appended-image", "a/.image"):  # an append would delete these
+        with pytest.raises(ValueError, match="must not be hidden"):
+            write_dataset(source(), str(web), columns={"image": hidden})
     with pytest.raises(ValueError, match="not written"):
         write_dataset(source(), str(web), columns=["image"], ragged=["tokens"])
     with pytest.raises(ValueError, match="zstd_dict"):
