@@ -65,6 +65,16 @@ def _check_columns(columns: Mapping[str, str] | Sequence[str]) -> dict[str, str]
     return mapping
 
 
+def _refuse_hidden(mapping: dict[str, str]) -> None:
+    """Hidden names under the destination are the writer's own: an append recovers (or
+    removes) every .loaderx-append-* and .loaderx-appended-* folder there as its journal, and
+    read_dataset(path) skips them, so a column written to one would be lost."""
+    for column, folder in mapping.items():
+        if any(part.startswith(".") for part in os.path.normpath(folder).split(os.sep)):
+            raise ValueError(f"column {column!r}: folder {folder!r} must not be hidden (start "
+                             "with '.'): hidden names under path are kept for append journals")
+
+
 # --- one column's shards inside one write task ------------------------------------------------
 
 
@@ -129,6 +139,7 @@ class LoaderxDatasink(Datasink[TaskParts]):
                  shard_records: int = SHARD_RECORDS_MAX) -> None:
         self.path = os.path.abspath(fs_path(path))
         self.columns = _check_columns(columns)
+        _refuse_hidden(self.columns)
         unknown = sorted(set(ragged) - set(self.columns))
         if unknown:
             raise ValueError(f"ragged names columns that are not written: {unknown}")
@@ -284,13 +295,21 @@ def _open(folder: str) -> DenseDataset | RaggedDataset:
     return RaggedDataset(folder, readonly=True)
 
 
+def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """array in native byte order (a converted copy if it is not): Ray's tensor columns ignore
+    the byte order and would read '>f4' rows as little-endian garbage."""
+    if array.dtype.isnative:
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
+
+
 def _column_block(ds: DenseDataset | RaggedDataset, start: int, stop: int) -> Any:
     values = ds[start:stop]
     if isinstance(values, list):  # ragged: an object array of per-row arrays
         column = np.empty(len(values), dtype=object)
-        column[:] = values
+        column[:] = [_native(row) for row in values]
         return column
-    return values
+    return _native(values)
 
 
 # Records whose lengths estimate a ragged column's record size (read from the table only).

@@ -108,13 +108,20 @@ def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 
 def _tensor(value: Any, copy: bool = False) -> torch.Tensor:
-    """torch.from_numpy, which shares memory but refuses non-native byte order; such arrays
-    are converted first (one copy). With copy the tensor never shares value's memory."""
+    """torch.from_numpy, which shares memory but refuses non-native byte order and negative
+    strides (a transform's np.flip); such arrays are converted first (one copy), and so are
+    read-only ones (a transform's np.broadcast_to), which torch would share writable. With
+    copy the tensor never shares value's memory."""
     array = np.asarray(value)
     native = _native(array)
-    if copy and native is array:
+    if native is array and (copy or not _shareable(array)):
         native = array.copy()
     return torch.from_numpy(native)
+
+
+def _shareable(array: npt.NDArray[Any]) -> bool:
+    """True when torch.from_numpy may share array: writable, with no negative stride."""
+    return array.flags.writeable and all(stride >= 0 for stride in array.strides)
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -222,9 +229,9 @@ class _PinnedRing:
             if buffer is None or buffer.shape != array.shape or buffer.dtype != dtype:
                 buffer = torch.empty(array.shape, dtype=dtype, pin_memory=self._pin)
                 slot[name] = buffer
-            if array.dtype.isnative:
+            if array.dtype.isnative and _shareable(array):
                 buffer.copy_(torch.from_numpy(array))
-            else:  # swapped to native order on its way into the buffer: still one copy
+            else:  # swapped or flipped on its way into the buffer: still one copy
                 np.copyto(buffer.numpy(), array)
             staged[name] = buffer
         return staged

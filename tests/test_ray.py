@@ -178,6 +178,9 @@ def test_bad_arguments_are_refused_before_writing(tmp_path: Path) -> None:
         write_dataset(source(), str(web), columns={"image": "../elsewhere"})
     with pytest.raises(ValueError, match="same folder"):
         write_dataset(source(), str(web), columns={"image": "a", "label": "a"})
+    for hidden in (".loaderx-appended-image", "a/.image"):  # an append would delete these
+        with pytest.raises(ValueError, match="must not be hidden"):
+            write_dataset(source(), str(web), columns={"image": hidden})
     with pytest.raises(ValueError, match="not written"):
         write_dataset(source(), str(web), columns=["image"], ragged=["tokens"])
     with pytest.raises(ValueError, match="zstd_dict"):
@@ -477,3 +480,21 @@ def test_ragged_reads_size_their_blocks_by_records(tmp_path: Path) -> None:
     assert [block.num_rows() for block in blocks] == [32, 8]
     records = [record for block in blocks for record in block.to_numpy("audio")]
     assert [(int(r[0]), len(r)) for r in records] == [(i, 1 << 20) for i in range(40)]
+
+
+def test_read_dataset_gives_non_native_byte_order_columns_their_values(tmp_path: Path) -> None:
+    """Ray's tensor columns ignore the byte order: a '>f4' dense column of (N, 2) samples and
+    a '>i4' ragged column read back as little-endian garbage (2 as 3.2e-44, 1 as 16777216).
+    The reader now hands Ray native arrays of the same values."""
+    data = tmp_path / "data"
+    dense = (np.arange(20, dtype=np.float32).reshape(10, 2) - 3.5).astype(">f4")
+    from_numpy(str(data / "dense"), dense)
+    rows = [(np.arange(i, dtype=np.int32) * 7 - 1).astype(">i4") for i in range(10)]
+    with RaggedDataset(str(data / "ragged"), np.dtype(">i4"), ()) as ragged:
+        ragged.append(rows)
+    back = read_dataset(str(data), override_num_blocks=3).take_all()
+    assert len(back) == 10
+    for got, want, row in zip(back, dense, rows, strict=True):
+        assert got["dense"].dtype == np.float32 and got["ragged"].dtype == np.int32
+        np.testing.assert_array_equal(got["dense"], want)
+        np.testing.assert_array_equal(got["ragged"], row)

@@ -343,3 +343,30 @@ def test_torchs_default_collate_is_a_clear_error(adapter: TorchDataset) -> None:
         batch["missing"]
     # torch's pin_memory and worker processes copy batches as their own type; it pickles.
     check(pickle.loads(pickle.dumps(batch)), np.array([4, 1]))
+
+
+def test_flipped_and_read_only_transform_results_become_tensors(folder: Path) -> None:
+    """A transform's np.flip (negative strides) made torch.from_numpy raise ValueError in both
+    adapters and the staging ring, and a read-only np.broadcast_to became a tensor that shared
+    it writable (torch warned of undefined behaviour). Both are now copied once."""
+    def flip(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+        return {"image": np.flip(batch["image"], (0, 2)),
+                "label": np.broadcast_to(batch["label"][:1], batch["label"].shape)}
+
+    ds = TorchDataset({"image": DenseDataset(folder / "image"),
+                       "label": DenseDataset(folder / "label")}, transform=flip)
+    indices = np.array([4, 9, 2])
+    batch = ds.__getitems__(indices.tolist())
+    assert np.array_equal(batch["image"].numpy(), np.flip(images_of(indices), (0, 2)))
+    assert batch["label"].tolist() == [4, 4, 4]
+    batch["label"][1] = 7  # its own memory: the other rows keep their values
+    assert batch["label"].tolist() == [4, 7, 4]
+    with DataLoader({"image": DenseDataset(folder / "image")}, batch_size=8, seed=1,
+                    transform=lambda b: {"image": b["image"][::-1]}) as loader, \
+            DataLoader({"image": DenseDataset(folder / "image")}, batch_size=8,
+                       seed=1) as plain:
+        got = next(TorchLoader(loader))["image"]
+        assert np.array_equal(got.numpy(), next(plain)["image"][::-1])
+    ring = _PinnedRing(1, pin=False)
+    flipped = np.arange(6, dtype=np.float32).reshape(3, 2)[::-1]
+    assert torch.equal(ring.stage({"x": flipped})["x"], torch.from_numpy(flipped.copy()))
