@@ -111,6 +111,13 @@ def shares(weights: Sequence[float]) -> list[int]:
                 "(leave a source out rather than giving it weight 0)"
             )
     total = sum(values)
+    if not math.isfinite(total):
+        # Finite weights near the float maximum overflow their sum (the shares would then not
+        # fill the slots): scale them down first. Sums that do not overflow keep their exact
+        # shares, which states already saved name.
+        largest = max(values)
+        values = [w / largest for w in values]
+        total = sum(values)
     quotas = [w / total * SLOTS for w in values]
     result = [max(1, int(q)) for q in quotas]
     # Largest remainder: the slots still free go to the largest fractional parts.

@@ -63,6 +63,15 @@ def test_shares_are_exact_and_never_zero() -> None:
         shares([1, float("nan")])
 
 
+def test_weights_whose_sum_overflows_still_fill_the_slots() -> None:
+    # 1e308 + 1e308 is inf in floats: every quota was 0, the shares summed to 4, not 2^24, and
+    # batch() failed in NumPy. Such weights are finite, so they mean what 1:1 means.
+    assert shares([1e308, 1e308]) == shares([1, 1])
+    assert sum(shares([1.7e308, 1e308, 5e-324])) == SLOTS
+    sampler = MixtureSampler([10, 10], [1e308, 1e308], 8, seed=1)
+    assert np.array_equal(sampler.batch(3)[0], MixtureSampler([10, 10], [1, 1], 8, seed=1).batch(3)[0])
+
+
 def test_per_batch_counts_follow_the_weights() -> None:
     """Counts are deterministic, not sampled: each batch is within 3 rows of G * w_i, and the
     running total within 8 rows of its share, for 40 random mixtures (fixed seed).
