@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,34 @@ def test_per_batch_counts_follow_the_weights() -> None:
         assert np.abs(np.cumsum(counts - quota, axis=0)).max() <= 8.0
         sources, _ = sampler.batch(77)
         assert np.array_equal(np.bincount(sources, minlength=count), counts[77])
+
+
+def _worst_deviation(batch: int) -> float:
+    """The largest |count - batch * share / SLOTS| of any source in any batch of `batch` rows.
+
+    A batch's slots are {A * j + c : j < batch} mod SLOTS, a rotation of those of step 0, and a
+    source is an interval of slots: over all steps, seeds and weights the worst count is that of
+    the worst circular interval over the slots of step 0.
+    """
+    slots = np.sort(np.arange(batch, dtype=np.int64) * _ROTATION % SLOTS)
+    rank = np.arange(batch)
+    after = rank + 1 - batch * slots / SLOTS  # excess of [0, slot] over its share
+    before = rank - batch * slots / SLOTS  # excess of [0, slot)
+    return float(max(after.max(), 0.0) - min(before.min(), 0.0))
+
+
+def test_the_per_batch_bound_grows_with_the_log_of_the_batch() -> None:
+    # The README's bound: 3 rows up to 168, 2 + log2(G) / 2 beyond. It once said 3 rows for
+    # every batch size, which a batch of 256 rows already exceeds.
+    for batch in range(1, 169):
+        assert _worst_deviation(batch) <= 3.0
+    for batch in (169, 256, 1000, 4096, 65_536, 10**6, 2**22 + 1):
+        assert _worst_deviation(batch) <= 2.0 + math.log2(batch) / 2
+    assert _worst_deviation(256) > 3.0
+    # A batch that shows it: 126 rows of source 0 where 256 * w0 is 122.95.
+    w0 = 8057472 / SLOTS
+    sampler = MixtureSampler([1000, 1000], [w0, 1 - w0], 256, seed=485)
+    assert sampler.counts(20145).tolist() == [126, 130]
 
 
 def test_no_source_is_starved() -> None:
