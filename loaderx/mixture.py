@@ -52,7 +52,7 @@ from loaderx.prefetch import (
     close_when_collected,
     default_workers,
 )
-from loaderx.sampler import _check_shard, _integer
+from loaderx.sampler import LENGTH_MAX, _check_shard, _integer
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
 
@@ -141,7 +141,7 @@ class MixtureSampler:
 
     def __init__(
         self,
-        lengths: Sequence[int],
+        lengths: Sequence[SupportsIndex],
         weights: Sequence[float],
         batch_size: SupportsIndex,
         seed: SupportsIndex = 0,
@@ -149,9 +149,15 @@ class MixtureSampler:
     ) -> None:
         if len(lengths) != len(weights):
             raise ValueError(f"{len(lengths)} sources but {len(weights)} weights")
-        for position, length in enumerate(lengths):
-            if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-                raise ValueError(f"source {position} has {length!r} records; each needs >= 1")
+        # NumPy integers too (an array of lengths), converted so that states hold plain ints.
+        records = [
+            _integer(length, f"source {position}'s length") for position, length in enumerate(lengths)
+        ]
+        for position, length in enumerate(records):
+            if not 1 <= length <= LENGTH_MAX:
+                raise ValueError(
+                    f"source {position} has {length!r} records; each needs >= 1 and <= 2**63"
+                )
         # Python and NumPy integers alike, converted and named as DataLoader's Sampler does.
         size = _integer(batch_size, "batch_size")
         if size < 1:
@@ -160,7 +166,7 @@ class MixtureSampler:
         if not 0 <= key <= _U64:
             raise ValueError(f"seed must be an int in [0, 2**64), got {key!r}")
         index, count = _check_shard(shard)
-        self.lengths = list(lengths)
+        self.lengths = records
         self.weights = [float(w) for w in weights]
         self.shares = shares(weights)
         self.batch_size = size

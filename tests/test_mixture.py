@@ -274,6 +274,23 @@ def test_numpy_integers_work_as_in_dataloader(sources: list[dict[str, DenseDatas
         MixtureLoader(sources, weights, seed=True)
 
 
+def test_lengths_may_be_numpy_integers() -> None:
+    # NumPy lengths (from an array) were refused as "source 0 has np.int64(300) records; each needs >= 1".
+    plain = MixtureSampler(list(LENGTHS), [0.5, 0.3, 0.2], 16, seed=9)
+    numpy_lengths = MixtureSampler([np.int64(n) for n in LENGTHS], [0.5, 0.3, 0.2], 16, seed=9)
+    assert numpy_lengths.lengths == list(LENGTHS)
+    assert all(type(length) is int for length in numpy_lengths.lengths)
+    for step in (0, 7, 1234):
+        for got, want in zip(numpy_lengths.batch(step), plain.batch(step)):
+            assert np.array_equal(got, want)
+    with pytest.raises(TypeError, match="source 1's length must be an integer, not float"):
+        MixtureSampler([300, 70.0], [1, 1], 16)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="source 1 has 0 records; each needs >= 1"):
+        MixtureSampler([300, 0], [1, 1], 16)
+    with pytest.raises(ValueError, match="source 0 has 9223372036854775809 records"):
+        MixtureSampler([2**63 + 1], [1], 16)
+
+
 def test_a_transform_must_return_a_batch_dict(sources: list[dict[str, DenseDataset]]) -> None:
     with MixtureLoader(sources, [1, 1, 1], 8, transform=lambda b: 5) as loader:  # type: ignore[arg-type, return-value]
         with pytest.raises(TypeError, match="must return a batch dict, it returned int"):
