@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -761,6 +763,9 @@ def test_the_last_step_is_2_64_minus_1_and_its_state_loads_back(folder: Path) ->
             assert loader.step == 1 << 64
         state = loader.state_dict()
         assert state["step"] == 1 << 64
+        assert json.loads(json.dumps(state)) == state
+        with pytest.raises(OverflowError):  # as the README says: msgpack stops at 2**64 - 1
+            msgpack.packb(state)
     with DataLoader(streams, batch_size=24, mode="sequential") as other:
         other.load_state_dict(state)
         assert other.step == 1 << 64
