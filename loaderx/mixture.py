@@ -52,7 +52,7 @@ from loaderx.prefetch import (
     close_when_collected,
     default_workers,
 )
-from loaderx.sampler import LENGTH_MAX, _check_shard, _integer
+from loaderx.sampler import LENGTH_MAX, _check_shard, _check_step, _integer
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
 
@@ -196,11 +196,12 @@ class MixtureSampler:
         return (steps * _ROTATION + self._offset) % SLOTS
 
     def _first_position(self, step: int) -> int:
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
-        if step >= self.step_end:
-            raise ValueError(f"step must be < {self.step_end} ({STEP_END_REASON}), got {step}")
-        return int(step) * self.global_batch_size + self.shard[0] * self.batch_size
+        # The plain Sampler's checks and errors (TypeError for a float or bool, as everywhere
+        # a count is taken), then the mixture's own end.
+        value = _check_step(step)
+        if value >= self.step_end:
+            raise ValueError(f"step must be < {self.step_end} ({STEP_END_REASON}), got {value}")
+        return value * self.global_batch_size + self.shard[0] * self.batch_size
 
     def counts(self, step: int) -> npt.NDArray[np.int64]:
         """How many rows of this host's batch at step come from each source."""

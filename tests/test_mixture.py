@@ -291,6 +291,22 @@ def test_lengths_may_be_numpy_integers() -> None:
         MixtureSampler([2**63 + 1], [1], 16)
 
 
+def test_bad_steps_raise_what_the_sampler_raises() -> None:
+    # A float or bool step raised ValueError("step must be an int >= 0, got 2.0"), where the
+    # Sampler and DataLoader.indices raise TypeError naming the type.
+    sampler = MixtureSampler(list(LENGTHS), [0.5, 0.3, 0.2], 16, seed=9)
+    with pytest.raises(TypeError, match="step must be an integer, not float"):
+        sampler.batch(2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="step must be an integer, not bool"):
+        sampler.counts(True)
+    with pytest.raises(ValueError, match="step must be >= 0, got -1"):
+        sampler.batch(-1)
+    with pytest.raises(ValueError, match="step must be < 576460752303423488"):
+        sampler.batch(2**59)
+    for got, want in zip(sampler.batch(np.uint64(5)), sampler.batch(5)):  # type: ignore[arg-type]
+        assert np.array_equal(got, want)
+
+
 def test_a_transform_must_return_a_batch_dict(sources: list[dict[str, DenseDataset]]) -> None:
     with MixtureLoader(sources, [1, 1, 1], 8, transform=lambda b: 5) as loader:  # type: ignore[arg-type, return-value]
         with pytest.raises(TypeError, match="must return a batch dict, it returned int"):
