@@ -228,8 +228,10 @@ class MixtureSampler:
     def _permute(self, source: int, ordinals: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Record ordinals -> indices: cycle c = t // L is a keyed permutation of [0, L)."""
         length = self.lengths[source]
-        cycles = (ordinals // length).astype(np.uint64)
-        values = (ordinals % length).astype(np.uint64)
+        # In uint64: a length of 2**63 does not fit an int64 operand (ordinals are >= 0).
+        unsigned = ordinals.astype(np.uint64)
+        cycles = unsigned // np.uint64(length)
+        values = unsigned % np.uint64(length)
         bits = max(1, (length - 1).bit_length())
         base = _mix64(self.seed ^ _mix64(source + 1))
         keys = _keys(np.uint64(base), cycles)

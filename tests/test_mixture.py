@@ -291,6 +291,16 @@ def test_lengths_may_be_numpy_integers() -> None:
         MixtureSampler([2**63 + 1], [1], 16)
 
 
+def test_a_source_of_2_pow_63_records() -> None:
+    # The largest length, as for the Sampler: ordinals // 2**63 overflowed int64 (OverflowError).
+    sampler = MixtureSampler([2**63, 5], [0.9, 0.1], 64, seed=2**64 - 1)
+    for step in (0, 12_345, sampler.step_end - 1):
+        sources, indices = sampler.batch(step)
+        big = indices[sources == 0]
+        assert len(big) > 50 and (big >= 0).all() and len(set(big.tolist())) == len(big)
+        assert ((indices[sources == 1] >= 0) & (indices[sources == 1] < 5)).all()
+
+
 def test_bad_steps_raise_what_the_sampler_raises() -> None:
     # A float or bool step raised ValueError("step must be an int >= 0, got 2.0"), where the
     # Sampler and DataLoader.indices raise TypeError naming the type.
