@@ -236,7 +236,10 @@ class Sampler:
 
     def iter(self, start_step: SupportsIndex = 0) -> Iterator[npt.NDArray[np.int64]]:
         """The batches of steps start_step, start_step + 1, ... (endless; each a new array)."""
-        step = _check_step(start_step)
+        # Checked here: in the generator a bad start_step would raise only at the first next().
+        return self._batches(_check_step(start_step))
+
+    def _batches(self, step: int) -> Iterator[npt.NDArray[np.int64]]:
         while True:
             yield self.batch(step)
             step += 1

@@ -343,8 +343,15 @@ def test_bad_steps() -> None:
         sampler.batch(2**64)
     with pytest.raises(TypeError, match="step must be an integer"):
         sampler.batch(1.0)  # type: ignore[arg-type]
+    # iter() checks its start when called, not at the first next() (it was a generator).
     with pytest.raises(ValueError, match="step must be >= 0"):
-        next(sampler.iter(start_step=-3))
+        sampler.iter(start_step=-3)
+    with pytest.raises(TypeError, match="step must be an integer, not float"):
+        sampler.iter(2.0)  # type: ignore[arg-type]
+    batches = sampler.iter(2**64 - 1)
+    assert np.array_equal(next(batches), sampler.batch(2**64 - 1))
+    with pytest.raises(ValueError, match="step must be < 2"):
+        next(batches)
     assert np.array_equal(sampler.batch(np.int64(4)), sampler.batch(4))
     out = np.empty(10, dtype=np.int64)
     with pytest.raises(ValueError, match="step must be >= 0"):
