@@ -70,6 +70,9 @@ WORKERS_MAX: Final = 1024
 STEP_END_DEFAULT: Final = 1 << 64
 # Worker threads a loader starts when none are asked for, at most.
 WORKERS_DEFAULT_MAX: Final = 4
+# How long an idle worker waits before it looks at the closed flag again unwoken: a prefetcher
+# stopped by the collector may not get its lock to wake the workers (_stop_when_collected).
+IDLE_CHECK_SECONDS: Final = 1.0
 # At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
 EXIT_JOIN_SECONDS: Final = 2.0
 # The owner of a step its consumer gave up (no thread has ident 0).
@@ -110,10 +113,11 @@ def _check_count(name: str, value: int, maximum: int) -> None:
 
 
 def close_when_collected(anchor: object, prefetcher: Prefetcher[T]) -> weakref.finalize[Any, Any]:
-    """A finaliser that closes ``prefetcher`` when ``anchor`` is collected. Not at exit: then the
-    Prefetcher's own hook closes it with a bounded wait, where the finaliser's exit call would
-    join a worker blocked in a user's transform for ever."""
-    finalizer = weakref.finalize(anchor, prefetcher.close)
+    """A finaliser that stops ``prefetcher`` when ``anchor`` is collected, without waiting (see
+    Prefetcher._stop_when_collected). Not at exit: then the Prefetcher's own hook closes it with
+    a bounded wait, where the finaliser's exit call would join a worker blocked in a user's
+    transform for ever."""
+    finalizer = weakref.finalize(anchor, prefetcher._stop_when_collected)
     finalizer.atexit = False
     return finalizer
 
@@ -303,7 +307,7 @@ class Prefetcher(Generic[T]):
                 self._claim_step - self._take_step >= self._depth
                 or self._claim_step >= self._step_end
             ):
-                self._space.wait()
+                self._space.wait(IDLE_CHECK_SECONDS)
             if self._closed:
                 return -1
             step = self._claim_step
@@ -370,6 +374,23 @@ class Prefetcher(Generic[T]):
         # buffers its results reference) alive until exit.
         atexit.unregister(self._close_at_exit)
         self._stop(None)
+
+    def _stop_when_collected(self) -> None:
+        """close() for a finaliser, which never blocks: the collector runs it at any allocation
+        of any thread, also one holding a lock the workers need in order to exit (threading's
+        own, while threading.enumerate() builds its list: joining them there hung for good).
+        So it neither joins the workers nor waits for this prefetcher's lock: it sets the flag,
+        and wakes them when the lock is free (a worker the wake-up misses sees the flag within
+        IDLE_CHECK_SECONDS). Results not yet taken go with the prefetcher."""
+        atexit.unregister(self._close_at_exit)
+        self._closed = True
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._ready.notify_all()
+            self._space.notify_all()
+        finally:
+            self._lock.release()
 
     def _close_at_exit(self) -> None:
         """close() at interpreter exit: waits at most EXIT_JOIN_SECONDS for the workers."""

@@ -332,6 +332,47 @@ print("main thread done", flush=True)
 """
 
 
+_COLLECTED_UNDER_A_LOCK = """
+import sys
+import threading
+import time
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.mixture import MixtureLoader
+
+dataset = DenseDataset(sys.argv[1])
+before = set(threading.enumerate())
+for make in (lambda: DataLoader({"label": dataset}, batch_size=10, workers=2),
+             lambda: MixtureLoader([{"label": dataset}], [1.0], batch_size=10, workers=2)):
+    loader = make()
+    next(loader)
+    # What the collector does when it frees a loader inside threading.enumerate(): the
+    # finaliser runs while this thread holds the lock that every exiting thread takes.
+    with threading._active_limbo_lock:
+        loader._finalizer()
+    del loader
+deadline = time.monotonic() + 20
+while set(threading.enumerate()) - before and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(len(set(threading.enumerate()) - before), flush=True)
+"""
+
+
+def test_a_loader_collected_while_threading_lists_its_threads_never_hangs(folder: Path) -> None:
+    """The collector may free a loader at any allocation, also inside threading.enumerate(),
+    which holds the lock every exiting thread takes. Its finaliser joined the workers there and
+    hung for good (seen once in CI, in the dropped-loader test above); it now only stops them
+    without waiting, and they exit once the lock is free."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _COLLECTED_UNDER_A_LOCK, str(folder / "label")],
+                            capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0\n"
+
+
 def test_a_forgotten_loader_whose_transform_blocks_lets_the_interpreter_exit(folder: Path) -> None:
     """At exit a forgotten loader's workers get a bounded wait (loaderx.prefetch
     EXIT_JOIN_SECONDS), so a transform blocked forever does not keep the process alive."""
