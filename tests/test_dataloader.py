@@ -270,6 +270,11 @@ def test_a_dropped_loader_stops_its_threads(streams: dict[str, DenseDataset]) ->
     assert len(loader_threads()) == 3
     del loader
     gc.collect()
+    # The finaliser stops the threads without joining them (it may run inside threading's own
+    # lock): they exit right after.
+    deadline = time.monotonic() + 10
+    while loader_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert loader_threads() == []
 
 
