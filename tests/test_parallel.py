@@ -11,6 +11,7 @@ import functools
 import hashlib
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
@@ -508,6 +509,45 @@ def test_too_many_records_are_refused_before_any_worker_starts(tmp_path: Path) -
         with pytest.raises(ValueError, match=f"{RECORD_COUNT_MAX + 1} records exceed"):
             from_numpy(tmp_path / f"w{workers}", huge, codec="raw", workers=workers)
         assert not (tmp_path / f"w{workers}").exists()
+
+
+
+def test_too_many_shards_are_refused_before_any_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small shard_records can make more shards than a dataset holds: refused up front, not
+    by the commit once every shard was written (1M shards of one record, here)."""
+    from loaderx import parallel, shards
+
+    def no_workers(*_args: Any, **_kwargs: Any) -> list[Any]:
+        raise AssertionError("workers started")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(parallel, "run_workers", no_workers)
+        records = np.zeros(shards.SHARD_COUNT_MAX + 1, dtype=np.uint8)
+        with pytest.raises(ValueError, match=rf"{shards.SHARD_COUNT_MAX + 1} records in shards "
+                           rf"of at most 1 make {shards.SHARD_COUNT_MAX + 1} shards, over a "
+                           rf"dataset's limit of {shards.SHARD_COUNT_MAX}; pass a larger "
+                           "shard_records"):
+            from_numpy(tmp_path / "new", records, codec="raw", workers=2, shard_records=1)
+        assert os.listdir(tmp_path) == []
+    # An append counts the shards the dataset holds already (a limit of 4 keeps it small).
+    path = str(tmp_path / "old")
+    from_numpy(path, np.arange(3, dtype=np.int64), codec="raw")  # a single store: shard 0
+    before = snapshot(tmp_path / "old")
+    monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
+    with monkeypatch.context() as patch:
+        patch.setattr(parallel, "run_workers", no_workers)
+        with pytest.raises(ValueError, match=re.escape(
+                "8 records in shards of at most 2 make 4 shards on top of the 1 that "
+                f"{path!r} holds, over a dataset's limit of 4")):
+            from_numpy(path, np.arange(8, dtype=np.int64), codec="raw", workers=2,
+                       shard_records=2, append=True)
+    assert snapshot(tmp_path / "old") == before
+    from_numpy(path, np.arange(3, 8, dtype=np.int64), codec="raw", workers=2, shard_records=2,
+               append=True)  # 1 + 3 shards: exactly the limit
+    np.testing.assert_array_equal(read_dense(path), np.arange(8))
+    assert len(read_manifest(path).shards) == 4  # type: ignore[union-attr]
 
 
 def test_the_loser_of_two_new_conversions_is_told_the_destination_exists(tmp_path: Path) -> None:
