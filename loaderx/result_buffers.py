@@ -18,8 +18,9 @@ only reference (counted with sys.getrefcount, as the DataLoader counts its buffe
 Concurrency. One lock guards the free blocks. The weak-reference callback can run anywhere a
 reference is dropped, even inside this module while that lock is held (a garbage collection), so
 it never waits for the lock: it queues the block and settles the queue only if it gets the lock
-at once; whoever holds the lock settles the queue after releasing it. A forked child starts
-with an empty pool and a new lock (a thread of the parent may have held the old one).
+at once; whoever holds the lock settles the queue after releasing it. In a forked child every
+pool (POOL and any other ResultBufferPool) starts empty with a new lock (a thread of the parent
+may have held the old one).
 
 This module stays interpreted (see build.py's MYPYC_MODULES): weak-reference callbacks and
 reference counts are what it is about.
@@ -105,6 +106,7 @@ class ResultBufferPool:
         self.per_size = per_size
         self.max_bytes = max_bytes
         self._reset()
+        _POOLS.add(self)
 
     def _reset(self) -> None:
         """An empty pool. Leases dropped here never call back: their weak references go."""
@@ -247,6 +249,16 @@ class ResultBufferPool:
         self._reset()
 
 
+# Every pool, for the fork handler: one a forked child inherited with its lock held by a parent
+# thread would hang its first big read.
+_POOLS: Final[weakref.WeakSet[ResultBufferPool]] = weakref.WeakSet()
+
+
+def _reset_pools_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
+
+
 # The pool every dataset read uses.
 POOL: Final = ResultBufferPool()
 
@@ -276,4 +288,4 @@ def stats() -> dict[str, int]:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=POOL._after_fork_in_child)
+    os.register_at_fork(after_in_child=_reset_pools_in_child)
