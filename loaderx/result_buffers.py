@@ -74,6 +74,14 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes >> shift) << shift
 
 
+def _check_limits(min_bytes: int | None, per_size: int | None, max_bytes: int | None) -> None:
+    """ValueError naming the first limit that is not an int >= 0 (None: unchanged)."""
+    for name, value in (("min_bytes", min_bytes), ("per_size", per_size),
+                        ("max_bytes", max_bytes)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
 def _references(blocks: list[npt.NDArray[np.uint8]], position: int) -> int:
     """How many references blocks[position] has, counted the same way every time."""
     return sys.getrefcount(blocks[position])
@@ -102,6 +110,7 @@ class ResultBufferPool:
         per_size: int = PER_SIZE_DEFAULT,
         max_bytes: int = MAX_BYTES_DEFAULT,
     ) -> None:
+        _check_limits(min_bytes, per_size, max_bytes)
         self.min_bytes = min_bytes
         self.per_size = per_size
         self.max_bytes = max_bytes
@@ -211,10 +220,7 @@ class ResultBufferPool:
     ) -> Limits:
         """Sets the given limits (None keeps one) and returns the previous ones. Free blocks
         over the new limits are freed."""
-        for name, value in (("min_bytes", min_bytes), ("per_size", per_size),
-                            ("max_bytes", max_bytes)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        _check_limits(min_bytes, per_size, max_bytes)
         with self._lock:
             previous = Limits(self.min_bytes, self.per_size, self.max_bytes)
             self.min_bytes = previous.min_bytes if min_bytes is None else min_bytes

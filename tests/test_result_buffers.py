@@ -389,6 +389,10 @@ def test_configure_refuses_bad_limits_and_returns_the_previous_ones() -> None:
             pool.configure(min_bytes=bad)  # type: ignore[arg-type]
     assert pool.configure(per_size=3) == Limits(10, 1, 100)
     assert pool.configure() == Limits(10, 3, 100)
+    # A new pool takes the same limits only (it used to take any).
+    for name, bad in (("min_bytes", -1), ("per_size", 1.5), ("max_bytes", "1")):
+        with pytest.raises(ValueError, match=f"{name} must be an int >= 0, got {bad!r}"):
+            ResultBufferPool(**{name: bad})  # type: ignore[arg-type]
 
 
 def test_a_torch_tensor_made_from_a_result_keeps_its_memory(
