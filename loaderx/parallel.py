@@ -145,6 +145,7 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
     The first failure (an exception or a death) kills the workers still running and raises
     WorkerError naming the job and its cause; the caller cleans up what the jobs wrote.
     """
+    workers = check_workers(workers)  # 0 would start nothing and wait for ever
     ctx = _context(start_method)
     results: list[Any] = [None] * len(jobs)
     pending = list(range(len(jobs)))

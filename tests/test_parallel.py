@@ -26,7 +26,7 @@ import pytest
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
-from loaderx.parallel import split_ranges
+from loaderx.parallel import run_workers, split_ranges
 from loaderx.schema import Codec
 from loaderx.shards import read_manifest
 
@@ -181,6 +181,28 @@ def test_bad_arguments_raise_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="dtype"):
         from_numpy(str(tmp_path / "old"), array.astype(np.int16), workers=2, append=True)
     assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+
+def test_run_workers_refuses_a_bad_worker_count_before_starting_any() -> None:
+    """With workers=0 it used to start nothing and wait for ever (a busy loop)."""
+    raised: list[BaseException] = []
+
+    def run(workers: Any) -> None:
+        try:
+            run_workers([functools.partial(int, 1)], workers, None, str)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    for workers, error, message in ((0, ValueError, "workers must be at least 1, got 0"),
+                                    (1.0, TypeError, "workers must be an int, got 1.0")):
+        caller = threading.Thread(target=run, args=(workers,), daemon=True)
+        caller.start()
+        caller.join(timeout=10)
+        assert not caller.is_alive(), f"run_workers(workers={workers!r}) hung"
+        assert len(raised) == 1 and type(raised[0]) is error and str(raised[0]) == message
+        raised.clear()
+    assert run_workers([functools.partial(int, 7)], 1, None, str) == [7]
 
 
 def failing_source(count: int, fail_at: int) -> Iterator[npt.NDArray[np.int32]]:
