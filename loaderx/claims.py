@@ -39,7 +39,8 @@ LIVE_SUFFIX: Final = ".live"
 # Random hex digits in every folder and claim name: 48 bits, so two never meet.
 _TOKEN_HEX: Final = 12
 
-# This process's claims: folder path -> the lock on its marker.
+# This process's claims: folder path -> the lock on its marker. Both are renewed in a forked
+# child (_forget_in_child).
 _held: dict[str, FolderLock] = {}
 _held_guard = threading.Lock()
 
@@ -148,6 +149,20 @@ def _remove_if_unheld(marker: str, folder: str | None) -> bool:
     finally:
         lock.release()
     return True
+
+
+def _forget_in_child() -> None:
+    """A forked child holds none of its parent's claims: loaderx.lock_descriptors closed its
+    copies of their descriptors, whose numbers the child may then reuse for files of its own,
+    which a release of an inherited claim closed. And a parent thread may have held the guard
+    at the fork, which then stayed held for good: the child's next claim hung."""
+    global _held, _held_guard
+    _held = {}
+    _held_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 __all__ = ["LIVE_SUFFIX", "claim_folder", "discard", "release", "remove_dead"]

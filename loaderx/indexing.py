@@ -48,7 +48,9 @@ def normalize_index(index: object, length: int) -> IndexArray:
         )
     if isinstance(index, (int, np.integer)):
         return np.array([_scalar(int(index), length)], dtype=np.int64)
-    if isinstance(index, (list, tuple, range)):
+    if isinstance(index, range):
+        return _from_range(index, length)
+    if isinstance(index, (list, tuple)):
         return _from_sequence(index, length)
     if isinstance(index, (float, np.floating, complex, str, bytes)):
         raise TypeError(f"record indices must be integers, not {type(index).__name__}")
@@ -111,11 +113,9 @@ def _scalar(value: int, length: int) -> int:
     return value + length if value < 0 else value
 
 
-def _from_sequence(index: list[Any] | tuple[Any, ...] | range, length: int) -> IndexArray:
+def _from_sequence(index: list[Any] | tuple[Any, ...], length: int) -> IndexArray:
     if len(index) == 0:
         return _EMPTY.copy()
-    if isinstance(index, range):
-        return _from_array(np.arange(index.start, index.stop, index.step, dtype=np.int64), length)
     for item in index:
         # np.asarray would turn floats into a float array and mixed objects into an object array;
         # check the items so the message names what was wrong.
@@ -141,6 +141,26 @@ def _from_sequence(index: list[Any] | tuple[Any, ...] | range, length: int) -> I
     if low < 0:
         result[result < 0] += length
     return result
+
+
+def _from_range(index: range, length: int) -> IndexArray:
+    """A range, its ends checked on Python ints before anything is allocated: a range that
+    reaches past the length is an IndexError, whatever its size, not an int64 overflow or an
+    allocation of its whole length (len() itself overflows past 2**63 items)."""
+    if not index:
+        return _EMPTY.copy()
+    first = index[0]
+    last = index[-1]
+    low = min(first, last)
+    high = max(first, last)
+    if high >= length:
+        raise IndexError(f"index {high} is out of range for length {length}")
+    if low < -length:
+        raise IndexError(f"index {low} is out of range for length {length}")
+    # Between two in-range ends the step fits int64 too; a range of one value may have any step.
+    step = index.step if first != last else 1
+    stop = last + (1 if step > 0 else -1)
+    return _from_array(np.arange(first, stop, step, dtype=np.int64), length)
 
 
 def _sequence_item(item: object) -> bool | np.bool_ | int | np.integer[Any]:

@@ -145,6 +145,7 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
     The first failure (an exception or a death) kills the workers still running and raises
     WorkerError naming the job and its cause; the caller cleans up what the jobs wrote.
     """
+    workers = check_workers(workers)  # 0 would start nothing and wait for ever
     ctx = _context(start_method)
     results: list[Any] = [None] * len(jobs)
     pending = list(range(len(jobs)))
@@ -272,6 +273,26 @@ def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
     return [(a, min(stop, a + shard_records)) for a in range(start, stop, shard_records)]
 
 
+def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_records: int,
+                      append: bool) -> None:
+    """Before any work: the shards the workers will write (with an append target's own) must
+    fit a dataset; the commit would refuse them only once every one of them was written."""
+    from loaderx.shards import SHARD_COUNT_MAX, read_manifest
+
+    new = sum(-(-(b - a) // shard_records) for a, b in ranges)
+    have = 0
+    if append and os.path.exists(os.path.join(final, "schema.msgpack")):
+        manifest = read_manifest(final)
+        have = 1 if manifest is None else len(manifest.shards)  # a single store is shard 0
+    if have + new > SHARD_COUNT_MAX:
+        records = ranges[-1][1] - ranges[0][0] if ranges else 0
+        held = f" on top of the {have} that {final!r} holds" if have else ""
+        raise ValueError(
+            f"{records} records in shards of at most {shard_records} make {new} shards{held}, "
+            f"over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger shard_records"
+        )
+
+
 class _NumpyJob:
     """One worker's share of from_numpy: its contiguous rows, in shards of shard_records."""
 
@@ -310,6 +331,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
         _check_destination(final, overwrite)
     count = int(data.shape[0])
     ranges = split_ranges(count, workers)
+    check_shard_count(final, ranges, shard_records, append)
     staging = make_staging(final)
     try:
         jobs = [_NumpyJob(staging, i, data[a:b], shard_records, options)

@@ -18,8 +18,9 @@ only reference (counted with sys.getrefcount, as the DataLoader counts its buffe
 Concurrency. One lock guards the free blocks. The weak-reference callback can run anywhere a
 reference is dropped, even inside this module while that lock is held (a garbage collection), so
 it never waits for the lock: it queues the block and settles the queue only if it gets the lock
-at once; whoever holds the lock settles the queue after releasing it. A forked child starts
-with an empty pool and a new lock (a thread of the parent may have held the old one).
+at once; whoever holds the lock settles the queue after releasing it. In a forked child every
+pool (POOL and any other ResultBufferPool) starts empty with a new lock (a thread of the parent
+may have held the old one).
 
 This module stays interpreted (see build.py's MYPYC_MODULES): weak-reference callbacks and
 reference counts are what it is about.
@@ -73,6 +74,14 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes >> shift) << shift
 
 
+def _check_limits(min_bytes: int | None, per_size: int | None, max_bytes: int | None) -> None:
+    """ValueError naming the first limit that is not an int >= 0 (None: unchanged)."""
+    for name, value in (("min_bytes", min_bytes), ("per_size", per_size),
+                        ("max_bytes", max_bytes)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
 def _references(blocks: list[npt.NDArray[np.uint8]], position: int) -> int:
     """How many references blocks[position] has, counted the same way every time."""
     return sys.getrefcount(blocks[position])
@@ -101,10 +110,12 @@ class ResultBufferPool:
         per_size: int = PER_SIZE_DEFAULT,
         max_bytes: int = MAX_BYTES_DEFAULT,
     ) -> None:
+        _check_limits(min_bytes, per_size, max_bytes)
         self.min_bytes = min_bytes
         self.per_size = per_size
         self.max_bytes = max_bytes
         self._reset()
+        _POOLS.add(self)
 
     def _reset(self) -> None:
         """An empty pool. Leases dropped here never call back: their weak references go."""
@@ -209,10 +220,7 @@ class ResultBufferPool:
     ) -> Limits:
         """Sets the given limits (None keeps one) and returns the previous ones. Free blocks
         over the new limits are freed."""
-        for name, value in (("min_bytes", min_bytes), ("per_size", per_size),
-                            ("max_bytes", max_bytes)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        _check_limits(min_bytes, per_size, max_bytes)
         with self._lock:
             previous = Limits(self.min_bytes, self.per_size, self.max_bytes)
             self.min_bytes = previous.min_bytes if min_bytes is None else min_bytes
@@ -247,6 +255,16 @@ class ResultBufferPool:
         self._reset()
 
 
+# Every pool, for the fork handler: one a forked child inherited with its lock held by a parent
+# thread would hang its first big read.
+_POOLS: Final[weakref.WeakSet[ResultBufferPool]] = weakref.WeakSet()
+
+
+def _reset_pools_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
+
+
 # The pool every dataset read uses.
 POOL: Final = ResultBufferPool()
 
@@ -276,4 +294,4 @@ def stats() -> dict[str, int]:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=POOL._after_fork_in_child)
+    os.register_at_fork(after_in_child=_reset_pools_in_child)

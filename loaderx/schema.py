@@ -47,6 +47,20 @@ _DTYPE_KINDS: Final = "biufc"
 # The schema file is tiny; anything much larger is not one.
 _SCHEMA_BYTES_MAX: Final = 1 << 16
 
+def _array_dims_max() -> int:
+    """The most dimensions a NumPy array may have here (NPY_MAXDIMS: 64 since NumPy 2, 32
+    before), found by asking NumPy: loaderx takes both."""
+    try:
+        np.empty((1,) * 64, dtype=np.uint8)
+    except ValueError:
+        return 32
+    return 64
+
+
+# The most dimensions an item may have: a batch of samples (dense) or a record (ragged) adds
+# one, and a dataset whose every read would fail at NumPy's limit is refused at creation.
+ITEM_DIMS_MAX: Final = _array_dims_max() - 1
+
 _FIELDS: Final = ("kind", "dtype", "item_shape", "codec", "dict_size")
 # CRC-32 of the msgpack encoding of every other field, in order. Schemas written before it
 # existed have no such field and still open.
@@ -197,6 +211,12 @@ def make_schema(
     checked = check_codec(codec)
     size = resolve_dict_size(dict_size)
     schema = Schema(kind, found_dtype, shape, checked, size if codec == "zstd_dict" else 0)
+    if len(shape) > ITEM_DIMS_MAX:
+        raise ValueError(
+            f"item_shape has {len(shape)} dimensions, over the {ITEM_DIMS_MAX} a {kind} dataset "
+            f"can read back (a read adds a leading axis, and NumPy arrays have at most "
+            f"{ITEM_DIMS_MAX + 1})"
+        )
     row_size = schema.row_size
     what = "sample" if kind == "dense" else "row (one step along a record's first axis)"
     if row_size == 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 
 from loaderx import claims
 from loaderx.commit import FolderLock
+
+from forked_child import run_child, wait_child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = ".job-"
@@ -111,4 +114,44 @@ def test_cleaners_never_take_a_live_claim(tmp_path: Path) -> None:
         cleaner.wait(30)
     assert cleaner.returncode == 0
     assert claimed > 50
+    assert _names(tmp_path) == []
+
+
+def test_a_forked_child_holds_none_of_its_parents_claims(tmp_path: Path) -> None:
+    """The child's copies of the markers' descriptors are closed at the fork: releasing an
+    inherited claim used to close whatever file of the child's own had taken the number (or
+    raise EBADF), and a parent thread holding the claims' guard at the fork made the child's
+    next claim hang for good."""
+    parent = str(tmp_path)
+    inherited = claims.claim_folder(parent, PREFIX, CLAIM)
+    holding = threading.Event()
+    done = threading.Event()
+
+    def hold_the_guard() -> None:
+        with claims._held_guard:
+            holding.set()
+            done.wait()
+
+    holder = threading.Thread(target=hold_the_guard)
+    holder.start()
+    holding.wait()
+
+    def child() -> None:
+        own = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the marker's was
+        claims.release(inherited)  # ends the claim here: the folder is committed elsewhere
+        os.fstat(own)  # still open
+        os.close(own)
+        mine = claims.claim_folder(parent, PREFIX, CLAIM)
+        claims.discard(mine)
+        assert not os.path.exists(mine) and not os.path.exists(mine + claims.LIVE_SUFFIX)
+
+    try:
+        pid = run_child(child)
+    finally:
+        done.set()
+        holder.join()
+    wait_child(pid)
+    assert os.path.isdir(inherited)  # the parent's folder is untouched, and never a dead one
+    assert claims.remove_dead(parent, PREFIX, CLAIM) == 0 and os.path.isdir(inherited)
+    claims.discard(inherited)
     assert _names(tmp_path) == []

@@ -195,6 +195,29 @@ def test_range_and_index_protocol() -> None:
         normalize_index(range(8, 12), 10)
 
 
+
+@pytest.mark.parametrize(
+    ("index", "named"),
+    [
+        (range(2**62), 2**62 - 1),  # was an allocation of its whole length
+        (range(2**63, 2**63 + 1), 2**63),  # was an int64 OverflowError
+        (range(2**70), 2**70 - 1),  # len() itself overflows
+        (range(-(2**64), 0, 2**62), -(2**64)),
+    ],
+)
+def test_a_range_past_the_length_is_an_index_error_whatever_its_size(
+    index: range, named: int
+) -> None:
+    with pytest.raises(IndexError, match=rf"index {named} is out of range for length 10"):
+        normalize_index(index, 10)
+
+
+def test_ranges_in_range_select_what_their_values_say() -> None:
+    for index in (range(4, 2**70, 2**70), range(-1, -11, -3), range(9, -11, -1), range(3, 3),
+                  range(2, 9, 3), range(9, 0, -4), range(-10, 10)):
+        assert normalize_index(index, 10).tolist() == [v % 10 for v in index]
+
+
 class ArrayLike:
     """What NumPy converts with __array__ (a torch tensor, a JAX array), without __index__."""
 

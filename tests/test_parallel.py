@@ -11,6 +11,7 @@ import functools
 import hashlib
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
@@ -25,7 +26,7 @@ import pytest
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
-from loaderx.parallel import split_ranges
+from loaderx.parallel import run_workers, split_ranges
 from loaderx.schema import Codec
 from loaderx.shards import read_manifest
 
@@ -180,6 +181,28 @@ def test_bad_arguments_raise_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="dtype"):
         from_numpy(str(tmp_path / "old"), array.astype(np.int16), workers=2, append=True)
     assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+
+def test_run_workers_refuses_a_bad_worker_count_before_starting_any() -> None:
+    """With workers=0 it used to start nothing and wait for ever (a busy loop)."""
+    raised: list[BaseException] = []
+
+    def run(workers: Any) -> None:
+        try:
+            run_workers([functools.partial(int, 1)], workers, None, str)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    for workers, error, message in ((0, ValueError, "workers must be at least 1, got 0"),
+                                    (1.0, TypeError, "workers must be an int, got 1.0")):
+        caller = threading.Thread(target=run, args=(workers,), daemon=True)
+        caller.start()
+        caller.join(timeout=10)
+        assert not caller.is_alive(), f"run_workers(workers={workers!r}) hung"
+        assert len(raised) == 1 and type(raised[0]) is error and str(raised[0]) == message
+        raised.clear()
+    assert run_workers([functools.partial(int, 7)], 1, None, str) == [7]
 
 
 def failing_source(count: int, fail_at: int) -> Iterator[npt.NDArray[np.int32]]:
@@ -508,6 +531,45 @@ def test_too_many_records_are_refused_before_any_worker_starts(tmp_path: Path) -
         with pytest.raises(ValueError, match=f"{RECORD_COUNT_MAX + 1} records exceed"):
             from_numpy(tmp_path / f"w{workers}", huge, codec="raw", workers=workers)
         assert not (tmp_path / f"w{workers}").exists()
+
+
+
+def test_too_many_shards_are_refused_before_any_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small shard_records can make more shards than a dataset holds: refused up front, not
+    by the commit once every shard was written (1M shards of one record, here)."""
+    from loaderx import parallel, shards
+
+    def no_workers(*_args: Any, **_kwargs: Any) -> list[Any]:
+        raise AssertionError("workers started")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(parallel, "run_workers", no_workers)
+        records = np.zeros(shards.SHARD_COUNT_MAX + 1, dtype=np.uint8)
+        with pytest.raises(ValueError, match=rf"{shards.SHARD_COUNT_MAX + 1} records in shards "
+                           rf"of at most 1 make {shards.SHARD_COUNT_MAX + 1} shards, over a "
+                           rf"dataset's limit of {shards.SHARD_COUNT_MAX}; pass a larger "
+                           "shard_records"):
+            from_numpy(tmp_path / "new", records, codec="raw", workers=2, shard_records=1)
+        assert os.listdir(tmp_path) == []
+    # An append counts the shards the dataset holds already (a limit of 4 keeps it small).
+    path = str(tmp_path / "old")
+    from_numpy(path, np.arange(3, dtype=np.int64), codec="raw")  # a single store: shard 0
+    before = snapshot(tmp_path / "old")
+    monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
+    with monkeypatch.context() as patch:
+        patch.setattr(parallel, "run_workers", no_workers)
+        with pytest.raises(ValueError, match=re.escape(
+                "8 records in shards of at most 2 make 4 shards on top of the 1 that "
+                f"{path!r} holds, over a dataset's limit of 4")):
+            from_numpy(path, np.arange(8, dtype=np.int64), codec="raw", workers=2,
+                       shard_records=2, append=True)
+    assert snapshot(tmp_path / "old") == before
+    from_numpy(path, np.arange(3, 8, dtype=np.int64), codec="raw", workers=2, shard_records=2,
+               append=True)  # 1 + 3 shards: exactly the limit
+    np.testing.assert_array_equal(read_dense(path), np.arange(8))
+    assert len(read_manifest(path).shards) == 4  # type: ignore[union-attr]
 
 
 def test_the_loser_of_two_new_conversions_is_told_the_destination_exists(tmp_path: Path) -> None:

@@ -225,6 +225,44 @@ def test_a_forked_child_starts_with_an_empty_pool(tmp_path: Path, small_pool: No
     dataset.close()
 
 
+
+def test_a_forked_child_renews_every_pool_not_only_the_shared_one() -> None:
+    """A pool made with ResultBufferPool() whose lock a parent thread held at the fork used to
+    stay locked in the child for good: its first big result hung."""
+    pool = ResultBufferPool(min_bytes=64, per_size=2, max_bytes=1 << 20)
+    kept = pool.empty((4, 64), np.dtype(np.int32), 1024)
+    kept[...] = 5
+    del kept  # a free block the child must not see either
+    holding = threading.Event()
+    done = threading.Event()
+
+    def hold_the_lock() -> None:
+        with pool._lock:
+            holding.set()
+            done.wait()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    holding.wait()
+
+    def child() -> None:
+        found = pool.stats()
+        assert (found["free_buffers"], found["leased"], found["reused"]) == (0, 0, 0), found
+        first = pool.empty((4, 64), np.dtype(np.int32), 1024)
+        first[...] = 1
+        del first
+        second = pool.empty((4, 64), np.dtype(np.int32), 1024)
+        assert pool.stats()["reused"] == 1 and not second.flags.owndata
+
+    try:
+        pid = run_child(child)
+    finally:
+        done.set()
+        holder.join()
+    wait_child(pid)
+    assert pool.stats()["free_buffers"] == 1  # the parent's pool is as it was
+
+
 def test_the_pool_keeps_at_most_per_size_and_max_bytes(tmp_path: Path, small_pool: None) -> None:
     dataset, _ = dense(tmp_path / "d")
     results = [dataset[np.arange(40)] for _ in range(5)]  # 20 KiB each, one size class
@@ -351,6 +389,10 @@ def test_configure_refuses_bad_limits_and_returns_the_previous_ones() -> None:
             pool.configure(min_bytes=bad)  # type: ignore[arg-type]
     assert pool.configure(per_size=3) == Limits(10, 1, 100)
     assert pool.configure() == Limits(10, 3, 100)
+    # A new pool takes the same limits only (it used to take any).
+    for name, bad in (("min_bytes", -1), ("per_size", 1.5), ("max_bytes", "1")):
+        with pytest.raises(ValueError, match=f"{name} must be an int >= 0, got {bad!r}"):
+            ResultBufferPool(**{name: bad})  # type: ignore[arg-type]
 
 
 def test_a_torch_tensor_made_from_a_result_keeps_its_memory(

@@ -11,12 +11,13 @@ import msgpack
 import numpy as np
 import pytest
 
-from loaderx.dataset import DenseDataset
+from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError
 from loaderx.schema import (
     DICT_SIZE_MAX,
     DICT_SIZE_MIN,
     DICT_TIERS,
+    ITEM_DIMS_MAX,
     SCHEMA_FILE,
     Schema,
     check_dtype,
@@ -146,6 +147,32 @@ def test_sizes_are_checked_at_creation() -> None:
         make_schema("sparse", np.uint8, (), "zstd", "balanced")
 
 
+def test_item_shapes_past_numpys_dimension_limit_are_refused_at_creation(tmp_path: Path) -> None:
+    # A read adds a leading axis: with one dimension more, nothing could be appended or read.
+    np.empty((1,) * (ITEM_DIMS_MAX + 1))
+    with pytest.raises(ValueError, match="dimension"):
+        np.empty((1,) * (ITEM_DIMS_MAX + 2))
+    too_many = (1,) * (ITEM_DIMS_MAX + 1)
+    for kind in ("dense", "ragged"):
+        with pytest.raises(ValueError, match=rf"item_shape has {ITEM_DIMS_MAX + 1} dimensions, "
+                           rf"over the {ITEM_DIMS_MAX} a {kind} dataset can read back"):
+            make_schema(kind, np.uint8, too_many, "raw", "balanced")
+    with pytest.raises(ValueError, match="dimensions"):
+        DenseDataset(tmp_path / "d", dtype=np.uint8, item_shape=too_many, codec="raw")
+    assert not (tmp_path / "d").exists()
+    most = (1,) * ITEM_DIMS_MAX  # the most that still reads back
+    rows = np.arange(3, dtype=np.int16).reshape((3, *most))
+    with DenseDataset(tmp_path / "most", dtype=np.int16, item_shape=most, codec="raw") as dense:
+        dense.append(rows)
+        np.testing.assert_array_equal(dense[[2, 0]], rows[[2, 0]])
+    with RaggedDataset(tmp_path / "ragged", dtype=np.int16, item_shape=most[1:],
+                       codec="raw") as ragged:
+        ragged.append([rows[:2, 0], rows[2:, 0]])
+        got = ragged[[1, 0]]
+        np.testing.assert_array_equal(got[0], rows[2:, 0])
+        np.testing.assert_array_equal(got[1], rows[:2, 0])
+
+
 def _packed(**changes: Any) -> bytes:
     """A schema file with fields changed (without the checksum, like a schema from before it)."""
     raw = make_schema("dense", np.float32, (2,), "zstd", "balanced").to_dict()
@@ -158,6 +185,7 @@ def _packed(**changes: Any) -> bytes:
     ("data", "message"),
     [
         (b"\xc1garbage", "not a valid msgpack"),
+        (_packed(item_shape=[1] * (ITEM_DIMS_MAX + 1)), "dimensions"),
         (msgpack.packb([1, 2, 3]), "not a loaderx schema"),
         (_packed(format="something-else"), "not a loaderx schema"),
         (_packed(version=2), "upgrade loaderx"),
