@@ -73,6 +73,16 @@ def test_weights_whose_sum_overflows_still_fill_the_slots() -> None:
     assert np.array_equal(sampler.batch(3)[0], MixtureSampler([10, 10], [1, 1], 8, seed=1).batch(3)[0])
 
 
+def test_a_weight_too_large_for_a_float_is_a_value_error() -> None:
+    # 10**400 is a finite int, but float() of it raised a bare OverflowError.
+    too_large = "weights\\[0\\] \\(int\\) is too large for a float; weights must be finite, > 0 and at most"
+    with pytest.raises(ValueError, match=too_large):
+        shares([10**400, 1])
+    with pytest.raises(ValueError, match=too_large):
+        MixtureSampler([10, 10], [10**400, 1], 8)
+    assert shares([10**300, 10**300]) == shares([1, 1])  # ints a float holds work as before
+
+
 def test_per_batch_counts_follow_the_weights() -> None:
     """Counts are deterministic, not sampled: each batch is within 3 rows of G * w_i, and the
     running total within 8 rows of its share, for 40 random mixtures (fixed seed).
