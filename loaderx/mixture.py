@@ -102,7 +102,10 @@ def _floor_sum(n: int, m: int, a: int, b: int) -> int:
 
 
 def _weight(weight: object, position: int) -> float:
-    """One weight as a float: ValueError for a number too large for a float."""
+    """One weight as a float: TypeError for a str, bytes or bool (float() would take "2", b"2"
+    and True without a word), ValueError for a number too large for a float."""
+    if isinstance(weight, (str, bytes, bytearray, bool, np.bool_)):
+        raise TypeError(f"weights[{position}] must be a number, not {type(weight).__name__}")
     try:
         return float(weight)  # type: ignore[arg-type]
     except OverflowError:
@@ -110,6 +113,10 @@ def _weight(weight: object, position: int) -> float:
             f"weights[{position}] ({type(weight).__name__}) is too large for a float; weights "
             f"must be finite, > 0 and at most {sys.float_info.max:.4g} (only their ratios count: "
             "scale them down)"
+        ) from None
+    except TypeError:
+        raise TypeError(
+            f"weights[{position}] must be a number, not {type(weight).__name__}"
         ) from None
 
 
