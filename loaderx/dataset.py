@@ -100,8 +100,11 @@ def _open_store(
         if os.path.exists(manifest_path(path)):
             return found, ShardedStore.open(path, found, shard_records, readonly, verify)
         create = wanted is not None and not readonly
+        # The dataset guards a shard folder opened by itself (_refuse_if_shard), and its
+        # own checks (a rollover elsewhere) must come first: its store skips Zrecord's.
         return found, Zrecord(
-            path, create=create, codec=found.codec, readonly=readonly, verify=verify
+            path, create=create, codec=found.codec, readonly=readonly, verify=verify,
+            _dataset_owned=True,
         )
     if wanted is None or readonly:
         if is_file(os.path.join(path, _META_FILE)):
@@ -118,7 +121,7 @@ def _open_store(
         raise FileNotFoundError(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
         )
-    store = Zrecord(path, create=True, codec=wanted.codec, verify=verify)
+    store = Zrecord(path, create=True, codec=wanted.codec, verify=verify, _dataset_owned=True)
     count = len(store)
     if count > 0:
         store.close()
@@ -343,6 +346,8 @@ class _DatasetBase:
 
     def compact(self) -> None:
         """Reclaims deleted bytes in place (offline: no other reader or writer may be active)."""
+        if isinstance(self._store, Zrecord):
+            self._refuse_if_shard("compact")
         self._store.compact()
 
     def sync(self) -> None:

@@ -47,12 +47,23 @@ def process_shard() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
+def _check_batch(batch: object, function: str) -> None:
+    """TypeError unless batch is a mapping of name -> array, before any array moves."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"{function} needs batches that are dicts of arrays (name -> array), as DataLoader "
+            "and MixtureLoader yield (a transform= must return one too); got a batch of type "
+            f"{type(batch).__name__}"
+        )
+
+
 def global_batch(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
     """Global arrays sharded by `sharding`, from this process's rows of each array in batch.
 
     Every process passes its own rows (what its loader with shard=process_shard() gave it); the
     global array's leading dimension is the sum over processes.
     """
+    _check_batch(batch, "global_batch")
     return {
         name: jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
             sharding, np.asarray(value)
@@ -71,6 +82,7 @@ def _place(
     CPU), and even with ``may_alias=False`` its copy is asynchronous and may read the array after
     device_put returned, when the loader may already be writing the next step into it.
     """
+    _check_batch(batch, "device_prefetch")
     if copy:
         batch = {name: np.array(value, copy=True) for name, value in batch.items()}
     if sharding is not None and jax.process_count() > 1:

@@ -33,6 +33,7 @@ source and stream.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from types import TracebackType
@@ -100,9 +101,33 @@ def _floor_sum(n: int, m: int, a: int, b: int) -> int:
     return total
 
 
+def _weight(weight: object, position: int) -> float:
+    """One weight as a float: TypeError for a str, bytes or bool (float() would take "2", b"2"
+    and True without a word), ValueError for a number too large for a float."""
+    if isinstance(weight, (str, bytes, bytearray, bool, np.bool_)):
+        raise TypeError(f"weights[{position}] must be a number, not {type(weight).__name__}")
+    try:
+        return float(weight)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ValueError(
+            f"weights[{position}] ({type(weight).__name__}) is too large for a float; weights "
+            f"must be finite, > 0 and at most {sys.float_info.max:.4g} (only their ratios count: "
+            "scale them down)"
+        ) from None
+    except TypeError:
+        raise TypeError(
+            f"weights[{position}] must be a number, not {type(weight).__name__}"
+        ) from None
+
+
+def _float_weights(weights: Sequence[float]) -> list[float]:
+    """The weights as floats, each checked (_weight)."""
+    return [_weight(weight, position) for position, weight in enumerate(weights)]
+
+
 def shares(weights: Sequence[float]) -> list[int]:
     """The weights as integer slot counts summing to 2^24; each source gets at least one slot."""
-    values = [float(w) for w in weights]
+    values = _float_weights(weights)
     if not values:
         raise ValueError("a mixture needs at least one source")
     for position, weight in enumerate(values):
@@ -167,7 +192,7 @@ class MixtureSampler:
             raise ValueError(f"seed must be an int in [0, 2**64), got {key!r}")
         index, count = _check_shard(shard)
         self.lengths = records
-        self.weights = [float(w) for w in weights]
+        self.weights = _float_weights(weights)
         self.shares = shares(weights)
         self.batch_size = size
         self.seed = key

@@ -300,6 +300,7 @@ class ShardedStore:
             codec=self.schema.codec,
             readonly=self.readonly,
             verify=self.verify_reads,
+            _dataset_owned=True,  # this dataset keeps its manifest in step with the shard
         )
 
     def _load(self, manifest: Manifest, signature: _Signature | None) -> None:

@@ -55,7 +55,7 @@ import msgpack
 from loaderx import claims
 from loaderx.errors import ManifestError, SchemaError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
-from loaderx.paths import TEMPORARY_MARK, write_file_atomically
+from loaderx.paths import TEMPORARY_MARK, is_file, write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 
 MANIFEST_FILE: Final = "shards.msgpack"
@@ -228,6 +228,19 @@ def shard_number(name: str) -> int | None:
         return 0
     found = _NAME_PATTERN.fullmatch(name)
     return int(found.group(1)) if found else None
+
+
+def sharded_dataset_of(folder: str) -> str | None:
+    """The sharded dataset whose manifest lists the store at `folder`, found by its place: a
+    shard folder (shard-000001) beside a manifest, or a dataset folder holding a manifest, whose
+    own store is the top-level shard '.'. None for any other folder. Reads no manifest."""
+    real = os.path.realpath(folder)
+    if is_file(manifest_path(real)):
+        return real
+    parent, name = os.path.split(real)
+    if shard_number(name) is not None and is_file(manifest_path(parent)):
+        return parent
+    return None
 
 
 def shard_folder(folder: str, name: str) -> str:
@@ -634,7 +647,8 @@ def sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None
         return
     from loaderx.zrecord import Zrecord  # here: reading a manifest never needs the library
 
-    with Zrecord(folder, create=False) as store:
+    # The commit that seals the store keeps the manifest in step with it: no shard check.
+    with Zrecord(folder, create=False, _dataset_owned=True) as store:
         store.claim_writer()
         yield
 

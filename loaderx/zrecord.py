@@ -27,6 +27,7 @@ from loaderx.native_calls import NativeCalls, address
 from loaderx.paths import PathArg, fs_path, is_file
 from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
+from loaderx.shards import sharded_dataset_of
 from loaderx.verify import BadRecord, VerifyReport
 
 if TYPE_CHECKING:
@@ -132,6 +133,11 @@ class Zrecord(NativeCalls):
     writer lock is taken, nothing is created, and every write raises ReadOnlyStoreError before
     touching anything. It works on a read-only filesystem and for a user who cannot write the
     store's files.
+
+    A shard folder of a sharded dataset (or a sharded dataset's own folder, whose store is its
+    top-level shard) reads like any store but refuses append, delete, compact and train_dict
+    with ValueError: its manifest lists the shard's record count, and the sharded dataset would
+    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead.
     """
 
     path: str
@@ -140,6 +146,9 @@ class Zrecord(NativeCalls):
     readonly: bool
     verify_reads: bool | None
     _codec_id: int
+    # Whether writes skip the shard-folder check (_refuse_if_shard): the handle is loaderx's
+    # own dataset layer's, or it is the store's writer and passed the check when it claimed.
+    _writes_checked: bool
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
@@ -153,10 +162,15 @@ class Zrecord(NativeCalls):
         durable: bool = False,
         readonly: bool = False,
         verify: bool | None = None,
+        _dataset_owned: bool = False,
     ) -> None:
         """verify: which records gathers check against their checksum. None (the default):
         compressed and empty records, whose check costs little next to decompression; True:
-        every record, raw ones included; False: none. A mismatch raises CorruptStoreError."""
+        every record, raw ones included; False: none. A mismatch raises CorruptStoreError.
+
+        _dataset_owned is internal: loaderx's dataset layer opens its stores with it, since it
+        keeps a sharded dataset's manifest in step with its shards (loaderx.sharded, shards)
+        and refuses the writes that a shard opened by itself must not take (loaderx.dataset)."""
         self.path = fs_path(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
@@ -166,6 +180,7 @@ class Zrecord(NativeCalls):
             create = False
         verify_flag = verify_flags(verify)
         self.verify_reads = verify
+        self._writes_checked = bool(_dataset_owned)
         self._init_calls()
         self._views = weakref.WeakSet()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -213,6 +228,34 @@ class Zrecord(NativeCalls):
                 f"{operation} refused: Zrecord {self.path!r} was opened with readonly=True; "
                 "open it without readonly to change it"
             )
+
+    def _refuse_if_shard(self, operation: str) -> None:
+        """Refuses a write that changes the record count or layout of a sharded dataset's
+        shard: the manifest lists each shard's count, so the dataset would no longer open."""
+        dataset = sharded_dataset_of(self.path)
+        if dataset is None:
+            return
+        if dataset == os.path.realpath(self.path):
+            what = "the top-level store (shard '.') of the sharded dataset"
+        else:
+            what = "a shard of the sharded dataset"
+        raise ValueError(
+            f"{operation} refused: Zrecord {self.path!r} is {what} {dataset!r}, whose manifest "
+            f"lists its record count; open that dataset with DenseDataset or RaggedDataset and "
+            f"{operation} through it"
+        )
+
+    def _check_first_write(self, operation: str, claim: bool) -> None:
+        """Before a write of a handle not checked yet: _refuse_if_shard. With claim, this
+        handle then becomes the store's writer (as the write would make it) and checks again,
+        in case another process rolled the store into a sharded dataset in between; from then
+        on no rollover or commit can list the store (they claim its writer lock first), so the
+        check holds until the handle closes. Without a claim it holds for this call only."""
+        self._refuse_if_shard(operation)
+        if claim:
+            self._claim_writer()
+            self._refuse_if_shard(operation)
+            self._writes_checked = True
 
     def close(self) -> None:
         """Closes the store after calls already in flight return; later calls raise ValueError.
@@ -289,6 +332,12 @@ class Zrecord(NativeCalls):
         nothing): StoreLockedError while another handle writes the store. The claim lasts
         until the handle closes; a sharded dataset takes it before it seals the store."""
         self._refuse_if_readonly("append")
+        if not self._writes_checked:
+            self._check_first_write("append", claim=True)
+        else:
+            self._claim_writer()
+
+    def _claim_writer(self) -> None:
         offsets = np.zeros(1, dtype=np.uint64)
         first = ctypes.c_uint64()
         handle = self._enter()
@@ -306,6 +355,8 @@ class Zrecord(NativeCalls):
         tag = self._codec_for(codec)
         data, offsets = pack_records(records)
         count = len(offsets) - 1
+        if not self._writes_checked:
+            self._check_first_write("append", claim=count > 0)
         handle = self._enter()
         try:
             if count == 0:
@@ -342,6 +393,8 @@ class Zrecord(NativeCalls):
             )
         contiguous = np.ascontiguousarray(data)
         count = contiguous.nbytes // record_size
+        if not self._writes_checked:
+            self._check_first_write("append", claim=count > 0)
         handle = self._enter()
         try:
             if count == 0:
@@ -366,6 +419,8 @@ class Zrecord(NativeCalls):
         count = len(offsets) - 1
         if count == 0:
             raise ValueError("train_dict needs at least one sample record")
+        if not self._writes_checked:
+            self._check_first_write("train_dict", claim=False)
         handle = self._enter()
         try:
             code = _native.lib.lx_store_train_dict(
@@ -487,6 +542,8 @@ class Zrecord(NativeCalls):
     def delete(self, index: object) -> None:
         """Swap-last delete of the selected records (descending order, duplicates ignored)."""
         self._refuse_if_readonly("delete")
+        if not self._writes_checked:
+            self._check_first_write("delete", claim=False)
         handle = self._enter()
         try:
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
@@ -499,6 +556,8 @@ class Zrecord(NativeCalls):
     def compact(self) -> None:
         """Rewrites live records in place to reclaim deleted bytes (takes the store exclusively)."""
         self._refuse_if_readonly("compact")
+        if not self._writes_checked:
+            self._check_first_write("compact", claim=False)
         handle = self._enter()
         try:
             _native.check(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")

@@ -286,6 +286,32 @@ def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
     assert [int(b["a"][0]) for b in finite] == [0, 1, 2]
 
 
+
+def test_batches_that_are_not_dicts_raise_a_clear_type_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loader of tuples (a transform returning (x, y), say) failed with a bare
+    AttributeError ("'tuple' object has no attribute 'items'"). It raises TypeError naming what
+    it needs and what it got, in the step's turn, before any array goes to the device."""
+    placed: list[Any] = []
+    monkeypatch.setattr(jax, "device_put", lambda *args: placed.append(args))
+    pairs: Any = iter([(np.zeros(2), np.ones(2)), [np.zeros(2)], np.zeros(2)])
+    with device_prefetch(pairs, size=2) as batches:
+        for name in ("tuple", "list", "ndarray"):
+            with pytest.raises(TypeError, match=(
+                "device_prefetch needs batches that are dicts of arrays \\(name -> array\\).*"
+                f"got a batch of type {name}$"
+            )):
+                next(batches)
+        with pytest.raises(StopIteration):
+            next(batches)
+    assert placed == []
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    with pytest.raises(TypeError, match="global_batch needs batches that are dicts.*type tuple$"):
+        global_batch((np.zeros(2),), sharding)  # type: ignore[arg-type]
+    assert placed == []
+
 MULTI_HOST = r"""
 import os, sys
 os.environ["JAX_PLATFORMS"] = "cpu"

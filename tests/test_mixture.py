@@ -73,6 +73,29 @@ def test_weights_whose_sum_overflows_still_fill_the_slots() -> None:
     assert np.array_equal(sampler.batch(3)[0], MixtureSampler([10, 10], [1, 1], 8, seed=1).batch(3)[0])
 
 
+def test_a_weight_too_large_for_a_float_is_a_value_error() -> None:
+    # 10**400 is a finite int, but float() of it raised a bare OverflowError.
+    too_large = "weights\\[0\\] \\(int\\) is too large for a float; weights must be finite, > 0 and at most"
+    with pytest.raises(ValueError, match=too_large):
+        shares([10**400, 1])
+    with pytest.raises(ValueError, match=too_large):
+        MixtureSampler([10, 10], [10**400, 1], 8)
+    assert shares([10**300, 10**300]) == shares([1, 1])  # ints a float holds work as before
+
+
+def test_weights_must_be_numbers(sources: list[dict[str, DenseDataset]]) -> None:
+    # float() took "2", b"2" and True, so weights=["1", "2"] mixed 1:2 without a word.
+    for bad, kind in (("2", "str"), (b"2", "bytes"), (True, "bool"), (np.True_, "bool"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=f"^weights\\[1\\] must be a number, not {kind}$"):
+            shares([1, bad])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match=f"^weights\\[1\\] must be a number, not {kind}$"):
+            MixtureSampler([10, 10], [1, bad], 8)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="^weights\\[0\\] must be a number, not str$"):
+        MixtureLoader(sources, ["1", "2", "3"], 8)  # type: ignore[list-item]
+    numbers = [np.float32(0.5), np.int64(3), np.array(1.5)]  # NumPy numbers still work
+    assert shares(numbers) == shares([0.5, 3, 1.5])  # type: ignore[arg-type]
+
+
 def test_per_batch_counts_follow_the_weights() -> None:
     """Counts are deterministic, not sampled: each batch is within 3 rows of G * w_i, and the
     running total within 8 rows of its share, for 40 random mixtures (fixed seed).

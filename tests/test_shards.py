@@ -234,13 +234,14 @@ def test_open_refuses_a_missing_shard(tmp_path: Path) -> None:
 
 def test_open_refuses_counts_that_disagree_but_accepts_a_tail_that_ran_ahead(tmp_path: Path) -> None:
     path, data = _sharded(tmp_path)
-    # The shards' stores changed underneath (a dataset handle on a shard folder refuses both).
-    with Zrecord(path / "shard-000002") as tail:  # appends since the last manifest write
+    # The shards' stores changed underneath: a dataset handle or a plain Zrecord on a shard
+    # folder refuses both, so these play the dataset's own handles (_dataset_owned).
+    with Zrecord(path / "shard-000002", _dataset_owned=True) as tail:  # appended since the last manifest write
         tail.append(list(data[:10]))
     with DenseDataset(path) as ds:
         assert len(ds) == COUNT + 10
         assert ds[-10:].tobytes() == data[:10].tobytes()
-    with Zrecord(path / "shard-000001") as middle:
+    with Zrecord(path / "shard-000001", _dataset_owned=True) as middle:
         middle.delete(0)
     with pytest.raises(ManifestError, match=r"shard 'shard-000001' holds 999 records but shards.msgpack records 1000: the counts disagree"):
         DenseDataset(path)
@@ -1573,3 +1574,73 @@ def test_a_shard_opened_by_itself_refuses_writes_that_change_its_count(
         opened.append(more)  # through the dataset, both still work
         opened.delete([0])
         assert len(opened) == 25 + len(more) - 1
+
+
+def test_a_plain_zrecord_on_a_shard_refuses_writes_that_change_it(tmp_path: Path) -> None:
+    """A Zrecord opened by itself on a shard folder appended, deleted and compacted: the
+    manifest then listed another count than the shard held, and the sharded dataset refused to
+    open. It reads the shard as before; every such write refuses, naming the dataset, and
+    changes nothing. The dataset's own writes to the same shards still work."""
+    path = tmp_path / "ds"
+    values = np.arange(25, dtype=np.int64)
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(values)  # shards ".", shard-000001, shard-000002
+    real = os.path.realpath(path)
+    for folder, what, held in (
+        (path / "shard-000001", "a shard", values[10:20]),
+        (path, "the top-level store \\(shard '.'\\)", values[:10]),
+    ):
+        refused = f"refused: Zrecord .* is {what} of the sharded dataset '{real}'"
+        with Zrecord(folder) as store:
+            assert b"".join(store.gather(slice(None))) == held.tobytes()  # reading is fine
+            with pytest.raises(ValueError, match=f"append {refused}.*append through it"):
+                store.append([np.int64(7).tobytes()])
+            with pytest.raises(ValueError, match=f"append {refused}"):
+                store.append_fixed(np.arange(3, dtype=np.int64), 8)
+            with pytest.raises(ValueError, match=f"append {refused}"):
+                store.claim_writer()
+            with pytest.raises(ValueError, match=f"delete {refused}.*delete through it"):
+                store.delete([0])
+            with pytest.raises(ValueError, match=f"compact {refused}"):
+                store.compact()
+            with pytest.raises(ValueError, match=f"train_dict {refused}"):
+                store.train_dict([b"sample"] * 8, 1024)
+            assert b"".join(store.gather(slice(None))) == held.tobytes()
+    with DenseDataset(path / "shard-000001") as shard:
+        with pytest.raises(ValueError, match="compact refused: .* is a shard of the sharded dataset"):
+            shard.compact()
+    with DenseDataset(path, shard_records=10) as ds:
+        assert ds[:].tolist() == values.tolist()
+        ds.delete([0])  # the dataset's own handles on its shards still write them
+        ds.append(np.arange(25, 40, dtype=np.int64))
+        ds.compact()
+        # Swap-last within shard '.': its last record (9) fills the hole.
+        expected = [9, *range(1, 9), *range(10, 40)]
+        assert ds[:].tolist() == expected
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == expected
+
+
+def test_a_plain_zrecord_never_appends_past_a_rollover(tmp_path: Path) -> None:
+    """A plain Zrecord opened a single-store dataset and had not written yet when the dataset
+    rolled over (its store became shard '.'): its first append refuses instead of growing the
+    sealed store behind the manifest. Once it has written, it is the store's writer, and the
+    rollover refuses instead (StoreLockedError), leaving a single store that goes on taking
+    its appends."""
+    from loaderx.errors import StoreLockedError
+
+    path = _single_store_of_six(tmp_path)
+    with Zrecord(path) as early, Zrecord(path) as writer:
+        writer.append([np.int64(6).tobytes()])
+        with DenseDataset(path, shard_records=10) as ds, pytest.raises(StoreLockedError):
+            ds.append(np.arange(7, 15, dtype=np.int64))
+        writer.append([np.int64(7).tobytes()])
+        assert read_manifest(path) is None
+    with Zrecord(path) as early:
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(8, 15, dtype=np.int64))  # rolls over: '.' sealed at 10
+        with pytest.raises(ValueError, match="append refused: .* top-level store"):
+            early.append([np.int64(99).tobytes()])
+        assert len(early) == 10
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(15))

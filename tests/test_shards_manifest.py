@@ -352,7 +352,8 @@ def test_a_damaged_key_never_makes_a_half_done_delete_readable(tmp_path: Path) -
     write_manifest(path, manifest)
     write_journal(str(path), [ShardDelete(".", 10, np.array([3])),
                               ShardDelete("shard-000001", 10, np.array([3]))])
-    with Zrecord(path) as store:  # the killed delete got this far: shard 0 only
+    # The killed delete got this far: shard 0 only (its own handle, as the dataset opens it).
+    with Zrecord(path, _dataset_owned=True) as store:
         store.delete(np.array([3]))
     with pytest.raises(ReadOnlyStoreError, match="half done"):
         DenseDataset(path, readonly=True)
