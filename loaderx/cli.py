@@ -29,6 +29,8 @@ from loaderx.zrecord import Zrecord
 EXIT_OK: Final = 0
 EXIT_PROBLEM: Final = 1
 EXIT_USAGE: Final = 2
+# 128 + SIGINT, as shells report a command stopped by Ctrl-C.
+EXIT_INTERRUPTED: Final = 130
 
 Store = DenseDataset | RaggedDataset | Zrecord
 _BENCH_RECORDS_MAX: Final = 20_000
@@ -552,6 +554,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What Ctrl-C leaves behind, by command: the writing commands stage or move record by record,
+# so an interruption never leaves a half-written store; the others write nothing.
+_INTERRUPTED: Final = {
+    "convert": "a destination not reported done was left as it was",
+    "recode": "the destination was left as it was",
+    "compact": "the store is whole (compact moves one record at a time; run it again to "
+               "finish)",
+}
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Runs one command; returns the exit status (argparse exits with 2 on a usage error)."""
     args = build_parser().parse_args(argv)
@@ -560,6 +572,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         status: int = args.run(args, stream)
         stream.flush()
         return status
+    except KeyboardInterrupt:
+        left = _INTERRUPTED.get(args.command)
+        print(f"loaderx {args.command}: interrupted" + (f"; {left}" if left else ""),
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loaderx head ... | head -3`): not a problem with the store.
         # Point stdout at /dev/null so that the interpreter's final flush stays quiet.
@@ -580,4 +597,7 @@ def entry_point() -> None:
     sys.exit(main())
 
 
-__all__ = ["build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE"]
+__all__ = [
+    "build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+]

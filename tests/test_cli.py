@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
+from loaderx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset
 
@@ -303,3 +304,60 @@ def test_convert_npz_checks_every_array_before_converting_any(
     assert message in capsys.readouterr().err
     assert tree(tmp_path) == before
     assert not (dest / "a").exists()
+
+
+def sigint_in(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
+    """Ctrl-C while owner.name runs: a real SIGINT, raised as KeyboardInterrupt by Python's own
+    handler at the next bytecode, as when the user presses it during a long command."""
+    original = getattr(owner, name)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+def run_interrupted(*argv: str) -> tuple[int, str]:
+    """run(), failing the test (not ending the session) if Ctrl-C escapes main()."""
+    try:
+        return run(*argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main() as a KeyboardInterrupt (a traceback for the user)")
+
+
+@pytest.mark.parametrize("command", ["convert", "recode"])
+def test_ctrl_c_in_convert_or_recode_leaves_the_destination_and_exits_130(
+    tmp_path: Path, images: np.ndarray, command: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C during a conversion used to end in a KeyboardInterrupt traceback. Now one line
+    says so, the exit status is 130 and the store being replaced is left exactly as it was."""
+    from_numpy(tmp_path / "src", images[:50], codec="raw")
+    from_numpy(tmp_path / "dest", images[50:60], codec="raw")
+    before = tree(tmp_path)
+    sigint_in(monkeypatch, DenseDataset, "append")
+    source = str(tmp_path / ("images.npy" if command == "convert" else "src"))
+    status, text = run_interrupted(command, source, str(tmp_path / "dest"), "--overwrite",
+                                   "--quiet")
+    assert status == EXIT_INTERRUPTED and text == ""
+    left = ("a destination not reported done was left as it was" if command == "convert"
+            else "the destination was left as it was")
+    assert capsys.readouterr().err == f"loaderx {command}: interrupted; {left}\n"
+    assert tree(tmp_path) == before  # no partial folder left beside it either
+    with DenseDataset(tmp_path / "dest") as ds:
+        assert np.array_equal(ds[:], images[50:60])
+
+
+def test_ctrl_c_in_an_inspecting_command_exits_130_without_a_traceback(
+    tmp_path: Path, images: np.ndarray, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loaderx.zrecord import Zrecord
+
+    from_numpy(tmp_path / "ds", images, codec="raw")
+    sigint_in(monkeypatch, Zrecord, "verify")
+    assert run_interrupted("verify", str(tmp_path / "ds")) == (EXIT_INTERRUPTED, "")
+    assert capsys.readouterr().err == "loaderx verify: interrupted\n"
+
