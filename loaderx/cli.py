@@ -568,6 +568,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Runs one command; returns the exit status (argparse exits with 2 on a usage error)."""
     args = build_parser().parse_args(argv)
     stream = sys.stdout if out is None else out
+    if stream is None:
+        # Started with stdout closed (`loaderx info x >&-`): Python leaves sys.stdout None and
+        # print() drops every line, so a command would run and report nothing.
+        print(f"loaderx {args.command}: standard output is closed; nothing was done",
+              file=sys.stderr)
+        return EXIT_PROBLEM
     try:
         status: int = args.run(args, stream)
         stream.flush()

@@ -361,3 +361,18 @@ def test_ctrl_c_in_an_inspecting_command_exits_130_without_a_traceback(
     assert run_interrupted("verify", str(tmp_path / "ds")) == (EXIT_INTERRUPTED, "")
     assert capsys.readouterr().err == "loaderx verify: interrupted\n"
 
+
+def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
+    tmp_path: Path, images: np.ndarray
+) -> None:
+    """`loaderx ... >&-` used to convert, then die in a traceback (AttributeError: 'NoneType'
+    object has no attribute 'flush'): Python sets sys.stdout to None for a closed stdout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for argv in (["info", str(tmp_path)], ["convert", str(tmp_path / "images.npy"),
+                                           str(tmp_path / "ds"), "--quiet"]):
+        done = subprocess.run([sys.executable, "-m", "loaderx", *argv], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, env=env, check=False,
+                              preexec_fn=lambda: os.close(1))
+        assert done.returncode == EXIT_PROBLEM
+        assert done.stderr == f"loaderx {argv[0]}: standard output is closed; nothing was done\n"
+    assert not (tmp_path / "ds").exists()
