@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from loaderx import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,3 +68,41 @@ def test_demo_prints_its_table(tmp_path: Path) -> None:
     # Smooth images compress: zstd must beat raw on disk.
     assert float(rows["zstd"][4].rstrip("x")) > 1.5
     assert "b/s" in rows["raw"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--records", "0"], "argument --records: must be >= 1, got 0"),
+    (["--records", "-5", "--batch-size", "-10"], "argument --records: must be >= 1, got -5"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--side", "5"], "argument --side: must be >= 16, got 5"),
+    (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
+    (["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--workers", "1025"], "argument --workers: must be <= 1024, got 1025"),
+    (["--seed", "-1"], "argument --seed: must be >= 0, got -1"),
+    (["--seed", str(2**64)], f"argument --seed: must be <= {2**64 - 1}, got {2**64}"),
+    (["--steps", "many"], "argument --steps: an integer, not 'many'"),
+    (["--codecs", "foo"],
+     "argument --codecs: unknown codec 'foo' (a comma-separated subset of raw,zstd,zstd_dict)"),
+    (["--codecs", "zstd,,raw"],
+     "argument --codecs: unknown codec '' (a comma-separated subset of raw,zstd,zstd_dict)"),
+    (["--records", "5", "--batch-size", "2"],
+     "--codecs zstd_dict trains a dictionary, which needs --records of at least 7"),
+    (["--dir", "data.npy"], "--dir data.npy: exists and is not a folder"),
+])
+def test_demo_refuses_bad_options_before_any_work(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of these used to start the run and end in a traceback (ValueError from the sampler,
+    the loader or numpy, ZeroDivisionError for --steps 0 or --repeats 0, FileExistsError)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "data.npy").write_bytes(b"mine")
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.rstrip().endswith(f"error: {message}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
+
