@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -282,19 +283,26 @@ def disk_bytes_of_npy(work: Path) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.dir is not None:
-        work = Path(args.dir)
-        work.mkdir(parents=True, exist_ok=True)
-        run(args, work)
-        return
-    work = Path(tempfile.mkdtemp(prefix="loaderx-demo-"))
     try:
-        run(args, work)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        if args.dir is not None:
+            work = Path(args.dir)
+            work.mkdir(parents=True, exist_ok=True)
+            run(args, work)
+            return
+        work = Path(tempfile.mkdtemp(prefix="loaderx-demo-"))
+        try:
+            run(args, work)
+        finally:
+            if args.keep:
+                print(f"kept {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback; the temporary folder is gone already. 130 is
+        # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
+        print("loaderx demo: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
 
 if __name__ == "__main__":
     main()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,3 +108,25 @@ def test_demo_refuses_bad_options_before_any_work(
     assert captured.out == "" and captured.err.rstrip().endswith(f"error: {message}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
 
+
+def test_demo_ctrl_c_removes_its_folder_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the demo used to end in a KeyboardInterrupt traceback."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    original = demo.check_against_numpy
+
+    def interrupted(*args: Any) -> None:
+        original(*args)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(demo, "check_against_numpy", interrupted)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            demo.main(["--records", "64", "--batch-size", "8", "--steps", "2", "--repeats", "1",
+                       "--workers", "1", "--codecs", "raw"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the demo as a KeyboardInterrupt (a traceback for the user)")
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "loaderx demo: interrupted\n"
+    assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone
