@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
@@ -312,30 +313,46 @@ def _check_members(
         _check_destination(os.path.join(dest, name), overwrite)
 
 
+def _load_source(source: str) -> Any:
+    """The .npy (memory-mapped) or the open .npz at source, whatever its name says: NumPy reads
+    the format from the file's first bytes."""
+    if os.path.isdir(source):
+        raise Problem(f"{source}: a folder, not a .npy or .npz file")
+    if not os.path.isfile(source):
+        raise Problem(f"{source}: no such file")
+    try:
+        return np.load(source, mmap_mode="r")
+    except (ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
+
+
+def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Codec,
+                 out: TextIO) -> int:
+    from loaderx.converter import from_numpy
+
+    names = list(archive.files)
+    if not names:
+        raise Problem(f"{source}: the .npz holds no arrays; nothing was converted")
+    _check_array_names(source, args.dest, names)
+    _check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
+    for name in names:
+        target = os.path.join(args.dest, name)
+        count = from_numpy(target, archive[name], codec=codec, dict_size=args.dict_size,
+                           overwrite=args.overwrite, progress=_progress(args))
+        print(f"{target}: {count:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import from_numpy
 
     source = args.source
-    if not os.path.isfile(source):
-        raise Problem(f"{source}: no such file")
     codec = check_codec(args.codec)
-    dict_size = args.dict_size
-    if source.endswith(".npz"):
-        with np.load(source) as archive:
-            names = list(archive.files)
-            _check_array_names(source, args.dest, names)
-            _check_members(source, archive, args.dest, codec, dict_size, args.overwrite)
-            for name in names:
-                target = os.path.join(args.dest, name)
-                count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,
-                                   overwrite=args.overwrite, progress=_progress(args))
-                print(f"{target}: {count:,} records ({codec})", file=out)
-        return EXIT_OK
-    try:
-        array = np.load(source, mmap_mode="r")
-    except ValueError as error:
-        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
-    count = from_numpy(args.dest, array, codec=codec, dict_size=dict_size,
+    loaded = _load_source(source)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded as archive:
+            return _convert_npz(source, archive, args, codec, out)
+    count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
                        overwrite=args.overwrite, progress=_progress(args))
     print(f"{args.dest}: {count:,} records ({codec})", file=out)
     return EXIT_OK

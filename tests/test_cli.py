@@ -376,3 +376,46 @@ def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
         assert done.returncode == EXIT_PROBLEM
         assert done.stderr == f"loaderx {argv[0]}: standard output is closed; nothing was done\n"
     assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("folder", "a folder, not a .npy or .npz file"),
+    ("empty.npy", "not a .npy or .npz file NumPy can read (No data left in file)"),
+    ("cut.npz", "not a .npy or .npz file NumPy can read (File is not a zip file)"),
+    ("none.npz", "the .npz holds no arrays; nothing was converted"),
+])
+def test_convert_refuses_a_source_that_is_no_array_file(
+    tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty file or a cut-off .npz ended in a traceback (EOFError, BadZipFile), a folder
+    was "no such file", and an .npz without arrays converted nothing and said nothing."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "whole.npz", a=np.arange(100))
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:200])
+    np.savez(tmp_path / "none.npz")
+    status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
+    assert not (tmp_path / "dest").exists()
+
+
+def test_convert_reads_the_format_from_the_file_not_its_name(tmp_path: Path) -> None:
+    """An .npz saved under another name (data.npy, DATA.NPZ) was read as one array and refused
+    with a message about dtype <U1; a .npy named .npz ended in "'numpy.ndarray' object does not
+    support the context manager protocol"."""
+    arrays: dict[str, np.ndarray] = {"a": np.arange(10, dtype=np.int32), "b": np.ones((3, 2))}
+    np.savez(tmp_path / "pair.npz", **arrays)  # type: ignore[arg-type]
+    os.rename(tmp_path / "pair.npz", tmp_path / "PAIR.NPY")
+    status, text = run("convert", str(tmp_path / "PAIR.NPY"), str(tmp_path / "out"), "--quiet")
+    assert status == EXIT_OK and text.count(" records (zstd)") == 2
+    for name, values in arrays.items():
+        with DenseDataset(tmp_path / "out" / name) as ds:
+            assert ds.dtype == values.dtype and ds[:].tobytes() == values.tobytes()
+    single = np.arange(12, dtype=np.int16).reshape(4, 3)
+    np.save(tmp_path / "single.npy", single)
+    os.rename(tmp_path / "single.npy", tmp_path / "single.npz")
+    status, text = run("convert", str(tmp_path / "single.npz"), str(tmp_path / "one"), "--quiet")
+    assert (status, text) == (EXIT_OK, f"{tmp_path / 'one'}: 4 records (zstd)\n")
+    with DenseDataset(tmp_path / "one") as ds:
+        assert ds.dtype == single.dtype and ds[:].tobytes() == single.tobytes()
