@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
@@ -35,6 +36,7 @@ EXIT_INTERRUPTED: Final = 130
 
 Store = DenseDataset | RaggedDataset | Zrecord
 _BENCH_RECORDS_MAX: Final = 20_000
+_READ_BYTES: Final = 1 << 24
 
 
 class Problem(Exception):
@@ -326,6 +328,22 @@ def _load_source(source: str) -> Any:
         raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
 
 
+def _check_intact(source: str, archive: Any) -> None:
+    """Every array of an .npz read once (its CRC checked, compressed data inflated) before the
+    first is converted: a damaged one found while converting would leave those before it
+    converted."""
+    for member in archive.zip.infolist():
+        try:
+            with archive.zip.open(member) as stream:
+                while stream.read(_READ_BYTES):
+                    pass
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            name = member.filename.removesuffix(".npy")
+            raise Problem(
+                f"{source}: array {name!r} is damaged ({error}); nothing was converted"
+            ) from None
+
+
 def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Codec,
                  out: TextIO) -> int:
     from loaderx.converter import from_numpy
@@ -334,6 +352,7 @@ def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Cod
     if not names:
         raise Problem(f"{source}: the .npz holds no arrays; nothing was converted")
     _check_array_names(source, args.dest, names)
+    _check_intact(source, archive)
     _check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
     for name in names:
         target = os.path.join(args.dest, name)

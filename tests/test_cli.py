@@ -419,3 +419,28 @@ def test_convert_reads_the_format_from_the_file_not_its_name(tmp_path: Path) -> 
     assert (status, text) == (EXIT_OK, f"{tmp_path / 'one'}: 4 records (zstd)\n")
     with DenseDataset(tmp_path / "one") as ds:
         assert ds.dtype == single.dtype and ds[:].tobytes() == single.tobytes()
+
+
+@pytest.mark.parametrize("compressed, reason", [
+    (False, "Bad CRC-32 for file 'b.npy'"),
+    (True, "Error -3 while decompressing data"),
+])
+def test_convert_npz_with_a_damaged_array_converts_none(
+    tmp_path: Path, compressed: bool, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged second array was found only while converting it: DEST/a stayed converted and
+    the command ended in a BadZipFile or zlib.error traceback."""
+    save = np.savez_compressed if compressed else np.savez
+    save(tmp_path / "in.npz", a=np.arange(1000),
+         b=np.random.default_rng(0).integers(0, 100, 10_000))
+    data = bytearray((tmp_path / "in.npz").read_bytes())
+    at = data.index(b"b.npy") + len(b"b.npy") + 300  # inside b's data, past its .npy header
+    data[at] ^= 0xFF
+    data[at + 1] ^= 0x55
+    (tmp_path / "in.npz").write_bytes(bytes(data))
+    status, text = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    err = capsys.readouterr().err
+    assert err.startswith(f"loaderx convert: {tmp_path / 'in.npz'}: array 'b' is damaged ({reason}")
+    assert err.endswith("); nothing was converted\n")
+    assert not (tmp_path / "out").exists()
