@@ -203,7 +203,7 @@ def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
                     shown = raw[:48]
                     more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
                     print(f"[{index}] {shown!r}{more}", file=out)
-        print(f"({count} of {len(opened):,} records)", file=out)
+        print(f"({count:,} of {len(opened):,} records)", file=out)
     finally:
         opened.close()
     return EXIT_OK

@@ -444,3 +444,12 @@ def test_convert_npz_with_a_damaged_array_converts_none(
     assert err.startswith(f"loaderx convert: {tmp_path / 'in.npz'}: array 'b' is damaged ({reason}")
     assert err.endswith("); nothing was converted\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_head_counts_with_thousands_separators(tmp_path: Path) -> None:
+    """The count shown used to lack the separator its total has: (1500 of 2,000 records)."""
+    values = np.arange(2000, dtype=np.int16)
+    from_numpy(tmp_path / "ds", values, codec="raw")
+    status, text = run("head", str(tmp_path / "ds"), "-n", "1500")
+    assert status == EXIT_OK and text.endswith("\n(1,500 of 2,000 records)\n")
+    assert text.startswith("array([   0,    1,    2, ..., 1497, 1498, 1499]")
