@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -453,3 +457,38 @@ def test_head_counts_with_thousands_separators(tmp_path: Path) -> None:
     status, text = run("head", str(tmp_path / "ds"), "-n", "1500")
     assert status == EXIT_OK and text.endswith("\n(1,500 of 2,000 records)\n")
     assert text.startswith("array([   0,    1,    2, ..., 1497, 1498, 1499]")
+
+
+def test_convert_into_a_folder_it_cannot_create_names_the_destination(
+    tmp_path: Path, images: np.ndarray, capsys: pytest.CaptureFixture[str],
+    others_can_reach: Callable[..., AbstractContextManager[None]],
+) -> None:
+    """The message named the hidden staging folder ('.ds.loaderx-partial-3578926451e6'), or for
+    a file in the way said "File exists" about that file; it names the destination now."""
+    blocker = tmp_path / "images.npy"
+    status, text = run("convert", str(blocker), str(blocker / "ds"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == (
+        f"loaderx convert: [Errno 20] cannot create '{blocker / 'ds'}': '{blocker}' is a file, "
+        "not a folder\n"
+    )
+    # A folder the user may not write into (run as nobody: root ignores permission bits).
+    parent = tempfile.mkdtemp(prefix="loaderx-cli-", dir=tempfile.gettempdir())
+    try:
+        shutil.copy(blocker, parent)
+        os.chmod(parent, 0o555)
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with others_can_reach(str(ROOT), sys.prefix):
+            done = subprocess.run(
+                [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
+                 "convert", os.path.join(parent, "images.npy"), os.path.join(parent, "ds")],
+                capture_output=True, text=True, env=env, timeout=120, check=False,
+            )
+        assert (done.returncode, done.stdout) == (EXIT_PROBLEM, "")
+        assert done.stderr == (f"loaderx convert: [Errno 13] cannot create "
+                               f"'{parent}/ds' (Permission denied in '{parent}')\n")
+        assert os.listdir(parent) == ["images.npy"]
+    finally:
+        os.chmod(parent, 0o755)
+        shutil.rmtree(parent)
