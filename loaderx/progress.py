@@ -60,11 +60,13 @@ def _clock(seconds: float) -> str:
 
 
 def terminal_width(stream: TextIO) -> int:
-    """Columns of the terminal behind stream (COLUMNS, then 80, when it cannot be asked)."""
+    """Columns of the terminal behind stream (COLUMNS, then 80, when it cannot be asked or
+    reports none: a new pseudo-terminal, a serial console say 0 until someone sets a size)."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, ValueError, OSError):
-        return shutil.get_terminal_size().columns
+        columns = 0
+    return columns if columns > 0 else shutil.get_terminal_size().columns
 
 
 def _bar(fraction: float, width: int) -> str:

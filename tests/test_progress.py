@@ -127,3 +127,14 @@ def test_logs_get_plain_lines_and_callbacks_get_counts(tmp_path: Path) -> None:
     assert calls[0] == (100, 1000, 800)
     assert calls[-2] == calls[-1] == (1000, 1000, 8000)  # the last block, then finish()
     assert [c[0] for c in calls[:-1]] == list(range(100, 1001, 100))
+
+
+def test_a_terminal_that_reports_no_width_gets_80_columns(tmp_path: Path) -> None:
+    """A pseudo-terminal whose size nobody set reports 0 columns: the line used to be cut to a
+    single character ("\\r1\\x1b[K"); it is drawn for 80 columns, as shutil does."""
+    output = run_in_terminal(0, tmp_path).decode()
+    screen = [line for line in screen_of(output, 80) if line]
+    assert len(screen) == 2
+    assert "images: [####" in screen[0] and screen[0].endswith(", done in 1:56:43")
+    assert "auto: [########" in screen[1] and "300/300" in screen[1]
+    assert 70 < max(len(line) for line in screen) <= 79
