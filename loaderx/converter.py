@@ -209,13 +209,13 @@ def from_numpy(
                 positions = _sample_positions(count, ds.record_size, schema.dict_size)
                 ds.train_dict(np.ascontiguousarray(data[positions]))
             rows = max(1, block_bytes // ds.record_size)
-            report = Progress(f"from_numpy {os.fspath(path)}", count, progress)
-            for start in range(0, count, rows):
-                block = np.ascontiguousarray(data[start : start + rows])
-                ds.append(block)
-                report.update(block.shape[0], block.nbytes)
-                del block
-            report.finish()
+            with Progress(f"from_numpy {os.fspath(path)}", count, progress) as report:
+                for start in range(0, count, rows):
+                    block = np.ascontiguousarray(data[start : start + rows])
+                    ds.append(block)
+                    report.update(block.shape[0], block.nbytes)
+                    del block
+                report.finish()
         _commit(staging, replace)
     except BaseException:
         staging.abort()
@@ -336,9 +336,8 @@ def from_iterator(
     staging, replace = _stage(os.fspath(path), overwrite)
     try:
         with RaggedDataset(staging.path, schema.dtype, schema.item_shape, schema.codec) as ds:
-            _stream_records(ds, first, records, block_bytes, Progress(
-                f"from_iterator {os.fspath(path)}", total, progress
-            ))
+            with Progress(f"from_iterator {os.fspath(path)}", total, progress) as report:
+                _stream_records(ds, first, records, block_bytes, report)
             count = len(ds)
         _commit(staging, replace)
     except BaseException:
@@ -501,12 +500,12 @@ def _recode_dense(
         _check_trainable(target.codec, count)
         if target.codec == "zstd_dict" and count > 0:
             dst.train_dict(src[_sample_positions(count, src.record_size, target.dict_size)])
-        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
-        for start, stop in _dense_blocks(count, src.record_size, block_bytes):
-            block = src[start:stop]
-            dst.append(block)
-            report.update(stop - start, block.nbytes)
-        report.finish()
+        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+            for start, stop in _dense_blocks(count, src.record_size, block_bytes):
+                block = src[start:stop]
+                dst.append(block)
+                report.update(stop - start, block.nbytes)
+            report.finish()
         return len(dst)
 
 
@@ -526,12 +525,12 @@ def _recode_ragged(
                     f"{len(sample)}: use 'zstd'"
                 )
             dst.train_dict(sample)
-        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
-        for start, stop in _ragged_blocks(src, block_bytes):
-            records: list[npt.NDArray[Any]] = src[start:stop]
-            dst.append(records)
-            report.update(stop - start, sum(r.nbytes for r in records))
-        report.finish()
+        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+            for start, stop in _ragged_blocks(src, block_bytes):
+                records: list[npt.NDArray[Any]] = src[start:stop]
+                dst.append(records)
+                report.update(stop - start, sum(r.nbytes for r in records))
+            report.finish()
         return len(dst)
 
 
