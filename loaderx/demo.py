@@ -225,8 +225,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if "zstd_dict" in args.codecs and args.records < DICT_SAMPLE_COUNT_MIN:
         parser.error(f"--codecs zstd_dict trains a dictionary, which needs --records of at least "
                      f"{DICT_SAMPLE_COUNT_MIN}")
-    if args.dir is not None and os.path.exists(args.dir) and not os.path.isdir(args.dir):
-        parser.error(f"--dir {args.dir}: exists and is not a folder")
+    if args.dir is not None and os.path.exists(args.dir):
+        if not os.path.isdir(args.dir):
+            parser.error(f"--dir {args.dir}: exists and is not a folder")
+        # The demo saves data.npy and label.npy there, the Quick Start's own file names: a
+        # user's folder that holds theirs must not lose them.
+        if os.listdir(args.dir):
+            parser.error(f"--dir {args.dir}: not empty (the demo writes data.npy, label.npy and "
+                         "its stores there, replacing files of those names): pick a new or "
+                         "empty folder")
     return args
 
 

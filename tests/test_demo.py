@@ -109,6 +109,24 @@ def test_demo_refuses_bad_options_before_any_work(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
 
 
+def test_demo_never_writes_into_a_folder_that_holds_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dir used to overwrite the data.npy and label.npy there: the Quick Start's own file
+    names, so a user's folder lost its data."""
+    np.save(tmp_path / "data.npy", np.arange(5))
+    before = (tmp_path / "data.npy").read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--records", "64", "--batch-size", "8", "--dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"error: --dir {tmp_path}: not empty (the demo writes data.npy, label.npy and its stores "
+        "there, replacing files of those names): pick a new or empty folder"
+    )
+    assert os.listdir(tmp_path) == ["data.npy"]
+    assert (tmp_path / "data.npy").read_bytes() == before
+
+
 def test_demo_ctrl_c_removes_its_folder_and_exits_130(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
