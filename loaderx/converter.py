@@ -411,6 +411,12 @@ def _same_place(a: str, b: str) -> bool:
     return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
+def _inside(path: str, folder: str) -> bool:
+    """True when path lies inside folder (both resolved, so symlinks and '..' count)."""
+    real_path, real_folder = os.path.realpath(path), os.path.realpath(folder)
+    return real_path != real_folder and os.path.commonpath([real_path, real_folder]) == real_folder
+
+
 def _dense_blocks(count: int, record_size: int, block_bytes: int) -> Iterator[tuple[int, int]]:
     rows = max(1, block_bytes // record_size)
     for start in range(0, count, rows):
@@ -469,6 +475,13 @@ def recode(
     dst_path = fs_path(dst)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
+    if _inside(src_path, dst_path):
+        # Replacing dst (a sharded dataset, say, recoded from one of its shards) would delete
+        # the source along with it.
+        raise ValueError(
+            f"recode needs a destination that does not hold its source ({src_path!r} is inside "
+            f"{dst_path!r}, and replacing that would delete it)"
+        )
     # Checked here so that the error names the source, not the schema file read_schema opens.
     if not is_file(schema_path(src_path)):
         raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
