@@ -288,28 +288,38 @@ def disk_bytes_of_npy(work: Path) -> int:
     return os.stat(work / "data.npy").st_blocks * 512
 
 
+def _run_and_clean_up(args: argparse.Namespace) -> None:
+    """run() in --dir, or in a temporary folder removed afterwards unless --keep."""
+    if args.dir is not None:
+        work = Path(args.dir)
+        work.mkdir(parents=True, exist_ok=True)
+        run(args, work)
+        return
+    work = Path(tempfile.mkdtemp(prefix="loaderx-demo-"))
+    try:
+        run(args, work)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
-        if args.dir is not None:
-            work = Path(args.dir)
-            work.mkdir(parents=True, exist_ok=True)
-            run(args, work)
-            return
-        work = Path(tempfile.mkdtemp(prefix="loaderx-demo-"))
-        try:
-            run(args, work)
-        finally:
-            if args.keep:
-                print(f"kept {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
+        _run_and_clean_up(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         # Ctrl-C: one line, not a traceback; the temporary folder is gone already. 130 is
         # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
         print("loaderx demo: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-
+    except BrokenPipeError:
+        # The reader went away (`python -m loaderx.demo | head -1`): stop quietly, as the
+        # loaderx command does. stdout goes to /dev/null so that the interpreter's final
+        # flush stays quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 if __name__ == "__main__":
     main()

@@ -148,3 +148,21 @@ def test_demo_ctrl_c_removes_its_folder_and_exits_130(
     assert exit_info.value.code == 130
     assert capsys.readouterr().err == "loaderx demo: interrupted\n"
     assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone
+
+
+def test_demo_piped_into_head_stops_quietly(tmp_path: Path) -> None:
+    """`python -m loaderx.demo | head -1` ended in a BrokenPipeError traceback."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_path)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "loaderx.demo", "--records", "64", "--batch-size", "8",
+         "--steps", "2", "--repeats", "1", "--workers", "1", "--codecs", "raw"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.readline().startswith(b"loaderx demo: 64 images")
+    child.stdout.close()  # what head does after its first line
+    assert child.wait(timeout=120) == 0
+    assert child.stderr.read() == b""
+    child.stderr.close()
+    assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone
