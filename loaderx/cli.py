@@ -1,8 +1,9 @@
 """The `loaderx` command (also `python -m loaderx`): inspect, convert and check stores.
 
 A thin layer over the public API. Every subcommand has --help; the exit status is 0 when all
-is well, 1 when a problem was found (a store that cannot be opened, a failed check) and 2 for
-a usage error (argparse's own convention). Subcommands whose output is data take --json.
+is well, 1 when a problem was found (a store that cannot be opened, a failed check), 2 for
+a usage error (argparse's own convention) and 130 after Ctrl-C. Subcommands whose output is
+data take --json.
 """
 
 from __future__ import annotations
@@ -530,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loaderx",
         description="Inspect, convert and check loaderx datasets and Zrecord stores.",
-        epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error.",
+        epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error, 130 "
+               "interrupted (Ctrl-C).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
