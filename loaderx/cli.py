@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -47,20 +48,29 @@ class Problem(Exception):
 # --- opening ----------------------------------------------------------------------------------
 
 
+def _mode_of(path: str) -> int | None:
+    """path's st_mode, None when there is nothing there. Unlike os.path.exists and isfile, a
+    folder the user may not read raises PermissionError instead of passing for no store."""
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def open_store(path: str, readonly: bool = True) -> Store:
     """The dataset at path (by its schema), or the bare Zrecord store when it has none.
 
     Read-only unless the command writes: inspecting a store takes no writer lock, so it works
     while a training job or a conversion holds the store."""
-    if not os.path.exists(path):
+    if _mode_of(path) is None:
         raise Problem(f"{path}: no such file or folder")
-    if os.path.isfile(os.path.join(path, SCHEMA_FILE)):
+    if stat.S_ISREG(_mode_of(os.path.join(path, SCHEMA_FILE)) or 0):
         from loaderx.schema import read_schema
 
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)
-    if os.path.isfile(os.path.join(path, "meta.zr")):
+    if stat.S_ISREG(_mode_of(os.path.join(path, "meta.zr")) or 0):
         return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 

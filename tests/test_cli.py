@@ -514,3 +514,32 @@ def test_out_of_memory_is_one_line_and_exit_1(
     monkeypatch.setattr(Zrecord, "gather_into", too_big)
     assert run("head", str(tmp_path / "ds"), "-n", "100000") == (EXIT_PROBLEM, "")
     assert capsys.readouterr().err == f"loaderx head: out of memory ({wanted})\n"
+
+
+def test_a_store_the_user_may_not_read_is_a_permission_error_not_no_store(
+    tmp_path: Path, others_can_reach: Callable[..., AbstractContextManager[None]]
+) -> None:
+    """A store folder of mode 700 owned by someone else was "not a loaderx dataset or Zrecord
+    store (no schema.msgpack, no meta.zr)", and a store in a folder the user may not enter "no
+    such file or folder": os.path.isfile and exists say False for both."""
+    parent = tempfile.mkdtemp(prefix="loaderx-cli-", dir=tempfile.gettempdir())
+    try:
+        os.chmod(parent, 0o755)
+        from_numpy(os.path.join(parent, "ds"), np.arange(10), codec="raw")
+        os.makedirs(os.path.join(parent, "locked"))
+        from_numpy(os.path.join(parent, "locked", "ds"), np.arange(10), codec="raw")
+        os.chmod(os.path.join(parent, "ds"), 0o700)
+        os.chmod(os.path.join(parent, "locked"), 0o700)
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for store, denied in (("ds", "ds/schema.msgpack"), ("locked/ds", "locked/ds")):
+            with others_can_reach(str(ROOT), sys.prefix):
+                done = subprocess.run(
+                    [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
+                     "info", store], cwd=parent,
+                    capture_output=True, text=True, env=env, timeout=120, check=False,
+                )
+            assert (done.returncode, done.stdout) == (EXIT_PROBLEM, "")
+            assert done.stderr == f"loaderx info: [Errno 13] Permission denied: '{denied}'\n"
+    finally:
+        shutil.rmtree(parent)
