@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import os
-import stat
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import numpy.typing as npt
 
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
+from loaderx.paths import is_file
 from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
 from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
@@ -48,13 +48,14 @@ class Problem(Exception):
 # --- opening ----------------------------------------------------------------------------------
 
 
-def _mode_of(path: str) -> int | None:
-    """path's st_mode, None when there is nothing there. Unlike os.path.exists and isfile, a
-    folder the user may not read raises PermissionError instead of passing for no store."""
+def _exists(path: str) -> bool:
+    """Whether there is something at path. Unlike os.path.exists, a folder the user may not
+    enter raises PermissionError instead of passing for nothing there."""
     try:
-        return os.stat(path).st_mode
+        os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return False
+    return True
 
 
 def open_store(path: str, readonly: bool = True) -> Store:
@@ -62,15 +63,17 @@ def open_store(path: str, readonly: bool = True) -> Store:
 
     Read-only unless the command writes: inspecting a store takes no writer lock, so it works
     while a training job or a conversion holds the store."""
-    if _mode_of(path) is None:
+    if not _exists(path):
         raise Problem(f"{path}: no such file or folder")
-    if stat.S_ISREG(_mode_of(os.path.join(path, SCHEMA_FILE)) or 0):
+    # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
+    # naming it, not "no store here".
+    if is_file(os.path.join(path, SCHEMA_FILE)):
         from loaderx.schema import read_schema
 
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)
-    if stat.S_ISREG(_mode_of(os.path.join(path, "meta.zr")) or 0):
+    if is_file(os.path.join(path, "meta.zr")):
         return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
