@@ -1,8 +1,9 @@
 """The `loaderx` command (also `python -m loaderx`): inspect, convert and check stores.
 
 A thin layer over the public API. Every subcommand has --help; the exit status is 0 when all
-is well, 1 when a problem was found (a store that cannot be opened, a failed check) and 2 for
-a usage error (argparse's own convention). Subcommands whose output is data take --json.
+is well, 1 when a problem was found (a store that cannot be opened, a failed check), 2 for
+a usage error (argparse's own convention) and 130 after Ctrl-C. Subcommands whose output is
+data take --json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import sys
 import tempfile
 import time
+import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
@@ -22,6 +25,7 @@ import numpy.typing as npt
 
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
+from loaderx.paths import is_file
 from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
 from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
@@ -29,9 +33,12 @@ from loaderx.zrecord import Zrecord
 EXIT_OK: Final = 0
 EXIT_PROBLEM: Final = 1
 EXIT_USAGE: Final = 2
+# 128 + SIGINT, as shells report a command stopped by Ctrl-C.
+EXIT_INTERRUPTED: Final = 130
 
 Store = DenseDataset | RaggedDataset | Zrecord
 _BENCH_RECORDS_MAX: Final = 20_000
+_READ_BYTES: Final = 1 << 24
 
 
 class Problem(Exception):
@@ -41,20 +48,32 @@ class Problem(Exception):
 # --- opening ----------------------------------------------------------------------------------
 
 
+def _exists(path: str) -> bool:
+    """Whether there is something at path. Unlike os.path.exists, a folder the user may not
+    enter raises PermissionError instead of passing for nothing there."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
 def open_store(path: str, readonly: bool = True) -> Store:
     """The dataset at path (by its schema), or the bare Zrecord store when it has none.
 
     Read-only unless the command writes: inspecting a store takes no writer lock, so it works
     while a training job or a conversion holds the store."""
-    if not os.path.exists(path):
+    if not _exists(path):
         raise Problem(f"{path}: no such file or folder")
-    if os.path.isfile(os.path.join(path, SCHEMA_FILE)):
+    # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
+    # naming it, not "no store here".
+    if is_file(os.path.join(path, SCHEMA_FILE)):
         from loaderx.schema import read_schema
 
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)
-    if os.path.isfile(os.path.join(path, "meta.zr")):
+    if is_file(os.path.join(path, "meta.zr")):
         return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
@@ -198,7 +217,7 @@ def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
                     shown = raw[:48]
                     more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
                     print(f"[{index}] {shown!r}{more}", file=out)
-        print(f"({count} of {len(opened):,} records)", file=out)
+        print(f"({count:,} of {len(opened):,} records)", file=out)
     finally:
         opened.close()
     return EXIT_OK
@@ -310,30 +329,63 @@ def _check_members(
         _check_destination(os.path.join(dest, name), overwrite)
 
 
+def _load_source(source: str) -> Any:
+    """The .npy (memory-mapped) or the open .npz at source, whatever its name says: NumPy reads
+    the format from the file's first bytes."""
+    if os.path.isdir(source):
+        raise Problem(f"{source}: a folder, not a .npy or .npz file")
+    if not os.path.isfile(source):
+        raise Problem(f"{source}: no such file")
+    try:
+        return np.load(source, mmap_mode="r")
+    except (ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
+
+
+def _check_intact(source: str, archive: Any) -> None:
+    """Every array of an .npz read once (its CRC checked, compressed data inflated) before the
+    first is converted: a damaged one found while converting would leave those before it
+    converted."""
+    for member in archive.zip.infolist():
+        try:
+            with archive.zip.open(member) as stream:
+                while stream.read(_READ_BYTES):
+                    pass
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            name = member.filename.removesuffix(".npy")
+            raise Problem(
+                f"{source}: array {name!r} is damaged ({error}); nothing was converted"
+            ) from None
+
+
+def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Codec,
+                 out: TextIO) -> int:
+    from loaderx.converter import from_numpy
+
+    names = list(archive.files)
+    if not names:
+        raise Problem(f"{source}: the .npz holds no arrays; nothing was converted")
+    _check_array_names(source, args.dest, names)
+    _check_intact(source, archive)
+    _check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
+    for name in names:
+        target = os.path.join(args.dest, name)
+        count = from_numpy(target, archive[name], codec=codec, dict_size=args.dict_size,
+                           overwrite=args.overwrite, progress=_progress(args))
+        print(f"{target}: {count:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     from loaderx.converter import from_numpy
 
     source = args.source
-    if not os.path.isfile(source):
-        raise Problem(f"{source}: no such file")
     codec = check_codec(args.codec)
-    dict_size = args.dict_size
-    if source.endswith(".npz"):
-        with np.load(source) as archive:
-            names = list(archive.files)
-            _check_array_names(source, args.dest, names)
-            _check_members(source, archive, args.dest, codec, dict_size, args.overwrite)
-            for name in names:
-                target = os.path.join(args.dest, name)
-                count = from_numpy(target, archive[name], codec=codec, dict_size=dict_size,
-                                   overwrite=args.overwrite, progress=_progress(args))
-                print(f"{target}: {count:,} records ({codec})", file=out)
-        return EXIT_OK
-    try:
-        array = np.load(source, mmap_mode="r")
-    except ValueError as error:
-        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
-    count = from_numpy(args.dest, array, codec=codec, dict_size=dict_size,
+    loaded = _load_source(source)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded as archive:
+            return _convert_npz(source, archive, args, codec, out)
+    count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
                        overwrite=args.overwrite, progress=_progress(args))
     print(f"{args.dest}: {count:,} records ({codec})", file=out)
     return EXIT_OK
@@ -492,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loaderx",
         description="Inspect, convert and check loaderx datasets and Zrecord stores.",
-        epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error.",
+        epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error, 130 "
+               "interrupted (Ctrl-C).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -552,14 +605,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What Ctrl-C leaves behind, by command: the writing commands stage or move record by record,
+# so an interruption never leaves a half-written store; the others write nothing.
+_INTERRUPTED: Final = {
+    "convert": "a destination not reported done was left as it was",
+    "recode": "the destination was left as it was",
+    "compact": "the store is whole (compact moves one record at a time; run it again to "
+               "finish)",
+}
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Runs one command; returns the exit status (argparse exits with 2 on a usage error)."""
     args = build_parser().parse_args(argv)
     stream = sys.stdout if out is None else out
+    if stream is None:
+        # Started with stdout closed (`loaderx info x >&-`): Python leaves sys.stdout None and
+        # print() drops every line, so a command would run and report nothing.
+        print(f"loaderx {args.command}: standard output is closed; nothing was done",
+              file=sys.stderr)
+        return EXIT_PROBLEM
     try:
         status: int = args.run(args, stream)
         stream.flush()
         return status
+    except KeyboardInterrupt:
+        left = _INTERRUPTED.get(args.command)
+        print(f"loaderx {args.command}: interrupted" + (f"; {left}" if left else ""),
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loaderx head ... | head -3`): not a problem with the store.
         # Point stdout at /dev/null so that the interpreter's final flush stays quiet.
@@ -569,6 +643,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except FileExistsError as error:
         text = str(error).replace("overwrite=True", "--overwrite")
         print(f"loaderx {args.command}: {text}", file=sys.stderr)
+        return EXIT_PROBLEM
+    except MemoryError as error:
+        # NumPy's says how much it wanted (`head -n 100000` of 1 MiB records: 98 GiB).
+        print(f"loaderx {args.command}: out of memory ({error})", file=sys.stderr)
         return EXIT_PROBLEM
     except (Problem, LoaderxError, OSError, ValueError, TypeError) as error:
         print(f"loaderx {args.command}: {error}", file=sys.stderr)
@@ -580,4 +658,7 @@ def entry_point() -> None:
     sys.exit(main())
 
 
-__all__ = ["build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE"]
+__all__ = [
+    "build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+]

@@ -21,6 +21,7 @@ of one parent folder are serialised by an flock on that parent. Where flock does
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -203,7 +204,12 @@ class StagedFolder:
     def __init__(self, dst: str) -> None:
         self.final = os.path.abspath(dst)
         parent, name = os.path.split(self.final)
-        os.makedirs(parent, exist_ok=True)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except FileExistsError:
+            raise NotADirectoryError(
+                errno.ENOTDIR, f"cannot create {self.final!r}: {parent!r} is a file, not a folder"
+            ) from None
         recover(self.final)
         while True:
             self.token = secrets.token_hex(6)
@@ -214,6 +220,12 @@ class StagedFolder:
                 os.mkdir(self.path, 0o777)
             except FileExistsError:
                 continue
+            except OSError as error:
+                # Named after the destination: the hidden staging folder's name would only
+                # puzzle the user (a read-only folder, a full disk).
+                raise type(error)(
+                    error.errno, f"cannot create {self.final!r} ({error.strerror} in {parent!r})"
+                ) from None
             self._lock = FolderLock(self.path, blocking=True)
             # A recovery elsewhere may have removed the folder before we locked it.
             if self._lock.fd < 0 or os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path)):

@@ -209,13 +209,13 @@ def from_numpy(
                 positions = _sample_positions(count, ds.record_size, schema.dict_size)
                 ds.train_dict(np.ascontiguousarray(data[positions]))
             rows = max(1, block_bytes // ds.record_size)
-            report = Progress(f"from_numpy {os.fspath(path)}", count, progress)
-            for start in range(0, count, rows):
-                block = np.ascontiguousarray(data[start : start + rows])
-                ds.append(block)
-                report.update(block.shape[0], block.nbytes)
-                del block
-            report.finish()
+            with Progress(f"from_numpy {os.fspath(path)}", count, progress) as report:
+                for start in range(0, count, rows):
+                    block = np.ascontiguousarray(data[start : start + rows])
+                    ds.append(block)
+                    report.update(block.shape[0], block.nbytes)
+                    del block
+                report.finish()
         _commit(staging, replace)
     except BaseException:
         staging.abort()
@@ -336,9 +336,8 @@ def from_iterator(
     staging, replace = _stage(os.fspath(path), overwrite)
     try:
         with RaggedDataset(staging.path, schema.dtype, schema.item_shape, schema.codec) as ds:
-            _stream_records(ds, first, records, block_bytes, Progress(
-                f"from_iterator {os.fspath(path)}", total, progress
-            ))
+            with Progress(f"from_iterator {os.fspath(path)}", total, progress) as report:
+                _stream_records(ds, first, records, block_bytes, report)
             count = len(ds)
         _commit(staging, replace)
     except BaseException:
@@ -412,6 +411,12 @@ def _same_place(a: str, b: str) -> bool:
     return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
+def _inside(path: str, folder: str) -> bool:
+    """True when path lies inside folder (both resolved, so symlinks and '..' count)."""
+    real_path, real_folder = os.path.realpath(path), os.path.realpath(folder)
+    return real_path != real_folder and os.path.commonpath([real_path, real_folder]) == real_folder
+
+
 def _dense_blocks(count: int, record_size: int, block_bytes: int) -> Iterator[tuple[int, int]]:
     rows = max(1, block_bytes // record_size)
     for start in range(0, count, rows):
@@ -470,6 +475,13 @@ def recode(
     dst_path = fs_path(dst)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
+    if _inside(src_path, dst_path):
+        # Replacing dst (a sharded dataset, say, recoded from one of its shards) would delete
+        # the source along with it.
+        raise ValueError(
+            f"recode needs a destination that does not hold its source ({src_path!r} is inside "
+            f"{dst_path!r}, and replacing that would delete it)"
+        )
     # Checked here so that the error names the source, not the schema file read_schema opens.
     if not is_file(schema_path(src_path)):
         raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
@@ -501,12 +513,12 @@ def _recode_dense(
         _check_trainable(target.codec, count)
         if target.codec == "zstd_dict" and count > 0:
             dst.train_dict(src[_sample_positions(count, src.record_size, target.dict_size)])
-        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
-        for start, stop in _dense_blocks(count, src.record_size, block_bytes):
-            block = src[start:stop]
-            dst.append(block)
-            report.update(stop - start, block.nbytes)
-        report.finish()
+        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+            for start, stop in _dense_blocks(count, src.record_size, block_bytes):
+                block = src[start:stop]
+                dst.append(block)
+                report.update(stop - start, block.nbytes)
+            report.finish()
         return len(dst)
 
 
@@ -526,12 +538,12 @@ def _recode_ragged(
                     f"{len(sample)}: use 'zstd'"
                 )
             dst.train_dict(sample)
-        report = Progress(f"recode {src_path} -> {target.codec}", count, progress)
-        for start, stop in _ragged_blocks(src, block_bytes):
-            records: list[npt.NDArray[Any]] = src[start:stop]
-            dst.append(records)
-            report.update(stop - start, sum(r.nbytes for r in records))
-        report.finish()
+        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+            for start, stop in _ragged_blocks(src, block_bytes):
+                records: list[npt.NDArray[Any]] = src[start:stop]
+                dst.append(records)
+                report.update(stop - start, sum(r.nbytes for r in records))
+            report.finish()
         return len(dst)
 
 

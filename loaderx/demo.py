@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,11 +23,11 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx.converter import from_numpy
+from loaderx.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
 from loaderx.dataloader import DataLoader
-from loaderx.prefetch import default_workers
+from loaderx.prefetch import WORKERS_MAX, default_workers
 from loaderx.dataset import DenseDataset
-from loaderx.sampler import Sampler
+from loaderx.sampler import SEED_LIMIT, Sampler
 
 CODECS: Final = ("raw", "zstd", "zstd_dict")
 RECORDS_DEFAULT: Final = 4096
@@ -173,21 +174,66 @@ def check_against_numpy(
                     raise SystemExit(f"demo: stream {name!r} differs from the .npy at step {step}")
 
 
+def _int_in(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int in minimum..maximum, so that a bad number is a usage error
+    (exit 2) said before any work, not a traceback from deep inside the run."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"an integer, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def _codecs(text: str) -> list[str]:
+    """--codecs' argparse type: a comma-separated list of codec names, none empty."""
+    codecs = text.split(",")
+    unknown = [codec for codec in codecs if codec not in CODECS]
+    if unknown:
+        listed = ", ".join(repr(codec) for codec in unknown)
+        raise argparse.ArgumentTypeError(
+            f"unknown codec {listed} (a comma-separated subset of {','.join(CODECS)})"
+        )
+    return codecs
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loaderx.demo", description=__doc__)
-    parser.add_argument("--records", type=int, default=RECORDS_DEFAULT)
-    parser.add_argument("--side", type=int, default=SIDE_DEFAULT, help="image side in pixels")
-    parser.add_argument("--steps", type=int, default=STEPS_DEFAULT)
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE_DEFAULT)
-    parser.add_argument("--workers", type=int, default=default_workers(consumer_helps=True))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="timings keep the best run")
-    parser.add_argument("--codecs", default=",".join(CODECS), help="comma-separated subset")
+    parser.add_argument("--records", type=_int_in(1), default=RECORDS_DEFAULT)
+    parser.add_argument("--side", type=_int_in(PATTERN_SIDE), default=SIDE_DEFAULT,
+                        help="image side in pixels")
+    parser.add_argument("--steps", type=_int_in(1), default=STEPS_DEFAULT)
+    parser.add_argument("--batch-size", type=_int_in(1), default=BATCH_SIZE_DEFAULT)
+    parser.add_argument("--workers", type=_int_in(1, WORKERS_MAX),
+                        default=default_workers(consumer_helps=True))
+    parser.add_argument("--seed", type=_int_in(0, SEED_LIMIT - 1), default=0)
+    parser.add_argument("--repeats", type=_int_in(1), default=3, help="timings keep the best run")
+    parser.add_argument("--codecs", type=_codecs, default=list(CODECS),
+                        help="comma-separated subset of " + ",".join(CODECS))
     parser.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     if args.batch_size > args.records:
         parser.error("--batch-size must not exceed --records (cyclic mode)")
+    if "zstd_dict" in args.codecs and args.records < DICT_SAMPLE_COUNT_MIN:
+        parser.error(f"--codecs zstd_dict trains a dictionary, which needs --records of at least "
+                     f"{DICT_SAMPLE_COUNT_MIN}")
+    if args.dir is not None and os.path.exists(args.dir):
+        if not os.path.isdir(args.dir):
+            parser.error(f"--dir {args.dir}: exists and is not a folder")
+        # The demo saves data.npy and label.npy there, the Quick Start's own file names: a
+        # user's folder that holds theirs must not lose them.
+        if os.listdir(args.dir):
+            parser.error(f"--dir {args.dir}: not empty (the demo writes data.npy, label.npy and "
+                         "its stores there, replacing files of those names): pick a new or "
+                         "empty folder")
     return args
 
 
@@ -211,7 +257,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         f"{'codec':<10} {'records':>8} {'on disk':>10} {'ratio':>7} {'write':>11} "
         f"{'gather':>12} {'loader':>12} {'loader/gather':>14}"
     )
-    for codec in args.codecs.split(","):
+    for codec in args.codecs:
         store = work / f"data-{codec}"
         started = time.perf_counter()
         from_numpy(store, arrays["data"], codec=codec, overwrite=True)
@@ -242,8 +288,8 @@ def disk_bytes_of_npy(work: Path) -> int:
     return os.stat(work / "data.npy").st_blocks * 512
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def _run_and_clean_up(args: argparse.Namespace) -> None:
+    """run() in --dir, or in a temporary folder removed afterwards unless --keep."""
     if args.dir is not None:
         work = Path(args.dir)
         work.mkdir(parents=True, exist_ok=True)
@@ -258,6 +304,22 @@ def main(argv: list[str] | None = None) -> None:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        _run_and_clean_up(args)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback; the temporary folder is gone already. 130 is
+        # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
+        print("loaderx demo: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        # The reader went away (`python -m loaderx.demo | head -1`): stop quietly, as the
+        # loaderx command does. stdout goes to /dev/null so that the interpreter's final
+        # flush stays quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,9 @@
 - a callable ``fn(records_done, records_total, bytes_done)`` (total is None when unknown),
   called after every block and once at the end: plug in tqdm, rich or your logger.
 
+A job that fails or is interrupted ends its status line (``with Progress(...)``), so that the
+error starts on a line of its own.
+
 On a terminal the line fits the window's width (read at every redraw, so a resize is followed),
 never touches the last column (which would wrap), and ends with "erase to end of line", so a
 shorter line leaves no stale characters behind. Redraws happen at most twice a second.
@@ -20,6 +23,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import Final, TextIO, TypeAlias
 
 Callback: TypeAlias = Callable[[int, "int | None", int], None]
@@ -60,11 +64,13 @@ def _clock(seconds: float) -> str:
 
 
 def terminal_width(stream: TextIO) -> int:
-    """Columns of the terminal behind stream (COLUMNS, then 80, when it cannot be asked)."""
+    """Columns of the terminal behind stream (COLUMNS, then 80, when it cannot be asked or
+    reports none: a new pseudo-terminal, a serial console say 0 until someone sets a size)."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, ValueError, OSError):
-        return shutil.get_terminal_size().columns
+        columns = 0
+    return columns if columns > 0 else shutil.get_terminal_size().columns
 
 
 def _bar(fraction: float, width: int) -> str:
@@ -94,6 +100,7 @@ class Progress:
     _stream: TextIO | None
     _started: float
     _drawn: float
+    _line_open: bool
 
     def __init__(
         self,
@@ -112,6 +119,29 @@ class Progress:
         self._stream = stream
         self._started = time.monotonic()
         self._drawn = 0.0
+        self._line_open = False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is not None:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Ends the status line of a job that failed or was interrupted, so that what follows
+        (the error, a traceback, the shell's prompt) starts on a line of its own, not after the
+        last redraw."""
+        if self._line_open:
+            self._line_open = False
+            stream = sys.stderr if self._stream is None else self._stream
+            stream.write("\n")
+            stream.flush()
 
     def _extras(self, elapsed: float) -> list[str]:
         """Rate and ETA, most important first (a narrow terminal drops them from the end)."""
@@ -177,6 +207,7 @@ class Progress:
             text = "\r" + self.line(terminal_width(stream), suffix) + _ERASE_LINE
             if final:
                 text += "\n"
+            self._line_open = not final
         else:
             text = self.line(None, suffix) + "\n"
         stream.write(text)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from loaderx.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
+from loaderx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset
 
@@ -303,3 +308,242 @@ def test_convert_npz_checks_every_array_before_converting_any(
     assert message in capsys.readouterr().err
     assert tree(tmp_path) == before
     assert not (dest / "a").exists()
+
+
+def sigint_in(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
+    """Ctrl-C while owner.name runs: a real SIGINT, raised as KeyboardInterrupt by Python's own
+    handler at the next bytecode, as when the user presses it during a long command."""
+    original = getattr(owner, name)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+def run_interrupted(*argv: str) -> tuple[int, str]:
+    """run(), failing the test (not ending the session) if Ctrl-C escapes main()."""
+    try:
+        return run(*argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main() as a KeyboardInterrupt (a traceback for the user)")
+
+
+@pytest.mark.parametrize("command", ["convert", "recode"])
+def test_ctrl_c_in_convert_or_recode_leaves_the_destination_and_exits_130(
+    tmp_path: Path, images: np.ndarray, command: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C during a conversion used to end in a KeyboardInterrupt traceback. Now one line
+    says so, the exit status is 130 and the store being replaced is left exactly as it was."""
+    from_numpy(tmp_path / "src", images[:50], codec="raw")
+    from_numpy(tmp_path / "dest", images[50:60], codec="raw")
+    before = tree(tmp_path)
+    from loaderx.zrecord import Zrecord
+
+    sigint_in(monkeypatch, Zrecord, "append_fixed")  # Zrecord: compiled classes cannot be patched
+    source = str(tmp_path / ("images.npy" if command == "convert" else "src"))
+    status, text = run_interrupted(command, source, str(tmp_path / "dest"), "--overwrite",
+                                   "--quiet")
+    assert status == EXIT_INTERRUPTED and text == ""
+    left = ("a destination not reported done was left as it was" if command == "convert"
+            else "the destination was left as it was")
+    assert capsys.readouterr().err == f"loaderx {command}: interrupted; {left}\n"
+    assert tree(tmp_path) == before  # no partial folder left beside it either
+    with DenseDataset(tmp_path / "dest") as ds:
+        assert np.array_equal(ds[:], images[50:60])
+
+
+def test_ctrl_c_in_an_inspecting_command_exits_130_without_a_traceback(
+    tmp_path: Path, images: np.ndarray, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loaderx.zrecord import Zrecord
+
+    from_numpy(tmp_path / "ds", images, codec="raw")
+    sigint_in(monkeypatch, Zrecord, "verify")
+    assert run_interrupted("verify", str(tmp_path / "ds")) == (EXIT_INTERRUPTED, "")
+    assert capsys.readouterr().err == "loaderx verify: interrupted\n"
+
+
+def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
+    tmp_path: Path, images: np.ndarray
+) -> None:
+    """`loaderx ... >&-` used to convert, then die in a traceback (AttributeError: 'NoneType'
+    object has no attribute 'flush'): Python sets sys.stdout to None for a closed stdout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for argv in (["info", str(tmp_path)], ["convert", str(tmp_path / "images.npy"),
+                                           str(tmp_path / "ds"), "--quiet"]):
+        done = subprocess.run([sys.executable, "-m", "loaderx", *argv], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, env=env, check=False,
+                              preexec_fn=lambda: os.close(1))
+        assert done.returncode == EXIT_PROBLEM
+        assert done.stderr == f"loaderx {argv[0]}: standard output is closed; nothing was done\n"
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("folder", "a folder, not a .npy or .npz file"),
+    ("empty.npy", "not a .npy or .npz file NumPy can read (No data left in file)"),
+    ("cut.npz", "not a .npy or .npz file NumPy can read (File is not a zip file)"),
+    ("none.npz", "the .npz holds no arrays; nothing was converted"),
+])
+def test_convert_refuses_a_source_that_is_no_array_file(
+    tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty file or a cut-off .npz ended in a traceback (EOFError, BadZipFile), a folder
+    was "no such file", and an .npz without arrays converted nothing and said nothing."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "whole.npz", a=np.arange(100))
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:200])
+    np.savez(tmp_path / "none.npz")
+    status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
+    assert not (tmp_path / "dest").exists()
+
+
+def test_convert_reads_the_format_from_the_file_not_its_name(tmp_path: Path) -> None:
+    """An .npz saved under another name (data.npy, DATA.NPZ) was read as one array and refused
+    with a message about dtype <U1; a .npy named .npz ended in "'numpy.ndarray' object does not
+    support the context manager protocol"."""
+    arrays: dict[str, np.ndarray] = {"a": np.arange(10, dtype=np.int32), "b": np.ones((3, 2))}
+    np.savez(tmp_path / "pair.npz", **arrays)  # type: ignore[arg-type]
+    os.rename(tmp_path / "pair.npz", tmp_path / "PAIR.NPY")
+    status, text = run("convert", str(tmp_path / "PAIR.NPY"), str(tmp_path / "out"), "--quiet")
+    assert status == EXIT_OK and text.count(" records (zstd)") == 2
+    for name, values in arrays.items():
+        with DenseDataset(tmp_path / "out" / name) as ds:
+            assert ds.dtype == values.dtype and ds[:].tobytes() == values.tobytes()
+    single = np.arange(12, dtype=np.int16).reshape(4, 3)
+    np.save(tmp_path / "single.npy", single)
+    os.rename(tmp_path / "single.npy", tmp_path / "single.npz")
+    status, text = run("convert", str(tmp_path / "single.npz"), str(tmp_path / "one"), "--quiet")
+    assert (status, text) == (EXIT_OK, f"{tmp_path / 'one'}: 4 records (zstd)\n")
+    with DenseDataset(tmp_path / "one") as ds:
+        assert ds.dtype == single.dtype and ds[:].tobytes() == single.tobytes()
+
+
+@pytest.mark.parametrize("compressed, reason", [
+    (False, "Bad CRC-32 for file 'b.npy'"),
+    (True, "Error -3 while decompressing data"),
+])
+def test_convert_npz_with_a_damaged_array_converts_none(
+    tmp_path: Path, compressed: bool, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged second array was found only while converting it: DEST/a stayed converted and
+    the command ended in a BadZipFile or zlib.error traceback."""
+    save = np.savez_compressed if compressed else np.savez
+    save(tmp_path / "in.npz", a=np.arange(1000),
+         b=np.random.default_rng(0).integers(0, 100, 10_000))
+    data = bytearray((tmp_path / "in.npz").read_bytes())
+    at = data.index(b"b.npy") + len(b"b.npy") + 300  # inside b's data, past its .npy header
+    data[at] ^= 0xFF
+    data[at + 1] ^= 0x55
+    (tmp_path / "in.npz").write_bytes(bytes(data))
+    status, text = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    err = capsys.readouterr().err
+    assert err.startswith(f"loaderx convert: {tmp_path / 'in.npz'}: array 'b' is damaged ({reason}")
+    assert err.endswith("); nothing was converted\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_head_counts_with_thousands_separators(tmp_path: Path) -> None:
+    """The count shown used to lack the separator its total has: (1500 of 2,000 records)."""
+    values = np.arange(2000, dtype=np.int16)
+    from_numpy(tmp_path / "ds", values, codec="raw")
+    status, text = run("head", str(tmp_path / "ds"), "-n", "1500")
+    assert status == EXIT_OK and text.endswith("\n(1,500 of 2,000 records)\n")
+    assert text.startswith("array([   0,    1,    2, ..., 1497, 1498, 1499]")
+
+
+def test_convert_into_a_folder_it_cannot_create_names_the_destination(
+    tmp_path: Path, images: np.ndarray, capsys: pytest.CaptureFixture[str],
+    others_can_reach: Callable[..., AbstractContextManager[None]],
+) -> None:
+    """The message named the hidden staging folder ('.ds.loaderx-partial-3578926451e6'), or for
+    a file in the way said "File exists" about that file; it names the destination now."""
+    blocker = tmp_path / "images.npy"
+    status, text = run("convert", str(blocker), str(blocker / "ds"), "--quiet")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == (
+        f"loaderx convert: [Errno 20] cannot create '{blocker / 'ds'}': '{blocker}' is a file, "
+        "not a folder\n"
+    )
+    # A folder the user may not write into (run as nobody: root ignores permission bits).
+    parent = tempfile.mkdtemp(prefix="loaderx-cli-", dir=tempfile.gettempdir())
+    try:
+        shutil.copy(blocker, parent)
+        os.chmod(parent, 0o555)
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with others_can_reach(str(ROOT), sys.prefix):
+            done = subprocess.run(
+                [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
+                 "convert", os.path.join(parent, "images.npy"), os.path.join(parent, "ds")],
+                capture_output=True, text=True, env=env, timeout=120, check=False,
+            )
+        assert (done.returncode, done.stdout) == (EXIT_PROBLEM, "")
+        assert done.stderr == (f"loaderx convert: [Errno 13] cannot create "
+                               f"'{parent}/ds' (Permission denied in '{parent}')\n")
+        assert os.listdir(parent) == ["images.npy"]
+    finally:
+        os.chmod(parent, 0o755)
+        shutil.rmtree(parent)
+
+
+def test_out_of_memory_is_one_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`head -n 100000` of 1 MiB records asks NumPy for 98 GiB: its MemoryError used to end
+    the command in a traceback. (Simulated: the test machine has no such dataset to spare.)"""
+    from loaderx.zrecord import Zrecord
+
+    from_numpy(tmp_path / "ds", np.zeros((10, 4), np.uint8), codec="raw")
+    wanted = ("Unable to allocate 97.7 GiB for an array with shape (100000, 1048576) and data "
+              "type uint8")
+
+    def too_big(*args: Any, **kwargs: Any) -> None:
+        raise MemoryError(wanted)
+
+    # Zrecord, not the dataset: mypyc-compiled classes cannot be patched.
+    monkeypatch.setattr(Zrecord, "gather_into", too_big)
+    assert run("head", str(tmp_path / "ds"), "-n", "100000") == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == f"loaderx head: out of memory ({wanted})\n"
+
+
+def test_a_store_the_user_may_not_read_is_a_permission_error_not_no_store(
+    tmp_path: Path, others_can_reach: Callable[..., AbstractContextManager[None]]
+) -> None:
+    """A store folder of mode 700 owned by someone else was "not a loaderx dataset or Zrecord
+    store (no schema.msgpack, no meta.zr)", and a store in a folder the user may not enter "no
+    such file or folder": os.path.isfile and exists say False for both."""
+    parent = tempfile.mkdtemp(prefix="loaderx-cli-", dir=tempfile.gettempdir())
+    try:
+        os.chmod(parent, 0o755)
+        from_numpy(os.path.join(parent, "ds"), np.arange(10), codec="raw")
+        os.makedirs(os.path.join(parent, "locked"))
+        from_numpy(os.path.join(parent, "locked", "ds"), np.arange(10), codec="raw")
+        os.chmod(os.path.join(parent, "ds"), 0o700)
+        os.chmod(os.path.join(parent, "locked"), 0o700)
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for store, denied in (
+            ("ds", "permission denied looking into 'ds' (cannot tell whether it holds a store; "
+                   "check the folder's permissions): 'ds'"),
+            ("locked/ds", "Permission denied: 'locked/ds'"),
+        ):
+            with others_can_reach(str(ROOT), sys.prefix):
+                done = subprocess.run(
+                    [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
+                     "info", store], cwd=parent,
+                    capture_output=True, text=True, env=env, timeout=120, check=False,
+                )
+            assert (done.returncode, done.stdout) == (EXIT_PROBLEM, "")
+            assert done.stderr == f"loaderx info: [Errno 13] {denied}\n"
+    finally:
+        shutil.rmtree(parent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -471,3 +472,29 @@ def test_converted_stores_follow_the_umask(tmp_path: Path) -> None:
         assert folder.stat().st_mode & 0o777 == 0o750, name
         for entry in folder.iterdir():
             assert entry.stat().st_mode & 0o777 == 0o640, entry
+
+
+def test_recode_refuses_a_destination_that_holds_its_source(tmp_path: Path) -> None:
+    """recode('big/shard-000001', 'big', overwrite=True) used to replace the whole sharded
+    dataset with a recode of one of its shards, deleting the source and every other shard."""
+    values = np.arange(250, dtype=np.int64)
+    with DenseDataset(tmp_path / "big", dtype=np.int64, item_shape=(), codec="raw",
+                      shard_records=100) as ds:
+        ds.append(values)
+        shard = str(ds.shard_stats()[1]["name"])
+    before = {str(p): p.read_bytes() for p in sorted((tmp_path / "big").rglob("*")) if p.is_file()}
+    os.symlink(tmp_path / "big", tmp_path / "link")
+    for dst in (tmp_path / "big", tmp_path / "link", tmp_path / "big" / shard / ".."):
+        with pytest.raises(ValueError, match=(
+            rf"recode needs a destination that does not hold its source \('.*/big/{shard}' is "
+            rf"inside '{re.escape(str(dst))}', and replacing that would delete it\)"
+        )):
+            recode(tmp_path / "big" / shard, dst, codec="zstd", overwrite=True)
+    after = {str(p): p.read_bytes() for p in sorted((tmp_path / "big").rglob("*")) if p.is_file()}
+    assert after == before
+    with DenseDataset(tmp_path / "big") as ds:
+        assert np.array_equal(ds[:], values)
+    # A sibling, or a folder whose name merely starts like the source's, is fine.
+    assert recode(tmp_path / "big" / shard, tmp_path / "big-shard", codec="zstd") == 100
+    with DenseDataset(tmp_path / "big-shard") as ds:
+        assert np.array_equal(ds[:], values[100:200])

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
+
+from loaderx import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,3 +70,99 @@ def test_demo_prints_its_table(tmp_path: Path) -> None:
     # Smooth images compress: zstd must beat raw on disk.
     assert float(rows["zstd"][4].rstrip("x")) > 1.5
     assert "b/s" in rows["raw"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--records", "0"], "argument --records: must be >= 1, got 0"),
+    (["--records", "-5", "--batch-size", "-10"], "argument --records: must be >= 1, got -5"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--side", "5"], "argument --side: must be >= 16, got 5"),
+    (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
+    (["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--workers", "1025"], "argument --workers: must be <= 1024, got 1025"),
+    (["--seed", "-1"], "argument --seed: must be >= 0, got -1"),
+    (["--seed", str(2**64)], f"argument --seed: must be <= {2**64 - 1}, got {2**64}"),
+    (["--steps", "many"], "argument --steps: an integer, not 'many'"),
+    (["--codecs", "foo"],
+     "argument --codecs: unknown codec 'foo' (a comma-separated subset of raw,zstd,zstd_dict)"),
+    (["--codecs", "zstd,,raw"],
+     "argument --codecs: unknown codec '' (a comma-separated subset of raw,zstd,zstd_dict)"),
+    (["--records", "5", "--batch-size", "2"],
+     "--codecs zstd_dict trains a dictionary, which needs --records of at least 7"),
+    (["--dir", "data.npy"], "--dir data.npy: exists and is not a folder"),
+])
+def test_demo_refuses_bad_options_before_any_work(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of these used to start the run and end in a traceback (ValueError from the sampler,
+    the loader or numpy, ZeroDivisionError for --steps 0 or --repeats 0, FileExistsError)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "data.npy").write_bytes(b"mine")
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.rstrip().endswith(f"error: {message}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
+
+
+def test_demo_never_writes_into_a_folder_that_holds_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dir used to overwrite the data.npy and label.npy there: the Quick Start's own file
+    names, so a user's folder lost its data."""
+    np.save(tmp_path / "data.npy", np.arange(5))
+    before = (tmp_path / "data.npy").read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--records", "64", "--batch-size", "8", "--dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"error: --dir {tmp_path}: not empty (the demo writes data.npy, label.npy and its stores "
+        "there, replacing files of those names): pick a new or empty folder"
+    )
+    assert os.listdir(tmp_path) == ["data.npy"]
+    assert (tmp_path / "data.npy").read_bytes() == before
+
+
+def test_demo_ctrl_c_removes_its_folder_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the demo used to end in a KeyboardInterrupt traceback."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    original = demo.check_against_numpy
+
+    def interrupted(*args: Any) -> None:
+        original(*args)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(demo, "check_against_numpy", interrupted)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            demo.main(["--records", "64", "--batch-size", "8", "--steps", "2", "--repeats", "1",
+                       "--workers", "1", "--codecs", "raw"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the demo as a KeyboardInterrupt (a traceback for the user)")
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "loaderx demo: interrupted\n"
+    assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone
+
+
+def test_demo_piped_into_head_stops_quietly(tmp_path: Path) -> None:
+    """`python -m loaderx.demo | head -1` ended in a BrokenPipeError traceback."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_path)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "loaderx.demo", "--records", "64", "--batch-size", "8",
+         "--steps", "2", "--repeats", "1", "--workers", "1", "--codecs", "raw"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.readline().startswith(b"loaderx demo: 64 images")
+    child.stdout.close()  # what head does after its first line
+    assert child.wait(timeout=120) == 0
+    assert child.stderr.read() == b""
+    child.stderr.close()
+    assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone

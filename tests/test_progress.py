@@ -3,6 +3,7 @@ through a user's callback."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -11,12 +12,13 @@ import struct
 import subprocess
 import sys
 import termios
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from loaderx.converter import from_numpy
+from loaderx.converter import from_iterator, from_numpy
 from loaderx.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import sys, numpy as np
 from loaderx.progress import Progress
-from loaderx.converter import from_numpy
+from loaderx.converter import from_iterator, from_numpy
 report = Progress("convert images", 100_000)
 report.interval = 0.0
 for done, nbytes, age in [(1, 1 << 50, 1000.0), (39_999, 1 << 40, 3.0), (59_000, 1 << 20, 3000.0), (1_000, 0, 3000.0)]:
@@ -127,3 +129,53 @@ def test_logs_get_plain_lines_and_callbacks_get_counts(tmp_path: Path) -> None:
     assert calls[0] == (100, 1000, 800)
     assert calls[-2] == calls[-1] == (1000, 1000, 8000)  # the last block, then finish()
     assert [c[0] for c in calls[:-1]] == list(range(100, 1001, 100))
+
+
+def test_a_terminal_that_reports_no_width_gets_80_columns(tmp_path: Path) -> None:
+    """A pseudo-terminal whose size nobody set reports 0 columns: the line used to be cut to a
+    single character ("\\r1\\x1b[K"); it is drawn for 80 columns, as shutil does."""
+    output = run_in_terminal(0, tmp_path).decode()
+    screen = [line for line in screen_of(output, 80) if line]
+    assert len(screen) == 2
+    assert "images: [####" in screen[0] and screen[0].endswith(", done in 1:56:43")
+    assert "auto: [########" in screen[1] and "300/300" in screen[1]
+    assert 70 < max(len(line) for line in screen) <= 79
+
+
+class TerminalLike(io.StringIO):
+    """A stream that says it is a terminal (its width falls back to COLUMNS or 80)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_failed_job_ends_its_status_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversion that failed midway left the status line open: the error (the CLI's one
+    line, a traceback, the shell's prompt) was written right after its last redraw."""
+    terminal = TerminalLike()
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    def records() -> Iterator[np.ndarray]:
+        for index in range(100):
+            yield np.arange(index % 7, dtype=np.int32)
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError, match="the source went away"):
+        from_iterator(tmp_path / "r", records(), chunk_bytes=64, progress=True)
+    drawn = terminal.getvalue()
+    assert drawn.startswith("\r") and drawn.endswith(" records, 0.1 MiB/s\x1b[K\n")
+    assert drawn.count("\n") == 1  # nothing else was drawn: the line ended once
+    assert not (tmp_path / "r").exists()
+    # Done, the line ends once; written to a log, nothing is added to the plain lines.
+    for stream, fails in ((TerminalLike(), False), (io.StringIO(), True)):
+        with pytest.raises(ValueError) if fails else contextlib.nullcontext():
+            with Progress("job", 10, True, stream) as report:
+                report.update(4, 400)
+                if fails:
+                    raise ValueError("stop")
+                report.finish()
+        text = stream.getvalue()
+        assert text.endswith("\n") and text.count("\n") == 1
+        assert ("done in" in text) != fails
