@@ -155,6 +155,14 @@ def check_item_shape(item_shape: SupportsIndex | Sequence[SupportsIndex]) -> tup
     dims: Sequence[SupportsIndex]
     if isinstance(item_shape, Sequence):
         dims = item_shape
+    elif isinstance(item_shape, np.ndarray) and item_shape.ndim == 1:
+        # NumPy takes a 1-D integer array as a shape (a.shape saved with np.array, say).
+        dims = list(item_shape)
+    elif isinstance(item_shape, np.ndarray) and item_shape.ndim > 1:
+        raise TypeError(
+            f"item_shape must be an int or a 1-D sequence of ints, got an array of shape "
+            f"{item_shape.shape}"
+        )
     else:
         dims = (item_shape,)
     result: list[int] = []

@@ -99,6 +99,28 @@ def test_item_shape_forms() -> None:
         check_item_shape((2.5,))  # type: ignore[arg-type]
 
 
+def test_item_shape_takes_a_one_dimensional_integer_array_as_numpy_does(tmp_path: Path) -> None:
+    """np.empty((4, *np.array([2, 3]))) works; item_shape=np.array([2, 3]) was refused with
+    "must hold integers", which it does."""
+    assert check_item_shape(np.array([2, 3])) == (2, 3)
+    assert check_item_shape(np.array([], dtype=np.int64)) == ()
+    assert check_item_shape(np.array(5)) == (5,)
+    with pytest.raises(TypeError, match="not bools"):
+        check_item_shape(np.array([True, False]))
+    with pytest.raises(TypeError, match="must hold integers"):
+        check_item_shape(np.array([2.0, 3.0]))
+    with pytest.raises(TypeError, match=r"1-D sequence of ints, got an array of shape \(1, 2\)"):
+        check_item_shape(np.array([[2, 3]]))
+    with pytest.raises(ValueError, match="negative"):
+        check_item_shape(np.array([2, -3]))
+    data = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
+    dataset = DenseDataset(tmp_path / "x", dtype="u1", item_shape=np.array([2, 3]))
+    dataset.append(data)
+    assert dataset.item_shape == (2, 3)
+    np.testing.assert_array_equal(dataset[np.arange(2)], data)
+    dataset.close()
+
+
 def test_item_shape_refuses_bools(tmp_path: Path) -> None:
     """operator.index takes True as 1, which turned item_shape=(True,) into (1,)."""
     for shape in ((True,), (2, False), True, (np.bool_(True),)):
