@@ -237,6 +237,8 @@ def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
 
     folders = [folder for folder, _ in parts]
     if append:
+        if not folders and os.path.exists(os.path.join(final, "schema.msgpack")):
+            return  # nothing to add: a single store stays one (a commit would seal it as '.')
         commit_shards(final, folders, schema)
         return
     staging, replace = _stage(final, overwrite)

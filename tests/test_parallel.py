@@ -317,6 +317,18 @@ def test_append_creates_then_extends(tmp_path: Path) -> None:
     assert len(read_ragged(str(tmp_path / "r"))) == 20
 
 
+def test_a_parallel_append_of_no_rows_leaves_a_single_store_as_it_was(tmp_path: Path) -> None:
+    """workers=2 with zero rows committed no shard, but the commit still sealed the single store
+    as shard '.' and wrote a manifest: the dataset became a sharded one of one shard."""
+    path = str(tmp_path / "c")
+    from_numpy(path, np.arange(10, dtype=np.int64))
+    before = sorted(os.listdir(path))
+    assert from_numpy(path, np.zeros(0, dtype=np.int64), workers=2, append=True) == 0
+    assert sorted(os.listdir(path)) == before
+    assert "shards.msgpack" not in before
+    np.testing.assert_array_equal(read_dense(path), np.arange(10))
+
+
 def test_append_with_overwrite_is_refused_before_anything_changes(tmp_path: Path) -> None:
     path = str(tmp_path / "c")
     assert from_numpy(path, np.arange(10, dtype=np.int64)) == 10
