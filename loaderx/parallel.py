@@ -73,12 +73,21 @@ def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], 
         result = job()
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exits non-zero
         text = traceback.format_exc()[-_TRACEBACK_CHARS_MAX:]
-        cause = f"{type(exc).__name__}: {exc}"[:_TRACEBACK_CHARS_MAX]
+        cause = f"{type(exc).__name__}: {_message(exc)}"[:_TRACEBACK_CHARS_MAX]
         conn.send(("error", cause, text))
         conn.close()
         os._exit(1)
     conn.send(("ok", result, ""))
     conn.close()
+
+
+def _message(exc: BaseException) -> str:
+    """str(exc), or a stand-in when the exception's own __str__ raises: the report must still
+    reach the parent (a raise here ended the worker with no report at all)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure of a user's __str__
+        return "(its str() raised)"
 
 
 def _death(exitcode: int | None) -> str:

@@ -227,6 +227,25 @@ def test_a_raising_worker_names_itself_and_leaves_the_old_dataset(tmp_path: Path
     assert len(read_ragged(str(path))) == 5
 
 
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this message cannot be made")
+
+
+def raise_unprintable() -> None:
+    raise UnprintableError()
+
+
+def test_a_worker_whose_exception_cannot_be_printed_still_reports_it() -> None:
+    """The report's text called str() on the exception; one whose __str__ raised ended the
+    worker before it reported, and the parent said only "exited with status 1"."""
+    with pytest.raises(WorkerError, match=r"worker 0 of 1 \(job\) failed: UnprintableError: "
+                       r"\(its str\(\) raised\)") as info:
+        run_workers([raise_unprintable], 1, None, lambda i: "job")
+    assert "Traceback" in str(info.value)
+    assert "raise_unprintable" in str(info.value)
+
+
 def slow_source(marker: str, count: int) -> Iterator[npt.NDArray[np.int32]]:
     """Yields slowly and announces its pid once it is well into its part."""
     for i in range(count):
