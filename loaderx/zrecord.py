@@ -24,6 +24,7 @@ from loaderx import _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.native_calls import NativeCalls, address
+from loaderx.open_wait import wait_until_openable
 from loaderx.paths import PathArg, fs_path, is_file
 from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
@@ -199,6 +200,8 @@ class Zrecord(NativeCalls):
             | verify_flag
         )
         handle = ctypes.c_void_p()
+        # A wait for another handle's delete, compact or train_dict, where Ctrl-C can end it.
+        wait_until_openable(self.path)
         code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
         _native.check(code, f"cannot open Zrecord store {self.path!r}")
         if not handle.value:

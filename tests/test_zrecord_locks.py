@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -255,6 +256,55 @@ def test_open_waits_for_maintenance_in_another_process(store_path: str) -> None:
         assert os.path.exists(marker)
         assert ident_of(store.gather(0)[0]) == 0
     finish(holder)
+
+
+def test_ctrl_c_ends_an_open_that_waits_for_an_exclusive_holder(store_path: str) -> None:
+    """The wait used to be inside the native open with the GIL released, where a Ctrl-C's
+    KeyboardInterrupt came only when the wait ended (up to 60 s). It now raises within a poll."""
+    with Zrecord(store_path, create=True) as store:
+        store.append([record(0)])
+    with open(os.path.join(store_path, "open.lock"), "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # what another process's compact holds
+        opener = python(f"""
+            import time
+            from loaderx.zrecord import Zrecord
+            print("opening", flush=True)
+            started = time.monotonic()
+            try:
+                Zrecord({store_path!r}, readonly=True)
+            except KeyboardInterrupt:
+                print(f"interrupted after {{time.monotonic() - started:.1f}} s", flush=True)
+        """)
+        expect_line(opener, "opening")
+        time.sleep(0.5)
+        opener.send_signal(signal.SIGINT)
+        try:
+            out = finish(opener)
+        except subprocess.TimeoutExpired:
+            opener.kill()
+            raise AssertionError("the open went on waiting after Ctrl-C")
+    assert out.startswith("interrupted after "), out
+    assert float(out.split()[2]) < 30.0, out
+    with Zrecord(store_path, readonly=True) as store:  # the lock is free again
+        assert ident_of(store.gather(0)[0]) == 0
+
+
+def test_an_open_that_waits_too_long_is_store_locked(
+    store_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python-side wait gives up as the native one does, with its wording."""
+    from loaderx import open_wait
+
+    with Zrecord(store_path, create=True) as store:
+        store.append([record(0)])
+    monkeypatch.setattr(open_wait, "WAIT_SECONDS", 0.2)
+    with open(os.path.join(store_path, "open.lock"), "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(StoreLockedError, match=r"held the store exclusively \(a delete, "
+                           r"compact or train_dict holding open.lock\) for over 0 s"):
+            Zrecord(store_path, readonly=True)
+    with Zrecord(store_path) as store:
+        assert ident_of(store.gather(0)[0]) == 0
 
 
 def test_maintenance_is_refused_while_another_handle_converts_its_lock(store_path: str) -> None:
