@@ -210,8 +210,10 @@ class _DatasetBase:
     shard_records: int
     _store: Store
     _sharding: ForkSafeLock
-    # Whether this handle has become its single store's writer and checked it is still one.
-    _writer_checked: bool
+    # The process in which this handle became its single store's writer and checked it is
+    # still one (0: not yet). A forked child is not the writer (the parent keeps the lock), so
+    # it checks again: the parent may close and another process roll the store over first.
+    _writer_pid: int
 
     def __init__(
         self,
@@ -236,7 +238,7 @@ class _DatasetBase:
         self._store = store
         # A child forked while another thread rolls over must not find it held for good.
         self._sharding = ForkSafeLock()
-        self._writer_checked = False
+        self._writer_pid = 0
 
     def __len__(self) -> int:
         return len(self._store)
@@ -281,7 +283,7 @@ class _DatasetBase:
                 f"append refused: dataset {self.path!r} was opened with readonly=True"
             )
         if isinstance(store, Zrecord):
-            if not self._writer_checked:
+            if self._writer_pid != os.getpid():
                 self._claim_single_store(store)
             if len(store) + count > self.shard_records:
                 return self._become_sharded()
@@ -298,7 +300,7 @@ class _DatasetBase:
                 f"append refused: {self.path!r} became a sharded dataset in another process "
                 "after this handle opened it as a single store; open it again"
             )
-        self._writer_checked = True
+        self._writer_pid = os.getpid()
 
     def _refuse_if_shard(self, operation: str) -> None:
         """Refuses to change the single store of this handle when a sharded dataset's manifest

@@ -149,6 +149,7 @@ class Zrecord(NativeCalls):
     # Whether writes skip the shard-folder check (_refuse_if_shard): the handle is loaderx's
     # own dataset layer's, or it is the store's writer and passed the check when it claimed.
     _writes_checked: bool
+    _dataset_owned: bool
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
@@ -180,7 +181,8 @@ class Zrecord(NativeCalls):
             create = False
         verify_flag = verify_flags(verify)
         self.verify_reads = verify
-        self._writes_checked = bool(_dataset_owned)
+        self._dataset_owned = bool(_dataset_owned)
+        self._writes_checked = self._dataset_owned
         self._init_calls()
         self._views = weakref.WeakSet()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -256,6 +258,13 @@ class Zrecord(NativeCalls):
             self._claim_writer()
             self._refuse_if_shard(operation)
             self._writes_checked = True
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()
+        # The writer lock stays with the parent (the native side forgets it here), so the check
+        # a claim made no longer holds: the parent may close, and another process roll the
+        # store over, before this child's first write.
+        self._writes_checked = self._dataset_owned
 
     def close(self) -> None:
         """Closes the store after calls already in flight return; later calls raise ValueError.
