@@ -306,7 +306,11 @@ class _DatasetBase:
         """Refuses to change the single store of this handle when a sharded dataset's manifest
         lists it: a shard folder opened as a dataset of its own, or this dataset's own store
         after another handle rolled it over (it is then shard '.'). The manifest lists the
-        store's count, so the dataset would no longer open."""
+        store's count, so the dataset would no longer open. So does a store whose folder was
+        moved (a commit_shards renamed it into a sharded dataset) since this handle opened it."""
+        store = self._store
+        if isinstance(store, Zrecord):
+            store.refuse_if_moved(operation)
         dataset = sharded_dataset_of(self.path)
         if dataset is None:
             return

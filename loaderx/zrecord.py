@@ -150,6 +150,9 @@ class Zrecord(NativeCalls):
     # own dataset layer's, or it is the store's writer and passed the check when it claimed.
     _writes_checked: bool
     _dataset_owned: bool
+    # The folder's (st_dev, st_ino) when opened: a handle whose folder a commit renamed into a
+    # sharded dataset still writes it, while its path no longer shows it is a shard.
+    _folder_identity: tuple[int, int] | None
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
@@ -207,6 +210,7 @@ class Zrecord(NativeCalls):
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
         self._set_handle(handle.value)
         self._closed = False
+        self._folder_identity = _folder_identity(self.path)
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
@@ -234,6 +238,7 @@ class Zrecord(NativeCalls):
     def _refuse_if_shard(self, operation: str) -> None:
         """Refuses a write that changes the record count or layout of a sharded dataset's
         shard: the manifest lists each shard's count, so the dataset would no longer open."""
+        self.refuse_if_moved(operation)
         dataset = sharded_dataset_of(self.path)
         if dataset is None:
             return
@@ -246,6 +251,17 @@ class Zrecord(NativeCalls):
             f"lists its record count; open that dataset with DenseDataset or RaggedDataset and "
             f"{operation} through it"
         )
+
+    def refuse_if_moved(self, operation: str) -> None:
+        """Refuses a first write when the store's folder is no longer at its path (moved or
+        replaced since this handle opened it): the path then says nothing about the folder's
+        place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
+        if _folder_identity(self.path) != self._folder_identity:
+            raise ValueError(
+                f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
+                "replaced since this handle opened it (a commit_shards makes a staged folder a "
+                "shard that way); open the store where it is now"
+            )
 
     def _check_first_write(self, operation: str, claim: bool) -> None:
         """Before a write of a handle not checked yet: _refuse_if_shard. With claim, this
@@ -625,6 +641,15 @@ class Zrecord(NativeCalls):
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
             self._leave()
+
+
+def _folder_identity(path: str) -> tuple[int, int] | None:
+    """The folder's device and inode, or None when nothing is at path."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _reopen(

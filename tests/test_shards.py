@@ -1738,3 +1738,64 @@ def test_a_delete_never_runs_on_a_store_another_thread_rolls_over(
     with DenseDataset(path, readonly=True) as reopened:
         assert sorted(reopened[:].tolist()) == [*range(1, 15)]
         assert reopened.verify().bad_count == 0
+
+
+def test_a_commit_refuses_a_staged_shard_another_handle_writes(tmp_path: Path) -> None:
+    """commit_shards renamed a staged store that a handle still had open for writing: the
+    handle's next append went into what had become a listed shard (its path, the old staging
+    folder, no longer showed it), and the dataset no longer opened ("the counts disagree").
+    The commit now claims each staged store's writer lock: it refuses while a handle writes one,
+    changing nothing, and commits once that handle is closed."""
+    from loaderx.errors import StoreLockedError
+    from loaderx.shards import commit_shards, staging_folder
+
+    path = tmp_path / "corpus"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    before = (path / "shards.msgpack").read_bytes()
+    staged = [staging_folder(path), staging_folder(path)]
+    writer = DenseDataset(staged[0], dtype=np.int64, codec="raw")
+    writer.append(np.arange(25, 30, dtype=np.int64))
+    with DenseDataset(staged[1], dtype=np.int64, codec="raw") as other:
+        other.append(np.arange(30, 32, dtype=np.int64))
+    with pytest.raises(StoreLockedError, match="commit refused: staged shard .* is open for writing"):
+        commit_shards(path, staged, writer.schema)
+    assert (path / "shards.msgpack").read_bytes() == before
+    assert all(os.path.isdir(folder) for folder in staged)
+    writer.append(np.arange(100, 101, dtype=np.int64))  # still its own store: it may write
+    writer.close()
+    commit_shards(path, staged, writer.schema)
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == [*range(30), 100, 30, 31]
+
+
+@pytest.mark.parametrize("handle", ["zrecord", "dataset"])
+def test_a_handle_on_a_staged_folder_never_writes_it_once_committed(
+    tmp_path: Path, handle: str
+) -> None:
+    """A handle opened a staged shard and had not written when commit_shards renamed the
+    folder into the dataset as a shard. Its shard check looked at its path, the old staging
+    folder, and let its append grow the listed shard: the dataset no longer opened. A handle
+    whose folder moved now refuses its first write, changing nothing."""
+    from loaderx.shards import commit_shards, staging_folder
+
+    path = tmp_path / "corpus"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    staged = [staging_folder(path), staging_folder(path)]
+    for values, folder in ((range(25, 30), staged[0]), (range(30, 32), staged[1])):
+        with DenseDataset(folder, dtype=np.int64, codec="raw") as shard:
+            shard.append(np.array(values, dtype=np.int64))
+            schema = shard.schema
+    early: Zrecord | DenseDataset = (
+        Zrecord(staged[0]) if handle == "zrecord" else DenseDataset(staged[0])
+    )
+    with early:
+        commit_shards(path, staged, schema)
+        with pytest.raises(ValueError, match="append refused: .* was moved or replaced"):
+            if isinstance(early, Zrecord):
+                early.append([np.int64(99).tobytes()])
+            else:
+                early.append(np.array([99], dtype=np.int64))
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(32))
