@@ -153,6 +153,7 @@ class Zrecord(NativeCalls):
     # The folder's (st_dev, st_ino) when opened: a handle whose folder a commit renamed into a
     # sharded dataset still writes it, while its path no longer shows it is a shard.
     _folder_identity: tuple[int, int] | None
+    _folder_absolute: str  # the path, made absolute at open (a later chdir is no move)
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
@@ -210,7 +211,8 @@ class Zrecord(NativeCalls):
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
         self._set_handle(handle.value)
         self._closed = False
-        self._folder_identity = _folder_identity(self.path)
+        self._folder_absolute = os.path.abspath(self.path)
+        self._folder_identity = _folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
@@ -239,10 +241,10 @@ class Zrecord(NativeCalls):
         """Refuses a write that changes the record count or layout of a sharded dataset's
         shard: the manifest lists each shard's count, so the dataset would no longer open."""
         self.refuse_if_moved(operation)
-        dataset = sharded_dataset_of(self.path)
+        dataset = sharded_dataset_of(self._folder_absolute)
         if dataset is None:
             return
-        if dataset == os.path.realpath(self.path):
+        if dataset == os.path.realpath(self._folder_absolute):
             what = "the top-level store (shard '.') of the sharded dataset"
         else:
             what = "a shard of the sharded dataset"
@@ -256,7 +258,7 @@ class Zrecord(NativeCalls):
         """Refuses a first write when the store's folder is no longer at its path (moved or
         replaced since this handle opened it): the path then says nothing about the folder's
         place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
-        if _folder_identity(self.path) != self._folder_identity:
+        if _folder_identity(self._folder_absolute) != self._folder_identity:
             raise ValueError(
                 f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
                 "replaced since this handle opened it (a commit_shards makes a staged folder a "

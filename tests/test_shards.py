@@ -1799,3 +1799,22 @@ def test_a_handle_on_a_staged_folder_never_writes_it_once_committed(
                 early.append(np.array([99], dtype=np.int64))
     with DenseDataset(path, readonly=True) as ds:
         assert ds[:].tolist() == list(range(32))
+
+
+def test_a_plain_zrecord_opened_by_a_relative_path_checks_its_own_folder_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Zrecord opened on a shard by a relative path looked for the manifest relative to the
+    current directory at its first write: after a chdir it found none there and appended to
+    the shard, and the dataset no longer opened. It now checks the folder it opened."""
+    path = tmp_path / "ds"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with Zrecord(os.path.join("ds", "shard-000001")) as store:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        with pytest.raises(ValueError, match="append refused: .* is a shard of the sharded dataset"):
+            store.append([np.int64(99).tobytes()])
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(25))
