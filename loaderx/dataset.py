@@ -11,7 +11,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, SupportsIndex
 
@@ -48,7 +48,7 @@ from loaderx.schema import (
     write_schema,
 )
 from loaderx.sharded import ShardedStore, check_shard_records
-from loaderx.shards import SHARD_RECORDS_MAX, manifest_path, shard_number
+from loaderx.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx.verify import BadRecord, VerifyReport
 from loaderx.zrecord import Zrecord
 
@@ -210,8 +210,10 @@ class _DatasetBase:
     shard_records: int
     _store: Store
     _sharding: ForkSafeLock
-    # Whether this handle has become its single store's writer and checked it is still one.
-    _writer_checked: bool
+    # The process in which this handle became its single store's writer and checked it is
+    # still one (0: not yet). A forked child is not the writer (the parent keeps the lock), so
+    # it checks again: the parent may close and another process roll the store over first.
+    _writer_pid: int
 
     def __init__(
         self,
@@ -236,7 +238,7 @@ class _DatasetBase:
         self._store = store
         # A child forked while another thread rolls over must not find it held for good.
         self._sharding = ForkSafeLock()
-        self._writer_checked = False
+        self._writer_pid = 0
 
     def __len__(self) -> int:
         return len(self._store)
@@ -281,7 +283,7 @@ class _DatasetBase:
                 f"append refused: dataset {self.path!r} was opened with readonly=True"
             )
         if isinstance(store, Zrecord):
-            if not self._writer_checked:
+            if self._writer_pid != os.getpid():
                 self._claim_single_store(store)
             if len(store) + count > self.shard_records:
                 return self._become_sharded()
@@ -298,17 +300,44 @@ class _DatasetBase:
                 f"append refused: {self.path!r} became a sharded dataset in another process "
                 "after this handle opened it as a single store; open it again"
             )
-        self._writer_checked = True
+        self._writer_pid = os.getpid()
 
     def _refuse_if_shard(self, operation: str) -> None:
-        """Refuses to change the record count of a shard folder opened as a dataset of its
-        own: its sharded dataset's manifest lists the count, and would no longer open."""
-        parent, name = os.path.split(os.path.realpath(self.path))
-        if shard_number(name) is not None and is_file(manifest_path(parent)):
-            raise ValueError(
-                f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
-                f"{parent!r}; open that dataset and {operation} through it"
+        """Refuses to change the single store of this handle when a sharded dataset's manifest
+        lists it: a shard folder opened as a dataset of its own, or this dataset's own store
+        after another handle rolled it over (it is then shard '.'). The manifest lists the
+        store's count, so the dataset would no longer open. So does a store whose folder was
+        moved (a commit_shards renamed it into a sharded dataset) since this handle opened it."""
+        store = self._store
+        if isinstance(store, Zrecord):
+            store.refuse_if_moved(operation)
+        dataset = sharded_dataset_of(self.path)
+        if dataset is None:
+            return
+        if dataset == os.path.realpath(self.path):
+            raise StoreLockedError(
+                f"{operation} refused: {self.path!r} became a sharded dataset in another "
+                "process or handle after this handle opened it as a single store; open it again"
             )
+        raise ValueError(
+            f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
+            f"{dataset!r}; open that dataset and {operation} through it"
+        )
+
+    def _single_store_write(self, operation: str, write: Callable[[Store], None]) -> None:
+        """Runs a write that must not change a store a manifest lists (delete, compact,
+        train_dict) on this handle's store. A single store is checked and written under the
+        rollover lock: another thread of this handle cannot roll it over in between, and the
+        check sees a rollover by another handle or process (_refuse_if_shard)."""
+        store = self._store
+        if isinstance(store, Zrecord):
+            with self._sharding:
+                store = self._store
+                if isinstance(store, Zrecord):
+                    self._refuse_if_shard(operation)
+                    write(store)
+                    return
+        write(store)
 
     def _become_sharded(self) -> ShardedStore:
         with self._sharding:
@@ -335,9 +364,7 @@ class _DatasetBase:
         down (see loaderx.sharded)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
-            if isinstance(self._store, Zrecord):
-                self._refuse_if_shard("delete")
-            self._store.delete(indices)
+            self._single_store_write("delete", lambda store: store.delete(indices))
 
     def stats(self) -> dict[str, int]:
         """records, live_bytes, chunk_bytes and reclaimable, straight from the store (summed
@@ -346,9 +373,7 @@ class _DatasetBase:
 
     def compact(self) -> None:
         """Reclaims deleted bytes in place (offline: no other reader or writer may be active)."""
-        if isinstance(self._store, Zrecord):
-            self._refuse_if_shard("compact")
-        self._store.compact()
+        self._single_store_write("compact", lambda store: store.compact())
 
     def sync(self) -> None:
         """Flushes the store's data and table to stable storage."""
@@ -405,7 +430,7 @@ class _DatasetBase:
         size = self.dict_size if dict_size is None else resolve_dict_size(dict_size)
         if not records:
             raise ValueError("train_dict needs at least one sample")
-        self._store.train_dict(records, size)
+        self._single_store_write("train_dict", lambda store: store.train_dict(records, size))
 
     def __repr__(self) -> str:
         name = type(self).__name__

@@ -53,7 +53,7 @@ from typing import Any, Final
 import msgpack
 
 from loaderx import claims
-from loaderx.errors import ManifestError, SchemaError
+from loaderx.errors import ManifestError, SchemaError, StoreLockedError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import TEMPORARY_MARK, is_file, write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
@@ -675,8 +675,49 @@ def _commit_shards_locked(
     tail_records: int | None,
     appending: int | None,
 ) -> Manifest:
-    counts = [check_staged(path, schema) for path in staged]
+    for path in staged:
+        check_staged(path, schema)
     _refuse_shard_folders(folder, staged)
+    with claiming_staged(staged) as counts:
+        return _commit_claimed(folder, staged, schema, tail_records, appending, counts)
+
+
+@contextmanager
+def claiming_staged(staged: list[str]) -> Iterator[list[int]]:
+    """Claims each staged store's writer lock for the length of its commit and yields their
+    record counts. A handle writing a staged store (in this or another process) refuses the
+    commit with StoreLockedError: it could append between the count and the rename, or after
+    the commit through a path that no longer shows the store is a shard; either way the
+    manifest would list another count than the shard holds, and the dataset no longer open."""
+    from loaderx.zrecord import Zrecord  # here: reading a manifest never needs the library
+
+    opened: list[Zrecord] = []
+    try:
+        for path in staged:
+            # The commit keeps the manifest in step with the store: no shard check.
+            opened.append(Zrecord(path, create=False, _dataset_owned=True))
+            try:
+                opened[-1].claim_writer()
+            except StoreLockedError as error:
+                raise StoreLockedError(
+                    f"commit refused: staged shard {path!r} is open for writing in another "
+                    f"handle (close it before the commit): {error}"
+                ) from None
+        yield [len(store) for store in opened]
+    finally:
+        for store in opened:
+            store.close()
+
+
+def _commit_claimed(
+    folder: str,
+    staged: list[str],
+    schema: Schema,
+    tail_records: int | None,
+    appending: int | None,
+    counts: list[int],
+) -> Manifest:
+    """_commit_shards_locked once the staged stores are checked and claimed."""
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
         raise ManifestError(

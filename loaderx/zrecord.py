@@ -150,6 +150,11 @@ class Zrecord(NativeCalls):
     # Whether writes skip the shard-folder check (_refuse_if_shard): the handle is loaderx's
     # own dataset layer's, or it is the store's writer and passed the check when it claimed.
     _writes_checked: bool
+    _dataset_owned: bool
+    # The folder's (st_dev, st_ino) when opened: a handle whose folder a commit renamed into a
+    # sharded dataset still writes it, while its path no longer shows it is a shard.
+    _folder_identity: tuple[int, int] | None
+    _folder_absolute: str  # the path, made absolute at open (a later chdir is no move)
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
@@ -181,7 +186,8 @@ class Zrecord(NativeCalls):
             create = False
         verify_flag = verify_flags(verify)
         self.verify_reads = verify
-        self._writes_checked = bool(_dataset_owned)
+        self._dataset_owned = bool(_dataset_owned)
+        self._writes_checked = self._dataset_owned
         self._init_calls()
         self._views = weakref.WeakSet()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -208,6 +214,8 @@ class Zrecord(NativeCalls):
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
         self._set_handle(handle.value)
         self._closed = False
+        self._folder_absolute = os.path.abspath(self.path)
+        self._folder_identity = _folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
@@ -235,10 +243,11 @@ class Zrecord(NativeCalls):
     def _refuse_if_shard(self, operation: str) -> None:
         """Refuses a write that changes the record count or layout of a sharded dataset's
         shard: the manifest lists each shard's count, so the dataset would no longer open."""
-        dataset = sharded_dataset_of(self.path)
+        self.refuse_if_moved(operation)
+        dataset = sharded_dataset_of(self._folder_absolute)
         if dataset is None:
             return
-        if dataset == os.path.realpath(self.path):
+        if dataset == os.path.realpath(self._folder_absolute):
             what = "the top-level store (shard '.') of the sharded dataset"
         else:
             what = "a shard of the sharded dataset"
@@ -247,6 +256,17 @@ class Zrecord(NativeCalls):
             f"lists its record count; open that dataset with DenseDataset or RaggedDataset and "
             f"{operation} through it"
         )
+
+    def refuse_if_moved(self, operation: str) -> None:
+        """Refuses a first write when the store's folder is no longer at its path (moved or
+        replaced since this handle opened it): the path then says nothing about the folder's
+        place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
+        if _folder_identity(self._folder_absolute) != self._folder_identity:
+            raise ValueError(
+                f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
+                "replaced since this handle opened it (a commit_shards makes a staged folder a "
+                "shard that way); open the store where it is now"
+            )
 
     def _check_first_write(self, operation: str, claim: bool) -> None:
         """Before a write of a handle not checked yet: _refuse_if_shard. With claim, this
@@ -259,6 +279,13 @@ class Zrecord(NativeCalls):
             self._claim_writer()
             self._refuse_if_shard(operation)
             self._writes_checked = True
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()
+        # The writer lock stays with the parent (the native side forgets it here), so the check
+        # a claim made no longer holds: the parent may close, and another process roll the
+        # store over, before this child's first write.
+        self._writes_checked = self._dataset_owned
 
     def close(self) -> None:
         """Closes the store after calls already in flight return; later calls raise ValueError.
@@ -619,6 +646,15 @@ class Zrecord(NativeCalls):
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
             self._leave()
+
+
+def _folder_identity(path: str) -> tuple[int, int] | None:
+    """The folder's device and inode, or None when nothing is at path."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _reopen(

@@ -1644,3 +1644,177 @@ def test_a_plain_zrecord_never_appends_past_a_rollover(tmp_path: Path) -> None:
         assert len(early) == 10
     with DenseDataset(path, readonly=True) as ds:
         assert ds[:].tolist() == list(range(15))
+
+
+def test_a_single_store_handle_never_deletes_past_a_rollover_elsewhere(tmp_path: Path) -> None:
+    """A handle opened the dataset as a single store; another process rolled it over, sealing
+    the store as shard '.'. The first handle's delete used to take a record out of the sealed
+    store, which the manifest lists with its count: the dataset then refused to open ("the
+    counts disagree"). Its delete, compact and train_dict now refuse, saying to reopen, and
+    change nothing; reopened, it deletes through the sharded dataset."""
+    import subprocess
+    import sys
+
+    from loaderx.errors import StoreLockedError
+
+    path = _single_store_of_six(tmp_path)
+    code = _OTHER_PROCESS + (
+        "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
+        "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
+    )
+    with DenseDataset(path) as early:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        assert done.returncode == 0, done.stderr
+        reopen = "became a sharded dataset in another process or handle .* open it again"
+        with pytest.raises(StoreLockedError, match=f"delete refused: .*{reopen}"):
+            early.delete([0])
+        with pytest.raises(StoreLockedError, match=f"compact refused: .*{reopen}"):
+            early.compact()
+        assert early[:].tolist() == list(range(10))  # what it opened: the sealed store
+    with DenseDataset(path, shard_records=10) as reopened:
+        assert reopened[:].tolist() == list(range(15))
+        reopened.delete([0])
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == [9, *range(1, 9), *range(10, 15)]
+
+
+def test_a_delete_never_runs_on_a_store_another_thread_rolls_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One handle, two threads: a delete had taken the single store and was about to delete
+    when another thread's append rolled the store over (shard '.', its count in the manifest).
+    The delete then took a record out of the sealed store and the dataset no longer opened.
+    The delete now holds the rollover lock from its check to its end, so the rollover waits
+    and seals the store at its count after the delete. The pause is injected: the delete waits
+    inside Zrecord.delete for the rollover to finish (at most 1.5 s, when it is kept out)."""
+    import threading
+
+    from loaderx import zrecord as zrecord_module
+
+    path = _single_store_of_six(tmp_path)
+    paused = threading.Event()
+    go = threading.Event()
+    plain_normalize = zrecord_module.normalize_index  # type: ignore[attr-defined]
+    deleter: list[int] = []
+
+    def pausing_normalize(index: object, length: int) -> Any:
+        if deleter and threading.get_ident() == deleter[0]:
+            paused.set()
+            go.wait(10)
+        return plain_normalize(index, length)
+
+    monkeypatch.setattr(zrecord_module, "normalize_index", pausing_normalize)
+    errors: list[BaseException] = []
+
+    def run(body: Any) -> None:
+        try:
+            body()
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+
+    with DenseDataset(path, shard_records=10) as ds:
+        ds.append(np.arange(6, 8, dtype=np.int64))  # this handle writes its single store
+        def delete_first() -> None:
+            deleter.append(threading.get_ident())
+            ds.delete([0])
+
+        delete = threading.Thread(target=run, args=(delete_first,))
+        delete.start()
+        assert paused.wait(10)
+        append = threading.Thread(
+            target=run, args=(lambda: ds.append(np.arange(8, 15, dtype=np.int64)),)
+        )
+        append.start()
+        append.join(1.5)  # ends at once before the fix; waits for the delete after it
+        go.set()
+        delete.join(10)
+        append.join(10)
+        assert not delete.is_alive() and not append.is_alive()
+        assert not errors, errors
+    with DenseDataset(path, readonly=True) as reopened:
+        assert sorted(reopened[:].tolist()) == [*range(1, 15)]
+        assert reopened.verify().bad_count == 0
+
+
+def test_a_commit_refuses_a_staged_shard_another_handle_writes(tmp_path: Path) -> None:
+    """commit_shards renamed a staged store that a handle still had open for writing: the
+    handle's next append went into what had become a listed shard (its path, the old staging
+    folder, no longer showed it), and the dataset no longer opened ("the counts disagree").
+    The commit now claims each staged store's writer lock: it refuses while a handle writes one,
+    changing nothing, and commits once that handle is closed."""
+    from loaderx.errors import StoreLockedError
+    from loaderx.shards import commit_shards, staging_folder
+
+    path = tmp_path / "corpus"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    before = (path / "shards.msgpack").read_bytes()
+    staged = [staging_folder(path), staging_folder(path)]
+    writer = DenseDataset(staged[0], dtype=np.int64, codec="raw")
+    writer.append(np.arange(25, 30, dtype=np.int64))
+    with DenseDataset(staged[1], dtype=np.int64, codec="raw") as other:
+        other.append(np.arange(30, 32, dtype=np.int64))
+    with pytest.raises(StoreLockedError, match="commit refused: staged shard .* is open for writing"):
+        commit_shards(path, staged, writer.schema)
+    assert (path / "shards.msgpack").read_bytes() == before
+    assert all(os.path.isdir(folder) for folder in staged)
+    writer.append(np.arange(100, 101, dtype=np.int64))  # still its own store: it may write
+    writer.close()
+    commit_shards(path, staged, writer.schema)
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == [*range(30), 100, 30, 31]
+
+
+@pytest.mark.parametrize("handle", ["zrecord", "dataset"])
+def test_a_handle_on_a_staged_folder_never_writes_it_once_committed(
+    tmp_path: Path, handle: str
+) -> None:
+    """A handle opened a staged shard and had not written when commit_shards renamed the
+    folder into the dataset as a shard. Its shard check looked at its path, the old staging
+    folder, and let its append grow the listed shard: the dataset no longer opened. A handle
+    whose folder moved now refuses its first write, changing nothing."""
+    from loaderx.shards import commit_shards, staging_folder
+
+    path = tmp_path / "corpus"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    staged = [staging_folder(path), staging_folder(path)]
+    for values, folder in ((range(25, 30), staged[0]), (range(30, 32), staged[1])):
+        with DenseDataset(folder, dtype=np.int64, codec="raw") as shard:
+            shard.append(np.array(values, dtype=np.int64))
+            schema = shard.schema
+    early: Zrecord | DenseDataset = (
+        Zrecord(staged[0]) if handle == "zrecord" else DenseDataset(staged[0])
+    )
+    with early:
+        commit_shards(path, staged, schema)
+        with pytest.raises(ValueError, match="append refused: .* was moved or replaced"):
+            if isinstance(early, Zrecord):
+                early.append([np.int64(99).tobytes()])
+            else:
+                early.append(np.array([99], dtype=np.int64))
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(32))
+
+
+def test_a_plain_zrecord_opened_by_a_relative_path_checks_its_own_folder_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Zrecord opened on a shard by a relative path looked for the manifest relative to the
+    current directory at its first write: after a chdir it found none there and appended to
+    the shard, and the dataset no longer opened. It now checks the folder it opened."""
+    path = tmp_path / "ds"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with Zrecord(os.path.join("ds", "shard-000001")) as store:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        with pytest.raises(ValueError, match="append refused: .* is a shard of the sharded dataset"):
+            store.append([np.int64(99).tobytes()])
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == list(range(25))

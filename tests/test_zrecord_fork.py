@@ -464,3 +464,58 @@ def test_a_child_forked_while_a_thread_holds_a_sharded_handles_guard_can_append(
     with DenseDataset(path, shard_records=100) as reopened:
         np.testing.assert_array_equal(reopened[:], expected)
     dataset.close()
+
+
+@pytest.mark.parametrize("handle", ["zrecord", "dataset"])
+def test_a_child_of_a_writer_checks_again_before_writing_a_store_rolled_over_since(
+    tmp_path: Path, handle: str
+) -> None:
+    """A handle that has written a single-store dataset skips its shard check from then on: it
+    is the store's writer, so nothing can roll the store over. A forked child's copy is not the
+    writer (the parent keeps the lock), yet it kept the skip. Once the parent closed and another
+    handle rolled the dataset over (the store became shard '.', its count in the manifest), the
+    child's append grew the sealed store and the dataset no longer opened ("the counts
+    disagree"). The child's first write now checks again and refuses."""
+    path = tmp_path / "single"
+    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(10, dtype=np.int64))
+    one = np.array([10], dtype=np.int64)
+    if handle == "zrecord":
+        writer: Zrecord | DenseDataset = Zrecord(path)
+        refused: type[Exception] = ValueError
+
+        def write() -> None:
+            assert isinstance(writer, Zrecord)
+            writer.append([one.tobytes()])
+    else:
+        writer = DenseDataset(path)
+        refused = StoreLockedError
+
+        def write() -> None:
+            assert isinstance(writer, DenseDataset)
+            writer.append(one)
+
+    write()  # the parent's handle is the writer now
+    rolled, ready = os.pipe()
+
+    def child() -> None:
+        os.close(ready)
+        assert os.read(rolled, 1) == b"r"
+        try:
+            write()
+        except refused as error:
+            assert "shard '.'" in str(error) or "became a sharded dataset" in str(error)
+        else:
+            raise AssertionError("the child appended to a store its dataset has sealed")
+        writer.close()
+
+    pid = run_child(child)
+    os.close(rolled)
+    writer.close()
+    with DenseDataset(path, shard_records=12) as other:
+        other.append(np.arange(11, 16, dtype=np.int64))  # rolls over: '.' sealed at 12
+    os.write(ready, b"r")
+    os.close(ready)
+    wait_child(pid)
+    with DenseDataset(path, readonly=True) as reopened:
+        assert reopened[:].tolist() == list(range(16))
