@@ -119,14 +119,29 @@ def in_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
 
+def venv_runs() -> bool:
+    """Whether .venv's python starts and has pip. A venv outlives the interpreter it was made
+    from: after that one is removed or upgraded, bin/python is a dangling link."""
+    try:
+        subprocess.run([str(venv_python()), "-c", "import pip"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return True
+
+
 def ensure_venv() -> None:
-    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there."""
+    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there.
+    A .venv whose python does not run (or lacks pip) is made anew."""
     stamp = VENV / ".loaderx-requirements"
     wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS)
     if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
         return
-    if not venv_python().exists():
-        run_long([sys.executable, "-m", "venv", str(VENV)], "creating .venv", "a few seconds")
+    if not venv_runs():
+        if VENV.exists():
+            log(f"{VENV} is broken (its python does not start, or has no pip): making it anew")
+        run_long([sys.executable, "-m", "venv", "--clear", str(VENV)], "creating .venv",
+                 "a few seconds")
     py = str(venv_python())
     run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
              "under a minute")

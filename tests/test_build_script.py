@@ -137,3 +137,32 @@ def test_an_interrupted_step_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
         raise KeyboardInterrupt
 
     assert run_main(monkeypatch, interrupted) == "130"
+
+
+def test_a_venv_whose_python_is_gone_is_made_anew(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A venv made from an interpreter that was since removed or upgraded: bin/python dangles."""
+    venv = tmp_path / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for name in ("python", "python3"):
+        (venv / "bin" / name).unlink()
+        (venv / "bin" / name).symlink_to(tmp_path / "uninstalled" / "python3")
+    (venv / ".loaderx-requirements").write_text("\n".join(build.DEV_REQUIREMENTS + build.TEST_EXTRAS))
+    monkeypatch.setattr(build, "VENV", venv)
+    installs: list[list[str]] = []
+    real_run_long = build.run_long
+
+    def run_long(cmd: list[str], doing: str, expect: str, cwd: Path = build.ROOT,
+                 env: dict[str, str] | None = None) -> None:
+        if "pip" in cmd:
+            installs.append(cmd)  # the real pip installs would take minutes
+        else:
+            real_run_long(cmd, doing, expect, cwd, env)
+
+    monkeypatch.setattr(build, "run_long", run_long)
+    build.ensure_venv()
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import pip, sys; print(sys.prefix)"],
+                          capture_output=True, text=True, check=True)
+    assert Path(done.stdout.strip()) == venv
+    assert len(installs) == 2 and installs[-1][-1] == build.TEST_EXTRAS[-1]
+
