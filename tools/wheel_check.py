@@ -1,8 +1,9 @@
 """Checks a packed wheel or sdist against what it must contain; any failure stops the release.
 
 A wheel must carry the tags its file name states, exactly one native library (its own
-platform's: right format, CPU, exports and loader floor), py.typed, METADATA requiring numpy and
-msgpack, and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
+platform's: right format, CPU, exports and loader floor), py.typed, METADATA requiring exactly
+numpy and msgpack (the integrations as extras) and Python 3.11, the `loaderx` console script,
+and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
 wheel must also carry the mypyc extension modules of exactly its interpreter, and none of them
 may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built.
 """
@@ -22,6 +23,9 @@ from tools.wheelfile import Wheel, read_wheel, wheel_file_name
 
 NATIVE_SUFFIXES: Final = (".so", ".dylib", ".dll", ".pyd")
 REQUIRED_DEPENDENCIES: Final = ("numpy", "msgpack")
+EXTRAS: Final = ("jax", "ray", "torch")  # the optional integrations, one extra each
+REQUIRES_PYTHON: Final = ">=3.11"
+CONSOLE_SCRIPT: Final = "loaderx = loaderx.cli:entry_point"
 ZSTD_LICENCE: Final = "zstd/LICENSE"
 MYPYC_LICENCE: Final = "mypyc/LICENSE"  # compiled wheels embed mypyc's runtime library
 # What a library may ask the loader for, beyond the C library itself.
@@ -140,11 +144,21 @@ def _check_metadata(wheel: Wheel, label: str, licences_needed: tuple[str, ...]) 
         fields.setdefault(key, []).append(value)
     if fields.get("Name") != [wheel.name] or fields.get("Version") != [wheel.version]:
         raise CheckFailed(f"{label}: METADATA names {fields.get('Name')} {fields.get('Version')}")
-    required = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
-                for r in fields.get("Requires-Dist", [])}
-    missing = [d for d in REQUIRED_DEPENDENCIES if d not in required]
-    if missing:
-        raise CheckFailed(f"{label}: METADATA lacks Requires-Dist for {missing}")
+    # Runtime dependencies: exactly numpy and msgpack; everything else only behind an extra.
+    required = sorted(re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
+                      for r in fields.get("Requires-Dist", []) if "extra ==" not in r)
+    if required != sorted(REQUIRED_DEPENDENCIES):
+        raise CheckFailed(f"{label}: METADATA requires {required} at run time, expected exactly "
+                          f"{sorted(REQUIRED_DEPENDENCIES)} (anything else belongs in an extra)")
+    if sorted(fields.get("Provides-Extra", [])) != sorted(EXTRAS):
+        raise CheckFailed(f"{label}: METADATA provides extras {fields.get('Provides-Extra')}, "
+                          f"expected {sorted(EXTRAS)}")
+    if fields.get("Requires-Python") != [REQUIRES_PYTHON]:
+        raise CheckFailed(f"{label}: METADATA says Requires-Python {fields.get('Requires-Python')}, "
+                          f"expected {REQUIRES_PYTHON}")
+    scripts = wheel.files.get(f"{wheel.dist_info}/entry_points.txt", b"").decode("utf-8")
+    if CONSOLE_SCRIPT not in scripts.splitlines():
+        raise CheckFailed(f"{label}: entry_points.txt lacks the console script {CONSOLE_SCRIPT!r}")
     licences = set(fields.get("License-File", []))
     for relative in licences_needed:
         text = wheel.files.get(f"{wheel.dist_info}/licenses/{relative}", b"")
