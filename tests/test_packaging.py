@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -196,3 +197,27 @@ def test_wheel_metadata_check_names_what_is_wrong(header: str, scripts: str | No
     bad = metadata_wheel(header) if scripts is None else metadata_wheel(header, scripts)
     with pytest.raises(wheel_check.CheckFailed, match=complaint):
         wheel_check._check_metadata(bad, "bad.whl", ("LICENSE",))
+
+
+def test_sdist_check_refuses_files_git_does_not_track(tmp_path: Path) -> None:
+    """MANIFEST.in takes whatever matches in the working tree: a scratch tests/debug.py or
+    loaderx/notes.py would ship (the latter in every wheel too) unless the check asks git."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.splitlines())
+    sources = {m for m in tracked if m.startswith(("loaderx/", "zig/", "typings/", "tests/"))
+               or m in wheel_check.SDIST_REQUIRED}
+    shipped = sources | {"PKG-INFO", "setup.cfg", "loaderx.egg-info/SOURCES.txt"}
+    assert wheel_check.untracked(shipped, ROOT) == []
+    scratch = sorted({"tests/scratch_debug_sdist_check.py", "loaderx/notes_sdist_check.py"})
+    assert wheel_check.untracked(shipped | set(scratch), ROOT) == scratch
+    sdist = tmp_path / "loaderx-0.9.17.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for member in sorted(shipped | set(scratch)):
+            data = (ROOT / member).read_bytes() if (ROOT / member).is_file() else b""
+            info = tarfile.TarInfo("loaderx-0.9.17/" + member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(wheel_check.CheckFailed, match="git does not track.*scratch_debug"):
+        wheel_check.check_sdist(sdist, ROOT)

@@ -5,7 +5,8 @@ platform's: right format, CPU, exports and loader floor), py.typed, METADATA req
 numpy and msgpack (the integrations as extras) and Python 3.11, the `loaderx` console script,
 and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
 wheel must also carry the mypyc extension modules of exactly its interpreter, and none of them
-may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built.
+may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built,
+and, built from a git checkout, nothing git does not track.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
+import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,6 +226,7 @@ SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "
                          "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
                          "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
                          "loaderx/_native.py", "loaderx/py.typed")
+SDIST_GENERATED: Final = ("PKG-INFO", "setup.cfg")  # written by setuptools into every sdist
 SDIST_FORBIDDEN: Final = re.compile(
     r"(^|/)(\.zig-cache|zig-out|\.cache|\.venv|__pycache__|build|dist)/|^loaderx/lib/"
     r"|\.(so|dylib|dll|pyd|o|a|obj|lib|whl|pyc)$")
@@ -246,4 +250,23 @@ def check_sdist(path: Path, root: Path) -> list[str]:
     missing = sorted(set(SDIST_REQUIRED).union(sources) - relative)
     if missing:
         raise CheckFailed(f"{path.name}: lacks {missing}")
+    stray = untracked(relative, root)
+    if stray:
+        raise CheckFailed(f"{path.name}: holds files git does not track (scratch files? MANIFEST.in "
+                          f"takes whatever matches in the working tree): {stray}; remove them, or "
+                          "git add them if they belong in the release")
     return sorted(relative)
+
+
+def untracked(relative: set[str], root: Path) -> list[str]:
+    """The members of an sdist built from a git checkout that git does not track (setuptools'
+    own PKG-INFO, setup.cfg and egg-info aside). Outside a checkout there is nothing to ask."""
+    if not (root / ".git").exists():
+        return []
+    if shutil.which("git") is None:
+        raise CheckFailed(f"{root} is a git checkout but git is not installed: it is needed to "
+                          "check that the sdist holds only tracked files")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+    tracked = set(listed.stdout.decode("utf-8").split("\0"))
+    return sorted(m for m in relative if m not in tracked and m not in SDIST_GENERATED
+                  and not m.startswith("loaderx.egg-info/"))
