@@ -119,11 +119,25 @@ def in_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
 
+PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python
+
+
+def too_old(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> str | None:
+    """What to tell whoever runs build.py with a Python older than the project needs."""
+    if version >= PYTHON_MIN:
+        return None
+    return (f"[build] loaderx needs Python {'.'.join(map(str, PYTHON_MIN))} or newer; "
+            f"{sys.executable} is {'.'.join(map(str, version))}. Run build.py with a newer "
+            "python3 (.venv is made from the one that runs build.py).")
+
+
 def venv_runs() -> bool:
-    """Whether .venv's python starts and has pip. A venv outlives the interpreter it was made
-    from: after that one is removed or upgraded, bin/python is a dangling link."""
+    """Whether .venv's python starts, is new enough and has pip. A venv outlives the interpreter
+    it was made from: after that one is removed or upgraded, bin/python is a dangling link; and
+    one made by an older python3 would fail the same pip install on every run."""
+    probe = f"import pip, sys; sys.exit(sys.version_info < {PYTHON_MIN!r})"
     try:
-        subprocess.run([str(venv_python()), "-c", "import pip"], check=True,
+        subprocess.run([str(venv_python()), "-c", probe], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, subprocess.CalledProcessError):
         return False
@@ -139,7 +153,8 @@ def ensure_venv() -> None:
         return
     if not venv_runs():
         if VENV.exists():
-            log(f"{VENV} is broken (its python does not start, or has no pip): making it anew")
+            log(f"{VENV} is broken (its python does not start, is older than "
+                f"{'.'.join(map(str, PYTHON_MIN))} or has no pip): making it anew")
         run_long([sys.executable, "-m", "venv", "--clear", str(VENV)], "creating .venv",
                  "a few seconds")
     py = str(venv_python())
@@ -390,6 +405,9 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(__doc__)
         raise SystemExit(2)
+    old = too_old()
+    if old:
+        raise SystemExit(old)
     try:
         reexec_in_venv()
         COMMANDS[sys.argv[1]](sys.argv[2:])

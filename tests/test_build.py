@@ -229,3 +229,21 @@ def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: P
     assert Path(done.stdout.strip()) == venv
     assert len(installs) == 2 and installs[-1][-1] == build.TEST_EXTRAS[-1]
 
+
+
+def test_an_old_python_is_refused_up_front_and_an_old_venv_is_made_anew(
+        build: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run by Python 3.10, build.py made a 3.10 .venv and failed minutes later on jaxlib==0.10.2;
+    run again by 3.11 it kept that venv and failed the same way on every run."""
+    message = build.too_old((3, 10))
+    assert message is not None and "needs Python 3.11 or newer" in message and "3.10" in message
+    assert build.too_old((3, 11)) is None and build.too_old((3, 13)) is None
+    # A venv whose python is this one (it has pip): fine as it is, and too old for a project
+    # that would need 3.99.
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(build, "VENV", venv)
+    assert build.venv_runs()
+    monkeypatch.setattr(build, "PYTHON_MIN", (3, 99))
+    assert not build.venv_runs()
