@@ -119,14 +119,44 @@ def in_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
 
+PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python
+
+
+def too_old(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> str | None:
+    """What to tell whoever runs build.py with a Python older than the project needs."""
+    if version >= PYTHON_MIN:
+        return None
+    return (f"[build] loaderx needs Python {'.'.join(map(str, PYTHON_MIN))} or newer; "
+            f"{sys.executable} is {'.'.join(map(str, version))}. Run build.py with a newer "
+            "python3 (.venv is made from the one that runs build.py).")
+
+
+def venv_runs() -> bool:
+    """Whether .venv's python starts, is new enough and has pip. A venv outlives the interpreter
+    it was made from: after that one is removed or upgraded, bin/python is a dangling link; and
+    one made by an older python3 would fail the same pip install on every run."""
+    probe = f"import pip, sys; sys.exit(sys.version_info < {PYTHON_MIN!r})"
+    try:
+        subprocess.run([str(venv_python()), "-c", probe], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return True
+
+
 def ensure_venv() -> None:
-    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there."""
+    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there.
+    A .venv whose python does not run (or lacks pip) is made anew."""
     stamp = VENV / ".loaderx-requirements"
     wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS)
     if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
         return
-    if not venv_python().exists():
-        run_long([sys.executable, "-m", "venv", str(VENV)], "creating .venv", "a few seconds")
+    if not venv_runs():
+        if VENV.exists():
+            log(f"{VENV} is broken (its python does not start, is older than "
+                f"{'.'.join(map(str, PYTHON_MIN))} or has no pip): making it anew")
+        run_long([sys.executable, "-m", "venv", "--clear", str(VENV)], "creating .venv",
+                 "a few seconds")
     py = str(venv_python())
     run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
              "under a minute")
@@ -161,13 +191,25 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     sdist = downloads / ZSTD_SDIST_FILE
+    pinned = f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"
     if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
-        run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                  "--dest", str(downloads), f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"],
-                 "downloading zstd's sources", "a few seconds")
+        try:
+            run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+                      ":all:", "--dest", str(downloads), pinned],
+                     "downloading zstd's sources", "a few seconds")
+        except subprocess.CalledProcessError as failed:
+            raise SystemExit(f"[build] pip could not download {pinned} (zstd's pinned C "
+                             f"sources; exit status {failed.returncode}, its message is above). "
+                             "Check the network and pip's index settings, then run the command "
+                             "again.") from None
+        if not sdist.exists():
+            raise SystemExit(f"[build] pip downloaded {pinned} but {sdist} is not there "
+                             f"(found: {sorted(p.name for p in downloads.iterdir())})")
     found = sha256_of(sdist)
     if found != ZSTD_SDIST_SHA256:
-        raise SystemExit(f"{sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256}; refusing it")
+        # Left in place so that it can be inspected; the next run downloads it again.
+        raise SystemExit(f"[build] {sdist} has sha256 {found}, expected {ZSTD_SDIST_SHA256} "
+                         f"(pinned for {pinned}); refusing it. The next run downloads it again.")
     staging = cache / "zstd-staging"
     shutil.rmtree(staging, ignore_errors=True)
     with tarfile.open(sdist) as archive:
@@ -363,8 +405,22 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(__doc__)
         raise SystemExit(2)
-    reexec_in_venv()
-    COMMANDS[sys.argv[1]](sys.argv[2:])
+    old = too_old()
+    if old:
+        raise SystemExit(old)
+    try:
+        reexec_in_venv()
+        COMMANDS[sys.argv[1]](sys.argv[2:])
+    except subprocess.CalledProcessError as failed:
+        # The step's own output (pip's, Zig's, pytest's) is above; a traceback of this script
+        # would only bury it.
+        command = " ".join(str(c) for c in failed.cmd)
+        raise SystemExit(f"[build] failed (exit status {failed.returncode}): {command}\n"
+                         "[build] its output is above; fix the cause and run the same command "
+                         "again (finished steps are not repeated)") from None
+    except KeyboardInterrupt:
+        print("[build] interrupted; run the same command again to carry on", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

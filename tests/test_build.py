@@ -1,16 +1,27 @@
-"""build.py's long steps say what they do, how long they usually take, and that they still run."""
+"""build.py's long steps say what they do, how long they usually take, and that they still run;
+fetching zstd's sources and the venv recover from a failed or interrupted run; a failed step ends
+with a message, not a traceback.
+
+The fetch cases use a stand-in for pip and a small tarball shaped like the pinned sdist, so
+nothing is downloaded and the real .cache is untouched. All of these need the repository's
+build.py, so they skip against an installed package's copied tests/ (install-check)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+if not (ROOT / "build.py").exists() or not (ROOT / "zig").is_dir():
+    pytest.skip("the repository's build.py is not beside these tests", allow_module_level=True)
 
 
 def load_build() -> ModuleType:
@@ -66,3 +77,173 @@ def test_the_zstd_sources_unpack_safely_with_or_without_tar_filters(
         with pytest.raises((SystemExit, getattr(tarfile, "FilterError", SystemExit))):
             build.extract_plain(archive, archive.getmembers(), tmp_path / "bad" / "in")
     assert not (tmp_path / "escaped.c").exists() and not (tmp_path / "bad/escaped.c").exists()
+
+
+# Stands in for `python -m pip download ... --dest DIR ...`: copies $FAKE_SDIST into DIR, or
+# fails as pip does when $FAKE_SDIST is unset (no network, no such version).
+FAKE_PIP = """#!/bin/sh
+dest=""
+while [ $# -gt 0 ]; do
+    if [ "$1" = "--dest" ]; then dest="$2"; fi
+    shift
+done
+if [ -z "$FAKE_SDIST" ]; then
+    echo "ERROR: No matching distribution found" >&2
+    exit 1
+fi
+cp "$FAKE_SDIST" "$dest/"
+"""
+
+
+def fake_sdist(build: ModuleType, folder: Path, header: bytes = b"/* zstd.h */\n") -> Path:
+    """A tarball named and laid out like the pinned sdist (just zstd.h and LICENSE)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path: Path = folder / build.ZSTD_SDIST_FILE
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in (("lib/zstd.h", header), ("LICENSE", b"BSD\n")):
+            info = tarfile.TarInfo(build.ZSTD_TREE_PREFIX + name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def build() -> ModuleType:
+    """A fresh copy of build.py per test, so that patching it leaks nowhere."""
+    return load_build()
+
+
+@pytest.fixture
+def pinned(build: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A good sdist in tmp_path/registry, pinned by its checksum; returns it and the fake pip."""
+    good = fake_sdist(build, tmp_path / "registry")
+    monkeypatch.setattr(build, "ZSTD_SDIST_SHA256", hashlib.sha256(good.read_bytes()).hexdigest())
+    pip = tmp_path / "fake-python"
+    pip.write_text(FAKE_PIP)
+    pip.chmod(0o755)
+    return good, str(pip)
+
+
+def test_a_failed_download_says_what_failed_and_the_next_run_recovers(
+        build: ModuleType, pinned: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good, pip = pinned
+    cache = tmp_path / "cache"
+    monkeypatch.delenv("FAKE_SDIST", raising=False)
+    with pytest.raises(SystemExit) as failed:
+        build.fetch_zstd(cache=cache, python=pip)
+    message = str(failed.value.code)
+    assert f"could not download {build.ZSTD_SDIST_NAME}=={build.ZSTD_SDIST_VERSION}" in message
+    assert "run the command again" in message
+    monkeypatch.setenv("FAKE_SDIST", str(good))
+    tree = build.fetch_zstd(cache=cache, python=pip)
+    assert (tree / "lib" / "zstd.h").read_bytes() == b"/* zstd.h */\n"
+
+
+def test_a_checksum_mismatch_is_refused_and_the_next_run_downloads_again(
+        build: ModuleType, pinned: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good, pip = pinned
+    cache = tmp_path / "cache"
+    tampered = fake_sdist(build, tmp_path / "tampered", header=b"/* not zstd's */\n")
+    monkeypatch.setenv("FAKE_SDIST", str(tampered))
+    with pytest.raises(SystemExit) as failed:
+        build.fetch_zstd(cache=cache, python=pip)
+    message = str(failed.value.code)
+    assert hashlib.sha256(tampered.read_bytes()).hexdigest() in message
+    assert f"expected {build.ZSTD_SDIST_SHA256}" in message and "refusing it" in message
+    assert not (cache / f"zstd-from-{build.ZSTD_SDIST_NAME}-{build.ZSTD_SDIST_VERSION}").exists()
+    monkeypatch.setenv("FAKE_SDIST", str(good))
+    tree = build.fetch_zstd(cache=cache, python=pip)
+    assert (tree / "LICENSE").read_bytes() == b"BSD\n"
+
+
+def test_an_interrupted_extraction_is_redone(build: ModuleType, pinned: tuple[Path, str],
+                                             tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    good, pip = pinned
+    cache = tmp_path / "cache"
+    tree = cache / f"zstd-from-{build.ZSTD_SDIST_NAME}-{build.ZSTD_SDIST_VERSION}"
+    # What a kill leaves: a half-filled staging folder, and a tree without zstd.h.
+    (cache / "zstd-staging" / "half").mkdir(parents=True)
+    (tree / "lib").mkdir(parents=True)
+    (tree / "lib" / "zstd_partial.c").write_text("")
+    monkeypatch.setenv("FAKE_SDIST", str(good))
+    assert build.fetch_zstd(cache=cache, python=pip) == tree
+    assert sorted(p.name for p in (tree / "lib").iterdir()) == ["zstd.h"]
+    assert not (cache / "zstd-staging").exists()
+    # Once complete, a re-run neither downloads nor unpacks.
+    monkeypatch.delenv("FAKE_SDIST")
+    (cache / "downloads" / build.ZSTD_SDIST_FILE).unlink()
+    assert build.fetch_zstd(cache=cache, python=pip) == tree
+
+
+def run_main(build: ModuleType, monkeypatch: pytest.MonkeyPatch, command: object) -> str:
+    monkeypatch.setattr(build, "reexec_in_venv", lambda: None)
+    monkeypatch.setattr(build, "COMMANDS", {"step": command})
+    monkeypatch.setattr(sys, "argv", ["build.py", "step"])
+    with pytest.raises(SystemExit) as ended:
+        build.main()
+    return str(ended.value.code)
+
+
+def test_a_failed_step_ends_with_a_message_not_a_traceback(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(_: list[str]) -> None:
+        build.run([sys.executable, "-c", "raise SystemExit(3)"])
+
+    message = run_main(build, monkeypatch, fails)
+    assert message.startswith("[build] failed (exit status 3): ")
+    assert "raise SystemExit(3)" in message and "run the same command again" in message
+
+
+def test_an_interrupted_step_says_so(build: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(_: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    assert run_main(build, monkeypatch, interrupted) == "130"
+
+
+def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A venv made from an interpreter that was since removed or upgraded: bin/python dangles."""
+    venv = tmp_path / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for name in ("python", "python3"):
+        (venv / "bin" / name).unlink()
+        (venv / "bin" / name).symlink_to(tmp_path / "uninstalled" / "python3")
+    (venv / ".loaderx-requirements").write_text("\n".join(build.DEV_REQUIREMENTS + build.TEST_EXTRAS))
+    monkeypatch.setattr(build, "VENV", venv)
+    installs: list[list[str]] = []
+    real_run_long = build.run_long
+
+    def run_long(cmd: list[str], doing: str, expect: str, cwd: Path = build.ROOT,
+                 env: dict[str, str] | None = None) -> None:
+        if "pip" in cmd:
+            installs.append(cmd)  # the real pip installs would take minutes
+        else:
+            real_run_long(cmd, doing, expect, cwd, env)
+
+    monkeypatch.setattr(build, "run_long", run_long)
+    build.ensure_venv()
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import pip, sys; print(sys.prefix)"],
+                          capture_output=True, text=True, check=True)
+    assert Path(done.stdout.strip()) == venv
+    assert len(installs) == 2 and installs[-1][-1] == build.TEST_EXTRAS[-1]
+
+
+
+def test_an_old_python_is_refused_up_front_and_an_old_venv_is_made_anew(
+        build: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run by Python 3.10, build.py made a 3.10 .venv and failed minutes later on jaxlib==0.10.2;
+    run again by 3.11 it kept that venv and failed the same way on every run."""
+    message = build.too_old((3, 10))
+    assert message is not None and "needs Python 3.11 or newer" in message and "3.10" in message
+    assert build.too_old((3, 11)) is None and build.too_old((3, 13)) is None
+    # A venv whose python is this one (it has pip): fine as it is, and too old for a project
+    # that would need 3.99.
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(build, "VENV", venv)
+    assert build.venv_runs()
+    monkeypatch.setattr(build, "PYTHON_MIN", (3, 99))
+    assert not build.venv_runs()

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -145,3 +146,78 @@ def test_a_missing_library_names_the_file_looked_for(tmp_path: Path) -> None:
                           text=True, env={**os.environ, "LOADERX_LIBRARY": str(missing)})
     assert done.returncode != 0
     assert "LibraryNotFoundError" in done.stderr and str(missing) in done.stderr
+
+
+def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
+    """`pip install loaderx[torch]` etc. exist for every optional integration, and each floor is
+    the version build.py installs for the test suite (the one known to work)."""
+    import tomllib
+
+    sys.path.insert(0, str(ROOT))
+    import build
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert sorted(extras) == sorted(wheel_check.EXTRAS)
+    pinned = dict(r.split("==") for r in build.TEST_EXTRAS)
+    for extra, requirements in extras.items():
+        assert requirements, extra
+        for requirement in requirements:
+            name, floor = requirement.split(">=")
+            assert pinned[name] == floor, (extra, requirement)
+
+
+def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loaderx.cli:entry_point\n"
+                   ) -> wheelfile.Wheel:
+    info = "loaderx-0.9.17.dist-info"
+    return wheelfile.Wheel("loaderx", "0.9.17", {
+        f"{info}/METADATA": ("Metadata-Version: 2.4\nName: loaderx\nVersion: 0.9.17\n" + header
+                             + "License-File: LICENSE\nLicense-File: zstd/LICENSE\n\nbody\n").encode(),
+        f"{info}/entry_points.txt": scripts.encode(),
+        f"{info}/licenses/LICENSE": b"MIT License\n",
+        f"{info}/licenses/zstd/LICENSE": b"BSD License For Zstandard software\n",
+    })
+
+
+GOOD_METADATA = ("Requires-Python: >=3.11\nRequires-Dist: numpy>=1.26\nRequires-Dist: msgpack>=1.0\n"
+                 "Provides-Extra: ray\nRequires-Dist: ray[data]>=2.60.0; extra == \"ray\"\n"
+                 "Provides-Extra: torch\nRequires-Dist: torch>=2.13.0; extra == \"torch\"\n"
+                 "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n")
+
+
+@pytest.mark.parametrize(("header", "scripts", "complaint"), [
+    (GOOD_METADATA + "Requires-Dist: torch>=2.13.0\n", None, "requires .* at run time"),
+    (GOOD_METADATA.replace("Requires-Dist: msgpack>=1.0\n", ""), None, "requires .* at run time"),
+    (GOOD_METADATA.replace("Provides-Extra: jax\n", ""), None, "provides extras"),
+    (GOOD_METADATA.replace(">=3.11", ">=3.8"), None, "Requires-Python"),
+    (GOOD_METADATA, "[console_scripts]\n", "console script"),
+])
+def test_wheel_metadata_check_names_what_is_wrong(header: str, scripts: str | None,
+                                                  complaint: str) -> None:
+    wheel_check._check_metadata(metadata_wheel(GOOD_METADATA), "good.whl", ("LICENSE",))
+    bad = metadata_wheel(header) if scripts is None else metadata_wheel(header, scripts)
+    with pytest.raises(wheel_check.CheckFailed, match=complaint):
+        wheel_check._check_metadata(bad, "bad.whl", ("LICENSE",))
+
+
+def test_sdist_check_refuses_files_git_does_not_track(tmp_path: Path) -> None:
+    """MANIFEST.in takes whatever matches in the working tree: a scratch tests/debug.py or
+    loaderx/notes.py would ship (the latter in every wheel too) unless the check asks git."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.splitlines())
+    sources = {m for m in tracked if m.startswith(("loaderx/", "zig/", "typings/", "tests/"))
+               or m in wheel_check.SDIST_REQUIRED}
+    shipped = sources | {"PKG-INFO", "setup.cfg", "loaderx.egg-info/SOURCES.txt"}
+    assert wheel_check.untracked(shipped, ROOT) == []
+    scratch = sorted({"tests/scratch_debug_sdist_check.py", "loaderx/notes_sdist_check.py"})
+    assert wheel_check.untracked(shipped | set(scratch), ROOT) == scratch
+    sdist = tmp_path / "loaderx-0.9.17.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for member in sorted(shipped | set(scratch)):
+            data = (ROOT / member).read_bytes() if (ROOT / member).is_file() else b""
+            info = tarfile.TarInfo("loaderx-0.9.17/" + member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(wheel_check.CheckFailed, match="git does not track.*scratch_debug"):
+        wheel_check.check_sdist(sdist, ROOT)

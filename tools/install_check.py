@@ -4,10 +4,11 @@
     python3 tools/install_check.py --sdist    the sdist, built by pip from a venv holding only pip
 Other arguments are handed to pytest (e.g. --deselect tests/test_x.py::test_y).
 
-The test suite (with benchmarks/, examples/ and README.md, which some tests use) is copied to a temporary
-folder and run from there, so `import loaderx` can only
-resolve to the installed package; that is asserted before pytest runs (and, for a compiled wheel,
-that the mypyc modules really are extension modules).
+The test suite (with benchmarks/, examples/, typings/, zig/include/, README.md and
+pyproject.toml, which some tests use) is copied to a temporary folder and run from there, so `import loaderx` can only resolve to
+the installed package; that is asserted before pytest runs (and, for a compiled wheel, that the
+mypyc modules really are extension modules), as is that the `loaderx` console script and
+`python -m loaderx` run.
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import build as project_build  # noqa: E402
-from tools.wheels import DIST, Interpreter, find_interpreters, host_target, log, nice  # noqa: E402
+from tools.wheels import (DIST, Interpreter, find_interpreters, host_target, log, nice,  # noqa: E402
+                          run_long)
 from tools.wheel_check import CheckFailed, Target  # noqa: E402
 
+# What the suite imports besides loaderx and its dependencies: the test tools (mypy for the typing
+# tests, asv for the dashboard's) and the pinned integrations, as in .venv; no test may lack one.
 TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
-                     if r.startswith(("pytest", "hypothesis"))]
+                     if r.startswith(("pytest", "hypothesis", "mypy", "asv", "virtualenv"))
+                     ] + project_build.TEST_EXTRAS
+# Copied beside the tests: the harnesses and examples some tests drive, the C header test_abi
+# reads, and the stubs pyproject.toml's mypy settings name. Never loaderx itself.
+BESIDE_TESTS: Final = ("tests", "benchmarks", "examples", "typings", "zig/include")
 WHERE: Final = """
 import json, sys, sysconfig, loaderx, loaderx._native as native
 modules = {}
@@ -58,6 +66,15 @@ def assert_installed(python: str, compiled: list[str], env: dict[str, str]) -> N
         if not path.endswith((".so", ".pyd")):
             raise CheckFailed(f"{name} imported from {path}: not the compiled extension module")
     log(f"installed package: {found['package']}, library {found['library']}")
+    # The console script pip wrote, and `python -m loaderx`, from outside the repository.
+    script = Path(python).parent / ("loaderx.exe" if sys.platform == "win32" else "loaderx")
+    for command in ([str(script), "--help"], [python, "-m", "loaderx", "--help"]):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                              env=env)
+        if done.returncode != 0 or "convert" not in done.stdout:
+            raise CheckFailed(f"{' '.join(command)} exited with {done.returncode}: "
+                              f"{done.stderr.strip() or done.stdout.strip()}")
+    log("the loaderx command and python -m loaderx answer --help")
 
 
 def run_suite(python: str, label: str, compiled: list[str], pytest_args: list[str]) -> None:
@@ -68,11 +85,11 @@ def run_suite(python: str, label: str, compiled: list[str], pytest_args: list[st
         tests = Path(tmp) / "tests"
         # Some tests drive the benchmark harness and the examples: they come along, the package
         # does not.
-        for folder in ("tests", "benchmarks", "examples"):
+        for folder in BESIDE_TESTS:
             if (ROOT / folder).is_dir():
                 shutil.copytree(ROOT / folder, Path(tmp) / folder,
                                 ignore=shutil.ignore_patterns("__pycache__", "results", "*.so"))
-        for name in ("README.md", "LICENSE"):
+        for name in ("README.md", "LICENSE", "pyproject.toml"):
             shutil.copyfile(ROOT / name, Path(tmp) / name)
         if (Path(tmp) / "loaderx").exists():
             raise CheckFailed(f"{tmp} holds a loaderx folder; the test would not be of the wheel")
@@ -85,8 +102,9 @@ def run_suite(python: str, label: str, compiled: list[str], pytest_args: list[st
 def check_wheel_install(wheel: Path, interpreter: Interpreter, work: Path,
                         pytest_args: list[str]) -> None:
     python = fresh_venv(interpreter.path, work / f"venv-{wheel.stem}")
-    subprocess.run(nice([python, "-m", "pip", "install", "--quiet", str(wheel), *TEST_TOOLS]),
-                   check=True)
+    run_long([python, "-m", "pip", "install", "--quiet", str(wheel), *TEST_TOOLS],
+             f"installing {wheel.name}, the test tools and the integrations into a fresh venv",
+             "a few minutes: torch, jax and ray are about 1 GB; pip prints nothing meanwhile")
     compiled = ([m.removesuffix(".py").replace("/", ".") for m in project_build.MYPYC_MODULES]
                 if wheel.name.split("-")[2].startswith("cp") else [])
     run_suite(python, wheel.name, compiled, pytest_args)
@@ -111,8 +129,12 @@ def check_sdist_install(work: Path, pytest_args: list[str]) -> None:
         raise CheckFailed(f"expected one sdist in {DIST}, found {sdists}")
     python = fresh_venv(sys.executable, work / "venv-sdist")
     # Only pip is in this venv: Zig comes from the ziglang build requirement, zstd via pip.
-    subprocess.run(nice([python, "-m", "pip", "install", "--verbose", str(sdists[0])]), check=True)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", *TEST_TOOLS], check=True)
+    run_long([python, "-m", "pip", "install", "--verbose", str(sdists[0])],
+             f"building and installing {sdists[0].name} with pip (Zig and mypyc)",
+             "several minutes: pip fetches numpy, mypy and ziglang into its build environment")
+    run_long([python, "-m", "pip", "install", "--quiet", *TEST_TOOLS],
+             "installing the test tools and the integrations",
+             "a few minutes: torch, jax and ray are about 1 GB; pip prints nothing meanwhile")
     run_suite(python, sdists[0].name, [m.removesuffix(".py").replace("/", ".")
                                        for m in project_build.MYPYC_MODULES], pytest_args)
 
@@ -143,3 +165,6 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     except CheckFailed as failure:
         raise SystemExit(f"[install-check] failed: {failure}") from None
+    except subprocess.CalledProcessError as failed:
+        raise SystemExit(f"[install-check] failed (exit status {failed.returncode}): "
+                         f"{' '.join(str(c) for c in failed.cmd)}; its output is above") from None

@@ -1,10 +1,12 @@
 """Checks a packed wheel or sdist against what it must contain; any failure stops the release.
 
 A wheel must carry the tags its file name states, exactly one native library (its own
-platform's: right format, CPU, exports and loader floor), py.typed, METADATA requiring numpy and
-msgpack, and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
+platform's: right format, CPU, exports and loader floor), py.typed, METADATA requiring exactly
+numpy and msgpack (the integrations as extras) and Python 3.11, the `loaderx` console script,
+and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
 wheel must also carry the mypyc extension modules of exactly its interpreter, and none of them
-may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built.
+may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built,
+and, built from a git checkout, nothing git does not track.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
+import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,9 @@ from tools.wheelfile import Wheel, read_wheel, wheel_file_name
 
 NATIVE_SUFFIXES: Final = (".so", ".dylib", ".dll", ".pyd")
 REQUIRED_DEPENDENCIES: Final = ("numpy", "msgpack")
+EXTRAS: Final = ("jax", "ray", "torch")  # the optional integrations, one extra each
+REQUIRES_PYTHON: Final = ">=3.11"
+CONSOLE_SCRIPT: Final = "loaderx = loaderx.cli:entry_point"
 ZSTD_LICENCE: Final = "zstd/LICENSE"
 MYPYC_LICENCE: Final = "mypyc/LICENSE"  # compiled wheels embed mypyc's runtime library
 # What a library may ask the loader for, beyond the C library itself.
@@ -140,11 +147,21 @@ def _check_metadata(wheel: Wheel, label: str, licences_needed: tuple[str, ...]) 
         fields.setdefault(key, []).append(value)
     if fields.get("Name") != [wheel.name] or fields.get("Version") != [wheel.version]:
         raise CheckFailed(f"{label}: METADATA names {fields.get('Name')} {fields.get('Version')}")
-    required = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
-                for r in fields.get("Requires-Dist", [])}
-    missing = [d for d in REQUIRED_DEPENDENCIES if d not in required]
-    if missing:
-        raise CheckFailed(f"{label}: METADATA lacks Requires-Dist for {missing}")
+    # Runtime dependencies: exactly numpy and msgpack; everything else only behind an extra.
+    required = sorted(re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
+                      for r in fields.get("Requires-Dist", []) if "extra ==" not in r)
+    if required != sorted(REQUIRED_DEPENDENCIES):
+        raise CheckFailed(f"{label}: METADATA requires {required} at run time, expected exactly "
+                          f"{sorted(REQUIRED_DEPENDENCIES)} (anything else belongs in an extra)")
+    if sorted(fields.get("Provides-Extra", [])) != sorted(EXTRAS):
+        raise CheckFailed(f"{label}: METADATA provides extras {fields.get('Provides-Extra')}, "
+                          f"expected {sorted(EXTRAS)}")
+    if fields.get("Requires-Python") != [REQUIRES_PYTHON]:
+        raise CheckFailed(f"{label}: METADATA says Requires-Python {fields.get('Requires-Python')}, "
+                          f"expected {REQUIRES_PYTHON}")
+    scripts = wheel.files.get(f"{wheel.dist_info}/entry_points.txt", b"").decode("utf-8")
+    if CONSOLE_SCRIPT not in scripts.splitlines():
+        raise CheckFailed(f"{label}: entry_points.txt lacks the console script {CONSOLE_SCRIPT!r}")
     licences = set(fields.get("License-File", []))
     for relative in licences_needed:
         text = wheel.files.get(f"{wheel.dist_info}/licenses/{relative}", b"")
@@ -209,6 +226,7 @@ SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "
                          "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
                          "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
                          "loaderx/_native.py", "loaderx/py.typed")
+SDIST_GENERATED: Final = ("PKG-INFO", "setup.cfg")  # written by setuptools into every sdist
 SDIST_FORBIDDEN: Final = re.compile(
     r"(^|/)(\.zig-cache|zig-out|\.cache|\.venv|__pycache__|build|dist)/|^loaderx/lib/"
     r"|\.(so|dylib|dll|pyd|o|a|obj|lib|whl|pyc)$")
@@ -232,4 +250,23 @@ def check_sdist(path: Path, root: Path) -> list[str]:
     missing = sorted(set(SDIST_REQUIRED).union(sources) - relative)
     if missing:
         raise CheckFailed(f"{path.name}: lacks {missing}")
+    stray = untracked(relative, root)
+    if stray:
+        raise CheckFailed(f"{path.name}: holds files git does not track (scratch files? MANIFEST.in "
+                          f"takes whatever matches in the working tree): {stray}; remove them, or "
+                          "git add them if they belong in the release")
     return sorted(relative)
+
+
+def untracked(relative: set[str], root: Path) -> list[str]:
+    """The members of an sdist built from a git checkout that git does not track (setuptools'
+    own PKG-INFO, setup.cfg and egg-info aside). Outside a checkout there is nothing to ask."""
+    if not (root / ".git").exists():
+        return []
+    if shutil.which("git") is None:
+        raise CheckFailed(f"{root} is a git checkout but git is not installed: it is needed to "
+                          "check that the sdist holds only tracked files")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+    tracked = set(listed.stdout.decode("utf-8").split("\0"))
+    return sorted(m for m in relative if m not in tracked and m not in SDIST_GENERATED
+                  and not m.startswith("loaderx.egg-info/"))

@@ -10,8 +10,9 @@
      pyenv's 3.12+), tagged cp3XX-cp3XX-<manylinux tag>, honest about the glibc it needs.
 4. Every wheel is checked after packing (tools/wheel_check.py); the first failure stops the run.
 
-Options: --skip-compiled (platform wheels and sdist only), --interpreter PATH (repeatable;
-replaces the search), --dist-prefix DIR (where `zig build dist` installs).
+Options: --skip-compiled (platform wheels and sdist only), --host-only (this machine's platform
+only: its py3-none wheel, its compiled wheels unless skipped, and the sdist), --interpreter PATH
+(repeatable; replaces the search), --dist-prefix DIR (where `zig build dist` installs).
 """
 
 from __future__ import annotations
@@ -60,16 +61,33 @@ def run(cmd: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> 
     subprocess.run(cmd, cwd=cwd, env=env, check=True)
 
 
+def run_long(cmd: list[str], doing: str, expect: str, cwd: Path = ROOT,
+             env: dict[str, str] | None = None) -> None:
+    """A step that can take minutes, at the lowest priority: says what it does and how long that
+    usually takes, then that it is still at it every 30 s (build.py's run_long)."""
+    project_build.run_long(nice(cmd), doing, expect, cwd=cwd, env=env)
+
+
 # --- native libraries -----------------------------------------------------------------------
 
 
-def zig_dist(prefix: Path) -> tuple[list[Target], float]:
-    """Runs `zig build dist` into a clean prefix/dist; returns the targets and the seconds."""
+def zig_dist(prefix: Path, host_only: bool = False) -> tuple[list[Target], float]:
+    """Runs `zig build dist` into a clean prefix/dist; returns the targets and the seconds.
+    With host_only, only the published platform this machine runs is built."""
     zstd = project_build.fetch_zstd()
     shutil.rmtree(prefix / "dist", ignore_errors=True)
     started = time.monotonic()
-    run(nice([sys.executable, "-m", "ziglang", "build", "dist", f"-Dzstd={zstd}",
-              "--prefix", str(prefix)]), cwd=ROOT / "zig")
+    if host_only:
+        run_long([sys.executable, "-m", "ziglang", "build", "dist", "-Ddist-host-only",
+                  f"-Dzstd={zstd}", "--prefix", str(prefix)],
+                 "compiling the library for this host's wheel (zig build dist -Ddist-host-only)",
+                 "about 2 minutes with an empty Zig cache, seconds afterwards", cwd=ROOT / "zig")
+    else:
+        run_long([sys.executable, "-m", "ziglang", "build", "dist", f"-Dzstd={zstd}",
+                  "--prefix", str(prefix)],
+                 "cross-compiling the library for every platform (zig build dist)",
+                 "about 15 minutes on 2 busy cores with an empty Zig cache, seconds afterwards",
+                 cwd=ROOT / "zig")
     seconds = time.monotonic() - started
     manifest = json.loads((prefix / "dist" / "targets.json").read_text())
     targets = [Target(**row) for row in manifest["targets"]]
@@ -123,12 +141,17 @@ HOOK: Final = ("import sys; hook, out, answer = sys.argv[1:4]; "
                "open(answer, 'w').write(getattr(backend, hook)(out))")
 
 
-def pep517(python: str, hook: str, source: Path, out: Path, env: dict[str, str]) -> Path:
-    """Calls one setuptools build hook in `source`; returns the artefact it made in `out`."""
+def pep517(python: str, hook: str, source: Path, out: Path, env: dict[str, str],
+           doing: str = "", expect: str = "") -> Path:
+    """Calls one setuptools build hook in `source`; returns the artefact it made in `out`.
+    A hook that compiles (mypyc) says so through `doing` and `expect`."""
     out.mkdir(parents=True, exist_ok=True)
     answer = out / ".artefact-name"
-    run(nice([python, "-c", HOOK, hook, str(out), str(answer)]), cwd=source,
-        env={**os.environ, **env})
+    cmd = [python, "-c", HOOK, hook, str(out), str(answer)]
+    if doing:
+        run_long(cmd, doing, expect, cwd=source, env={**os.environ, **env})
+    else:
+        run(nice(cmd), cwd=source, env={**os.environ, **env})
     return out / answer.read_text().strip()
 
 
@@ -208,7 +231,8 @@ def build_environment(interpreter: Interpreter) -> str:
     stamp = venv / ".loaderx-build-tools"
     if not (stamp.exists() and stamp.read_text() == "\n".join(wanted) and python.exists()):
         run([interpreter.path, "-m", "venv", "--clear", str(venv)])
-        run(nice([str(python), "-m", "pip", "install", "--quiet", *wanted]))
+        run_long([str(python), "-m", "pip", "install", "--quiet", *wanted],
+                 f"installing the build tools for {interpreter.abi}", "a minute or two")
         stamp.write_text("\n".join(wanted))
     return str(python)
 
@@ -277,7 +301,8 @@ def compiled_wheel(sdist: Path, interpreter: Interpreter, host: Target, prefix: 
     source = unpack(sdist, WORK / f"src-{interpreter.abi}")
     python = build_environment(interpreter)
     built = pep517(python, "build_wheel", source, WORK / interpreter.abi,
-                   {"LOADERX_SKIP_NATIVE": "1"})
+                   {"LOADERX_SKIP_NATIVE": "1"},
+                   f"compiling the mypyc modules for {interpreter.abi}", "a minute or two")
     wheel = wheelfile.read_wheel(built)
     suffix = interpreter.extension_suffix
     modules = tuple(sorted(p.removesuffix(suffix) for p in wheel.files if p.endswith(suffix)))
@@ -303,12 +328,14 @@ def compiled_wheel(sdist: Path, interpreter: Interpreter, host: Target, prefix: 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-compiled", action="store_true")
+    parser.add_argument("--host-only", action="store_true",
+                        help="only this machine's platform wheel(s) and the sdist")
     parser.add_argument("--interpreter", action="append", default=[])
     parser.add_argument("--dist-prefix", type=Path, default=ROOT / "zig" / "zig-out")
     args = parser.parse_args(argv)
     abi = libinspect.header_functions(HEADER.read_text())
     started = time.monotonic()
-    targets, zig_seconds = zig_dist(args.dist_prefix)
+    targets, zig_seconds = zig_dist(args.dist_prefix, args.host_only)
     log(f"zig build dist: {len(targets)} targets in {zig_seconds:.1f} s")
     check_libraries(targets, args.dist_prefix, abi)
     DIST.mkdir(exist_ok=True)
@@ -335,3 +362,6 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     except CheckFailed as failure:
         raise SystemExit(f"[wheels] check failed: {failure}") from None
+    except subprocess.CalledProcessError as failed:
+        raise SystemExit(f"[wheels] failed (exit status {failed.returncode}): "
+                         f"{' '.join(str(c) for c in failed.cmd)}; its output is above") from None

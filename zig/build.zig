@@ -4,7 +4,8 @@
 //! by version and sha256) and passes the folder holding zstd's `lib/` as `-Dzstd=...`.
 //!
 //! Steps: `install` (the shared library), `test` (the Zig suite in Debug and ReleaseFast),
-//! `dist` (every published platform, one folder per wheel platform tag).
+//! `dist` (every published platform, one folder per wheel platform tag; `-Ddist-host-only` for
+//! just this machine's).
 const std = @import("std");
 
 /// zstd's C files, relative to its `lib/` folder. Legacy formats are left out on purpose: the
@@ -86,27 +87,42 @@ pub fn build(b: *std.Build) void {
     }
 
     const dist_step = b.step("dist", "build the library for every published platform");
+    const dist_host_only = b.option(bool, "dist-host-only", "dist: only the published platform " ++
+        "this machine runs (its OS, CPU architecture and C library)") orelse false;
     var manifest_entries: [dist_targets.len][]const u8 = undefined;
-    for (dist_targets, &manifest_entries) |dist, *entry| {
+    var manifest_count: usize = 0;
+    for (dist_targets) |dist| {
         const query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple, .cpu_features = dist.cpu }) catch
             @panic("bad triple in dist_targets");
-        const dist_lib = addLoaderxLibrary(b, b.resolveTargetQuery(query), .safe, zstd_lib);
+        const resolved = b.resolveTargetQuery(query);
+        if (dist_host_only and !runsOnHost(resolved.result, b.graph.host.result)) continue;
+        const dist_lib = addLoaderxLibrary(b, resolved, .safe, zstd_lib);
         const install = b.addInstallArtifact(dist_lib, .{
             .dest_dir = .{ .override = .{ .custom = b.pathJoin(&.{ "dist", dist.wheel_tag }) } },
             .implib_dir = .disabled,
             .pdb_dir = .disabled,
         });
         dist_step.dependOn(&install.step);
-        entry.* = b.fmt("  {{\"wheel_tag\": \"{s}\", \"triple\": \"{s}\", \"cpu\": \"{s}\", \"library\": \"{s}\"}}", .{
+        manifest_entries[manifest_count] = b.fmt("  {{\"wheel_tag\": \"{s}\", \"triple\": \"{s}\", \"cpu\": \"{s}\", \"library\": \"{s}\"}}", .{
             dist.wheel_tag, dist.triple, dist.cpu, dist_lib.out_filename,
         });
+        manifest_count += 1;
+    }
+    if (manifest_count == 0) {
+        dist_step.dependOn(&b.addFail("-Ddist-host-only: no published platform matches this host").step);
     }
     // The table as data for the Python packaging tools, so they never restate it.
     const manifest = b.fmt("{{\"targets\": [\n{s}\n]}}\n", .{
-        std.mem.join(b.allocator, ",\n", &manifest_entries) catch @panic("OOM"),
+        std.mem.join(b.allocator, ",\n", manifest_entries[0..manifest_count]) catch @panic("OOM"),
     });
     const manifest_file = b.addWriteFiles().add("targets.json", manifest);
     dist_step.dependOn(&b.addInstallFile(manifest_file, "dist/targets.json").step);
+}
+
+/// Whether a published target is this machine's platform: same OS, architecture and C library
+/// (the CPU baseline aside: the host runs the portable baseline build).
+fn runsOnHost(target: std.Target, host: std.Target) bool {
+    return target.os.tag == host.os.tag and target.cpu.arch == host.cpu.arch and target.abi == host.abi;
 }
 
 /// `--release` alone (and `--release=safe`) builds ReleaseSafe, the mode that ships: an impossible
