@@ -150,7 +150,8 @@ def test_a_missing_library_names_the_file_looked_for(tmp_path: Path) -> None:
 
 def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
     """`pip install loaderx[torch]` etc. exist for every optional integration, and each floor is
-    the version build.py installs for the test suite (the one known to work)."""
+    the version build.py installs for the test suite (the one known to work). torch is pinned
+    exactly: any range that admits a newer release pulls a CUDA build of several GB."""
     import tomllib
 
     sys.path.insert(0, str(ROOT))
@@ -162,6 +163,9 @@ def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
     for extra, requirements in extras.items():
         assert requirements, extra
         for requirement in requirements:
+            if requirement.startswith("torch"):
+                assert requirement == f"torch=={pinned['torch']}", requirement
+                continue
             name, floor = requirement.split(">=")
             assert pinned[name] == floor, (extra, requirement)
 
@@ -180,7 +184,7 @@ def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loa
 
 GOOD_METADATA = ("Requires-Python: >=3.11\nRequires-Dist: numpy>=1.26\nRequires-Dist: msgpack>=1.0\n"
                  "Provides-Extra: ray\nRequires-Dist: ray[data]>=2.60.0; extra == \"ray\"\n"
-                 "Provides-Extra: torch\nRequires-Dist: torch>=2.13.0; extra == \"torch\"\n"
+                 "Provides-Extra: torch\nRequires-Dist: torch==2.13.0; extra == \"torch\"\n"
                  "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n")
 
 
