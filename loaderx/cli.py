@@ -402,8 +402,10 @@ def _dict_size(text: str) -> str | int:
         raise argparse.ArgumentTypeError(f"one of {names} or a byte count, not {text!r}") from None
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an int >= minimum, so that a bad count is a usage error (exit 2)."""
+def int_option(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int in minimum..maximum (no maximum: unbounded), so that a bad
+    number is a usage error (exit 2) said before any work, not a traceback from deep inside the
+    run. The demo's options use it too."""
 
     def parse(text: str) -> int:
         try:
@@ -412,6 +414,8 @@ def _at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"an integer, not {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
         return value
 
     return parse
@@ -565,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     head = command("head", "the first records, printed as NumPy prints them", cmd_head)
     head.add_argument("path")
-    head.add_argument("-n", type=_at_least(0), default=5, help="how many records (default 5)")
+    head.add_argument("-n", type=int_option(0), default=5, help="how many records (default 5)")
 
     verify = command("verify", "check every record (table against chunks, checksums, frames) "
                      "in parallel; exit 1 listing the bad records", cmd_verify)
@@ -594,10 +598,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = command("bench", "this dataset's random-gather speed next to a NumPy memmap of the "
                     "same records", cmd_bench)
     bench.add_argument("path")
-    bench.add_argument("--batch", type=_at_least(1), default=256, help="records per batch (default 256)")
-    bench.add_argument("--records", type=_at_least(1), default=_BENCH_RECORDS_MAX,
+    bench.add_argument("--batch", type=int_option(1), default=256, help="records per batch (default 256)")
+    bench.add_argument("--records", type=int_option(1), default=_BENCH_RECORDS_MAX,
                        help=f"use the first N records (default {_BENCH_RECORDS_MAX:,})")
-    bench.add_argument("--rounds", type=_at_least(1), default=5, help="interleaved rounds (default 5)")
+    bench.add_argument("--rounds", type=int_option(1), default=5, help="interleaved rounds (default 5)")
     bench.add_argument("--seconds", type=_seconds, default=0.3,
                        help="seconds per contender and round (default 0.3)")
     bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")

@@ -23,6 +23,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from loaderx.cli import int_option
 from loaderx.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.prefetch import WORKERS_MAX, default_workers
@@ -174,24 +175,6 @@ def check_against_numpy(
                     raise SystemExit(f"demo: stream {name!r} differs from the .npy at step {step}")
 
 
-def _int_in(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an int in minimum..maximum, so that a bad number is a usage error
-    (exit 2) said before any work, not a traceback from deep inside the run."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"an integer, not {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
-        return value
-
-    return parse
-
-
 def _codecs(text: str) -> list[str]:
     """--codecs' argparse type: a comma-separated list of codec names, none empty."""
     codecs = text.split(",")
@@ -206,15 +189,15 @@ def _codecs(text: str) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loaderx.demo", description=__doc__)
-    parser.add_argument("--records", type=_int_in(1), default=RECORDS_DEFAULT)
-    parser.add_argument("--side", type=_int_in(PATTERN_SIDE), default=SIDE_DEFAULT,
+    parser.add_argument("--records", type=int_option(1), default=RECORDS_DEFAULT)
+    parser.add_argument("--side", type=int_option(PATTERN_SIDE), default=SIDE_DEFAULT,
                         help="image side in pixels")
-    parser.add_argument("--steps", type=_int_in(1), default=STEPS_DEFAULT)
-    parser.add_argument("--batch-size", type=_int_in(1), default=BATCH_SIZE_DEFAULT)
-    parser.add_argument("--workers", type=_int_in(1, WORKERS_MAX),
+    parser.add_argument("--steps", type=int_option(1), default=STEPS_DEFAULT)
+    parser.add_argument("--batch-size", type=int_option(1), default=BATCH_SIZE_DEFAULT)
+    parser.add_argument("--workers", type=int_option(1, WORKERS_MAX),
                         default=default_workers(consumer_helps=True))
-    parser.add_argument("--seed", type=_int_in(0, SEED_LIMIT - 1), default=0)
-    parser.add_argument("--repeats", type=_int_in(1), default=3, help="timings keep the best run")
+    parser.add_argument("--seed", type=int_option(0, SEED_LIMIT - 1), default=0)
+    parser.add_argument("--repeats", type=int_option(1), default=3, help="timings keep the best run")
     parser.add_argument("--codecs", type=_codecs, default=list(CODECS),
                         help="comma-separated subset of " + ",".join(CODECS))
     parser.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
