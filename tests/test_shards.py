@@ -1468,27 +1468,33 @@ def test_temporary_files_of_killed_writes_go_with_the_next_commit_or_delete(tmp_
     assert sorted(n for n in os.listdir(path) if ".tmp-" in n) == ["notes.tmp-1"]
 
 
+def _roll_over_in_another_process(path: Path | str) -> None:
+    """Another process appends records 6..14 to the single store of six at path with
+    shard_records=10: the store is sealed as shard '.' at 10 records, the rest a new shard."""
+    import subprocess
+    import sys
+
+    code = _OTHER_PROCESS + (
+        "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
+        "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_single_store_handle_never_appends_past_a_rollover_elsewhere(tmp_path: Path) -> None:
     """A handle opened the dataset as a single store and has not appended yet; another process
     (with a smaller shard_records) rolls it over, sealing the store. The first handle's append
     then refuses, saying to reopen, instead of growing the sealed store behind the manifest;
     reopened, it appends as a sharded dataset."""
-    import subprocess
-    import sys
-
     from loaderx.errors import StoreLockedError
 
     path = _single_store_of_six(tmp_path)
-    code = _OTHER_PROCESS + (
-        "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
-        "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
-    )
     with DenseDataset(path) as early:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        )
-        assert done.returncode == 0, done.stderr
+        _roll_over_in_another_process(path)
         with pytest.raises(StoreLockedError, match="became a sharded dataset in another process"):
             early.append(np.arange(100, 102, dtype=np.int64))
     with DenseDataset(path, shard_records=10) as reopened:
@@ -1652,22 +1658,11 @@ def test_a_single_store_handle_never_deletes_past_a_rollover_elsewhere(tmp_path:
     store, which the manifest lists with its count: the dataset then refused to open ("the
     counts disagree"). Its delete, compact and train_dict now refuse, saying to reopen, and
     change nothing; reopened, it deletes through the sharded dataset."""
-    import subprocess
-    import sys
-
     from loaderx.errors import StoreLockedError
 
     path = _single_store_of_six(tmp_path)
-    code = _OTHER_PROCESS + (
-        "with DenseDataset(sys.argv[1], shard_records=10) as other:\n"
-        "    other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10\n"
-    )
     with DenseDataset(path) as early:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        )
-        assert done.returncode == 0, done.stderr
+        _roll_over_in_another_process(path)
         reopen = "became a sharded dataset in another process or handle .* open it again"
         with pytest.raises(StoreLockedError, match=f"delete refused: .*{reopen}"):
             early.delete([0])
