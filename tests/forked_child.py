@@ -7,9 +7,11 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy.testing  # noqa: F401  numpy loads it lazily: import it here, never in a child
 
@@ -59,3 +61,25 @@ def wait_child(pid: int) -> None:
     if os.WIFSIGNALED(status):
         raise AssertionError(f"child {pid} died of signal {os.WTERMSIG(status)} (SIGALRM = a hang)")
     assert os.WEXITSTATUS(status) == 0, f"child {pid} failed; its traceback is on stderr"
+
+
+@contextmanager
+def held_by_another_thread(lock: AbstractContextManager[object]) -> Iterator[None]:
+    """Holds `lock` on a thread of its own for the length of the block, so that a fork inside
+    it copies the lock held by a thread the child does not have."""
+    holding = threading.Event()
+    done = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            done.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    try:
+        yield
+    finally:
+        done.set()
+        holder.join()

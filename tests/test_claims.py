@@ -15,7 +15,7 @@ import pytest
 from loaderx import claims
 from loaderx.commit import FolderLock
 
-from forked_child import run_child, wait_child
+from forked_child import held_by_another_thread, run_child, wait_child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = ".job-"
@@ -124,18 +124,6 @@ def test_a_forked_child_holds_none_of_its_parents_claims(tmp_path: Path) -> None
     next claim hang for good."""
     parent = str(tmp_path)
     inherited = claims.claim_folder(parent, PREFIX, CLAIM)
-    holding = threading.Event()
-    done = threading.Event()
-
-    def hold_the_guard() -> None:
-        with claims._held_guard:
-            holding.set()
-            done.wait()
-
-    holder = threading.Thread(target=hold_the_guard)
-    holder.start()
-    holding.wait()
-
     def child() -> None:
         own = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the marker's was
         claims.release(inherited)  # ends the claim here: the folder is committed elsewhere
@@ -145,11 +133,8 @@ def test_a_forked_child_holds_none_of_its_parents_claims(tmp_path: Path) -> None
         claims.discard(mine)
         assert not os.path.exists(mine) and not os.path.exists(mine + claims.LIVE_SUFFIX)
 
-    try:
+    with held_by_another_thread(claims._held_guard):
         pid = run_child(child)
-    finally:
-        done.set()
-        holder.join()
     wait_child(pid)
     assert os.path.isdir(inherited)  # the parent's folder is untouched, and never a dead one
     assert claims.remove_dead(parent, PREFIX, CLAIM) == 0 and os.path.isdir(inherited)

@@ -22,7 +22,7 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError
 from loaderx.result_buffers import Limits, ResultBufferPool, size_class
 
-from forked_child import run_child, wait_child
+from forked_child import held_by_another_thread, run_child, wait_child
 
 RECORDS = 300
 ITEM = (16, 8)  # int32: 512-byte records
@@ -233,18 +233,6 @@ def test_a_forked_child_renews_every_pool_not_only_the_shared_one() -> None:
     kept = pool.empty((4, 64), np.dtype(np.int32), 1024)
     kept[...] = 5
     del kept  # a free block the child must not see either
-    holding = threading.Event()
-    done = threading.Event()
-
-    def hold_the_lock() -> None:
-        with pool._lock:
-            holding.set()
-            done.wait()
-
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    holding.wait()
-
     def child() -> None:
         found = pool.stats()
         assert (found["free_buffers"], found["leased"], found["reused"]) == (0, 0, 0), found
@@ -254,11 +242,8 @@ def test_a_forked_child_renews_every_pool_not_only_the_shared_one() -> None:
         second = pool.empty((4, 64), np.dtype(np.int32), 1024)
         assert pool.stats()["reused"] == 1 and not second.flags.owndata
 
-    try:
+    with held_by_another_thread(pool._lock):
         pid = run_child(child)
-    finally:
-        done.set()
-        holder.join()
     wait_child(pid)
     assert pool.stats()["free_buffers"] == 1  # the parent's pool is as it was
 
