@@ -226,11 +226,22 @@ class StagedFolder:
                 raise type(error)(
                     error.errno, f"cannot create {self.final!r} ({error.strerror} in {parent!r})"
                 ) from None
-            self._lock = FolderLock(self.path, blocking=True)
-            # A recovery elsewhere may have removed the folder before we locked it.
-            if self._lock.fd < 0 or os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path)):
+            # A recovery elsewhere (another conversion's, into the same destination) may remove
+            # the unlocked folder as a crash's leftover before or while we lock it: make another.
+            try:
+                self._lock = FolderLock(self.path, blocking=True)
+            except FileNotFoundError:
+                continue
+            if self._lock.fd < 0 or self._locked_folder_is_ours():
                 break
             self._lock.release()
+
+    def _locked_folder_is_ours(self) -> bool:
+        """Whether the folder our lock holds is still the one at self.path."""
+        try:
+            return os.path.samestat(os.fstat(self._lock.fd), os.stat(self.path))
+        except FileNotFoundError:
+            return False
 
     def _sibling(self, state: str) -> str:
         parent, name = os.path.split(self.final)

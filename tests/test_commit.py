@@ -162,3 +162,34 @@ def test_every_converter_recovers_and_commits_through_the_same_path(
         recode(source, path, codec="raw", overwrite=True)
         assert holds(path, NEW)
     assert hidden(tmp_path) == []
+
+
+@pytest.mark.parametrize("removed", ["before the lock", "after the lock"])
+def test_a_staging_folder_removed_before_it_is_locked_is_made_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, removed: str
+) -> None:
+    """Another conversion into the same new destination runs recover(), which removes an
+    unlocked staging folder as a crash's leftover. Removed before our lock took it, the folder
+    made the lock's open raise FileNotFoundError out of the conversion (a flaky failure of the
+    two-conversions test in a CI run); removed just after, the stat of its path did. A staging
+    folder is then made anew."""
+    real_lock = commit.FolderLock
+    calls: list[str] = []
+
+    def racing_lock(folder: str, blocking: bool) -> commit.FolderLock:
+        calls.append(folder)
+        if len(calls) == 1 and removed == "before the lock":
+            os.rmdir(folder)  # what the other conversion's recover() does
+        lock = real_lock(folder, blocking)
+        if len(calls) == 1 and removed == "after the lock":
+            os.rmdir(folder)
+        return lock
+
+    monkeypatch.setattr(commit, "FolderLock", racing_lock)
+    staged = commit.StagedFolder(str(tmp_path / "dst"))
+    monkeypatch.setattr(commit, "FolderLock", real_lock)
+    assert len(calls) == 2 and calls[0] != calls[1] and staged.path == calls[1]
+    assert os.path.isdir(staged.path)
+    assert os.path.samestat(os.fstat(staged._lock.fd), os.stat(staged.path))
+    staged.abort()
+    assert sorted(os.listdir(tmp_path)) == []
