@@ -28,21 +28,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import uuid
 from contextlib import suppress
 from typing import Final
 
 from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
+from loaderx.fork_safe_lock import ForkSafeLock
 
 LIVE_SUFFIX: Final = ".live"
 # Random hex digits in every folder and claim name: 48 bits, so two never meet.
 _TOKEN_HEX: Final = 12
 
-# This process's claims: folder path -> the lock on its marker. Both are renewed in a forked
-# child (_forget_in_child).
+# This process's claims: folder path -> the lock on its marker. A forked child holds none
+# (_forget_in_child) and gets the guard back unlocked.
 _held: dict[str, FolderLock] = {}
-_held_guard = threading.Lock()
+_held_guard: Final = ForkSafeLock()
 
 
 def _token() -> str:
@@ -154,11 +154,9 @@ def _remove_if_unheld(marker: str, folder: str | None) -> bool:
 def _forget_in_child() -> None:
     """A forked child holds none of its parent's claims: loaderx.lock_descriptors closed its
     copies of their descriptors, whose numbers the child may then reuse for files of its own,
-    which a release of an inherited claim closed. And a parent thread may have held the guard
-    at the fork, which then stayed held for good: the child's next claim hung."""
-    global _held, _held_guard
-    _held = {}
-    _held_guard = threading.Lock()
+    which a release of an inherited claim closed. (The guard is a ForkSafeLock: a parent thread
+    may have held it at the fork, and the child gets it back unlocked.)"""
+    _held.clear()
 
 
 if hasattr(os, "register_at_fork"):
