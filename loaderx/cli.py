@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
-from loaderx.paths import is_file
+from loaderx.paths import exists, is_file
 from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
 from loaderx.shards import shard_number
 from loaderx.zrecord import Zrecord
@@ -48,22 +48,12 @@ class Problem(Exception):
 # --- opening ----------------------------------------------------------------------------------
 
 
-def _exists(path: str) -> bool:
-    """Whether there is something at path. Unlike os.path.exists, a folder the user may not
-    enter raises PermissionError instead of passing for nothing there."""
-    try:
-        os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    return True
-
-
 def open_store(path: str, readonly: bool = True) -> Store:
     """The dataset at path (by its schema), or the bare Zrecord store when it has none.
 
     Read-only unless the command writes: inspecting a store takes no writer lock, so it works
     while a training job or a conversion holds the store."""
-    if not _exists(path):
+    if not exists(path):
         raise Problem(f"{path}: no such file or folder")
     # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
     # naming it, not "no store here".

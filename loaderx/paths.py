@@ -24,6 +24,16 @@ def fs_path(path: PathArg) -> str:
     return os.fsdecode(path)
 
 
+def exists(path: str) -> bool:
+    """Whether there is something at path. Unlike os.path.exists, a folder the user may not
+    enter raises PermissionError instead of passing for nothing there."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
 def is_file(path: str) -> bool:
     """Whether path is a regular file; PermissionError when its folder cannot be searched."""
     try:
