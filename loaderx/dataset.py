@@ -153,7 +153,14 @@ def _gather_fixed(
     if isinstance(store, NativeCalls):
         return gather_fixed(store, indices, out, record_size)
     view = store.view
-    return view is not None and gather_fixed(view, indices, out, record_size)
+    if view is None:
+        return False
+    try:
+        return gather_fixed(view, indices, out, record_size)
+    except ValueError:
+        if view.closed:
+            return False  # a rollover or delete replaced it: the general path reads the new one
+        raise
 
 
 def _new_result(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) -> npt.NDArray[Any]:

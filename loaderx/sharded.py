@@ -149,10 +149,11 @@ class ShardedStore:
     readonly: bool
     entries: list[ShardEntry]
     stores: list[Zrecord]
+    # The view over every shard. A rollover or a delete replaces it and closes the old one
+    # (after the calls in flight on it return): a read that picked the old one up just before
+    # finds it closed and reads again through the new one (_replaced). Keeping replaced views
+    # open instead cost memory in proportion to shards x rollovers, for the handle's lifetime.
     _view: View | None
-    # Views replaced by a rollover or a delete stay open until close(): a reader that picked
-    # one up just before keeps a valid handle (they are a few bytes per shard).
-    _retired: list[View]
     _generation: int
     _signature: _Signature | None
     # False while the manifest on disk still has an append in flight (loaderx.shards): this
@@ -181,7 +182,6 @@ class ShardedStore:
         self.entries = []
         self.stores = []
         self._view = None
-        self._retired = []
         self._generation = 0
         self._signature = None
         self._settled = True
@@ -349,7 +349,12 @@ class ShardedStore:
         old = self._view
         self._view = View(self.stores, self.path) if self.stores else None
         if old is not None:
-            self._retired.append(old)
+            old.close()
+
+    def _replaced(self, view: View) -> bool:
+        """Whether a read that failed on `view` met it closed by _rebuild_view: it then reads
+        again through the current view. Not when the dataset itself was closed."""
+        return view.closed and self._view is not view and not self._closed
 
     def _sync_manifest(self, readers_locked: bool = False) -> None:
         """Under the commit lock: catches up with commits made by other handles or processes,
@@ -374,9 +379,16 @@ class ShardedStore:
             raise ValueError(f"sharded dataset {self.path!r} is closed")
 
     def __len__(self) -> int:
-        self._check_open()
-        view = self._view
-        return 0 if view is None else len(view)
+        while True:
+            self._check_open()
+            view = self._view
+            if view is None:
+                return 0
+            try:
+                return len(view)
+            except ValueError:
+                if not self._replaced(view):
+                    raise
 
     @property
     def view(self) -> View | None:
@@ -389,13 +401,19 @@ class ShardedStore:
     def gather_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
     ) -> None:
-        self._check_open()
-        view = self._view
-        if view is None:
-            if len(indices):
-                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
-            return
-        view.gather_into(indices, out, record_size)
+        while True:
+            self._check_open()
+            view = self._view
+            if view is None:
+                if len(indices):
+                    raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+                return
+            try:
+                view.gather_into(indices, out, record_size)
+                return
+            except ValueError:
+                if not self._replaced(view):
+                    raise
 
     def gather_fixed(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
@@ -403,27 +421,44 @@ class ShardedStore:
         """The dense fast path through the view (see View.gather_fixed); False, with nothing
         copied, sends the caller to its general path."""
         view = self._view
-        return view is not None and view.gather_fixed(indices, out, record_size)
+        if view is None:
+            return False
+        try:
+            return view.gather_fixed(indices, out, record_size)
+        except ValueError:
+            if self._replaced(view):
+                return False  # the general path reads through the current view
+            raise
 
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
-        self._check_open()
-        view = self._view
-        if view is None:
-            if len(indices):
-                raise IndexError(f"index {int(indices[0])} is out of range for length 0")
-            return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
-        return view.gather_ragged(indices)
+        while True:
+            self._check_open()
+            view = self._view
+            if view is None:
+                if len(indices):
+                    raise IndexError(f"index {int(indices[0])} is out of range for length 0")
+                return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+            try:
+                return view.gather_ragged(indices)
+            except ValueError:
+                if not self._replaced(view):
+                    raise
 
     def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
         """The logical size of each selected record (any index form, as Zrecord takes)."""
-        self._check_open()
-        view = self._view
-        indices = normalize_index(index, 0 if view is None else len(view))
-        if view is None:  # no shards: only an empty selection gets past normalize_index
-            return np.empty(0, dtype=np.uint64)
-        return view.record_lengths(indices)
+        while True:
+            self._check_open()
+            view = self._view
+            if view is None:  # no shards: only an empty selection gets past normalize_index
+                normalize_index(index, 0)
+                return np.empty(0, dtype=np.uint64)
+            try:
+                return view.record_lengths(normalize_index(index, len(view)))
+            except ValueError:
+                if not self._replaced(view):
+                    raise
 
     # --- appending -------------------------------------------------------------------------
 
@@ -723,10 +758,9 @@ class ShardedStore:
 
     def _release_shards(self) -> None:
         """Closes every shard and view and forgets the manifest (the next sync opens anew)."""
-        views = self._retired + ([] if self._view is None else [self._view])
+        view = self._view
         self._view = None
-        self._retired = []
-        for view in views:
+        if view is not None:
             view.close()
         for store in self.stores:
             store.close()

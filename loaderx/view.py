@@ -77,6 +77,10 @@ class View(NativeCalls):
         for store in self._stores:
             store._views.add(self)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _describe(self) -> str:
         return f"the view over {self.name!r}"
 

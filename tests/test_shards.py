@@ -434,6 +434,92 @@ def test_readers_on_other_threads_stay_correct_while_appends_roll_over(tmp_path:
         assert len(ds.shard_stats()) == -(-len(ds) // 300)
 
 
+def test_a_rollover_closes_the_view_it_replaces(tmp_path: Path) -> None:
+    from loaderx.view import _OPEN_VIEWS
+
+    path = str(tmp_path / "d")
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        for start in range(0, 600, 10):
+            ds.append(np.arange(start, start + 10, dtype=np.int64))
+        # Each of the 60 rollovers made a view over every shard; only the last may stay open
+        # (keeping the others cost shards x rollovers of memory for the handle's lifetime).
+        open_views = [view for view in _OPEN_VIEWS if view.name == path and not view.closed]
+        assert len(open_views) == 1 and len(open_views[0]) == 600
+        assert np.array_equal(ds[:], np.arange(600))
+
+
+def _roll_over_when_first_entered(
+    monkeypatch: pytest.MonkeyPatch, ds: DenseDataset | RaggedDataset, roll_over: Any
+) -> list[bool]:
+    """Makes the first call on any view roll `ds` over just before it enters the view, so that
+    it meets the view closed (as a reader on another thread does when a rollover lands between
+    its picking up the view and its native call). Returns a flag list: [True] once it fired."""
+    from loaderx.view import View
+
+    fired: list[bool] = []
+    enter = View._enter
+
+    def entering(view: View) -> int:
+        if not fired:
+            fired.append(True)
+            roll_over()
+            assert view.closed and ds.store.view is not view  # type: ignore[union-attr]
+        return enter(view)
+
+    monkeypatch.setattr(View, "_enter", entering)
+    return fired
+
+
+@pytest.mark.parametrize("read", ["len", "record_lengths", "ragged"])
+def test_a_read_that_meets_a_replaced_view_reads_again_through_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    records = [np.arange(k, dtype=np.int32) for k in range(1, 32)]
+    with RaggedDataset(tmp_path / "r", dtype=np.int32, codec="raw", shard_records=10) as ds:
+        ds.append(records[:25])
+        fired = _roll_over_when_first_entered(monkeypatch, ds, lambda: ds.append(records[25:]))
+        if read == "len":
+            assert len(ds) == 31
+        elif read == "record_lengths":
+            assert ds.store.record_lengths([0, 30]).tolist() == [4, 124]
+        else:
+            got = ds[[30, 3, 0]]
+            assert [list(r) for r in got] == [list(range(31)), list(range(4)), [0]]
+        assert fired == [True]
+        assert len(ds.shard_stats()) == 4
+
+
+def test_a_dense_read_that_meets_a_replaced_view_reads_again_through_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with DenseDataset(tmp_path / "d", dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+        store = ds.store
+        assert isinstance(store, sharded_module.ShardedStore)
+        stale = store.view
+        ds.append(np.arange(25, 31, dtype=np.int64))  # a fourth shard: `stale` is closed now
+        assert stale is not None and stale.closed
+        current = sharded_module.ShardedStore.view
+        handed: list[bool] = []
+
+        def view_once_stale(self: sharded_module.ShardedStore) -> Any:
+            # The fast path picks up the stale view, as a reader does that a rollover on another
+            # thread overtakes; the general path then reads through the current one.
+            if not handed:
+                handed.append(True)
+                return stale
+            return current.fget(self)  # type: ignore[attr-defined]
+
+        monkeypatch.setattr(sharded_module.ShardedStore, "view", property(view_once_stale))
+        picks = np.array([30, 0, 17, 25], dtype=np.int64)
+        assert np.array_equal(ds[picks], picks)
+        assert handed == [True]
+        out = np.zeros(4, dtype=np.int64)
+        handed.clear()
+        ds.read(picks, out=out)
+        assert np.array_equal(out, picks) and handed == [True]
+
+
 def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> None:
     from loaderx.view import View
     from loaderx.zrecord import Zrecord
