@@ -15,6 +15,7 @@ const Io = std.Io;
 const limits = @import("limits.zig");
 const format = @import("format.zig");
 const errors = @import("errors.zig");
+const LazyTable = @import("lazy_table.zig").LazyTable;
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
@@ -123,6 +124,16 @@ pub fn bytesSum(bytes: []const u8) u32 {
 /// Sums read from the file at a time (4 KiB).
 const block_size: u32 = 1024;
 const block_count: u32 = (limits.record_count_max + block_size - 1) / block_size;
+/// Blocks whose counts exist at once: one page of counts (2^20 records); a store of fewer
+/// records needs one, instead of the 64 KiB of counts of a full table.
+const valid_group_length = 1024;
+const ValidTable = LazyTable(std.atomic.Value(u32), block_count, valid_group_length, .init(0));
+/// The counts come from pages, like the sums: one group is one page.
+const valid_allocator = std.heap.page_allocator;
+comptime {
+    std.debug.assert(limits.record_count_max % block_size == 0);
+    std.debug.assert(@sizeOf(ValidTable.Group) == 4096);
+}
 
 fn entryOffset(index: u64) u64 {
     return @sizeOf(Header) + index * @sizeOf(u32);
@@ -147,7 +158,9 @@ pub const Sidecar = struct {
     /// Sums by table index, reserved for the whole index space. In block b, the first
     /// valid[b] sums are in memory; the rest are read from the file when first needed.
     sums: []u32,
-    valid: []std.atomic.Value(u32),
+    /// Its groups are created as blocks are read or written (an absent one counts 0 for each
+    /// of its blocks). Only handles (`|*sidecar|`) may change it: a copy would lose its groups.
+    valid: ValidTable = .{},
     /// The header's pending delete (changed only while the store is held exclusively).
     pending_from: u32 = 0,
     pending_to: u32 = 0,
@@ -203,13 +216,10 @@ pub const Sidecar = struct {
         }
         const sums = try reserveSums();
         errdefer releaseSums(sums);
-        const valid = std.heap.page_allocator.alloc(std.atomic.Value(u32), block_count) catch return errors.outOfMemory();
-        @memset(valid, .init(0));
         return .{
             .file = f,
             .flags = header.flags,
             .sums = sums,
-            .valid = valid,
             .pending_from = header.pending_from,
             .pending_to = header.pending_to,
         };
@@ -217,7 +227,7 @@ pub const Sidecar = struct {
 
     pub fn close(sidecar: *Sidecar, io: Io) void {
         releaseSums(sidecar.sums);
-        std.heap.page_allocator.free(sidecar.valid);
+        sidecar.valid.deinit(valid_allocator);
         sidecar.file.close(io);
         sidecar.* = undefined;
     }
@@ -241,16 +251,17 @@ pub const Sidecar = struct {
         std.debug.assert(index < length);
         const block = index / block_size;
         const start = block * block_size;
-        if (index - start < sidecar.valid[block].load(.acquire)) return sidecar.sums[index];
+        if (sidecar.validCount(block) > index - start) return sidecar.sums[index];
         // Not read yet (or appended by another process since): read the rest of its block that
         // lies below the length, once.
         sidecar.load_mutex.lockUncancelable(io);
         defer sidecar.load_mutex.unlock(io);
-        const valid = sidecar.valid[block].load(.acquire);
+        const count = sidecar.valid.slot(valid_allocator, block) catch return errors.outOfMemory();
+        const valid = count.load(.acquire);
         if (index - start >= valid) {
             const end = @min(length, start + block_size);
             try sidecar.readRange(io, start + valid, end);
-            sidecar.valid[block].store(end - start, .release);
+            count.store(end - start, .release);
         }
         return sidecar.sums[index];
     }
@@ -308,8 +319,11 @@ pub const Sidecar = struct {
             const block = at / block_size;
             const start = block * block_size;
             const block_end = @min(end, start + block_size);
-            if (sidecar.valid[block].load(.acquire) == at - start)
-                sidecar.valid[block].store(block_end - start, .release);
+            if (sidecar.validCount(block) == at - start) {
+                // Without memory for the count the block keeps reading these sums from the file.
+                const count = sidecar.valid.slot(valid_allocator, block) catch null;
+                if (count) |c| c.store(block_end - start, .release);
+            }
             at = block_end;
         }
     }
@@ -344,8 +358,15 @@ pub const Sidecar = struct {
         var block = length / block_size;
         while (block < block_count) : (block += 1) {
             const keep = (@max(length, block * block_size)) - block * block_size;
-            if (sidecar.valid[block].load(.acquire) > keep) sidecar.valid[block].store(keep, .release);
+            const count = sidecar.valid.peek(block) orelse continue; // counts 0: nothing to drop
+            if (count.load(.acquire) > keep) count.store(keep, .release);
         }
+    }
+
+    /// How many sums of block `block` are in memory, from its start.
+    fn validCount(sidecar: *const Sidecar, block: u32) u32 {
+        const count = sidecar.valid.peek(block) orelse return 0;
+        return count.load(.acquire);
     }
 };
 
@@ -387,8 +408,9 @@ test "sidecar: create, write, reopen, another process's sums, short file is corr
     try std.testing.expectEqual(@as(u32, 55), (try again.readOne(io, 4)).?);
     try std.testing.expect(try again.readOne(io, 5) == null);
     try again.clearPending(io, false);
-    // Opening read none of the sums; loadAll reads them.
-    try std.testing.expectEqual(@as(u32, 0), again.valid[0].load(.acquire));
+    // Opening read none of the sums (and allocated no counts for them); loadAll reads them.
+    try std.testing.expectEqual(@as(u32, 0), again.validCount(0));
+    try std.testing.expectEqual(@as(u32, 0), again.valid.groupsCreated());
     try again.loadAll(io, 4);
     try std.testing.expectEqualSlices(u32, &.{ 11, 55, 33, 44 }, again.sums[0..4]);
     again.close(io);
@@ -410,20 +432,20 @@ test "sidecar: sums are read a block at a time, across blocks, and follow append
     var reader = (try Sidecar.open(io, tmp.dir, 10, false)).?;
     defer reader.close(io);
     try std.testing.expectEqual(values[9], try reader.get(io, 9, 10));
-    try std.testing.expectEqual(@as(u32, 10), reader.valid[0].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 10), reader.validCount(0));
     // The writer appends the rest (another process, for the reader): the reader reads the
     // blocks it needs, and only those.
     try writer.write(io, 10, values[10..], false);
     try std.testing.expectEqual(values[2 * block_size + 3], try reader.get(io, 2 * block_size + 3, count));
-    try std.testing.expectEqual(@as(u32, 0), reader.valid[1].load(.acquire));
-    try std.testing.expectEqual(block_size, reader.valid[2].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 0), reader.validCount(1));
+    try std.testing.expectEqual(block_size, reader.validCount(2));
     for (values, 0..) |v, i| try std.testing.expectEqual(v, try reader.get(io, @intCast(i), count));
-    try std.testing.expectEqual(@as(u32, 5), reader.valid[3].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 5), reader.validCount(3));
     // The writer's own appends stay in memory; a shrink forgets the sums past the length.
-    try std.testing.expectEqual(@as(u32, 5), writer.valid[3].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 5), writer.validCount(3));
     writer.truncateLoaded(block_size + 2);
-    try std.testing.expectEqual(@as(u32, 2), writer.valid[1].load(.acquire));
-    try std.testing.expectEqual(@as(u32, 0), writer.valid[3].load(.acquire));
+    try std.testing.expectEqual(@as(u32, 2), writer.validCount(1));
+    try std.testing.expectEqual(@as(u32, 0), writer.validCount(3));
     try std.testing.expectEqual(values[count - 1], try writer.get(io, count - 1, count));
 }
 

@@ -18,6 +18,7 @@ const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const meta = @import("meta.zig");
 const Mapping = @import("mapping.zig").Mapping;
+const LazyTable = @import("lazy_table.zig").LazyTable;
 const Error = errors.Error;
 const fail = meta.fail;
 
@@ -53,23 +54,65 @@ pub fn name(chunk_id: u32) Name {
     return result;
 }
 
-pub const Chunks = struct {
-    /// Read-write handles, opened on demand by writers (append, compact, sync), which are
+/// What the store knows of one chunk file. Everything starts empty (no handle, no mapping,
+/// size 0).
+pub const Slot = struct {
+    /// The read-write handle, opened on demand by writers (append, compact, sync), which are
     /// serialised by the store; never touched by gather.
-    files: [limits.chunk_count_max]?Io.File = @splat(null),
-    /// What the writer knows of each file's length (valid while `files` holds it open).
-    files_size: [limits.chunk_count_max]u64 = @splat(0),
-    /// The largest length each chunk file was seen with: readers touch no byte at or past it.
-    sizes: [limits.chunk_count_max]std.atomic.Value(u64) = @splat(.init(0)),
-    /// Read-only mappings of whole chunks, published with release ordering once complete.
-    views: [limits.chunk_count_max]std.atomic.Value(?[*]const u8) = @splat(.init(null)),
-    maps: [limits.chunk_count_max]Mapping = undefined,
+    file: ?Io.File = null,
+    /// What the writer knows of the file's length (valid while `file` holds it open).
+    file_size: u64 = 0,
+    /// The largest length the file was seen with: readers touch no byte at or past it.
+    size: std.atomic.Value(u64) = .init(0),
+    /// The read-only mapping of the whole chunk, published with release ordering once complete.
+    view: std.atomic.Value(?[*]const u8) = .init(null),
+    map: Mapping = undefined,
+};
+
+/// Chunks whose slots exist at once: most stores (every shard of a dataset of small shards)
+/// use one chunk, and 64 slots are 3.5 KiB.
+const slot_group_length = 64;
+pub const Slots = LazyTable(Slot, limits.chunk_count_max, slot_group_length, .{});
+
+pub const Chunks = struct {
+    allocator: std.mem.Allocator,
+    /// One slot per chunk id, allocated in groups when a chunk is first noted, opened or mapped.
+    slots: Slots = .{},
     map_mutex: Io.Mutex = .init,
+
+    /// The slot of `chunk_id`, created when absent.
+    fn slot(chunks: *Chunks, chunk_id: u32) Error!*Slot {
+        return chunks.slots.slot(chunks.allocator, chunk_id) catch return errors.outOfMemory();
+    }
+
+    /// The largest length chunk `chunk_id` was seen with (0 when never seen). Lock-free.
+    pub inline fn knownSize(chunks: *const Chunks, chunk_id: u32) u64 {
+        const s = chunks.slots.peek(chunk_id) orelse return 0;
+        return s.size.load(.acquire);
+    }
+
+    /// The mapping of chunk `chunk_id` when it is mapped already. Lock-free.
+    pub inline fn mapped(chunks: *const Chunks, chunk_id: u32) ?[*]const u8 {
+        const s = chunks.slots.peek(chunk_id) orelse return null;
+        return s.view.load(.acquire);
+    }
+
+    /// The writable handle of chunk `chunk_id` when a writer has opened it (writers only).
+    pub fn openedFile(chunks: *const Chunks, chunk_id: u32) ?Io.File {
+        const s = chunks.slots.peek(chunk_id) orelse return null;
+        return s.file;
+    }
+
+    /// Notes the size of a chunk file found at open (the caller has the store to itself).
+    pub fn notePresent(chunks: *Chunks, chunk_id: u32, size: u64) Error!void {
+        (try chunks.slot(chunk_id)).size.store(size, .monotonic);
+    }
 
     /// The writable handle of a chunk; creates the file (empty) when `create` says so.
     pub fn file(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, create: bool) Error!Io.File {
         std.debug.assert(chunk_id < limits.chunk_count_max);
-        if (chunks.files[chunk_id]) |f| return f;
+        const s = try chunks.slot(chunk_id);
+        if (s.file) |f| return f;
         const chunk_name = name(chunk_id);
         const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_write }) catch |err| switch (err) {
             error.FileNotFound => if (create)
@@ -83,9 +126,9 @@ pub const Chunks = struct {
         };
         errdefer f.close(io);
         const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
-        chunks.noteSize(chunk_id, size);
-        chunks.files_size[chunk_id] = size;
-        chunks.files[chunk_id] = f;
+        noteSize(s, size);
+        s.file_size = size;
+        s.file = f;
         return f;
     }
 
@@ -95,7 +138,8 @@ pub const Chunks = struct {
     pub fn reserve(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, end: u64) Error!void {
         std.debug.assert(end <= limits.chunk_size_max);
         const f = try chunks.file(io, dir, chunk_id, true);
-        if (chunks.files_size[chunk_id] >= end) return;
+        const s = chunks.slots.peek(chunk_id).?; // file() created it
+        if (s.file_size >= end) return;
         const chunk_name = name(chunk_id);
         const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
         if (size < end) {
@@ -111,28 +155,29 @@ pub const Chunks = struct {
         }
         const grown = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
         std.debug.assert(grown >= end);
-        chunks.files_size[chunk_id] = grown;
-        chunks.noteSize(chunk_id, grown);
+        s.file_size = grown;
+        noteSize(s, grown);
     }
 
     /// Cuts chunk `chunk_id` down to `size` bytes (compaction, holding the store exclusively).
     pub fn trim(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32, size: u64) Error!void {
         const f = try chunks.file(io, dir, chunk_id, true);
         f.setLength(io, size) catch |err| return fail(err, "trim chunk {s}", .{name(chunk_id).slice()});
-        chunks.files_size[chunk_id] = size;
-        chunks.sizes[chunk_id].store(size, .release);
+        const s = chunks.slots.peek(chunk_id).?; // file() created it
+        s.file_size = size;
+        s.size.store(size, .release);
     }
 
     /// Raises the known size of a chunk (sizes only grow while readers run).
-    fn noteSize(chunks: *Chunks, chunk_id: u32, size: u64) void {
-        _ = chunks.sizes[chunk_id].fetchMax(size, .acq_rel);
+    fn noteSize(s: *Slot, size: u64) void {
+        _ = s.size.fetchMax(size, .acq_rel);
     }
 
     /// Checks that bytes [.., end) of chunk `chunk_id` exist in its file before a reader touches
     /// them. Lock-free while `end` is within the size already known; past it the file is stat'ed
     /// again (it may have grown in another process), and a record still beyond its end is corrupt.
     pub fn checkCovers(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u16, end: u64) Error!void {
-        if (end <= chunks.sizes[chunk_id].load(.acquire)) return;
+        if (end <= chunks.knownSize(chunk_id)) return;
         const chunk_name = name(chunk_id);
         const stat = dir.statFile(io, chunk_name.slice(), .{}) catch |err| switch (err) {
             error.FileNotFound => {
@@ -141,7 +186,7 @@ pub const Chunks = struct {
             },
             else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),
         };
-        chunks.noteSize(chunk_id, stat.size);
+        noteSize(try chunks.slot(chunk_id), stat.size);
         if (end > stat.size) {
             diagnostic.note("corrupt store: a record ends at byte {d} of chunk {s}, which is {d} bytes", .{ end, chunk_name.slice(), stat.size });
             return error.Corrupt;
@@ -150,10 +195,11 @@ pub const Chunks = struct {
 
     /// The read-only mapping of a whole chunk. Lock-free once mapped.
     pub fn view(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u16) Error![*]const u8 {
-        if (chunks.views[chunk_id].load(.acquire)) |v| return v;
+        if (chunks.mapped(chunk_id)) |v| return v;
+        const s = try chunks.slot(chunk_id);
         chunks.map_mutex.lockUncancelable(io);
         defer chunks.map_mutex.unlock(io);
-        if (chunks.views[chunk_id].load(.acquire)) |v| return v;
+        if (s.view.load(.acquire)) |v| return v;
         const chunk_name = name(chunk_id);
         const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_only }) catch |err| switch (err) {
             error.FileNotFound => {
@@ -167,39 +213,56 @@ pub const Chunks = struct {
         // refused by checkCovers instead of faulting). A writer growing the file meanwhile
         // only makes the next read past this size take checkCovers' slow path.
         const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
-        chunks.sizes[chunk_id].store(size, .release);
+        s.size.store(size, .release);
         const map = Mapping.create(io, f, limits.chunk_size_max, false) catch |err|
             return fail(err, "map chunk {s}", .{chunk_name.slice()});
-        chunks.maps[chunk_id] = map;
-        chunks.views[chunk_id].store(map.memory.ptr, .release);
+        s.map = map;
+        s.view.store(map.memory.ptr, .release);
         return map.memory.ptr;
     }
 
     /// Drops every mapping (only while the store is held exclusively or closing).
     pub fn unmapAll(chunks: *Chunks, io: Io) void {
-        for (&chunks.views, &chunks.maps) |*v, *map| {
-            if (v.load(.acquire) == null) continue;
-            map.destroy(io);
-            v.store(null, .release);
+        for (0..Slots.group_count) |g| {
+            const group = chunks.slots.groupAt(g) orelse continue;
+            for (group) |*s| {
+                if (s.view.load(.acquire) == null) continue;
+                s.map.destroy(io);
+                s.view.store(null, .release);
+            }
         }
     }
 
     pub fn closeFile(chunks: *Chunks, io: Io, chunk_id: u32) void {
-        if (chunks.files[chunk_id]) |f| f.close(io);
-        chunks.files[chunk_id] = null;
-        chunks.files_size[chunk_id] = 0;
+        const s = chunks.slots.peek(chunk_id) orelse return;
+        if (s.file) |f| f.close(io);
+        s.file = null;
+        s.file_size = 0;
     }
 
     pub fn closeAll(chunks: *Chunks, io: Io) void {
         chunks.unmapAll(io);
-        for (0..limits.chunk_count_max) |id| chunks.closeFile(io, @intCast(id));
+        for (0..Slots.group_count) |g| {
+            const group = chunks.slots.groupAt(g) orelse continue;
+            for (group) |*s| {
+                if (s.file) |f| f.close(io);
+                s.file = null;
+                s.file_size = 0;
+            }
+        }
+    }
+
+    /// Closes every file and mapping and frees the slots (the store is closing).
+    pub fn deinit(chunks: *Chunks, io: Io) void {
+        chunks.closeAll(io);
+        chunks.slots.deinit(chunks.allocator);
     }
 
     /// Removes a chunk file past the frontier (compaction). Missing files are fine.
     pub fn remove(chunks: *Chunks, io: Io, dir: Io.Dir, chunk_id: u32) Error!void {
-        std.debug.assert(chunks.views[chunk_id].load(.acquire) == null);
+        std.debug.assert(chunks.mapped(chunk_id) == null);
         chunks.closeFile(io, chunk_id);
-        chunks.sizes[chunk_id].store(0, .release);
+        if (chunks.slots.peek(chunk_id)) |s| s.size.store(0, .release);
         const chunk_name = name(chunk_id);
         dir.deleteFile(io, chunk_name.slice()) catch |err| switch (err) {
             error.FileNotFound => {},

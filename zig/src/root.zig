@@ -30,6 +30,7 @@ test {
     _ = @import("store_test.zig");
     _ = @import("view.zig");
     _ = @import("runs.zig");
+    _ = @import("lazy_table.zig");
     _ = @import("raw_copy.zig");
     _ = @import("numpy_array.zig");
     _ = @import("write_pieces.zig");

@@ -20,9 +20,10 @@ const assert = std.debug.assert;
 const limits = @import("limits.zig");
 const format = @import("format.zig");
 const chunk = @import("chunk.zig");
+const LazyTable = @import("lazy_table.zig").LazyTable;
 const RecordLoc = format.RecordLoc;
 
-/// Records per block: large enough that the runs of a full store take 48 KiB, small enough that a
+/// Records per block: large enough that the runs of a full store take 64 KiB, small enough that a
 /// delete or a chunk boundary costs only its own block the fast path.
 pub const block_records: u32 = 4096;
 pub const block_count: u32 = limits.record_count_max / block_records;
@@ -35,27 +36,51 @@ comptime {
     assert(limits.chunk_size_max <= 1 << 32);
 }
 
+/// Block b's run: `shape` is (records covered << 32) | stride, 0 when the block has none
+/// (records of 0 bytes are never a run: they have no bytes to find), stored with release
+/// after `start`; a run only ever grows while the handle is open. `start` is (chunk id << 32) |
+/// in-chunk offset of the block's first record, valid while `shape` != 0.
+pub const Run = struct {
+    shape: std.atomic.Value(u64) = .init(0),
+    start: std.atomic.Value(u64) = .init(0),
+};
+
+/// Blocks whose runs exist at once: 64 blocks (2^18 records) are 1 KiB, and a small store (a
+/// shard of a dataset of small shards) uses one group instead of the 64 KiB a full table takes.
+const run_group_length = 64;
+pub const RunTable = LazyTable(Run, block_count, run_group_length, .{});
+
 pub const Runs = struct {
-    /// Block b's run as (records covered << 32) | stride; 0 when the block has none (records
-    /// of 0 bytes are never a run: they have no bytes to find). Stored with release after
-    /// starts[b]; a run only ever grows while the handle is open.
-    shapes: [block_count]std.atomic.Value(u64) = @splat(.init(0)),
-    /// (chunk id << 32) | in-chunk offset of block b's first record, valid while shapes[b] != 0.
-    starts: [block_count]std.atomic.Value(u64) = @splat(.init(0)),
+    allocator: std.mem.Allocator,
+    /// Groups are created by the writer of the runs (open, this handle's appends, maintenance:
+    /// one at a time); a block whose group is absent has no run.
+    table: RunTable = .{},
+
+    pub fn deinit(runs: *Runs) void {
+        runs.table.deinit(runs.allocator);
+    }
 
     /// Forgets every run (the caller holds the store exclusively).
     pub fn clear(runs: *Runs) void {
-        for (&runs.shapes) |*s| s.store(0, .monotonic);
+        for (0..RunTable.group_count) |g| {
+            const group = runs.table.groupAt(g) orelse continue;
+            for (group) |*run| run.shape.store(0, .monotonic);
+        }
+    }
+
+    inline fn shapeOf(runs: *const Runs, block: u64) u64 {
+        const run = runs.table.peek(@intCast(block)) orelse return 0;
+        return run.shape.load(.acquire);
     }
 
     /// The stride of block b's run (0 when it has none).
     pub fn stride(runs: *const Runs, block: u64) u32 {
-        return @truncate(runs.shapes[@intCast(block)].load(.acquire));
+        return @truncate(runs.shapeOf(block));
     }
 
     /// How many of block b's first records its run covers.
     pub fn covered(runs: *const Runs, block: u64) u32 {
-        return @intCast(runs.shapes[@intCast(block)].load(.acquire) >> 32);
+        return @intCast(runs.shapeOf(block) >> 32);
     }
 
     inline fn shapeCovers(shape: u64, index: u64, record_stride: u64) bool {
@@ -65,7 +90,7 @@ pub const Runs = struct {
     /// Whether record `index` lies in a run of `record_stride`-byte records (never for stride
     /// 0, the value of a block with no run).
     pub inline fn covers(runs: *const Runs, index: u64, record_stride: u64) bool {
-        return shapeCovers(runs.shapes[@intCast(index / block_records)].load(.acquire), index, record_stride);
+        return shapeCovers(runs.shapeOf(index / block_records), index, record_stride);
     }
 
     /// Where record `index` lies when it is in a run of `record_stride`-byte records whose chunk
@@ -73,13 +98,14 @@ pub const Runs = struct {
     /// reads the record's table entry). The caller has checked the index against the length.
     pub inline fn source(runs: *const Runs, index: u64, record_stride: u64, chunks: *const chunk.Chunks) ?[*]const u8 {
         const block = index / block_records;
-        const shape = runs.shapes[@intCast(block)].load(.acquire);
+        const run = runs.table.peek(@intCast(block)) orelse return null;
+        const shape = run.shape.load(.acquire);
         if (!shapeCovers(shape, index, record_stride)) return null;
-        const start = runs.starts[@intCast(block)].load(.monotonic);
+        const start = run.start.load(.monotonic);
         const chunk_id: u16 = @intCast(start >> 32);
         const first: u64 = start & 0xFFFF_FFFF;
-        if (first + (shape >> 32) * record_stride > chunks.sizes[chunk_id].load(.acquire)) return null;
-        const view = chunks.views[chunk_id].load(.acquire) orelse return null;
+        if (first + (shape >> 32) * record_stride > chunks.knownSize(chunk_id)) return null;
+        const view = chunks.mapped(chunk_id) orelse return null;
         return view + first + (index % block_records) * record_stride;
     }
 
@@ -108,7 +134,7 @@ pub const Runs = struct {
                 runs.learnBlock(block, entries);
                 continue;
             }
-            const shape = runs.shapes[@intCast(block)].load(.monotonic);
+            const shape = runs.shapeOf(block);
             const have = shape >> 32;
             if (shape == 0 or begin + have != old_length) continue;
             const count = prefixLength(entries, entries[0], @intCast(have));
@@ -127,12 +153,16 @@ pub const Runs = struct {
 
     fn publish(runs: *Runs, block: u64, first: ?RecordLoc, count: usize) void {
         const head = first orelse {
-            runs.shapes[@intCast(block)].store(0, .release);
+            // An absent group already reads as "no run".
+            if (runs.table.peek(@intCast(block))) |run| run.shape.store(0, .release);
             return;
         };
         assert(count > 0 and count <= block_records);
-        runs.starts[@intCast(block)].store(@as(u64, head.chunk_id) << 32 | head.offset, .monotonic);
-        runs.shapes[@intCast(block)].store(@as(u64, count) << 32 | head.logic_length, .release);
+        // Runs only make reads faster: without memory for the group the block simply has none
+        // (its records are found through their table entries, as any record outside a run).
+        const run = runs.table.slot(runs.allocator, @intCast(block)) catch return;
+        run.start.store(@as(u64, head.chunk_id) << 32 | head.offset, .monotonic);
+        run.shape.store(@as(u64, count) << 32 | head.logic_length, .release);
     }
 };
 
@@ -190,7 +220,8 @@ fn runEntries(entries: []RecordLoc, chunk_id: u16, first: u32, stride: u32) void
 test "runs: a block's run is its longest prefix of back-to-back raw records of one size" {
     const runs = try testing.allocator.create(Runs);
     defer testing.allocator.destroy(runs);
-    runs.* = .{};
+    runs.* = .{ .allocator = testing.allocator };
+    defer runs.deinit();
     const table = try testing.allocator.alloc(RecordLoc, 7 * block_records + 5);
     defer testing.allocator.free(table);
     runEntries(table, 0, 0, 8);
@@ -229,7 +260,8 @@ test "runs: a block's run is its longest prefix of back-to-back raw records of o
 test "runs: appends grow the run they continue and learn the blocks they start" {
     const runs = try testing.allocator.create(Runs);
     defer testing.allocator.destroy(runs);
-    runs.* = .{};
+    runs.* = .{ .allocator = testing.allocator };
+    defer runs.deinit();
     const table = try testing.allocator.alloc(RecordLoc, 3 * block_records);
     defer testing.allocator.free(table);
     runEntries(table, 4, 0, 16);
@@ -253,10 +285,12 @@ test "runs: appends grow the run they continue and learn the blocks they start" 
 test "runs: a record's source is its block's start plus its place, only while covered and mapped" {
     const runs = try testing.allocator.create(Runs);
     defer testing.allocator.destroy(runs);
-    runs.* = .{};
+    runs.* = .{ .allocator = testing.allocator };
+    defer runs.deinit();
     const chunks = try testing.allocator.create(chunk.Chunks);
     defer testing.allocator.destroy(chunks);
-    chunks.* = .{};
+    chunks.* = .{ .allocator = testing.allocator };
+    defer chunks.slots.deinit(testing.allocator); // its fake view is no mapping to drop
     const table = try testing.allocator.alloc(RecordLoc, 2 * block_records);
     defer testing.allocator.free(table);
     runEntries(table[0..block_records], 3, 64, 16);
@@ -266,10 +300,11 @@ test "runs: a record's source is its block's start plus its place, only while co
     const base: [*]const u8 = &fake_chunk;
     // Not mapped, then not covered, then both.
     try testing.expect(runs.source(5, 16, chunks) == null);
-    chunks.views[3].store(base, .release);
-    chunks.sizes[3].store(64 + 16 * block_records - 1, .release);
+    try chunks.notePresent(3, 64 + 16 * block_records - 1);
     try testing.expect(runs.source(5, 16, chunks) == null);
-    chunks.sizes[3].store(64 + 2 * 16 * block_records, .release);
+    chunks.slots.peek(3).?.view.store(base, .release);
+    try testing.expect(runs.source(5, 16, chunks) == null);
+    try chunks.notePresent(3, 64 + 2 * 16 * block_records);
     try testing.expectEqual(base + 64 + 5 * 16, runs.source(5, 16, chunks).?);
     try testing.expectEqual(base + 64 + (block_records + 7) * 16, runs.source(block_records + 7, 16, chunks).?);
     // Another stride is not this run.

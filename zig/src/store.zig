@@ -205,7 +205,7 @@ pub const Store = struct {
     sidecar: ?checksum.Sidecar = null,
     verify: integrity.VerifyMode = .compressed,
     /// Blocks of the table whose raw records lie back to back (runs.zig): their records are
-    /// found without reading their entries. Heap-allocated (48 KiB).
+    /// found without reading their entries. Its blocks are allocated as they get runs.
     runs: *runs_mod.Runs,
     /// Whether this store's gathers currently run faster with the pool's helpers (pool_advice).
     gather_advisor: pool.Advisor = .{},
@@ -249,10 +249,13 @@ pub const Store = struct {
         }
         const chunks = allocator.create(chunk.Chunks) catch return outOfMemory();
         errdefer allocator.destroy(chunks);
-        chunks.* = .{};
+        chunks.* = .{ .allocator = allocator };
+        // Also drops what a failure below leaves mapped or open (a repaired delete maps chunks).
+        errdefer chunks.deinit(io);
         const runs = allocator.create(runs_mod.Runs) catch return outOfMemory();
         errdefer allocator.destroy(runs);
-        runs.* = .{};
+        runs.* = .{ .allocator = allocator };
+        errdefer runs.deinit();
         try checkSnapshot(io, dir, &meta, chunks, runs);
         if (create and meta.length() == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
             // A fresh store gets its first chunk right away (empty: it grows as appends need).
@@ -308,8 +311,9 @@ pub const Store = struct {
         }
         store.contexts.deinit();
         if (store.sidecar) |*sidecar| sidecar.close(io);
-        store.chunks.closeAll(io);
+        store.chunks.deinit(io);
         store.allocator.destroy(store.chunks);
+        store.runs.deinit();
         store.allocator.destroy(store.runs);
         store.meta.close(io);
         store.dir.close(io);
@@ -442,7 +446,7 @@ pub const Store = struct {
     fn syncChunks(store: *Store, first_chunk: u32, last_chunk: u32) Error!void {
         const io = pool.io();
         for (first_chunk..@min(last_chunk, limits.chunk_count_max - 1) + 1) |id| {
-            const f = store.chunks.files[id] orelse continue;
+            const f = store.chunks.openedFile(@intCast(id)) orelse continue;
             f.sync(io) catch |err| return fail(err, "sync chunk {d}.zr", .{id});
         }
     }
@@ -522,7 +526,7 @@ pub const Store = struct {
         }
 
         fn write(task: *WriteTask, chunk_id: u32, offset: u64, bytes: []const u8) bool {
-            const f = task.store.chunks.files[chunk_id].?;
+            const f = task.store.chunks.openedFile(chunk_id).?;
             f.writePositionalAll(pool.io(), bytes, offset) catch |err| {
                 task.failure.recordCurrent(fail(err, "write chunk {d}.zr", .{chunk_id}));
                 return false;
@@ -632,8 +636,8 @@ pub const Store = struct {
         if (entry.codec != .raw or entry.logic_length != stride or entry.phys_length != stride) return null;
         if (entry.chunk_id >= limits.chunk_count_max) return null;
         const end = @as(u64, entry.offset) + stride;
-        if (end > limits.chunk_size_max or end > store.chunks.sizes[entry.chunk_id].load(.acquire)) return null;
-        const view = store.chunks.views[entry.chunk_id].load(.acquire) orelse return null;
+        if (end > limits.chunk_size_max or end > store.chunks.knownSize(entry.chunk_id)) return null;
+        const view = store.chunks.mapped(entry.chunk_id) orelse return null;
         return view + entry.offset;
     }
 
@@ -1137,7 +1141,7 @@ fn checkSnapshot(io: Io, dir: Io.Dir, meta: *const meta_file.Meta, chunks: *chun
         const entry = bad.entry;
         if (bad.problem == .beyond_file) {
             diagnostic.note("corrupt store: record {d} ends at byte {d} of chunk file {s}, which is only {d} bytes (a truncated file)", .{
-                bad.index, @as(u64, entry.offset) + entry.phys_length, chunk.name(entry.chunk_id).slice(), chunks.sizes[entry.chunk_id].load(.monotonic),
+                bad.index, @as(u64, entry.offset) + entry.phys_length, chunk.name(entry.chunk_id).slice(), chunks.knownSize(entry.chunk_id),
             });
             return error.Corrupt;
         }
@@ -1158,7 +1162,7 @@ fn checkTable(meta: *const meta_file.Meta, length: u32, tail: Position, chunks: 
         const problem = format.checkEntry(entry, tail);
         if (problem == .beyond_tail) return .{ .index = index, .entry = entry, .problem = .beyond_tail };
         if (problem != .ok) return .{ .index = index, .entry = entry, .problem = .{ .entry = problem } };
-        if (entry.phys_length > 0 and @as(u64, entry.offset) + entry.phys_length > chunks.sizes[entry.chunk_id].load(.monotonic))
+        if (entry.phys_length > 0 and @as(u64, entry.offset) + entry.phys_length > chunks.knownSize(entry.chunk_id))
             return .{ .index = index, .entry = entry, .problem = .beyond_file };
     }
     runs.learn(meta.table, length);
@@ -1178,7 +1182,7 @@ fn checkChunks(io: Io, dir: Io.Dir, tail: Position, chunks: *chunk.Chunks) Error
     const last = if (tail.offset > 0) tail.chunk + 1 else tail.chunk;
     var id: u32 = 0;
     while (id < @min(last, limits.chunk_count_max)) : (id += 1) {
-        chunks.sizes[id].store(try chunk.presentSize(io, dir, id), .monotonic);
+        try chunks.notePresent(id, try chunk.presentSize(io, dir, id));
     }
 }
 

@@ -825,3 +825,35 @@ test "checkIndices: the first index outside 0 <= i < length is refused and named
     }
     try store_mod.checkIndices(&indices, length);
 }
+
+test "a small store allocates its per-chunk, run and checksum tables a group at a time" {
+    const chunk = @import("chunk.zig");
+    const runs_mod = @import("runs.zig");
+    var folder = Folder.init();
+    defer folder.deinit();
+    var data: [10 * 16]u8 = undefined;
+    for (0..10) |id| fillRecord(data[id * 16 ..][0..16], id, true);
+    {
+        const store = try folder.open();
+        defer store.close();
+        _ = try store.append(.{ .data = &data, .stride = 16, .count = 10 }, @intFromEnum(format.Codec.raw));
+        // One chunk, one block of runs, one block of sums: one group each, not the tables of a
+        // full store (chunk_count_max slots, 2^24 records' runs and counts).
+        try testing.expectEqual(@as(u32, 1), store.chunks.slots.groupsCreated());
+        try testing.expectEqual(@as(u32, 1), store.runs.table.groupsCreated());
+        try testing.expectEqual(@as(u32, 1), store.sidecar.?.valid.groupsCreated());
+        try testing.expect(@sizeOf(chunk.Chunks) < 1024 and @sizeOf(runs_mod.Runs) < 1024);
+    }
+    const store = try folder.openExisting();
+    defer store.close();
+    try testing.expectEqual(@as(u32, 1), store.chunks.slots.groupsCreated());
+    try testing.expectEqual(@as(u32, 1), store.runs.table.groupsCreated());
+    // Opening reads no sum: a gather that checks one reads its block.
+    try testing.expectEqual(@as(u32, 0), store.sidecar.?.valid.groupsCreated());
+    var out: [10 * 16]u8 = undefined;
+    store.verify = .all;
+    try store.gather(&.{ 9, 0, 4, 3, 2, 1, 5, 6, 7, 8 }, .{ .base = &out, .stride = 16 }, 16);
+    for ([_]usize{ 9, 0, 4, 3, 2, 1, 5, 6, 7, 8 }, 0..) |id, slot| try testing.expectEqualSlices(u8, data[id * 16 ..][0..16], out[slot * 16 ..][0..16]);
+    try testing.expectEqual(@as(u32, 1), store.sidecar.?.valid.groupsCreated());
+    try testing.expectEqual(@as(u32, 1), store.chunks.slots.groupsCreated());
+}
