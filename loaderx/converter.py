@@ -317,13 +317,20 @@ def from_iterator(
     _refuse_dictionary(codec)
     check_codec(codec)
     block_bytes = _check_chunk_bytes(chunk_bytes)
+    given_dtype = check_dtype(dtype) if dtype is not None else None
+    given_shape = check_item_shape(item_shape) if item_shape is not None else None
+    if given_dtype is not None:
+        make_schema("ragged", given_dtype, given_shape or (), codec, "balanced")
+    # Everything that needs no record is checked before the first is taken: a refused call
+    # must leave the caller's iterator as it was (a retry with overwrite=True lost record 0).
+    _check_destination(os.fspath(path), overwrite)
     records: Iterator[Any] = iter(iterable)
     first: object = next(records, _END)
     if dtype is None and first is _END:
         raise ValueError("from_iterator got no records and no dtype; pass dtype= for an empty store")
-    found_dtype = check_dtype(dtype) if dtype is not None else np.asarray(first).dtype
-    if item_shape is not None:
-        shape = check_item_shape(item_shape)
+    found_dtype = given_dtype if given_dtype is not None else np.asarray(first).dtype
+    if given_shape is not None:
+        shape = given_shape
     elif first is _END:
         shape = ()
     else:
