@@ -333,16 +333,55 @@ def _check_array_names(source: str, dest: str, names: Sequence[str]) -> None:
         )
 
 
+def _member(archive: Any, name: str) -> str:
+    """The archive member that holds the array `name` of an open .npz."""
+    return name + ".npy" if name + ".npy" in archive.zip.namelist() else name
+
+
+def _read_header(stream: Any) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
+    """(shape, fortran order, dtype) from a .npy header; the stream is left at the data."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)
+    return np.lib.format.read_array_header_2_0(stream)
+
+
 def _member_header(archive: Any, name: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """(shape, dtype) of one array of an open .npz, from its .npy header alone."""
-    member = name + ".npy" if name + ".npy" in archive.zip.namelist() else name
-    with archive.zip.open(member) as stream:
-        version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-        else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    with archive.zip.open(_member(archive, name)) as stream:
+        shape, _, dtype = _read_header(stream)
     return shape, dtype
+
+
+# A zip local file header: 30 bytes, then the name and the extra field (lengths at 26 and 28).
+_LOCAL_HEADER_BYTES: Final = 30
+
+
+def _npz_array(source: str, archive: Any, name: str, scratch: str) -> npt.NDArray[Any]:
+    """One array of an open .npz, never loaded whole (NumPy's archive[name] reads it all into
+    memory): an uncompressed member (np.savez) is memory-mapped where its data lies in the
+    archive; a compressed one (np.savez_compressed) is inflated a block at a time into a
+    temporary .npy in scratch and memory-mapped there."""
+    member = archive.zip.getinfo(_member(archive, name))
+    if member.compress_type != zipfile.ZIP_STORED:
+        path = os.path.join(scratch, "array.npy")
+        with archive.zip.open(member) as stream, open(path, "wb") as copy:
+            while block := stream.read(_READ_BYTES):
+                copy.write(block)
+        loaded: npt.NDArray[Any] = np.load(path, mmap_mode="r")
+        return loaded
+    with open(source, "rb") as file:
+        file.seek(member.header_offset)
+        local = file.read(_LOCAL_HEADER_BYTES)
+        name_bytes = int.from_bytes(local[26:28], "little")
+        extra_bytes = int.from_bytes(local[28:30], "little")
+        file.seek(member.header_offset + _LOCAL_HEADER_BYTES + name_bytes + extra_bytes)
+        shape, fortran, dtype = _read_header(file)
+        offset = file.tell()
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=dtype)  # nothing to map (mmap refuses an empty range)
+    return np.memmap(source, dtype=dtype, mode="r", offset=offset, shape=shape,
+                     order="F" if fortran else "C")
 
 
 def _check_members(
@@ -416,8 +455,11 @@ def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Cod
     _check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
     for name in names:
         target = os.path.join(args.dest, name)
-        count = from_numpy(target, archive[name], codec=codec, dict_size=args.dict_size,
-                           overwrite=args.overwrite, progress=_progress(args))
+        with tempfile.TemporaryDirectory(prefix="loaderx-convert-") as scratch:
+            array = _npz_array(source, archive, name, scratch)
+            count = from_numpy(target, array, codec=codec, dict_size=args.dict_size,
+                               overwrite=args.overwrite, progress=_progress(args))
+            del array  # the map of a temporary copy goes before its folder
         print(f"{target}: {count:,} records ({codec})", file=out)
     return EXIT_OK
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from loaderx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, build_parser, main
@@ -665,3 +666,44 @@ def test_info_and_stats_read_record_sizes_in_bounded_windows(
         assert info["logical_bytes"] == int(sizes.sum())
         assert (stats["record_bytes_min"], stats["record_bytes_max"]) == (sizes.min(), sizes.max())
         assert stats["record_bytes_mean"] == round(float(sizes.mean()), 2)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_arrays_are_converted_without_loading_them_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, save: Callable[..., None]
+) -> None:
+    """`convert x.npz` handed NumPy's archive[name] to from_numpy: the whole array in memory
+    (a MemoryError for an array larger than memory). It hands over a memory map now: of the
+    archive itself for np.savez, of a temporary copy inflated a block at a time for
+    np.savez_compressed. Every dtype, order and shape round-trips exactly."""
+    import loaderx.converter
+
+    rng = np.random.default_rng(6)
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "c": rng.integers(-999, 999, (300, 7), dtype=np.int16),
+        "fortran": np.asfortranarray(rng.standard_normal((40, 3, 5)).astype(np.float32)),
+        "big": np.arange(50, dtype=">i8"),
+        "none": np.zeros((0, 4), np.uint8),
+    }
+    save(tmp_path / "in.npz", **arrays)
+    handed: dict[str, Any] = {}
+    real = loaderx.converter.from_numpy
+
+    def from_numpy_seen(path: str, array: Any, **kwargs: Any) -> int:
+        handed[os.path.basename(path)] = type(array)
+        return real(path, array, **kwargs)
+
+    monkeypatch.setattr(loaderx.converter, "from_numpy", from_numpy_seen)
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    status, text = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")
+    assert status == EXIT_OK
+    assert sorted(handed) == sorted(arrays)
+    assert all(handed[name] is np.memmap for name in ("c", "fortran", "big")), handed
+    for name, values in arrays.items():
+        assert f"{tmp_path / 'out' / name}: {len(values):,} records (zstd)\n" in text
+        with DenseDataset(tmp_path / "out" / name) as ds:
+            found = ds[:]
+        assert found.dtype == values.dtype and found.shape == values.shape
+        np.testing.assert_array_equal(found, values)
+    assert os.listdir(tmp_path / "scratch") == []  # the inflated copies are gone
