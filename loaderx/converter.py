@@ -22,7 +22,7 @@ from numpy.typing import DTypeLike
 from loaderx.commit import StagedFolder
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.paths import PathArg, fs_path, is_file
-from loaderx.progress import Progress, ProgressOption
+from loaderx.progress import Progress, ProgressOption, check_progress
 from loaderx.schema import (
     Codec,
     Schema,
@@ -186,6 +186,7 @@ def from_numpy(
     """
     path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
+    progress = check_progress(progress)
     data = array if isinstance(array, np.ndarray) else np.asarray(array)
     if data.ndim == 0:
         raise ValueError("from_numpy needs an array with at least one dimension (axis 0: records)")
@@ -311,6 +312,7 @@ def from_iterator(
     """
     path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
+    progress = check_progress(progress)
     if workers is not None or append:
         return _from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                        overwrite, workers, append, shard_records, start_method)
@@ -480,6 +482,7 @@ def recode(
     """
     src_path = fs_path(src)
     dst_path = fs_path(dst)
+    progress = check_progress(progress)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
     if _inside(src_path, dst_path):
