@@ -95,11 +95,17 @@ def claim_folder(parent: str, name_prefix: str, claim_prefix: str) -> str:
 
 
 def release(path: str) -> None:
-    """Ends this process's claim on a folder (moved elsewhere, or removed): its marker goes."""
+    """Ends this process's claim on a folder (moved elsewhere, or removed): its marker goes.
+
+    A process that does not hold the claim (a forked child of its holder, say) takes the marker
+    away only once the folder is gone from path (it moved the folder into a dataset itself):
+    while the folder is there the marker is its holder's, and without it a cleaner would never
+    judge the folder, which stayed for good once its holder was killed."""
     with _held_guard:
         lock = _held.pop(path, None)
-    with suppress(FileNotFoundError):
-        os.unlink(path + LIVE_SUFFIX)
+    if lock is not None or not os.path.lexists(path):
+        with suppress(FileNotFoundError):
+            os.unlink(path + LIVE_SUFFIX)
     if lock is not None:
         lock.release()
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TextIO
 
 import numpy as np
@@ -39,6 +39,9 @@ EXIT_INTERRUPTED: Final = 130
 Store = DenseDataset | RaggedDataset | Zrecord
 _BENCH_RECORDS_MAX: Final = 20_000
 _READ_BYTES: Final = 1 << 24
+# Record sizes are looked at this many at a time (8 MiB of lengths), so that info and stats
+# of a dataset of any size take bounded memory.
+_LENGTH_WINDOW: Final = 1 << 20
 
 
 class Problem(Exception):
@@ -68,15 +71,27 @@ def open_store(path: str, readonly: bool = True) -> Store:
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
 
-def _record_bytes(opened: Store) -> npt.NDArray[np.uint64]:
-    """The logical (decompressed) size of every record."""
-    count = len(opened)
-    if isinstance(opened, DenseDataset):
-        return np.full(count, opened.record_size, dtype=np.uint64)
+def _record_lengths(opened: RaggedDataset | Zrecord, window: slice) -> npt.NDArray[np.uint64]:
+    """The logical (decompressed) size of the records in a window."""
     if isinstance(opened, RaggedDataset):
-        rows = opened.lengths(slice(None)).astype(np.uint64)
-        return rows * np.uint64(opened.row_size)
-    return opened.record_lengths(slice(None))
+        return opened.lengths(window).astype(np.uint64) * np.uint64(opened.row_size)
+    return opened.record_lengths(window)
+
+
+def _record_sizes(opened: Store) -> tuple[int, int, int]:
+    """(smallest, largest, total) logical record size of a store that holds records. A dense
+    dataset's are its record size; the others' are read a window at a time."""
+    if isinstance(opened, DenseDataset):
+        return opened.record_size, opened.record_size, opened.record_size * len(opened)
+    smallest, largest, total = -1, 0, 0
+    count = len(opened)
+    for start in range(0, count, _LENGTH_WINDOW):
+        window = _record_lengths(opened, slice(start, min(count, start + _LENGTH_WINDOW)))
+        low = int(window.min())
+        smallest = low if smallest < 0 else min(smallest, low)
+        largest = max(largest, int(window.max()))
+        total += int(window.sum(dtype=np.uint64))
+    return smallest, largest, total
 
 
 def _shards(opened: Store) -> list[str] | None:
@@ -109,7 +124,7 @@ def info_of(path: str) -> dict[str, Any]:
     try:
         stats = opened.stats()
         count = stats["records"]
-        logical = int(_record_bytes(opened).sum()) if count else 0
+        logical = _record_sizes(opened)[2] if count else 0
         shards = _shards(opened)
         apparent, allocated = _disk_usage(path)
         result: dict[str, Any] = {"path": path, "shards": shards}
@@ -177,9 +192,9 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     try:
         stats: dict[str, Any] = dict(opened.stats())
         if stats["records"]:
-            lengths = _record_bytes(opened)
-            stats.update(record_bytes_min=int(lengths.min()), record_bytes_max=int(lengths.max()),
-                         record_bytes_mean=round(float(lengths.mean()), 2))
+            smallest, largest, total = _record_sizes(opened)
+            stats.update(record_bytes_min=smallest, record_bytes_max=largest,
+                         record_bytes_mean=round(total / len(opened), 2))
     finally:
         opened.close()
     if args.json:
@@ -192,21 +207,62 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _dense_repr(ds: DenseDataset, count: int) -> str:
+    """repr(ds[:count]) under the current print options, from a few rows. NumPy summarises an
+    array of more values than its threshold: it shows only the first and last `edgeitems` rows
+    then, and sizes their columns from those rows alone. So a summarised head reads those rows
+    and one between them (which stands for all the rest: it makes NumPy put "..." there), and
+    only the shape NumPy prints is the whole head's, not that of the rows read."""
+    options = np.get_printoptions()
+    edge = int(options["edgeitems"])
+    values = count * math.prod(ds.item_shape)
+    if values <= options["threshold"] or count <= 2 * edge:
+        return repr(ds[:count])  # at most `threshold` values, or 2 * edgeitems records
+    rows = ds[np.r_[0 : edge + 1, count - edge : count]]
+    with np.printoptions(threshold=0):  # summarised as the whole head is
+        text = repr(rows)
+    read = f"shape={rows.shape}"
+    at = text.rindex(read)  # after the values: "array(<values>,<spacer>shape=..., dtype=...)"
+    values_text = text[:at].rstrip()
+    extras = f"shape={(count, *(int(n) for n in ds.item_shape))}" + text[at + len(read):]
+    # NumPy's rule: the extras go on a line of their own when they would pass the line width.
+    last_line = len(values_text) - (values_text.rfind("\n") + 1)
+    wrap = last_line + len(extras) + 1 > int(options["linewidth"])
+    return values_text + ("\n" + " " * len("array(") if wrap else " ") + extras
+
+
+def _blocks(opened: RaggedDataset | Zrecord, count: int) -> Iterator[slice]:
+    """Consecutive slices of 0..count holding about _READ_BYTES of records each (at least one
+    record)."""
+    start = 0
+    while start < count:
+        window = _record_lengths(opened, slice(start, min(count, start + _LENGTH_WINDOW)))
+        fit = int(np.searchsorted(np.cumsum(window, dtype=np.uint64), _READ_BYTES, side="right"))
+        stop = start + max(1, fit)
+        yield slice(start, stop)
+        start = stop
+
+
 def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
+    """Prints the first records, reading them in blocks of about _READ_BYTES: `-n` may ask
+    for more records than memory holds (a dense head reads only the rows NumPy shows)."""
     opened = open_store(args.path)
     try:
         count = min(args.n, len(opened))
         with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
             if isinstance(opened, DenseDataset):
-                print(repr(opened[:count]), file=out)
+                print(_dense_repr(opened, count), file=out)
             elif isinstance(opened, RaggedDataset):
-                for index, record in enumerate(opened[:count]):
-                    print(f"[{index}] shape {record.shape}: {np.array2string(record)}", file=out)
+                for block in _blocks(opened, count):
+                    for index, record in enumerate(opened[block], start=block.start):
+                        print(f"[{index}] shape {record.shape}: {np.array2string(record)}",
+                              file=out)
             else:
-                for index, raw in enumerate(opened.gather(slice(0, count))):
-                    shown = raw[:48]
-                    more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
-                    print(f"[{index}] {shown!r}{more}", file=out)
+                for block in _blocks(opened, count):
+                    for index, raw in enumerate(opened.gather(block), start=block.start):
+                        shown = raw[:48]
+                        more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
+                        print(f"[{index}] {shown!r}{more}", file=out)
         print(f"({count:,} of {len(opened):,} records)", file=out)
     finally:
         opened.close()
@@ -277,16 +333,55 @@ def _check_array_names(source: str, dest: str, names: Sequence[str]) -> None:
         )
 
 
+def _member(archive: Any, name: str) -> str:
+    """The archive member that holds the array `name` of an open .npz."""
+    return name + ".npy" if name + ".npy" in archive.zip.namelist() else name
+
+
+def _read_header(stream: Any) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
+    """(shape, fortran order, dtype) from a .npy header; the stream is left at the data."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)
+    return np.lib.format.read_array_header_2_0(stream)
+
+
 def _member_header(archive: Any, name: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """(shape, dtype) of one array of an open .npz, from its .npy header alone."""
-    member = name + ".npy" if name + ".npy" in archive.zip.namelist() else name
-    with archive.zip.open(member) as stream:
-        version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-        else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    with archive.zip.open(_member(archive, name)) as stream:
+        shape, _, dtype = _read_header(stream)
     return shape, dtype
+
+
+# A zip local file header: 30 bytes, then the name and the extra field (lengths at 26 and 28).
+_LOCAL_HEADER_BYTES: Final = 30
+
+
+def _npz_array(source: str, archive: Any, name: str, scratch: str) -> npt.NDArray[Any]:
+    """One array of an open .npz, never loaded whole (NumPy's archive[name] reads it all into
+    memory): an uncompressed member (np.savez) is memory-mapped where its data lies in the
+    archive; a compressed one (np.savez_compressed) is inflated a block at a time into a
+    temporary .npy in scratch and memory-mapped there."""
+    member = archive.zip.getinfo(_member(archive, name))
+    if member.compress_type != zipfile.ZIP_STORED:
+        path = os.path.join(scratch, "array.npy")
+        with archive.zip.open(member) as stream, open(path, "wb") as copy:
+            while block := stream.read(_READ_BYTES):
+                copy.write(block)
+        loaded: npt.NDArray[Any] = np.load(path, mmap_mode="r")
+        return loaded
+    with open(source, "rb") as file:
+        file.seek(member.header_offset)
+        local = file.read(_LOCAL_HEADER_BYTES)
+        name_bytes = int.from_bytes(local[26:28], "little")
+        extra_bytes = int.from_bytes(local[28:30], "little")
+        file.seek(member.header_offset + _LOCAL_HEADER_BYTES + name_bytes + extra_bytes)
+        shape, fortran, dtype = _read_header(file)
+        offset = file.tell()
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=dtype)  # nothing to map (mmap refuses an empty range)
+    return np.memmap(source, dtype=dtype, mode="r", offset=offset, shape=shape,
+                     order="F" if fortran else "C")
 
 
 def _check_members(
@@ -360,8 +455,11 @@ def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Cod
     _check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
     for name in names:
         target = os.path.join(args.dest, name)
-        count = from_numpy(target, archive[name], codec=codec, dict_size=args.dict_size,
-                           overwrite=args.overwrite, progress=_progress(args))
+        with tempfile.TemporaryDirectory(prefix="loaderx-convert-") as scratch:
+            array = _npz_array(source, archive, name, scratch)
+            count = from_numpy(target, array, codec=codec, dict_size=args.dict_size,
+                               overwrite=args.overwrite, progress=_progress(args))
+            del array  # the map of a temporary copy goes before its folder
         print(f"{target}: {count:,} records ({codec})", file=out)
     return EXIT_OK
 

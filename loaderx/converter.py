@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
 
 import numpy as np
@@ -22,7 +22,7 @@ from numpy.typing import DTypeLike
 from loaderx.commit import StagedFolder
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.paths import PathArg, fs_path, is_file
-from loaderx.progress import Progress, ProgressOption
+from loaderx.progress import Progress, ProgressOption, check_progress
 from loaderx.schema import (
     Codec,
     Schema,
@@ -186,6 +186,7 @@ def from_numpy(
     """
     path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
+    progress = check_progress(progress)
     data = array if isinstance(array, np.ndarray) else np.asarray(array)
     if data.ndim == 0:
         raise ValueError("from_numpy needs an array with at least one dimension (axis 0: records)")
@@ -311,19 +312,27 @@ def from_iterator(
     """
     path = fs_path(path)
     _check_append_or_overwrite(append, overwrite)
+    progress = check_progress(progress)
     if workers is not None or append:
         return _from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                        overwrite, workers, append, shard_records, start_method)
     _refuse_dictionary(codec)
     check_codec(codec)
     block_bytes = _check_chunk_bytes(chunk_bytes)
+    given_dtype = check_dtype(dtype) if dtype is not None else None
+    given_shape = check_item_shape(item_shape) if item_shape is not None else None
+    if given_dtype is not None:
+        make_schema("ragged", given_dtype, given_shape or (), codec, "balanced")
+    # Everything that needs no record is checked before the first is taken: a refused call
+    # must leave the caller's iterator as it was (a retry with overwrite=True lost record 0).
+    _check_destination(os.fspath(path), overwrite)
     records: Iterator[Any] = iter(iterable)
     first: object = next(records, _END)
     if dtype is None and first is _END:
         raise ValueError("from_iterator got no records and no dtype; pass dtype= for an empty store")
-    found_dtype = check_dtype(dtype) if dtype is not None else np.asarray(first).dtype
-    if item_shape is not None:
-        shape = check_item_shape(item_shape)
+    found_dtype = given_dtype if given_dtype is not None else np.asarray(first).dtype
+    if given_shape is not None:
+        shape = given_shape
     elif first is _END:
         shape = ()
     else:
@@ -473,6 +482,7 @@ def recode(
     """
     src_path = fs_path(src)
     dst_path = fs_path(dst)
+    progress = check_progress(progress)
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
     if _inside(src_path, dst_path):
@@ -488,12 +498,28 @@ def recode(
     found = read_schema(src_path)
     target = found.with_codec(codec, dict_size)
     block_bytes = _check_chunk_bytes(chunk_bytes)
+    _check_destination(dst_path, overwrite)  # before a dictionary's sample is read
+    # verify=True: a damaged raw record must stop the recode, not be re-checksummed into a
+    # destination that then verifies clean. The source is opened, and a dictionary's sample
+    # taken (too few records refused), before the staging folder (or a missing parent folder
+    # of the destination) is made: a refused recode changes nothing.
+    label = f"recode {src_path} -> {target.codec}"
+    if found.kind == "dense":
+        with DenseDataset(src_path, readonly=True, verify=True) as dense:
+            dense_sample = _dense_training(dense, target)
+            return _recode_into(dst_path, overwrite, lambda staged: _recode_dense(
+                dense, staged, target, dense_sample, block_bytes, label, progress))
+    with RaggedDataset(src_path, readonly=True, verify=True) as ragged:
+        ragged_sample = _ragged_training(ragged, target)
+        return _recode_into(dst_path, overwrite, lambda staged: _recode_ragged(
+            ragged, staged, target, ragged_sample, block_bytes, label, progress))
+
+
+def _recode_into(dst_path: str, overwrite: bool, write: Callable[[str], int]) -> int:
+    """write(staging folder) for dst_path, committed in its place; returns write's count."""
     staging, replace = _stage(dst_path, overwrite)
     try:
-        if found.kind == "dense":
-            count = _recode_dense(src_path, staging.path, target, block_bytes, progress)
-        else:
-            count = _recode_ragged(src_path, staging.path, target, block_bytes, progress)
+        count = write(staging.path)
         _commit(staging, replace)
     except BaseException:
         staging.abort()
@@ -501,19 +527,45 @@ def recode(
     return count
 
 
+def _dense_training(src: DenseDataset, target: Schema) -> npt.NDArray[Any] | None:
+    """The records a zstd_dict recode trains its dictionary on (None for another codec or no
+    records); ValueError when there are too few."""
+    if target.codec != "zstd_dict":
+        return None
+    count = len(src)
+    _check_trainable(target.codec, count)
+    if count == 0:
+        return None
+    sample: npt.NDArray[Any] = src[_sample_positions(count, src.record_size, target.dict_size)]
+    return sample
+
+
+def _ragged_training(src: RaggedDataset, target: Schema) -> list[npt.NDArray[Any]] | None:
+    """_dense_training for a ragged source: a sample of its non-empty records."""
+    count = len(src)
+    if target.codec != "zstd_dict" or count == 0:
+        return None
+    sample = _ragged_sample(src, target.dict_size)
+    if len(sample) < DICT_SAMPLE_COUNT_MIN:
+        raise ValueError(
+            f"'zstd_dict' needs at least {DICT_SAMPLE_COUNT_MIN} non-empty records to "
+            f"train a dictionary; a strided sample of {count} records found "
+            f"{len(sample)}: use 'zstd'"
+        )
+    return sample
+
+
 def _recode_dense(
-    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
+    src: DenseDataset, dst_path: str, target: Schema, sample: npt.NDArray[Any] | None,
+    block_bytes: int, label: str, progress: ProgressOption,
 ) -> int:
-    # verify=True: a damaged raw record must stop the recode, not be re-checksummed into a
-    # destination that then verifies clean.
-    with DenseDataset(src_path, readonly=True, verify=True) as src, DenseDataset(
+    with DenseDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)
-        _check_trainable(target.codec, count)
-        if target.codec == "zstd_dict" and count > 0:
-            dst.train_dict(src[_sample_positions(count, src.record_size, target.dict_size)])
-        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+        if sample is not None:
+            dst.train_dict(sample)
+        with Progress(label, count, progress) as report:
             for start, stop in _dense_blocks(count, src.record_size, block_bytes):
                 block = src[start:stop]
                 dst.append(block)
@@ -523,22 +575,16 @@ def _recode_dense(
 
 
 def _recode_ragged(
-    src_path: str, dst_path: str, target: Schema, block_bytes: int, progress: ProgressOption
+    src: RaggedDataset, dst_path: str, target: Schema, sample: list[npt.NDArray[Any]] | None,
+    block_bytes: int, label: str, progress: ProgressOption,
 ) -> int:
-    with RaggedDataset(src_path, readonly=True, verify=True) as src, RaggedDataset(
+    with RaggedDataset(
         dst_path, target.dtype, target.item_shape, target.codec, _dict_arg(target)
     ) as dst:
         count = len(src)
-        if target.codec == "zstd_dict" and count > 0:
-            sample = _ragged_sample(src, target.dict_size)
-            if len(sample) < DICT_SAMPLE_COUNT_MIN:
-                raise ValueError(
-                    f"'zstd_dict' needs at least {DICT_SAMPLE_COUNT_MIN} non-empty records to "
-                    f"train a dictionary; a strided sample of {count} records found "
-                    f"{len(sample)}: use 'zstd'"
-                )
+        if sample is not None:
             dst.train_dict(sample)
-        with Progress(f"recode {src_path} -> {target.codec}", count, progress) as report:
+        with Progress(label, count, progress) as report:
             for start, stop in _ragged_blocks(src, block_bytes):
                 records: list[npt.NDArray[Any]] = src[start:stop]
                 dst.append(records)

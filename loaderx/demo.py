@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx.cli import int_option
+from loaderx.cli import _size, int_option
 from loaderx.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.prefetch import WORKERS_MAX, default_workers
@@ -38,6 +38,8 @@ BATCH_SIZE_DEFAULT: Final = 256
 CLASS_COUNT: Final = 10
 PATTERN_SIDE: Final = 16
 MIB: Final = 1 << 20
+# synthetic_images works on this many images at a time (four float32 temporaries of them).
+GENERATE_BLOCK: Final = 512
 
 
 def class_patterns(side: int = PATTERN_SIDE) -> npt.NDArray[np.bool_]:
@@ -75,7 +77,7 @@ def synthetic_images(
     y, x = np.meshgrid(axis, axis, indexing="ij")
     images = np.empty((count, side, side, 3), dtype=np.uint8)
     labels = rng.integers(0, CLASS_COUNT, count).astype(np.int64)
-    block = 512
+    block = GENERATE_BLOCK
     for start in range(0, count, block):
         n = min(block, count - start)
         base = rng.uniform(30, 200, (n, 1, 1, 3)).astype(np.float32)
@@ -92,6 +94,40 @@ def synthetic_images(
         colour = (255 - patch.reshape(-1, 3).mean(axis=0)).astype(np.uint8)
         patch[patterns[labels[i]]] = colour
     return images, labels
+
+
+def memory_needed(count: int, side: int) -> int:
+    """Bytes synthetic_images holds at once: the images, their int64 labels and patch places
+    (three int64 draws per image), and one block's float32 temporaries."""
+    image = side * side * 3
+    return count * (image + 3 * 8) + 4 * GENERATE_BLOCK * image * 4
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory; None where it cannot be asked (Windows)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return total if total > 0 else None
+
+
+def _check_memory(parser: argparse.ArgumentParser, records: int, side: int) -> None:
+    """The demo makes its whole image set in memory (it is the Quick Start, measured, not a
+    scale test): a set larger than the machine's memory is a usage error said up front, not a
+    MemoryError from deep inside NumPy."""
+    total = memory_bytes()
+    need = memory_needed(records, side)
+    if total is None or need <= total:
+        return
+    per_image = memory_needed(1, side) - memory_needed(0, side)
+    fits = max(0, (total - memory_needed(0, side)) // per_image)
+    advice = (f"at most {fits} records fit with this --side" if fits
+              else "no --records fits with this --side: pick a smaller --side")
+    parser.error(
+        f"--records {records} with --side {side} needs {_size(need)} of memory (the demo makes "
+        f"its whole image set in memory), more than this machine's {_size(total)}: {advice}"
+    )
 
 
 def disk_bytes(folder: Path) -> int:
@@ -205,6 +241,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.batch_size > args.records:
         parser.error("--batch-size must not exceed --records (cyclic mode)")
+    _check_memory(parser, args.records, args.side)
     if "zstd_dict" in args.codecs and args.records < DICT_SAMPLE_COUNT_MIN:
         parser.error(f"--codecs zstd_dict trains a dictionary, which needs --records of at least "
                      f"{DICT_SAMPLE_COUNT_MIN}")

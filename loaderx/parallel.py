@@ -71,6 +71,10 @@ def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], 
     """Runs one job in a worker process and reports its result or its error through conn."""
     try:
         result = job()
+    except ShardLimitReached as exc:  # a refusal, not a failure: its message says it all
+        conn.send(("refused", str(exc)[:_TRACEBACK_CHARS_MAX], ""))
+        conn.close()
+        os._exit(1)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exits non-zero
         text = traceback.format_exc()[-_TRACEBACK_CHARS_MAX:]
         cause = f"{type(exc).__name__}: {_message(exc)}"[:_TRACEBACK_CHARS_MAX]
@@ -136,6 +140,8 @@ class _Running:
         what = f"worker {self.index} of {count} ({describe(self.index)})"
         if report is not None and report[0] == "ok" and self.process.exitcode == 0:
             return report[1]
+        if report is not None and report[0] == "refused":
+            raise ValueError(report[1])
         if report is not None and report[0] == "error":
             raise WorkerError(self.index, f"{what} failed: {report[1]}\n{report[2]}")
         raise WorkerError(self.index, f"{what} {_death(self.process.exitcode)}")
@@ -152,7 +158,8 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
     """Runs every job in its own process, at most `workers` at once; results in job order.
 
     The first failure (an exception or a death) kills the workers still running and raises
-    WorkerError naming the job and its cause; the caller cleans up what the jobs wrote.
+    WorkerError naming the job and its cause; the caller cleans up what the jobs wrote. A job
+    that raises ShardLimitReached is refused the same way, as a ValueError with its message.
     """
     workers = check_workers(workers)  # 0 would start nothing and wait for ever
     ctx = _context(start_method)
@@ -284,24 +291,62 @@ def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
     return [(a, min(stop, a + shard_records)) for a in range(start, stop, shard_records)]
 
 
+def _shards_held(final: str, append: bool) -> int:
+    """The shards an append target holds already (a single store is shard 0); 0 otherwise."""
+    from loaderx.shards import read_manifest
+
+    if not append or not os.path.exists(os.path.join(final, "schema.msgpack")):
+        return 0
+    manifest = read_manifest(final)
+    return 1 if manifest is None else len(manifest.shards)
+
+
+def _over_the_limit(final: str, made: str, have: int) -> str:
+    from loaderx.shards import SHARD_COUNT_MAX
+
+    held = f" on top of the {have} that {final!r} holds" if have else ""
+    return (f"{made}{held}, over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger "
+            "shard_records")
+
+
 def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_records: int,
                       append: bool) -> None:
     """Before any work: the shards the workers will write (with an append target's own) must
     fit a dataset; the commit would refuse them only once every one of them was written."""
-    from loaderx.shards import SHARD_COUNT_MAX, read_manifest
+    from loaderx.shards import SHARD_COUNT_MAX
 
     new = sum(-(-(b - a) // shard_records) for a, b in ranges)
-    have = 0
-    if append and os.path.exists(os.path.join(final, "schema.msgpack")):
-        manifest = read_manifest(final)
-        have = 1 if manifest is None else len(manifest.shards)  # a single store is shard 0
+    have = _shards_held(final, append)
     if have + new > SHARD_COUNT_MAX:
         records = ranges[-1][1] - ranges[0][0] if ranges else 0
-        held = f" on top of the {have} that {final!r} holds" if have else ""
-        raise ValueError(
-            f"{records} records in shards of at most {shard_records} make {new} shards{held}, "
-            f"over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger shard_records"
-        )
+        raise ValueError(_over_the_limit(
+            final, f"{records} records in shards of at most {shard_records} make {new} shards",
+            have))
+
+
+class ShardLimitReached(ValueError):
+    """Raised in a worker that needs a shard when the conversion has none left to write."""
+
+
+class ShardBudget:
+    """The shards the workers of one from_iterator may still write between them, in shared
+    memory. How many shards iterators make is known only as they run: each worker takes one
+    before it writes a shard, so the first shard past a dataset's limit stops the conversion
+    at once (the commit would refuse it only after every worker had written all of its own)."""
+
+    def __init__(self, ctx: Any, final: str, shard_records: int, have: int) -> None:
+        from loaderx.shards import SHARD_COUNT_MAX
+
+        self.left = ctx.Value("q", max(0, SHARD_COUNT_MAX - have))  # passed to the workers
+        self.refusal = _over_the_limit(
+            final, f"the sources' records in shards of at most {shard_records} make more than "
+            f"{SHARD_COUNT_MAX - have} shards", have)
+
+    def take(self) -> None:
+        with self.left.get_lock():
+            if self.left.value <= 0:
+                raise ShardLimitReached(self.refusal)
+            self.left.value -= 1
 
 
 class _NumpyJob:
@@ -371,8 +416,9 @@ class _IteratorJob:
 
     def __init__(self, staging: str, index: int, source: Source, dtype: DTypeLike | None,
                  item_shape: SupportsIndex | Sequence[SupportsIndex] | None,
-                 options: dict[str, Any], shard_records: int) -> None:
+                 options: dict[str, Any], shard_records: int, budget: ShardBudget) -> None:
         self.staging = staging
+        self.budget = budget
         self.index = index
         self.source = source
         self.dtype = dtype
@@ -390,6 +436,7 @@ class _IteratorJob:
             first = next(records, _END)
             if first is _END:
                 return written
+            self.budget.take()  # before the shard's first byte
             block = itertools.chain([first], itertools.islice(records, self.shard_records - 1))
             folder = part_folder(self.staging, self.index, piece)
             count = from_iterator(folder, block, dtype=dtype, item_shape=item_shape,
@@ -416,9 +463,11 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
     final = os.path.abspath(path)
     if not append:
         _check_destination(final, overwrite)
+    budget = ShardBudget(_context(start_method), final, shard_records,
+                         _shards_held(final, append))
     staging = make_staging(final)
     try:
-        jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records)
+        jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records, budget)
                 for i, s in enumerate(sources)]
         results = run_workers(jobs, workers, start_method, lambda i: f"source {i}")
         parts: list[Part] = [part for written in results for part in written]

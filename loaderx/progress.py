@@ -26,6 +26,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final, TextIO, TypeAlias
 
+import numpy as np
+
 Callback: TypeAlias = Callable[[int, "int | None", int], None]
 ProgressOption: TypeAlias = "bool | None | Callback"
 
@@ -44,6 +46,20 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def check_progress(progress: object) -> ProgressOption:
+    """progress= as the converters take it, refused (TypeError) before any work when it is
+    none of None, True, False or a callable: a string or a stream was taken for True, so
+    progress="quiet" drew the status line, and progress=sys.stdout drew it on stderr."""
+    if progress is None or isinstance(progress, (bool, np.bool_)):
+        return None if progress is None else bool(progress)
+    if callable(progress):
+        return progress  # its signature cannot be checked here
+    raise TypeError(
+        "progress must be None, True, False or a callable fn(records_done, records_total, "
+        f"bytes_done), got {progress!r}"
+    )
 
 
 def wanted(progress: ProgressOption, stream: TextIO | None = None) -> bool:

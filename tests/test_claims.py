@@ -139,3 +139,37 @@ def test_a_forked_child_holds_none_of_its_parents_claims(tmp_path: Path) -> None
     assert claims.remove_dead(parent, PREFIX, CLAIM) == 0 and os.path.isdir(inherited)
     claims.discard(inherited)
     assert _names(tmp_path) == []
+
+
+def test_a_forked_childs_release_leaves_its_parents_live_claim(tmp_path: Path) -> None:
+    """A forked child's release of a claim it inherited used to delete the marker of a folder
+    its parent still used: the folder was then never judged, so once the parent was killed it
+    stayed for good (a parallel conversion's parts, a whole dataset's bytes). A child that moved
+    the folder away itself still ends the claim's marker."""
+    code = (
+        "import os, sys\n"
+        "from loaderx import claims\n"
+        f"used = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
+        f"moved = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    claims.release(used)  # the parent still writes there\n"
+        "    os.rename(moved, os.path.join(sys.argv[1], 'published'))\n"
+        "    claims.release(moved)  # moved into place by the child: the claim ends here\n"
+        "    os._exit(0)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+        "assert os.path.isfile(used + claims.LIVE_SUFFIX)\n"
+        "assert not os.path.exists(moved + claims.LIVE_SUFFIX)\n"
+        "assert claims.remove_dead(sys.argv[1], "
+        f"{PREFIX!r}, {CLAIM!r}) == 0 and os.path.isdir(used)  # still live\n"
+        "open(os.path.join(used, 'data'), 'wb').write(b'x' * 4096)\n"
+        "print(os.path.basename(used))\n"
+        "os._exit(0)  # as if killed: no cleanup runs\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    used = done.stdout.strip()
+    assert _names(tmp_path) == sorted(["published", used, used + claims.LIVE_SUFFIX])
+    assert claims.remove_dead(str(tmp_path), PREFIX, CLAIM) == 1  # its holder is dead
+    assert _names(tmp_path) == ["published"]

@@ -498,3 +498,58 @@ def test_recode_refuses_a_destination_that_holds_its_source(tmp_path: Path) -> N
     assert recode(tmp_path / "big" / shard, tmp_path / "big-shard", codec="zstd") == 100
     with DenseDataset(tmp_path / "big-shard") as ds:
         assert np.array_equal(ds[:], values[100:200])
+
+
+def test_a_refused_from_iterator_leaves_the_callers_iterator_as_it_was(tmp_path: Path) -> None:
+    """from_iterator took the first record before it checked the destination, dtype= and
+    item_shape=: a refused call lost that record, and a retry with overwrite=True on the same
+    iterator wrote the dataset without it."""
+    records = [np.full((n, 2), n, dtype=np.int16) for n in (1, 2, 3)]
+    path = tmp_path / "data"
+    from_iterator(path, [records[0]])
+    taken = iter(records)
+    with pytest.raises(FileExistsError, match=re.escape(
+            f"{str(path)!r} already exists; pass overwrite=True to replace the store there")):
+        from_iterator(path, taken)
+    for kwargs, error, message in (
+        ({"dtype": "U3"}, TypeError, "dtype <U3 is not supported"),
+        ({"dtype": np.int16, "item_shape": (-1,)}, ValueError,
+         "item_shape must not hold negative sizes, got (-1,)"),
+        ({"item_shape": (-1,)}, ValueError, "item_shape must not hold negative sizes, got (-1,)"),
+    ):
+        with pytest.raises(error, match=re.escape(message)):
+            from_iterator(tmp_path / "new", taken, **kwargs)
+        assert not (tmp_path / "new").exists()
+    assert from_iterator(path, taken, overwrite=True) == 3
+    with RaggedDataset(path) as ds:
+        found = ds[:]
+    assert len(found) == 3
+    for got, want in zip(found, records):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_refused_recode_creates_nothing(tmp_path: Path) -> None:
+    """recode made its staging folder (and the destination's missing parent folders) before it
+    found too few records for 'zstd_dict': it removed the staging folder, but the parents
+    stayed. Both checks now come first; an existing destination is refused before the
+    dictionary's sample is read."""
+    from_numpy(tmp_path / "dense", np.arange(3, dtype=np.int64))
+    from_iterator(tmp_path / "ragged", [np.arange(2)] * 3 + [np.arange(0)] * 20)
+    before = sorted(os.listdir(tmp_path))
+    for source, message in (
+        ("dense", "'zstd_dict' trains a dictionary on the records, which needs at least 7 of "
+                  "them (ideally hundreds); there are 3: use 'zstd'"),
+        ("ragged", "'zstd_dict' needs at least 7 non-empty records to train a dictionary; a "
+                   "strided sample of 23 records found 3: use 'zstd'"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            recode(tmp_path / source, tmp_path / "new" / "sub" / "dst", codec="zstd_dict")
+        assert sorted(os.listdir(tmp_path)) == before
+    with pytest.raises(FileExistsError, match=re.escape(
+            f"{str(tmp_path / 'dense')!r} already exists; pass overwrite=True")):
+        recode(tmp_path / "ragged", tmp_path / "dense", codec="zstd_dict")
+    assert recode(tmp_path / "ragged", tmp_path / "new" / "dst", codec="raw") == 23
+    with RaggedDataset(tmp_path / "new" / "dst") as ds:
+        found = ds[:]
+    assert [len(r) for r in found] == [2] * 3 + [0] * 20
+    assert all(np.array_equal(r, np.arange(2)) for r in found[:3])

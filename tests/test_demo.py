@@ -166,3 +166,41 @@ def test_demo_piped_into_head_stops_quietly(tmp_path: Path) -> None:
     assert child.stderr.read() == b""
     child.stderr.close()
     assert list(tmp_path.iterdir()) == []  # the temporary work folder is gone
+
+
+def test_demo_refuses_an_image_set_larger_than_memory_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo makes its whole image set in memory: --records 10**12 ended in a MemoryError
+    traceback from NumPy; it is a usage error naming the option, the memory it needs and how
+    many records fit."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for argv, message in (
+        (["--records", str(10**12)], None),
+        (["--records", "100000"], "--records 100000 with --side 32 needs 319.3 MiB of memory "
+         "(the demo makes its whole image set in memory), more than this machine's 64.0 MiB: "
+         "at most 13547 records fit with this --side"),
+        (["--records", "8", "--batch-size", "8", "--side", "4096"],
+         "--records 8 with --side 4096 needs 384.4 GiB of memory (the demo makes its whole "
+         "image set in memory), more than this machine's 64.0 MiB: no --records fits with this "
+         "--side: pick a smaller --side"),
+    ):
+        if message is not None:
+            monkeypatch.setattr(demo, "memory_bytes", lambda: 64 << 20)
+        with pytest.raises(SystemExit) as exit_info:
+            demo.main(argv)
+        assert exit_info.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        if message is None:  # this machine's own memory: 10**12 images of 3 KiB pass any
+            assert ("error: --records 1000000000000 with --side 32 needs 2,815.8 TiB of memory "
+                    "(the demo makes its whole image set in memory), more than this machine's "
+                    ) in captured.err
+        else:
+            assert captured.err.rstrip().endswith(f"error: {message}")
+    assert list(tmp_path.iterdir()) == []
+    # What fits runs: the largest count the message names, at a side where it is small.
+    monkeypatch.setattr(demo, "memory_bytes", lambda: demo.memory_needed(64, 16))
+    demo.main(["--records", "64", "--side", "16", "--batch-size", "8", "--steps", "2",
+               "--repeats", "1", "--codecs", "raw"])
+    assert "loaderx demo: 64 images (16, 16, 3) uint8" in capsys.readouterr().out

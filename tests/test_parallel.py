@@ -603,6 +603,55 @@ def test_too_many_shards_are_refused_before_any_worker_starts(
     assert len(read_manifest(path).shards) == 4  # type: ignore[union-attr]
 
 
+def records_then_raise(count: int) -> Iterator[npt.NDArray[np.int32]]:
+    """count records, then an error: a source that must not be read past them."""
+    for i in range(count):
+        yield np.full((2, 3), i, dtype=np.int32)
+    raise AssertionError(f"read past record {count - 1}: the shard limit was passed")
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_iterator_workers_stop_at_the_first_shard_past_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, append: bool
+) -> None:
+    """How many shards sources make is known only as they run: the first shard past a dataset's
+    limit stops the conversion with from_numpy's message, before that shard is written or its
+    source read any further (the commit refused them only once every worker had written all
+    of its shards: a source of 10^9 records at shard_records=1 ran for days first)."""
+    from loaderx import shards
+
+    monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
+    path = str(tmp_path / "data")
+    held = [np.full((1, 3), 7, dtype=np.int32)] * 3
+    from_iterator(path, held)  # a single store: shard 0 of an append
+    before = snapshot(tmp_path / "data")
+    limit = 3 if append else 4
+    over = (f"the sources' records in shards of at most 2 make more than {limit} shards"
+            + (f" on top of the 1 that {path!r} holds" if append else "")
+            + ", over a dataset's limit of 4; pass a larger shard_records")
+    # Source 0 makes 2 shards; source 1 reaches the limit at its first (append) or second shard
+    # and is refused at the next one's first record, which is its last: reading on raises. One
+    # worker at a time, so the source that finds the limit is known.
+    sources = [lambda: iter(ragged_source(0, 4)),
+               functools.partial(records_then_raise, 3 if append else 5)]
+    with pytest.raises(ValueError, match=re.escape(over)) as info:
+        from_iterator(path, sources, workers=1, shard_records=2, append=append,
+                      overwrite=not append)
+    assert type(info.value) is ValueError  # a refusal, not a WorkerError with a traceback
+    assert snapshot(tmp_path / "data") == before
+    assert len(read_ragged(path)) == 3
+    # Exactly the limit is fine: 4 shards in all.
+    first, second = ragged_source(1, 4), ragged_source(2, 2 if append else 4)
+    from_iterator(path, [lambda: iter(first), lambda: iter(second)], workers=2,
+                  shard_records=2, append=append, overwrite=not append)
+    expected = [*held, *first, *second] if append else [*first, *second]
+    found = read_ragged(path)
+    assert len(found) == len(expected)
+    for got, want in zip(found, expected):
+        np.testing.assert_array_equal(got, want)
+    assert len(read_manifest(path).shards) == 4  # type: ignore[union-attr]
+
+
 def test_the_loser_of_two_new_conversions_is_told_the_destination_exists(tmp_path: Path) -> None:
     """Two conversions into the same new destination, both past its check: one publishes, the
     other raises the FileExistsError a conversion without overwrite=True gets up front (it

@@ -8,17 +8,20 @@ import fcntl
 import io
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
 import termios
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from loaderx.converter import from_iterator, from_numpy
+from loaderx.converter import from_iterator, from_numpy, recode
+from loaderx.dataset import DenseDataset
 from loaderx.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,3 +182,25 @@ def test_a_failed_job_ends_its_status_line(
         text = stream.getvalue()
         assert text.endswith("\n") and text.count("\n") == 1
         assert ("done in" in text) != fails
+
+
+def test_a_progress_that_is_no_option_is_refused_before_any_work(tmp_path: Path) -> None:
+    """progress= took anything: a string or a stream counted as True, so progress="quiet" drew
+    the status line and progress=sys.stdout drew it on stderr, after the work had started. It
+    is a TypeError before anything is written now; NumPy's bools are bools."""
+    values = np.arange(10, dtype=np.int64)
+    numpy_false: Any = np.False_
+    from_numpy(tmp_path / "src", values, progress=numpy_false)
+    bad_options: list[Any] = ["quiet", io.StringIO(), 1, 0.0]
+    for bad in bad_options:
+        message = ("progress must be None, True, False or a callable fn(records_done, "
+                   f"records_total, bytes_done), got {bad!r}")
+        with pytest.raises(TypeError, match=re.escape(message)):
+            from_numpy(tmp_path / "x", values, progress=bad)
+        with pytest.raises(TypeError, match=re.escape(message)):
+            from_iterator(tmp_path / "x", [values], progress=bad)
+        with pytest.raises(TypeError, match=re.escape(message)):
+            recode(tmp_path / "src", tmp_path / "x", progress=bad)
+        assert not (tmp_path / "x").exists()
+    with DenseDataset(tmp_path / "src") as ds:
+        np.testing.assert_array_equal(ds[:], values)
