@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
@@ -138,7 +139,10 @@ class Zrecord(NativeCalls):
     A shard folder of a sharded dataset (or a sharded dataset's own folder, whose store is its
     top-level shard) reads like any store but refuses append, delete, compact and train_dict
     with ValueError: its manifest lists the shard's record count, and the sharded dataset would
-    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead.
+    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead. delete,
+    compact and train_dict check again inside their native call, once they hold the store
+    exclusively (_maintenance_check_of), so a rollover in another process cannot slip between
+    the check and the change.
     """
 
     path: str
@@ -158,6 +162,9 @@ class Zrecord(NativeCalls):
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
+    # The native store's maintenance check (kept alive here while the store is open), or None
+    # for a read-only or dataset-owned handle.
+    _maintenance_check: Any
 
     def __init__(
         self,
@@ -214,6 +221,15 @@ class Zrecord(NativeCalls):
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
         self._set_handle(handle.value)
         self._closed = False
+        self._maintenance_check = None
+        if not self._dataset_owned and not self.readonly:
+            self._maintenance_check = _maintenance_check_of(self)
+            code = _native.lib.lx_store_set_maintenance_check(
+                handle.value, self._maintenance_check, None
+            )
+            if code != _native.OK:
+                _native.lib.lx_store_close(handle.value)
+                _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
         self._folder_absolute = os.path.abspath(self.path)
         self._folder_identity = _folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
@@ -273,7 +289,9 @@ class Zrecord(NativeCalls):
         handle then becomes the store's writer (as the write would make it) and checks again,
         in case another process rolled the store into a sharded dataset in between; from then
         on no rollover or commit can list the store (they claim its writer lock first), so the
-        check holds until the handle closes. Without a claim it holds for this call only."""
+        check holds until the handle closes. Without a claim it holds for this moment only:
+        delete, compact and train_dict, which claim nothing, make it again inside their native
+        call (_maintenance_check_of)."""
         self._refuse_if_shard(operation)
         if claim:
             self._claim_writer()
@@ -456,7 +474,7 @@ class Zrecord(NativeCalls):
             code = _native.lib.lx_store_train_dict(
                 handle, data, offsets.ctypes.data, count, int(dict_size)
             )
-            _native.check(code, f"dictionary training for {self.path!r}")
+            _check_maintenance(code, f"dictionary training for {self.path!r}")
         finally:
             self._leave()
 
@@ -579,7 +597,7 @@ class Zrecord(NativeCalls):
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
             if len(indices):
                 code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
-                _native.check(code, f"delete of {len(indices)} records from {self.path!r}")
+                _check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
         finally:
             self._leave()
 
@@ -590,7 +608,7 @@ class Zrecord(NativeCalls):
             self._check_first_write("compact", claim=False)
         handle = self._enter()
         try:
-            _native.check(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+            _check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
         finally:
             self._leave()
 
@@ -646,6 +664,50 @@ class Zrecord(NativeCalls):
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
             self._leave()
+
+
+class _Refusals(threading.local):
+    """What a maintenance check refused with, on this thread: the check runs inside the
+    native call, where it cannot raise, and the call that ran it raises it instead."""
+
+    error: BaseException | None = None
+
+
+_refusals: Final = _Refusals()
+
+
+def _maintenance_check_of(store: Zrecord) -> Any:
+    """The native maintenance check of a plain writable handle (lx_store_set_maintenance_check):
+    _refuse_if_shard again, run by delete, compact and train_dict once they hold the store
+    exclusively. Checked before the call only, a store could be rolled over into a sharded
+    dataset in another process in between, and then changed under its manifest. Held
+    exclusively, no other handle has the store open, and every rollover or commit holds the
+    store open from before it reads its count until it has listed it: none is half done, none
+    can start, and one that ended is seen. A handle that is the store's writer needs no check
+    (no rollover can claim the store). Holds the handle weakly: the handle holds the check."""
+    handle = weakref.ref(store)
+
+    def check(_context: int | None, operation: Any, operation_size: int) -> int:
+        try:
+            found = handle()
+            if found is not None and not found._writes_checked:
+                found._refuse_if_shard(ctypes.string_at(operation, operation_size).decode())
+        except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
+            _refusals.error = error
+            return 1
+        return 0
+
+    return _native.MaintenanceCheck(check)
+
+
+def _check_maintenance(code: int, context: str) -> None:
+    """_native.check for delete, compact and train_dict: what their maintenance check refused
+    with, if it did, or else the status's own exception."""
+    refusal = _refusals.error
+    if refusal is not None:
+        _refusals.error = None
+        raise refusal
+    _native.check(code, context)
 
 
 def _folder_identity(path: str) -> tuple[int, int] | None:
