@@ -11,10 +11,12 @@ list of calls (the native side does the same for its own state).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -141,7 +143,7 @@ class Zrecord(NativeCalls):
     with ValueError: its manifest lists the shard's record count, and the sharded dataset would
     no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead. delete,
     compact and train_dict check again inside their native call, once they hold the store
-    exclusively (_maintenance_check_of), so a rollover in another process cannot slip between
+    exclusively (_maintenance_check), so a rollover in another process cannot slip between
     the check and the change.
     """
 
@@ -162,9 +164,6 @@ class Zrecord(NativeCalls):
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
     _views: weakref.WeakSet[View]
-    # The native store's maintenance check (kept alive here while the store is open), or None
-    # for a read-only or dataset-owned handle.
-    _maintenance_check: Any
 
     def __init__(
         self,
@@ -219,17 +218,18 @@ class Zrecord(NativeCalls):
         _native.check(code, f"cannot open Zrecord store {self.path!r}")
         if not handle.value:
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
-        self._set_handle(handle.value)
-        self._closed = False
-        self._maintenance_check = None
-        if not self._dataset_owned and not self.readonly:
-            self._maintenance_check = _maintenance_check_of(self)
+        if not self.readonly:
+            # Every writable handle: the dataset layer's handles run their dataset's check.
+            key = next(_maintenance_keys)
+            _MAINTAINED[key] = self
             code = _native.lib.lx_store_set_maintenance_check(
-                handle.value, self._maintenance_check, None
+                handle.value, _MAINTENANCE_CHECK, key
             )
             if code != _native.OK:
                 _native.lib.lx_store_close(handle.value)
                 _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
+        self._set_handle(handle.value)
+        self._closed = False
         self._folder_absolute = os.path.abspath(self.path)
         self._folder_identity = _folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
@@ -291,12 +291,33 @@ class Zrecord(NativeCalls):
         on no rollover or commit can list the store (they claim its writer lock first), so the
         check holds until the handle closes. Without a claim it holds for this moment only:
         delete, compact and train_dict, which claim nothing, make it again inside their native
-        call (_maintenance_check_of)."""
+        call (_maintenance_check)."""
         self._refuse_if_shard(operation)
         if claim:
             self._claim_writer()
             self._refuse_if_shard(operation)
             self._writes_checked = True
+
+    def _check_in_maintenance(self, operation: str) -> None:
+        """What the native maintenance check runs (_maintenance_check): _refuse_if_shard
+        for a handle that is not the store's writer, then the caller's check, if any."""
+        if not self._writes_checked:
+            self._refuse_if_shard(operation)
+        caller = _refusals.check
+        if caller is not None and caller[0] is self:
+            caller[1](operation)
+
+    @contextmanager
+    def maintenance_checked_by(self, check: Callable[[str], None]) -> Iterator[None]:
+        """For loaderx's dataset layer: every delete, compact and train_dict on this handle that
+        this thread makes in the block runs check(operation) once it holds the store
+        exclusively; what check raises refuses the call (nothing changed) and is raised."""
+        previous = _refusals.check
+        _refusals.check = (self, check)
+        try:
+            yield
+        finally:
+            _refusals.check = previous
 
     def _reset_after_fork(self) -> None:
         super()._reset_after_fork()
@@ -668,36 +689,41 @@ class Zrecord(NativeCalls):
 
 class _Refusals(threading.local):
     """What a maintenance check refused with, on this thread: the check runs inside the
-    native call, where it cannot raise, and the call that ran it raises it instead."""
+    native call, where it cannot raise, and the call that ran it raises it instead. And the
+    caller's own check for one handle's maintenance on this thread (maintenance_checked_by)."""
 
     error: BaseException | None = None
+    check: tuple[Zrecord, Callable[[str], None]] | None = None
 
 
 _refusals: Final = _Refusals()
 
 
-def _maintenance_check_of(store: Zrecord) -> Any:
-    """The native maintenance check of a plain writable handle (lx_store_set_maintenance_check):
-    _refuse_if_shard again, run by delete, compact and train_dict once they hold the store
-    exclusively. Checked before the call only, a store could be rolled over into a sharded
-    dataset in another process in between, and then changed under its manifest. Held
-    exclusively, no other handle has the store open, and every rollover or commit holds the
-    store open from before it reads its count until it has listed it: none is half done, none
-    can start, and one that ended is seen. A handle that is the store's writer needs no check
-    (no rollover can claim the store). Holds the handle weakly: the handle holds the check."""
-    handle = weakref.ref(store)
+def _maintenance_check(key: int | None, operation: Any, operation_size: int) -> int:
+    """The native maintenance check of every writable handle (lx_store_set_maintenance_check,
+    its context the handle's key in _MAINTAINED): _refuse_if_shard again, run by delete,
+    compact and train_dict once they hold the store exclusively. Checked before the call only,
+    a store could be rolled over into a sharded dataset in another process in between, and
+    then changed under its manifest. Held exclusively, no other handle has the store open, and
+    every rollover or commit holds the store open from before it reads its count until it has
+    listed it: none is half done, none can start, and one that ended is seen. A handle that is
+    the store's writer needs no check (no rollover can claim the store), and a dataset-owned
+    one only its dataset's (maintenance_checked_by). Nonzero refuses the call."""
+    try:
+        found = _MAINTAINED.get(key or 0)
+        if found is not None:
+            found._check_in_maintenance(ctypes.string_at(operation, operation_size).decode())
+    except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
+        _refusals.error = error
+        return 1
+    return 0
 
-    def check(_context: int | None, operation: Any, operation_size: int) -> int:
-        try:
-            found = handle()
-            if found is not None and not found._writes_checked:
-                found._refuse_if_shard(ctypes.string_at(operation, operation_size).decode())
-        except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
-            _refusals.error = error
-            return 1
-        return 0
 
-    return _native.MaintenanceCheck(check)
+# One native callback for every handle (a thunk per handle would cost memory per shard), and
+# the handles by key, weakly (a handle's key goes with it).
+_MAINTENANCE_CHECK: Final = _native.MaintenanceCheck(_maintenance_check)
+_MAINTAINED: Final[weakref.WeakValueDictionary[int, Zrecord]] = weakref.WeakValueDictionary()
+_maintenance_keys: Final = itertools.count(1)
 
 
 def _check_maintenance(code: int, context: str) -> None:

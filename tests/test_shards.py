@@ -1775,6 +1775,44 @@ def test_a_plain_zrecord_never_deletes_from_a_staged_store_committed_right_after
             assert ds[:].tolist() == list(range(30))
 
 
+@pytest.mark.parametrize("operation", ["delete", "compact"])
+def test_a_single_store_dataset_handle_never_changes_a_store_rolled_over_right_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """A dataset handle that opened its folder as a single store (and never appended, so it is
+    not the store's writer) deletes or compacts: its check found no manifest, and then another
+    process rolled the dataset over before the native call, which changed the sealed store (a
+    delete took a record out of it: the dataset no longer opened, "the counts disagree"). The
+    check now runs again inside the call, with the store held exclusively; it refuses, saying
+    to reopen. The pause is injected right after the first check, where the other process
+    rolls over."""
+    from loaderx import dataset as dataset_module
+    from loaderx.errors import StoreLockedError
+
+    path = _single_store_of_six(tmp_path)
+    plain_lookup = dataset_module.sharded_dataset_of  # type: ignore[attr-defined]
+    rolled: list[bool] = []
+
+    def lookup_then_roll_over(folder: str) -> str | None:
+        found = plain_lookup(folder)
+        if not rolled:
+            rolled.append(True)
+            _roll_over_in_another_process(path)
+        return found
+
+    monkeypatch.setattr(dataset_module, "sharded_dataset_of", lookup_then_roll_over)
+    with DenseDataset(path) as early:
+        with pytest.raises(StoreLockedError, match=f"{operation} refused: .*became a sharded"):
+            if operation == "delete":
+                early.delete([0])
+            else:
+                early.compact()
+        assert rolled
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(15))
+
+
 def test_a_delete_never_runs_on_a_store_another_thread_rolls_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
