@@ -24,10 +24,14 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 10
+ABI_VERSION: Final = 11
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
+# lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
+MaintenanceCheck: Final = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_uint64
+)
 c_i64p = ctypes.POINTER(ctypes.c_int64)
 
 
@@ -245,6 +249,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_delete": (st, [vp, vp, u64]),
         "lx_stores_delete": (st, [vp, u64, vp, vp]),
         "lx_store_compact": (st, [vp]),
+        "lx_store_set_maintenance_check": (st, [vp, MaintenanceCheck, vp]),
         "lx_store_stats": (st, [vp, ctypes.POINTER(Stats)]),
         "lx_store_sync": (st, [vp]),
         "lx_store_verify": (st, [vp, vp, u64, ctypes.POINTER(VerifySummary)]),

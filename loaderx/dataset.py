@@ -335,14 +335,18 @@ class _DatasetBase:
         """Runs a write that must not change a store a manifest lists (delete, compact,
         train_dict) on this handle's store. A single store is checked and written under the
         rollover lock: another thread of this handle cannot roll it over in between, and the
-        check sees a rollover by another handle or process (_refuse_if_shard)."""
+        check sees a rollover by another handle or process (_refuse_if_shard). The check runs
+        again inside the native call, with the store held exclusively: another process could
+        roll the store over between the first check and the call (Zrecord's own shard check
+        says why it holds then)."""
         store = self._store
         if isinstance(store, Zrecord):
             with self._sharding:
                 store = self._store
                 if isinstance(store, Zrecord):
                     self._refuse_if_shard(operation)
-                    write(store)
+                    with store.maintenance_checked_by(self._refuse_if_shard):
+                        write(store)
                     return
         write(store)
 

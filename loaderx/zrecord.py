@@ -11,9 +11,12 @@ list of calls (the native side does the same for its own state).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -138,7 +141,10 @@ class Zrecord(NativeCalls):
     A shard folder of a sharded dataset (or a sharded dataset's own folder, whose store is its
     top-level shard) reads like any store but refuses append, delete, compact and train_dict
     with ValueError: its manifest lists the shard's record count, and the sharded dataset would
-    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead.
+    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead. delete,
+    compact and train_dict check again inside their native call, once they hold the store
+    exclusively (_maintenance_check), so a rollover in another process cannot slip between
+    the check and the change.
     """
 
     path: str
@@ -212,6 +218,16 @@ class Zrecord(NativeCalls):
         _native.check(code, f"cannot open Zrecord store {self.path!r}")
         if not handle.value:
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
+        if not self.readonly:
+            # Every writable handle: the dataset layer's handles run their dataset's check.
+            key = next(_maintenance_keys)
+            _MAINTAINED[key] = self
+            code = _native.lib.lx_store_set_maintenance_check(
+                handle.value, _MAINTENANCE_CHECK, key
+            )
+            if code != _native.OK:
+                _native.lib.lx_store_close(handle.value)
+                _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
         self._set_handle(handle.value)
         self._closed = False
         self._folder_absolute = os.path.abspath(self.path)
@@ -273,12 +289,35 @@ class Zrecord(NativeCalls):
         handle then becomes the store's writer (as the write would make it) and checks again,
         in case another process rolled the store into a sharded dataset in between; from then
         on no rollover or commit can list the store (they claim its writer lock first), so the
-        check holds until the handle closes. Without a claim it holds for this call only."""
+        check holds until the handle closes. Without a claim it holds for this moment only:
+        delete, compact and train_dict, which claim nothing, make it again inside their native
+        call (_maintenance_check)."""
         self._refuse_if_shard(operation)
         if claim:
             self._claim_writer()
             self._refuse_if_shard(operation)
             self._writes_checked = True
+
+    def _check_in_maintenance(self, operation: str) -> None:
+        """What the native maintenance check runs (_maintenance_check): _refuse_if_shard
+        for a handle that is not the store's writer, then the caller's check, if any."""
+        if not self._writes_checked:
+            self._refuse_if_shard(operation)
+        caller = _refusals.check
+        if caller is not None and caller[0] is self:
+            caller[1](operation)
+
+    @contextmanager
+    def maintenance_checked_by(self, check: Callable[[str], None]) -> Iterator[None]:
+        """For loaderx's dataset layer: every delete, compact and train_dict on this handle that
+        this thread makes in the block runs check(operation) once it holds the store
+        exclusively; what check raises refuses the call (nothing changed) and is raised."""
+        previous = _refusals.check
+        _refusals.check = (self, check)
+        try:
+            yield
+        finally:
+            _refusals.check = previous
 
     def _reset_after_fork(self) -> None:
         super()._reset_after_fork()
@@ -456,7 +495,7 @@ class Zrecord(NativeCalls):
             code = _native.lib.lx_store_train_dict(
                 handle, data, offsets.ctypes.data, count, int(dict_size)
             )
-            _native.check(code, f"dictionary training for {self.path!r}")
+            _check_maintenance(code, f"dictionary training for {self.path!r}")
         finally:
             self._leave()
 
@@ -579,7 +618,7 @@ class Zrecord(NativeCalls):
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
             if len(indices):
                 code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
-                _native.check(code, f"delete of {len(indices)} records from {self.path!r}")
+                _check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
         finally:
             self._leave()
 
@@ -590,7 +629,7 @@ class Zrecord(NativeCalls):
             self._check_first_write("compact", claim=False)
         handle = self._enter()
         try:
-            _native.check(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+            _check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
         finally:
             self._leave()
 
@@ -646,6 +685,55 @@ class Zrecord(NativeCalls):
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
             self._leave()
+
+
+class _Refusals(threading.local):
+    """What a maintenance check refused with, on this thread: the check runs inside the
+    native call, where it cannot raise, and the call that ran it raises it instead. And the
+    caller's own check for one handle's maintenance on this thread (maintenance_checked_by)."""
+
+    error: BaseException | None = None
+    check: tuple[Zrecord, Callable[[str], None]] | None = None
+
+
+_refusals: Final = _Refusals()
+
+
+def _maintenance_check(key: int | None, operation: Any, operation_size: int) -> int:
+    """The native maintenance check of every writable handle (lx_store_set_maintenance_check,
+    its context the handle's key in _MAINTAINED): _refuse_if_shard again, run by delete,
+    compact and train_dict once they hold the store exclusively. Checked before the call only,
+    a store could be rolled over into a sharded dataset in another process in between, and
+    then changed under its manifest. Held exclusively, no other handle has the store open, and
+    every rollover or commit holds the store open from before it reads its count until it has
+    listed it: none is half done, none can start, and one that ended is seen. A handle that is
+    the store's writer needs no check (no rollover can claim the store), and a dataset-owned
+    one only its dataset's (maintenance_checked_by). Nonzero refuses the call."""
+    try:
+        found = _MAINTAINED.get(key or 0)
+        if found is not None:
+            found._check_in_maintenance(ctypes.string_at(operation, operation_size).decode())
+    except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
+        _refusals.error = error
+        return 1
+    return 0
+
+
+# One native callback for every handle (a thunk per handle would cost memory per shard), and
+# the handles by key, weakly (a handle's key goes with it).
+_MAINTENANCE_CHECK: Final = _native.MaintenanceCheck(_maintenance_check)
+_MAINTAINED: Final[weakref.WeakValueDictionary[int, Zrecord]] = weakref.WeakValueDictionary()
+_maintenance_keys: Final = itertools.count(1)
+
+
+def _check_maintenance(code: int, context: str) -> None:
+    """_native.check for delete, compact and train_dict: what their maintenance check refused
+    with, if it did, or else the status's own exception."""
+    refusal = _refusals.error
+    if refusal is not None:
+        _refusals.error = None
+        raise refusal
+    _native.check(code, context)
 
 
 def _folder_identity(path: str) -> tuple[int, int] | None:

@@ -84,6 +84,8 @@ def _agrees(c_type: str, declared: Any) -> bool:
         return isinstance(declared, type) and issubclass(declared, ctypes._Pointer)
     if c_type == "void":
         return declared is None
+    if c_type == "lx_maintenance_check":  # a function pointer: the CFUNCTYPE of _native
+        return declared is _native.MaintenanceCheck
     expected = _INTEGERS.get(c_type)
     assert expected is not None, f"the test does not know the C type {c_type!r}: add it"
     return declared is not None and ctypes.sizeof(declared) == ctypes.sizeof(expected) and (

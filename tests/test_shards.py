@@ -1763,6 +1763,142 @@ def test_a_single_store_handle_never_deletes_past_a_rollover_elsewhere(tmp_path:
             assert ds[:].tolist() == [9, *range(1, 9), *range(10, 15)]
 
 
+# The maintenance calls a plain Zrecord refuses on a shard, with sample arguments.
+_MAINTENANCE: dict[str, Any] = {
+    "delete": lambda store: store.delete([0]),
+    "compact": lambda store: store.compact(),
+    "train_dict": lambda store: store.train_dict([b"s" * 64] * 40, 1024),
+}
+
+
+@pytest.mark.parametrize(
+    ("operation", "opened_by"),
+    [
+        ("delete", "absolute path"),
+        ("compact", "absolute path"),
+        ("train_dict", "absolute path"),
+        ("delete", "relative path, then chdir"),
+    ],
+)
+def test_a_plain_zrecord_never_changes_a_store_rolled_over_right_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str, opened_by: str
+) -> None:
+    """A plain Zrecord on a single store checked that no manifest listed the store, and then
+    deleted, compacted or trained its dictionary. Another process could roll the store over
+    (sealing it as shard '.' with its count in the manifest) between the check and the native
+    call, which then went through: after a delete the dataset no longer opened ("the counts
+    disagree"). The call now makes the handle the store's writer and checks again, so it
+    refuses and changes nothing. The pause is injected right after the first check, where the
+    other process rolls the store over."""
+    from loaderx import zrecord as zrecord_module
+
+    path = _single_store_of_six(tmp_path)
+    plain_lookup = zrecord_module.sharded_dataset_of  # type: ignore[attr-defined]
+    rolled: list[bool] = []
+
+    def lookup_then_roll_over(folder: str) -> str | None:
+        found = plain_lookup(folder)
+        if not rolled:  # the first check has passed: another process rolls the store over now
+            rolled.append(True)
+            _roll_over_in_another_process(path)
+        return found
+
+    monkeypatch.setattr(zrecord_module, "sharded_dataset_of", lookup_then_roll_over)
+    opened = path
+    if opened_by != "absolute path":
+        monkeypatch.chdir(tmp_path)
+        opened = Path(path.name)
+    with Zrecord(opened) as store:
+        if opened_by != "absolute path":
+            (tmp_path / "elsewhere").mkdir()
+            monkeypatch.chdir(tmp_path / "elsewhere")
+        refused = "is the top-level store \\(shard '.'\\) of the sharded dataset"
+        with pytest.raises(ValueError, match=f"{operation} refused: Zrecord .* {refused}"):
+            _MAINTENANCE[operation](store)
+        assert rolled
+        assert not store.has_dict
+        assert b"".join(store.gather(slice(None))) == np.arange(10, dtype=np.int64).tobytes()
+    assert not (path / "dict.zr").exists()
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(15))
+
+
+def test_a_plain_zrecord_never_deletes_from_a_staged_store_committed_right_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race through commit_shards: a plain Zrecord on a staged shard checked that its
+    folder was still where it opened it, and then another handle committed the folder into the
+    dataset (a rename) before the native delete, which went through on a listed shard. The
+    delete's second check, with the store held exclusively, sees the folder moved and refuses."""
+    from loaderx import zrecord as zrecord_module
+    from loaderx.shards import commit_shards, staging_folder
+
+    path = tmp_path / "corpus"
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(np.arange(25, dtype=np.int64))
+        schema = ds.schema
+    staged = staging_folder(path)
+    with DenseDataset(staged, dtype=np.int64, codec="raw") as shard:
+        shard.append(np.arange(25, 30, dtype=np.int64))
+    plain_lookup = zrecord_module.sharded_dataset_of  # type: ignore[attr-defined]
+    committed: list[bool] = []
+
+    def lookup_then_commit(folder: str) -> str | None:
+        found = plain_lookup(folder)
+        if not committed:  # the first check has passed: another handle commits the folder now
+            committed.append(True)
+            commit_shards(path, [staged], schema)
+        return found
+
+    monkeypatch.setattr(zrecord_module, "sharded_dataset_of", lookup_then_commit)
+    with Zrecord(staged) as store:
+        with pytest.raises(ValueError, match="delete refused: the folder of Zrecord .* was moved"):
+            store.delete([0])
+        assert committed
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(30))
+
+
+@pytest.mark.parametrize("operation", ["delete", "compact"])
+def test_a_single_store_dataset_handle_never_changes_a_store_rolled_over_right_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """A dataset handle that opened its folder as a single store (and never appended, so it is
+    not the store's writer) deletes or compacts: its check found no manifest, and then another
+    process rolled the dataset over before the native call, which changed the sealed store (a
+    delete took a record out of it: the dataset no longer opened, "the counts disagree"). The
+    check now runs again inside the call, with the store held exclusively; it refuses, saying
+    to reopen. The pause is injected right after the first check, where the other process
+    rolls over."""
+    from loaderx import dataset as dataset_module
+    from loaderx.errors import StoreLockedError
+
+    path = _single_store_of_six(tmp_path)
+    plain_lookup = dataset_module.sharded_dataset_of  # type: ignore[attr-defined]
+    rolled: list[bool] = []
+
+    def lookup_then_roll_over(folder: str) -> str | None:
+        found = plain_lookup(folder)
+        if not rolled:
+            rolled.append(True)
+            _roll_over_in_another_process(path)
+        return found
+
+    monkeypatch.setattr(dataset_module, "sharded_dataset_of", lookup_then_roll_over)
+    with DenseDataset(path) as early:
+        with pytest.raises(StoreLockedError, match=f"{operation} refused: .*became a sharded"):
+            if operation == "delete":
+                early.delete([0])
+            else:
+                early.compact()
+        assert rolled
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as ds:
+            assert ds[:].tolist() == list(range(15))
+
+
 def test_a_delete_never_runs_on_a_store_another_thread_rolls_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

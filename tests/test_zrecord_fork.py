@@ -519,3 +519,62 @@ def test_a_child_of_a_writer_checks_again_before_writing_a_store_rolled_over_sin
     wait_child(pid)
     with DenseDataset(path, readonly=True) as reopened:
         assert reopened[:].tolist() == list(range(16))
+
+
+def test_a_child_never_deletes_from_a_store_rolled_over_right_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked child's copy of a plain Zrecord on a single store deletes: it checked that no
+    manifest listed the store, and then another process (the parent, which had closed its own
+    handle) rolled the store over into a sharded dataset before the native delete. The delete
+    went through on the sealed store, and the dataset no longer opened ("the counts
+    disagree"). The check now runs again inside the delete, once it holds the store
+    exclusively: the child's delete refuses and changes nothing. The pause is injected right
+    after the child's first check, where the parent rolls the store over."""
+    from loaderx import zrecord as zrecord_module
+
+    path = tmp_path / "single"
+    with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
+        ds.append(np.arange(6, dtype=np.int64))
+    parent = os.getpid()
+    checked_read, checked_write = os.pipe()
+    rolled_read, rolled_write = os.pipe()
+    plain_lookup = zrecord_module.sharded_dataset_of  # type: ignore[attr-defined]
+    paused: list[bool] = []
+
+    def lookup_then_wait(folder: str) -> str | None:
+        found = plain_lookup(folder)
+        if os.getpid() != parent and not paused:  # the child's first check has passed
+            paused.append(True)
+            os.write(checked_write, b"c")
+            assert os.read(rolled_read, 1) == b"r"
+        return found
+
+    monkeypatch.setattr(zrecord_module, "sharded_dataset_of", lookup_then_wait)
+    store = Zrecord(path)
+
+    def child() -> None:
+        try:
+            store.delete([0])
+        except ValueError as error:
+            assert "delete refused" in str(error) and "shard '.'" in str(error), error
+        else:
+            raise AssertionError("the child deleted from a store its dataset has sealed")
+        store.close()
+
+    pid = run_child(child)
+    os.close(checked_write)  # a child that dies early ends the read below
+    os.close(rolled_read)
+    store.close()
+    try:
+        assert os.read(checked_read, 1) == b"c", "the child never reached its check"
+        with DenseDataset(path, shard_records=10) as other:
+            other.append(np.arange(6, 15, dtype=np.int64))  # rolls over: '.' sealed at 10
+        os.write(rolled_write, b"r")
+    finally:
+        os.close(checked_read)
+        os.close(rolled_write)
+        wait_child(pid)
+    for readonly in (True, False):
+        with DenseDataset(path, readonly=readonly) as reopened:
+            assert reopened[:].tolist() == list(range(15))

@@ -139,6 +139,14 @@ lx_status lx_stores_delete(lx_store *const *stores, uint64_t count, const int64_
                            const uint64_t *splits);
 /* Offline, in-place compaction (see README). */
 lx_status lx_store_compact(lx_store *store);
+/* A caller's check that lx_store_delete, lx_store_compact, lx_store_train_dict (and
+ * lx_stores_delete, for each store) run once they hold the store exclusively, so that no other
+ * handle has it open: nonzero refuses the operation with LX_STORE_LOCKED and nothing changed.
+ * It gets `context` and the operation's name ("delete", "compact" or "train_dict",
+ * operation_size bytes, not terminated), on the calling thread. A NULL function removes it. */
+typedef int (*lx_maintenance_check)(void *context, const char *operation, uint64_t operation_size);
+lx_status lx_store_set_maintenance_check(lx_store *store, lx_maintenance_check function,
+                                         void *context);
 lx_status lx_store_stats(lx_store *store, lx_stats *out);
 /* Why lx_store_verify reports a record. */
 #define LX_VERIFY_ENTRY 1u         /* impossible table entry (outside its chunk or the written space) */

@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 10;
+pub const abi_version: u32 = 11;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -315,6 +315,19 @@ fn outOfMemoryStatus(comptime function: []const u8) Status {
 export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
     const s = openHandle(Store, store, "lx_store_compact", "store") orelse return .invalid_argument;
     return storeStatus(s.compact());
+}
+
+/// The caller's check for delete, compact and train_dict (see Store.MaintenanceCheck); a null
+/// function removes it. Waits for calls in flight on the store, as maintenance does.
+export fn lx_store_set_maintenance_check(
+    store: ?*Store,
+    function: ?*const fn (?*anyopaque, [*]const u8, u64) callconv(.c) c_int,
+    context: ?*anyopaque,
+) callconv(.c) Status {
+    const s = openHandle(Store, store, "lx_store_set_maintenance_check", "store") orelse return .invalid_argument;
+    s.setMaintenanceCheck(if (function) |f| .{ .function = f, .context = context } else null);
+    status.clearMessage();
+    return .ok;
 }
 
 export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {

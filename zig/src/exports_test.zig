@@ -27,6 +27,8 @@ extern fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*
 extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
 extern fn lx_store_sync(store: ?*LxStore) Status;
 extern fn lx_store_train_dict(store: ?*LxStore, samples: ?[*]const u8, offsets: ?[*]const u64, count: u64, dict_size: u64) Status;
+const MaintenanceCheck = *const fn (context: ?*anyopaque, operation: [*]const u8, operation_size: u64) callconv(.c) c_int;
+extern fn lx_store_set_maintenance_check(store: ?*LxStore, function: ?MaintenanceCheck, context: ?*anyopaque) Status;
 const LxSamplerRequest = extern struct { mode: u32, reserved: u32, length: u64, batch_size: u64, seed: u64, shard_index: u64, shard_count: u64 };
 extern fn lx_sampler_batch(request: ?*const LxSamplerRequest, step: u64, out: ?[*]i64) Status;
 extern fn lx_sampler_fill(mode: u32, length: u64, batch_size: u64, seed: u64, step: u64, shard_index: u64, shard_count: u64, out: ?[*]i64) Status;
@@ -186,6 +188,7 @@ test "every store call refuses a NULL store" {
     try expectRefused(.invalid_argument, lx_store_stats(null, &stats), "store is NULL");
     try expectRefused(.invalid_argument, lx_store_sync(null), "store is NULL");
     try expectRefused(.invalid_argument, lx_store_train_dict(null, &byte, &offsets, 1, 1024), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_set_maintenance_check(null, null, null), "store is NULL");
 }
 
 test "appends refuse NULLs, decreasing offsets, bad codecs, zero strides and huge counts, changing nothing" {
@@ -346,6 +349,63 @@ test "delete, stats, sync, compact and train_dict refuse bad arguments, changing
     var stats: LxStats = undefined;
     try testing.expectEqual(Status.ok, lx_store_stats(s, &stats));
     try testing.expectEqual(LxStats{ .records = 10, .live_bytes = 40, .chunk_bytes = 40, .reclaimable = 0 }, stats);
+}
+
+/// What a maintenance check saw, and whether it refuses.
+const CheckRecord = struct {
+    refuse: bool,
+    calls: u32 = 0,
+    operation: [16]u8 = @splat(0),
+    operation_size: u64 = 0,
+
+    fn check(context: ?*anyopaque, operation: [*]const u8, operation_size: u64) callconv(.c) c_int {
+        const record: *CheckRecord = @ptrCast(@alignCast(context.?));
+        record.calls += 1;
+        record.operation_size = operation_size;
+        @memcpy(record.operation[0..@intCast(operation_size)], operation[0..@intCast(operation_size)]);
+        return @intFromBool(record.refuse);
+    }
+
+    fn saw(record: *const CheckRecord, operation: []const u8) bool {
+        return std.mem.eql(u8, record.operation[0..@intCast(record.operation_size)], operation);
+    }
+};
+
+test "a maintenance check runs in delete, compact and train_dict; one that refuses changes nothing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var record: CheckRecord = .{ .refuse = true };
+    try testing.expectEqual(Status.ok, lx_store_set_maintenance_check(s, CheckRecord.check, &record));
+    var index: [1]i64 = .{0};
+    try expectRefused(.store_locked, lx_store_delete(s, &index, 1), "delete refused by the caller's maintenance check");
+    try testing.expect(record.saw("delete"));
+    try expectRefused(.store_locked, lx_store_compact(s), "compact refused");
+    try testing.expect(record.saw("compact"));
+    var samples: [64]u8 = @splat(1);
+    var offsets: [9]u64 = .{ 0, 8, 16, 24, 32, 40, 48, 56, 64 };
+    try expectRefused(.store_locked, lx_store_train_dict(s, &samples, &offsets, 8, 1024), "train_dict refused");
+    try testing.expect(record.saw("train_dict"));
+    try testing.expectEqual(@as(u32, 3), record.calls);
+    try testing.expectEqual(@as(u64, 10), lx_store_length(s));
+    try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(s));
+    // A refused call released the store: another handle opens it, and the next call runs.
+    var other: ?*LxStore = null;
+    try testing.expectEqual(Status.ok, lx_store_open(&f.path, 0, &other));
+    lx_store_close(other);
+    record.refuse = false;
+    try testing.expectEqual(Status.ok, lx_store_delete(s, &index, 1));
+    try testing.expectEqual(@as(u32, 4), record.calls);
+    try testing.expectEqual(@as(u64, 9), lx_store_length(s));
+    var last: [4]u8 = undefined;
+    try testing.expectEqual(Status.ok, lx_store_gather_fixed(s, &index, 1, &last, 4));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9 }, &last); // swap-last: record 9 moved to 0
+    // A NULL function removes the check.
+    record.refuse = true;
+    try testing.expectEqual(Status.ok, lx_store_set_maintenance_check(s, null, null));
+    try testing.expectEqual(Status.ok, lx_store_compact(s));
+    try testing.expectEqual(@as(u32, 4), record.calls);
 }
 
 test "lx_stores_delete refuses bad arguments, and a store open elsewhere refuses it all" {

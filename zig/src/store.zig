@@ -179,6 +179,14 @@ pub const Stats = struct {
     reclaimable: u64,
 };
 
+/// A caller's check run by delete, compact and train_dict with the store held exclusively:
+/// nonzero refuses the operation (LX_STORE_LOCKED, nothing changed). `operation` is the
+/// operation's name, `operation_size` bytes, not terminated.
+pub const MaintenanceCheck = struct {
+    function: *const fn (context: ?*anyopaque, operation: [*]const u8, operation_size: u64) callconv(.c) c_int,
+    context: ?*anyopaque,
+};
+
 pub const Store = struct {
     /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
     canary: u64 = canary_open,
@@ -211,6 +219,9 @@ pub const Store = struct {
     gather_advisor: pool.Advisor = .{},
     /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
     copy_advisors: raw_copy.CopyAdvisors = .{},
+    /// The caller's check that delete, compact and train_dict run once they hold the store
+    /// exclusively (lx_store_set_maintenance_check); set and read under the exclusive lock.
+    maintenance_check: ?MaintenanceCheck = null,
 
     /// Opens the store in the folder `path` (which must exist).
     pub fn open(allocator: Allocator, path: []const u8, options: Options) Error!*Store {
@@ -1020,7 +1031,8 @@ pub const Store = struct {
 
     /// delete, compact and train_dict: the store exclusively in this process (running calls
     /// finish, new ones wait), then across handles and processes (refused while any other
-    /// handle has the store open). Pair with endMaintenance.
+    /// handle has the store open), then the caller's maintenance check, if any. Pair with
+    /// endMaintenance.
     pub fn beginMaintenance(store: *Store, operation: []const u8) Error!void {
         const io = pool.io();
         try store.refuseIfReadOnly();
@@ -1033,6 +1045,24 @@ pub const Store = struct {
             if (refreshed) store.refresh() catch {};
             return err;
         };
+        // Checked only now: no other handle has the store open, so nothing that must hold it
+        // open (a rollover sealing it into a sharded dataset) can be half done, or start.
+        if (store.maintenance_check) |check| {
+            if (check.function(check.context, operation.ptr, operation.len) != 0) {
+                store.locks.releaseExclusive(io);
+                diagnostic.note("{s} refused by the caller's maintenance check (lx_store_set_maintenance_check)", .{operation});
+                return error.StoreLocked;
+            }
+        }
+    }
+
+    /// Sets (or, with a null function, removes) the maintenance check, waiting for running
+    /// calls as maintenance does.
+    pub fn setMaintenanceCheck(store: *Store, check: ?MaintenanceCheck) void {
+        const io = pool.io();
+        store.lock.lockUncancelable(io);
+        defer store.lock.unlock(io);
+        store.maintenance_check = check;
     }
 
     /// Forgets every run and learns them from the current table (one pass over it). The
