@@ -314,6 +314,23 @@ def _check_appending(entries: list[ShardEntry], version: int, path: str) -> None
         )
 
 
+def _check_numbering(entries: list[ShardEntry], path: str) -> None:
+    """Shards are numbered in the order they were committed, each one above the one before
+    (commit_shards_locked), so the list is a run of consecutive numbers. Anything else is a
+    damaged manifest: two entries swapped would read every record of both at the other's global
+    indices, and a dropped entry would shift every later record down and leave its folder
+    unlisted, for the next commit to remove as a crash's leftover (remove_unlisted)."""
+    numbers = [shard_number(entry.name) for entry in entries]
+    for position in range(1, len(numbers)):
+        previous, number = numbers[position - 1], numbers[position]
+        assert previous is not None and number is not None
+        if number != previous + 1:
+            raise ManifestError(
+                f"{path}: shard {entries[position].name!r} follows {entries[position - 1].name!r}; "
+                "shards are listed in consecutive order, so an entry is missing or out of place"
+            )
+
+
 def parse_manifest(data: bytes, path: str) -> Manifest:
     """A Manifest from a manifest file's bytes; ManifestError if they are not one."""
     try:
@@ -342,6 +359,7 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     names = [entry.name for entry in entries]
     if len(set(names)) != len(names):
         raise ManifestError(f"{path} lists a shard twice")
+    _check_numbering(entries, path)
     _check_appending(entries, version, path)
     return Manifest(entries, generation)
 

@@ -388,3 +388,53 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     after = sharded._signature(folder)
     assert before is not None and after is not None
     assert before[:3] == after[:3] and before != after
+
+
+def _three_shards(path: Path, count: int = 25) -> np.ndarray:
+    """A dataset of shards '.', shard-000001, shard-000002 of up to 10 records each."""
+    values = np.arange(count, dtype=np.int64)
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(values)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    assert [(e.name, e.records) for e in manifest.shards] == [
+        (".", 10), ("shard-000001", 10), ("shard-000002", count - 20)
+    ]
+    return values
+
+
+def test_a_manifest_with_two_shard_names_swapped_is_refused_not_read_shuffled(
+    tmp_path: Path,
+) -> None:
+    """Shards of equal counts swapped in the manifest passed every count check and read each
+    other's records at the wrong global indices."""
+    path = tmp_path / "d"
+    values = _three_shards(path, count=30)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    shards = raw["shards"]
+    shards[1]["name"], shards[2]["name"] = "shard-000002", "shard-000001"
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    for readonly in (True, False):
+        with pytest.raises(ManifestError, match=r"shards\.msgpack: shard 'shard-000002' follows "
+                           r"'\.'; shards are listed in consecutive order"):
+            DenseDataset(path, readonly=readonly, shard_records=10)
+    with DenseDataset(path / "shard-000001", readonly=True) as shard:
+        assert (shard[:] == values[10:20]).all()  # nothing was written
+
+
+def test_a_manifest_missing_a_middle_shard_is_refused_and_the_shard_kept(tmp_path: Path) -> None:
+    """A manifest that lost the entry of a middle shard read the later shards at shifted
+    indices, and the next rollover removed the unlisted shard folder as a crash's leftover."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    del raw["shards"][1]
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with pytest.raises(ManifestError, match=r"shard 'shard-000002' follows '\.'; .* an entry is "
+                       "missing or out of place"):
+        DenseDataset(path, readonly=True, shard_records=10)
+    with pytest.raises(ManifestError, match="an entry is missing or out of place"):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(20, dtype=np.int64))  # a rollover: it removed shard-000001
+    with DenseDataset(path / "shard-000001", readonly=True) as shard:
+        assert (shard[:] == values[10:20]).all()
