@@ -768,6 +768,7 @@ class ShardedStore:
         if not mid_delete:
             remove_journal(self.path)  # died before the manifest write, or after settling it
             return
+        self._check_journal(parts)
         by_name = dict(zip([entry.name for entry in self.entries], self.stores))
         todo: list[tuple[Zrecord, npt.NDArray[np.int64]]] = []
         for part in parts:
@@ -790,6 +791,35 @@ class ShardedStore:
                 )
         self._write_counts(self._manifest())
         remove_journal(self.path)
+
+    def _check_journal(self, parts: list[ShardDelete]) -> None:
+        """The journal and the manifest were written by one delete (the journal first): they
+        name the same shards with the same counts before and after. A journal that disagrees
+        is damaged, and carrying it out would delete records the delete never selected."""
+        where = f"{journal_path(self.path)}"
+        planned = {e.name: e for e in self.entries if e.records_before is not None}
+        names = [part.name for part in parts]
+        if len(set(names)) != len(names):
+            raise ManifestError(f"{where} lists a shard twice: the journal is damaged")
+        for part in parts:
+            entry = planned.get(part.name)
+            if entry is None:
+                raise ManifestError(
+                    f"{where} deletes from shard {part.name!r}, which {MANIFEST_FILE} does not "
+                    "show mid-delete: the journal or the manifest is damaged"
+                )
+            if (entry.records_before, entry.records) != (part.records_before, part.records_after):
+                raise ManifestError(
+                    f"{where} takes shard {part.name!r} from {part.records_before} to "
+                    f"{part.records_after} records, {MANIFEST_FILE} from "
+                    f"{entry.records_before} to {entry.records}: one of them is damaged"
+                )
+        missing = sorted(set(planned) - set(names))
+        if missing:
+            raise ManifestError(
+                f"{MANIFEST_FILE} shows shards {missing} mid-delete but {where} has no part for "
+                "them: one of them is damaged"
+            )
 
     def compact(self) -> None:
         """Compacts every shard in place (offline, as for a single store)."""

@@ -403,6 +403,43 @@ def _three_shards(path: Path, count: int = 25) -> np.ndarray:
     return values
 
 
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        # Five indices where the manifest says one record goes: four records more deleted.
+        ([("shard-000001", 10, [0, 1, 2, 3, 4])],
+         r"takes shard 'shard-000001' from 10 to 5 records, shards\.msgpack from 10 to 9"),
+        # A part for a shard the delete never touched.
+        ([("shard-000001", 10, [3]), (".", 10, [0, 1])],
+         r"deletes from shard '\.', which shards\.msgpack does not show mid-delete"),
+        # The same shard twice (lx_stores_delete refused it with a bare ValueError).
+        ([("shard-000001", 10, [3]), ("shard-000001", 10, [4])], "lists a shard twice"),
+        # The manifest's shard has no part: it would be settled undeleted.
+        ([], r"shows shards \['shard-000001'\] mid-delete but .*shards\.delete has no part"),
+    ],
+)
+def test_a_delete_journal_that_disagrees_with_the_manifest_deletes_nothing(
+    tmp_path: Path, parts: list[tuple[str, int, list[int]]], message: str
+) -> None:
+    """A killed delete's journal and manifest are written by one delete: a journal that names
+    other shards or other counts is damaged, and finishing it deleted records the delete never
+    selected (data loss at a writable open)."""
+    from loaderx.delete_journal import ShardDelete, write_journal
+
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    manifest.shards[1].records_before, manifest.shards[1].records = 10, 9
+    write_manifest(path, manifest)  # a delete of one record of shard-000001, killed early
+    write_journal(str(path), [ShardDelete(name, before, np.array(local, np.int64))
+                              for name, before, local in parts])
+    with pytest.raises(ManifestError, match=message):
+        DenseDataset(path, shard_records=10)
+    with DenseDataset(path, readonly=True) as reader:  # nothing moved
+        assert reader[:].tolist() == values.tolist()
+
+
 def test_a_manifest_with_two_shard_names_swapped_is_refused_not_read_shuffled(
     tmp_path: Path,
 ) -> None:
