@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
@@ -121,7 +122,9 @@ def _signature(folder: str) -> _Signature | None:
         return None
     try:
         found = os.fstat(fd)
-        head = os.read(fd, _SIGNATURE_BYTES)  # a fresh descriptor reads from the start
+        # A fresh descriptor reads from the start. A folder in the manifest's place reads as
+        # nothing here; read_manifest refuses it, naming it.
+        head = os.read(fd, _SIGNATURE_BYTES) if stat.S_ISREG(found.st_mode) else b""
     finally:
         os.close(fd)
     return (found.st_ino, found.st_mtime_ns, found.st_size, head)

@@ -372,6 +372,8 @@ def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
             data = f.read(_MANIFEST_BYTES_MAX + 1)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise ManifestError(f"{path} is a folder, not a loaderx shard manifest") from None
     if len(data) > _MANIFEST_BYTES_MAX:
         raise ManifestError(f"{path} is too large to be a loaderx shard manifest")
     return parse_manifest(data, path)

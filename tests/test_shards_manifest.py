@@ -475,3 +475,22 @@ def test_a_manifest_missing_a_middle_shard_is_refused_and_the_shard_kept(tmp_pat
             ds.append(np.arange(20, dtype=np.int64))  # a rollover: it removed shard-000001
     with DenseDataset(path / "shard-000001", readonly=True) as shard:
         assert (shard[:] == values[10:20]).all()
+
+
+def test_a_folder_in_place_of_the_manifest_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The open read the manifest's first bytes for its signature and got a bare
+    IsADirectoryError that named no file."""
+    from loaderx import cli
+
+    path = tmp_path / "d"
+    _three_shards(path)
+    (path / MANIFEST_FILE).unlink()
+    (path / MANIFEST_FILE).mkdir()
+    expected = f"{path / MANIFEST_FILE} is a folder, not a loaderx shard manifest"
+    for readonly in (True, False):
+        with pytest.raises(ManifestError, match=expected):
+            DenseDataset(path, readonly=readonly, shard_records=10)
+    assert cli.main(["info", str(path)]) == 1
+    assert capsys.readouterr().err == f"loaderx info: {expected}\n"
