@@ -83,6 +83,8 @@ SHARD_RECORDS_MAX: Final = 1 << 24
 SHARD_COUNT_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = SHARD_COUNT_MAX * SHARD_RECORDS_MAX
 
+_GENERATION_MASK: Final = (1 << 64) - 1
+
 _META_FILE: Final = "meta.zr"
 _NAME_PATTERN: Final = re.compile(r"shard-([0-9]{6,7})")
 # 2^20 entries of a name and two ints stay well under this.
@@ -203,7 +205,10 @@ class Manifest:
         return {
             "format": MANIFEST_FORMAT,
             "version": version,
-            "generation": self.generation,
+            # Generations only tell versions apart (loaderx.sharded's signature), so they wrap
+            # at msgpack's largest integer rather than fail the write: a damaged manifest may
+            # hold any uint64 (one read near 2^64 failed its next write with OverflowError).
+            "generation": self.generation & _GENERATION_MASK,
             "shards": [entry.to_dict() for entry in self.shards],
         }
 

@@ -494,3 +494,22 @@ def test_a_folder_in_place_of_the_manifest_is_refused_naming_it(
             DenseDataset(path, readonly=readonly, shard_records=10)
     assert cli.main(["info", str(path)]) == 1
     assert capsys.readouterr().err == f"loaderx info: {expected}\n"
+
+
+def test_a_manifest_at_the_largest_generation_still_takes_writes(tmp_path: Path) -> None:
+    """A manifest whose generation is msgpack's largest integer (a damaged type byte makes
+    one) opened, and its next write failed with a bare OverflowError naming nothing; the
+    generation wraps instead (it only tells versions apart)."""
+    path = tmp_path / "d"
+    _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["generation"] = 2**64 - 1
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with DenseDataset(path, shard_records=10) as ds:
+        ds.append(np.arange(25, 40, dtype=np.int64))
+        ds.delete([0])
+        assert ds[:].tolist() == [9] + list(range(1, 9)) + list(range(10, 40))
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == [9] + list(range(1, 9)) + list(range(10, 40))
+    manifest = read_manifest(path)
+    assert manifest is not None and manifest.generation < 10
