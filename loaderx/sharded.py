@@ -287,6 +287,14 @@ class ShardedStore:
             raise ManifestError(
                 f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{_META_FILE})"
             )
+        if name != TOP_LEVEL and not self.readonly and os.path.islink(folder):
+            # Shard folders are made by renames inside the dataset, never as links: a writable
+            # handle would append, delete and compact through one into a folder elsewhere
+            # (perhaps another dataset's shard, whose own manifest then disagrees).
+            raise ManifestError(
+                f"{where} is a symbolic link to {os.readlink(folder)!r}, not a shard folder of "
+                "the dataset; refusing to write through it (readonly=True reads it)"
+            )
         if name != TOP_LEVEL:
             try:
                 found = read_schema(folder)

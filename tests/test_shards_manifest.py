@@ -513,3 +513,24 @@ def test_a_manifest_at_the_largest_generation_still_takes_writes(tmp_path: Path)
         assert ds[:].tolist() == [9] + list(range(1, 9)) + list(range(10, 40))
     manifest = read_manifest(path)
     assert manifest is not None and manifest.generation < 10
+
+
+def test_a_shard_folder_replaced_by_a_link_to_elsewhere_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    """A listed shard folder that is a symlink to a store outside the dataset (another
+    dataset's shard, say): a writable open appended, deleted and compacted in that folder."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    outside = tmp_path / "elsewhere"
+    (path / "shard-000002").rename(outside)
+    (path / "shard-000002").symlink_to(outside)
+    with pytest.raises(ManifestError, match=r"shard 'shard-000002' is a symbolic link to "
+                       f"'{outside}', not a shard folder of the dataset; refusing to write"):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(25, 27, dtype=np.int64))  # into the tail: the linked folder
+            ds.delete([24])
+    with DenseDataset(outside, readonly=True) as shard:
+        assert shard[:].tolist() == values[20:].tolist()
+    with DenseDataset(path, readonly=True) as ds:  # reading through it changes nothing
+        assert ds[:].tolist() == values.tolist()
