@@ -326,6 +326,11 @@ def _check_numbering(entries: list[ShardEntry], path: str) -> None:
     indices, and a dropped entry would shift every later record down and leave its folder
     unlisted, for the next commit to remove as a crash's leftover (remove_unlisted)."""
     numbers = [shard_number(entry.name) for entry in entries]
+    if numbers and numbers[0] != 0:
+        raise ManifestError(
+            f"{path}: the first shard is {entries[0].name!r}; a dataset's shards start at '.' "
+            "or shard-000000, so an entry is missing"
+        )
     for position in range(1, len(numbers)):
         previous, number = numbers[position - 1], numbers[position]
         assert previous is not None and number is not None
@@ -381,7 +386,23 @@ def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
         raise ManifestError(f"{path} is a folder, not a loaderx shard manifest") from None
     if len(data) > _MANIFEST_BYTES_MAX:
         raise ManifestError(f"{path} is too large to be a loaderx shard manifest")
-    return parse_manifest(data, path)
+    manifest = parse_manifest(data, path)
+    _check_top_level(os.fspath(folder), manifest, path)
+    return manifest
+
+
+def _check_top_level(folder: str, manifest: Manifest, path: str) -> None:
+    """A store at the top level of a dataset is shard '.', the first, and only then: a dataset
+    starts either as a single store (which becomes shard '.' when it rolls over) or sharded
+    (its first shard shard-000000). A manifest that does not list the store there has lost
+    entries: it would read the shards at shifted indices, and the next commit would remove the
+    shard folders it does not list."""
+    listed = bool(manifest.shards) and manifest.shards[0].name == TOP_LEVEL
+    if not listed and is_file(os.path.join(folder, _META_FILE)):
+        raise ManifestError(
+            f"{path} does not list the store at the top level of {folder!r} as shard '.': "
+            "entries are missing"
+        )
 
 
 # --- writing --------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": -1}]}, "bad records"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1 << 25}]}, "at most"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}, {"name": ".", "records": 1}]}, "only be shard 0"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000001", "records": 1}]}, "the first shard is 'shard-000001'; .* an entry is missing"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}] * 2}, "twice"),
         ({"format": "loaderx-shards", "version": 0, "generation": 0, "shards": []}, "bad manifest version 0"),
         ({"format": "loaderx-shards", "version": True, "generation": 0, "shards": []}, "bad manifest version True"),
@@ -534,3 +535,29 @@ def test_a_shard_folder_replaced_by_a_link_to_elsewhere_is_never_written_through
         assert shard[:].tolist() == values[20:].tolist()
     with DenseDataset(path, readonly=True) as ds:  # reading through it changes nothing
         assert ds[:].tolist() == values.tolist()
+
+
+@pytest.mark.parametrize("kept", [slice(1, None), slice(0, 0)])
+def test_a_manifest_that_lost_its_top_level_entry_is_refused(tmp_path: Path, kept: slice) -> None:
+    """A manifest without its entry for the top-level store ('.') read the other shards at
+    shifted indices (or nothing at all), and the next rollover's commit removed every shard
+    folder it did not list."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["shards"] = raw["shards"][kept]
+    if raw["shards"]:
+        raw["shards"][0]["name"], raw["shards"][1]["name"] = "shard-000000", "shard-000001"
+        os.rename(path / "shard-000001", path / "shard-000000")
+        os.rename(path / "shard-000002", path / "shard-000001")
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    message = r"shards\.msgpack does not list the store at the top level of .* as shard '\.'"
+    with pytest.raises(ManifestError, match=message):
+        DenseDataset(path, readonly=True, shard_records=10)
+    with pytest.raises(ManifestError, match=message):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(30, dtype=np.int64))
+    shards = sorted(name for name in os.listdir(path) if name.startswith("shard-"))
+    assert len(shards) == 2
+    with DenseDataset(path / shards[0], readonly=True) as shard:
+        assert shard[:].tolist() == values[10:20].tolist()
