@@ -42,6 +42,7 @@ This module stays interpreted: it runs once per open, commit or rollover, never 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -84,6 +85,8 @@ SHARD_COUNT_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = SHARD_COUNT_MAX * SHARD_RECORDS_MAX
 
 _GENERATION_MASK: Final = (1 << 64) - 1
+# Lock files are opened without following a link (O_NOFOLLOW; Windows has no such flag).
+_NO_FOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 _META_FILE: Final = "meta.zr"
 _NAME_PATTERN: Final = re.compile(r"shard-([0-9]{6,7})")
@@ -445,7 +448,16 @@ def _exclusive(folder: str | os.PathLike[str], name: str) -> Iterator[None]:
     # A registered descriptor: a child forked while we hold the lock closes its copy, so the
     # lock ends with our close (loaderx.lock_descriptors).
     path = os.path.join(os.fspath(folder), name)
-    fd = open_descriptor(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # Never through a link: O_CREAT would make the file wherever the link points.
+        fd = open_descriptor(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o644)
+    except OSError as error:
+        if not (error.errno == errno.ELOOP and os.path.islink(path)):
+            raise
+        raise ManifestError(
+            f"{path} is a symbolic link (to {os.readlink(path)!r}), not the dataset's lock "
+            "file; loaderx makes that file itself and does not follow links out of the dataset"
+        ) from None
     try:
         _lock_file(fd)
         yield
@@ -467,7 +479,9 @@ def reading_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     import fcntl
 
     try:
-        fd = open_descriptor(os.path.join(os.fspath(folder), READERS_LOCK_FILE), os.O_RDONLY)
+        fd = open_descriptor(
+            os.path.join(os.fspath(folder), READERS_LOCK_FILE), os.O_RDONLY | _NO_FOLLOW
+        )
     except OSError:
         yield
         return

@@ -561,3 +561,25 @@ def test_a_manifest_that_lost_its_top_level_entry_is_refused(tmp_path: Path, kep
     assert len(shards) == 2
     with DenseDataset(path / shards[0], readonly=True) as shard:
         assert shard[:].tolist() == values[10:20].tolist()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="POSIX: O_NOFOLLOW")
+def test_a_lock_file_replaced_by_a_link_creates_nothing_outside_the_dataset(
+    tmp_path: Path,
+) -> None:
+    """The commit lock was opened with O_CREAT through a symlink in its place: every append
+    created (or locked) the file the link named, anywhere outside the dataset."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (path / "shards.lock").unlink()
+    (path / "shards.lock").symlink_to(outside / "made-here")
+    with DenseDataset(path, shard_records=10) as ds:
+        assert ds[:].tolist() == values.tolist()  # reading takes no commit lock
+        with pytest.raises(ManifestError, match=r"shards\.lock is a symbolic link \(to '.*made-"
+                           r"here'\), not the dataset's lock file"):
+            ds.append(np.arange(25, 27, dtype=np.int64))
+    assert os.listdir(outside) == []
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == values.tolist()
