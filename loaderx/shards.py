@@ -320,6 +320,11 @@ def _check_appending(entries: list[ShardEntry], version: int, path: str) -> None
             f"{path}: a malformed append in flight (records_after on one shard, then only "
             "pending shards, in a version 2 manifest)"
         )
+    if any(entry.records_before is not None for entry in entries):
+        # Every writer finishes a killed delete before it appends, and a delete starts from a
+        # settled manifest: the two are never in flight at once. Resolving the append would
+        # drop shards of the delete as if they had never been committed.
+        raise ManifestError(f"{path}: an append in flight in a manifest mid-delete")
 
 
 def _check_numbering(entries: list[ShardEntry], path: str) -> None:

@@ -75,6 +75,7 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 7}, {"name": "shard-000001", "records": 3, "pending": True}, {"name": "shard-000002", "records": 3}]}, "malformed append in flight"),
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 5}, {"name": "shard-000001", "records": 3, "pending": True}]}, "records_after not above"),
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 7}, {"name": "shard-000001", "records": 3, "pending": 1}]}, "bad pending 1"),
+        ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": 6}, {"name": "shard-000001", "records": 5, "records_after": 7}, {"name": "shard-000002", "records": 3, "pending": True}]}, "an append in flight in a manifest mid-delete"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "x", "records": 1}]}, "bad name"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": -1}]}, "bad records"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1 << 25}]}, "at most"),
