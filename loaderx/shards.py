@@ -564,9 +564,12 @@ def remove_dead_temporaries(folder: str) -> None:
     a killed large delete's journal can be large)."""
     dead = tuple(f"{name}{TEMPORARY_MARK}" for name in (MANIFEST_FILE, DELETE_JOURNAL_FILE))
     for name in os.listdir(folder):
-        if name.startswith(dead):
+        path = os.path.join(folder, name)
+        # Only files: a folder under such a name was not made by a write (and would fail
+        # every later commit here with IsADirectoryError).
+        if name.startswith(dead) and not (os.path.isdir(path) and not os.path.islink(path)):
             with suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, name))
+                os.unlink(path)
 
 
 def _store_length(folder: str) -> int:

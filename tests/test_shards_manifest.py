@@ -584,3 +584,23 @@ def test_a_lock_file_replaced_by_a_link_creates_nothing_outside_the_dataset(
     assert os.listdir(outside) == []
     with DenseDataset(path, readonly=True) as ds:
         assert ds[:].tolist() == values.tolist()
+
+
+def test_stray_folders_under_the_names_of_markers_and_temporaries_block_no_commit(
+    tmp_path: Path,
+) -> None:
+    """A folder named like a staging folder's marker, a claim file or a manifest's temporary
+    file: the commit's cleaning unlinked it, failed with IsADirectoryError, and so did every
+    later commit (the dataset could no longer roll over). Such folders are left alone."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    strays = [".staging-1-dead.live", ".claim-0123456789ab", "shards.msgpack.tmp-1-abcdef01"]
+    for name in strays:
+        (path / name).mkdir()
+    (path / ".staging-1-dead").mkdir()  # its (dead) staging folder: removed or not, no matter
+    more = np.arange(25, 50, dtype=np.int64)
+    with DenseDataset(path, shard_records=10) as ds:
+        ds.append(more)  # past the tail: new shards, one commit
+        assert ds[:].tolist() == values.tolist() + more.tolist()
+    for name in strays:
+        assert (path / name).is_dir()
