@@ -757,6 +757,17 @@ class ShardedStore:
     def _refuse_half_deleted(self) -> None:
         """A read-only handle cannot finish a killed delete: it refuses one that some shards
         applied and others did not (all or none reads as a consistent dataset)."""
+        for entry, store in zip(self.entries, self.stores):
+            # A shard's own delete is atomic: it holds its count before or after, and telling
+            # which needs both to be right (a damaged count passed a half-done delete as done).
+            if entry.records_before is not None and len(store) not in (
+                entry.records, entry.records_before
+            ):
+                raise ManifestError(
+                    f"{self.path!r}: shard {entry.name!r} holds {len(store)} records, neither "
+                    f"the {entry.records_before} before the delete in progress in "
+                    f"{MANIFEST_FILE} nor the {entry.records} after it"
+                )
         if self._half_deleted():
             raise ReadOnlyStoreError(
                 f"{self.path!r}: a delete over several shards was interrupted by a crash and "

@@ -604,3 +604,32 @@ def test_stray_folders_under_the_names_of_markers_and_temporaries_block_no_commi
         assert ds[:].tolist() == values.tolist() + more.tolist()
     for name in strays:
         assert (path / name).is_dir()
+
+
+def test_a_damaged_count_of_a_delete_in_progress_never_passes_it_as_consistent(
+    tmp_path: Path,
+) -> None:
+    """A killed delete, done on one shard of two: a read-only open refuses it as half done.
+    With the done shard's count in the manifest damaged (lowered, still below the count before),
+    neither shard matched its count after, so the delete read as applied nowhere, and the
+    read-only open returned the half-deleted records."""
+    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx.zrecord import Zrecord
+
+    path = tmp_path / "d"
+    _three_shards(path)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    for entry in manifest.shards[:2]:
+        entry.records_before, entry.records = 10, 8
+    write_manifest(path, manifest)
+    write_journal(str(path), [ShardDelete(".", 10, np.array([1, 3])),
+                              ShardDelete("shard-000001", 10, np.array([1, 3]))])
+    with Zrecord(path, _dataset_owned=True) as store:  # the killed delete got this far
+        store.delete(np.array([1, 3]))
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["shards"][0]["records"] = 7  # damaged: 7 <= 8 <= 10 still passes the count check
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with pytest.raises(ManifestError, match=r"shard '\.' holds 8 records, neither the 10 "
+                       r"before the delete in progress in shards\.msgpack nor the 7 after it"):
+        DenseDataset(path, readonly=True, shard_records=10)
