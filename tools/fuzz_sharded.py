@@ -386,8 +386,8 @@ def _mutate_files(folder: str, outside: str, rng: random.Random) -> str:
         elif kind == "empty":
             open(path, "wb").close()
         elif kind == "link_out":
-            # A manifest link to nothing is the manifest removed (see above).
-            targets = ["file", "store"] + ([] if name == _MANIFEST else ["missing"])
+            # A manifest or journal link to nothing is that file removed (see above).
+            targets = ["file", "store"] + ([] if name in (_MANIFEST, _JOURNAL) else ["missing"])
             os.symlink(os.path.join(outside, rng.choice(targets)), path)
         return f"{kind} files {name}"
     if kind == "shard_out":
