@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import uuid
 from contextlib import suppress
 from typing import Final
@@ -143,7 +144,10 @@ def remove_dead(parent: str, name_prefix: str, claim_prefix: str) -> int:
 
 def _remove_if_unheld(marker: str, folder: str | None) -> bool:
     """Removes folder (if any) and then marker when nobody holds the marker's lock; returns
-    whether it did."""
+    whether it did. A folder under a marker's or a claim's name was not made here and is left
+    alone: it could not be unlinked, and would fail every later cleaning."""
+    if _is_folder(marker):
+        return False
     lock = try_lock(marker)
     if lock is None:  # held by a live process, or no marker at all
         return False
@@ -155,6 +159,14 @@ def _remove_if_unheld(marker: str, folder: str | None) -> bool:
     finally:
         lock.release()
     return True
+
+
+def _is_folder(path: str) -> bool:
+    """Whether path is a folder itself (not a link to one); False when there is nothing."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _forget_in_child() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
@@ -121,7 +122,9 @@ def _signature(folder: str) -> _Signature | None:
         return None
     try:
         found = os.fstat(fd)
-        head = os.read(fd, _SIGNATURE_BYTES)  # a fresh descriptor reads from the start
+        # A fresh descriptor reads from the start. A folder in the manifest's place reads as
+        # nothing here; read_manifest refuses it, naming it.
+        head = os.read(fd, _SIGNATURE_BYTES) if stat.S_ISREG(found.st_mode) else b""
     finally:
         os.close(fd)
     return (found.st_ino, found.st_mtime_ns, found.st_size, head)
@@ -283,6 +286,14 @@ class ShardedStore:
         if not os.path.isfile(os.path.join(folder, _META_FILE)):
             raise ManifestError(
                 f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{_META_FILE})"
+            )
+        if name != TOP_LEVEL and not self.readonly and os.path.islink(folder):
+            # Shard folders are made by renames inside the dataset, never as links: a writable
+            # handle would append, delete and compact through one into a folder elsewhere
+            # (perhaps another dataset's shard, whose own manifest then disagrees).
+            raise ManifestError(
+                f"{where} is a symbolic link to {os.readlink(folder)!r}, not a shard folder of "
+                "the dataset; refusing to write through it (readonly=True reads it)"
             )
         if name != TOP_LEVEL:
             try:
@@ -780,6 +791,17 @@ class ShardedStore:
     def _refuse_half_deleted(self) -> None:
         """A read-only handle cannot finish a killed delete: it refuses one that some shards
         applied and others did not (all or none reads as a consistent dataset)."""
+        for entry, store in zip(self.entries, self.stores):
+            # A shard's own delete is atomic: it holds its count before or after, and telling
+            # which needs both to be right (a damaged count passed a half-done delete as done).
+            if entry.records_before is not None and len(store) not in (
+                entry.records, entry.records_before
+            ):
+                raise ManifestError(
+                    f"{self.path!r}: shard {entry.name!r} holds {len(store)} records, neither "
+                    f"the {entry.records_before} before the delete in progress in "
+                    f"{MANIFEST_FILE} nor the {entry.records} after it"
+                )
         if self._half_deleted():
             raise ReadOnlyStoreError(
                 f"{self.path!r}: a delete over several shards was interrupted by a crash and "
@@ -802,6 +824,7 @@ class ShardedStore:
         if not mid_delete:
             remove_journal(self.path)  # died before the manifest write, or after settling it
             return
+        self._check_journal(parts)
         by_name = dict(zip([entry.name for entry in self.entries], self.stores))
         todo: list[tuple[Zrecord, npt.NDArray[np.int64]]] = []
         for part in parts:
@@ -824,6 +847,35 @@ class ShardedStore:
                 )
         self._write_counts(self._manifest())
         remove_journal(self.path)
+
+    def _check_journal(self, parts: list[ShardDelete]) -> None:
+        """The journal and the manifest were written by one delete (the journal first): they
+        name the same shards with the same counts before and after. A journal that disagrees
+        is damaged, and carrying it out would delete records the delete never selected."""
+        where = f"{journal_path(self.path)}"
+        planned = {e.name: e for e in self.entries if e.records_before is not None}
+        names = [part.name for part in parts]
+        if len(set(names)) != len(names):
+            raise ManifestError(f"{where} lists a shard twice: the journal is damaged")
+        for part in parts:
+            entry = planned.get(part.name)
+            if entry is None:
+                raise ManifestError(
+                    f"{where} deletes from shard {part.name!r}, which {MANIFEST_FILE} does not "
+                    "show mid-delete: the journal or the manifest is damaged"
+                )
+            if (entry.records_before, entry.records) != (part.records_before, part.records_after):
+                raise ManifestError(
+                    f"{where} takes shard {part.name!r} from {part.records_before} to "
+                    f"{part.records_after} records, {MANIFEST_FILE} from "
+                    f"{entry.records_before} to {entry.records}: one of them is damaged"
+                )
+        missing = sorted(set(planned) - set(names))
+        if missing:
+            raise ManifestError(
+                f"{MANIFEST_FILE} shows shards {missing} mid-delete but {where} has no part for "
+                "them: one of them is damaged"
+            )
 
     def compact(self) -> None:
         """Compacts every shard in place (offline, as for a single store)."""

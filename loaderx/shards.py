@@ -42,6 +42,7 @@ This module stays interpreted: it runs once per open, commit or rollover, never 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -82,6 +83,10 @@ SHARD_RECORDS_MAX: Final = 1 << 24
 # each is 2^44 records, far inside the int64 index space.
 SHARD_COUNT_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = SHARD_COUNT_MAX * SHARD_RECORDS_MAX
+
+_GENERATION_MASK: Final = (1 << 64) - 1
+# Lock files are opened without following a link (O_NOFOLLOW; Windows has no such flag).
+_NO_FOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 _META_FILE: Final = "meta.zr"
 _NAME_PATTERN: Final = re.compile(r"shard-([0-9]{6,7})")
@@ -203,7 +208,10 @@ class Manifest:
         return {
             "format": MANIFEST_FORMAT,
             "version": version,
-            "generation": self.generation,
+            # Generations only tell versions apart (loaderx.sharded's signature), so they wrap
+            # at msgpack's largest integer rather than fail the write: a damaged manifest may
+            # hold any uint64 (one read near 2^64 failed its next write with OverflowError).
+            "generation": self.generation & _GENERATION_MASK,
             "shards": [entry.to_dict() for entry in self.shards],
         }
 
@@ -312,6 +320,33 @@ def _check_appending(entries: list[ShardEntry], version: int, path: str) -> None
             f"{path}: a malformed append in flight (records_after on one shard, then only "
             "pending shards, in a version 2 manifest)"
         )
+    if any(entry.records_before is not None for entry in entries):
+        # Every writer finishes a killed delete before it appends, and a delete starts from a
+        # settled manifest: the two are never in flight at once. Resolving the append would
+        # drop shards of the delete as if they had never been committed.
+        raise ManifestError(f"{path}: an append in flight in a manifest mid-delete")
+
+
+def _check_numbering(entries: list[ShardEntry], path: str) -> None:
+    """Shards are numbered in the order they were committed, each one above the one before
+    (commit_shards_locked), so the list is a run of consecutive numbers. Anything else is a
+    damaged manifest: two entries swapped would read every record of both at the other's global
+    indices, and a dropped entry would shift every later record down and leave its folder
+    unlisted, for the next commit to remove as a crash's leftover (remove_unlisted)."""
+    numbers = [shard_number(entry.name) for entry in entries]
+    if numbers and numbers[0] != 0:
+        raise ManifestError(
+            f"{path}: the first shard is {entries[0].name!r}; a dataset's shards start at '.' "
+            "or shard-000000, so an entry is missing"
+        )
+    for position in range(1, len(numbers)):
+        previous, number = numbers[position - 1], numbers[position]
+        assert previous is not None and number is not None
+        if number != previous + 1:
+            raise ManifestError(
+                f"{path}: shard {entries[position].name!r} follows {entries[position - 1].name!r}; "
+                "shards are listed in consecutive order, so an entry is missing or out of place"
+            )
 
 
 def parse_manifest(data: bytes, path: str) -> Manifest:
@@ -342,6 +377,7 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     names = [entry.name for entry in entries]
     if len(set(names)) != len(names):
         raise ManifestError(f"{path} lists a shard twice")
+    _check_numbering(entries, path)
     _check_appending(entries, version, path)
     return Manifest(entries, generation)
 
@@ -354,9 +390,27 @@ def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
             data = f.read(_MANIFEST_BYTES_MAX + 1)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise ManifestError(f"{path} is a folder, not a loaderx shard manifest") from None
     if len(data) > _MANIFEST_BYTES_MAX:
         raise ManifestError(f"{path} is too large to be a loaderx shard manifest")
-    return parse_manifest(data, path)
+    manifest = parse_manifest(data, path)
+    _check_top_level(os.fspath(folder), manifest, path)
+    return manifest
+
+
+def _check_top_level(folder: str, manifest: Manifest, path: str) -> None:
+    """A store at the top level of a dataset is shard '.', the first, and only then: a dataset
+    starts either as a single store (which becomes shard '.' when it rolls over) or sharded
+    (its first shard shard-000000). A manifest that does not list the store there has lost
+    entries: it would read the shards at shifted indices, and the next commit would remove the
+    shard folders it does not list."""
+    listed = bool(manifest.shards) and manifest.shards[0].name == TOP_LEVEL
+    if not listed and is_file(os.path.join(folder, _META_FILE)):
+        raise ManifestError(
+            f"{path} does not list the store at the top level of {folder!r} as shard '.': "
+            "entries are missing"
+        )
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -399,7 +453,16 @@ def _exclusive(folder: str | os.PathLike[str], name: str) -> Iterator[None]:
     # A registered descriptor: a child forked while we hold the lock closes its copy, so the
     # lock ends with our close (loaderx.lock_descriptors).
     path = os.path.join(os.fspath(folder), name)
-    fd = open_descriptor(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # Never through a link: O_CREAT would make the file wherever the link points.
+        fd = open_descriptor(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o644)
+    except OSError as error:
+        if not (error.errno == errno.ELOOP and os.path.islink(path)):
+            raise
+        raise ManifestError(
+            f"{path} is a symbolic link (to {os.readlink(path)!r}), not the dataset's lock "
+            "file; loaderx makes that file itself and does not follow links out of the dataset"
+        ) from None
     try:
         _lock_file(fd)
         yield
@@ -421,7 +484,9 @@ def reading_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     import fcntl
 
     try:
-        fd = open_descriptor(os.path.join(os.fspath(folder), READERS_LOCK_FILE), os.O_RDONLY)
+        fd = open_descriptor(
+            os.path.join(os.fspath(folder), READERS_LOCK_FILE), os.O_RDONLY | _NO_FOLLOW
+        )
     except OSError:
         yield
         return
@@ -499,9 +564,12 @@ def remove_dead_temporaries(folder: str) -> None:
     a killed large delete's journal can be large)."""
     dead = tuple(f"{name}{TEMPORARY_MARK}" for name in (MANIFEST_FILE, DELETE_JOURNAL_FILE))
     for name in os.listdir(folder):
-        if name.startswith(dead):
+        path = os.path.join(folder, name)
+        # Only files: a folder under such a name was not made by a write (and would fail
+        # every later commit here with IsADirectoryError).
+        if name.startswith(dead) and not (os.path.isdir(path) and not os.path.islink(path)):
             with suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, name))
+                os.unlink(path)
 
 
 def _store_length(folder: str) -> int:

@@ -449,3 +449,21 @@ def test_recode_refuses_a_damaged_raw_record(tmp_path: Path, codec: Codec) -> No
     with DenseDataset(tmp_path / "dst", readonly=True, verify=True) as dst:
         assert dst[:].tobytes() == data.tobytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "src"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the fuzzer forks one child per trial")
+def test_fuzzing_sharded_dataset_files_finds_no_crash_hang_escape_or_silent_wrong_result() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools import fuzz_sharded
+    finally:
+        sys.path.remove(str(ROOT))
+    result = fuzz_sharded.run(trials=90, seed=1, timeout=60.0, log=lambda line: None)
+    outcomes = result["outcomes"]
+    assert result["failures"] == []
+    assert sum(outcomes.values()) == 90
+    assert all(outcomes[name] == 0 for name in fuzz_sharded.FAILURES)
+    # The experiment really corrupted things: most trials are detected, every kind ran.
+    assert outcomes["detected"] > 40
+    kinds = {kind.split()[0] for kind in result["by_mutation"]}
+    assert {"manifest", "journal", "files"} <= kinds

@@ -75,10 +75,12 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 7}, {"name": "shard-000001", "records": 3, "pending": True}, {"name": "shard-000002", "records": 3}]}, "malformed append in flight"),
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 5}, {"name": "shard-000001", "records": 3, "pending": True}]}, "records_after not above"),
         ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_after": 7}, {"name": "shard-000001", "records": 3, "pending": 1}]}, "bad pending 1"),
+        ({"format": "loaderx-shards", "version": 2, "generation": 0, "shards": [{"name": ".", "records": 5, "records_before": 6}, {"name": "shard-000001", "records": 5, "records_after": 7}, {"name": "shard-000002", "records": 3, "pending": True}]}, "an append in flight in a manifest mid-delete"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "x", "records": 1}]}, "bad name"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": -1}]}, "bad records"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1 << 25}]}, "at most"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}, {"name": ".", "records": 1}]}, "only be shard 0"),
+        ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000001", "records": 1}]}, "the first shard is 'shard-000001'; .* an entry is missing"),
         ({"format": "loaderx-shards", "version": 1, "generation": 0, "shards": [{"name": "shard-000000", "records": 1}] * 2}, "twice"),
         ({"format": "loaderx-shards", "version": 0, "generation": 0, "shards": []}, "bad manifest version 0"),
         ({"format": "loaderx-shards", "version": True, "generation": 0, "shards": []}, "bad manifest version True"),
@@ -388,3 +390,246 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     after = sharded._signature(folder)
     assert before is not None and after is not None
     assert before[:3] == after[:3] and before != after
+
+
+def _three_shards(path: Path, count: int = 25) -> np.ndarray:
+    """A dataset of shards '.', shard-000001, shard-000002 of up to 10 records each."""
+    values = np.arange(count, dtype=np.int64)
+    with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
+        ds.append(values)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    assert [(e.name, e.records) for e in manifest.shards] == [
+        (".", 10), ("shard-000001", 10), ("shard-000002", count - 20)
+    ]
+    return values
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        # Five indices where the manifest says one record goes: four records more deleted.
+        ([("shard-000001", 10, [0, 1, 2, 3, 4])],
+         r"takes shard 'shard-000001' from 10 to 5 records, shards\.msgpack from 10 to 9"),
+        # A part for a shard the delete never touched.
+        ([("shard-000001", 10, [3]), (".", 10, [0, 1])],
+         r"deletes from shard '\.', which shards\.msgpack does not show mid-delete"),
+        # The same shard twice (lx_stores_delete refused it with a bare ValueError).
+        ([("shard-000001", 10, [3]), ("shard-000001", 10, [4])], "lists a shard twice"),
+        # The manifest's shard has no part: it would be settled undeleted.
+        ([], r"shows shards \['shard-000001'\] mid-delete but .*shards\.delete has no part"),
+    ],
+)
+def test_a_delete_journal_that_disagrees_with_the_manifest_deletes_nothing(
+    tmp_path: Path, parts: list[tuple[str, int, list[int]]], message: str
+) -> None:
+    """A killed delete's journal and manifest are written by one delete: a journal that names
+    other shards or other counts is damaged, and finishing it deleted records the delete never
+    selected (data loss at a writable open)."""
+    from loaderx.delete_journal import ShardDelete, write_journal
+
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    manifest.shards[1].records_before, manifest.shards[1].records = 10, 9
+    write_manifest(path, manifest)  # a delete of one record of shard-000001, killed early
+    write_journal(str(path), [ShardDelete(name, before, np.array(local, np.int64))
+                              for name, before, local in parts])
+    with pytest.raises(ManifestError, match=message):
+        DenseDataset(path, shard_records=10)
+    with DenseDataset(path, readonly=True) as reader:  # nothing moved
+        assert reader[:].tolist() == values.tolist()
+
+
+def test_a_manifest_with_two_shard_names_swapped_is_refused_not_read_shuffled(
+    tmp_path: Path,
+) -> None:
+    """Shards of equal counts swapped in the manifest passed every count check and read each
+    other's records at the wrong global indices."""
+    path = tmp_path / "d"
+    values = _three_shards(path, count=30)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    shards = raw["shards"]
+    shards[1]["name"], shards[2]["name"] = "shard-000002", "shard-000001"
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    for readonly in (True, False):
+        with pytest.raises(ManifestError, match=r"shards\.msgpack: shard 'shard-000002' follows "
+                           r"'\.'; shards are listed in consecutive order"):
+            DenseDataset(path, readonly=readonly, shard_records=10)
+    with DenseDataset(path / "shard-000001", readonly=True) as shard:
+        assert (shard[:] == values[10:20]).all()  # nothing was written
+
+
+def test_a_manifest_missing_a_middle_shard_is_refused_and_the_shard_kept(tmp_path: Path) -> None:
+    """A manifest that lost the entry of a middle shard read the later shards at shifted
+    indices, and the next rollover removed the unlisted shard folder as a crash's leftover."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    del raw["shards"][1]
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with pytest.raises(ManifestError, match=r"shard 'shard-000002' follows '\.'; .* an entry is "
+                       "missing or out of place"):
+        DenseDataset(path, readonly=True, shard_records=10)
+    with pytest.raises(ManifestError, match="an entry is missing or out of place"):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(20, dtype=np.int64))  # a rollover: it removed shard-000001
+    with DenseDataset(path / "shard-000001", readonly=True) as shard:
+        assert (shard[:] == values[10:20]).all()
+
+
+def test_a_folder_in_place_of_the_manifest_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The open read the manifest's first bytes for its signature and got a bare
+    IsADirectoryError that named no file."""
+    from loaderx import cli
+
+    path = tmp_path / "d"
+    _three_shards(path)
+    (path / MANIFEST_FILE).unlink()
+    (path / MANIFEST_FILE).mkdir()
+    expected = f"{path / MANIFEST_FILE} is a folder, not a loaderx shard manifest"
+    for readonly in (True, False):
+        with pytest.raises(ManifestError, match=expected):
+            DenseDataset(path, readonly=readonly, shard_records=10)
+    assert cli.main(["info", str(path)]) == 1
+    assert capsys.readouterr().err == f"loaderx info: {expected}\n"
+
+
+def test_a_manifest_at_the_largest_generation_still_takes_writes(tmp_path: Path) -> None:
+    """A manifest whose generation is msgpack's largest integer (a damaged type byte makes
+    one) opened, and its next write failed with a bare OverflowError naming nothing; the
+    generation wraps instead (it only tells versions apart)."""
+    path = tmp_path / "d"
+    _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["generation"] = 2**64 - 1
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with DenseDataset(path, shard_records=10) as ds:
+        ds.append(np.arange(25, 40, dtype=np.int64))
+        ds.delete([0])
+        assert ds[:].tolist() == [9] + list(range(1, 9)) + list(range(10, 40))
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == [9] + list(range(1, 9)) + list(range(10, 40))
+    manifest = read_manifest(path)
+    assert manifest is not None and manifest.generation < 10
+
+
+def test_a_shard_folder_replaced_by_a_link_to_elsewhere_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    """A listed shard folder that is a symlink to a store outside the dataset (another
+    dataset's shard, say): a writable open appended, deleted and compacted in that folder."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    outside = tmp_path / "elsewhere"
+    (path / "shard-000002").rename(outside)
+    (path / "shard-000002").symlink_to(outside)
+    with pytest.raises(ManifestError, match=r"shard 'shard-000002' is a symbolic link to "
+                       f"'{outside}', not a shard folder of the dataset; refusing to write"):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(25, 27, dtype=np.int64))  # into the tail: the linked folder
+            ds.delete([24])
+    with DenseDataset(outside, readonly=True) as shard:
+        assert shard[:].tolist() == values[20:].tolist()
+    with DenseDataset(path, readonly=True) as ds:  # reading through it changes nothing
+        assert ds[:].tolist() == values.tolist()
+
+
+@pytest.mark.parametrize("kept", [slice(1, None), slice(0, 0)])
+def test_a_manifest_that_lost_its_top_level_entry_is_refused(tmp_path: Path, kept: slice) -> None:
+    """A manifest without its entry for the top-level store ('.') read the other shards at
+    shifted indices (or nothing at all), and the next rollover's commit removed every shard
+    folder it did not list."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["shards"] = raw["shards"][kept]
+    if raw["shards"]:
+        raw["shards"][0]["name"], raw["shards"][1]["name"] = "shard-000000", "shard-000001"
+        os.rename(path / "shard-000001", path / "shard-000000")
+        os.rename(path / "shard-000002", path / "shard-000001")
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    message = r"shards\.msgpack does not list the store at the top level of .* as shard '\.'"
+    with pytest.raises(ManifestError, match=message):
+        DenseDataset(path, readonly=True, shard_records=10)
+    with pytest.raises(ManifestError, match=message):
+        with DenseDataset(path, shard_records=10) as ds:
+            ds.append(np.arange(30, dtype=np.int64))
+    shards = sorted(name for name in os.listdir(path) if name.startswith("shard-"))
+    assert len(shards) == 2
+    with DenseDataset(path / shards[0], readonly=True) as shard:
+        assert shard[:].tolist() == values[10:20].tolist()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="POSIX: O_NOFOLLOW")
+def test_a_lock_file_replaced_by_a_link_creates_nothing_outside_the_dataset(
+    tmp_path: Path,
+) -> None:
+    """The commit lock was opened with O_CREAT through a symlink in its place: every append
+    created (or locked) the file the link named, anywhere outside the dataset."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (path / "shards.lock").unlink()
+    (path / "shards.lock").symlink_to(outside / "made-here")
+    with DenseDataset(path, shard_records=10) as ds:
+        assert ds[:].tolist() == values.tolist()  # reading takes no commit lock
+        with pytest.raises(ManifestError, match=r"shards\.lock is a symbolic link \(to '.*made-"
+                           r"here'\), not the dataset's lock file"):
+            ds.append(np.arange(25, 27, dtype=np.int64))
+    assert os.listdir(outside) == []
+    with DenseDataset(path, readonly=True) as ds:
+        assert ds[:].tolist() == values.tolist()
+
+
+def test_stray_folders_under_the_names_of_markers_and_temporaries_block_no_commit(
+    tmp_path: Path,
+) -> None:
+    """A folder named like a staging folder's marker, a claim file or a manifest's temporary
+    file: the commit's cleaning unlinked it, failed with IsADirectoryError, and so did every
+    later commit (the dataset could no longer roll over). Such folders are left alone."""
+    path = tmp_path / "d"
+    values = _three_shards(path)
+    strays = [".staging-1-dead.live", ".claim-0123456789ab", "shards.msgpack.tmp-1-abcdef01"]
+    for name in strays:
+        (path / name).mkdir()
+    (path / ".staging-1-dead").mkdir()  # its (dead) staging folder: removed or not, no matter
+    more = np.arange(25, 50, dtype=np.int64)
+    with DenseDataset(path, shard_records=10) as ds:
+        ds.append(more)  # past the tail: new shards, one commit
+        assert ds[:].tolist() == values.tolist() + more.tolist()
+    for name in strays:
+        assert (path / name).is_dir()
+
+
+def test_a_damaged_count_of_a_delete_in_progress_never_passes_it_as_consistent(
+    tmp_path: Path,
+) -> None:
+    """A killed delete, done on one shard of two: a read-only open refuses it as half done.
+    With the done shard's count in the manifest damaged (lowered, still below the count before),
+    neither shard matched its count after, so the delete read as applied nowhere, and the
+    read-only open returned the half-deleted records."""
+    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx.zrecord import Zrecord
+
+    path = tmp_path / "d"
+    _three_shards(path)
+    manifest = read_manifest(path)
+    assert manifest is not None
+    for entry in manifest.shards[:2]:
+        entry.records_before, entry.records = 10, 8
+    write_manifest(path, manifest)
+    write_journal(str(path), [ShardDelete(".", 10, np.array([1, 3])),
+                              ShardDelete("shard-000001", 10, np.array([1, 3]))])
+    with Zrecord(path, _dataset_owned=True) as store:  # the killed delete got this far
+        store.delete(np.array([1, 3]))
+    raw = msgpack.unpackb((path / MANIFEST_FILE).read_bytes())
+    raw["shards"][0]["records"] = 7  # damaged: 7 <= 8 <= 10 still passes the count check
+    (path / MANIFEST_FILE).write_bytes(msgpack.packb(raw))
+    with pytest.raises(ManifestError, match=r"shard '\.' holds 8 records, neither the 10 "
+                       r"before the delete in progress in shards\.msgpack nor the 7 after it"):
+        DenseDataset(path, readonly=True, shard_records=10)
