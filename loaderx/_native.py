@@ -13,9 +13,11 @@ import os
 import sys
 from typing import Any, Final, NoReturn
 
+from loaderx import descriptors
 from loaderx.errors import (
     CodecError,
     CorruptStoreError,
+    DescriptorLimitError,
     DictionaryError,
     LibraryNotFoundError,
     NotAStoreError,
@@ -24,7 +26,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 11
+ABI_VERSION: Final = 12
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -127,6 +129,7 @@ SIZE_MISMATCH: Final = 13
 PERMISSION_DENIED: Final = 14
 STORE_LOCKED: Final = 15
 READ_ONLY: Final = 16
+TOO_MANY_OPEN_FILES: Final = 17
 
 # The one table from status to exception class.
 _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
@@ -146,6 +149,7 @@ _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
     PERMISSION_DENIED: PermissionError,
     STORE_LOCKED: StoreLockedError,
     READ_ONLY: ReadOnlyStoreError,
+    TOO_MANY_OPEN_FILES: DescriptorLimitError,
 }
 
 OPEN_CREATE: Final = 1
@@ -306,6 +310,9 @@ def raise_status(code: int, context: str) -> NoReturn:
     if code == IO and "(ENOSPC)" in message:
         # A full disk keeps its errno, so callers can tell it from other I/O failures.
         raise OSError(errno.ENOSPC, message)
+    if code == TOO_MANY_OPEN_FILES:
+        # EMFILE keeps its errno too; the message says what the limit is and what to do.
+        raise descriptors.limit_error(message)
     raise exc_type(message)
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
+from loaderx import descriptors
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 
 try:
@@ -58,7 +59,7 @@ def fsync_folder(folder: str) -> None:
     """fsyncs a folder's entries (its renames and new files), where the OS allows it."""
     if os.name == "nt":
         return  # Windows cannot open a folder for fsync; NTFS journals renames itself
-    fd = os.open(folder, os.O_RDONLY)
+    fd = descriptors.os_open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -75,7 +76,7 @@ def fsync_tree(folder: str) -> None:
             path = os.path.join(here, name)
             if os.path.islink(path):
                 continue
-            fd = os.open(path, mode)
+            fd = descriptors.os_open(path, mode)
             try:
                 os.fsync(fd)
             finally:

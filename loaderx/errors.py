@@ -28,6 +28,11 @@ class ReadOnlyStoreError(LoaderxError, PermissionError):
     """A write (append, delete, compact, train_dict, sync) to a store opened with readonly=True."""
 
 
+class DescriptorLimitError(LoaderxError, OSError):
+    """The process is out of file descriptors (errno EMFILE) and loaderx could not raise its
+    soft RLIMIT_NOFILE further; the message names the limit and what to do."""
+
+
 class DictionaryError(LoaderxError):
     """A zstd dictionary is missing where one is needed, or cannot be replaced."""
 

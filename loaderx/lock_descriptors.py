@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+from loaderx import descriptors
+
 _registry_lock: Final = threading.RLock()
 _open_descriptors: set[int] = set()
 
@@ -33,7 +35,8 @@ _open_descriptors: set[int] = set()
 def open_descriptor(path: str, flags: int, mode: int = 0o644) -> int:
     """os.open(path, flags, mode), registered until close_descriptor."""
     with _registry_lock:
-        fd = os.open(path, flags, mode)
+        # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
+        fd = descriptors.os_open(path, flags, mode)
         _open_descriptors.add(fd)
     return fd
 

@@ -14,6 +14,8 @@ import stat
 import uuid
 from typing import Final, TypeAlias
 
+from loaderx import descriptors
+
 # A path as the public API takes it: bytes too, as the os functions take them.
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
@@ -67,7 +69,7 @@ def write_file_atomically(path: str, data: bytes) -> None:
     writers never share a temporary file). Syncing the folder is the caller's choice."""
     tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "wb") as f:
+        with descriptors.open_binary(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -19,6 +19,7 @@ import msgpack
 import numpy as np
 from numpy.typing import DTypeLike
 
+from loaderx import descriptors
 from loaderx.errors import SchemaError
 from loaderx.paths import write_file_atomically
 
@@ -286,7 +287,7 @@ def parse_schema(data: bytes, path: str) -> Schema:
 def read_schema(folder: str) -> Schema:
     """The schema of a dataset folder; FileNotFoundError if the folder has none."""
     path = schema_path(folder)
-    with open(path, "rb") as f:
+    with descriptors.open_binary(path, "rb") as f:
         data = f.read(_SCHEMA_BYTES_MAX + 1)
     if len(data) > _SCHEMA_BYTES_MAX:
         raise SchemaError(f"{path} is too large to be a loaderx schema")

@@ -30,7 +30,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native
+from loaderx import _native, descriptors
 from loaderx.delete_journal import (
     JOURNAL_FILE,
     ShardDelete,
@@ -117,7 +117,7 @@ def _signature(folder: str) -> _Signature | None:
     on every write). The stat alone is not enough: a replaced manifest's freed inode is often
     the next one's, its size the same, and its mtime equal within the kernel's coarse clock."""
     try:
-        fd = os.open(manifest_path(folder), os.O_RDONLY)
+        fd = descriptors.os_open(manifest_path(folder), os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:

@@ -53,7 +53,7 @@ from typing import Any, Final
 
 import msgpack
 
-from loaderx import claims
+from loaderx import claims, descriptors
 from loaderx.errors import ManifestError, SchemaError, StoreLockedError
 from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import TEMPORARY_MARK, is_file, write_file_atomically
@@ -386,7 +386,7 @@ def read_manifest(folder: str | os.PathLike[str]) -> Manifest | None:
     """The manifest of a dataset folder, or None for a single-store (or absent) dataset."""
     path = manifest_path(os.fspath(folder))
     try:
-        with open(path, "rb") as f:
+        with descriptors.open_binary(path, "rb") as f:
             data = f.read(_MANIFEST_BYTES_MAX + 1)
     except FileNotFoundError:
         return None
@@ -420,7 +420,7 @@ def fsync_folder(folder: str) -> None:
     """Makes a rename or a new entry in `folder` durable (a no-op where folders cannot be synced)."""
     if sys.platform == "win32":
         return
-    fd = os.open(folder, os.O_RDONLY)
+    fd = descriptors.os_open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

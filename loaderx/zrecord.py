@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native
+from loaderx import _native, descriptors
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.indexing import normalize_index
 from loaderx.native_calls import NativeCalls, address
@@ -212,10 +212,17 @@ class Zrecord(NativeCalls):
             | verify_flag
         )
         handle = ctypes.c_void_p()
-        # A wait for another handle's delete, compact or train_dict, where Ctrl-C can end it.
-        wait_until_openable(self.path)
-        code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
-        _native.check(code, f"cannot open Zrecord store {self.path!r}")
+        context = f"cannot open Zrecord store {self.path!r}"
+
+        def open_native() -> None:
+            # A wait for another handle's delete, compact or train_dict, where Ctrl-C can end it.
+            wait_until_openable(self.path)
+            code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
+            _native.check(code, context)
+
+        # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
+        descriptors.make_room(len(_OPEN_STORES))
+        descriptors.retrying(open_native, context)
         if not handle.value:
             raise RuntimeError(f"opening {self.path!r} returned no store handle")
         if not self.readonly:
@@ -411,10 +418,19 @@ class Zrecord(NativeCalls):
         first = ctypes.c_uint64()
         handle = self._enter()
         try:
-            code = _native.lib.lx_store_append(
-                handle, None, offsets.ctypes.data, 0, codec_id("raw"), ctypes.byref(first)
+            raw = codec_id("raw")
+            context = f"append to {self.path!r}"
+            # A failed append changes nothing, so one out of descriptors (writer.lock) can
+            # run again once the soft limit rose (descriptors.py).
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append(
+                        handle, None, offsets.ctypes.data, 0, raw, ctypes.byref(first)
+                    ),
+                    context,
+                ),
+                context,
             )
-            _native.check(code, f"append to {self.path!r}")
         finally:
             self._leave()
 
@@ -431,10 +447,18 @@ class Zrecord(NativeCalls):
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
             first = ctypes.c_uint64()
-            code = _native.lib.lx_store_append(
-                handle, data, offsets.ctypes.data, count, tag, ctypes.byref(first)
+            context = f"append of {count} records to {self.path!r}"
+            # All or nothing: one out of descriptors (writer.lock, a chunk) runs again once the
+            # soft limit rose (descriptors.py).
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append(
+                        handle, data, offsets.ctypes.data, count, tag, ctypes.byref(first)
+                    ),
+                    context,
+                ),
+                context,
             )
-            _native.check(code, f"append of {count} records to {self.path!r}")
             return int(first.value)
         finally:
             self._leave()
@@ -469,10 +493,18 @@ class Zrecord(NativeCalls):
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
             first = ctypes.c_uint64()
-            code = _native.lib.lx_store_append_fixed(
-                handle, contiguous.ctypes.data, record_size, count, tag, ctypes.byref(first)
+            context = f"append of {count} records to {self.path!r}"
+            # As in append: retried once when out of descriptors.
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append_fixed(
+                        handle, contiguous.ctypes.data, record_size, count, tag,
+                        ctypes.byref(first),
+                    ),
+                    context,
+                ),
+                context,
             )
-            _native.check(code, f"append of {count} records to {self.path!r}")
             return int(first.value)
         finally:
             self._leave()

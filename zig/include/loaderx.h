@@ -45,7 +45,8 @@ typedef enum lx_status {
     LX_PERMISSION_DENIED = 14, /* PermissionError */
     LX_STORE_LOCKED = 15,      /* loaderx.errors.StoreLockedError: another writer, or open elsewhere */
     LX_READ_ONLY = 16,         /* loaderx.errors.ReadOnlyStoreError: a write to a read-only handle */
-    LX_STATUS_COUNT = 17
+    LX_TOO_MANY_OPEN_FILES = 17, /* loaderx.errors.DescriptorLimitError (OSError EMFILE): RLIMIT_NOFILE reached */
+    LX_STATUS_COUNT = 18
 } lx_status;
 
 /* Flags of lx_store_open. */

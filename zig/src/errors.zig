@@ -23,6 +23,8 @@ pub const Error = error{
     PermissionDenied,
     StoreLocked,
     ReadOnly,
+    /// The process is out of file descriptors (EMFILE): its soft RLIMIT_NOFILE was reached.
+    TooManyOpenFiles,
 };
 
 /// The one mapping to statuses: exhaustive and without `else`, so a new error cannot compile
@@ -45,6 +47,7 @@ pub fn toStatus(err: Error) Status {
         error.PermissionDenied => .permission_denied,
         error.StoreLocked => .store_locked,
         error.ReadOnly => .read_only,
+        error.TooManyOpenFiles => .too_many_open_files,
     };
 }
 
@@ -62,6 +65,8 @@ pub fn fromStd(err: anyerror) Error {
         error.FileNotFound => error.NotFound,
         error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => error.PermissionDenied,
         error.OutOfMemory => error.OutOfMemory,
+        // Only the process's own limit: raising it can help (the system-wide table cannot).
+        error.ProcessFdQuotaExceeded => error.TooManyOpenFiles,
         else => error.Io,
     };
 }
@@ -75,4 +80,11 @@ test "every error maps to a distinct status" {
         seen.insert(s);
     }
     try std.testing.expect(!seen.contains(.ok));
+}
+
+test "out of descriptors keeps its identity only for the process's own limit" {
+    try std.testing.expectEqual(error.TooManyOpenFiles, fromStd(error.ProcessFdQuotaExceeded));
+    try std.testing.expectEqual(Status.too_many_open_files, toStatus(fromStd(error.ProcessFdQuotaExceeded)));
+    // The system-wide table (ENFILE) is not this process's to raise: a plain I/O failure.
+    try std.testing.expectEqual(error.Io, fromStd(error.SystemFdQuotaExceeded));
 }

@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 11;
+pub const abi_version: u32 = 12;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;

@@ -21,6 +21,7 @@ pub const Status = enum(c_int) {
     permission_denied = 14,
     store_locked = 15,
     read_only = 16,
+    too_many_open_files = 17,
 
     /// The C name of a status, for lx_status_name.
     pub fn name(status: Status) [:0]const u8 {
@@ -42,12 +43,13 @@ pub const Status = enum(c_int) {
             .permission_denied => "LX_PERMISSION_DENIED",
             .store_locked => "LX_STORE_LOCKED",
             .read_only => "LX_READ_ONLY",
+            .too_many_open_files => "LX_TOO_MANY_OPEN_FILES",
         };
     }
 };
 
 /// Number of statuses; must match LX_STATUS_COUNT in loaderx.h.
-pub const status_count: c_int = 17;
+pub const status_count: c_int = 18;
 
 comptime {
     std.debug.assert(@typeInfo(Status).@"enum".field_names.len == status_count);
