@@ -10,7 +10,12 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   does); torch's default collate_fn meets a TypeError that says so. Indices may be ints, lists
   of them, or integer tensors (a batch sampler such as ``torch.randperm(n).split(b)``, or a
   BatchSampler over a tensor, which yields lists of 0-d tensors). It pickles by path (the
-  datasets reopen in the worker), so spawn and forkserver workers work.
+  datasets reopen in the worker), so spawn and forkserver workers work. In a worker process its
+  tensors are made in shared memory (as torch's default collate makes its own), so the batch goes
+  to the main process as a handle: otherwise the queue's feeder thread copied it into shared
+  memory, and a spawn worker that exited while its feeder was inside that copy aborted
+  ("terminate called without an active exception": CPython 3.11 ends a daemon thread that
+  wants the GIL back during finalization with pthread_exit, which aborts in torch's C++ frames).
 - ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
   made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
   alive, so the loader never writes into an array a tensor still uses). A loader made with
@@ -27,6 +32,7 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -124,6 +130,29 @@ def _shareable(array: npt.NDArray[Any]) -> bool:
     return array.flags.writeable and all(stride >= 0 for stride in array.strides)
 
 
+def _in_worker() -> bool:
+    """True in a worker process of torch's DataLoader."""
+    return torch.utils.data.get_worker_info() is not None
+
+
+def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor in shared memory (what torch's default collate makes in a worker)."""
+    size = math.prod(shape) * dtype.itemsize
+    if size == 0:
+        return torch.empty(shape, dtype=dtype)  # nothing to share (torch sends empty ones as such)
+    new_shared = torch.UntypedStorage._new_shared
+    storage: torch.UntypedStorage = new_shared(size)  # type: ignore[no-untyped-call]
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+def _shared_tensor(value: Any) -> torch.Tensor:
+    """_tensor(value, copy=True), made in shared memory."""
+    native = _native(np.asarray(value))
+    tensor = _shared_empty(native.shape, _torch_dtype(native.dtype))
+    np.copyto(tensor.numpy(), native)
+    return tensor
+
+
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
     """The dtype of a tensor made by _tensor from an array of this dtype."""
     return torch.from_numpy(np.empty(0, dtype.newbyteorder("="))).dtype
@@ -166,17 +195,42 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
         return self._length
 
     def _tensors(self, indices: npt.NDArray[np.int64], scalar: bool) -> TensorBatch:
+        # In a worker, gather straight into shared memory (see the module docstring); a stream
+        # in non-native byte order, or an array the transform made, is copied into it once.
+        shared = _in_worker()
         arrays: dict[str, Any] = {}
+        gathered: dict[str, tuple[npt.NDArray[Any], torch.Tensor]] = {}
         for name, dataset in self.streams.items():
             shape = dataset.item_shape if scalar else (len(indices), *dataset.item_shape)
-            out = np.empty(shape, dtype=dataset.dtype)
+            if shared and dataset.dtype.isnative:
+                tensor = _shared_empty(shape, _torch_dtype(dataset.dtype))
+                out = tensor.numpy()
+                gathered[name] = (out, tensor)
+            else:
+                out = np.empty(shape, dtype=dataset.dtype)
             if len(indices):
                 dataset.gather_into(indices, out)
             arrays[name] = out
         if self.transform is not None:
             arrays = self.transform(arrays)
-        tensors = {name: _tensor(value) for name, value in arrays.items()}
+        tensors = {
+            name: self._stream_tensor(name, value, gathered, shared)
+            for name, value in arrays.items()
+        }
         return tensors if scalar else CollatedBatch(tensors)
+
+    @staticmethod
+    def _stream_tensor(
+        name: str,
+        value: Any,
+        gathered: Mapping[str, tuple[npt.NDArray[Any], torch.Tensor]],
+        shared: bool,
+    ) -> torch.Tensor:
+        """The tensor of one stream's array: the shared tensor it was gathered into when the
+        transform passed that array on as it was, else _tensor (or its shared copy)."""
+        if name in gathered and value is gathered[name][0]:
+            return gathered[name][1]
+        return _shared_tensor(value) if shared else _tensor(value)
 
     def __getitem__(self, index: SampleIndex) -> TensorBatch:
         """One sample; index is an int, a NumPy integer or a 0-d integer tensor."""
