@@ -51,8 +51,14 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     assert declared == abi()
     # 20 store, sampler and library functions (lx_store_verify among them) + 6 lx_view_* +
     # lx_sampler_batch + lx_pool_set_policy and lx_pool_policy + lx_stores_set_policy and
-    # lx_stores_policy + the 4 calls of 32-bit halves + lx_stores_delete
-    assert len(abi()) == 36
+    # lx_stores_policy + the 4 calls of 32-bit halves + lx_stores_delete +
+    # lx_store_set_maintenance_check
+    assert len(abi()) == 37
+
+
+def test_header_parsing_counts_functions_not_function_pointer_typedefs() -> None:
+    text = "typedef int (*lx_cb)(void *context, int n);\n/* lx_gone(x) */\nint lx_f(lx_cb f);\n"
+    assert libinspect.header_functions(text) == {"lx_f"}
 
 
 def test_host_library_exports_exactly_the_header() -> None:

@@ -60,6 +60,8 @@ def header_functions(header_text: str) -> frozenset[str]:
     text = re.sub(r"/\*.*?\*/", " ", header_text, flags=re.DOTALL)
     text = re.sub(r"//[^\n]*", " ", text)
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    # A typedef declares no function, though a function pointer's reads like one: int (*f)(...).
+    text = re.sub(r"\btypedef\b[^;]*;", " ", text)
     return frozenset(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text)) - {"sizeof"}
 
 
