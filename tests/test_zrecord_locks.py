@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import ReadOnlyStoreError, StoreLockedError
+from loaderx.errors import CorruptStoreError, ReadOnlyStoreError, StoreLockedError
 from loaderx.schema import Codec
 from loaderx.zrecord import Zrecord
 
@@ -615,3 +615,50 @@ def test_readonly_sharded_dataset(tmp_path: Path) -> None:
                 call()
         np.testing.assert_array_equal(ds[[24, 0, 13]], data[[24, 0, 13]])
     assert sorted(os.listdir(path)) == names
+
+
+# ---- lock files are never opened through a link -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["open.lock", "maintenance.lock", "writer.lock"])
+@pytest.mark.parametrize("target_exists", [False, True])
+def test_a_lock_file_replaced_by_a_link_is_refused_and_nothing_is_made_where_it_points(
+    tmp_path: Path, name: str, target_exists: bool
+) -> None:
+    """The lock files were created (O_CREAT) and flocked through a symlink in their place:
+    opening the store made or locked the file the link named, anywhere outside the store."""
+    store_path = str(tmp_path / "store")
+    with Zrecord(store_path, create=True) as store:
+        store.append([record(0), record(1)])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "target"
+    if target_exists:
+        target.write_bytes(b"not the store's")
+    os.unlink(os.path.join(store_path, name))
+    os.symlink(target, os.path.join(store_path, name))
+    refused = rf"{name.replace('.', '[.]')} is a symbolic link \(to '.*target'\), not the store's lock file"
+    if name == "writer.lock":
+        # Taken from the first write on: reading needs no writer lock.
+        with Zrecord(store_path) as store:
+            assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1]
+            with pytest.raises(CorruptStoreError, match=refused) as info:
+                store.append([record(2)])
+            assert repr(store_path) in str(info.value)
+            assert store.stats()["records"] == 2
+    else:
+        with pytest.raises(CorruptStoreError, match=refused) as info:
+            Zrecord(store_path)
+        assert repr(store_path) in str(info.value)
+        if name == "open.lock":
+            # A read-only handle does not lock through the link either.
+            with pytest.raises(CorruptStoreError, match=refused):
+                Zrecord(store_path, readonly=True)
+    assert os.listdir(outside) == (["target"] if target_exists else [])
+    if target_exists:
+        assert target.read_bytes() == b"not the store's"
+    os.unlink(os.path.join(store_path, name))
+    with Zrecord(store_path) as store:
+        assert store.append([record(2)]) == 2
+        assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1, 2]
+    assert not os.path.islink(os.path.join(store_path, name))
