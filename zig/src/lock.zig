@@ -22,6 +22,7 @@ const Io = std.Io;
 const errors = @import("errors.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
+const no_follow = @import("no_follow.zig");
 const Error = errors.Error;
 
 pub const open_file_name = "open.lock";
@@ -192,30 +193,14 @@ fn openLockFile(io: Io, dir: Io.Dir, name: []const u8, read_only: bool) Error!?I
     if (read_only) {
         return dir.openFile(io, name, .{ .mode = .read_only, .follow_symlinks = false }) catch |err| switch (err) {
             error.FileNotFound, error.AccessDenied, error.PermissionDenied => null,
-            error.SymLinkLoop => return refuseLink(io, dir, name),
+            error.SymLinkLoop => return no_follow.refuse(io, dir, name, "lock file"),
             else => return failOpen(err, name),
         };
     }
-    // createFile has no O_NOFOLLOW, but O_CREAT|O_EXCL never follows a final link: open an
-    // existing file without following one, else create it exclusively. Another handle may
-    // create it between the two; the next round then opens that file.
-    var round: u32 = 0;
-    while (true) : (round += 1) {
-        if (dir.openFile(io, name, .{ .mode = .read_write, .follow_symlinks = false })) |f| {
-            return f;
-        } else |err| switch (err) {
-            error.FileNotFound => {},
-            error.SymLinkLoop => return refuseLink(io, dir, name),
-            else => return failCreate(err, name),
-        }
-        if (dir.createFile(io, name, .{ .read = true, .truncate = false, .exclusive = true })) |f| {
-            return f;
-        } else |err| switch (err) {
-            // Made by another handle since (or a link put in its place, refused next round).
-            error.PathAlreadyExists => if (round >= 8) return failCreate(err, name),
-            else => return failCreate(err, name),
-        }
-    }
+    return no_follow.openOrCreate(io, dir, name) catch |err| switch (err) {
+        error.SymLinkLoop => return no_follow.refuse(io, dir, name, "lock file"),
+        else => return failCreate(err, name),
+    };
 }
 
 fn failCreate(err: anyerror, name: []const u8) Error {
@@ -226,17 +211,6 @@ fn failCreate(err: anyerror, name: []const u8) Error {
         },
         else => return failOpen(err, name),
     }
-}
-
-/// A symlink in a lock file's place: the store's own lock files are never links.
-fn refuseLink(io: Io, dir: Io.Dir, name: []const u8) Error {
-    var buffer: [256]u8 = undefined;
-    if (dir.readLink(io, name, &buffer)) |len| {
-        diagnostic.note("{s} is a symbolic link (to '{s}'), not the store's lock file; loaderx makes that file itself and does not follow links out of the store", .{ name, buffer[0..len] });
-    } else |_| {
-        diagnostic.note("{s} is a symbolic link, not the store's lock file; loaderx makes that file itself and does not follow links out of the store", .{name});
-    }
-    return error.Corrupt;
 }
 
 fn failOpen(err: anyerror, name: []const u8) Error {
