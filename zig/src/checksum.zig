@@ -15,6 +15,7 @@ const Io = std.Io;
 const limits = @import("limits.zig");
 const format = @import("format.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const LazyTable = @import("lazy_table.zig").LazyTable;
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
@@ -169,7 +170,7 @@ pub const Sidecar = struct {
 
     /// Creates an empty sums.zr (under a temporary name, then renamed).
     pub fn create(io: Io, dir: Io.Dir, flags: u16) Error!void {
-        const f = dir.createFile(io, temporary_name, .{ .truncate = true }) catch |err|
+        const f = no_follow.createReplacing(io, dir, temporary_name, false) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer f.close(io);
         const header: Header = .{ .magic = magic, .version = version, .flags = flags };

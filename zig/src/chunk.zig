@@ -14,6 +14,7 @@ const builtin = @import("builtin");
 const Io = std.Io;
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const meta = @import("meta.zig");
@@ -114,14 +115,17 @@ pub const Chunks = struct {
         const s = try chunks.slot(chunk_id);
         if (s.file) |f| return f;
         const chunk_name = name(chunk_id);
-        const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_write }) catch |err| switch (err) {
-            error.FileNotFound => if (create)
-                dir.createFile(io, chunk_name.slice(), .{ .read = true, .truncate = false }) catch |err2|
-                    return fail(err2, "create chunk {s}", .{chunk_name.slice()})
-            else {
+        // Never through a link: creating or writing the file it names would write outside the store.
+        const opened = if (create)
+            no_follow.openOrCreate(io, dir, chunk_name.slice())
+        else
+            dir.openFile(io, chunk_name.slice(), .{ .mode = .read_write, .follow_symlinks = false });
+        const f = opened catch |err| switch (err) {
+            error.FileNotFound => {
                 diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
                 return error.Corrupt;
             },
+            error.SymLinkLoop => return no_follow.refuse(io, dir, chunk_name.slice(), "chunk file"),
             else => return fail(err, "open chunk {s}", .{chunk_name.slice()}),
         };
         errdefer f.close(io);

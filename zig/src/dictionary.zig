@@ -11,6 +11,7 @@ const codec = @import("codec.zig");
 const meta_file = @import("meta.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const store_mod = @import("store.zig");
@@ -88,7 +89,7 @@ fn trailerOf(bytes: []const u8) [trailer_size]u8 {
 
 fn write(io: Io, dir: Io.Dir, bytes: []const u8, durable: bool) Error!void {
     {
-        const f = dir.createFile(io, temporary_name, .{ .truncate = true }) catch |err|
+        const f = no_follow.createReplacing(io, dir, temporary_name, false) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer f.close(io);
         f.writePositionalAll(io, bytes, 0) catch |err| return fail(err, "write {s}", .{temporary_name});

@@ -19,6 +19,7 @@ const format = @import("format.zig");
 const limits = @import("limits.zig");
 const meta_file = @import("meta.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
@@ -74,7 +75,7 @@ pub fn write(allocator: Allocator, io: Io, dir: Io.Dir, plan: Plan, durable: boo
     const body_end = bytes.len - @sizeOf(u32);
     @memcpy(bytes[@sizeOf(Head)..body_end], std.mem.sliceAsBytes(plan.moves));
     std.mem.writeInt(u32, bytes[body_end..][0..4], std.hash.Crc32.hash(bytes[0..body_end]), .little);
-    const f = dir.createFile(io, file_name, .{ .truncate = true }) catch |err|
+    const f = no_follow.createReplacing(io, dir, file_name, false) catch |err|
         return fail(err, "create {s}", .{file_name});
     defer f.close(io);
     // A log that failed to be written (a full disk) goes again: the delete has not started,

@@ -22,6 +22,7 @@ const Io = std.Io;
 const errors = @import("errors.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
+const no_follow = @import("no_follow.zig");
 const Error = errors.Error;
 
 pub const open_file_name = "open.lock";
@@ -186,20 +187,30 @@ fn refuseOpenElsewhere(operation: []const u8) Error {
 
 /// Opens a lock file, creating it for a writable handle. A read-only handle opens it read-only
 /// (flock needs no write access) and goes without when it is absent or unreadable.
+/// Never through a link: a symlink in the lock file's place is refused (Corrupt, naming it),
+/// since creating or locking the file it names would act on a file outside the store.
 fn openLockFile(io: Io, dir: Io.Dir, name: []const u8, read_only: bool) Error!?Io.File {
     if (read_only) {
-        return dir.openFile(io, name, .{ .mode = .read_only }) catch |err| switch (err) {
+        return dir.openFile(io, name, .{ .mode = .read_only, .follow_symlinks = false }) catch |err| switch (err) {
             error.FileNotFound, error.AccessDenied, error.PermissionDenied => null,
+            error.SymLinkLoop => return no_follow.refuse(io, dir, name, "lock file"),
             else => return failOpen(err, name),
         };
     }
-    return dir.createFile(io, name, .{ .read = true, .truncate = false }) catch |err| switch (err) {
+    return no_follow.openOrCreate(io, dir, name) catch |err| switch (err) {
+        error.SymLinkLoop => return no_follow.refuse(io, dir, name, "lock file"),
+        else => return failCreate(err, name),
+    };
+}
+
+fn failCreate(err: anyerror, name: []const u8) Error {
+    switch (err) {
         error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => {
             diagnostic.note("cannot create the lock file {s} ({t}): the store folder is not writable here; open it with readonly=True to read it", .{ name, err });
             return error.PermissionDenied;
         },
         else => return failOpen(err, name),
-    };
+    }
 }
 
 fn failOpen(err: anyerror, name: []const u8) Error {
@@ -264,4 +275,45 @@ test "a handle in the gap of its own conversion still keeps the store from anoth
     gate.unlock(io);
     try std.testing.expectError(error.StoreLocked, a.takeExclusive(io, tmp.dir, "compact", &refreshed));
     try std.testing.expect(a.shared_held);
+}
+
+test "a lock file that is a symlink is refused and nothing is made or locked where it points" {
+    const io = std.testing.io;
+    var tmp = std.testing.tmpDir(.{});
+    defer tmp.cleanup();
+    try tmp.dir.createDir(io, "store", .default_dir);
+    try tmp.dir.createDir(io, "outside", .default_dir);
+    var store = try tmp.dir.openDir(io, "store", .{});
+    defer store.close(io);
+    var outside = try tmp.dir.openDir(io, "outside", .{});
+    defer outside.close(io);
+    const names = [_][]const u8{ open_file_name, maintenance_file_name, writer_file_name };
+    for (names) |name| {
+        try store.symLink(io, "../outside/target", name, .{});
+        if (std.mem.eql(u8, name, writer_file_name)) {
+            var locks = try Locks.acquire(io, store, false);
+            defer locks.release(io);
+            try std.testing.expectError(error.Corrupt, locks.holdWriter(io, store));
+            try std.testing.expect(!locks.writer_held and locks.writer_file == null);
+        } else {
+            try std.testing.expectError(error.Corrupt, Locks.acquire(io, store, false));
+            if (std.mem.eql(u8, name, open_file_name)) {
+                // A read-only handle does not lock through the link either.
+                try std.testing.expectError(error.Corrupt, Locks.acquire(io, store, true));
+            }
+        }
+        try std.testing.expectError(error.FileNotFound, outside.access(io, "target", .{}));
+        // Linked to an existing file, that file is neither opened for locking nor changed.
+        var target = try outside.createFile(io, "target", .{});
+        target.close(io);
+        if (!std.mem.eql(u8, name, writer_file_name)) {
+            try std.testing.expectError(error.Corrupt, Locks.acquire(io, store, false));
+        }
+        try outside.deleteFile(io, "target");
+        try store.deleteFile(io, name);
+    }
+    // With the links gone, the store's own lock files are made as before.
+    var locks = try Locks.acquire(io, store, false);
+    defer locks.release(io);
+    try locks.holdWriter(io, store);
 }

@@ -13,6 +13,7 @@ const Io = std.Io;
 const format = @import("format.zig");
 const limits = @import("limits.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Mapping = @import("mapping.zig").Mapping;
@@ -30,7 +31,7 @@ pub const Meta = struct {
     /// Creates an empty meta.zr: written under a temporary name and renamed, so an interrupted
     /// creation never leaves a half-made store behind.
     pub fn create(io: Io, dir: Io.Dir) Error!void {
-        const file = dir.createFile(io, temporary_name, .{ .read = true, .truncate = true }) catch |err|
+        const file = no_follow.createReplacing(io, dir, temporary_name, true) catch |err|
             return fail(err, "create {s}", .{temporary_name});
         defer file.close(io);
         // Windows extends a file to the size of a writable mapping anyway: do it here, where a

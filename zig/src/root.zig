@@ -22,6 +22,7 @@ test {
     _ = @import("pool_advice.zig");
     _ = @import("store.zig");
     _ = @import("lock.zig");
+    _ = @import("no_follow.zig");
     _ = @import("compaction.zig");
     _ = @import("dictionary.zig");
     _ = @import("journal.zig");

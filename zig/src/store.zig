@@ -12,6 +12,7 @@ const chunk = @import("chunk.zig");
 const codec = @import("codec.zig");
 const pool = @import("pool.zig");
 const errors = @import("errors.zig");
+const no_follow = @import("no_follow.zig");
 const diagnostic = @import("diagnostic.zig");
 const status = @import("status.zig");
 const Error = errors.Error;
@@ -270,8 +271,10 @@ pub const Store = struct {
         try checkSnapshot(io, dir, &meta, chunks, runs);
         if (create and meta.length() == 0 and meta.header.tail_offset == 0 and meta.header.tail_chunk == 0) {
             // A fresh store gets its first chunk right away (empty: it grows as appends need).
-            const f = dir.createFile(io, chunk.name(0).slice(), .{ .read = true, .truncate = false }) catch |err|
-                return fail(err, "create chunk 0.zr", .{});
+            const f = no_follow.openOrCreate(io, dir, chunk.name(0).slice()) catch |err| switch (err) {
+                error.SymLinkLoop => return no_follow.refuse(io, dir, chunk.name(0).slice(), "chunk file"),
+                else => return fail(err, "create chunk 0.zr", .{}),
+            };
             f.close(io);
         }
 
