@@ -25,7 +25,7 @@ import stat
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -141,6 +141,15 @@ def _required_manifest(folder: str) -> Manifest:
     if manifest is None:
         raise ManifestError(f"{folder!r} has no {MANIFEST_FILE}")
     return manifest
+
+
+_T = TypeVar("_T")
+
+
+def _refuse_any(indices: npt.NDArray[np.int64]) -> None:
+    """What a gather from a dataset without shards does: nothing, or IndexError."""
+    if len(indices):
+        raise IndexError(f"index {int(indices[0])} is out of range for length 0")
 
 
 class ShardedStore:
@@ -389,17 +398,22 @@ class ShardedStore:
         if self._closed:
             raise ValueError(f"sharded dataset {self.path!r} is closed")
 
-    def __len__(self) -> int:
+    def _read(self, read: Callable[[View], _T], without_shards: Callable[[], _T]) -> _T:
+        """read(view) through the current view, made again through the new one when a rollover
+        or delete replaced it meanwhile (_replaced); without_shards() when there is none."""
         while True:
             self._check_open()
             view = self._view
             if view is None:
-                return 0
+                return without_shards()
             try:
-                return len(view)
+                return read(view)
             except ValueError:
                 if not self._replaced(view):
                     raise
+
+    def __len__(self) -> int:
+        return self._read(len, lambda: 0)
 
     @property
     def view(self) -> View | None:
@@ -412,19 +426,10 @@ class ShardedStore:
     def gather_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
     ) -> None:
-        while True:
-            self._check_open()
-            view = self._view
-            if view is None:
-                if len(indices):
-                    raise IndexError(f"index {int(indices[0])} is out of range for length 0")
-                return
-            try:
-                view.gather_into(indices, out, record_size)
-                return
-            except ValueError:
-                if not self._replaced(view):
-                    raise
+        self._read(
+            lambda view: view.gather_into(indices, out, record_size),
+            lambda: _refuse_any(indices),
+        )
 
     def gather_fixed(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
@@ -444,32 +449,21 @@ class ShardedStore:
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
-        while True:
-            self._check_open()
-            view = self._view
-            if view is None:
-                if len(indices):
-                    raise IndexError(f"index {int(indices[0])} is out of range for length 0")
-                return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
-            try:
-                return view.gather_ragged(indices)
-            except ValueError:
-                if not self._replaced(view):
-                    raise
+        def without_shards() -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+            _refuse_any(indices)
+            return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+
+        return self._read(lambda view: view.gather_ragged(indices), without_shards)
 
     def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
         """The logical size of each selected record (any index form, as Zrecord takes)."""
-        while True:
-            self._check_open()
-            view = self._view
-            if view is None:  # no shards: only an empty selection gets past normalize_index
-                normalize_index(index, 0)
-                return np.empty(0, dtype=np.uint64)
-            try:
-                return view.record_lengths(normalize_index(index, len(view)))
-            except ValueError:
-                if not self._replaced(view):
-                    raise
+        def without_shards() -> npt.NDArray[np.uint64]:
+            normalize_index(index, 0)  # only an empty selection gets past it
+            return np.empty(0, dtype=np.uint64)
+
+        return self._read(
+            lambda view: view.record_lengths(normalize_index(index, len(view))), without_shards
+        )
 
     # --- appending -------------------------------------------------------------------------
 
