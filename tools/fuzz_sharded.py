@@ -38,12 +38,10 @@ Exit status 1 when any "must be 0" outcome occurred. POSIX only (fork, symlinks)
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import hashlib
 import io
-import json
 import os
 import random
 import shutil
@@ -71,7 +69,11 @@ from loaderx.errors import (  # noqa: E402
 from loaderx.sharded import _delete_each  # noqa: E402
 from loaderx.shards import shard_folder  # noqa: E402
 from loaderx.zrecord import Zrecord  # noqa: E402
-from tools.fuzz_store import _regions, _run_forked  # noqa: E402
+from tools.fuzz_store import (  # noqa: E402
+    _regions,
+    _run_forked,
+    run_from_command_line,
+)
 
 OUTCOMES: Final = (
     "intact",
@@ -571,23 +573,7 @@ def run(trials: int, seed: int, timeout: float, log: Callable[[str], None] = pri
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per trial")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
-    result = run(args.trials, args.seed, args.timeout)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"{result['trials']} trials (seed {result['seed']}) in {result['seconds']} s")
-        for name in OUTCOMES:
-            print(f"  {name:13} {result['outcomes'][name]}")
-        print("by mutation:")
-        for kind, c in result["by_mutation"].items():
-            print(f"  {kind:22} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-    return 1 if any(result["outcomes"][name] for name in FAILURES) else 0
+    return run_from_command_line(run, "by_mutation", __doc__.split("\n\n")[0], 1000, 30.0, argv)
 
 
 if __name__ == "__main__":

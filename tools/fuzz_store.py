@@ -294,24 +294,35 @@ def run(trials: int, seed: int, timeout: float, log: Callable[[str], None] = pri
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=2000)
+def run_from_command_line(
+    run_trials: Callable[[int, int, float], dict[str, Any]], groups: str, description: str,
+    trials: int, timeout: float, argv: list[str] | None,
+) -> int:
+    """The command line of a fuzzer (this one, tools/fuzz_sharded.py): runs `run_trials`
+    (trials, seed, timeout) and prints its result, JSON or a table by `groups`; 1 when any
+    trial failed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--trials", type=int, default=trials)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per trial")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per trial")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    result = run(args.trials, args.seed, args.timeout)
+    result = run_trials(args.trials, args.seed, args.timeout)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{result['trials']} trials (seed {result['seed']}) in {result['seconds']} s")
         for name in OUTCOMES:
             print(f"  {name:13} {result['outcomes'][name]}")
-        print("by target:")
-        for target, c in result["by_target"].items():
-            print(f"  {target:13} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+        print(groups.replace("_", " ") + ":")
+        width = max([13, *map(len, result[groups])])
+        for group, c in result[groups].items():
+            print(f"  {group:{width}} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     return 1 if any(result["outcomes"][name] for name in FAILURES) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_from_command_line(run, "by_target", __doc__.split("\n\n")[0], 2000, 20.0, argv)
 
 
 if __name__ == "__main__":
