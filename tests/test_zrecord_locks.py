@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -731,3 +732,40 @@ def test_an_append_does_not_write_a_chunk_through_a_link(tmp_path: Path) -> None
         assert store.stats()["records"] == 8
     assert (outside / "target").stat().st_size == size
     assert hashlib.sha256((outside / "target").read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.parametrize(
+    "name, what", [("meta.zr", "table file"), ("sums.zr", "checksum file"), ("0.zr", "chunk file"),
+                   ("dict.zr", "dictionary file"), ("redo.zr", "delete log")],
+)
+@pytest.mark.parametrize("readonly", [False, True])
+def test_an_existing_store_file_is_never_read_or_written_through_a_link(
+    tmp_path: Path, name: str, what: str, readonly: bool
+) -> None:
+    """meta.zr, sums.zr, dict.zr, redo.zr and a chunk being read were opened through a symlink
+    in their place: the store read (and an append wrote) the file the link named, outside."""
+    store_path = str(tmp_path / "store")
+    if name == "dict.zr":
+        with Zrecord(store_path, create=True, codec="zstd_dict") as store:
+            store.train_dict([record(i) for i in range(64)], 1024)
+            store.append([record(i) for i in range(8)])
+    else:
+        _create(store_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    inside = os.path.join(store_path, name)
+    if name == "redo.zr":
+        (outside / "target").write_bytes(b"\0" * 64)  # not a log: never read, never replayed
+    else:
+        shutil.move(inside, outside / "target")
+    os.symlink(outside / "target", inside)
+    digest = hashlib.sha256((outside / "target").read_bytes()).hexdigest()
+    refused = rf"{re.escape(name)} is a symbolic link \(to '.*target'\), not the store's {what}"
+    expected: type[Exception] = CorruptStoreError
+    if readonly and name == "redo.zr":  # refused before the log is looked at: it needs a writer
+        expected, refused = ReadOnlyStoreError, "left redo.zr; open the store writable once"
+    with pytest.raises(expected, match=refused):
+        with Zrecord(store_path, readonly=readonly) as store:
+            store.gather(list(range(8)))  # a chunk is opened by its first read
+    assert hashlib.sha256((outside / "target").read_bytes()).hexdigest() == digest
+    assert os.listdir(outside) == ["target"]

@@ -186,9 +186,10 @@ pub const Sidecar = struct {
     /// from before checksums).
     pub fn open(io: Io, dir: Io.Dir, length: u32, writable: bool) Error!?Sidecar {
         const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
-        const f = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
+        const f = dir.openFile(io, file_name, .{ .mode = mode, .follow_symlinks = false }) catch |err| switch (err) {
             error.FileNotFound => return null,
-            error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => dir.openFile(io, file_name, .{ .mode = .read_only }) catch |err2|
+            error.SymLinkLoop => return no_follow.refuse(io, dir, file_name, "checksum file"),
+            error.AccessDenied, error.PermissionDenied, error.ReadOnlyFileSystem => dir.openFile(io, file_name, .{ .mode = .read_only, .follow_symlinks = false }) catch |err2|
                 return fail(err2, "open {s}", .{file_name}),
             else => return fail(err, "open {s}", .{file_name}),
         };

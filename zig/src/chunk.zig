@@ -205,11 +205,12 @@ pub const Chunks = struct {
         defer chunks.map_mutex.unlock(io);
         if (s.view.load(.acquire)) |v| return v;
         const chunk_name = name(chunk_id);
-        const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_only }) catch |err| switch (err) {
+        const f = dir.openFile(io, chunk_name.slice(), .{ .mode = .read_only, .follow_symlinks = false }) catch |err| switch (err) {
             error.FileNotFound => {
                 diagnostic.note("corrupt store: chunk file {s} is missing", .{chunk_name.slice()});
                 return error.Corrupt;
             },
+            error.SymLinkLoop => return no_follow.refuse(io, dir, chunk_name.slice(), "chunk file"),
             else => return fail(err, "open chunk {s}", .{chunk_name.slice()}),
         };
         defer f.close(io); // The mapping outlives the handle.

@@ -104,8 +104,9 @@ fn write(io: Io, dir: Io.Dir, bytes: []const u8, durable: bool) Error!void {
 /// Loads dict.zr (null when absent). With `trailer_required`, a dict.zr without its checksum
 /// trailer is corrupt.
 pub fn load(allocator: Allocator, io: Io, dir: Io.Dir, trailer_required: bool) Error!?*codec.Dictionary {
-    const f = dir.openFile(io, file_name, .{}) catch |err| switch (err) {
+    const f = dir.openFile(io, file_name, .{ .follow_symlinks = false }) catch |err| switch (err) {
         error.FileNotFound => return null,
+        error.SymLinkLoop => return no_follow.refuse(io, dir, file_name, "dictionary file"),
         else => return fail(err, "open {s}", .{file_name}),
     };
     defer f.close(io);

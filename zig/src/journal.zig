@@ -138,8 +138,9 @@ const Log = struct { owned: []u8, bytes: []const u8 };
 
 /// The log's bytes (closed again before the caller may remove it), or null without one.
 fn readLog(allocator: Allocator, io: Io, dir: Io.Dir) Error!?Log {
-    const f = dir.openFile(io, file_name, .{}) catch |err| switch (err) {
+    const f = dir.openFile(io, file_name, .{ .follow_symlinks = false }) catch |err| switch (err) {
         error.FileNotFound => return null,
+        error.SymLinkLoop => return no_follow.refuse(io, dir, file_name, "delete log"),
         else => return fail(err, "open {s}", .{file_name}),
     };
     defer f.close(io);

@@ -57,11 +57,12 @@ pub const Meta = struct {
     /// its table: see Store.open).
     pub fn open(io: Io, dir: Io.Dir, writable: bool) Error!Meta {
         const mode: Io.Dir.OpenFileOptions.Mode = if (writable) .read_write else .read_only;
-        const file = dir.openFile(io, file_name, .{ .mode = mode }) catch |err| switch (err) {
+        const file = dir.openFile(io, file_name, .{ .mode = mode, .follow_symlinks = false }) catch |err| switch (err) {
             error.FileNotFound => {
                 diagnostic.note("no store here: {s} does not exist", .{file_name});
                 return error.NotFound;
             },
+            error.SymLinkLoop => return no_follow.refuse(io, dir, file_name, "table file"),
             else => return fail(err, "open {s}", .{file_name}),
         };
         errdefer file.close(io);
