@@ -4,7 +4,9 @@ Each step is a pure function of (seed, step): the sampler fills the step's indic
 gathers those same indices in one native call into arrays made for that step, and the transform
 (the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
 ahead on worker threads (loaderx.prefetch), and without a transform also on the consumer's own
-thread while it would otherwise wait for one, and are delivered strictly in step order, so
+thread while it would otherwise wait for one (the workers then stand aside, so a consumer that
+outruns them makes its steps into one or two warm arrays), and are delivered strictly in step
+order, so
 ``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
 ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
 depth or worker count.
@@ -26,7 +28,9 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
+import heapq
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -159,12 +163,18 @@ class _StepMaker:
     The worker threads reference this object, never the DataLoader, so a loader the user drops
     can be collected (and its finaliser can stop the threads).
 
-    Output arrays live in a ring of prefetch + 1 slots per stream; step s uses slot s % ring.
-    The prefetcher never lets a worker start step s before the consumer has taken step s -
-    prefetch, so the steps being made and the one the consumer was given last always sit in
-    distinct slots, and each slot is touched by one thread at a time. A slot's previous array is
-    reused when it has been released (see _released); otherwise a new array replaces it and the
-    old one stays with whoever holds it. With reuse_buffers the previous array is always reused.
+    Output arrays (and index arrays) live in a ring of prefetch + 1 slots per stream. A step
+    writes into the lowest-numbered free slot (_free_slot): one that holds no step, or a step
+    the consumer no longer has (_passed): with reuse_buffers, once it has come back to next()
+    for a later step; by default, once it has taken the step after it, or has taken it and
+    dropped every reference to its arrays. A step being made or made and not yet taken holds
+    its slot. Lowest first, so that a consumer making its own steps
+    alternates between two slots whose arrays are warm in the cache instead of cycling through
+    all of them (see loaderx.prefetch, "Workers stand aside"). The prefetcher never lets a
+    step start more than prefetch steps ahead of the consumer, so at most prefetch slots are
+    held and one is always free. A free slot's previous arrays are reused when they have been
+    released (see _released), or always with reuse_buffers; otherwise new arrays replace them
+    and the old ones stay with whoever holds them.
     """
 
     def __init__(
@@ -175,6 +185,7 @@ class _StepMaker:
         transform: Transform | None,
         ring_size: int,
         reuse_buffers: bool,
+        first_step: int,
     ) -> None:
         self._sampler: Sampler = sampler
         self._batch_size: int = batch_size
@@ -188,18 +199,81 @@ class _StepMaker:
         self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
         self._ring_size: int = ring_size
         self._reuse_buffers: bool = reuse_buffers
-        # Indices never leave make(), so their slot can always be reused.
+        # Indices never leave make(), so a free slot's can always be reused.
         self._indices: list[npt.NDArray[np.int64]] = [
             np.empty(batch_size, dtype=_INT64) for _ in range(ring_size)
         ]
         self._outputs: list[list[npt.NDArray[Any] | None]] = [
             [None] * ring_size for _ in self._names
         ]
+        # Guarded by _lock: the slots no step holds, as a heap (lowest first), and the slot of
+        # every step made or being made that the consumer has not passed, in the order claimed.
+        self._lock: threading.Lock = threading.Lock()
+        self._free: list[int] = list(range(ring_size))
+        self._held: dict[int, int] = {}
+        # Where the consumer stands: the prefetcher's next_step, once the DataLoader has given
+        # the prefetcher (which starts its workers as it is made). Until then first_step, which
+        # the consumer cannot have passed: it has no loader to call yet.
+        self._first_step: int = first_step
+        self._prefetcher: Prefetcher[Batch] | None = None
+
+    def follow(self, prefetcher: Prefetcher[Batch]) -> None:
+        self._prefetcher = prefetcher
 
     def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         out = np.empty(self._batch_size, dtype=_INT64)
         self._sampler.fill(step, out)
         return out
+
+    def _free_slot(self, step: int) -> int:
+        """Claims the lowest-numbered free slot for `step` (class docstring); a step made again
+        (after an interrupt stopped its consumer mid-step: loaderx.prefetch, "Interrupts")
+        takes back the slot it had, so that no step ever holds two."""
+        with self._lock:
+            slot = self._held.get(step, -1)
+            if slot >= 0:
+                return slot
+            # Read under this lock, after every slot claimed before, so at most prefetch of
+            # the held steps can be ones the consumer has not passed.
+            prefetcher = self._prefetcher
+            first_step = self._first_step
+            taken, asked = (first_step, first_step) if prefetcher is None else prefetcher.position()
+            held = self._held
+            # Steps are claimed about in order: the passed ones are usually at the front.
+            while held:
+                first = next(iter(held))
+                if not self._passed(first, held[first], taken, asked):
+                    break
+                heapq.heappush(self._free, held.pop(first))
+            if not self._free:
+                for passed in [
+                    held_step for held_step, held_slot in held.items()
+                    if self._passed(held_step, held_slot, taken, asked)
+                ]:
+                    heapq.heappush(self._free, held.pop(passed))
+            if not self._free:
+                raise RuntimeError(
+                    f"loaderx bug: no free buffer for step {step} in a ring of {self._ring_size} "
+                    f"with the consumer at step {taken} (held: {sorted(held)})"
+                )
+            slot = heapq.heappop(self._free)
+            held[step] = slot
+            return slot
+
+    def _passed(self, step: int, slot: int, taken: int, asked: int) -> bool:
+        """Whether the consumer no longer has `step`, made in `slot` (class docstring), with
+        the consumer's next step `taken` and the step it last came to next() for `asked`.
+        Default: once it took the next step the slot is free, its arrays replaced (_output)
+        if it kept them."""
+        if self._reuse_buffers:
+            return step < asked
+        return step + 1 < taken or (step < taken and self._slot_released(slot))
+
+    def _slot_released(self, slot: int) -> bool:
+        for slots in self._outputs:
+            if not _released(slots, slot):
+                return False
+        return True
 
     def _output(self, stream: int, slot: int) -> npt.NDArray[Any]:
         slots = self._outputs[stream]
@@ -212,16 +286,7 @@ class _StepMaker:
         return fresh
 
     def make(self, step: int) -> Batch:
-        slot = step % self._ring_size
-        indices = self._indices[slot]
-        self._sampler.fill(step, indices)
-        names = self._names
-        datasets = self._datasets
-        batch: dict[str, npt.NDArray[Any]] = {}
-        for i in range(len(names)):
-            out = self._output(i, slot)
-            datasets[i].gather_into(indices, out)
-            batch[names[i]] = out
+        batch = self._gather(step, self._free_slot(step))
         transform = self._transform
         if transform is None:
             return batch
@@ -231,6 +296,18 @@ class _StepMaker:
                 f"the transform must return a batch dict, it returned {type(result).__name__}"
             )
         return result
+
+    def _gather(self, step: int, slot: int) -> dict[str, npt.NDArray[Any]]:
+        indices = self._indices[slot]
+        self._sampler.fill(step, indices)
+        names = self._names
+        datasets = self._datasets
+        batch: dict[str, npt.NDArray[Any]] = {}
+        for i in range(len(names)):
+            out = self._output(i, slot)
+            datasets[i].gather_into(indices, out)
+            batch[names[i]] = out
+        return batch
 
 
 class DataLoader:
@@ -294,7 +371,8 @@ class DataLoader:
         self.reuse_buffers: bool = reuse_buffers
         self._transform: Transform | None = transform
         self._maker: _StepMaker = _StepMaker(
-            self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers
+            self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers,
+            first_step,
         )
         # Only the loader holds its maker: the threads call it through a weak reference, so a
         # transform that references the loader's owner does not keep the loader alive.
@@ -303,6 +381,7 @@ class DataLoader:
             WeakProducer(self._produce), first_step, depth, threads, name="loaderx-prefetch",
             consumer_helps=self._consumer_helps,
         )
+        self._maker.follow(self._prefetcher)
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
@@ -321,13 +400,14 @@ class DataLoader:
         self.seed = seed
         self._maker = _StepMaker(
             sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
-            self.reuse_buffers,
+            self.reuse_buffers, step,
         )
         self._produce = partial(self._maker.make)
         self._prefetcher = Prefetcher(
             WeakProducer(self._produce), step, self.prefetch, self.workers,
             name="loaderx-prefetch", consumer_helps=self._consumer_helps,
         )
+        self._maker.follow(self._prefetcher)
         self._lifetime = set()
         self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 

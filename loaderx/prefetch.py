@@ -31,6 +31,17 @@ DataLoader builds on:
   finishes on its own (the loaders pass it without a user transform): the consumer cannot
   return a step that became ready while it makes another, so a ``produce`` that waited on
   something the consumer does next would never return.
+- Workers stand aside while the consumer makes a step: with ``consumer_helps=True`` no worker
+  claims a new step while a consumer thread is making one (it finishes the step it has). A
+  consumer that keeps coming back for its next step before it is ready is faster than the
+  workers alone, so it makes the steps one after the other and the workers idle; a consumer
+  busy elsewhere between steps (training) leaves them free, and they make the window ahead as
+  before (a take wakes one). Why: two threads making steps at once on two cores each wrote to
+  a different batch while the consumer held a third, so the batches cycled through all of the
+  loader's prefetch + 1 arrays and every gather wrote to memory long out of the cache; one
+  maker at a time writes one or two warm ones (loaderx.dataloader._StepMaker). The loader with
+  labels went from 0.80x to 0.85x of the bare gather to 0.90x to 0.98x
+  (benchmarks/compare.py loader, three runs each on 2026-12-02).
 - Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the
   consumer's thread anywhere in ``next()``, also between claiming a step and filing it. It goes
   up from ``next()`` at once and the step stays claimed by that thread, which makes it again on
@@ -73,6 +84,14 @@ WORKERS_DEFAULT_MAX: Final = 4
 # How long an idle worker waits before it looks at the closed flag again unwoken: a prefetcher
 # stopped by the collector may not get its lock to wake the workers (_stop_when_collected).
 IDLE_CHECK_SECONDS: Final = 1.0
+# How long a worker standing aside waits before it looks again whether the consumer still makes
+# its steps: first STAND_ASIDE_FIRST_SECONDS, twice as long after each look that finds it so, up
+# to STAND_ASIDE_MAX_SECONDS. A consumer that goes off to train after making its own steps for a
+# while has its next ones started at most that late, once; one that keeps making them is
+# disturbed a few times a second (a look every millisecond cost the loader 10% of its rate on
+# two cores: each wake-up takes a core from the gather in progress).
+STAND_ASIDE_FIRST_SECONDS: Final = 0.001
+STAND_ASIDE_MAX_SECONDS: Final = 0.064
 # At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
 EXIT_JOIN_SECONDS: Final = 2.0
 # The owner of a step its consumer gave up (no thread has ident 0).
@@ -168,10 +187,19 @@ class Prefetcher(Generic[T]):
         # take, finished steps not yet taken, and whether close() was called.
         self._claim_step: int = start_step
         self._take_step: int = start_step
+        # The step a consumer last came to next() for: the one before it is no longer in the
+        # consumer's hands if its contract says a result lasts until the next call.
+        self._asked: int = start_step
         self._values: dict[int, T] = {}
         self._errors: dict[int, BaseException] = {}
         # Steps a consumer thread claimed and has not filed: step -> that thread's ident.
         self._helping: dict[int, int] = {}
+        # Steps a consumer thread made and filed that have not been taken (a dict: stores and
+        # deletes by subscript, no calls, where an interrupt must not land; see _file).
+        self._made_by_consumers: dict[int, bool] = {}
+        # Whether a step was taken without waking a worker since a worker last claimed one:
+        # the workers then look again sooner than IDLE_CHECK_SECONDS (STAND_ASIDE_*_SECONDS).
+        self._unwoken: bool = False
         self._closed: bool = False
         self._threads: list[threading.Thread] = []
         self._pid: int = os.getpid()
@@ -200,6 +228,11 @@ class Prefetcher(Generic[T]):
             return self._take_step  # no other thread exists here, and the lock may be stuck
         with self._lock:
             return self._take_step
+
+    def position(self) -> tuple[int, int]:
+        """(next_step, the step a consumer last came to next() for), read together."""
+        with self._lock:
+            return self._take_step, self._asked
 
     @property
     def closed(self) -> bool:
@@ -234,8 +267,10 @@ class Prefetcher(Generic[T]):
         no worker has started if the consumer helps, else blocks (module docstring)."""
         if self.forked:
             self._refuse_forked()
+        arrived = True
         while True:
-            own, value, error = self._take_or_claim()
+            own, value, error = self._take_or_claim(arrived)
+            arrived = False
             if own < 0:
                 if error is not None:
                     # Re-raising keeps the producer's traceback and appends this frame to it.
@@ -248,19 +283,30 @@ class Prefetcher(Generic[T]):
                 self._abandon(own)
                 raise
 
-    def _take_or_claim(self) -> tuple[int, T | None, BaseException | None]:
+    def _take_or_claim(self, arrived: bool) -> tuple[int, T | None, BaseException | None]:
         """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
         None) for a step this thread claimed earlier and an interrupt kept it from filing, or,
         when the consumer helps, a new step it claims to make; waits only when there is none of
-        these. StopIteration once closed."""
+        these. `arrived`: this is the first look of this next() call. StopIteration once
+        closed."""
         me = threading.get_ident()
         with self._lock:
+            if arrived:
+                self._asked = self._take_step
             while True:
                 if self._closed:
                     raise StopIteration
                 step = self._take_step
                 if step in self._values or step in self._errors:
-                    return self._take(step)
+                    # A consumer that found its step ready, made by a worker, is the slower
+                    # side: a worker is woken to make the next one. One that had to wait, or
+                    # made the step itself, is the faster side: the workers stand aside (module
+                    # docstring).
+                    made_here = step in self._made_by_consumers
+                    if made_here:
+                        del self._made_by_consumers[step]
+                    wake = not self._consumer_helps or (arrived and not made_here)
+                    return self._take(step, wake)
                 if step >= self._step_end:
                     self._refuse_end()
                 own = self._orphan_of(me)
@@ -272,14 +318,19 @@ class Prefetcher(Generic[T]):
                     self._claim_step = own + 1
                     self._helping[own] = me
                     return own, None, None
+                arrived = False
                 self._ready.wait()
 
-    def _take(self, step: int) -> tuple[int, T | None, BaseException | None]:
-        """Takes the finished step (lock held). The waiting worker is told first (one more step
-        may be claimed once the lock is released; it checks again then), so that from there on
-        subscripts and stores only move the step out and the count on: no call, so no
-        interrupt, in between."""
-        self._space.notify()
+    def _take(self, step: int, wake: bool) -> tuple[int, T | None, BaseException | None]:
+        """Takes the finished step (lock held). With `wake` a waiting worker is told first (one
+        more step may be claimed once the lock is released; it checks again then); without,
+        the workers look on their own (STAND_ASIDE_FIRST_SECONDS). Either way before the step
+        moves, so that from there on subscripts and stores only move the step out and the count
+        on: no call, so no interrupt, in between."""
+        if wake:
+            self._space.notify()
+        else:
+            self._unwoken = True
         value: T | None = None
         error: BaseException | None = None
         if step in self._errors:
@@ -300,16 +351,34 @@ class Prefetcher(Generic[T]):
                 return step
         return -1
 
+    def _consumer_making(self) -> bool:
+        """Whether a consumer thread is making a step itself (lock held): then the workers stand
+        aside (module docstring). A step its consumer gave up (_ABANDONED) does not count: no
+        thread is making it, and its consumer may be away for good."""
+        if not self._consumer_helps:
+            return False
+        for owner in self._helping.values():
+            if owner != _ABANDONED:
+                return True
+        return False
+
     def _claim(self) -> int:
         """Returns the next step for this worker to compute, or -1 once closed."""
+        stand_aside = STAND_ASIDE_FIRST_SECONDS
         with self._lock:
             while not self._closed and (
                 self._claim_step - self._take_step >= self._depth
                 or self._claim_step >= self._step_end
+                or self._consumer_making()
             ):
-                self._space.wait(IDLE_CHECK_SECONDS)
+                if self._unwoken or self._consumer_making():
+                    self._space.wait(stand_aside)
+                    stand_aside = min(2.0 * stand_aside, STAND_ASIDE_MAX_SECONDS)
+                else:
+                    self._space.wait(IDLE_CHECK_SECONDS)
             if self._closed:
                 return -1
+            self._unwoken = False
             step = self._claim_step
             self._claim_step = step + 1
             return step
@@ -356,7 +425,8 @@ class Prefetcher(Generic[T]):
                 return False
             # No call (not even typing.cast) until the step is filed and no longer claimed: an
             # interrupt in between would lose the step (see _take).
-            if step in self._helping:
+            made_here = step in self._helping
+            if made_here:
                 del self._helping[step]
             if step < self._take_step:
                 return True  # taken already (cannot happen: a step is taken once filed)
@@ -364,6 +434,8 @@ class Prefetcher(Generic[T]):
                 self._values[step] = value  # type: ignore[assignment]
             else:
                 self._errors[step] = error
+            if made_here:
+                self._made_by_consumers[step] = True
             if step == self._take_step:
                 self._ready.notify_all()
         return True
@@ -406,6 +478,7 @@ class Prefetcher(Generic[T]):
             self._values.clear()
             self._errors.clear()
             self._helping.clear()
+            self._made_by_consumers.clear()
             self._ready.notify_all()
             self._space.notify_all()
             threads = list(self._threads)

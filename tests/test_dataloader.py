@@ -595,6 +595,135 @@ def test_a_batch_is_never_rewritten_while_anything_references_it(
         assert alive is None or np.array_equal(alive, copy)
 
 
+class DrivenMaker:
+    """A loader's step maker driven by hand, its prefetcher closed: the test plays the consumer
+    (coming to next() for a step, taking it) and the workers (making steps ahead), and checks
+    which arrays each step is written into."""
+
+    def __init__(self, streams: dict[str, DenseDataset], reuse: bool, prefetch: int = 4) -> None:
+        self.loader = DataLoader(streams, batch_size=16, seed=5, prefetch=prefetch, workers=1,
+                                 reuse_buffers=reuse)
+        self.loader.close()
+        self.prefetcher = self.loader._prefetcher  # noqa: SLF001 - its position is the input
+        self.sampler = Sampler(RECORDS, 16, seed=5)
+        self.ask(0)
+
+    def ask(self, step: int) -> None:
+        """The consumer comes to next() for `step` (the one before it is taken)."""
+        self.prefetcher._take_step = step  # noqa: SLF001
+        self.prefetcher._asked = step  # noqa: SLF001
+
+    def make(self, step: int) -> dict[str, Any]:
+        batch = self.loader._maker.make(step)  # noqa: SLF001
+        check_aligned(batch, self.sampler.batch(step))
+        return batch
+
+    def took(self, step: int) -> None:
+        self.prefetcher._take_step = step + 1  # noqa: SLF001
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_consumer_making_its_own_steps_and_dropping_them_writes_one_batch(
+    streams: dict[str, DenseDataset], reuse: bool
+) -> None:
+    driven = DrivenMaker(streams, reuse)
+    addresses = set()
+    for step in range(12):
+        driven.ask(step)
+        batch = driven.make(step)
+        driven.took(step)
+        addresses.add((batch["data"].ctypes.data, batch["label"].ctypes.data))
+        del batch
+    assert len(addresses) == 1
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_consumer_holding_its_last_batch_alternates_between_two(
+    streams: dict[str, DenseDataset], reuse: bool
+) -> None:
+    """`for batch in loader`: the last batch is still referenced while the next is made. By
+    default it is kept intact, so two batches take turns; with reuse_buffers it is no longer
+    valid once next() is called, so one batch is written every time."""
+    driven = DrivenMaker(streams, reuse)
+    addresses: list[int] = []
+    batch: dict[str, Any] = {}
+    for step in range(12):
+        driven.ask(step)
+        held = batch
+        batch = driven.make(step)
+        driven.took(step)
+        if held and not reuse:
+            check_aligned(held, driven.sampler.batch(step - 1))  # untouched by this step
+        addresses.append(batch["data"].ctypes.data)
+    assert len(set(addresses)) == (1 if reuse else 2)
+    if not reuse:
+        assert addresses[0::2] == [addresses[0]] * 6 and addresses[1::2] == [addresses[1]] * 6
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_steps_made_ahead_and_the_consumers_batch_never_share_arrays(
+    streams: dict[str, DenseDataset], reuse: bool
+) -> None:
+    """Workers making the whole window ahead while the consumer holds its batch: every step
+    gets arrays of its own (the ring of prefetch + 1 always has one free), and none of them is
+    written again until the consumer has passed it."""
+    prefetch = 4
+    driven = DrivenMaker(streams, reuse, prefetch)
+    kept = {0: driven.make(0)}
+    driven.took(0)
+    for taken in range(1, 40, 2):
+        # The consumer holds batch taken - 1 and has not come back yet.
+        for step in range(taken, taken + prefetch):
+            if step not in kept:
+                kept[step] = driven.make(step)
+        arrays = {kept[step]["data"].ctypes.data for step in range(taken - 1, taken + prefetch)}
+        assert len(arrays) == prefetch + 1
+        for step in range(taken - 1, taken + prefetch):
+            check_aligned(kept[step], driven.sampler.batch(step))
+        for step in (taken, taken + 1):  # it comes back twice
+            driven.ask(step)
+            driven.took(step)
+            del kept[step - 1]
+
+
+def test_a_step_made_again_after_an_interrupt_takes_back_its_arrays(
+    streams: dict[str, DenseDataset],
+) -> None:
+    """A consumer interrupted while it made a step makes it again on its next call: the step
+    gets the arrays it had, not a second set (which could leave the next step none free)."""
+    driven = DrivenMaker(streams, reuse=True, prefetch=1)
+    first = driven.make(0)["data"].ctypes.data
+    assert driven.make(0)["data"].ctypes.data == first
+    driven.took(0)
+    driven.ask(1)
+    assert driven.make(1)["data"].ctypes.data == first  # one slot kept for one step
+    assert driven.make(2)["data"].ctypes.data != first  # and the other for the next
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_every_batch_is_exact_while_the_consumer_switches_between_waiting_and_training(
+    streams: dict[str, DenseDataset], reuse: bool
+) -> None:
+    """Bursts of back-to-back next() calls (the consumer makes its steps, workers stand aside)
+    between pauses (workers make steps ahead): every batch is the sampler's, and each stays
+    intact for as long as the loader promises (the next call with reuse_buffers; while
+    referenced without)."""
+    sampler = Sampler(RECORDS, 32, mode="iid", seed=17)
+    kept: list[tuple[int, dict[str, Any]]] = []
+    rng = np.random.default_rng(3)
+    with DataLoader(streams, batch_size=32, mode="iid", seed=17, prefetch=3, workers=2,
+                    reuse_buffers=reuse) as loader:
+        for step in range(600):
+            batch = next(loader)
+            if step % 40 >= 30:
+                time.sleep(float(rng.uniform(0.0, 0.004)))  # training: workers run ahead
+            check_aligned(batch, sampler.batch(step))
+            if not reuse and step % 7 == 0:
+                kept.append((step, batch))
+    for step, batch in kept:
+        check_aligned(batch, sampler.batch(step))
+
+
 def test_streams_must_share_one_length(folder: Path) -> None:
     with DenseDataset(folder / "data") as data, DenseDataset(folder / "short") as short:
         with pytest.raises(ValueError, match=r"data=1000.*label=999"):

@@ -276,6 +276,73 @@ def test_a_waiting_consumer_makes_the_steps_no_worker_started() -> None:
     assert all(len(makers) == 1 for makers in produce.made_by.values())
 
 
+class ConsumerHeldInStep:
+    """produce(step) that records which thread made each step; the worker's step 0 waits for
+    `worker_gate` and the consumer's step 1 for `consumer_gate`, so that the test can look at
+    the workers while the consumer is inside a step of its own."""
+
+    def __init__(self) -> None:
+        self.worker_gate = threading.Event()
+        self.consumer_gate = threading.Event()
+        self.consumer_inside = threading.Event()
+        self.lock = threading.Lock()
+        self.made_by: dict[int, str] = {}
+
+    def __call__(self, step: int) -> int:
+        name = threading.current_thread().name
+        with self.lock:
+            self.made_by[step] = name
+        if step == 0 and name.startswith("loaderx-prefetch"):
+            assert self.worker_gate.wait(10.0)
+        if step == 1 and name == "MainThread":
+            self.consumer_inside.set()
+            assert self.consumer_gate.wait(10.0)
+        return step * 10
+
+    def made(self) -> dict[int, str]:
+        with self.lock:
+            return dict(self.made_by)
+
+
+def test_workers_stand_aside_while_the_consumer_makes_a_step_and_resume_once_it_is_away() -> None:
+    """While the consumer makes a step itself, no worker starts another (a consumer that keeps
+    coming back before its step is ready makes them one after the other, into warm buffers);
+    once it has taken its step and stays away, the workers fill the window again on their own
+    (within STAND_ASIDE_MAX_SECONDS), so a training loop keeps its prefetch."""
+    produce = ConsumerHeldInStep()
+    with Prefetcher(produce, 0, 4, 1, consumer_helps=True) as prefetcher:
+        deadline = time.monotonic() + 5.0
+        while 0 not in produce.made():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        # The main thread arrives while the worker is in step 0 and makes step 1 itself; the
+        # worker finishes step 0 meanwhile and must not start step 2.
+        def release() -> None:
+            assert produce.consumer_inside.wait(10.0)
+            produce.worker_gate.set()
+            time.sleep(0.3)
+            if 2 not in produce.made():
+                produce.consumer_gate.set()
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        assert next(prefetcher) == 0
+        releaser.join(10.0)
+        assert produce.consumer_gate.is_set(), "a worker started step 2 while the consumer was making step 1"
+        assert produce.made() == {0: "loaderx-prefetch-0", 1: "MainThread"}
+        # The consumer is away now (training): the worker makes steps 2 to 4 (the window of 4
+        # past the step the consumer takes next) without being asked.
+        deadline = time.monotonic() + 5.0
+        while len(produce.made()) < 5:
+            assert time.monotonic() < deadline, f"the workers stayed aside: {produce.made()}"
+            time.sleep(0.005)
+        assert produce.made() == {
+            0: "loaderx-prefetch-0", 1: "MainThread", 2: "loaderx-prefetch-0",
+            3: "loaderx-prefetch-0", 4: "loaderx-prefetch-0",
+        }
+        assert [next(prefetcher) for _ in range(6)] == [10, 20, 30, 40, 50, 60]
+
+
 def test_a_consumer_that_does_not_help_only_waits() -> None:
     produce = GatedWorker()
     with Prefetcher(produce, 0, 4, 1) as prefetcher:
