@@ -15,6 +15,9 @@ Rows, each a block of back-to-back batches per round, rounds interleaved (median
 - loader, records: the DataLoader over the records alone, default settings;
 - loader, records + labels: with an int64 label stream (the issue-11 two-stream row);
 - the same with workers=2 instead of the default (one fewer than the CPUs without a transform);
+- the same with the last batch held while the next is asked for, as `for batch in loader` does
+  (the rows above drop each batch at once): the loader then writes two arrays in turn, where a
+  dropped batch lets it write the one array again;
 - lock handoff, records + labels: the same step made on one worker thread only and handed over
   through per-slot C locks, the cheapest hand-over Python has, with a consumer that only waits
   (how the loader worked before its consumer made steps itself).
@@ -99,6 +102,17 @@ def lock_handoff(path: Path, labels: Path) -> Callable[[], object]:
     return step
 
 
+def holding_last(call: Callable[[], object]) -> Callable[[], object]:
+    """`call`, keeping its last result referenced while it makes the next one."""
+    held: list[object] = [None]
+
+    def step() -> object:
+        held[0] = call()
+        return held[0]
+
+    return step
+
+
 def check_batches(calls: dict[str, Callable[[], object]], stores: dict[str, int],
                   array: np.ndarray, sampler: Sampler) -> None:
     """Every row's first steps, under the row's stores policy, are the records the sampler
@@ -140,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             "loader, records + labels": loaders.loaderx_loop(raw, BATCH, None, labels=labels)[0],
             "loader, records + labels, 2 workers": loaders.loaderx_loop(
                 raw, BATCH, None, labels=labels, workers=2)[0],
+            "loader, records + labels, last held": holding_last(
+                loaders.loaderx_loop(raw, BATCH, None, labels=labels)[0]),
             "lock handoff, records + labels": lock_handoff(raw, labels),
         }
         # The rows whose stores are fixed; every other row runs under STORES_AUTO.
