@@ -28,7 +28,6 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
-import heapq
 import sys
 import threading
 import weakref
@@ -172,7 +171,11 @@ class _StepMaker:
     alternates between two slots whose arrays are warm in the cache instead of cycling through
     all of them (see loaderx.prefetch, "Workers stand aside"). The prefetcher never lets a
     step start more than prefetch steps ahead of the consumer, so at most prefetch slots are
-    held and one is always free. A free slot's previous arrays are reused when they have been
+    held and one is free, with one exception: an interrupt (Ctrl-C on the consumer's thread,
+    which makes steps too) between claiming a slot and noting which step claimed it, after
+    which that step, made again, takes a second slot. Then the ring grows by a slot rather
+    than fail: the state itself (_written) changes by single stores, so nothing else is lost.
+    A free slot's previous arrays are reused when they have been
     released (see _released), or always with reuse_buffers; otherwise new arrays replace them
     and the old ones stay with whoever holds them.
     """
@@ -197,7 +200,6 @@ class _StepMaker:
         self._dtypes: list[np.dtype[Any]] = [streams[name].dtype for name in self._names]
         # Typed loosely on purpose: the result is checked below with a clear message.
         self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
-        self._ring_size: int = ring_size
         self._reuse_buffers: bool = reuse_buffers
         # Indices never leave make(), so a free slot's can always be reused.
         self._indices: list[npt.NDArray[np.int64]] = [
@@ -206,11 +208,12 @@ class _StepMaker:
         self._outputs: list[list[npt.NDArray[Any] | None]] = [
             [None] * ring_size for _ in self._names
         ]
-        # Guarded by _lock: the slots no step holds, as a heap (lowest first), and the slot of
-        # every step made or being made that the consumer has not passed, in the order claimed.
+        # Guarded by _lock: the step last made (or being made) in each slot, -1 for none; the
+        # ring's size is its length. And which slot each such step took, a hint that an
+        # interrupt may leave out or stale (checked against _written before use).
         self._lock: threading.Lock = threading.Lock()
-        self._free: list[int] = list(range(ring_size))
-        self._held: dict[int, int] = {}
+        self._written: list[int] = [-1] * ring_size
+        self._slot_of_step: dict[int, int] = {}
         # Where the consumer stands: the prefetcher's next_step, once the DataLoader has given
         # the prefetcher (which starts its workers as it is made). Until then first_step, which
         # the consumer cannot have passed: it has no loader to call yet.
@@ -228,37 +231,41 @@ class _StepMaker:
     def _free_slot(self, step: int) -> int:
         """Claims the lowest-numbered free slot for `step` (class docstring); a step made again
         (after an interrupt stopped its consumer mid-step: loaderx.prefetch, "Interrupts")
-        takes back the slot it had, so that no step ever holds two."""
+        takes back the slot it had."""
         with self._lock:
-            slot = self._held.get(step, -1)
-            if slot >= 0:
+            written = self._written
+            slot = self._slot_of_step.get(step, -1)
+            if 0 <= slot < len(written) and written[slot] == step:
                 return slot
             # Read under this lock, after every slot claimed before, so at most prefetch of
-            # the held steps can be ones the consumer has not passed.
+            # the steps held can be ones the consumer has not passed.
             prefetcher = self._prefetcher
             first_step = self._first_step
             taken, asked = (first_step, first_step) if prefetcher is None else prefetcher.position()
-            held = self._held
-            # Steps are claimed about in order: the passed ones are usually at the front.
-            while held:
-                first = next(iter(held))
-                if not self._passed(first, held[first], taken, asked):
+            slot = 0
+            while slot < len(written):
+                held = written[slot]
+                if held < 0 or self._passed(held, slot, taken, asked):
                     break
-                heapq.heappush(self._free, held.pop(first))
-            if not self._free:
-                for passed in [
-                    held_step for held_step, held_slot in held.items()
-                    if self._passed(held_step, held_slot, taken, asked)
-                ]:
-                    heapq.heappush(self._free, held.pop(passed))
-            if not self._free:
-                raise RuntimeError(
-                    f"loaderx bug: no free buffer for step {step} in a ring of {self._ring_size} "
-                    f"with the consumer at step {taken} (held: {sorted(held)})"
-                )
-            slot = heapq.heappop(self._free)
-            held[step] = slot
+                slot += 1
+            if slot == len(written):
+                self._grow()
+            if written[slot] >= 0 and written[slot] in self._slot_of_step:
+                del self._slot_of_step[written[slot]]
+            written[slot] = step  # the claim: one store
+            self._slot_of_step[step] = slot
             return slot
+
+    def _grow(self) -> None:
+        """Adds a slot at the end of the ring (class docstring: only after an interrupt); the
+        arrays first and the slot's state last, so an interrupt in between only leaves spares."""
+        slot = len(self._written)
+        while len(self._indices) <= slot:
+            self._indices.append(np.empty(self._batch_size, dtype=_INT64))
+        for slots in self._outputs:
+            while len(slots) <= slot:
+                slots.append(None)
+        self._written.append(-1)
 
     def _passed(self, step: int, slot: int, taken: int, asked: int) -> bool:
         """Whether the consumer no longer has `step`, made in `slot` (class docstring), with
