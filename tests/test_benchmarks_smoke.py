@@ -74,7 +74,8 @@ def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
     assert names == ["bare gather, 1 buffer", "bare gather, ring of 2", "bare gather, ring of 5",
                      "bare gather, 1 buffer, streaming", "bare gather, ring of 2, streaming",
                      "bare gather, ring of 2, cached", "loader, records", "loader, records + labels",
-                     "loader, records + labels, 2 workers", "lock handoff, records + labels"]
+                     "loader, records + labels, 2 workers", "loader, records + labels, last held",
+                     "lock handoff, records + labels"]
     assert rows[0].split()[-2] == "1.00x"
 
 
