@@ -168,7 +168,9 @@ def test_a_failed_job_ends_its_status_line(
     with pytest.raises(OSError, match="the source went away"):
         from_iterator(tmp_path / "r", records(), chunk_bytes=64, progress=True)
     drawn = terminal.getvalue()
-    assert drawn.startswith("\r") and drawn.endswith(" records, 0.1 MiB/s\x1b[K\n")
+    # The rate is whatever this machine managed: only its form is checked.
+    assert drawn.startswith("\r")
+    assert re.search(r" records, [0-9]+\.[0-9] MiB/s\x1b\[K\n$", drawn), drawn
     assert drawn.count("\n") == 1  # nothing else was drawn: the line ended once
     assert not (tmp_path / "r").exists()
     # Done, the line ends once; written to a log, nothing is added to the plain lines.
