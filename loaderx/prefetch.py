@@ -40,8 +40,8 @@ DataLoader builds on:
   a different batch while the consumer held a third, so the batches cycled through all of the
   loader's prefetch + 1 arrays and every gather wrote to memory long out of the cache; one
   maker at a time writes one or two warm ones (loaderx.dataloader._StepMaker). The loader with
-  labels went from 0.80x to 0.85x of the bare gather to 0.90x to 0.98x
-  (benchmarks/compare.py loader, three runs each on 2026-12-02).
+  labels went from 0.77x to 0.87x of the bare gather to 0.88x to 1.03x, median 0.92x
+  (benchmarks/compare.py loader, nine runs after, on 2026-12-02; README, issue 11).
 - Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the
   consumer's thread anywhere in ``next()``, also between claiming a step and filing it. It goes
   up from ``next()`` at once and the step stays claimed by that thread, which makes it again on
@@ -88,8 +88,9 @@ IDLE_CHECK_SECONDS: Final = 1.0
 # its steps: first STAND_ASIDE_FIRST_SECONDS, twice as long after each look that finds it so, up
 # to STAND_ASIDE_MAX_SECONDS. A consumer that goes off to train after making its own steps for a
 # while has its next ones started at most that late, once; one that keeps making them is
-# disturbed a few times a second (a look every millisecond cost the loader 10% of its rate on
-# two cores: each wake-up takes a core from the gather in progress).
+# disturbed a few times a second (in a scratch comparison on two cores, a look every
+# millisecond cost the loader about 10% of its rate: each wake-up takes a core from the gather
+# in progress).
 STAND_ASIDE_FIRST_SECONDS: Final = 0.001
 STAND_ASIDE_MAX_SECONDS: Final = 0.064
 # At interpreter exit, how long a forgotten Prefetcher waits for its workers in all.
