@@ -164,7 +164,7 @@ class _StepMaker:
 
     Output arrays (and index arrays) live in a ring of prefetch + 1 slots per stream. A step
     writes into the lowest-numbered free slot (_free_slot): one that holds no step, or a step
-    the consumer no longer has (_passed): with reuse_buffers, once it has come back to next()
+    the consumer no longer has (_passed_unseen, _held_until_released): with reuse_buffers, once it has come back to next()
     for a later step; by default, once it has taken the step after it, or has taken it and
     dropped every reference to its arrays. A step being made or made and not yet taken holds
     its slot. Lowest first, so that a consumer making its own steps
@@ -228,24 +228,29 @@ class _StepMaker:
         self._sampler.fill(step, out)
         return out
 
-    def _free_slot(self, step: int) -> int:
+    def _free_slot(self, step: int) -> tuple[int, bool]:
         """Claims the lowest-numbered free slot for `step` (class docstring); a step made again
         (after an interrupt stopped its consumer mid-step: loaderx.prefetch, "Interrupts")
-        takes back the slot it had."""
+        takes back the slot it had. Also returns whether the slot's arrays were just found
+        released (_released), which nothing can undo: only this maker references them."""
         with self._lock:
             written = self._written
             slot = self._slot_of_step.get(step, -1)
             if 0 <= slot < len(written) and written[slot] == step:
-                return slot
+                return slot, False
             # Read under this lock, after every slot claimed before, so at most prefetch of
             # the steps held can be ones the consumer has not passed.
             prefetcher = self._prefetcher
             first_step = self._first_step
             taken, asked = (first_step, first_step) if prefetcher is None else prefetcher.position()
             slot = 0
+            released = False
             while slot < len(written):
                 held = written[slot]
-                if held < 0 or self._passed(held, slot, taken, asked):
+                if held < 0 or self._passed_unseen(held, taken, asked):
+                    break
+                if self._held_until_released(held, taken) and self._slot_released(slot):
+                    released = True
                     break
                 slot += 1
             if slot == len(written):
@@ -254,7 +259,7 @@ class _StepMaker:
                 del self._slot_of_step[written[slot]]
             written[slot] = step  # the claim: one store
             self._slot_of_step[step] = slot
-            return slot
+            return slot, released
 
     def _grow(self) -> None:
         """Adds a slot at the end of the ring (class docstring: only after an interrupt); the
@@ -267,14 +272,19 @@ class _StepMaker:
                 slots.append(None)
         self._written.append(-1)
 
-    def _passed(self, step: int, slot: int, taken: int, asked: int) -> bool:
-        """Whether the consumer no longer has `step`, made in `slot` (class docstring), with
-        the consumer's next step `taken` and the step it last came to next() for `asked`.
-        Default: once it took the next step the slot is free, its arrays replaced (_output)
-        if it kept them."""
+    def _passed_unseen(self, step: int, taken: int, asked: int) -> bool:
+        """Whether the consumer no longer has `step` (class docstring) by its position alone,
+        with its next step `taken` and the step it last came to next() for `asked`. Default:
+        once it took the next step the slot is free, its arrays replaced (_output) if it kept
+        them."""
         if self._reuse_buffers:
             return step < asked
-        return step + 1 < taken or (step < taken and self._slot_released(slot))
+        return step + 1 < taken
+
+    def _held_until_released(self, step: int, taken: int) -> bool:
+        """Whether `step` is the consumer's last taken one, which by default it no longer has
+        once it dropped every reference to the step's arrays (_slot_released)."""
+        return not self._reuse_buffers and step + 1 == taken
 
     def _slot_released(self, slot: int) -> bool:
         for slots in self._outputs:
@@ -282,9 +292,11 @@ class _StepMaker:
                 return False
         return True
 
-    def _output(self, stream: int, slot: int) -> npt.NDArray[Any]:
+    def _output(self, stream: int, slot: int, released: bool) -> npt.NDArray[Any]:
+        """The array `stream` of `slot` writes into: the slot's own when no one else can see
+        it (`released` when _free_slot just found so), else a new one."""
         slots = self._outputs[stream]
-        if self._reuse_buffers or _released(slots, slot):
+        if self._reuse_buffers or released or _released(slots, slot):
             reused = slots[slot]
             if reused is not None:
                 return reused
@@ -293,7 +305,8 @@ class _StepMaker:
         return fresh
 
     def make(self, step: int) -> Batch:
-        batch = self._gather(step, self._free_slot(step))
+        slot, released = self._free_slot(step)
+        batch = self._gather(step, slot, released)
         transform = self._transform
         if transform is None:
             return batch
@@ -304,14 +317,14 @@ class _StepMaker:
             )
         return result
 
-    def _gather(self, step: int, slot: int) -> dict[str, npt.NDArray[Any]]:
+    def _gather(self, step: int, slot: int, released: bool) -> dict[str, npt.NDArray[Any]]:
         indices = self._indices[slot]
         self._sampler.fill(step, indices)
         names = self._names
         datasets = self._datasets
         batch: dict[str, npt.NDArray[Any]] = {}
         for i in range(len(names)):
-            out = self._output(i, slot)
+            out = self._output(i, slot, released)
             datasets[i].gather_into(indices, out)
             batch[names[i]] = out
         return batch

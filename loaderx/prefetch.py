@@ -201,6 +201,10 @@ class Prefetcher(Generic[T]):
         # Whether a step was taken without waking a worker since a worker last claimed one:
         # the workers then look again sooner than IDLE_CHECK_SECONDS (STAND_ASIDE_*_SECONDS).
         self._unwoken: bool = False
+        # Consumer threads waiting in next() for _ready, so that filing a step notifies only
+        # when someone waits (a Condition's notify is Python code: about 0.5 us a step). An
+        # interrupt can only leave it too high (one needless notify), never too low.
+        self._waiting: int = 0
         self._closed: bool = False
         self._threads: list[threading.Thread] = []
         self._pid: int = os.getpid()
@@ -277,12 +281,17 @@ class Prefetcher(Generic[T]):
                     # Re-raising keeps the producer's traceback and appends this frame to it.
                     raise error
                 return cast(T, value)
-            # The step is made on this thread and filed as a worker would.
+            # The step is made on this thread: taken at once if it is the consumer's next,
+            # else filed as a worker would.
             try:
-                self._run(own, consumer=True)
+                taken, value, error = self._make_own(own)
             except BaseException:
                 self._abandon(own)
                 raise
+            if taken:
+                if error is not None:
+                    raise error
+                return cast(T, value)
 
     def _take_or_claim(self, arrived: bool) -> tuple[int, T | None, BaseException | None]:
         """(-1, value, error) taking the consumer's step once it is ready; else (step, None,
@@ -320,7 +329,11 @@ class Prefetcher(Generic[T]):
                     self._helping[own] = me
                     return own, None, None
                 arrived = False
-                self._ready.wait()
+                self._waiting += 1
+                try:
+                    self._ready.wait()
+                finally:
+                    self._waiting -= 1
 
     def _take(self, step: int, wake: bool) -> tuple[int, T | None, BaseException | None]:
         """Takes the finished step (lock held). With `wake` a waiting worker is told first (one
@@ -390,24 +403,48 @@ class Prefetcher(Generic[T]):
             if step < 0 or not self._run(step):
                 return
 
-    def _run(self, step: int, consumer: bool = False) -> bool:
-        """Produces one step and files its result; False once closed.
+    def _run(self, step: int) -> bool:
+        """Produces one step on a worker and files its result; False once closed. Any
+        exception, also a BaseException (workers receive no signals), goes to the consumer.
 
         A function of its own so that no reference to the result outlives the filing: a worker
         waiting for room must not keep its last result alive (the DataLoader recycles a batch's
-        arrays only when nothing references them). On the consumer's thread an interrupt (a
-        BaseException that is not an Exception) goes up unfiled: the step stays this thread's
-        to make again (module docstring, "Interrupts").
+        arrays only when nothing references them).
         """
         try:
             value = self._produce(step)
-        except Exception as error:  # delivered to the consumer, never swallowed
-            return self._file(step, None, error)
-        except BaseException as error:
-            if consumer:
-                raise  # __next__ gives the step up
+        except BaseException as error:  # delivered to the consumer, never swallowed
             return self._file(step, None, error)
         return self._file(step, value, None)
+
+    def _make_own(self, step: int) -> tuple[bool, T | None, BaseException | None]:
+        """Makes `step`, which this consumer thread claimed: (True, value, error) when it was
+        the consumer's next step, taken here under the same lock that files it (one lock round
+        trip a step instead of filing it and looking again); else (False, None, None) once it
+        is filed as a worker's would be, or dropped once closed (the caller looks again). An
+        interrupt (a BaseException that is not an Exception) goes up unfiled: the step stays
+        this thread's to make again (module docstring, "Interrupts")."""
+        try:
+            value: T | None = self._produce(step)
+            error: BaseException | None = None
+        except Exception as caught:  # delivered to the consumer, never swallowed
+            value = None
+            error = caught
+        with self._lock:
+            if self._closed:
+                return False, None, None
+            if step == self._take_step and step in self._helping:
+                # Stores and subscripts only until the step is taken (see _take).
+                del self._helping[step]
+                self._take_step = step + 1
+                # The consumer made its own step: the workers stand aside (module docstring).
+                self._unwoken = True
+                if self._waiting:
+                    # Another consumer thread waits for the next step, which may be ready.
+                    self._ready.notify_all()
+                return True, value, error
+            self._file_locked(step, value, error)
+        return False, None, None
 
     def _abandon(self, step: int) -> None:
         """An interrupted consumer gives up the step it was making, so that any consumer thread
@@ -424,22 +461,26 @@ class Prefetcher(Generic[T]):
         with self._lock:
             if self._closed:
                 return False
-            # No call (not even typing.cast) until the step is filed and no longer claimed: an
-            # interrupt in between would lose the step (see _take).
-            made_here = step in self._helping
-            if made_here:
-                del self._helping[step]
-            if step < self._take_step:
-                return True  # taken already (cannot happen: a step is taken once filed)
-            if error is None:
-                self._values[step] = value  # type: ignore[assignment]
-            else:
-                self._errors[step] = error
-            if made_here:
-                self._made_by_consumers[step] = True
-            if step == self._take_step:
-                self._ready.notify_all()
+            self._file_locked(step, value, error)
         return True
+
+    def _file_locked(self, step: int, value: T | None, error: BaseException | None) -> None:
+        """_file with the lock held and the prefetcher open."""
+        # No call (not even typing.cast) until the step is filed and no longer claimed: an
+        # interrupt in between would lose the step (see _take).
+        made_here = step in self._helping
+        if made_here:
+            del self._helping[step]
+        if step < self._take_step:
+            return  # taken already (cannot happen: a step is taken once filed)
+        if error is None:
+            self._values[step] = value  # type: ignore[assignment]
+        else:
+            self._errors[step] = error
+        if made_here:
+            self._made_by_consumers[step] = True
+        if step == self._take_step and self._waiting:
+            self._ready.notify_all()
 
     def close(self) -> None:
         """Stops and joins every worker; results not yet taken are dropped. Idempotent."""

@@ -471,6 +471,56 @@ def test_a_step_another_consumer_gave_up_is_made_by_the_one_waiting() -> None:
     assert produce.made_by[2][1] != "MainThread"  # made again by the thread that waited
 
 
+class TakeOverHeld(GatedWorker):
+    """GatedWorker interrupting the main thread in step 1, whose second making (by the thread
+    that takes it over) waits for `again_gate` once it has set `again_inside`."""
+
+    def __init__(self) -> None:
+        super().__init__(interrupt_at=1)
+        self.again_gate = threading.Event()
+        self.again_inside = threading.Event()
+
+    def __call__(self, step: int) -> int:
+        value = super().__call__(step)
+        if step == 1:
+            self.again_inside.set()
+            assert self.again_gate.wait(10.0)
+        return value
+
+
+def test_a_consumer_taking_its_own_step_wakes_one_waiting_for_the_next() -> None:
+    """A consumer that makes its next step takes it under the lock that files it. A second
+    consumer thread waiting meanwhile for the step after, which a worker has already made,
+    must be woken then: nothing else would (no step of the window is left to file)."""
+    produce = TakeOverHeld()
+    with Prefetcher(produce, 0, 3, 1, consumer_helps=True) as prefetcher:
+        produce.wait_started(0)  # the worker is inside step 0
+        with pytest.raises(KeyboardInterrupt, match="interrupted in step 1"):
+            next(prefetcher)  # the main thread claims step 1, which raises: given up
+        produce.gate.set()  # the worker files step 0 and goes on to step 2
+        produce.wait_started(2)
+        assert next(prefetcher) == 0
+        got: dict[str, int] = {}
+        # The main thread takes step 1 over and makes it, held inside until the gate opens.
+        main = threading.Thread(
+            target=lambda: got.setdefault("main", next(prefetcher)), name="MainThread"
+        )
+        main.start()
+        assert produce.again_inside.wait(10.0)
+        other = threading.Thread(target=lambda: got.setdefault("other", next(prefetcher)))
+        other.start()
+        deadline = time.monotonic() + 5.0
+        while prefetcher._waiting == 0:  # the other thread waits for step 1 (white box)
+            assert time.monotonic() < deadline, "the second consumer never waited"
+            time.sleep(0.001)
+        produce.again_gate.set()
+        main.join(10.0)
+        other.join(10.0)
+        assert not other.is_alive(), "the waiting consumer was never woken"
+        assert got == {"main": 10, "other": 20}
+        assert [next(prefetcher) for _ in range(3)] == [30, 40, 50]
+
+
 _NOTIFY_INTERRUPTED = """
 import signal
 import sys
