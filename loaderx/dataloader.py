@@ -42,6 +42,7 @@ import numpy.typing as npt
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.loader_arguments import as_int, check_count
+from loaderx.native_calls import address
 from loaderx.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -205,6 +206,10 @@ class _StepMaker:
         self._indices: list[npt.NDArray[np.int64]] = [
             np.empty(batch_size, dtype=_INT64) for _ in range(ring_size)
         ]
+        # Each index array's address for the sampler's unchecked fill: the arrays are made
+        # here (and by _grow) as it requires, never replaced, and live as long as this maker.
+        self._fill: Callable[[int, int], int] = sampler.filler()
+        self._index_addresses: list[int] = [address(indices) for indices in self._indices]
         self._outputs: list[list[npt.NDArray[Any] | None]] = [
             [None] * ring_size for _ in self._names
         ]
@@ -266,7 +271,9 @@ class _StepMaker:
         arrays first and the slot's state last, so an interrupt in between only leaves spares."""
         slot = len(self._written)
         while len(self._indices) <= slot:
-            self._indices.append(np.empty(self._batch_size, dtype=_INT64))
+            indices = np.empty(self._batch_size, dtype=_INT64)
+            self._indices.append(indices)
+            self._index_addresses.append(address(indices))
         for slots in self._outputs:
             while len(slots) <= slot:
                 slots.append(None)
@@ -319,7 +326,8 @@ class _StepMaker:
 
     def _gather(self, step: int, slot: int, released: bool) -> dict[str, npt.NDArray[Any]]:
         indices = self._indices[slot]
-        self._sampler.fill(step, indices)
+        if self._fill(step, self._index_addresses[slot]) != 0:
+            self._sampler.fill(step, indices)  # raises the sampler's error
         names = self._names
         datasets = self._datasets
         batch: dict[str, npt.NDArray[Any]] = {}

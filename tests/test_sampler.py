@@ -287,6 +287,21 @@ def test_attributes_and_repr() -> None:
     assert Sampler(np.int64(10), np.uint8(2), seed=np.uint64(2**64 - 1)).seed == 2**64 - 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_unchecked_filler_writes_what_fill_writes(mode: Mode) -> None:
+    """Sampler.filler (the DataLoader's per-step fill) gives the same indices as fill, for
+    every mode, a sharded host and steps up to the last one a loader can make."""
+    sampler = Sampler(1000, 24, mode=mode, seed=11, shard=(1, 3))
+    fill = sampler.filler()
+    out = np.full(24, -1, dtype=np.int64)
+    address = out.ctypes.data
+    for step in (0, 1, 2, 41, 10**9, 2**64 - 1):
+        assert fill(step, address) == 0
+        expected = np.empty(24, dtype=np.int64)
+        sampler.fill(step, expected)
+        assert np.array_equal(out, expected), step
+
+
 def test_pickles_by_its_arguments() -> None:
     sampler = Sampler(1000, 32, mode="iid", seed=5, shard=(1, 2))
     clone = pickle.loads(pickle.dumps(sampler))
