@@ -606,6 +606,13 @@ class DrivenMaker:
         self.loader = DataLoader(streams, batch_size=16, seed=5, prefetch=prefetch, workers=1,
                                  reuse_buffers=reuse)
         self.loader.close()
+        # Its worker may have made steps before close() stopped it, each noting the slot it
+        # took (a step made again keeps its slot): the hand-driven steps start from an empty
+        # ring, whatever the worker got to do (under load in CI it made steps 0 to 3, which
+        # then took slots 0 to 3 again).
+        maker = self.loader._maker  # noqa: SLF001
+        maker._written[:] = [-1] * len(maker._written)  # noqa: SLF001
+        maker._slot_of_step.clear()  # noqa: SLF001
         self.prefetcher = self.loader._prefetcher  # noqa: SLF001 - its position is the input
         self.sampler = Sampler(RECORDS, 16, seed=5)
         self.ask(0)
