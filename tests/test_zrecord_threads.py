@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -230,10 +231,21 @@ def test_delete_and_compact_while_others_gather(store_path: str) -> None:
 
         model = list(range(1200))  # the token of each live record, in index order
 
+        def seen_now() -> int:
+            with lock:
+                return seen[0]
+
         def maintainer() -> None:
             draw = random.Random(99)
             try:
                 for _ in range(6):
+                    # The readers race every round: each starts once they have read since the
+                    # last (on a loaded machine the rounds could otherwise all pass before any
+                    # reader's first gather, and the test then saw nothing).
+                    before = seen_now()
+                    deadline = time.monotonic() + 10.0
+                    while seen_now() == before and time.monotonic() < deadline:
+                        time.sleep(0.001)
                     targets = [draw.randrange(len(model)) for _ in range(60)]
                     store.delete(targets)
                     for index in sorted(set(targets), reverse=True):  # the spec's swap-last
