@@ -26,7 +26,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 12
+ABI_VERSION: Final = 13
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -59,6 +59,17 @@ class SamplerRequest(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("shard_index", ctypes.c_uint64),
         ("shard_count", ctypes.c_uint64),
+    ]
+
+
+class GatherStream(ctypes.Structure):
+    """Mirror of lx_gather_stream."""
+
+    _fields_ = [
+        ("store", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("record_size", ctypes.c_uint64),
+        ("out_bytes", ctypes.c_uint64),
     ]
 
 
@@ -163,6 +174,8 @@ RECORD_SIZE_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = 1 << 24
 CHUNK_COUNT_MAX: Final = 1 << 12
 CHUNK_SIZE_MAX: Final = 1 << 32
+# Streams one lx_store_gather_streams call gathers at most.
+GATHER_STREAMS_MAX: Final = 8
 
 # Whether the pool's helpers join large gathers (LX_POOL_*; set_pool_policy).
 POOL_AUTO: Final = 0
@@ -250,6 +263,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_gather_fixed": (st, [vp, vp, u64, vp, u64]),
         "lx_store_record_lengths": (st, [vp, vp, u64, vp]),
         "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
+        "lx_store_gather_streams": (st, [vp, u64, vp, u64]),
         "lx_store_delete": (st, [vp, vp, u64]),
         "lx_stores_delete": (st, [vp, u64, vp, vp]),
         "lx_store_compact": (st, [vp]),

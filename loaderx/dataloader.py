@@ -42,7 +42,8 @@ import numpy.typing as npt
 from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.loader_arguments import as_int, check_count
-from loaderx.native_calls import address
+from loaderx._native import GATHER_STREAMS_MAX
+from loaderx.native_calls import StreamsCall, address
 from loaderx.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -52,6 +53,7 @@ from loaderx.prefetch import (
     default_workers,
 )
 from loaderx.sampler import Mode, Sampler
+from loaderx.zrecord import Zrecord
 
 __all__ = ["DataLoader", "Batch", "Transform"]
 
@@ -156,6 +158,23 @@ def _released(slots: list[npt.NDArray[Any] | None], slot: int) -> bool:
     ) == 0
 
 
+def _streams_call(
+    datasets: list[DenseDataset], batch_size: int, ring_size: int
+) -> StreamsCall | None:
+    """The one-call gather of every stream (_StepMaker._together) when there are 2 to
+    GATHER_STREAMS_MAX streams and each reads one store (no shards); else None."""
+    if not 2 <= len(datasets) <= GATHER_STREAMS_MAX:
+        return None
+    stores: list[Zrecord] = []
+    for dataset in datasets:
+        store = dataset._store
+        if type(store) is not Zrecord:
+            return None
+        stores.append(store)
+    record_sizes = [dataset.record_size for dataset in datasets]
+    return StreamsCall(list(stores), record_sizes, batch_size, ring_size)
+
+
 class _StepMaker:
     """Computes one step's batch; shared by all worker threads (and the consumer's, which
     makes steps itself while it would otherwise wait).
@@ -213,6 +232,10 @@ class _StepMaker:
         self._outputs: list[list[npt.NDArray[Any] | None]] = [
             [None] * ring_size for _ in self._names
         ]
+        # All streams in one native call when each reads one store (loaderx.native_calls
+        # .StreamsCall: the small streams then copy beside the large one); None otherwise, or
+        # once a dataset's store changed (a rollover to shards).
+        self._together: StreamsCall | None = _streams_call(self._datasets, batch_size, ring_size)
         # Guarded by _lock: the step last made (or being made) in each slot, -1 for none; the
         # ring's size is its length. And which slot each such step took, a hint that an
         # interrupt may leave out or stale (checked against _written before use).
@@ -274,6 +297,8 @@ class _StepMaker:
             indices = np.empty(self._batch_size, dtype=_INT64)
             self._indices.append(indices)
             self._index_addresses.append(address(indices))
+            if self._together is not None:
+                self._together.grow()
         for slots in self._outputs:
             while len(slots) <= slot:
                 slots.append(None)
@@ -308,6 +333,9 @@ class _StepMaker:
             if reused is not None:
                 return reused
         fresh = np.empty(self._shapes[stream], dtype=self._dtypes[stream])
+        together = self._together
+        if together is not None:
+            together.set_out(slot, stream, fresh)
         slots[slot] = fresh
         return fresh
 
@@ -329,13 +357,28 @@ class _StepMaker:
         if self._fill(step, self._index_addresses[slot]) != 0:
             self._sampler.fill(step, indices)  # raises the sampler's error
         names = self._names
-        datasets = self._datasets
         batch: dict[str, npt.NDArray[Any]] = {}
         for i in range(len(names)):
-            out = self._output(i, slot, released)
-            datasets[i].gather_into(indices, out)
-            batch[names[i]] = out
+            batch[names[i]] = self._output(i, slot, released)
+        if not self._gather_together(slot):
+            datasets = self._datasets
+            for i in range(len(names)):
+                datasets[i].gather_into(indices, batch[names[i]])
         return batch
+
+    def _gather_together(self, slot: int) -> bool:
+        """Every stream of `slot` in one native call (self._together): True once done; False
+        when that call does not apply or failed, and the caller gathers stream by stream."""
+        together = self._together
+        if together is None:
+            return False
+        datasets = self._datasets
+        owners = together.owners
+        for i in range(len(datasets)):
+            if datasets[i]._store is not owners[i]:
+                self._together = None  # the store changed for good (a rollover)
+                return False
+        return together.gather(slot, self._index_addresses[slot])
 
 
 class DataLoader:

@@ -282,3 +282,76 @@ def address(array: npt.NDArray[Any]) -> int:
         return ctypes.addressof(_BYTE.from_buffer(array.data))
     except (TypeError, ValueError, NotImplementedError):
         return int(array.ctypes.data)
+
+
+_GATHER_STREAMS: Final = _native.lib.lx_store_gather_streams
+
+
+class StreamsCall:
+    """One native call that gathers several dense streams at the same indices: a loader's step
+    (lx_store_gather_streams; the largest stream runs on the pool, the others beside it, off
+    the step's critical path). The call's stream structs are kept for each slot of the
+    loader's ring and change only when a slot's output array is replaced (set_out).
+
+    `owners` are the streams' stores, each a NativeCalls whose handle is an lx_store: every
+    call marks itself in flight on each of them, so none closes under it.
+    """
+
+    def __init__(
+        self, owners: list[NativeCalls], record_sizes: list[int], count: int, slots: int
+    ) -> None:
+        assert 2 <= len(owners) <= _native.GATHER_STREAMS_MAX
+        assert len(record_sizes) == len(owners)
+        self.owners: list[NativeCalls] = owners
+        self._record_sizes: list[int] = record_sizes
+        self._count: int = count
+        self._structs: list[Any] = []
+        self._addresses: list[int] = []
+        for _ in range(slots):
+            self.grow()
+
+    def grow(self) -> None:
+        """Adds a slot, with no output array yet (set_out sets each before its first call)."""
+        structs = (_native.GatherStream * len(self.owners))()
+        for k, owner in enumerate(self.owners):
+            structs[k].store = owner._handle
+            structs[k].out = None
+            structs[k].record_size = self._record_sizes[k]
+            structs[k].out_bytes = self._count * self._record_sizes[k]
+        self._structs.append(structs)
+        self._addresses.append(ctypes.addressof(structs))
+
+    def set_out(self, slot: int, stream: int, out: npt.NDArray[Any]) -> None:
+        """Stream `stream` of slot `slot` gathers into `out` from now on: a writable,
+        C-contiguous array of count records that the caller keeps alive while it is the
+        slot's."""
+        self._structs[slot][stream].out = address(out)
+
+    def gather(self, slot: int, indices_address: int) -> bool:
+        """Gathers every stream of `slot` at the count int64 indices at `indices_address`:
+        True once done. False with a store closed, or any native status but LX_OK: the caller
+        then gathers stream by stream, which raises the documented errors (what this call may
+        have written is in the caller's own arrays, which it writes again)."""
+        owners = self.owners
+        entered = 0
+        try:
+            for owner in owners:
+                if not _enter_open(owner):
+                    return False
+                entered += 1
+            code: int = _GATHER_STREAMS(
+                indices_address, self._count, self._addresses[slot], len(owners)
+            )
+        finally:
+            for k in range(entered):
+                owners[k]._leave()
+        return code == _OK
+
+
+def _enter_open(owner: NativeCalls) -> bool:
+    """Marks a call in flight on `owner`; False (nothing marked) once it is closed."""
+    try:
+        owner._enter()
+    except ValueError:
+        return False
+    return True

@@ -47,9 +47,11 @@ def header_defines() -> dict[str, int]:
 
 
 def header_struct(name: str) -> list[tuple[str, str]]:
+    """(C type, field name) of each field; a pointer's type ends with its star."""
     body = re.search(rf"typedef struct {name} \{{(.*?)\}} {name};", header_text(), re.DOTALL)
     assert body, f"loaderx.h has no struct {name}"
-    return re.findall(r"(\w+)\s+(\w+)\s*;", body.group(1))
+    fields = re.findall(r"(\w+)\s*(\*?)\s*(\w+)\s*;", body.group(1))
+    return [(c_type + star, field) for c_type, star, field in fields]
 
 
 def header_prototypes() -> dict[str, tuple[str, list[str]]]:
@@ -135,6 +137,16 @@ def test_lx_sampler_request_agrees_with_the_ctypes_mirror() -> None:
     assert [name for _, name in fields] == [name for name, _ in mirror]
     for (c_type, name), (_, declared) in zip(fields, mirror):
         assert _agrees(c_type, declared), f"lx_sampler_request.{name}: {c_type} vs {declared}"
+
+
+def test_lx_gather_stream_agrees_with_the_ctypes_mirror() -> None:
+    fields = header_struct("lx_gather_stream")
+    mirror: list[tuple[str, Any]] = [(f[0], f[1]) for f in _native.GatherStream._fields_]
+    assert [name for _, name in fields] == [name for name, _ in mirror]
+    assert [c_type for c_type, _ in fields] == ["lx_store*", "uint8_t*", "uint64_t", "uint64_t"]
+    for (c_type, name), (_, declared) in zip(fields, mirror):
+        assert _agrees(c_type, declared), f"lx_gather_stream.{name}: {c_type} vs {declared}"
+    assert ctypes.sizeof(_native.GatherStream) == 32
 
 
 def test_lx_array_facts_agrees_with_the_ctypes_mirror() -> None:

@@ -1060,3 +1060,62 @@ def test_a_transform_runs_on_worker_threads_only(streams: dict[str, DenseDataset
         assert [int(next(loader)["label"][0]) for _ in range(40)] == [
             int(sampler.batch(step)[0]) for step in range(40)
         ]
+
+
+def test_streams_of_single_stores_are_gathered_in_one_native_call(
+    streams: dict[str, DenseDataset],
+) -> None:
+    """Two streams that each read one store go through one lx_store_gather_streams call a step
+    (the small one beside the large one), with the same batches as stream by stream."""
+    with DataLoader(streams, batch_size=16, seed=5, workers=1) as loader:
+        assert loader._maker._together is not None  # noqa: SLF001
+        sampler = Sampler(RECORDS, 16, seed=5)
+        for step in range(40):
+            check_aligned(next(loader), sampler.batch(step))
+
+
+def test_a_stream_closed_under_the_loader_raises_as_a_gather_would(folder: Path) -> None:
+    """A closed stream refuses the one-call gather; the step then gathers stream by stream
+    and raises that stream's own error, as before the one call existed."""
+    data = DenseDataset(folder / "data")
+    label = DenseDataset(folder / "label")
+    loader = DataLoader({"data": data, "label": label}, batch_size=16, seed=5, prefetch=1,
+                        workers=1)
+    try:
+        check_aligned(next(loader))
+        time.sleep(0.2)  # the worker has made the next step: taken as made
+        next(loader)
+        label.close()
+        with pytest.raises(ValueError, match="is closed"):
+            for _ in range(3):
+                next(loader)
+    finally:
+        loader.close()
+        data.close()
+
+
+def test_a_stream_that_rolls_over_to_shards_is_then_gathered_on_its_own(tmp_path: Path) -> None:
+    """When a stream's dataset rolls over from one store to shards (appends past its
+    shard_records), the loader stops gathering all streams in one call and reads every stream
+    through its dataset; every batch stays exact."""
+    every = np.arange(RECORDS, dtype=np.int64)
+    data = DenseDataset(tmp_path / "data", dtype=np.int32, item_shape=ITEM_SHAPE, codec="raw",
+                        shard_records=RECORDS + 8)
+    data.append(encoded(every))
+    label = DenseDataset(tmp_path / "label", dtype=np.int64, item_shape=(), codec="raw")
+    label.append(every)
+    sampler = Sampler(RECORDS, 16, seed=5)
+    try:
+        with DataLoader({"data": data, "label": label}, batch_size=16, seed=5, prefetch=1,
+                        workers=1) as loader:
+            assert loader._maker._together is not None  # noqa: SLF001
+            for step in range(5):
+                check_aligned(next(loader), sampler.batch(step))
+            data.append(encoded(np.arange(RECORDS, RECORDS + 16, dtype=np.int64)))
+            assert data.sharded
+            for step in range(5, 40):
+                check_aligned(next(loader), sampler.batch(step))
+            assert loader._maker._together is None  # noqa: SLF001
+    finally:
+        data.close()
+        label.close()

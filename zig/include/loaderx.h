@@ -128,6 +128,21 @@ lx_status lx_store_record_lengths(lx_store *store, const int64_t *indices, uint6
  * [dst_offsets[i], dst_offsets[i+1]) must be exactly its logical length. */
 lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t count, uint8_t *dst,
                           const uint64_t *dst_offsets);
+/* One stream of lx_store_gather_streams: records of record_size bytes go to out, slot i at
+ * out + i * record_size. */
+typedef struct lx_gather_stream {
+    lx_store *store;
+    uint8_t *out;          /* count * record_size bytes */
+    uint64_t record_size;  /* bytes of each record (its logical length), > 0 */
+    uint64_t out_bytes;    /* the size of out: must be count * record_size */
+} lx_gather_stream;
+#define LX_GATHER_STREAMS_MAX 8u /* streams one lx_store_gather_streams call takes */
+/* Several stores gathered at the same indices in one call (a loader's streams of one step):
+ * the largest stream runs on the pool, the others beside it. Every index is checked against
+ * every store's length and every slot against its record before any byte moves. Each distinct
+ * store is held shared for the call, locked in address order. */
+lx_status lx_store_gather_streams(const int64_t *indices, uint64_t count,
+                                  const lx_gather_stream *streams, uint64_t stream_count);
 
 /* Swap-last delete of the given records (any order, duplicates allowed). */
 lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t count);

@@ -12,6 +12,7 @@ const integrity = @import("integrity.zig");
 const exports = @import("exports.zig");
 const pool_advice = @import("pool_advice.zig");
 const raw_copy = @import("raw_copy.zig");
+const gather_streams = @import("gather_streams.zig");
 
 const header = @embedFile("loaderx.h");
 
@@ -101,32 +102,42 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
     var fields = std.mem.tokenizeScalar(u8, between("typedef struct " ++ c_name ++ " {", "}"), '\n');
     const info = @typeInfo(T).@"struct";
     var c_types: [info.field_names.len][]const u8 = undefined;
+    // Whether the C field is a pointer (`T *name`: its name starts with the star).
+    var pointers: [info.field_names.len]bool = undefined;
     var index: usize = 0;
     while (fields.next()) |raw| {
         const line = std.mem.trim(u8, raw[0 .. std.mem.indexOf(u8, raw, "/*") orelse raw.len], " \t;");
         if (line.len == 0) continue;
         var words = std.mem.tokenizeAny(u8, line, " \t");
         const c_type = words.next().?;
-        const name = words.next().?;
+        const declared = words.next().?;
+        const name = std.mem.trimStart(u8, declared, "*");
         try testing.expect(index < info.field_names.len);
         // A Zig field the library never reads is named with a leading underscore (`_reserved`).
         try testing.expectEqualStrings(std.mem.trimStart(u8, info.field_names[index], "_"), name);
         c_types[index] = c_type;
+        pointers[index] = name.len != declared.len;
         index += 1;
     }
     try testing.expectEqual(info.field_names.len, index);
     inline for (info.field_types, 0..) |field_type, i| {
-        const expected = switch (field_type) {
-            u32 => "uint32_t",
-            u64 => "uint64_t",
+        const expected: struct { []const u8, bool } = switch (field_type) {
+            u32 => .{ "uint32_t", false },
+            u64 => .{ "uint64_t", false },
+            ?*exports.Store => .{ "lx_store", true },
+            ?[*]u8 => .{ "uint8_t", true },
             else => @compileError("abi_test: map this field type to its C name"),
         };
-        try testing.expectEqualStrings(expected, c_types[i]);
+        try testing.expectEqualStrings(expected[0], c_types[i]);
+        try testing.expectEqual(expected[1], pointers[i]);
     }
 }
 
-test "lx_stats, lx_sampler_request, lx_array_facts and lx_verify_* in the header are the Zig extern structs, field for field" {
+test "lx_stats, lx_sampler_request, lx_array_facts, lx_gather_stream and lx_verify_* in the header are the Zig extern structs, field for field" {
     try expectStructMatches(exports.LxStats, "lx_stats");
+    try expectStructMatches(exports.LxGatherStream, "lx_gather_stream");
+    try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxGatherStream));
+    try testing.expectEqual(@as(?u64, gather_streams.stream_count_max), define("LX_GATHER_STREAMS_MAX"));
     try expectStructMatches(exports.LxSamplerRequest, "lx_sampler_request");
     try expectStructMatches(exports.LxArrayFacts, "lx_array_facts");
     try expectStructMatches(integrity.Problem, "lx_verify_problem");

@@ -7,7 +7,7 @@ const Status = status.Status;
 const sampler = @import("sampler.zig");
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 12;
+pub const abi_version: u32 = 13;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -51,12 +51,13 @@ export fn lx_stores_policy() callconv(.c) u32 {
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
+const gather_streams = @import("gather_streams.zig");
 const store_pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
 const raw_copy = @import("raw_copy.zig");
 const store_errors = @import("errors.zig");
 const store_limits = @import("limits.zig");
-const Store = store_mod.Store;
+pub const Store = store_mod.Store;
 
 /// Flags of lx_store_open (LX_OPEN_* in loaderx.h; abi_test.zig checks they agree).
 pub const open_create: u32 = 1;
@@ -565,6 +566,39 @@ export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32,
     const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL, misaligned or not open", .{});
     const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
     return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+}
+
+/// Mirrors lx_gather_stream in loaderx.h.
+pub const LxGatherStream = extern struct {
+    store: ?*Store,
+    out: ?[*]u8,
+    record_size: u64,
+    out_bytes: u64,
+};
+
+export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) callconv(.c) Status {
+    if (stream_count == 0 or stream_count > gather_streams.stream_count_max)
+        return invalid("lx_store_gather_streams: stream_count is {d}; a call gathers 1 to {d} streams", .{ stream_count, gather_streams.stream_count_max });
+    const streams_ptr = streams orelse return invalid("lx_store_gather_streams: streams is NULL", .{});
+    var list: [gather_streams.stream_count_max]gather_streams.Stream = undefined;
+    for (streams_ptr[0..@intCast(stream_count)], 0..) |stream, i| {
+        if (!isOpen(Store, stream.store)) return invalid("lx_store_gather_streams: stream {d}'s store is NULL, closed or not an lx_store", .{i});
+        if (stream.record_size == 0) return invalid("lx_store_gather_streams: stream {d}'s record_size is 0", .{i});
+        const byte_count = std.math.mul(u64, count, stream.record_size) catch
+            return invalid("lx_store_gather_streams: stream {d}: count * record_size overflows", .{i});
+        if (stream.out_bytes != byte_count)
+            return invalid("lx_store_gather_streams: stream {d}'s out holds {d} bytes, {d} records of {d} bytes need {d}", .{ i, stream.out_bytes, count, stream.record_size, byte_count });
+        const out = stream.out orelse if (byte_count == 0) @as([*]u8, @ptrFromInt(1)) else return invalid("lx_store_gather_streams: stream {d}'s out is NULL", .{i});
+        if (@intFromPtr(out) > std.math.maxInt(usize) - byte_count) return invalid("lx_store_gather_streams: stream {d}'s out ends past the address space", .{i});
+        list[i] = .{ .store = stream.store.?, .destination = .{ .base = out, .stride = stream.record_size }, .byte_count = byte_count };
+    }
+    if (count == 0) {
+        status.clearMessage();
+        return .ok;
+    }
+    const indices_ptr = indices orelse return invalid("lx_store_gather_streams: indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_gather_streams: count {d} overflows the address space", .{count});
+    return storeStatus(gather_streams.gather(list[0..@intCast(stream_count)], indices_ptr[0..@intCast(count)]));
 }
 
 // ---- sampler -------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ extern fn lx_store_append_fixed(store: ?*LxStore, data: ?[*]const u8, stride: u6
 extern fn lx_store_gather_fixed(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
 extern fn lx_store_record_lengths(store: ?*LxStore, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
 extern fn lx_store_gather(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
+const LxGatherStream = extern struct { store: ?*LxStore, out: ?[*]u8, record_size: u64, out_bytes: u64 };
+extern fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) Status;
 extern fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) Status;
 extern fn lx_store_compact(store: ?*LxStore) Status;
 extern fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) Status;
@@ -583,4 +585,60 @@ test "the pool and stores policies: each value reads back; another is refused an
         try expectRefused(.invalid_argument, lx_stores_set_policy(bad), "is not one of LX_STORES_AUTO (0)");
         try testing.expectEqual(@as(u32, 1), lx_stores_policy());
     }
+}
+
+test "lx_store_gather_streams gathers every stream at the same indices and refuses bad streams before writing" {
+    var first: Fixture = undefined;
+    try first.init();
+    defer first.deinit();
+    var second: Fixture = undefined;
+    try second.init();
+    defer second.deinit();
+    const indices = [_]i64{ 9, 0, 4 };
+    var a: [12]u8 = @splat(0xEE);
+    var b: [12]u8 = @splat(0xEE);
+    var streams = [_]LxGatherStream{
+        .{ .store = first.store, .out = &a, .record_size = 4, .out_bytes = 12 },
+        .{ .store = second.store, .out = &b, .record_size = 4, .out_bytes = 12 },
+    };
+    try testing.expectEqual(Status.ok, lx_store_gather_streams(&indices, 3, &streams, 2));
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &a);
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &b);
+    // No records: nothing to read, every stream's out holds 0 bytes.
+    try testing.expectEqual(Status.ok, lx_store_gather_streams(null, 0, &[_]LxGatherStream{
+        .{ .store = first.store, .out = null, .record_size = 4, .out_bytes = 0 },
+    }, 1));
+
+    // Every refusal leaves both outputs as they were.
+    a = @splat(0xEE);
+    b = @splat(0xEE);
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 0), "stream_count is 0");
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 9), "stream_count is 9");
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, null, 2), "streams is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_streams(null, 3, &streams, 2), "indices is NULL");
+    streams[1].store = null;
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 2), "stream 1's store is NULL");
+    streams[1].store = second.store;
+    streams[0].record_size = 0;
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 2), "record_size is 0");
+    streams[0].record_size = 4;
+    streams[1].out_bytes = 16;
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 2), "out holds 16 bytes");
+    streams[1].out_bytes = 12;
+    streams[0].out = null;
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 2), "stream 0's out is NULL");
+    streams[0].out = &a;
+    streams[0].record_size = huge;
+    streams[0].out_bytes = 12;
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&indices, 3, &streams, 2), "overflows");
+    streams[0].record_size = 4;
+    try expectRefused(.index_out_of_range, lx_store_gather_streams(&[_]i64{ 1, 10 }, 2, &[_]LxGatherStream{
+        .{ .store = first.store, .out = &a, .record_size = 4, .out_bytes = 8 },
+        .{ .store = second.store, .out = &b, .record_size = 4, .out_bytes = 8 },
+    }, 2), "");
+    try expectRefused(.size_mismatch, lx_store_gather_streams(&indices, 1, &[_]LxGatherStream{
+        .{ .store = first.store, .out = &a, .record_size = 2, .out_bytes = 2 },
+    }, 1), "");
+    for (a) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    for (b) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
 }

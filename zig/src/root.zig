@@ -21,6 +21,7 @@ test {
     _ = @import("pool.zig");
     _ = @import("pool_advice.zig");
     _ = @import("store.zig");
+    _ = @import("gather_streams.zig");
     _ = @import("lock.zig");
     _ = @import("no_follow.zig");
     _ = @import("compaction.zig");

@@ -573,15 +573,34 @@ pub const Store = struct {
         try task.failure.check();
     }
 
-    const GatherTask = struct {
+    /// Gathers that run beside a GatherTask (gather_streams.zig): the first of its runners to
+    /// start runs all of them, then goes on with its own blocks.
+    pub const Sides = struct {
+        tasks: []GatherTask,
+        claimed: std.atomic.Value(bool) = .init(false),
+
+        pub fn runOnce(sides: *Sides) void {
+            if (sides.claimed.swap(true, .acq_rel)) return;
+            for (sides.tasks) |*task| {
+                assert(task.sides == null);
+                var blocks: pool.Blocks = .{ .item_count = task.indices.len, .block_items = @max(1, task.indices.len) };
+                task.runShard(&blocks);
+            }
+        }
+    };
+
+    pub const GatherTask = struct {
         store: *Store,
         indices: []const i64,
         destination: Destination,
         stores: raw_copy.Stores = .cached,
         loads: raw_copy.Loads = .temporal,
         failure: Failure = .{},
+        /// Other stores' gathers at the same indices, run by whichever runner starts first.
+        sides: ?*Sides = null,
 
         pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
+            if (task.sides) |sides| sides.runOnce();
             const io = pool.io();
             // Taken on the first compressed record, then reused for every block of this runner.
             var dctx: ?*codec.DCtx = null;
@@ -728,7 +747,7 @@ pub const Store = struct {
     /// Refuses a gather whose destination slots disagree with the records' logical lengths,
     /// before any byte is copied (the copy runs sharded, so a refusal found there would leave
     /// other slots already written). One pass over table entries the copy reads anyway.
-    fn checkSlots(store: *Store, indices: []const i64, destination: Destination) Error!void {
+    pub fn checkSlots(store: *Store, indices: []const i64, destination: Destination) Error!void {
         if (store.slotsMatch(indices, destination)) return;
         for (indices, 0..) |index, i| try store.checkSlot(@intCast(index), destination.slotLength(i), i);
     }

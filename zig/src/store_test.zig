@@ -857,3 +857,104 @@ test "a small store allocates its per-chunk, run and checksum tables a group at 
     try testing.expectEqual(@as(u32, 1), store.sidecar.?.valid.groupsCreated());
     try testing.expectEqual(@as(u32, 1), store.chunks.slots.groupsCreated());
 }
+
+const gather_streams = @import("gather_streams.zig");
+
+/// A store in `folder` holding `count` records of `size` bytes, record i filled with byte
+/// (i * 7 + salt), appended with `codec_tag`.
+fn fixedStore(folder: *Folder, count: usize, size: usize, salt: u8, codec_tag: u8) !*Store {
+    const store = try folder.open();
+    errdefer store.close();
+    const data = try testing.allocator.alloc(u8, count * size);
+    defer testing.allocator.free(data);
+    for (0..count) |i| @memset(data[i * size ..][0..size], @as(u8, @truncate(i * 7)) +% salt);
+    _ = try store.append(.{ .data = data.ptr, .stride = size, .count = count }, codec_tag);
+    return store;
+}
+
+fn expectFixedRecords(out: []const u8, size: usize, indices: []const i64, salt: u8) !void {
+    for (indices, 0..) |index, i| {
+        const want: u8 = @as(u8, @truncate(@as(u64, @intCast(index)) * 7)) +% salt;
+        for (out[i * size ..][0..size]) |b| try testing.expectEqual(want, b);
+    }
+}
+
+test "gather_streams: every stream gets its store's records at the same indices, large and small, raw and zstd, pooled or alone" {
+    var images_folder = Folder.init();
+    defer images_folder.deinit();
+    var labels_folder = Folder.init();
+    defer labels_folder.deinit();
+    var masks_folder = Folder.init();
+    defer masks_folder.deinit();
+    const images = try fixedStore(&images_folder, 300, 12 * 1024, 3, 0);
+    defer images.close();
+    const labels = try fixedStore(&labels_folder, 300, 8, 101, 0);
+    defer labels.close();
+    const masks = try fixedStore(&masks_folder, 300, 64, 55, 1);
+    defer masks.close();
+    // 258 records, duplicates included: the pool splits the images.
+    const pattern = [_]i64{ 299, 0, 17, 17, 150, 3 };
+    var indices: [258]i64 = undefined;
+    for (&indices, 0..) |*index, k| index.* = pattern[k % pattern.len];
+    const image_out = try testing.allocator.alloc(u8, indices.len * 12 * 1024);
+    defer testing.allocator.free(image_out);
+    var label_out: [indices.len * 8]u8 = undefined;
+    var mask_out: [indices.len * 64]u8 = undefined;
+    for ([_]pool.Policy{ .always, .never, .auto }) |policy| {
+        pool.policy.store(policy, .monotonic);
+        defer pool.policy.store(.auto, .monotonic);
+        @memset(image_out, 0);
+        @memset(&label_out, 0);
+        @memset(&mask_out, 0);
+        const streams = [_]gather_streams.Stream{
+            .{ .store = labels, .destination = .{ .base = &label_out, .stride = 8 }, .byte_count = label_out.len },
+            .{ .store = images, .destination = .{ .base = image_out.ptr, .stride = 12 * 1024 }, .byte_count = image_out.len },
+            .{ .store = masks, .destination = .{ .base = &mask_out, .stride = 64 }, .byte_count = mask_out.len },
+        };
+        try gather_streams.gather(&streams, &indices);
+        try expectFixedRecords(image_out, 12 * 1024, &indices, 3);
+        try expectFixedRecords(&label_out, 8, &indices, 101);
+        try expectFixedRecords(&mask_out, 64, &indices, 55);
+    }
+}
+
+test "gather_streams: the same store twice is locked once; a bad index or slot is refused before any byte moves" {
+    var a_folder = Folder.init();
+    defer a_folder.deinit();
+    var b_folder = Folder.init();
+    defer b_folder.deinit();
+    const a = try fixedStore(&a_folder, 10, 16, 9, 0);
+    defer a.close();
+    const b = try fixedStore(&b_folder, 12, 8, 200, 0);
+    defer b.close();
+    var first: [3 * 16]u8 = @splat(0);
+    var second: [3 * 16]u8 = @splat(0);
+    const twice = [_]gather_streams.Stream{
+        .{ .store = a, .destination = .{ .base = &first, .stride = 16 }, .byte_count = first.len },
+        .{ .store = a, .destination = .{ .base = &second, .stride = 16 }, .byte_count = second.len },
+    };
+    try gather_streams.gather(&twice, &.{ 9, 0, 4 });
+    try expectFixedRecords(&first, 16, &.{ 9, 0, 4 }, 9);
+    try expectFixedRecords(&second, 16, &.{ 9, 0, 4 }, 9);
+
+    // Index 11 is in b but past a's 10 records: refused, and neither destination is touched.
+    var a_out: [2 * 16]u8 = @splat(0xEE);
+    var b_out: [2 * 8]u8 = @splat(0xEE);
+    const mixed = [_]gather_streams.Stream{
+        .{ .store = b, .destination = .{ .base = &b_out, .stride = 8 }, .byte_count = b_out.len },
+        .{ .store = a, .destination = .{ .base = &a_out, .stride = 16 }, .byte_count = a_out.len },
+    };
+    try testing.expectError(error.IndexOutOfRange, gather_streams.gather(&mixed, &.{ 1, 11 }));
+    try testing.expectError(error.IndexOutOfRange, gather_streams.gather(&mixed, &.{ -1, 2 }));
+    for (a_out) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    for (b_out) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    // Slots of 8 bytes for a's 16-byte records: refused before b's stream is copied.
+    var short: [2 * 8]u8 = @splat(0xEE);
+    const wrong = [_]gather_streams.Stream{
+        .{ .store = b, .destination = .{ .base = &b_out, .stride = 8 }, .byte_count = b_out.len },
+        .{ .store = a, .destination = .{ .base = &short, .stride = 8 }, .byte_count = short.len },
+    };
+    try testing.expectError(error.SizeMismatch, gather_streams.gather(&wrong, &.{ 1, 2 }));
+    for (b_out) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    for (short) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+}
