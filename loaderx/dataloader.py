@@ -43,7 +43,7 @@ from loaderx.checkpoint import make_state, read_state
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.loader_arguments import as_int, check_count
 from loaderx._native import GATHER_STREAMS_MAX
-from loaderx.native_calls import StreamsCall, address
+from loaderx.native_calls import NativeCalls, StreamsCall, address
 from loaderx.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -165,14 +165,14 @@ def _streams_call(
     GATHER_STREAMS_MAX streams and each reads one store (no shards); else None."""
     if not 2 <= len(datasets) <= GATHER_STREAMS_MAX:
         return None
-    stores: list[Zrecord] = []
+    stores: list[NativeCalls] = []
     for dataset in datasets:
         store = dataset._store
         if type(store) is not Zrecord:
             return None
         stores.append(store)
     record_sizes = [dataset.record_size for dataset in datasets]
-    return StreamsCall(list(stores), record_sizes, batch_size, ring_size)
+    return StreamsCall(stores, record_sizes, batch_size, ring_size)
 
 
 class _StepMaker:
@@ -184,10 +184,10 @@ class _StepMaker:
 
     Output arrays (and index arrays) live in a ring of prefetch + 1 slots per stream. A step
     writes into the lowest-numbered free slot (_free_slot): one that holds no step, or a step
-    the consumer no longer has (_passed_unseen, _held_until_released): with reuse_buffers, once it has come back to next()
-    for a later step; by default, once it has taken the step after it, or has taken it and
-    dropped every reference to its arrays. A step being made or made and not yet taken holds
-    its slot. Lowest first, so that a consumer making its own steps
+    the consumer no longer has (_passed_unseen, _held_until_released): with reuse_buffers,
+    once it has come back to next() for a later step; by default, once it has taken the step
+    after it, or has taken it and dropped every reference to its arrays. A step being made or
+    made and not yet taken holds its slot. Lowest first, so that a consumer making its own steps
     alternates between two slots whose arrays are warm in the cache instead of cycling through
     all of them (see loaderx.prefetch, "Workers stand aside"). The prefetcher never lets a
     step start more than prefetch steps ahead of the consumer, so at most prefetch slots are
@@ -293,12 +293,15 @@ class _StepMaker:
         """Adds a slot at the end of the ring (class docstring: only after an interrupt); the
         arrays first and the slot's state last, so an interrupt in between only leaves spares."""
         slot = len(self._written)
+        # Each list grows in a loop of its own, so that a _grow an interrupt cut short is
+        # completed by the next one.
         while len(self._indices) <= slot:
-            indices = np.empty(self._batch_size, dtype=_INT64)
-            self._indices.append(indices)
-            self._index_addresses.append(address(indices))
-            if self._together is not None:
-                self._together.grow()
+            self._indices.append(np.empty(self._batch_size, dtype=_INT64))
+        while len(self._index_addresses) < len(self._indices):
+            self._index_addresses.append(address(self._indices[len(self._index_addresses)]))
+        together = self._together
+        while together is not None and together.slots <= slot:
+            together.grow()
         for slots in self._outputs:
             while len(slots) <= slot:
                 slots.append(None)

@@ -310,6 +310,10 @@ class StreamsCall:
         for _ in range(slots):
             self.grow()
 
+    @property
+    def slots(self) -> int:
+        return len(self._structs)
+
     def grow(self) -> None:
         """Adds a slot, with no output array yet (set_out sets each before its first call)."""
         structs = (_native.GatherStream * len(self.owners))()
