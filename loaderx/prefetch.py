@@ -23,15 +23,15 @@ DataLoader builds on:
   collected, and its threads would run until exit.
 - With ``consumer_helps=True``, a consumer that would wait makes a step itself: when ``next()``
   finds its step not ready and the window has a step no worker has started, the consumer runs
-  ``produce`` for that step on its own thread. When that was its next step, it takes the
-  result at once, under the lock it would have filed it with; otherwise it files the result as
-  a worker would and looks again. Why: on a small machine the consumer sleeping and being
-  woken for every step cost more than the step's work (with labels, a loader with nothing
-  else to do ran at 0.84x of the bare gather before and 0.93x after;
-  tools/loader_overhead.py). A consumer busy elsewhere finds its steps ready and never does this. Only for a ``produce`` whose every call
-  finishes on its own (the loaders pass it without a user transform): the consumer cannot
-  return a step that became ready while it makes another, so a ``produce`` that waited on
-  something the consumer does next would never return.
+  ``produce`` for that step on its own thread. When that was its next step, it takes the result at
+  once, under the lock it would have filed it with; otherwise it files the result as a worker
+  would and looks again. Why: on a small machine the consumer sleeping and being woken for every
+  step cost more than the step's work (with labels, a loader with nothing else to do ran at 0.84x
+  of the bare gather before and 0.93x after; tools/loader_overhead.py). A consumer busy elsewhere
+  finds its steps ready and never does this. Only for a ``produce`` whose every call finishes on
+  its own (the loaders pass it without a user transform): the consumer cannot return a step that
+  became ready while it makes another, so a ``produce`` that waited on something the consumer does
+  next would never return.
 - Workers stand aside while the consumer makes a step: with ``consumer_helps=True`` no worker
   claims a new step while a consumer thread is making one (it finishes the step it has). A
   consumer that keeps coming back for its next step before it is ready is faster than the
