@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __version__ = "0.9.17"
+__all__ = ["release_buffers"]
 
 
 def release_buffers() -> int:

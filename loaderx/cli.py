@@ -751,6 +751,6 @@ def entry_point() -> None:
 
 
 __all__ = [
-    "build_parser", "main", "open_store", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE",
+    "build_parser", "entry_point", "main", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE",
     "EXIT_INTERRUPTED",
 ]

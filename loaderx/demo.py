@@ -30,6 +30,8 @@ from loaderx.prefetch import WORKERS_MAX, default_workers
 from loaderx.dataset import DenseDataset
 from loaderx.sampler import SEED_LIMIT, Sampler
 
+__all__ = ["main", "parse_args", "run", "synthetic_images"]
+
 CODECS: Final = ("raw", "zstd", "zstd_dict")
 RECORDS_DEFAULT: Final = 4096
 SIDE_DEFAULT: Final = 32
@@ -61,6 +63,7 @@ def class_patterns(side: int = PATTERN_SIDE) -> npt.NDArray[np.bool_]:
 def synthetic_images(
     count: int, side: int = SIDE_DEFAULT, seed: int = 0
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+
     """count image-like samples (count, side, side, 3) uint8 and their int64 labels in 0..9.
 
     Each image is a smooth colour gradient, posterised to steps of 8 like a cheaply encoded

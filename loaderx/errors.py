@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "LoaderxError",
+    "NotAStoreError",
+    "CorruptStoreError",
+    "StoreFullError",
+    "StoreLockedError",
+    "ReadOnlyStoreError",
+    "DescriptorLimitError",
+    "DictionaryError",
+    "CodecError",
+    "SchemaError",
+    "LibraryNotFoundError",
+    "ManifestError",
+    "StateMismatchError",
+    "WorkerError",
+    "ProducerGone",
+]
+
 
 class LoaderxError(Exception):
     """Base class of every loaderx-specific error."""

@@ -38,6 +38,8 @@ import numpy.typing as npt
 
 from loaderx import _native
 
+__all__ = ["Sampler", "MODES", "Mode"]
+
 MODES: Final = ("sequential", "iid", "cyclic")
 # The mode names as a type, so that mypy catches mode="random" before anything runs.
 Mode = Literal["sequential", "iid", "cyclic"]

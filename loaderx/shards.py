@@ -59,6 +59,11 @@ from loaderx.lock_descriptors import close_descriptor, open_descriptor
 from loaderx.paths import TEMPORARY_MARK, is_file, write_file_atomically
 from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 
+__all__ = [
+    "SHARD_COUNT_MAX", "SHARD_RECORDS_MAX", "Manifest", "ShardEntry", "commit_shards",
+    "discard_staging", "read_manifest", "release_staging", "staging_folder",
+]
+
 MANIFEST_FILE: Final = "shards.msgpack"
 MANIFEST_FORMAT: Final = "loaderx-shards"
 MANIFEST_VERSION: Final = 1

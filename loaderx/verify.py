@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+__all__ = ["BadRecord", "VerifyReport", "REASONS"]
+
 # The reasons a record can be reported for (see zig/include/loaderx.h, LX_VERIFY_*; "size" is
 # a dataset's: the record's length does not fit the schema).
 REASONS: Final = ("entry", "chunk", "checksum", "frame", "no_dictionary", "size")

@@ -33,6 +33,16 @@ from loaderx.result_buffers import empty_bytes
 from loaderx.schema import Codec
 from loaderx.shards import sharded_dataset_of
 from loaderx.verify import BadRecord, VerifyReport
+from loaderx._native import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
+                             STORES_STREAMING, pool_policy, set_pool_policy, set_stores_policy,
+                             stores_policy)
+
+# The pool and stores policies are tuning knobs of the native library; their public home is here.
+__all__ = [
+    "CODECS", "POOL_ALWAYS", "POOL_AUTO", "POOL_NEVER", "RECORD_COUNT_MAX", "RECORD_SIZE_MAX",
+    "STORES_AUTO", "STORES_CACHED", "STORES_STREAMING", "Zrecord", "pool_policy", "set_pool_policy",
+    "set_stores_policy", "stores_policy",
+]
 
 if TYPE_CHECKING:
     from loaderx.view import View
