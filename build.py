@@ -70,8 +70,8 @@ ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3
 ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
 
 # Modules compiled with mypyc; every other module stays interpreted (see README).
-MYPYC_MODULES = ["loaderx/dataset.py", "loaderx/dataloader.py", "loaderx/prefetch.py",
-                 "loaderx/native_calls.py"]
+MYPYC_MODULES = ["loaderx/_data/dataset.py", "loaderx/_loading/dataloader.py",
+                 "loaderx/_loading/prefetch.py", "loaderx/_native/calls.py"]
 
 
 def log(message: str) -> None:
@@ -285,7 +285,8 @@ def zig_tests() -> None:
 
 
 def compiled_artifacts() -> list[Path]:
-    found = list((ROOT / "loaderx").glob("*.so")) + list((ROOT / "loaderx").glob("*.pyd"))
+    found = [p for p in (ROOT / "loaderx").rglob("*") if p.suffix in (".so", ".pyd")
+             and p.parent.name != "lib"]
     found += list(ROOT.glob("loaderx_compiled__mypyc*"))
     return found
 
@@ -297,13 +298,13 @@ def remove_compiled() -> None:
 
 def assert_compiled() -> None:
     """Fails unless every mypyc module now imports from its compiled extension."""
-    names = [Path(m).stem for m in MYPYC_MODULES]
+    names = [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
     probe = (
         "import importlib, sys\n"
         f"for name in {names!r}:\n"
-        "    path = importlib.import_module('loaderx.' + name).__file__ or ''\n"
+        "    path = importlib.import_module(name).__file__ or ''\n"
         "    if not path.endswith(('.so', '.pyd')):\n"
-        "        sys.exit(f'loaderx.{name} is not compiled: {path}')\n"
+        "        sys.exit(f'{name} is not compiled: {path}')\n"
     )
     run([sys.executable, "-c", probe])
 

@@ -23,12 +23,12 @@ from typing import Any, Final, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset
+from loaderx._data.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
-from loaderx.paths import exists, is_file
-from loaderx.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
-from loaderx.shards import shard_number
-from loaderx.zrecord import Zrecord
+from loaderx._os.paths import exists, is_file
+from loaderx._store.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
+from loaderx._store.shards import shard_number
+from loaderx._store.zrecord import Zrecord
 
 EXIT_OK: Final = 0
 EXIT_PROBLEM: Final = 1
@@ -61,7 +61,7 @@ def open_store(path: str, readonly: bool = True) -> Store:
     # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
     # naming it, not "no store here".
     if is_file(os.path.join(path, SCHEMA_FILE)):
-        from loaderx.schema import read_schema
+        from loaderx._store.schema import read_schema
 
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
@@ -391,7 +391,7 @@ def _check_members(
     (an object or 0-d array, too few records to train a dictionary on, a destination that
     exists) leaves nothing half done: its header must make a dense schema, and its folder must
     be free (or replaceable with --overwrite)."""
-    from loaderx.converter import _check_destination, _check_trainable
+    from loaderx._data.converter import _check_destination, _check_trainable
 
     for name in archive.files:
         try:
@@ -445,7 +445,7 @@ def _check_intact(source: str, archive: Any) -> None:
 
 def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Codec,
                  out: TextIO) -> int:
-    from loaderx.converter import from_numpy
+    from loaderx._data.converter import from_numpy
 
     names = list(archive.files)
     if not names:
@@ -465,7 +465,7 @@ def _convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Cod
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
-    from loaderx.converter import from_numpy
+    from loaderx._data.converter import from_numpy
 
     source = args.source
     codec = check_codec(args.codec)
@@ -522,7 +522,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
-    from loaderx.converter import recode
+    from loaderx._data.converter import recode
 
     count = recode(args.source, args.dest, codec=check_codec(args.codec),
                    dict_size=args.dict_size, overwrite=args.overwrite,

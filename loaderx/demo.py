@@ -24,11 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.cli import _size, int_option
-from loaderx.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
-from loaderx.dataloader import DataLoader
-from loaderx.prefetch import WORKERS_MAX, default_workers
-from loaderx.dataset import DenseDataset
-from loaderx.sampler import SEED_LIMIT, Sampler
+from loaderx._data.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
+from loaderx._loading.dataloader import DataLoader
+from loaderx._loading.prefetch import WORKERS_MAX, default_workers
+from loaderx._data.dataset import DenseDataset
+from loaderx._loading.sampler import SEED_LIMIT, Sampler
 
 __all__ = ["main", "parse_args", "run", "synthetic_images"]
 

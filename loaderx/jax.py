@@ -1,6 +1,6 @@
 """JAX helpers: device prefetch that overlaps host-to-device copies with compute, multi-host shards.
 
-jax stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
+jax stays optional: it is imported here only, and `import loaderx._data.dataset` never needs it.
 
 - ``device_prefetch(loader, size=2, sharding=None)`` wraps any iterator of batch dicts (a
   DataLoader, a MixtureLoader). It keeps ``size`` batches already handed to ``jax.device_put``:
@@ -34,8 +34,8 @@ from typing import Any, Final
 import jax
 import numpy as np
 
-from loaderx.loader_arguments import check_count
-from loaderx.prefetch import DEPTH_MAX
+from loaderx._loading.loader_arguments import check_count
+from loaderx._loading.prefetch import DEPTH_MAX
 
 __all__ = ["DevicePrefetch", "device_prefetch", "global_batch", "process_shard"]
 

@@ -1,6 +1,6 @@
 """PyTorch adapters: a map-style Dataset with one gather per batch, and tensors from a DataLoader.
 
-torch stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
+torch stays optional: it is imported here only, and `import loaderx._data.dataset` never needs it.
 
 - ``TorchDataset(streams)`` is a ``torch.utils.data.Dataset`` over dense datasets. It implements
   ``__getitems__``, so torch's own DataLoader, when it has a batch sampler, asks for a whole
@@ -16,7 +16,7 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   memory, and a spawn worker that exited while its feeder was inside that copy aborted
   ("terminate called without an active exception": CPython 3.11 ends a daemon thread that
   wants the GIL back during finalization with pthread_exit, which aborts in torch's C++ frames).
-- ``TorchLoader(loader)`` wraps a ``loaderx.dataloader.DataLoader`` and yields dicts of tensors
+- ``TorchLoader(loader)`` wraps a ``loaderx._loading.dataloader.DataLoader`` and yields dicts of tensors
   made with ``torch.from_numpy``: no copy, the tensors share the loader's arrays (and keep them
   alive, so the loader never writes into an array a tensor still uses). A loader made with
   ``reuse_buffers=True`` writes later steps into its arrays whatever still uses them, so its
@@ -41,9 +41,9 @@ import numpy.typing as npt
 import torch
 import torch.utils.data
 
-from loaderx.dataloader import DataLoader
-from loaderx.dataset import DenseDataset
-from loaderx.indexing import is_scalar_index, normalize_index
+from loaderx._loading.dataloader import DataLoader
+from loaderx._data.dataset import DenseDataset
+from loaderx._store.indexing import is_scalar_index, normalize_index
 
 __all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from loaderx import _native, zrecord
-from loaderx.schema import Codec
+from loaderx._native import library as _native
+from loaderx._store import zrecord
+from loaderx._store.schema import Codec
 
 HEADER = Path(__file__).resolve().parents[1] / "zig" / "include" / "loaderx.h"
 

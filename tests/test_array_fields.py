@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loaderx import _native, array_fields, native_calls
+from loaderx._native import library as _native
+from loaderx._native import array_fields
+from loaderx._native import calls as native_calls
 from loaderx.dataset import DenseDataset
 
 
@@ -81,7 +83,7 @@ def _reads_and_declines(folder: Path) -> dict[str, Any]:
         f"""
         import json
         import numpy as np
-        from loaderx import native_calls
+        from loaderx._native import calls as native_calls
         from loaderx.dataset import DenseDataset
         dense = DenseDataset({str(folder / "dense")!r})
         sharded = DenseDataset({str(folder / "sharded")!r})

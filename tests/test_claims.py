@@ -1,4 +1,4 @@
-"""loaderx.claims: a claimed folder survives every cleaner while its process lives, and goes with
+"""loaderx._os.claims: a claimed folder survives every cleaner while its process lives, and goes with
 the next cleaner once its process is dead (killed without any cleanup)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loaderx import claims
-from loaderx.commit import FolderLock
+from loaderx._os import claims
+from loaderx._os.folder_swap import FolderLock
 
 from forked_child import held_by_another_thread, run_child, wait_child
 
@@ -41,7 +41,7 @@ def test_a_claim_is_an_empty_folder_with_a_held_marker(tmp_path: Path) -> None:
 def test_a_dead_processes_claims_go_and_a_live_ones_stay(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"
-        "from loaderx import claims\n"
+        "from loaderx._os import claims\n"
         f"path = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
         "open(os.path.join(path, 'data'), 'wb').write(b'x' * 4096)\n"
         "os._exit(0)  # as if killed: no cleanup runs\n"
@@ -77,7 +77,7 @@ def test_a_claim_file_taken_by_a_cleaner_is_made_again(
         calls.append(path)
         return real(path, blocking)
 
-    monkeypatch.setattr("loaderx.claims.FolderLock", cleaner_first)
+    monkeypatch.setattr("loaderx._os.claims.FolderLock", cleaner_first)
     path = claims.claim_folder(str(tmp_path), PREFIX, CLAIM)
     assert len(calls) == 2 and calls[0] != calls[1]
     monkeypatch.undo()
@@ -91,7 +91,7 @@ def test_cleaners_never_take_a_live_claim(tmp_path: Path) -> None:
     discards folders: every folder and marker stays for as long as it is claimed."""
     code = (
         "import sys, time\n"
-        "from loaderx import claims\n"
+        "from loaderx._os import claims\n"
         "end = time.monotonic() + float(sys.argv[2])\n"
         "while time.monotonic() < end:\n"
         f"    claims.remove_dead(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
@@ -148,7 +148,7 @@ def test_a_forked_childs_release_leaves_its_parents_live_claim(tmp_path: Path) -
     the folder away itself still ends the claim's marker."""
     code = (
         "import os, sys\n"
-        "from loaderx import claims\n"
+        "from loaderx._os import claims\n"
         f"used = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
         f"moved = claims.claim_folder(sys.argv[1], {PREFIX!r}, {CLAIM!r})\n"
         "pid = os.fork()\n"

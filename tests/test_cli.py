@@ -676,7 +676,7 @@ def test_npz_arrays_are_converted_without_loading_them_whole(
     (a MemoryError for an array larger than memory). It hands over a memory map now: of the
     archive itself for np.savez, of a temporary copy inflated a block at a time for
     np.savez_compressed. Every dtype, order and shape round-trips exactly."""
-    import loaderx.converter
+    import loaderx._data.converter
 
     rng = np.random.default_rng(6)
     arrays: dict[str, npt.NDArray[Any]] = {
@@ -687,13 +687,13 @@ def test_npz_arrays_are_converted_without_loading_them_whole(
     }
     save(tmp_path / "in.npz", **arrays)
     handed: dict[str, Any] = {}
-    real = loaderx.converter.from_numpy
+    real = loaderx._data.converter.from_numpy
 
     def from_numpy_seen(path: str, array: Any, **kwargs: Any) -> int:
         handed[os.path.basename(path)] = type(array)
         return real(path, array, **kwargs)
 
-    monkeypatch.setattr(loaderx.converter, "from_numpy", from_numpy_seen)
+    monkeypatch.setattr(loaderx._data.converter, "from_numpy", from_numpy_seen)
     (tmp_path / "scratch").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
     status, text = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")

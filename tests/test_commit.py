@@ -1,4 +1,4 @@
-"""loaderx.commit: a conversion with overwrite=True killed at every step of its commit leaves
+"""loaderx._os.folder_swap: a conversion with overwrite=True killed at every step of its commit leaves
 the old or the new dataset, and the next open or conversion finishes or rolls back the swap and
 removes every hidden folder a killed run left."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx import commit
+from loaderx._os import folder_swap as commit
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset
 
@@ -26,7 +26,7 @@ KILLED_CONVERSION = """
 import os, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-import loaderx.commit as commit
+import loaderx._os.folder_swap as commit
 from loaderx.converter import from_numpy
 
 steps = 0

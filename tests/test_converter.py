@@ -17,8 +17,8 @@ import pytest
 
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.progress import Progress, wanted
-from loaderx.schema import Codec, check_codec, read_schema
+from loaderx._data.progress import Progress, wanted
+from loaderx._store.schema import Codec, check_codec, read_schema
 
 
 def same_bits(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> None:

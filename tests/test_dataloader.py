@@ -21,7 +21,7 @@ import pytest
 
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
-from loaderx.prefetch import default_workers
+from loaderx._loading.prefetch import default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import MODES, Mode, Sampler
 
@@ -379,7 +379,7 @@ def test_a_loader_collected_while_threading_lists_its_threads_never_hangs(folder
 
 
 def test_a_forgotten_loader_whose_transform_blocks_lets_the_interpreter_exit(folder: Path) -> None:
-    """At exit a forgotten loader's workers get a bounded wait (loaderx.prefetch
+    """At exit a forgotten loader's workers get a bounded wait (loaderx._loading.prefetch
     EXIT_JOIN_SECONDS), so a transform blocked forever does not keep the process alive."""
     import subprocess
     import sys

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loaderx import schema as schema_module
-from loaderx import zrecord
+from loaderx._store import schema as schema_module
+from loaderx._store import zrecord
 from loaderx.dataset import DICT_TIERS, DenseDataset, RaggedDataset, pad
 from loaderx.errors import DictionaryError, SchemaError
-from loaderx.indexing import normalize_index, normalize_selection
-from loaderx.schema import Codec
+from loaderx._store.indexing import normalize_index, normalize_selection
+from loaderx._store.schema import Codec
 
 NUMERIC = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,

@@ -1,4 +1,4 @@
-"""Tests of loaderx.indexing.normalize_index against NumPy's own indexing of a 1-d array."""
+"""Tests of loaderx._store.indexing.normalize_index against NumPy's own indexing of a 1-d array."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loaderx.indexing import is_scalar_index, normalize_index, normalize_selection
+from loaderx._store.indexing import is_scalar_index, normalize_index, normalize_selection
 
 
 def numpy_says(index: Any, length: int) -> list[int]:

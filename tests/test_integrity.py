@@ -15,7 +15,7 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, SchemaError
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.verify import BadRecord
 from loaderx.zrecord import Zrecord
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from loaderx.dataset import DenseDataset
-from loaderx.native_calls import StreamsCall, address
-from loaderx.view import View
+from loaderx._native.calls import StreamsCall, address
+from loaderx._store.view import View
 from loaderx.zrecord import Zrecord
 
 
@@ -89,7 +89,7 @@ def test_the_locked_bookkeeping_of_free_threaded_builds_passes_the_thread_tests(
         f"""
         import sys
         sys._is_gil_enabled = lambda: False
-        from loaderx import native_calls
+        from loaderx._native import calls as native_calls
         assert not native_calls.LOCK_FREE_CALLS
         import pytest
         sys.exit(pytest.main([

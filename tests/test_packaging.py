@@ -45,7 +45,7 @@ def dist_rows() -> list[dict[str, str]]:
 
 
 def test_header_and_ctypes_table_declare_the_same_functions() -> None:
-    native = (ROOT / "loaderx" / "_native.py").read_text()
+    native = (ROOT / "loaderx" / "_native" / "library.py").read_text()
     # The signature table's entries and the untyped calls' restypes.
     declared = frozenset(re.findall(r'^\s*"(lx_\w+)": ', native, flags=re.MULTILINE))
     assert declared == abi()
@@ -62,7 +62,7 @@ def test_header_parsing_counts_functions_not_function_pointer_typedefs() -> None
 
 
 def test_host_library_exports_exactly_the_header() -> None:
-    from loaderx import _native
+    from loaderx._native import library as _native
 
     info = libinspect.inspect_file(Path(_native.library_path()))
     assert info.exports == abi()
@@ -123,7 +123,7 @@ def test_retagged_wheel_has_a_valid_record_and_new_tags(tmp_path: Path) -> None:
 
 
 def test_library_check_rejects_a_foreign_platform() -> None:
-    from loaderx import _native
+    from loaderx._native import library as _native
 
     data = Path(_native.library_path()).read_bytes()
     mac = wheel_check.Target("macosx_11_0_arm64", "aarch64-macos.11.0", "apple_m1", "x")
@@ -140,7 +140,7 @@ def test_library_check_rejects_a_foreign_platform() -> None:
 ])
 def test_library_file_name_follows_the_platform(platform: str, name: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from loaderx import _native
+    from loaderx._native import library as _native
 
     monkeypatch.setattr(sys, "platform", platform)
     assert _native.library_file_name() == name
@@ -148,7 +148,7 @@ def test_library_file_name_follows_the_platform(platform: str, name: str,
 
 def test_a_missing_library_names_the_file_looked_for(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "libloaderx.so"
-    done = subprocess.run([sys.executable, "-c", "import loaderx._native"], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", "import loaderx._native.library"], capture_output=True,
                           text=True, env={**os.environ, "LOADERX_LIBRARY": str(missing)})
     assert done.returncode != 0
     assert "LibraryNotFoundError" in done.stderr and str(missing) in done.stderr

@@ -1,4 +1,4 @@
-"""Parallel conversion (loaderx.parallel): exact round trips, failures and kills, appends.
+"""Parallel conversion (loaderx._data.parallel): exact round trips, failures and kills, appends.
 
 Every conversion here runs real worker processes. Kills are real SIGKILLs of a worker in the
 middle of its part; "unchanged" means the destination's files are byte for byte what they were
@@ -26,8 +26,8 @@ import pytest
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
-from loaderx.parallel import run_workers, split_ranges
-from loaderx.schema import Codec
+from loaderx._data.parallel import run_workers, split_ranges
+from loaderx._store.schema import Codec
 from loaderx.shards import read_manifest
 
 
@@ -493,7 +493,7 @@ def test_a_concurrent_reader_sees_the_old_or_the_new_dataset(tmp_path: Path) -> 
 def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) -> None:
     """A conversion's parts folder is locked while it runs; one whose lock is gone (its
     process was killed) is removed by the next conversion to the same destination."""
-    from loaderx.commit import FolderLock
+    from loaderx._os.folder_swap import FolderLock
 
     dead = tmp_path / ".c.loaderx-parts-dead0001"
     (dead / "part-000000-000000").mkdir(parents=True)
@@ -555,7 +555,7 @@ def test_workers_that_write_many_shards_report_them(tmp_path: Path) -> None:
 def test_too_many_records_are_refused_before_any_worker_starts(tmp_path: Path) -> None:
     """More than a dataset's 2^44 records (a broadcast array: no memory) are refused up front
     with workers=2 as with workers=1 (the parallel path used to start converting them)."""
-    from loaderx.shards import RECORD_COUNT_MAX
+    from loaderx._store.shards import RECORD_COUNT_MAX
 
     huge = np.broadcast_to(np.uint8(7), (RECORD_COUNT_MAX + 1,))
     for workers in (1, 2):
@@ -570,7 +570,8 @@ def test_too_many_shards_are_refused_before_any_worker_starts(
 ) -> None:
     """A small shard_records can make more shards than a dataset holds: refused up front, not
     by the commit once every shard was written (1M shards of one record, here)."""
-    from loaderx import parallel, shards
+    from loaderx._data import parallel
+    from loaderx._store import shards
 
     def no_workers(*_args: Any, **_kwargs: Any) -> list[Any]:
         raise AssertionError("workers started")
@@ -618,7 +619,7 @@ def test_iterator_workers_stop_at_the_first_shard_past_the_limit(
     limit stops the conversion with from_numpy's message, before that shard is written or its
     source read any further (the commit refused them only once every worker had written all
     of its shards: a source of 10^9 records at shard_records=1 ran for days first)."""
-    from loaderx import shards
+    from loaderx._store import shards
 
     monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
     path = str(tmp_path / "data")

@@ -1,4 +1,4 @@
-"""The pool policy (loaderx._native.set_pool_policy, lx_pool_set_policy): whether the pool's
+"""The pool policy (loaderx._native.library.set_pool_policy, lx_pool_set_policy): whether the pool's
 helper threads join large gathers. Every policy gives the same bytes, from a store and from a
 view of shards, also while another thread changes it (and the stores policy with it); a bad
 value of either policy is refused with the policy left as it was."""
@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx import _native
+from loaderx._native import library as _native
 from loaderx.dataset import DenseDataset
 
 RECORD_SHAPE = (4096,)  # 256 records make a 1 MiB batch: large enough for the pool's helpers

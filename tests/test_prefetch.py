@@ -1,4 +1,4 @@
-"""Tests for loaderx.prefetch: order, bounds, error delivery, close and thread hygiene."""
+"""Tests for loaderx._loading.prefetch: order, bounds, error delivery, close and thread hygiene."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderx.prefetch import Prefetcher, default_workers
+from loaderx._loading.prefetch import Prefetcher, default_workers
 
 from forked_child import run_child, wait_child
 

@@ -1,4 +1,4 @@
-"""Tests for loaderx.progress: in a real pseudo-terminal of 40, 80 and 120 columns, in logs and
+"""Tests for loaderx._data.progress: in a real pseudo-terminal of 40, 80 and 120 columns, in logs and
 through a user's callback."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset
-from loaderx.progress import Progress
+from loaderx._data.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # with progress left to its default, which must detect the terminal by itself.
 CHILD = r"""
 import sys, numpy as np
-from loaderx.progress import Progress
+from loaderx._data.progress import Progress
 from loaderx.converter import from_iterator, from_numpy
 report = Progress("convert images", 100_000)
 report.interval = 0.0

@@ -27,7 +27,7 @@ import ray.data
 from ray.data.block import BlockAccessor
 from ray.data.context import DataContext
 
-import loaderx.column_append
+import loaderx._data.column_append
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.ray import LoaderxDatasink, read_dataset, recover_appends, write_dataset
@@ -211,7 +211,7 @@ def test_a_failure_between_two_columns_changes_no_column(
     columns = ["image", "label", "tokens"]
     write_dataset(source(), str(web), columns=columns, ragged=["tokens"], shard_records=100)
     before = tree_digest(web)
-    original = getattr(loaderx.column_append, step)
+    original = getattr(loaderx._data.column_append, step)
     calls: list[int] = []
 
     def second_fails(*args: Any) -> Any:
@@ -220,7 +220,7 @@ def test_a_failure_between_two_columns_changes_no_column(
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         return original(*args)
 
-    monkeypatch.setattr(loaderx.column_append, step, second_fails)
+    monkeypatch.setattr(loaderx._data.column_append, step, second_fails)
     with pytest.raises(OSError, match="injected"):
         write_dataset(source(first=ROWS), str(web), columns=columns, ragged=["tokens"],
                       append=True, shard_records=100)
@@ -230,7 +230,7 @@ def test_a_failure_between_two_columns_changes_no_column(
     no_journal(web)
     check_columns(web, np.arange(ROWS, dtype=np.int64), range(ROWS))
 
-    monkeypatch.setattr(loaderx.column_append, step, original)
+    monkeypatch.setattr(loaderx._data.column_append, step, original)
     assert write_dataset(source(first=ROWS), str(web), columns=columns, ragged=["tokens"],
                          append=True, shard_records=100) == ROWS
     no_journal(web)

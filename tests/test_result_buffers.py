@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import result_buffers
+from loaderx._native import result_buffers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError
-from loaderx.result_buffers import Limits, ResultBufferPool, size_class
+from loaderx._native.result_buffers import Limits, ResultBufferPool, size_class
 
 from forked_child import held_by_another_thread, run_child, wait_child
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaderx import _native
+from loaderx._native import library as _native
 from loaderx.sampler import MODES, Mode, Sampler
 
 # Fixed expected batches, also pinned in zig/src/sampler.zig ("golden sequences"). If one of

@@ -1,4 +1,4 @@
-"""Tests of loaderx.schema: validation, the schema.msgpack file, and comparisons on reopen."""
+"""Tests of loaderx._store.schema: validation, the schema.msgpack file, and comparisons on reopen."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError
-from loaderx.schema import (
+from loaderx._store.schema import (
     DICT_SIZE_MAX,
     DICT_SIZE_MIN,
     DICT_TIERS,

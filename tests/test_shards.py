@@ -13,13 +13,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx import sharded as sharded_module
+from loaderx._store import sharded as sharded_module
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, ManifestError, SchemaError
 from loaderx.sampler import Sampler
-from loaderx.schema import Codec, make_schema, write_schema
+from loaderx._store.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
 from loaderx.zrecord import Zrecord
 
@@ -292,7 +292,7 @@ def test_a_refused_delete_changes_no_shard_and_no_manifest(tmp_path: Path, holde
     """Any shard open elsewhere refuses the whole delete before a record moves (one native
     call takes every shard first), and the manifest is put back byte for byte."""
     from loaderx.errors import StoreLockedError
-    from loaderx.shards import manifest_path
+    from loaderx._store.shards import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)
@@ -323,7 +323,7 @@ def test_a_delete_interrupted_after_the_manifest_still_opens(tmp_path: Path) -> 
     assert manifest is not None
     manifest.shards[1].records_before = 1000  # the manifest says a delete of 4 was under way
     manifest.shards[1].records = 996
-    from loaderx.shards import write_manifest
+    from loaderx._store.shards import write_manifest
 
     write_manifest(path, manifest)
     with DenseDataset(path) as ds:  # the store never got the delete: still consistent
@@ -435,7 +435,7 @@ def test_readers_on_other_threads_stay_correct_while_appends_roll_over(tmp_path:
 
 
 def test_a_rollover_closes_the_view_it_replaces(tmp_path: Path) -> None:
-    from loaderx.view import _OPEN_VIEWS
+    from loaderx._store.view import _OPEN_VIEWS
 
     path = str(tmp_path / "d")
     with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
@@ -454,7 +454,7 @@ def _roll_over_when_first_entered(
     """Makes the first call on any view roll `ds` over just before it enters the view, so that
     it meets the view closed (as a reader on another thread does when a rollover lands between
     its picking up the view and its native call). Returns a flag list: [True] once it fired."""
-    from loaderx.view import View
+    from loaderx._store.view import View
 
     fired: list[bool] = []
     enter = View._enter
@@ -521,7 +521,7 @@ def test_a_dense_read_that_meets_a_replaced_view_reads_again_through_the_new_one
 
 
 def test_view_arguments_are_checked_before_the_native_call(tmp_path: Path) -> None:
-    from loaderx.view import View
+    from loaderx._store.view import View
     from loaderx.zrecord import Zrecord
 
     with pytest.raises(ValueError, match="at least one store"):
@@ -565,7 +565,7 @@ def test_a_view_holds_its_stores_and_closing_a_store_closes_the_view(tmp_path: P
     # it, freed what the next view call read (a segmentation fault).
     import gc
 
-    from loaderx.view import View
+    from loaderx._store.view import View
     from loaderx.zrecord import Zrecord
 
     with Zrecord(tmp_path / "s", create=True, codec="raw") as store:
@@ -598,7 +598,7 @@ def test_a_view_of_one_store_twice_never_deadlocks_with_a_writer(tmp_path: Path)
     # compaction queued between the two waited on the first while the second waited on it.
     import threading
 
-    from loaderx.view import View
+    from loaderx._store.view import View
     from loaderx.zrecord import Zrecord
 
     store = Zrecord(tmp_path / "s", create=True, codec="raw")
@@ -636,8 +636,8 @@ def test_a_view_of_one_store_twice_never_deadlocks_with_a_writer(tmp_path: Path)
 def test_the_python_limits_agree_with_the_library() -> None:
     import ctypes
 
-    from loaderx import _native
-    from loaderx.shards import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
+    from loaderx._native import library as _native
+    from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
     from loaderx.zrecord import RECORD_COUNT_MAX as STORE_RECORDS_MAX
 
     assert SHARD_RECORDS_MAX == STORE_RECORDS_MAX
@@ -760,8 +760,9 @@ def test_a_ragged_view_gather_that_meets_a_delete_sizes_its_records_again(
 ) -> None:
     """Sizing and copying are two native calls: a delete between them makes the copy refuse a
     slot of the wrong size (SIZE_MISMATCH), and the pair runs again, up to a limit."""
-    from loaderx import _native, view as view_module
-    from loaderx.view import View
+    from loaderx._native import library as _native
+    from loaderx._store import view as view_module
+    from loaderx._store.view import View
     from loaderx.zrecord import Zrecord
 
     store = Zrecord(tmp_path / "s", create=True, codec="raw")
@@ -827,7 +828,7 @@ def test_a_failed_append_across_shards_changes_nothing(
 ) -> None:
     """The batch spans the tail and four new shards; whichever of its five store appends fails
     (the new shards are written first, the tail last), the dataset stays as it was."""
-    from loaderx.shards import manifest_path
+    from loaderx._store.shards import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
@@ -865,7 +866,7 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
     import subprocess
     import sys
 
-    from loaderx.shards import STAGING_PREFIX, discard_staging, staging_folder
+    from loaderx._store.shards import STAGING_PREFIX, discard_staging, staging_folder
 
     path, data = _sharded(tmp_path)
     code = (
@@ -891,14 +892,14 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
 _KILLED_APPEND = """
 import os, sys
 import numpy as np
-import loaderx.sharded
+import loaderx._store.sharded
 from loaderx.dataset import DenseDataset
 from loaderx.zrecord import Zrecord
 
 path, where, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = np.load(sys.argv[4])
 original_append = Zrecord.append_fixed
-original_commit = loaderx.sharded.commit_shards_locked
+original_commit = loaderx._store.sharded.commit_shards_locked
 
 def append_fixed(store, data, record_size):
     tail = ".staging-" not in store.path
@@ -915,7 +916,7 @@ def commit_shards_locked(*args, **kwargs):
     return original_commit(*args, **kwargs)
 
 Zrecord.append_fixed = append_fixed
-loaderx.sharded.commit_shards_locked = commit_shards_locked
+loaderx._store.sharded.commit_shards_locked = commit_shards_locked
 with DenseDataset(path, shard_records=count) as ds:
     ds.append(rows)
 os._exit(0)
@@ -937,7 +938,7 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
 
     import msgpack
 
-    from loaderx.shards import MANIFEST_VERSION_APPENDING, STAGING_PREFIX, manifest_path
+    from loaderx._store.shards import MANIFEST_VERSION_APPENDING, STAGING_PREFIX, manifest_path
 
     if layout == "sharded":
         path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
@@ -984,13 +985,13 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
 _KILLED_DELETE = """
 import os, sys
 import numpy as np
-import loaderx.sharded
+import loaderx._store.sharded
 from loaderx.dataset import DenseDataset
 
 path, where = sys.argv[1], sys.argv[2]
 targets = [int(i) for i in sys.argv[3].split(",")]
-original_delete = loaderx.sharded._delete_each
-original_write = loaderx.sharded.write_manifest
+original_delete = loaderx._store.sharded._delete_each
+original_write = loaderx._store.sharded.write_manifest
 
 def delete_each(stores, indices, name):
     if where == "before-shards":
@@ -1010,13 +1011,13 @@ def write_manifest(folder, manifest):
         os._exit(9)
     original_write(folder, manifest)
 
-loaderx.sharded._delete_each = delete_each
-loaderx.sharded.write_manifest = write_manifest
+loaderx._store.sharded._delete_each = delete_each
+loaderx._store.sharded.write_manifest = write_manifest
 with DenseDataset(path, shard_records=1000) as ds:
     if len(sys.argv) > 4:  # new shards first, for a delete in shards no other handle holds
-        loaderx.sharded.write_manifest = original_write
+        loaderx._store.sharded.write_manifest = original_write
         ds.append(np.load(sys.argv[4]))
-        loaderx.sharded.write_manifest = write_manifest
+        loaderx._store.sharded.write_manifest = write_manifest
     ds.delete(targets)
 os._exit(0)
 """
@@ -1030,7 +1031,7 @@ def test_a_killed_delete_over_several_shards_is_finished_by_the_next_open(
     shard's part, or after every shard's but before settling the manifest. A read-only open sees
     the dataset as it was or as after the delete, and refuses a half-done one by name; the next
     writable open finishes the delete, exactly as the dead process would have."""
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
     from loaderx.errors import ReadOnlyStoreError
 
     path, data, expected = _killed_delete(tmp_path, where)  # shards of 1000, 1000, 500
@@ -1057,7 +1058,7 @@ def test_a_killed_delete_over_several_shards_is_finished_by_the_next_open(
 
 def test_a_delete_journal_is_removed_after_every_delete(tmp_path: Path) -> None:
     """Done, refused (a shard open elsewhere) or across one shard: no journal stays behind."""
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
     from loaderx.errors import StoreLockedError
     from loaderx.zrecord import Zrecord
 
@@ -1085,7 +1086,7 @@ def test_a_writer_opened_before_a_killed_delete_finishes_it_first(
     import subprocess
     import sys
 
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
 
     data = _dense_data(1500)
     path = tmp_path / "d"
@@ -1126,8 +1127,8 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
     """Every shard deleted, then the manifest write that settles it fails (a full disk): the
     delete raises, the handle still reads what the shards hold, the journal is gone (it can
     never be applied again), and the next write settles the manifest."""
-    from loaderx import sharded
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store import sharded
+    from loaderx._store.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
     reference = tmp_path / "reference"
@@ -1147,10 +1148,10 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
         original(folder, manifest)
 
     with DenseDataset(path, shard_records=CAPACITY) as ds:
-        monkeypatch.setattr("loaderx.sharded.write_manifest", failing_third)
+        monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_third)
         with pytest.raises(OSError, match="injected"):
             ds.delete([5, 1000, 2001])
-        monkeypatch.setattr("loaderx.sharded.write_manifest", original)
+        monkeypatch.setattr("loaderx._store.sharded.write_manifest", original)
         assert not (path / JOURNAL_FILE).exists()  # its native call returned: its job is done
         assert len(ds) == COUNT - 3 and ds[:].tobytes() == expected[:-1].tobytes()
         ds.append(row)
@@ -1314,7 +1315,7 @@ def test_a_killed_delete_waits_while_readers_hold_its_shards(tmp_path: Path) -> 
     open still opens (reads are consistent), but every write refuses, rather than write over the
     shards the journal has still to delete from, until the readers close; then the next write
     finishes the delete first."""
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
     from loaderx.errors import StoreLockedError
 
     path, data, expected = _killed_delete(tmp_path, "before-shards")
@@ -1365,7 +1366,7 @@ def test_an_open_that_waited_for_a_killed_delete_finishes_it(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
     expected = _after_delete(tmp_path, path, _TARGETS)
@@ -1390,7 +1391,7 @@ def test_a_refused_delete_never_runs_later(
 ) -> None:
     """A delete refused (a shard open elsewhere) whose manifest cannot be put back (a full
     disk): the caller gets the error, and no later write carries the delete out."""
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)
@@ -1406,10 +1407,10 @@ def test_a_refused_delete_never_runs_later(
     row = _dense_data(1)
     with DenseDataset(path, shard_records=CAPACITY) as ds:
         with Zrecord(str(path / "shard-000002"), create=False):
-            monkeypatch.setattr("loaderx.sharded.write_manifest", failing_restore)
+            monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_restore)
             with pytest.raises(OSError, match="injected"):
                 ds.delete([3, 2400])
-            monkeypatch.setattr("loaderx.sharded.write_manifest", original)
+            monkeypatch.setattr("loaderx._store.sharded.write_manifest", original)
         assert not (path / JOURNAL_FILE).exists()
         ds.append(row)
         assert ds[:].tobytes() == np.concatenate([data, row]).tobytes()
@@ -1464,7 +1465,7 @@ def test_a_failed_delete_is_never_finished_later(
     tests/test_zrecord_space.py), and then the manifest write that states the partial result
     fails too: the caller was told it failed, with the first shard's part done, and no later
     write carries out the rest."""
-    from loaderx.delete_journal import JOURNAL_FILE
+    from loaderx._store.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
     original_delete = sharded_module._delete_each
@@ -1483,8 +1484,8 @@ def test_a_failed_delete_is_never_finished_later(
 
     row = _dense_data(1)
     with DenseDataset(path, shard_records=CAPACITY) as ds:
-        monkeypatch.setattr("loaderx.sharded._delete_each", first_shard_then_full)
-        monkeypatch.setattr("loaderx.sharded.write_manifest", failing_settle)
+        monkeypatch.setattr("loaderx._store.sharded._delete_each", first_shard_then_full)
+        monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_settle)
         with pytest.raises(OSError, match="injected"):
             ds.delete([5, 1500])
         monkeypatch.undo()
@@ -1596,9 +1597,9 @@ def test_an_open_refused_before_its_manifest_loads_never_looks_empty(
     """A writable open that must settle a delete first, and cannot even open a shard (held
     exclusively elsewhere, say by a long compaction): it raises, rather than hand back a handle
     that reads as an empty dataset."""
-    from loaderx.delete_journal import write_journal
+    from loaderx._store.delete_journal import write_journal
     from loaderx.errors import StoreLockedError
-    from loaderx.sharded import ShardedStore
+    from loaderx._store.sharded import ShardedStore
 
     path, data = _sharded(tmp_path)
     write_journal(str(path), [])  # a stale journal: the open goes the settling way
@@ -1790,7 +1791,7 @@ def test_a_plain_zrecord_never_changes_a_store_rolled_over_right_after_its_check
     disagree"). The call now makes the handle the store's writer and checks again, so it
     refuses and changes nothing. The pause is injected right after the first check, where the
     other process rolls the store over."""
-    from loaderx import zrecord as zrecord_module
+    from loaderx._store import zrecord as zrecord_module
 
     path = _single_store_of_six(tmp_path)
     plain_lookup = zrecord_module.sharded_dataset_of  # type: ignore[attr-defined]
@@ -1831,7 +1832,7 @@ def test_a_plain_zrecord_never_deletes_from_a_staged_store_committed_right_after
     folder was still where it opened it, and then another handle committed the folder into the
     dataset (a rename) before the native delete, which went through on a listed shard. The
     delete's second check, with the store held exclusively, sees the folder moved and refuses."""
-    from loaderx import zrecord as zrecord_module
+    from loaderx._store import zrecord as zrecord_module
     from loaderx.shards import commit_shards, staging_folder
 
     path = tmp_path / "corpus"
@@ -1872,7 +1873,7 @@ def test_a_single_store_dataset_handle_never_changes_a_store_rolled_over_right_a
     check now runs again inside the call, with the store held exclusively; it refuses, saying
     to reopen. The pause is injected right after the first check, where the other process
     rolls over."""
-    from loaderx import dataset as dataset_module
+    from loaderx._data import dataset as dataset_module
     from loaderx.errors import StoreLockedError
 
     path = _single_store_of_six(tmp_path)
@@ -1910,7 +1911,7 @@ def test_a_delete_never_runs_on_a_store_another_thread_rolls_over(
     inside Zrecord.delete for the rollover to finish (at most 1.5 s, when it is kept out)."""
     import threading
 
-    from loaderx import zrecord as zrecord_module
+    from loaderx._store import zrecord as zrecord_module
 
     path = _single_store_of_six(tmp_path)
     paused = threading.Event()

@@ -14,8 +14,8 @@ import pytest
 
 from loaderx.dataset import DenseDataset
 from loaderx.errors import ManifestError, SchemaError
-from loaderx.schema import SCHEMA_FILE, Codec, make_schema, read_schema
-from loaderx.shards import (
+from loaderx._store.schema import SCHEMA_FILE, Codec, make_schema, read_schema
+from loaderx._store.shards import (
     MANIFEST_FILE,
     SHARD_COUNT_MAX,
     Manifest,
@@ -199,7 +199,7 @@ def test_a_failed_first_commit_removes_the_schema_it_wrote(tmp_path: Path, monke
     def failing_write(folder: object, manifest: Manifest) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("loaderx.shards.write_manifest", failing_write)
+    monkeypatch.setattr("loaderx._store.shards.write_manifest", failing_write)
     with pytest.raises(OSError, match="No space"):
         commit_shards(dataset, [staged], SCHEMA)
     # The staged shard stays, still claimed by this process (its marker beside it).
@@ -301,8 +301,8 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
     import numpy as np
 
     from loaderx.dataset import DenseDataset
-    from loaderx.delete_journal import JOURNAL_FILE, ShardDelete, read_journal, write_journal
-    from loaderx.shards import read_manifest, write_manifest
+    from loaderx._store.delete_journal import JOURNAL_FILE, ShardDelete, read_journal, write_journal
+    from loaderx._store.shards import read_manifest, write_manifest
 
     good = tmp_path / "good"
     with DenseDataset(good, dtype=np.int64, codec="raw", shard_records=10) as ds:
@@ -340,7 +340,7 @@ def test_a_damaged_key_never_makes_a_half_done_delete_readable(tmp_path: Path) -
     in the manifest. One flipped bit in shard 0's "records_before" key made the entry read as
     settled, and a read-only open served the half-done delete (record 3 gone, record 13 kept)
     as if it were a dataset; an unknown field is now refused as the damage it is."""
-    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx._store.delete_journal import ShardDelete, write_journal
     from loaderx.errors import ReadOnlyStoreError
     from loaderx.zrecord import Zrecord
 
@@ -375,8 +375,8 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     before it; the signature a writer checks before every write still differs, by generation."""
     import os
 
-    from loaderx import sharded
-    from loaderx.shards import Manifest, ShardEntry, write_manifest
+    from loaderx._store import sharded
+    from loaderx._store.shards import Manifest, ShardEntry, write_manifest
 
     folder = str(tmp_path)
     write_manifest(folder, Manifest([ShardEntry("shard-000001", 7)], generation=5))
@@ -426,7 +426,7 @@ def test_a_delete_journal_that_disagrees_with_the_manifest_deletes_nothing(
     """A killed delete's journal and manifest are written by one delete: a journal that names
     other shards or other counts is damaged, and finishing it deleted records the delete never
     selected (data loss at a writable open)."""
-    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx._store.delete_journal import ShardDelete, write_journal
 
     path = tmp_path / "d"
     values = _three_shards(path)
@@ -613,7 +613,7 @@ def test_a_damaged_count_of_a_delete_in_progress_never_passes_it_as_consistent(
     With the done shard's count in the manifest damaged (lowered, still below the count before),
     neither shard matched its count after, so the delete read as applied nowhere, and the
     read-only open returned the half-deleted records."""
-    from loaderx.delete_journal import ShardDelete, write_journal
+    from loaderx._store.delete_journal import ShardDelete, write_journal
     from loaderx.zrecord import Zrecord
 
     path = tmp_path / "d"

@@ -7,7 +7,7 @@ each view of shards learns from its own timings which ways are faster. Its first
 gathers try each way of writing in turn (8 and 8), its first 24 each way of fetching (16 and
 8). These tests make 40 gathers per path, so every way runs, and compare every byte with NumPy,
 including destinations that start one byte off alignment and the bytes just around them.
-A fixed stores policy (loaderx._native.set_stores_policy) sends every such gather one way; each
+A fixed stores policy (loaderx._native.library.set_stores_policy) sends every such gather one way; each
 policy gives the same bytes (tests/test_pool_policy.py checks that a bad one is refused).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx import _native
+from loaderx._native import library as _native
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from loaderx.errors import DictionaryError
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.zrecord import CODECS, RECORD_SIZE_MAX, Zrecord
 
 MiB = 1 << 20

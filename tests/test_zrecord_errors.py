@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loaderx import _native
+from loaderx._native import library as _native
 from loaderx.errors import (
     CorruptStoreError,
     DictionaryError,
@@ -26,7 +26,7 @@ from loaderx.errors import (
     NotAStoreError,
     StoreFullError,
 )
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, RECORD_SIZE_MAX, Zrecord
 
 RECORDS = [b"first", b"", b"third" * 1000, bytes(range(256)) * 64]

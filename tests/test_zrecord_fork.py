@@ -23,7 +23,7 @@ import pytest
 
 from loaderx.dataset import DenseDataset
 from loaderx.errors import StoreLockedError
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.zrecord import Zrecord
 
 from forked_child import run_child, wait_child
@@ -233,8 +233,8 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
     and the child's own append gets it once the parent's thread is done."""
     import fcntl
 
-    from loaderx.lock_descriptors import open_count
-    from loaderx.shards import LOCK_FILE, commit_lock
+    from loaderx._os.lock_descriptors import open_count
+    from loaderx._store.shards import LOCK_FILE, commit_lock
 
     path = str(tmp_path / "sharded")
     with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:
@@ -344,7 +344,7 @@ _SIGINT_AT_FORK = """
 import ctypes, functools, os, signal, sys, threading
 libc = ctypes.CDLL(None)
 os.register_at_fork(before=functools.partial(libc.kill, os.getpid(), signal.SIGINT))
-from loaderx.commit import FolderLock
+from loaderx._os.folder_swap import FolderLock
 interrupted = False
 try:
     pid = os.fork()
@@ -383,8 +383,8 @@ def test_a_ctrl_c_during_fork_neither_wedges_the_lock_registry_nor_gets_lost(
 # the other thread's hold. The child must still get a usable registry.
 _SIGINT_WHILE_WAITING_AT_FORK = """
 import os, signal, sys, threading, time
-from loaderx import lock_descriptors
-from loaderx.commit import FolderLock
+from loaderx._os import lock_descriptors
+from loaderx._os.folder_swap import FolderLock
 held, done = threading.Event(), threading.Event()
 errors = []
 def hold():
@@ -436,7 +436,7 @@ def test_a_child_forked_while_a_thread_holds_a_sharded_handles_guard_can_append(
     with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:
         writer.append(np.arange(250, dtype=np.int64))
     dataset = DenseDataset(path, shard_records=100)
-    from loaderx.sharded import ShardedStore
+    from loaderx._store.sharded import ShardedStore
 
     assert isinstance(dataset.store, ShardedStore)
     guard = dataset.store._guard  # noqa: SLF001
@@ -531,7 +531,7 @@ def test_a_child_never_deletes_from_a_store_rolled_over_right_after_its_check(
     disagree"). The check now runs again inside the delete, once it holds the store
     exclusively: the child's delete refuses and changes nothing. The pause is injected right
     after the child's first check, where the parent rolls the store over."""
-    from loaderx import zrecord as zrecord_module
+    from loaderx._store import zrecord as zrecord_module
 
     path = tmp_path / "single"
     with DenseDataset(path, dtype=np.int64, codec="raw") as ds:

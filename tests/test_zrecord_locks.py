@@ -28,7 +28,7 @@ import pytest
 
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, ReadOnlyStoreError, StoreLockedError
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.zrecord import Zrecord
 
 REPO: str = str(Path(__file__).resolve().parent.parent)
@@ -294,7 +294,7 @@ def test_an_open_that_waits_too_long_is_store_locked(
     store_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Python-side wait gives up as the native one does, with its wording."""
-    from loaderx import open_wait
+    from loaderx._os import open_wait
 
     with Zrecord(store_path, create=True) as store:
         store.append([record(0)])

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx.schema import Codec
+from loaderx._store.schema import Codec
 from loaderx.zrecord import Zrecord
 
 ROOT = Path(__file__).resolve().parents[1]

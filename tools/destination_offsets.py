@@ -26,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
-from loaderx.sampler import Sampler  # noqa: E402
+from loaderx._data.converter import from_numpy  # noqa: E402
+from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._loading.sampler import Sampler  # noqa: E402
 
 BATCH = 256
 SHAPE = (64, 64, 3)

@@ -57,8 +57,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from loaderx import cli  # noqa: E402
-from loaderx.dataloader import DataLoader  # noqa: E402
-from loaderx.dataset import DenseDataset, RaggedDataset  # noqa: E402
+from loaderx._loading.dataloader import DataLoader  # noqa: E402
+from loaderx._data.dataset import DenseDataset, RaggedDataset  # noqa: E402
 from loaderx.errors import (  # noqa: E402
     CorruptStoreError,
     ManifestError,
@@ -66,9 +66,9 @@ from loaderx.errors import (  # noqa: E402
     ReadOnlyStoreError,
     SchemaError,
 )
-from loaderx.sharded import _delete_each  # noqa: E402
-from loaderx.shards import shard_folder  # noqa: E402
-from loaderx.zrecord import Zrecord  # noqa: E402
+from loaderx._store.sharded import _delete_each  # noqa: E402
+from loaderx._store.shards import shard_folder  # noqa: E402
+from loaderx._store.zrecord import Zrecord  # noqa: E402
 from tools.fuzz_store import (  # noqa: E402
     _regions,
     _run_forked,
@@ -150,8 +150,8 @@ def _build_bases(root: str, seed: int) -> list[Base]:
 def _leave_half_deleted(path: str, plan: dict[int, list[int]]) -> None:
     """What a delete killed after its first shard leaves: journal, manifest mid-delete, the
     first shard's part done, the others not."""
-    from loaderx import delete_journal
-    from loaderx.shards import read_manifest, write_manifest
+    from loaderx._store import delete_journal
+    from loaderx._store.shards import read_manifest, write_manifest
 
     manifest = read_manifest(path)
     assert manifest is not None
@@ -328,7 +328,7 @@ def _mutate_manifest(folder: str, rng: random.Random) -> str:
 
 
 def _mutate_journal(folder: str, rng: random.Random) -> str:
-    from loaderx.delete_journal import read_journal
+    from loaderx._store.delete_journal import read_journal
 
     path = os.path.join(folder, _JOURNAL)
     parts = read_journal(folder)
@@ -377,7 +377,7 @@ def _mutate_files(folder: str, outside: str, rng: random.Random) -> str:
         # Not trials: without its manifest the folder is the single-store dataset it was before
         # its first rollover, and the shard folders are what a crash between that rollover's
         # move and its manifest write leaves (loaderx.shards); a half-done delete whose journal
-        # is gone is settled as its shards hold it (loaderx.sharded, by design for now).
+        # is gone is settled as its shards hold it (loaderx._store.sharded, by design for now).
         name = os.path.join(shard, "schema.msgpack")
     path = os.path.join(folder, name)
     if kind in ("folder", "empty", "link_out", "remove"):

@@ -40,7 +40,7 @@ TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
 # reads, and the stubs pyproject.toml's mypy settings name. Never loaderx itself.
 BESIDE_TESTS: Final = ("tests", "benchmarks", "examples", "typings", "zig/include")
 WHERE: Final = """
-import json, sys, sysconfig, loaderx, loaderx._native as native
+import json, sys, sysconfig, loaderx, loaderx._native.library as native
 modules = {}
 for name in sys.argv[1:]:
     modules[name] = __import__(name, fromlist=["_"]).__file__

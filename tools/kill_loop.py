@@ -23,7 +23,7 @@ finds nothing, every row is exact, and the ids are what the README allows: an ap
 the last shard, an append past the last shard's room (new shards plus the tail's part) and a
 parallel append are all or nothing; so is a delete over several shards, once the writable open
 that reads the dataset here has finished one that a kill cut between shards
-(loaderx.delete_journal). Then this process appends (a commit) and no staging, claim, parts or
+(loaderx._store.delete_journal). Then this process appends (a commit) and no staging, claim, parts or
 unlisted shard folder of the killed worker survives it.
 Exit status 0 when every round passed; otherwise the first failure is printed and it is 1.
 """
@@ -55,13 +55,13 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
-from loaderx import commit  # noqa: E402
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
-from loaderx.delete_journal import JOURNAL_FILE  # noqa: E402
-from loaderx.schema import Codec  # noqa: E402
-from loaderx.shards import STAGING_PREFIX, read_manifest, shard_number  # noqa: E402
-from loaderx.zrecord import Zrecord  # noqa: E402
+from loaderx._os import folder_swap as commit  # noqa: E402
+from loaderx._data.converter import from_numpy  # noqa: E402
+from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._store.delete_journal import JOURNAL_FILE  # noqa: E402
+from loaderx._store.schema import Codec  # noqa: E402
+from loaderx._store.shards import STAGING_PREFIX, read_manifest, shard_number  # noqa: E402
+from loaderx._store.zrecord import Zrecord  # noqa: E402
 
 SHARDED_OPERATIONS: Final = ("sharded-append", "sharded-delete", "parallel-append")
 OPERATIONS: Final = ("append", "delete", "compact", "convert", *SHARDED_OPERATIONS)
@@ -551,7 +551,7 @@ def applied_delete(delete: Pending, extra: set[int], lost: set[int]) -> str:
         raise KillLoopFailure(f"an interrupted delete lost ids it did not name: {strays[:10]}")
     if len(done) != len(delete.removed):
         # The writable open that read the dataset finishes a delete a kill cut between shards
-        # (loaderx.delete_journal), so a part means that did not happen.
+        # (loaderx._store.delete_journal), so a part means that did not happen.
         raise KillLoopFailure(
             f"an interrupted delete over {len(delete.removed)} shards was applied to only "
             f"{len(done)} of them"

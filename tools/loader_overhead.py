@@ -9,7 +9,7 @@ Rows, each a block of back-to-back batches per round, rounds interleaved (median
   loader's ring of prefetch + 1 slots; 2 is the fewest any loader that makes a step while its
   consumer still holds the last one can write to. What a colder destination costs by itself:
   on a small L3 (8 MiB) one reused 3 MiB array stays in the cache and two do not;
-- the same three with the stores policy fixed (loaderx._native.set_stores_policy; the other rows
+- the same three with the stores policy fixed (loaderx._native.library.set_stores_policy; the other rows
   leave it to each store's advisor): streaming stores on 1 buffer and on a ring of 2, cached
   ones on a ring of 2. Whether either way of writing removes the cost of a colder destination;
 - loader, records: the DataLoader over the records alone, default settings;
@@ -44,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.layers import data, loaders, timing  # noqa: E402
-from loaderx import _native  # noqa: E402
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
-from loaderx.sampler import Sampler  # noqa: E402
+from loaderx._native import library as _native  # noqa: E402
+from loaderx._data.converter import from_numpy  # noqa: E402
+from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._loading.sampler import Sampler  # noqa: E402
 
 BATCH = 256
 RING = 5  # the DataLoader's default prefetch (4) + 1

@@ -12,7 +12,7 @@ The store's gather advisor (zig/src/pool_advice.zig) learns which way is faster 
 where the helper pays all the time.
 
 Rows, each a block of back-to-back batches of DenseDataset.gather_into, cycled in one process
-for --seconds, with the pool policy (loaderx._native.set_pool_policy) set for each block:
+for --seconds, with the pool policy (loaderx._native.library.set_pool_policy) set for each block:
 
 - `auto (default)`: the store's advisor decides whether the helper joins;
 - `helpers always`: the helper joins every batch (what every release before the advisor did);
@@ -39,9 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loaderx import _native  # noqa: E402
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
+from loaderx._native import library as _native  # noqa: E402
+from loaderx._data.converter import from_numpy  # noqa: E402
+from loaderx._data.dataset import DenseDataset  # noqa: E402
 
 BATCH = 256
 BATCHES = 64

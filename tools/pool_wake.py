@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
-from loaderx.sampler import Sampler  # noqa: E402
+from loaderx._data.converter import from_numpy  # noqa: E402
+from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._loading.sampler import Sampler  # noqa: E402
 
 RECORDS = 4096
 BATCH = 256

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = """
 import sys, time
 sys.path.insert(0, {root!r})
-from loaderx.progress import Progress
+from loaderx._data.progress import Progress
 report = Progress("from_numpy /data/imagenet/train_images_256px", 100_000)
 report.interval = 0.0
 for done, nbytes, age in [(1, 1 << 50, 1000.0), (39_999, 1 << 40, 3.0), (59_000, 1 << 20, 3000.0),

@@ -225,7 +225,7 @@ def check_wheel(path: Path, expected: Expected, abi: frozenset[str]) -> Wheel:
 SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "README.md",
                          "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
                          "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
-                         "loaderx/_native.py", "loaderx/py.typed")
+                         "loaderx/_native/library.py", "loaderx/py.typed")
 SDIST_GENERATED: Final = ("PKG-INFO", "setup.cfg")  # written by setuptools into every sdist
 SDIST_FORBIDDEN: Final = re.compile(
     r"(^|/)(\.zig-cache|zig-out|\.cache|\.venv|__pycache__|build|dist)/|^loaderx/lib/"
@@ -245,7 +245,7 @@ def check_sdist(path: Path, root: Path) -> list[str]:
     if built:
         raise CheckFailed(f"{path.name}: holds build outputs, not sources: {built}")
     sources = [p.relative_to(root).as_posix() for pattern in
-               ("loaderx/*.py", "zig/src/*.zig", "zig/include/*.h", "typings/**/*.pyi")
+               ("loaderx/**/*.py", "zig/src/*.zig", "zig/include/*.h", "typings/**/*.pyi")
                for p in root.glob(pattern)]
     missing = sorted(set(SDIST_REQUIRED).union(sources) - relative)
     if missing:

@@ -105,7 +105,7 @@ ROUTING_ONLY: Final = f"raw gather_into, {SHARD_COUNT}-way view of 1 store"
 def routing_only_view(single: object, args: argparse.Namespace, batches: list[np.ndarray],
                       calls: dict[str, Callable[[], object]]) -> object:
     """Adds the ROUTING_ONLY call over `single` (the raw 1-store dataset); returns the view."""
-    from loaderx.view import View
+    from loaderx._store.view import View
 
     store = single.store  # type: ignore[attr-defined]
     view = View([store] * SHARD_COUNT, "routing only")
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     folder = workdir / "shards"
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        from loaderx.dataset import DenseDataset  # noqa: F401
+        from loaderx._data.dataset import DenseDataset  # noqa: F401
     except Exception as error:  # noqa: BLE001
         rep.skip("shards layer", f"{type(error).__name__}: {error}")
         return

@@ -131,7 +131,9 @@ def overhead_calls(dataset: object, batches: list[np.ndarray], out: np.ndarray
                    ) -> dict[str, timing.Call]:
     """The native call the fast path makes, its arguments prepared, and an empty result, for
     the overhead table."""
-    from loaderx import _native, array_fields, native_calls
+    from loaderx._native import library as _native
+    from loaderx._native import array_fields
+    from loaderx._native import calls as native_calls
 
     store = dataset.store  # type: ignore[attr-defined]
     handle = store._handle  # noqa: SLF001 - the bench reaches past the API

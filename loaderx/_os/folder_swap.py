@@ -30,8 +30,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
-from loaderx import descriptors
-from loaderx.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._os import descriptors
+from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 
 try:
     import fcntl
@@ -94,7 +94,7 @@ class FolderLock:
         if fcntl is None:
             return
         try:
-            # Registered: a forked child closes its copy (loaderx.lock_descriptors).
+            # Registered: a forked child closes its copy (loaderx._os.lock_descriptors).
             self.fd = open_descriptor(folder, os.O_RDONLY)
         except PermissionError:
             return  # a folder we may not read is locked by nobody we know of

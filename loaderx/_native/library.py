@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Final, NoReturn
 
-from loaderx import descriptors
+from loaderx._os import descriptors
 from loaderx.errors import (
     CodecError,
     CorruptStoreError,
@@ -206,7 +206,9 @@ def library_path() -> str:
     override = os.environ.get("LOADERX_LIBRARY")
     if override:
         return override
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", library_file_name())
+    # The library ships in loaderx/lib/, one folder above this module.
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(package, "lib", library_file_name())
 
 
 def _load() -> ctypes.CDLL:

@@ -44,9 +44,9 @@ from typing import Any, Final
 import msgpack
 
 from loaderx.errors import ManifestError, SchemaError
-from loaderx.paths import PathArg, fs_path
-from loaderx.schema import Schema, differences, read_schema, schema_path, write_schema
-from loaderx.shards import (
+from loaderx._os.paths import PathArg, fs_path
+from loaderx._store.schema import Schema, differences, read_schema, schema_path, write_schema
+from loaderx._store.shards import (
     SHARD_COUNT_MAX,
     TOP_LEVEL,
     Manifest,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from loaderx.errors import StateMismatchError
-from loaderx.sampler import SEED_LIMIT, STEP_LIMIT
+from loaderx._loading.sampler import SEED_LIMIT, STEP_LIMIT
 
 STATE_FORMAT: Final = "loaderx-loader-state"
 STATE_VERSION: Final = 1

@@ -8,7 +8,7 @@ here first, polling the lock from Python with short sleeps, and calls the native
 shared lock could be taken. Another handle may still take the store between the two (the
 native open then waits as before); this wait only makes the common case interruptible.
 
-The probe's descriptor is a registered lock descriptor (loaderx.lock_descriptors): a copy that
+The probe's descriptor is a registered lock descriptor (loaderx._os.lock_descriptors): a copy that
 a fork in another thread handed to a child while the probe held the shared lock would keep it
 for the child's life.
 
@@ -22,7 +22,7 @@ import time
 from typing import Final
 
 from loaderx.errors import StoreLockedError
-from loaderx.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 
 try:
     import fcntl

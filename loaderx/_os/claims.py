@@ -1,8 +1,8 @@
 """Claimed folders: scratch folders that a killed process leaves behind and a later one removes.
 
 Two writers build data in hidden folders that nothing else would ever clean up if the writer
-were killed: a sharded dataset's staging folders (loaderx.shards, `.staging-*` inside the
-dataset) and a parallel conversion's parts folder (loaderx.parallel, `.<name>.loaderx-parts-*`
+were killed: a sharded dataset's staging folders (loaderx._store.shards, `.staging-*` inside the
+dataset) and a parallel conversion's parts folder (loaderx._data.parallel, `.<name>.loaderx-parts-*`
 beside the destination). Both are claimed the same way:
 
     <folder>          the scratch folder itself (left empty for the caller: a staging folder
@@ -16,9 +16,9 @@ checked to be still there, and only then renamed (the lock follows the file). So
 sees a live folder's marker unlocked; a claim file left by a process killed before the rename is
 removed too, and a creator whose claim file a cleaner took away meanwhile makes a new one.
 
-Where flock does not exist (Windows, loaderx.commit.FOLDER_LOCKS_WORK false) nothing is judged
+Where flock does not exist (Windows, loaderx._os.folder_swap.FOLDER_LOCKS_WORK false) nothing is judged
 dead: a live claim would look the same. The marker is a file beside the folder, not the folder
-itself, because the converters lock the folders they write in (loaderx.commit.StagedFolder),
+itself, because the converters lock the folders they write in (loaderx._os.folder_swap.StagedFolder),
 and a parts folder is such a folder.
 
 This module stays interpreted: it runs once per staging folder or conversion, never on a read.
@@ -33,8 +33,8 @@ import uuid
 from contextlib import suppress
 from typing import Final
 
-from loaderx.commit import FOLDER_LOCKS_WORK, FolderLock, try_lock
-from loaderx.fork_safe_lock import ForkSafeLock
+from loaderx._os.folder_swap import FOLDER_LOCKS_WORK, FolderLock, try_lock
+from loaderx._os.fork_safe_lock import ForkSafeLock
 
 LIVE_SUFFIX: Final = ".live"
 # Random hex digits in every folder and claim name: 48 bits, so two never meet.
@@ -170,7 +170,7 @@ def _is_folder(path: str) -> bool:
 
 
 def _forget_in_child() -> None:
-    """A forked child holds none of its parent's claims: loaderx.lock_descriptors closed its
+    """A forked child holds none of its parent's claims: loaderx._os.lock_descriptors closed its
     copies of their descriptors, whose numbers the child may then reuse for files of its own,
     which a release of an inherited claim closed. (The guard is a ForkSafeLock: a parent thread
     may have held it at the fork, and the child gets it back unlocked.)"""

@@ -4,11 +4,11 @@ DenseDataset and RaggedDataset hold either a Zrecord (a single-store dataset) or
 through one native View over every shard. Appends fill the last shard and roll over to new
 ones when it is full, all or nothing on an error and under SIGKILL (see _append). Maintenance
 runs shard by shard. Every change to the manifest holds the dataset's commit lock (see
-loaderx.shards), so other processes may commit shards meanwhile.
+loaderx._store.shards), so other processes may commit shards meanwhile.
 
 Deletes keep the global index space dense: each shard deletes swap-last within itself (its
 last records fill the holes) and every later shard's records shift down by the number deleted
-before them. A journal (loaderx.delete_journal) records each shard's part first, then the
+before them. A journal (loaderx._store.delete_journal) records each shard's part first, then the
 manifest the new counts, with the old ones as records_before; a process killed between two
 shards leaves a delete that the next writable open finishes (_finish_interrupted_delete).
 
@@ -30,8 +30,9 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native, descriptors
-from loaderx.delete_journal import (
+from loaderx._native import library as _native
+from loaderx._os import descriptors
+from loaderx._store.delete_journal import (
     JOURNAL_FILE,
     ShardDelete,
     journal_path,
@@ -46,10 +47,10 @@ from loaderx.errors import (
     StoreFullError,
     StoreLockedError,
 )
-from loaderx.fork_safe_lock import ForkSafeLock
-from loaderx.indexing import normalize_index
-from loaderx.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
-from loaderx.shards import (
+from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._store.indexing import normalize_index
+from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
+from loaderx._store.shards import (
     MANIFEST_FILE,
     SHARD_RECORDS_MAX,
     TOP_LEVEL,
@@ -70,9 +71,9 @@ from loaderx.shards import (
     staging_folder,
     write_manifest,
 )
-from loaderx.verify import BadRecord, VerifyReport
-from loaderx.view import View
-from loaderx.zrecord import Zrecord
+from loaderx._store.verify import BadRecord, VerifyReport
+from loaderx._store.view import View
+from loaderx._store.zrecord import Zrecord
 
 _DICT_FILE: Final = "dict.zr"
 _META_FILE: Final = "meta.zr"
@@ -168,7 +169,7 @@ class ShardedStore:
     _view: View | None
     _generation: int
     _signature: _Signature | None
-    # False while the manifest on disk still has an append in flight (loaderx.shards): this
+    # False while the manifest on disk still has an append in flight (loaderx._store.shards): this
     # handle resolved it for reading, and its next write settles it on disk first.
     _settled: bool
     # A parent thread may hold it (an append or a delete) at the moment of fork; a child gets
@@ -325,7 +326,7 @@ class ShardedStore:
 
     def _load(self, manifest: Manifest, signature: _Signature | None) -> None:
         """Makes the manifest current: resolves an append in flight by the length of the store
-        that takes its tail part (loaderx.shards), opens shards not open yet, checks every
+        that takes its tail part (loaderx._store.shards), opens shards not open yet, checks every
         count."""
         open_by_name = dict(zip([e.name for e in self.entries], self.stores))
         stores: list[Zrecord] = []
@@ -378,7 +379,7 @@ class ShardedStore:
 
     def _sync_manifest(self, readers_locked: bool = False) -> None:
         """Under the commit lock: catches up with commits made by other handles or processes,
-        and settles on disk an append in flight that a killed writer left (loaderx.shards).
+        and settles on disk an append in flight that a killed writer left (loaderx._store.shards).
         readers_locked: the caller holds the readers lock exclusively already."""
         signature = _signature(self.path)
         if signature is not None and (signature != self._signature or not self._settled):
@@ -492,7 +493,7 @@ class ShardedStore:
         All or nothing, on an error and under SIGKILL alike. A batch that fits the tail is one
         atomic store append. A larger one is written first as new shards in the staging area,
         which no reader sees; then one manifest write lists them as pending and the tail's
-        part as in flight (loaderx.shards); then the tail takes its part in one atomic store
+        part as in flight (loaderx._store.shards); then the tail takes its part in one atomic store
         append, which is the commit point; then a final manifest write settles it. A process
         killed anywhere leaves a state that every reader resolves the same way (the pending
         shards count exactly when the tail's part is in) and that the next writer settles.
@@ -679,7 +680,7 @@ class ShardedStore:
             entry.records_before = entry.records
             entry.records -= len(local)
         # The journal first: a process killed once the shards start moving leaves what the
-        # next writable open needs to finish the delete (loaderx.delete_journal).
+        # next writable open needs to finish the delete (loaderx._store.delete_journal).
         write_journal(
             self.path,
             [ShardDelete(self.entries[shard].name, int(lengths[shard]), local)
@@ -804,7 +805,7 @@ class ShardedStore:
 
     def _finish_interrupted_delete(self, readers_locked: bool = False) -> None:
         """Under the commit lock, just after opening: finishes a delete over several shards
-        that a killed process left half done (loaderx.delete_journal), on every shard still at
+        that a killed process left half done (loaderx._store.delete_journal), on every shard still at
         its count before, then settles the manifest. A stale journal is removed."""
         parts = read_journal(self.path)
         mid_delete = any(entry.records_before is not None for entry in self.entries)

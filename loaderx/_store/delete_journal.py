@@ -5,10 +5,10 @@ delete is atomic (its redo log, zig/src/journal.zig). A process killed between t
 would leave some shards deleted and others not. So before anything moves, the dataset writes
 this journal: for every shard involved, its name, its record count before the delete and the
 local indices it deletes. The manifest then records the new counts (`records_before` in
-loaderx.shards), the shards delete, the manifest is settled, and the journal goes.
+loaderx._store.shards), the shards delete, the manifest is settled, and the journal goes.
 
 A writable open that finds the manifest mid-delete and this journal finishes the delete on
-every shard still at its count before, then settles the manifest (loaderx.sharded). Applying a
+every shard still at its count before, then settles the manifest (loaderx._store.sharded). Applying a
 shard's part again is exactly what the killed process would have done: a swap-last delete of
 the same indices from the same records. A journal without a manifest mid-delete is stale (the
 process died before the manifest write, or after settling it) and is removed.
@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.errors import ManifestError
-from loaderx.paths import write_file_atomically
-from loaderx.shards import DELETE_JOURNAL_FILE, fsync_folder
+from loaderx._os.paths import write_file_atomically
+from loaderx._store.shards import DELETE_JOURNAL_FILE, fsync_folder
 
 JOURNAL_FILE: Final = DELETE_JOURNAL_FILE
 _FORMAT: Final = "loaderx-delete"

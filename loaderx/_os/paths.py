@@ -14,7 +14,7 @@ import stat
 import uuid
 from typing import Final, TypeAlias
 
-from loaderx import descriptors
+from loaderx._os import descriptors
 
 # A path as the public API takes it: bytes too, as the os functions take them.
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]

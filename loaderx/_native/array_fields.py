@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from loaderx import _native
+from loaderx._native import library as _native
 
 # NumPy's NPY_ARRAY_* bits. tests/test_array_fields.py checks these against NumPy's own table;
 # zig/src/numpy_array.zig has the same, checked there by which arrays the gathers take and

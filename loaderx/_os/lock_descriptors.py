@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from loaderx import descriptors
+from loaderx._os import descriptors
 
 _registry_lock: Final = threading.RLock()
 _open_descriptors: set[int] = set()

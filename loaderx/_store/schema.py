@@ -19,16 +19,16 @@ import msgpack
 import numpy as np
 from numpy.typing import DTypeLike
 
-from loaderx import descriptors
+from loaderx._os import descriptors
 from loaderx.errors import SchemaError
-from loaderx.paths import write_file_atomically
+from loaderx._os.paths import write_file_atomically
 
 SCHEMA_FILE: Final = "schema.msgpack"
 SCHEMA_FORMAT: Final = "loaderx-schema"
 SCHEMA_VERSION: Final = 1
 
 KINDS: Final = ("dense", "ragged")
-# Must agree with loaderx.zrecord.CODECS (a test checks it); kept here so that reading a schema
+# Must agree with loaderx._store.zrecord.CODECS (a test checks it); kept here so that reading a schema
 # never needs the native library.
 CODEC_NAMES: Final = ("raw", "zstd", "zstd_dict")
 # The codec names as a type, so that mypy catches codec="gzip" before anything runs.
@@ -40,7 +40,7 @@ DICT_TIERS: Final[dict[str, int]] = {"small": 32 << 10, "balanced": 128 << 10, "
 DICT_SIZE_MIN: Final = 1 << 10
 DICT_SIZE_MAX: Final = 1 << 20
 
-# The store's per-record limit (the same value as loaderx.zrecord.RECORD_SIZE_MAX).
+# The store's per-record limit (the same value as loaderx._store.zrecord.RECORD_SIZE_MAX).
 RECORD_SIZE_MAX: Final = 1 << 20
 
 # NumPy dtype kinds a dataset may hold: bool, signed, unsigned, floating, complex.

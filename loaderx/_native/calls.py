@@ -22,7 +22,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native, array_fields
+from loaderx._native import library as _native
+from loaderx._native import array_fields
 
 try:  # read by mypyc at compile time; users' environments need not have it
     from mypy_extensions import mypyc_attr

@@ -40,7 +40,7 @@ DataLoader builds on:
   before (a take wakes one). Why: two threads making steps at once on two cores each wrote to
   a different batch while the consumer held a third, so the batches cycled through all of the
   loader's prefetch + 1 arrays and every gather wrote to memory long out of the cache; one
-  maker at a time writes one or two warm ones (loaderx.dataloader._StepMaker). The loader with
+  maker at a time writes one or two warm ones (loaderx._loading.dataloader._StepMaker). The loader with
   labels went from 0.77x to 0.87x of the bare gather to 0.88x to 1.03x, median 0.92x
   (benchmarks/compare.py loader, nine runs after, on 2026-12-02; README, issue 11).
 - Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the

@@ -20,10 +20,10 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx import _native
-from loaderx.result_buffers import empty_bytes
-from loaderx.native_calls import NativeCalls, address
-from loaderx.zrecord import Zrecord
+from loaderx._native import library as _native
+from loaderx._native.result_buffers import empty_bytes
+from loaderx._native.calls import NativeCalls, address
+from loaderx._store.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
 # How often a ragged gather re-sizes after a concurrent delete moved its records.
@@ -108,7 +108,7 @@ class View(NativeCalls):
         writable C-contiguous array of exactly len(indices) * record_size bytes.
         """
         if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
-            raise TypeError("indices must be an int64 numpy array (see loaderx.indexing)")
+            raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
         if type(indices) is not np.ndarray:
             indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
         if not indices.flags.c_contiguous or indices.ndim != 1:

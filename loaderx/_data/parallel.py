@@ -1,6 +1,6 @@
 """Local parallel conversion: N processes each write their own shard(s); one commit publishes them.
 
-`from_numpy(..., workers=N)` and `from_iterator(path, sources, workers=N)` (loaderx.converter)
+`from_numpy(..., workers=N)` and `from_iterator(path, sources, workers=N)` (loaderx._data.converter)
 hand their work to this module. Each worker process converts its part with the ordinary
 single-process converter into a private part folder in a hidden staging folder beside the
 destination (same file system, so publishing is a rename). Only when every worker has
@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx import claims
+from loaderx._os import claims
 from loaderx.errors import SchemaError, WorkerError
-from loaderx.schema import Schema, differences, read_schema
+from loaderx._store.schema import Schema, differences, read_schema
 
 # A worker's report travels through a pipe before it exits; a huge message or traceback is cut
 # so the send never blocks on a full pipe (64 KiB) while the parent waits for the exit.
@@ -206,7 +206,7 @@ def _claim_prefix(final: str) -> str:
 
 def make_staging(final: str) -> str:
     """A private folder beside final (same file system) for the parts of one conversion,
-    claimed (loaderx.claims) until the conversion ends: end it with claims.discard.
+    claimed (loaderx._os.claims) until the conversion ends: end it with claims.discard.
 
     The parts folders of conversions that were killed (their claim died with them) are removed
     first: nothing else ever would."""
@@ -248,8 +248,8 @@ def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
     and moved into place the way every converter does (an old store is replaced only with
     overwrite=True, and a failure leaves it as it was).
     """
-    from loaderx.converter import _commit, _stage
-    from loaderx.shards import commit_shards
+    from loaderx._data.converter import _commit, _stage
+    from loaderx._store.shards import commit_shards
 
     folders = [folder for folder, _ in parts]
     if append:
@@ -293,7 +293,7 @@ def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
 
 def _shards_held(final: str, append: bool) -> int:
     """The shards an append target holds already (a single store is shard 0); 0 otherwise."""
-    from loaderx.shards import read_manifest
+    from loaderx._store.shards import read_manifest
 
     if not append or not os.path.exists(os.path.join(final, "schema.msgpack")):
         return 0
@@ -302,7 +302,7 @@ def _shards_held(final: str, append: bool) -> int:
 
 
 def _over_the_limit(final: str, made: str, have: int) -> str:
-    from loaderx.shards import SHARD_COUNT_MAX
+    from loaderx._store.shards import SHARD_COUNT_MAX
 
     held = f" on top of the {have} that {final!r} holds" if have else ""
     return (f"{made}{held}, over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger "
@@ -313,7 +313,7 @@ def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_recor
                       append: bool) -> None:
     """Before any work: the shards the workers will write (with an append target's own) must
     fit a dataset; the commit would refuse them only once every one of them was written."""
-    from loaderx.shards import SHARD_COUNT_MAX
+    from loaderx._store.shards import SHARD_COUNT_MAX
 
     new = sum(-(-(b - a) // shard_records) for a, b in ranges)
     have = _shards_held(final, append)
@@ -335,7 +335,7 @@ class ShardBudget:
     at once (the commit would refuse it only after every worker had written all of its own)."""
 
     def __init__(self, ctx: Any, final: str, shard_records: int, have: int) -> None:
-        from loaderx.shards import SHARD_COUNT_MAX
+        from loaderx._store.shards import SHARD_COUNT_MAX
 
         self.left = ctx.Value("q", max(0, SHARD_COUNT_MAX - have))  # passed to the workers
         self.refusal = _over_the_limit(
@@ -364,7 +364,7 @@ class _NumpyJob:
         self.shard_records = shard_records
 
     def __call__(self) -> list[Part]:
-        from loaderx.converter import from_numpy
+        from loaderx._data.converter import from_numpy
 
         rows = self.rows if self.rows.dtype == self.dtype else self.rows.astype(self.dtype)
         written: list[Part] = []
@@ -378,7 +378,7 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
                   options: dict[str, Any], overwrite: bool, append: bool,
                   shard_records: int, start_method: str | None) -> int:
     """from_numpy with `workers` processes, each writing contiguous rows as its own shard(s)."""
-    from loaderx.converter import _check_destination
+    from loaderx._data.converter import _check_destination
 
     final = os.path.abspath(path)
     if append:
@@ -427,7 +427,7 @@ class _IteratorJob:
         self.shard_records = shard_records
 
     def __call__(self) -> list[Part]:
-        from loaderx.converter import from_iterator
+        from loaderx._data.converter import from_iterator
 
         records = _records_of(self.source)
         dtype, item_shape = self.dtype, self.item_shape
@@ -458,7 +458,7 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
     The records of source k come after those of source k-1 in the result, whatever order the
     workers finish in. A source that yields nothing contributes no shard.
     """
-    from loaderx.converter import _check_destination, from_iterator
+    from loaderx._data.converter import _check_destination, from_iterator
 
     final = os.path.abspath(path)
     if not append:

@@ -1,0 +1,811 @@
+"""Zrecord: the persistent byte-record store, a thin typed layer over libloaderx's lx_store_*.
+
+Every operation is one native call on a whole batch; the native side validates again, so the
+checks here exist to give clear messages early. Calls in flight are tracked by NativeCalls
+(loaderx/native_calls.py: lock-free with a GIL, under a lock on free-threaded builds), so
+close() waits for calls already inside the library and every later call raises ValueError.
+Every open Zrecord is known to a fork handler that gives the child fresh locks and an empty
+list of calls (the native side does the same for its own state).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._native import library as _native
+from loaderx._os import descriptors
+from loaderx.errors import ReadOnlyStoreError
+from loaderx._store.indexing import normalize_index
+from loaderx._native.calls import NativeCalls, address
+from loaderx._os.open_wait import wait_until_openable
+from loaderx._os.paths import PathArg, fs_path, is_file
+from loaderx._native.result_buffers import empty_bytes
+from loaderx._store.schema import Codec
+from loaderx._store.shards import sharded_dataset_of
+from loaderx._store.verify import BadRecord, VerifyReport
+from loaderx._native.library import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
+                             STORES_STREAMING, pool_policy, set_pool_policy, set_stores_policy,
+                             stores_policy)
+
+# The pool and stores policies are tuning knobs of the native library; their public home is here.
+__all__ = [
+    "CODECS", "POOL_ALWAYS", "POOL_AUTO", "POOL_NEVER", "RECORD_COUNT_MAX", "RECORD_SIZE_MAX",
+    "STORES_AUTO", "STORES_CACHED", "STORES_STREAMING", "Zrecord", "pool_policy", "set_pool_policy",
+    "set_stores_policy", "stores_policy",
+]
+
+if TYPE_CHECKING:
+    from loaderx._store.view import View
+
+CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
+RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
+RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
+
+# A batch of records: a sequence of bytes-like objects, or an array whose rows are the records.
+Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
+
+_INT64: Final = np.dtype(np.int64)
+_UINT64: Final = np.dtype(np.uint64)
+_STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
+# The most bad records a VerifyReport lists (it always counts them all).
+VERIFY_LIST_MAX: Final = 1 << 16
+
+
+def verify_flags(verify: bool | None) -> int:
+    """lx_store_open's flags for a gather verification setting (None: the default)."""
+    if verify is None:
+        return 0
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True, False or None, not {type(verify).__name__}")
+    return _native.OPEN_VERIFY_ALL if verify else _native.OPEN_VERIFY_NONE
+
+
+# How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
+_RAGGED_GATHER_ATTEMPTS: Final = 8
+
+
+def codec_id(name: str) -> int:
+    """The native tag of a codec name; ValueError listing the valid names otherwise."""
+    tag = CODECS.get(name) if isinstance(name, str) else None
+    if tag is None:
+        valid = ", ".join(repr(known) for known in CODECS)
+        raise ValueError(f"unknown codec {name!r}; valid codecs are {valid}")
+    return tag
+
+
+def _record_view(record: object, position: int) -> memoryview:
+    """A flat, C-contiguous byte view of one record (numpy arrays and memoryviews included)."""
+    if isinstance(record, (bytes, bytearray)):
+        return memoryview(record)
+    if isinstance(record, np.ndarray):
+        if record.dtype.hasobject:
+            raise TypeError(f"record {position} is an object array; records must be bytes-like")
+        return np.ascontiguousarray(record).reshape(-1).view(np.uint8).data
+    if isinstance(record, str):
+        raise TypeError(f"record {position} is a str; encode it to bytes first")
+    try:
+        view = memoryview(record)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"record {position} is {type(record).__name__}; records must be bytes-like "
+            "(bytes, bytearray, memoryview or a numpy array)"
+        ) from None
+    if view.format == "B" and view.ndim == 1 and view.c_contiguous:
+        return view
+    if view.c_contiguous:
+        try:
+            return view.cast("B")
+        except TypeError:
+            pass  # an exotic element format: fall back to a copy
+    return memoryview(view.tobytes())
+
+
+def pack_records(records: Records) -> tuple[bytes, npt.NDArray[np.uint64]]:
+    """One contiguous buffer plus count+1 offsets, after checking every record's type and size."""
+    if isinstance(records, (bytes, bytearray, memoryview, str)):
+        raise TypeError(
+            "records must be a sequence of bytes-like records, not a single "
+            f"{type(records).__name__}; wrap one record in a list"
+        )
+    if not isinstance(records, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"records must be a sequence of bytes-like records, not {type(records).__name__}"
+        )
+    views = [_record_view(record, position) for position, record in enumerate(records)]
+    sizes = [view.nbytes for view in views]
+    for position, size in enumerate(sizes):
+        if size > RECORD_SIZE_MAX:
+            raise ValueError(
+                f"record {position} is {size} bytes; a record holds at most "
+                f"{RECORD_SIZE_MAX} bytes (1 MiB)"
+            )
+    offsets = np.zeros(len(views) + 1, dtype=np.uint64)
+    if views:
+        np.cumsum(np.array(sizes, dtype=np.uint64), out=offsets[1:])
+    return b"".join(views), offsets
+
+
+class Zrecord(NativeCalls):
+    """A persistent store of byte records at `path` (a folder holding meta.zr and chunk files).
+
+    Zrecord(path) opens an existing store and raises FileNotFoundError when there is none, so a
+    mistyped path never leaves an empty store behind; Zrecord(path, create=True) creates the
+    store if needed. A Zrecord pickles as its path and options and reopens the store (never
+    creating it) when unpickled, so it can travel to spawned worker processes.
+
+    readonly=True opens an existing store for reading only: meta.zr is mapped read-only, no
+    writer lock is taken, nothing is created, and every write raises ReadOnlyStoreError before
+    touching anything. It works on a read-only filesystem and for a user who cannot write the
+    store's files.
+
+    A shard folder of a sharded dataset (or a sharded dataset's own folder, whose store is its
+    top-level shard) reads like any store but refuses append, delete, compact and train_dict
+    with ValueError: its manifest lists the shard's record count, and the sharded dataset would
+    no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead. delete,
+    compact and train_dict check again inside their native call, once they hold the store
+    exclusively (_maintenance_check), so a rollover in another process cannot slip between
+    the check and the change.
+    """
+
+    path: str
+    codec: str
+    durable: bool
+    readonly: bool
+    verify_reads: bool | None
+    _codec_id: int
+    # Whether writes skip the shard-folder check (_refuse_if_shard): the handle is loaderx's
+    # own dataset layer's, or it is the store's writer and passed the check when it claimed.
+    _writes_checked: bool
+    _dataset_owned: bool
+    # The folder's (st_dev, st_ino) when opened: a handle whose folder a commit renamed into a
+    # sharded dataset still writes it, while its path no longer shows it is a shard.
+    _folder_identity: tuple[int, int] | None
+    _folder_absolute: str  # the path, made absolute at open (a later chdir is no move)
+    _finalizer: weakref.finalize[Any, Any]
+    # The open views over this store (each holds the store; close() closes them first).
+    _views: weakref.WeakSet[View]
+
+    def __init__(
+        self,
+        path: PathArg,
+        *,
+        create: bool = False,
+        codec: Codec = "zstd",
+        durable: bool = False,
+        readonly: bool = False,
+        verify: bool | None = None,
+        _dataset_owned: bool = False,
+    ) -> None:
+        """verify: which records gathers check against their checksum. None (the default):
+        compressed and empty records, whose check costs little next to decompression; True:
+        every record, raw ones included; False: none. A mismatch raises CorruptStoreError.
+
+        _dataset_owned is internal: loaderx's dataset layer opens its stores with it, since it
+        keeps a sharded dataset's manifest in step with its shards (loaderx._store.sharded, shards)
+        and refuses the writes that a shard opened by itself must not take (loaderx._data.dataset)."""
+        self.path = fs_path(path)
+        self._codec_id = codec_id(codec)
+        self.codec = codec
+        self.durable = bool(durable)
+        self.readonly = bool(readonly)
+        if self.readonly:
+            create = False
+        verify_flag = verify_flags(verify)
+        self.verify_reads = verify
+        self._dataset_owned = bool(_dataset_owned)
+        self._writes_checked = self._dataset_owned
+        self._init_calls()
+        self._views = weakref.WeakSet()
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
+        if create:
+            os.makedirs(self.path, exist_ok=True)
+        elif not is_file(os.path.join(self.path, "meta.zr")):
+            raise FileNotFoundError(
+                f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
+                "create one"
+            )
+        flags = (
+            (_native.OPEN_CREATE if create else 0)
+            | (_native.OPEN_DURABLE if durable else 0)
+            | (_native.OPEN_READ_ONLY if self.readonly else 0)
+            | verify_flag
+        )
+        handle = ctypes.c_void_p()
+        context = f"cannot open Zrecord store {self.path!r}"
+
+        def open_native() -> None:
+            # A wait for another handle's delete, compact or train_dict, where Ctrl-C can end it.
+            wait_until_openable(self.path)
+            code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
+            _native.check(code, context)
+
+        # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
+        descriptors.make_room(len(_OPEN_STORES))
+        descriptors.retrying(open_native, context)
+        if not handle.value:
+            raise RuntimeError(f"opening {self.path!r} returned no store handle")
+        if not self.readonly:
+            # Every writable handle: the dataset layer's handles run their dataset's check.
+            key = next(_maintenance_keys)
+            _MAINTAINED[key] = self
+            code = _native.lib.lx_store_set_maintenance_check(
+                handle.value, _MAINTENANCE_CHECK, key
+            )
+            if code != _native.OK:
+                _native.lib.lx_store_close(handle.value)
+                _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
+        self._set_handle(handle.value)
+        self._closed = False
+        self._folder_absolute = os.path.abspath(self.path)
+        self._folder_identity = _folder_identity(self._folder_absolute)
+        # Closes the native store if this object is collected without close(). Not at exit:
+        # daemon threads may still be inside a call then, and the OS releases everything anyway.
+        self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
+        self._finalizer.atexit = False
+        _OPEN_STORES.add(self)
+        # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
+        self._gather_fixed_native = _native.lib.lx_store_gather_fixed
+        self._gather_arrays_native = _native.lib.lx_store_gather_arrays
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def _describe(self) -> str:
+        return f"Zrecord {self.path!r}"
+
+    def _label(self) -> str:
+        return repr(self.path)
+
+    def _refuse_if_readonly(self, operation: str) -> None:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{operation} refused: Zrecord {self.path!r} was opened with readonly=True; "
+                "open it without readonly to change it"
+            )
+
+    def _refuse_if_shard(self, operation: str) -> None:
+        """Refuses a write that changes the record count or layout of a sharded dataset's
+        shard: the manifest lists each shard's count, so the dataset would no longer open."""
+        self.refuse_if_moved(operation)
+        dataset = sharded_dataset_of(self._folder_absolute)
+        if dataset is None:
+            return
+        if dataset == os.path.realpath(self._folder_absolute):
+            what = "the top-level store (shard '.') of the sharded dataset"
+        else:
+            what = "a shard of the sharded dataset"
+        raise ValueError(
+            f"{operation} refused: Zrecord {self.path!r} is {what} {dataset!r}, whose manifest "
+            f"lists its record count; open that dataset with DenseDataset or RaggedDataset and "
+            f"{operation} through it"
+        )
+
+    def refuse_if_moved(self, operation: str) -> None:
+        """Refuses a first write when the store's folder is no longer at its path (moved or
+        replaced since this handle opened it): the path then says nothing about the folder's
+        place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
+        if _folder_identity(self._folder_absolute) != self._folder_identity:
+            raise ValueError(
+                f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
+                "replaced since this handle opened it (a commit_shards makes a staged folder a "
+                "shard that way); open the store where it is now"
+            )
+
+    def _check_first_write(self, operation: str, claim: bool) -> None:
+        """Before a write of a handle not checked yet: _refuse_if_shard. With claim, this
+        handle then becomes the store's writer (as the write would make it) and checks again,
+        in case another process rolled the store into a sharded dataset in between; from then
+        on no rollover or commit can list the store (they claim its writer lock first), so the
+        check holds until the handle closes. Without a claim it holds for this moment only:
+        delete, compact and train_dict, which claim nothing, make it again inside their native
+        call (_maintenance_check)."""
+        self._refuse_if_shard(operation)
+        if claim:
+            self._claim_writer()
+            self._refuse_if_shard(operation)
+            self._writes_checked = True
+
+    def _check_in_maintenance(self, operation: str) -> None:
+        """What the native maintenance check runs (_maintenance_check): _refuse_if_shard
+        for a handle that is not the store's writer, then the caller's check, if any."""
+        if not self._writes_checked:
+            self._refuse_if_shard(operation)
+        caller = _refusals.check
+        if caller is not None and caller[0] is self:
+            caller[1](operation)
+
+    @contextmanager
+    def maintenance_checked_by(self, check: Callable[[str], None]) -> Iterator[None]:
+        """For loaderx's dataset layer: every delete, compact and train_dict on this handle that
+        this thread makes in the block runs check(operation) once it holds the store
+        exclusively; what check raises refuses the call (nothing changed) and is raised."""
+        previous = _refusals.check
+        _refusals.check = (self, check)
+        try:
+            yield
+        finally:
+            _refusals.check = previous
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()
+        # The writer lock stays with the parent (the native side forgets it here), so the check
+        # a claim made no longer holds: the parent may close, and another process roll the
+        # store over, before this child's first write.
+        self._writes_checked = self._dataset_owned
+
+    def close(self) -> None:
+        """Closes the store after calls already in flight return; later calls raise ValueError.
+        Every open View over it is closed first: its handle would otherwise point at a freed
+        store."""
+        self._close_handle(self._release)
+
+    def _release(self, _handle: int) -> None:
+        # No call is in flight and none can start (a View being made counts as one).
+        for view in list(self._views):
+            view.close()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def native_handle(self) -> int:
+        """The lx_store pointer, for a loaderx._store.view.View over this store (which this store's
+        close() closes first)."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"Zrecord {self.path!r} is closed")
+            return self._handle
+
+    def __enter__(self) -> Zrecord:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The handle belongs to this process: the copy reopens the same folder by its absolute
+        # path (the receiver may run in another directory), with the same options.
+        return _reopen, (
+            os.path.abspath(self.path), self.codec, self.durable, self.readonly, self.verify_reads
+        )
+
+    def __len__(self) -> int:
+        handle = self._enter()
+        try:
+            return int(_native.lib.lx_store_length(handle))
+        finally:
+            self._leave()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"Zrecord({self.path!r}, closed)"
+        mode = ", readonly" if self.readonly else ""
+        return f"Zrecord({self.path!r}, records={len(self)}, codec={self.codec!r}{mode})"
+
+    @property
+    def has_dict(self) -> bool:
+        """Whether the store has a trained dictionary (dict.zr) loaded."""
+        handle = self._enter()
+        try:
+            return bool(_native.lib.lx_store_has_dict(handle))
+        finally:
+            self._leave()
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def _codec_for(self, codec: Codec | None) -> int:
+        return self._codec_id if codec is None else codec_id(codec)
+
+    def claim_writer(self) -> None:
+        """Makes this handle the store's writer now, as its first append would (an append of
+        nothing): StoreLockedError while another handle writes the store. The claim lasts
+        until the handle closes; a sharded dataset takes it before it seals the store."""
+        self._refuse_if_readonly("append")
+        if not self._writes_checked:
+            self._check_first_write("append", claim=True)
+        else:
+            self._claim_writer()
+
+    def _claim_writer(self) -> None:
+        offsets = np.zeros(1, dtype=np.uint64)
+        first = ctypes.c_uint64()
+        handle = self._enter()
+        try:
+            raw = codec_id("raw")
+            context = f"append to {self.path!r}"
+            # A failed append changes nothing, so one out of descriptors (writer.lock) can
+            # run again once the soft limit rose (descriptors.py).
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append(
+                        handle, None, offsets.ctypes.data, 0, raw, ctypes.byref(first)
+                    ),
+                    context,
+                ),
+                context,
+            )
+        finally:
+            self._leave()
+
+    def append(self, records: Records, *, codec: Codec | None = None) -> int:
+        """Appends a batch of bytes-like records in one native call; returns the first new index."""
+        self._refuse_if_readonly("append")
+        tag = self._codec_for(codec)
+        data, offsets = pack_records(records)
+        count = len(offsets) - 1
+        if not self._writes_checked:
+            self._check_first_write("append", claim=count > 0)
+        handle = self._enter()
+        try:
+            if count == 0:
+                return int(_native.lib.lx_store_length(handle))
+            first = ctypes.c_uint64()
+            context = f"append of {count} records to {self.path!r}"
+            # All or nothing: one out of descriptors (writer.lock, a chunk) runs again once the
+            # soft limit rose (descriptors.py).
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append(
+                        handle, data, offsets.ctypes.data, count, tag, ctypes.byref(first)
+                    ),
+                    context,
+                ),
+                context,
+            )
+            return int(first.value)
+        finally:
+            self._leave()
+
+    def append_fixed(
+        self, data: npt.NDArray[Any], record_size: int, *, codec: Codec | None = None
+    ) -> int:
+        """Appends nbytes // record_size records of exactly record_size bytes from one array."""
+        self._refuse_if_readonly("append")
+        tag = self._codec_for(codec)
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"data must be a numpy array, not {type(data).__name__}")
+        if data.dtype.hasobject:
+            raise TypeError("data is an object array; its bytes are pointers, not records")
+        if isinstance(record_size, bool) or not isinstance(record_size, (int, np.integer)):
+            raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
+        record_size = int(record_size)
+        if record_size <= 0 or record_size > RECORD_SIZE_MAX:
+            raise ValueError(
+                f"record_size must be in 1..{RECORD_SIZE_MAX} bytes, got {record_size}"
+            )
+        if data.nbytes % record_size:
+            raise ValueError(
+                f"data holds {data.nbytes} bytes, not a whole number of {record_size}-byte records"
+            )
+        contiguous = np.ascontiguousarray(data)
+        count = contiguous.nbytes // record_size
+        if not self._writes_checked:
+            self._check_first_write("append", claim=count > 0)
+        handle = self._enter()
+        try:
+            if count == 0:
+                return int(_native.lib.lx_store_length(handle))
+            first = ctypes.c_uint64()
+            context = f"append of {count} records to {self.path!r}"
+            # As in append: retried once when out of descriptors.
+            descriptors.retrying(
+                lambda: _native.check(
+                    _native.lib.lx_store_append_fixed(
+                        handle, contiguous.ctypes.data, record_size, count, tag,
+                        ctypes.byref(first),
+                    ),
+                    context,
+                ),
+                context,
+            )
+            return int(first.value)
+        finally:
+            self._leave()
+
+    def train_dict(self, samples: Records, dict_size: int) -> None:
+        """Trains the store's zstd dictionary (dict.zr) from sample records: at most dict_size."""
+        self._refuse_if_readonly("train_dict")
+        if isinstance(dict_size, bool) or not isinstance(dict_size, (int, np.integer)):
+            raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
+        if dict_size <= 0:
+            raise ValueError(f"dict_size must be positive, got {dict_size}")
+        data, offsets = pack_records(samples)
+        count = len(offsets) - 1
+        if count == 0:
+            raise ValueError("train_dict needs at least one sample record")
+        if not self._writes_checked:
+            self._check_first_write("train_dict", claim=False)
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_train_dict(
+                handle, data, offsets.ctypes.data, count, int(dict_size)
+            )
+            _check_maintenance(code, f"dictionary training for {self.path!r}")
+        finally:
+            self._leave()
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _lengths(self, handle: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        lengths = np.empty(len(indices), dtype=np.uint64)
+        if len(indices):
+            code = _native.lib.lx_store_record_lengths(
+                handle, indices.ctypes.data, len(indices), lengths.ctypes.data
+            )
+            _native.check(code, f"record lengths in {self.path!r}")
+        return lengths
+
+    def _gather_ragged(
+        self, handle: int, index: object
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
+        count = len(indices)
+        offsets = np.zeros(count + 1, dtype=np.uint64)
+        # Sizing and copying are two native calls. A delete or compact from another thread may
+        # move records in between (each call is atomic, the pair is not); the copy then finds a
+        # slot of the wrong size and refuses to write, and the pair is simply run again.
+        for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
+            np.cumsum(self._lengths(handle, indices), out=offsets[1:])
+            data = empty_bytes(int(offsets[-1]))
+            if not count:
+                return data, offsets
+            code = _native.lib.lx_store_gather(
+                handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
+            )
+            if code != _native.SIZE_MISMATCH:
+                break
+        _native.check(code, f"gather of {count} records from {self.path!r}")
+        return data, offsets
+
+    def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
+        """The logical (decompressed) size of each selected record."""
+        handle = self._enter()
+        try:
+            normal = normalize_index(indices, int(_native.lib.lx_store_length(handle)))
+            return self._lengths(handle, normal)
+        finally:
+            self._leave()
+
+    def gather_ragged(
+        self, indices: object
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """The selected records in one uint8 buffer plus count+1 offsets into it."""
+        handle = self._enter()
+        try:
+            return self._gather_ragged(handle, indices)
+        finally:
+            self._leave()
+
+    def gather(self, index: object) -> list[bytes]:
+        """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""
+        handle = self._enter()
+        try:
+            data, offsets = self._gather_ragged(handle, index)
+        finally:
+            self._leave()
+        view = data.data
+        bounds = offsets.tolist()
+        return [bytes(view[bounds[i] : bounds[i + 1]]) for i in range(len(bounds) - 1)]
+
+    def gather_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
+    ) -> None:
+        """Dense hot path: record indices[i] fills bytes [i*record_size, (i+1)*record_size) of out.
+
+        indices must be a C-contiguous int64 array already in range (not normalised here; the
+        native side refuses anything out of range before copying); out a writable C-contiguous
+        array of exactly len(indices) * record_size bytes.
+        """
+        if type(record_size) is int and self.gather_fixed(indices, out, record_size):
+            return
+        # Off the fast path: every check again, in order, each with its own message.
+        if isinstance(record_size, bool) or not isinstance(record_size, (int, np.integer)):
+            raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
+        if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
+            return self.gather_into(indices, out, int(record_size))
+        if record_size <= 0:
+            raise ValueError(f"record_size must be at least 1 byte, got {record_size}")
+        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
+            raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
+        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
+        if not indices.flags.c_contiguous or indices.ndim != 1:
+            raise ValueError("indices must be a one-dimensional C-contiguous array")
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writable C-contiguous array")
+        count = indices.shape[0]
+        if out.nbytes != count * record_size:
+            raise ValueError(
+                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
+                f"need {count * record_size}"
+            )
+        handle = self._enter()
+        try:
+            if count:
+                code = _native.lib.lx_store_gather_fixed(
+                    handle, address(indices), count, address(out), record_size
+                )
+                if code:
+                    _native.raise_status(code, f"gather of {count} records from {self.path!r}")
+        finally:
+            self._leave()
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def delete(self, index: object) -> None:
+        """Swap-last delete of the selected records (descending order, duplicates ignored)."""
+        self._refuse_if_readonly("delete")
+        if not self._writes_checked:
+            self._check_first_write("delete", claim=False)
+        handle = self._enter()
+        try:
+            indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
+            if len(indices):
+                code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
+                _check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
+        finally:
+            self._leave()
+
+    def compact(self) -> None:
+        """Rewrites live records in place to reclaim deleted bytes (takes the store exclusively)."""
+        self._refuse_if_readonly("compact")
+        if not self._writes_checked:
+            self._check_first_write("compact", claim=False)
+        handle = self._enter()
+        try:
+            _check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+        finally:
+            self._leave()
+
+    def stats(self) -> dict[str, int]:
+        """records, live_bytes, chunk_bytes and reclaimable (chunk_bytes - live_bytes)."""
+        out = _native.Stats()
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_stats(handle, ctypes.byref(out))
+            _native.check(code, f"stats of {self.path!r}")
+        finally:
+            self._leave()
+        return {key: int(getattr(out, key)) for key in _STATS_KEYS}
+
+    def verify(self) -> VerifyReport:
+        """Checks every record, in parallel on the native pool, and reports the bad ones.
+
+        Each record's table entry must lie inside the written chunk space, its stored bytes
+        must match its checksum (stores written before checksums have none: see the report's
+        has_checksums), and a compressed record must decode to its logical length with a valid
+        frame checksum. Runs beside gathers and appends; never raises for a bad record.
+        """
+        handle = self._enter()
+        try:
+            capacity = min(int(_native.lib.lx_store_length(handle)), VERIFY_LIST_MAX)
+            problems = (_native.VerifyProblem * max(capacity, 1))()
+            summary = _native.VerifySummary()
+            code = _native.lib.lx_store_verify(
+                handle, ctypes.addressof(problems), capacity, ctypes.byref(summary)
+            )
+            _native.check(code, f"verification of {self.path!r}")
+        finally:
+            self._leave()
+        listed = min(int(summary.problem_count), capacity)
+        bad = [
+            BadRecord(int(problems[i].index), _native.VERIFY_REASONS.get(int(problems[i].reason), "unknown"))
+            for i in range(listed)
+        ]
+        return VerifyReport(
+            self.path,
+            int(summary.records),
+            bool(summary.has_checksums),
+            int(summary.checksummed),
+            bad,
+            int(summary.problem_count),
+        )
+
+    def sync(self) -> None:
+        """Flushes every chunk file and the table to stable storage."""
+        self._refuse_if_readonly("sync")
+        handle = self._enter()
+        try:
+            _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
+        finally:
+            self._leave()
+
+
+class _Refusals(threading.local):
+    """What a maintenance check refused with, on this thread: the check runs inside the
+    native call, where it cannot raise, and the call that ran it raises it instead. And the
+    caller's own check for one handle's maintenance on this thread (maintenance_checked_by)."""
+
+    error: BaseException | None = None
+    check: tuple[Zrecord, Callable[[str], None]] | None = None
+
+
+_refusals: Final = _Refusals()
+
+
+def _maintenance_check(key: int | None, operation: Any, operation_size: int) -> int:
+    """The native maintenance check of every writable handle (lx_store_set_maintenance_check,
+    its context the handle's key in _MAINTAINED): _refuse_if_shard again, run by delete,
+    compact and train_dict once they hold the store exclusively. Checked before the call only,
+    a store could be rolled over into a sharded dataset in another process in between, and
+    then changed under its manifest. Held exclusively, no other handle has the store open, and
+    every rollover or commit holds the store open from before it reads its count until it has
+    listed it: none is half done, none can start, and one that ended is seen. A handle that is
+    the store's writer needs no check (no rollover can claim the store), and a dataset-owned
+    one only its dataset's (maintenance_checked_by). Nonzero refuses the call."""
+    try:
+        found = _MAINTAINED.get(key or 0)
+        if found is not None:
+            found._check_in_maintenance(ctypes.string_at(operation, operation_size).decode())
+    except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
+        _refusals.error = error
+        return 1
+    return 0
+
+
+# One native callback for every handle (a thunk per handle would cost memory per shard), and
+# the handles by key, weakly (a handle's key goes with it).
+_MAINTENANCE_CHECK: Final = _native.MaintenanceCheck(_maintenance_check)
+_MAINTAINED: Final[weakref.WeakValueDictionary[int, Zrecord]] = weakref.WeakValueDictionary()
+_maintenance_keys: Final = itertools.count(1)
+
+
+def _check_maintenance(code: int, context: str) -> None:
+    """_native.check for delete, compact and train_dict: what their maintenance check refused
+    with, if it did, or else the status's own exception."""
+    refusal = _refusals.error
+    if refusal is not None:
+        _refusals.error = None
+        raise refusal
+    _native.check(code, context)
+
+
+def _folder_identity(path: str) -> tuple[int, int] | None:
+    """The folder's device and inode, or None when nothing is at path."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _reopen(
+    path: str, codec: Codec, durable: bool, readonly: bool = False, verify: bool | None = None
+) -> Zrecord:
+    """Unpickles a Zrecord: opens the existing store at path (it is never created here)."""
+    return Zrecord(
+        path, create=False, codec=codec, durable=durable, readonly=readonly, verify=verify
+    )
+
+
+# Every open Zrecord, for the fork handler below (weak: a store is still closed by close() or
+# collection, never kept alive by this set).
+_OPEN_STORES: Final[weakref.WeakSet[Zrecord]] = weakref.WeakSet()
+
+
+def _reset_stores_after_fork() -> None:
+    for store in list(_OPEN_STORES):
+        store._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_stores_after_fork)
