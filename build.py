@@ -70,8 +70,10 @@ ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3
 ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
 
 # Modules compiled with mypyc; every other module stays interpreted (see README).
-MYPYC_MODULES = ["loaderx/_data/dataset.py", "loaderx/_loading/dataloader.py",
-                 "loaderx/_loading/prefetch.py", "loaderx/_native/calls.py"]
+MYPYC_MODULES = ["loaderx/_data/dataset_base.py", "loaderx/_data/dataset_folder.py",
+                 "loaderx/_data/dense.py", "loaderx/_data/ragged.py",
+                 "loaderx/_loading/dataloader.py", "loaderx/_loading/prefetch.py",
+                 "loaderx/_native/calls.py"]
 
 
 def log(message: str) -> None:

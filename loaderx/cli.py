@@ -23,7 +23,9 @@ from typing import Any, Final, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._data.dataset import DICT_TIERS, DenseDataset, RaggedDataset
+from loaderx._store.schema import DICT_TIERS
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx.errors import LoaderxError
 from loaderx._os.paths import exists, is_file
 from loaderx._store.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema

@@ -27,7 +27,7 @@ from loaderx.cli import _size, int_option
 from loaderx._data.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
 from loaderx._loading.dataloader import DataLoader
 from loaderx._loading.prefetch import WORKERS_MAX, default_workers
-from loaderx._data.dataset import DenseDataset
+from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import SEED_LIMIT, Sampler
 
 __all__ = ["main", "parse_args", "run", "synthetic_images"]

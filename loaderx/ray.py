@@ -30,7 +30,8 @@ import ray.data
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._data.parallel import Part, common_schema, split_ranges
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.sharded import check_shard_records

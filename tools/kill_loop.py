@@ -57,7 +57,7 @@ import numpy.typing as npt  # noqa: E402
 
 from loaderx._os import folder_swap as commit  # noqa: E402
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._store.delete_journal import JOURNAL_FILE  # noqa: E402
 from loaderx._store.schema import Codec  # noqa: E402
 from loaderx._store.shards import STAGING_PREFIX, read_manifest, shard_number  # noqa: E402

@@ -20,7 +20,8 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from loaderx._os.folder_swap import StagedFolder
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._data.progress import Progress, ProgressOption, check_progress
 from loaderx._store.schema import (

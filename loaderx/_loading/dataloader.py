@@ -40,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._loading.checkpoint import make_state, read_state
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
 from loaderx._native.library import GATHER_STREAMS_MAX
 from loaderx._native.calls import NativeCalls, StreamsCall, address
@@ -83,7 +84,7 @@ def _check_streams(streams: object) -> int:
         if isinstance(dataset, RaggedDataset):
             raise TypeError(
                 f"stream {name!r} is a RaggedDataset; the loader is dense-only: pad its records "
-                "into a dense dataset first (loaderx._data.dataset.pad) and load that"
+                "into a dense dataset first (loaderx.dataset.pad) and load that"
             )
         if not isinstance(dataset, DenseDataset):
             raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")

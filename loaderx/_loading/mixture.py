@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._loading.checkpoint import make_state, read_state
-from loaderx._data.dataset import DenseDataset
+from loaderx._data.dense import DenseDataset
 from loaderx._loading.loader_arguments import as_int, check_count
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
