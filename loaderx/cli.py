@@ -393,7 +393,8 @@ def _check_members(
     (an object or 0-d array, too few records to train a dictionary on, a destination that
     exists) leaves nothing half done: its header must make a dense schema, and its folder must
     be free (or replaceable with --overwrite)."""
-    from loaderx._data.converter import _check_destination, _check_trainable
+    from loaderx._data.destination import check_destination as _check_destination
+    from loaderx._data.dictionary_sample import check_trainable as _check_trainable
 
     for name in archive.files:
         try:
@@ -524,7 +525,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
-    from loaderx._data.converter import recode
+    from loaderx._data.recode import recode
 
     count = recode(args.source, args.dest, codec=check_codec(args.codec),
                    dict_size=args.dict_size, overwrite=args.overwrite,

@@ -24,7 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.cli import _size, int_option
-from loaderx._data.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
+from loaderx._data.dictionary_sample import DICT_SAMPLE_COUNT_MIN
+from loaderx._data.converter import from_numpy
 from loaderx._loading.dataloader import DataLoader
 from loaderx._loading.prefetch import WORKERS_MAX, default_workers
 from loaderx._data.dense import DenseDataset
