@@ -3,13 +3,12 @@
 Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
 gathers those same indices in one native call into arrays made for that step, and the transform
 (the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
-ahead on worker threads (loaderx._loading.prefetch), and without a transform also on the consumer's own
-thread while it would otherwise wait for one (the workers then stand aside, so a consumer that
-outruns them makes its steps into one or two warm arrays), and are delivered strictly in step
-order, so
-``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
-``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
-depth or worker count.
+ahead on worker threads (loaderx._loading.prefetch), and without a transform also on the
+consumer's own thread while it would otherwise wait for one (the workers then stand aside, so a
+consumer that outruns them makes its steps into one or two warm arrays), and are delivered
+strictly in step order, so ``loader.step`` (the next step to be yielded) and the seed are a
+complete checkpoint: ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical
+batches for any prefetch depth or worker count.
 
 Batch lifetime: by default a batch's arrays belong to the consumer for good, exactly as if each
 step allocated new ones: an array is written again only once nothing references it any more (no
@@ -33,16 +32,15 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
 from typing import Any, Final, Never, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._loading.checkpoint import make_state, read_state
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
+from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._native.library import GATHER_STREAMS_MAX
 from loaderx._native.calls import NativeCalls, StreamsCall, address
 from loaderx._loading.prefetch import (
@@ -58,7 +56,6 @@ from loaderx._store.zrecord import Zrecord
 
 __all__ = ["DataLoader", "Batch", "Transform"]
 
-Batch = dict[str, Any]
 Transform = Callable[[dict[str, npt.NDArray[Any]]], Batch]
 
 BATCH_SIZE_DEFAULT: Final = 256
@@ -385,7 +382,7 @@ class _StepMaker:
         return together.gather(slot, self._index_addresses[slot])
 
 
-class DataLoader:
+class DataLoader(LoaderShell):
     """Endless iteration over dict batches {name: (batch_size, *item_shape) array}.
 
     streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
@@ -452,7 +449,7 @@ class DataLoader:
         # Only the loader holds its maker: the threads call it through a weak reference, so a
         # transform that references the loader's owner does not keep the loader alive.
         self._produce: partial[Batch] = partial(self._maker.make)
-        self._prefetcher: Prefetcher[Batch] = Prefetcher(
+        self._prefetcher = Prefetcher(
             WeakProducer(self._produce), first_step, depth, threads, name="loaderx-prefetch",
             consumer_helps=self._consumer_helps,
         )
@@ -460,9 +457,7 @@ class DataLoader:
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
-        self._finalizer: weakref.finalize[Any, Any] = close_when_collected(
-            self._lifetime, self._prefetcher
-        )
+        self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 
     def _restart(self, seed: int, step: int) -> None:
         """Stops the threads and starts over at (seed, step) (what load_state_dict does). The
@@ -486,8 +481,12 @@ class DataLoader:
         self._lifetime = set()
         self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 
+    def _checkpoint_seed(self) -> int:
+        return self.seed
+
     def fingerprint(self) -> dict[str, Any]:
-        """What the index stream depends on besides (seed, step); see loaderx._loading.checkpoint."""
+        """What the index stream depends on besides (seed, step); see
+        loaderx._loading.checkpoint."""
         return {
             # The length sampled from (fixed when the loader was made), not the datasets'
             # lengths now: a dataset that grew since would otherwise pass for the one sampled.
@@ -495,25 +494,6 @@ class DataLoader:
             "global_batch_size": self.sampler.global_batch_size,
             "mode": self.mode,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        """(seed, step) and the fingerprint, as plain data: save it beside the model.
-
-        The step is the next one the loader would yield, so a loader given this state with
-        load_state_dict (or DataLoader(..., seed=s, start_step=step)) continues the stream
-        exactly where this one stands.
-        """
-        return make_state(self.seed, self.step, self.fingerprint())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues from a state_dict(): same seed, next batch at its step.
-
-        Raises StateMismatchError, before anything changes, when the state was saved for other
-        data (another record count, global batch size or mode). Batches already prefetched are
-        dropped and the worker threads restart at the saved step.
-        """
-        seed, step = read_state(state, self.fingerprint())
-        self._restart(seed, step)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -531,15 +511,6 @@ class DataLoader:
         )
 
     @property
-    def step(self) -> int:
-        """The step of the next batch to be yielded: with seed, a complete checkpoint."""
-        return self._prefetcher.next_step
-
-    @property
-    def closed(self) -> bool:
-        return self._prefetcher.closed
-
-    @property
     def length(self) -> int:
         """The number of records in every stream."""
         return self._length
@@ -547,31 +518,6 @@ class DataLoader:
     def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         """The record indices of any step's batch (what every stream is gathered at)."""
         return self._maker.indices(step)
-
-    def __iter__(self) -> DataLoader:
-        return self
-
-    def __next__(self) -> Batch:
-        """The next step's batch; StopIteration only once the loader is closed."""
-        # In a forked child the prefetcher refuses (its threads are the parent's), naming the
-        # step to restart from.
-        return next(self._prefetcher)
-
-    def close(self) -> None:
-        """Stops and joins every worker thread; idempotent. The datasets stay open."""
-        self._finalizer.detach()
-        self._prefetcher.close()
-
-    def __enter__(self) -> DataLoader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         names = ", ".join(self.streams)

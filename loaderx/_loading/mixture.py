@@ -36,15 +36,14 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
 from typing import Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._loading.checkpoint import make_state, read_state
 from loaderx._data.dense import DenseDataset
 from loaderx._loading.loader_arguments import as_int, check_count
+from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -53,7 +52,7 @@ from loaderx._loading.prefetch import (
     close_when_collected,
     default_workers,
 )
-from loaderx._loading.sampler import LENGTH_MAX, _check_shard, _check_step, _integer
+from loaderx._loading.sampler import LENGTH_MAX, check_integer, check_shard, check_step
 
 __all__ = ["MixtureLoader", "MixtureSampler", "shares"]
 
@@ -66,9 +65,10 @@ _U64: Final = (1 << 64) - 1
 _POSITION_LIMIT: Final = 1 << 63
 STEP_END_REASON: Final = "step * global batch size must stay below 2**63"
 _ROUNDS: Final = 4
-_MULTIPLIERS: Final = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93)
+_MULTIPLIERS: Final = (
+    0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93
+)
 
-Batch = dict[str, Any]
 
 
 def _mix64(value: int) -> int:
@@ -176,7 +176,8 @@ class MixtureSampler:
             raise ValueError(f"{len(lengths)} sources but {len(weights)} weights")
         # NumPy integers too (an array of lengths), converted so that states hold plain ints.
         records = [
-            _integer(length, f"source {position}'s length") for position, length in enumerate(lengths)
+            check_integer(length, f"source {position}'s length")
+            for position, length in enumerate(lengths)
         ]
         for position, length in enumerate(records):
             if not 1 <= length <= LENGTH_MAX:
@@ -184,13 +185,13 @@ class MixtureSampler:
                     f"source {position} has {length!r} records; each needs >= 1 and <= 2**63"
                 )
         # Python and NumPy integers alike, converted and named as DataLoader's Sampler does.
-        size = _integer(batch_size, "batch_size")
+        size = check_integer(batch_size, "batch_size")
         if size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {size!r}")
-        key = _integer(seed, "seed")
+        key = check_integer(seed, "seed")
         if not 0 <= key <= _U64:
             raise ValueError(f"seed must be an int in [0, 2**64), got {key!r}")
-        index, count = _check_shard(shard)
+        index, count = check_shard(shard)
         self.lengths = records
         self.weights = _float_weights(weights)
         self.shares = shares(weights)
@@ -210,7 +211,8 @@ class MixtureSampler:
         )
 
     def _count_below(self, n: int, cut: int) -> int:
-        """#{p < n : r(p) < cut}, using [r >= cut] = floor((A p + off + N - cut) / N) - floor((A p + off) / N)."""
+        """#{p < n : r(p) < cut}, using
+        [r >= cut] = floor((A p + off + N - cut) / N) - floor((A p + off) / N)."""
         at_or_above = _floor_sum(n, SLOTS, _ROTATION, self._offset + SLOTS - cut) - _floor_sum(
             n, SLOTS, _ROTATION, self._offset
         )
@@ -223,14 +225,15 @@ class MixtureSampler:
     def _first_position(self, step: int) -> int:
         # The plain Sampler's checks and errors (TypeError for a float or bool, as everywhere
         # a count is taken), then the mixture's own end.
-        value = _check_step(step)
+        value = check_step(step)
         if value >= self.step_end:
             raise ValueError(f"step must be < {self.step_end} ({STEP_END_REASON}), got {value}")
         return value * self.global_batch_size + self.shard[0] * self.batch_size
 
     def counts(self, step: int) -> npt.NDArray[np.int64]:
         """How many rows of this host's batch at step come from each source."""
-        sources = np.searchsorted(self._bounds, self._slots(self._first_position(step)), "right") - 1
+        slots = self._slots(self._first_position(step))
+        sources = np.searchsorted(self._bounds, slots, "right") - 1
         return np.bincount(sources, minlength=len(self.lengths)).astype(np.int64)
 
     def batch(self, step: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -365,7 +368,7 @@ class _MixtureMaker:
         return result
 
 
-class MixtureLoader:
+class MixtureLoader(LoaderShell):
     """An endless loader over a weighted mixture of sources; see the module docstring.
 
     sources: a list of dicts name -> DenseDataset, each with the same stream names, dtypes and
@@ -423,11 +426,6 @@ class MixtureLoader:
         return self.sampler.seed
 
     @property
-    def step(self) -> int:
-        """The step of the next batch to be yielded."""
-        return self._prefetcher.next_step
-
-    @property
     def steps_per_epoch(self) -> int:
         """Steps per pass over all sources' records: total records // global batch (at least 1)."""
         return max(1, sum(self.sampler.lengths) // self.sampler.global_batch_size)
@@ -448,11 +446,10 @@ class MixtureLoader:
             "mode": "mixture",
         }
 
-    def state_dict(self) -> dict[str, Any]:
-        return make_state(self.seed, self.step, self.fingerprint())
+    def _checkpoint_seed(self) -> int:
+        return self.seed
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        seed, step = read_state(state, self.fingerprint())
+    def _restart(self, seed: int, step: int) -> None:
         sampler = self.sampler
         # Made first: a state it refuses leaves this loader running as it was.
         restarted = MixtureSampler(
@@ -472,29 +469,3 @@ class MixtureLoader:
             "a MixtureLoader is endless and has no len(); use steps_per_epoch "
             f"({self.steps_per_epoch} steps here)"
         )
-
-    def __iter__(self) -> MixtureLoader:
-        return self
-
-    def __next__(self) -> Batch:
-        return next(self._prefetcher)
-
-    @property
-    def closed(self) -> bool:
-        return self._prefetcher.closed
-
-    def close(self) -> None:
-        """Stops and joins the worker threads; the datasets stay open."""
-        self._finalizer.detach()
-        self._prefetcher.close()
-
-    def __enter__(self) -> MixtureLoader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
