@@ -72,8 +72,9 @@ ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
 # Modules compiled with mypyc; every other module stays interpreted (see README).
 MYPYC_MODULES = ["loaderx/_data/dataset_base.py", "loaderx/_data/dataset_folder.py",
                  "loaderx/_data/dense.py", "loaderx/_data/ragged.py",
-                 "loaderx/_loading/loader_shell.py", "loaderx/_loading/dataloader.py",
-                 "loaderx/_loading/prefetch.py", "loaderx/_native/calls.py"]
+                 "loaderx/_loading/loader_shell.py", "loaderx/_loading/step_maker.py",
+                 "loaderx/_loading/dataloader.py", "loaderx/_loading/prefetch.py",
+                 "loaderx/_native/calls.py"]
 
 
 def log(message: str) -> None:

@@ -40,9 +40,9 @@ DataLoader builds on:
   before (a take wakes one). Why: two threads making steps at once on two cores each wrote to
   a different batch while the consumer held a third, so the batches cycled through all of the
   loader's prefetch + 1 arrays and every gather wrote to memory long out of the cache; one
-  maker at a time writes one or two warm ones (the step maker of loaderx._loading.dataloader).
-  The loader with labels went from 0.77x to 0.87x of the bare gather to 0.88x to 1.03x, median
-  0.92x (benchmarks/compare.py loader, nine runs after, on 2026-12-02; README, issue 11).
+  maker at a time writes one or two warm ones (loaderx._loading.step_maker). The loader with
+  labels went from 0.77x to 0.87x of the bare gather to 0.88x to 1.03x, median 0.92x
+  (benchmarks/compare.py loader, nine runs after, on 2026-12-02; README, issue 11).
 - Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the
   consumer's thread anywhere in ``next()``, also between claiming a step and filing it. It goes
   up from ``next()`` at once and the step stays claimed by that thread, which makes it again on
