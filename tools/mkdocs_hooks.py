@@ -1,0 +1,143 @@
+"""mkdocs hooks: the site shows docs/ and benchmarks/reports/ and keeps the repository's links.
+
+Every page is written for the repository first: a link is relative to the Markdown file, as
+GitHub and an editor resolve it (docs/benchmarks.md links `../benchmarks/reports/x.md`, a report
+links `../../docs/format.md`). mkdocs only knows docs_dir, so these hooks
+  - add every benchmarks/reports/*.md to the site at the same path (benchmarks/reports/x/);
+  - add every other repository file a page links to (README.md, benchmarks/README.md, a source
+    file) under repository/ (Markdown as a page, anything else as it is), and so on for the links
+    of those pages, so that no link of the repository is dead on the site;
+  - rewrite each relative link from its repository path to its site path.
+A link to something that exists nowhere stays as written, and the strict build fails on it.
+Reports are kept where they are (not copied into docs/, no symlink) so that the tools that write
+them and the links between them stay simple, and docs/benchmarks.md lists them by hand: the
+build fails when a report is missing from that list.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from pathlib import Path
+from typing import Final
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+DOCS: Final = "docs/"
+REPORTS: Final = "benchmarks/reports/"
+# Where the other repository files that pages link to appear on the site.
+LINKED: Final = "repository/"
+BENCHMARKS_PAGE: Final = "benchmarks.md"
+
+log = logging.getLogger("mkdocs.hooks.loaderx")
+
+# A Markdown inline link or image `](target)` (an optional "title" after the target), and a
+# reference definition `[name]: target` at the start of a line.
+INLINE_LINK: Final = re.compile(r"(\]\()(<[^>]*>|[^)\s]+)([^)]*\))")
+REFERENCE_LINK: Final = re.compile(r"^( {0,3}\[[^\]]+\]:[ \t]*)(\S+)", re.MULTILINE)
+# A link is relative when it names no scheme (http:, mailto:) and is not absolute or a fragment.
+NOT_RELATIVE: Final = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*:|/|#)")
+
+
+def site_path(repo_path: str) -> str:
+    """Where the repository file at repo_path appears on the site (as a src_uri)."""
+    if repo_path.startswith(DOCS):
+        return repo_path[len(DOCS):]
+    if repo_path.startswith(REPORTS):
+        return repo_path
+    return LINKED + repo_path
+
+
+def repo_path_of(src_uri: str) -> str:
+    """The inverse of site_path."""
+    if src_uri.startswith(REPORTS):
+        return src_uri
+    if src_uri.startswith(LINKED):
+        return src_uri[len(LINKED):]
+    return DOCS + src_uri
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """A link target's path and its '#fragment' or '?query' (with the sign), apart."""
+    match = re.search(r"[#?]", target)
+    if match is None:
+        return target, ""
+    return target[:match.start()], target[match.start():]
+
+
+def resolve(page_repo_path: str, target: str) -> str | None:
+    """The repository path a relative link of page_repo_path points to, or None when the link is
+    not relative or leaves the repository."""
+    path, _ = split_target(target.strip("<>"))
+    if not path or NOT_RELATIVE.match(path):
+        return None
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(page_repo_path), path))
+    if joined == ".." or joined.startswith("../"):
+        return None
+    return joined
+
+
+def link_targets(text: str) -> list[str]:
+    return ([m.group(2) for m in INLINE_LINK.finditer(text)]
+            + [m.group(2) for m in REFERENCE_LINK.finditer(text)])
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Adds the benchmark reports, then every repository file the pages link to, transitively."""
+    pending: list[str] = []
+    reports = ROOT / REPORTS
+    for report in sorted(reports.glob("*.md")) if reports.is_dir() else []:
+        pending.append(add(files, config, REPORTS + report.name))
+    pending += [repo_path_of(f.src_uri) for f in files.documentation_pages()]
+    seen = set(pending)
+    while pending:
+        page = pending.pop()
+        for target in link_targets((ROOT / page).read_text(encoding="utf-8")):
+            linked = resolve(page, target)
+            if linked is None or linked in seen or not (ROOT / linked).is_file():
+                continue
+            seen.add(linked)
+            if files.get_file_from_path(site_path(linked)) is None:
+                add(files, config, linked)
+            if linked.endswith(".md"):
+                pending.append(linked)
+    return files
+
+
+def add(files: Files, config: MkDocsConfig, repo_path: str) -> str:
+    files.append(File.generated(config, site_path(repo_path), abs_src_path=str(ROOT / repo_path)))
+    return repo_path
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Rewrites the page's relative links from repository paths to site paths."""
+    page_repo_path = repo_path_of(page.file.src_uri)
+
+    def rewrite(target: str) -> str:
+        linked = resolve(page_repo_path, target)
+        if linked is None or not (ROOT / linked).is_file():
+            return target
+        _, rest = split_target(target.strip("<>"))
+        here = posixpath.dirname(page.file.src_uri) or "."
+        return posixpath.relpath(site_path(linked), here) + rest
+
+    markdown = INLINE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)) + m.group(3), markdown)
+    markdown = REFERENCE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)), markdown)
+    if page.file.src_uri == BENCHMARKS_PAGE:
+        check_reports_listed(page_repo_path, link_targets(markdown))
+    return markdown
+
+
+def check_reports_listed(page_repo_path: str, targets: list[str]) -> None:
+    """Warns (so the strict build fails) about every report docs/benchmarks.md does not link."""
+    linked = {posixpath.normpath(posixpath.join(posixpath.dirname(BENCHMARKS_PAGE),
+                                                split_target(t)[0])) for t in targets}
+    reports = ROOT / REPORTS
+    for report in sorted(reports.glob("*.md")) if reports.is_dir() else []:
+        if REPORTS + report.name not in linked:
+            log.warning(f"{page_repo_path} does not link to {REPORTS}{report.name}: add it to "
+                        "the list of reports there")
