@@ -41,6 +41,7 @@ INLINE_LINK: Final = re.compile(r"(\]\()(<[^>]*>|[^)\s]+)([^)]*\))")
 REFERENCE_LINK: Final = re.compile(r"^( {0,3}\[[^\]]+\]:[ \t]*)(\S+)", re.MULTILINE)
 # A link is relative when it names no scheme (http:, mailto:) and is not absolute or a fragment.
 NOT_RELATIVE: Final = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*:|/|#)")
+HTML_COMMENT: Final = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
 def site_path(repo_path: str) -> str:
@@ -128,7 +129,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     markdown = INLINE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)) + m.group(3), markdown)
     markdown = REFERENCE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)), markdown)
     if page.file.src_uri == BENCHMARKS_PAGE:
-        check_reports_listed(page_repo_path, link_targets(markdown))
+        check_reports_listed(page_repo_path, link_targets(HTML_COMMENT.sub("", markdown)))
     return markdown
 
 
