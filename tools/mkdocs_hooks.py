@@ -5,8 +5,9 @@ GitHub and an editor resolve it (docs/benchmarks.md links `../benchmarks/reports
 links `../../docs/format.md`). mkdocs only knows docs_dir, so these hooks
   - add every benchmarks/reports/*.md to the site at the same path (benchmarks/reports/x/);
   - add every other repository file a page links to (README.md, benchmarks/README.md, a source
-    file) under repository/ (Markdown as a page, anything else as it is), and so on for the links
-    of those pages, so that no link of the repository is dead on the site;
+    file; a folder stands for its README.md, as on GitHub) under repository/ (Markdown as a page,
+    anything else as it is), and so on for the links of those pages, so that no link of the
+    repository is dead on the site;
   - rewrite each relative link from its repository path to its site path.
 A link to something that exists nowhere stays as written, and the strict build fails on it.
 Reports are kept where they are (not copied into docs/, no symlink) so that the tools that write
@@ -79,6 +80,9 @@ def resolve(page_repo_path: str, target: str) -> str | None:
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(page_repo_path), path))
     if joined == ".." or joined.startswith("../"):
         return None
+    # A folder's link shows its README on GitHub; on the site it goes to that README's page.
+    if (ROOT / joined).is_dir() and (ROOT / joined / "README.md").is_file():
+        return posixpath.normpath(posixpath.join(joined, "README.md"))
     return joined
 
 
