@@ -147,7 +147,8 @@ def shell_commands(source: str) -> list[str]:
 
 @pytest.mark.parametrize("block", SHELL, ids=ids(SHELL))
 def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     python = shlex.quote(sys.executable)
     for line in shell_commands(block.source):
         command = re.sub(r"^loaderx ", f"{python} -m loaderx ", line)

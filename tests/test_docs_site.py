@@ -167,7 +167,7 @@ def helper() -> None:
     "throwaway/_loading/__init__.py": '"""Private."""\n',
     "throwaway/_loading/steps.py": '"""Private."""\n\ndef steps() -> int:\n    """Steps."""\n'
                                    '    return 1\n',
-    "throwaway/records.py": '''"""The public module: names re-exported from private subpackages, listed in __all__."""
+    "throwaway/records.py": '''"""Public: re-exports from private subpackages, in __all__."""
 import os
 
 from throwaway._loading.steps import steps
@@ -180,7 +180,7 @@ def local() -> None:
 
 __all__ = ["RECORDS_MAX", "Records", "steps"]
 ''',
-    "throwaway/optional.py": '''"""An integration whose optional package is missing: the build must not import it."""
+    "throwaway/optional.py": '''"""An integration whose package is missing: never imported."""
 import not_installed_anywhere
 
 raise RuntimeError("imported by the documentation build")
@@ -211,7 +211,7 @@ def test_the_api_options_document_names_re_exported_from_private_modules(tmp_pat
 
 
 REPORTED: Final = {
-    "docs/index.md": "# Home\n\nSee the [gather report](../benchmarks/reports/gather.md#figures).\n",
+    "docs/index.md": "# Home\n\nThe [gather report](../benchmarks/reports/gather.md#figures).\n",
     "docs/benchmarks.md": "# Benchmarks\n\n- [Gather](../benchmarks/reports/gather.md)\n",
     "benchmarks/reports/gather.md": "# Gather\n\n## Figures\n\nMade by [compare.py](../compare.py) "
                                     "as [the guide](../../docs/index.md#home) says; "
