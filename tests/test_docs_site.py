@@ -212,13 +212,14 @@ def test_the_api_options_document_names_re_exported_from_private_modules(tmp_pat
 
 REPORTED: Final = {
     "docs/index.md": "# Home\n\nThe [gather report](../benchmarks/reports/gather.md#figures).\n",
-    "docs/benchmarks.md": "# Benchmarks\n\n- [Gather](../benchmarks/reports/gather.md)\n",
+    "benchmarks/reports/README.md": "# Reports\n\n- [Gather](gather.md)\n",
     "benchmarks/reports/gather.md": "# Gather\n\n## Figures\n\nMade by [compare.py](../compare.py) "
                                     "as [the guide](../../docs/index.md#home) says; "
                                     "[how to run it](../README.md), [the tools](../).\n",
     "benchmarks/compare.py": "print('compare')\n",
     "benchmarks/README.md": "# Benchmarks\n\n[The reports](reports/gather.md).\n",
 }
+NAV: Final = ["index.md", "benchmarks/reports/README.md"]
 
 
 def hrefs(page: Path) -> set[str]:
@@ -229,10 +230,11 @@ def test_reports_and_repository_links_keep_working_on_the_site(tmp_path: Path) -
     """Links written for the repository (relative to each Markdown file) lead to the same files
     on the site: docs/ at its root, benchmarks/reports/ at its own path, any other file a page
     links to under repository/."""
-    config = throwaway_repository(tmp_path, REPORTED, ["index.md", "benchmarks.md"])
+    config = throwaway_repository(tmp_path, REPORTED, NAV)
     assert_built(build_site(config, tmp_path / "site"))
     site = tmp_path / "site"
     assert "benchmarks/reports/gather/#figures" in hrefs(site / "index.html")
+    assert "gather/" in hrefs(site / "benchmarks" / "reports" / "index.html")
     report = site / "benchmarks" / "reports" / "gather" / "index.html"
     assert {"../../../repository/benchmarks/compare.py", "../../../#home",
             "../../../repository/benchmarks/"} == hrefs(report) - {"#figures"}
@@ -242,12 +244,12 @@ def test_reports_and_repository_links_keep_working_on_the_site(tmp_path: Path) -
                                                        "index.html")
 
 
-def test_a_report_missing_from_the_benchmarks_page_fails_the_build(tmp_path: Path) -> None:
+def test_a_report_no_page_links_to_fails_the_build(tmp_path: Path) -> None:
     files = {**REPORTED, "benchmarks/reports/other.md": "# Other\n\nNumbers.\n"}
-    config = throwaway_repository(tmp_path, files, ["index.md", "benchmarks.md"])
+    config = throwaway_repository(tmp_path, files, NAV)
     done = build_site(config, tmp_path / "site")
     assert done.returncode != 0
-    assert "docs/benchmarks.md does not link to benchmarks/reports/other.md" in done.stderr
+    assert "benchmarks/reports/other.md is linked from no page" in done.stderr
 
 
 # --- every page in a browser -------------------------------------------------------------------

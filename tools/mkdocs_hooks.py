@@ -1,7 +1,7 @@
 """mkdocs hooks: the site shows docs/ and benchmarks/reports/ and keeps the repository's links.
 
 Every page is written for the repository first: a link is relative to the Markdown file, as
-GitHub and an editor resolve it (docs/benchmarks.md links `../benchmarks/reports/x.md`, a report
+GitHub and an editor resolve it (docs/index.md links `../benchmarks/reports/README.md`, a report
 links `../../docs/format.md`). mkdocs only knows docs_dir, so these hooks
   - add every benchmarks/reports/*.md to the site at the same path (benchmarks/reports/x/);
   - add every other repository file a page links to (README.md, benchmarks/README.md, a source
@@ -10,9 +10,9 @@ links `../../docs/format.md`). mkdocs only knows docs_dir, so these hooks
     repository is dead on the site;
   - rewrite each relative link from its repository path to its site path.
 A link to something that exists nowhere stays as written, and the strict build fails on it.
-Reports are kept where they are (not copied into docs/, no symlink) so that the tools that write
-them and the links between them stay simple, and docs/benchmarks.md lists them by hand: the
-build fails when a report is missing from that list.
+The reports stay where they are (not copied into docs/, and no symlink: a symlinked folder is no
+folder on GitHub); their index, benchmarks/reports/README.md, is the site's Benchmarks page, and
+the build fails on a report that no page links to.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from mkdocs.structure.pages import Page
 ROOT: Final = Path(__file__).resolve().parent.parent
 DOCS: Final = "docs/"
 REPORTS: Final = "benchmarks/reports/"
+INDEX_OF_REPORTS: Final = REPORTS + "README.md"
 # Where the other repository files that pages link to appear on the site.
 LINKED: Final = "repository/"
-BENCHMARKS_PAGE: Final = "benchmarks.md"
 
 log = logging.getLogger("mkdocs.hooks.loaderx")
 
@@ -132,17 +132,28 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
 
     markdown = INLINE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)) + m.group(3), markdown)
     markdown = REFERENCE_LINK.sub(lambda m: m.group(1) + rewrite(m.group(2)), markdown)
-    if page.file.src_uri == BENCHMARKS_PAGE:
-        check_reports_listed(page_repo_path, link_targets(HTML_COMMENT.sub("", markdown)))
+    here = posixpath.dirname(page.file.src_uri)
+    for target in link_targets(HTML_COMMENT.sub("", markdown)):
+        path, _ = split_target(target.strip("<>"))
+        if path and not NOT_RELATIVE.match(path):
+            LINKED_PAGES.add(posixpath.normpath(posixpath.join(here, path)))
     return markdown
 
 
-def check_reports_listed(page_repo_path: str, targets: list[str]) -> None:
-    """Warns (so the strict build fails) about every report docs/benchmarks.md does not link."""
-    linked = {posixpath.normpath(posixpath.join(posixpath.dirname(BENCHMARKS_PAGE),
-                                                split_target(t)[0])) for t in targets}
-    reports = ROOT / REPORTS
-    for report in sorted(reports.glob("*.md")) if reports.is_dir() else []:
-        if REPORTS + report.name not in linked:
-            log.warning(f"{page_repo_path} does not link to {REPORTS}{report.name}: add it to "
-                        "the list of reports there")
+# The site paths that pages link to, gathered as their Markdown is read: mkdocs reads every
+# page before on_env.
+LINKED_PAGES: set[str] = set()
+
+
+def on_pre_build(config: MkDocsConfig) -> None:
+    LINKED_PAGES.clear()
+
+
+def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
+    """Warns (so that the strict build fails) about every report that no page links to."""
+    for file in files.documentation_pages():
+        uri = file.src_uri
+        if uri.startswith(REPORTS) and uri != INDEX_OF_REPORTS and uri not in LINKED_PAGES:
+            log.warning(f"{uri} is linked from no page: add it to {INDEX_OF_REPORTS}, the "
+                        "index of the reports")
+    return env
