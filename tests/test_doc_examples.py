@@ -115,9 +115,16 @@ def test_code_blocks_are_read_as_markdown_fences_them() -> None:
     assert ids([found[0], found[3]]) == ["page.md:0", "page.md:1"]
 
 
+def python_path() -> str:
+    """PYTHONPATH for the processes an example starts: the repository first."""
+    return os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=ids(PYTHON))
 def test_python_example_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    # Processes the example starts (Ray's workers, a spawned pool) import loaderx from here too.
+    monkeypatch.setenv("PYTHONPATH", python_path())
     namespace: dict[str, object] = {"__name__": "doc_example"}
     # Padded so that a traceback names the line of the Markdown file.
     source = "\n" * (block.line - 1) + block.source
@@ -147,8 +154,7 @@ def shell_commands(source: str) -> list[str]:
 
 @pytest.mark.parametrize("block", SHELL, ids=ids(SHELL))
 def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": python_path()}
     python = shlex.quote(sys.executable)
     for line in shell_commands(block.source):
         command = re.sub(r"^loaderx ", f"{python} -m loaderx ", line)
