@@ -338,7 +338,7 @@ def ensure_chromium() -> None:
     """tests/test_docs_site.py opens every page of the site in headless Chromium: Debian's
     chromium package, installed here with apt-get when it is missing and this runs as root.
     Anywhere else nothing is installed and that test fails, naming the package it needs."""
-    if shutil.which("chromium"):
+    if any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
         return
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
         log("chromium is missing and cannot be installed from here (needs root and apt-get): "

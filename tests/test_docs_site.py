@@ -352,10 +352,11 @@ def serving(folder: Path) -> Iterator[str]:
 
 
 def chromium() -> str:
-    found = shutil.which("chromium")
-    if found is None:
-        pytest.fail(CHROMIUM_MISSING)
-    return found
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    pytest.fail(CHROMIUM_MISSING)
 
 
 def rendered(browser: str, url: str) -> str:
