@@ -41,7 +41,7 @@ API_MODULES: Final = ["loaderx", "loaderx.zrecord", "loaderx.dataset", "loaderx.
                       "loaderx.dataloader", "loaderx.sampler", "loaderx.mixture", "loaderx.shards",
                       "loaderx.errors", "loaderx.verify", "loaderx.result_buffers",
                       "loaderx.torch", "loaderx.jax", "loaderx.ray"]
-# The package has no __all__ of its own; its page lists these (docs/api/loaderx.md).
+# The package's page lists these (docs/api/loaderx.md): its __all__ and __version__.
 PACKAGE_NAMES: Final = {"__version__", "release_buffers"}
 CHROMIUM_MISSING: Final = ("headless Chromium is needed to check the documentation site: install "
                            "Debian's package `chromium` (apt-get install chromium; `build.py "
