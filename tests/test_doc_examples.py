@@ -21,7 +21,8 @@ from typing import Final
 
 import pytest
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+# The repository: the nearest folder above holding pyproject.toml (tests/ may gain subfolders).
+ROOT: Final = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 README: Final = "README.md"
 # An opening fence: its indentation, its backticks or tildes, and the language after them.
 FENCE: Final = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")

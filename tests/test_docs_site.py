@@ -35,7 +35,8 @@ from typing import Any, Final
 
 import pytest
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+# The repository: the nearest folder above holding pyproject.toml (tests/ may gain subfolders).
+ROOT: Final = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 # The public modules, one API page each (docs/api/<last part of the name>.md).
 API_MODULES: Final = ["loaderx", "loaderx.zrecord", "loaderx.dataset", "loaderx.converter",
                       "loaderx.dataloader", "loaderx.sampler", "loaderx.mixture", "loaderx.shards",
