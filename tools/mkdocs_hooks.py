@@ -32,7 +32,7 @@ DOCS: Final = "docs/"
 REPORTS: Final = "benchmarks/reports/"
 INDEX_OF_REPORTS: Final = REPORTS + "README.md"
 # Where the other repository files that pages link to appear on the site.
-LINKED: Final = "repository/"
+OTHER_FILES: Final = "repository/"
 
 log = logging.getLogger("mkdocs.hooks.loaderx")
 
@@ -51,15 +51,15 @@ def site_path(repo_path: str) -> str:
         return repo_path[len(DOCS):]
     if repo_path.startswith(REPORTS):
         return repo_path
-    return LINKED + repo_path
+    return OTHER_FILES + repo_path
 
 
 def repo_path_of(src_uri: str) -> str:
     """The inverse of site_path."""
     if src_uri.startswith(REPORTS):
         return src_uri
-    if src_uri.startswith(LINKED):
-        return src_uri[len(LINKED):]
+    if src_uri.startswith(OTHER_FILES):
+        return src_uri[len(OTHER_FILES):]
     return DOCS + src_uri
 
 
