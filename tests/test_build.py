@@ -247,3 +247,27 @@ def test_an_old_python_is_refused_up_front_and_an_old_venv_is_made_anew(
     assert build.venv_runs()
     monkeypatch.setattr(build, "PYTHON_MIN", (3, 99))
     assert not build.venv_runs()
+
+
+def chromium_steps(build: ModuleType, monkeypatch: pytest.MonkeyPatch, found: set[str],
+                   euid: int) -> list[list[str]]:
+    """The commands ensure_chromium runs when `found` are the programs on PATH."""
+    steps: list[list[str]] = []
+    monkeypatch.setattr(build.shutil, "which", lambda name: f"/usr/bin/{name}" if name in found
+                        else None)
+    monkeypatch.setattr(build.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(build, "run_long", lambda cmd, *_, **__: steps.append(cmd))
+    build.ensure_chromium()
+    return steps
+
+
+def test_chromium_is_installed_with_apt_get_when_missing_and_root(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert chromium_steps(build, monkeypatch, {"chromium", "apt-get"}, 0) == []
+    installs = chromium_steps(build, monkeypatch, {"apt-get"}, 0)
+    assert installs == [["apt-get", "update"],
+                        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]]
+    assert chromium_steps(build, monkeypatch, {"apt-get"}, 1000) == []
+    assert chromium_steps(build, monkeypatch, set(), 0) == []
+    assert capsys.readouterr().out.count("apt-get install chromium") == 2
