@@ -21,6 +21,12 @@ test {
     _ = @import("pool.zig");
     _ = @import("pool_advice.zig");
     _ = @import("store.zig");
+    _ = @import("batch.zig");
+    _ = @import("index_check.zig");
+    _ = @import("open_check.zig");
+    _ = @import("store_append.zig");
+    _ = @import("store_gather.zig");
+    _ = @import("store_delete.zig");
     _ = @import("gather_streams.zig");
     _ = @import("lock.zig");
     _ = @import("no_follow.zig");

@@ -4,6 +4,7 @@ const diagnostic = @import("diagnostic.zig");
 const testing = std.testing;
 const Io = std.Io;
 const store_mod = @import("store.zig");
+const index_check = @import("index_check.zig");
 const format = @import("format.zig");
 const limits = @import("limits.zig");
 const pool = @import("pool.zig");
@@ -808,22 +809,22 @@ test "checkIndices: the first index outside 0 <= i < length is refused and named
     for (&indices, 0..) |*index, i| index.* = @intCast((i * 389) % length);
     indices[5] = 0;
     indices[6] = @intCast(length - 1);
-    try store_mod.checkIndices(&indices, length);
-    try store_mod.checkIndices(&.{}, 0);
-    try testing.expectError(error.IndexOutOfRange, store_mod.checkIndices(&.{0}, 0));
+    try index_check.checkIndices(&indices, length);
+    try index_check.checkIndices(&.{}, 0);
+    try testing.expectError(error.IndexOutOfRange, index_check.checkIndices(&.{0}, 0));
     const bad = [_]i64{ -1, std.math.minInt(i64), @intCast(length), @intCast(length + 1), std.math.maxInt(i64) };
     for (0..indices.len) |position| {
         const kept = indices[position];
         for (bad) |value| {
             indices[position] = value;
-            try testing.expectError(error.IndexOutOfRange, store_mod.checkIndices(&indices, length));
+            try testing.expectError(error.IndexOutOfRange, index_check.checkIndices(&indices, length));
             var wanted_buffer: [96]u8 = undefined;
             const wanted = try std.fmt.bufPrint(&wanted_buffer, "index {d} (position {d})", .{ value, position });
             try testing.expect(std.mem.indexOf(u8, diagnostic.text(), wanted) != null);
         }
         indices[position] = kept;
     }
-    try store_mod.checkIndices(&indices, length);
+    try index_check.checkIndices(&indices, length);
 }
 
 test "a small store allocates its per-chunk, run and checksum tables a group at a time" {
