@@ -51,6 +51,8 @@ export fn lx_stores_policy() callconv(.c) u32 {
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
+const registry = @import("registry.zig");
+const assert = std.debug.assert;
 const gather_streams = @import("gather_streams.zig");
 const store_pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
@@ -90,27 +92,47 @@ fn coreStatus(err: store_errors.Error) Status {
     return store_errors.toStatus(err);
 }
 
-/// Whether `handle` is an open handle of type T: not NULL, aligned, and carrying T's canary,
-/// which open sets and close clears. A closed handle, a double close, or a handle of the other
-/// kind (a view passed as a store) is refused this way instead of read; memory reused since a
-/// close may hold anything, so this catches the common misuse, not every one.
-fn isOpen(comptime T: type, handle: ?*const T) bool {
-    const h = handle orelse return false;
-    if (@intFromPtr(h) % @alignOf(T) != 0) return false;
-    return @atomicLoad(u64, &h.canary, .monotonic) == T.canary_open;
+/// What a C caller holds for a Store or a View: an opaque pointer that is really a registry
+/// token (registry.zig), never dereferenced. A handle closed already, a handle of the other
+/// kind, or any other pointer is refused by the registry without reading memory through it.
+pub const LxStore = opaque {};
+pub const LxView = opaque {};
+
+fn CHandle(comptime T: type) type {
+    return switch (T) {
+        Store => LxStore,
+        View => LxView,
+        else => @compileError("no C handle for " ++ @typeName(T)),
+    };
 }
 
-/// The handle when it is open, or null after setting the message of LX_INVALID_ARGUMENT.
-fn openHandle(comptime T: type, handle: ?*T, comptime function: []const u8, comptime noun: []const u8) ?*T {
+fn tokenOf(handle: anytype) registry.Handle {
+    return @enumFromInt(if (handle) |h| @intFromPtr(h) else 0);
+}
+
+/// The C handle of an object just opened.
+fn handleOf(comptime T: type, object: *T) *CHandle(T) {
+    assert(object.handle != .none);
+    return @ptrFromInt(@intFromEnum(object.handle));
+}
+
+/// The object of an open handle of type T, or null (NULL, closed already, another kind, or a
+/// pointer no open returned).
+fn resolve(comptime T: type, handle: ?*const CHandle(T)) ?*T {
+    return T.fromOpenHandle(tokenOf(handle));
+}
+
+/// The object when the handle is open, or null after setting the message of
+/// LX_INVALID_ARGUMENT.
+fn openHandle(comptime T: type, handle: ?*const CHandle(T), comptime function: []const u8, comptime noun: []const u8) ?*T {
     if (handle == null) {
         _ = invalid(function ++ ": " ++ noun ++ " is NULL", .{});
         return null;
     }
-    if (!isOpen(T, handle)) {
+    return resolve(T, handle) orelse {
         _ = invalid(function ++ ": " ++ noun ++ " is not an open lx_" ++ noun ++ " (closed already, or another kind of pointer)", .{});
         return null;
-    }
-    return handle;
+    };
 }
 
 fn invalid(comptime fmt: []const u8, args: anytype) Status {
@@ -126,11 +148,12 @@ fn countOverflows(count: u64, comptime item_size: u64, comptime extra: u64) bool
 
 export fn lx_after_fork_child() callconv(.c) void {
     store_pool.afterForkChild();
+    registry.afterForkChild();
     store_mod.afterForkChild();
     view_mod.afterForkChild();
 }
 
-export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callconv(.c) Status {
+export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});
     out_ptr.* = null;
     const path_z = path orelse return invalid("lx_store_open: path is NULL", .{});
@@ -148,28 +171,28 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callco
         .read_only = flags & open_read_only != 0,
         .verify = if (flags & open_verify_all != 0) .all else if (flags & open_verify_none != 0) .none else .compressed,
     }) catch |err| return coreStatus(err);
-    out_ptr.* = store;
+    out_ptr.* = handleOf(Store, store);
     status.clearMessage();
     return .ok;
 }
 
-export fn lx_store_close(store: ?*Store) callconv(.c) void {
+export fn lx_store_close(store: ?*LxStore) callconv(.c) void {
     // NULL does nothing, and so does a handle already closed (a second close).
-    if (isOpen(Store, store)) store.?.close();
+    Store.closeHandle(tokenOf(store));
 }
 
-export fn lx_store_length(store: ?*const Store) callconv(.c) u64 {
-    if (!isOpen(Store, store)) return 0;
-    return store.?.length();
+export fn lx_store_length(store: ?*const LxStore) callconv(.c) u64 {
+    const s = resolve(Store, store) orelse return 0;
+    return s.length();
 }
 
-export fn lx_store_has_dict(store: ?*const Store) callconv(.c) c_int {
-    if (!isOpen(Store, store)) return 0;
-    return @intFromBool(store.?.hasDict());
+export fn lx_store_has_dict(store: ?*const LxStore) callconv(.c) c_int {
+    const s = resolve(Store, store) orelse return 0;
+    return @intFromBool(s.hasDict());
 }
 
 export fn lx_store_append(
-    store: ?*Store,
+    store: ?*LxStore,
     data: ?[*]const u8,
     offsets: ?[*]const u64,
     count: u64,
@@ -189,7 +212,7 @@ export fn lx_store_append(
 }
 
 export fn lx_store_append_fixed(
-    store: ?*Store,
+    store: ?*LxStore,
     data: ?[*]const u8,
     stride: u64,
     count: u64,
@@ -207,7 +230,7 @@ export fn lx_store_append_fixed(
 }
 
 export fn lx_store_gather_fixed(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
@@ -224,7 +247,7 @@ export fn lx_store_gather_fixed(
 }
 
 export fn lx_store_record_lengths(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     out_lengths: ?[*]u64,
@@ -238,7 +261,7 @@ export fn lx_store_record_lengths(
 }
 
 export fn lx_store_gather(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
@@ -259,7 +282,7 @@ export fn lx_store_gather(
     return storeStatus(s.gather(indices_ptr[0..count], destination, byte_count));
 }
 
-export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) callconv(.c) Status {
+export fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) callconv(.c) Status {
     const s = openHandle(Store, store, "lx_store_delete", "store") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
@@ -270,16 +293,18 @@ export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) ca
 /// One delete across several distinct stores, refused as a whole or done as a whole (see
 /// Store.deleteEach): store k deletes `indices[splits[k] .. splits[k + 1]]`; `splits` holds
 /// count + 1 non-decreasing offsets from 0.
-export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) callconv(.c) Status {
+export fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) callconv(.c) Status {
     if (count == 0 or count > store_limits.view_store_count_max)
         return invalid("lx_stores_delete: count is {d}; give 1 to {d} stores", .{ count, store_limits.view_store_count_max });
     const stores_ptr = stores orelse return invalid("lx_stores_delete: stores is NULL", .{});
     const splits_ptr = splits orelse return invalid("lx_stores_delete: splits is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
     const bounds = splits_ptr[0..@intCast(count + 1)];
-    for (handles, 0..) |handle, i| {
+    const plain = std.heap.c_allocator.alloc(*Store, handles.len) catch return outOfMemoryStatus("lx_stores_delete");
+    defer std.heap.c_allocator.free(plain);
+    for (handles, plain, 0..) |handle, *s, i| {
         if (handle == null) return invalid("lx_stores_delete: store {d} is NULL", .{i});
-        if (!isOpen(Store, handle)) return invalid("lx_stores_delete: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
+        s.* = resolve(Store, handle) orelse return invalid("lx_stores_delete: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
     }
     if (bounds[0] != 0) return invalid("lx_stores_delete: splits[0] is {d}, not 0", .{bounds[0]});
     for (bounds[1..], 1..) |bound, k| {
@@ -289,8 +314,6 @@ export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]c
     const total = bounds[bounds.len - 1];
     if (countOverflows(total, @sizeOf(i64), 0)) return invalid("lx_stores_delete: {d} indices overflow the address space", .{total});
     const indices_ptr: [*]const i64 = if (total == 0) &[_]i64{} else indices orelse return invalid("lx_stores_delete: indices is NULL", .{});
-    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
-    const plain: []const *Store = @ptrCast(handles);
     const sorted = std.heap.c_allocator.dupe(*Store, plain) catch return outOfMemoryStatus("lx_stores_delete");
     defer std.heap.c_allocator.free(sorted);
     std.mem.sortUnstable(*Store, sorted, {}, struct {
@@ -313,7 +336,7 @@ fn outOfMemoryStatus(comptime function: []const u8) Status {
     return .out_of_memory;
 }
 
-export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
+export fn lx_store_compact(store: ?*LxStore) callconv(.c) Status {
     const s = openHandle(Store, store, "lx_store_compact", "store") orelse return .invalid_argument;
     return storeStatus(s.compact());
 }
@@ -321,7 +344,7 @@ export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
 /// The caller's check for delete, compact and train_dict (see Store.MaintenanceCheck); a null
 /// function removes it. Waits for calls in flight on the store, as maintenance does.
 export fn lx_store_set_maintenance_check(
-    store: ?*Store,
+    store: ?*LxStore,
     function: ?*const fn (?*anyopaque, [*]const u8, u64) callconv(.c) c_int,
     context: ?*anyopaque,
 ) callconv(.c) Status {
@@ -331,7 +354,7 @@ export fn lx_store_set_maintenance_check(
     return .ok;
 }
 
-export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
+export fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) callconv(.c) Status {
     const s = openHandle(Store, store, "lx_store_stats", "store") orelse return .invalid_argument;
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
     const stats = s.stats() catch |err| return coreStatus(err);
@@ -346,7 +369,7 @@ export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
 }
 
 export fn lx_store_verify(
-    store: ?*Store,
+    store: ?*LxStore,
     out_problems: ?[*]integrity.Problem,
     capacity: u64,
     out_summary: ?*integrity.Summary,
@@ -363,13 +386,13 @@ export fn lx_store_verify(
     return .ok;
 }
 
-export fn lx_store_sync(store: ?*Store) callconv(.c) Status {
+export fn lx_store_sync(store: ?*LxStore) callconv(.c) Status {
     const s = openHandle(Store, store, "lx_store_sync", "store") orelse return .invalid_argument;
     return storeStatus(s.sync());
 }
 
 export fn lx_store_train_dict(
-    store: ?*Store,
+    store: ?*LxStore,
     samples: ?[*]const u8,
     offsets: ?[*]const u64,
     count: u64,
@@ -390,37 +413,38 @@ export fn lx_store_train_dict(
 const view_mod = @import("view.zig");
 const View = view_mod.View;
 
-export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) callconv(.c) Status {
+export fn lx_view_open(stores: ?[*]const ?*LxStore, count: u64, out: ?*?*LxView) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_view_open: out is NULL", .{});
     out_ptr.* = null;
     if (count == 0 or count > store_limits.view_store_count_max)
         return invalid("lx_view_open: count is {d}; a view holds 1 to {d} stores", .{ count, store_limits.view_store_count_max });
     const stores_ptr = stores orelse return invalid("lx_view_open: stores is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
-    for (handles, 0..) |handle, i| {
+    const plain = std.heap.c_allocator.alloc(*Store, handles.len) catch return outOfMemoryStatus("lx_view_open");
+    defer std.heap.c_allocator.free(plain);
+    for (handles, plain, 0..) |handle, *s, i| {
         if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
-        if (!isOpen(Store, handle)) return invalid("lx_view_open: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
+        s.* = resolve(Store, handle) orelse return invalid("lx_view_open: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
     }
-    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
-    const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return coreStatus(err);
-    out_ptr.* = view;
+    const view = View.open(std.heap.c_allocator, plain) catch |err| return coreStatus(err);
+    out_ptr.* = handleOf(View, view);
     status.clearMessage();
     return .ok;
 }
 
-export fn lx_view_close(view: ?*View) callconv(.c) void {
-    if (isOpen(View, view)) view.?.close();
+export fn lx_view_close(view: ?*LxView) callconv(.c) void {
+    // NULL does nothing, and so does a handle already closed (a second close).
+    View.closeHandle(tokenOf(view));
 }
 
-export fn lx_view_length(view: ?*const View) callconv(.c) u64 {
-    if (!isOpen(View, view)) return 0;
-    const v = view.?;
+export fn lx_view_length(view: ?*const LxView) callconv(.c) u64 {
+    const v = resolve(View, view) orelse return 0;
     v.checkOpen(v.stores.len - 1) catch return 0;
     return v.length();
 }
 
 export fn lx_view_gather_fixed(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
@@ -437,7 +461,7 @@ export fn lx_view_gather_fixed(
 }
 
 export fn lx_view_record_lengths(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     out_lengths: ?[*]u64,
@@ -451,7 +475,7 @@ export fn lx_view_record_lengths(
 }
 
 export fn lx_view_gather(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
@@ -548,12 +572,9 @@ const ArrayGather = struct {
 };
 
 /// The open handle whose halves a binding passed, or null for NULL, a misaligned address or
-/// a handle that is not open (isOpen).
+/// a handle that is not open (resolve).
 fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
-    const address = numpy_array.join(low, high);
-    if (address == 0 or address % @alignOf(T) != 0) return null;
-    const handle: *T = @ptrFromInt(address);
-    return if (isOpen(T, handle)) handle else null;
+    return T.fromOpenHandle(@enumFromInt(numpy_array.join(low, high)));
 }
 
 export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
@@ -570,7 +591,7 @@ export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32,
 
 /// Mirrors lx_gather_stream in loaderx.h.
 pub const LxGatherStream = extern struct {
-    store: ?*Store,
+    store: ?*LxStore,
     out: ?[*]u8,
     record_size: u64,
     out_bytes: u64,
@@ -582,7 +603,7 @@ export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?
     const streams_ptr = streams orelse return invalid("lx_store_gather_streams: streams is NULL", .{});
     var list: [gather_streams.stream_count_max]gather_streams.Stream = undefined;
     for (streams_ptr[0..@intCast(stream_count)], 0..) |stream, i| {
-        if (!isOpen(Store, stream.store)) return invalid("lx_store_gather_streams: stream {d}'s store is NULL, closed or not an lx_store", .{i});
+        const stream_store = resolve(Store, stream.store) orelse return invalid("lx_store_gather_streams: stream {d}'s store is NULL, closed or not an lx_store", .{i});
         if (stream.record_size == 0) return invalid("lx_store_gather_streams: stream {d}'s record_size is 0", .{i});
         const byte_count = std.math.mul(u64, count, stream.record_size) catch
             return invalid("lx_store_gather_streams: stream {d}: count * record_size overflows", .{i});
@@ -590,7 +611,7 @@ export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?
             return invalid("lx_store_gather_streams: stream {d}'s out holds {d} bytes, {d} records of {d} bytes need {d}", .{ i, stream.out_bytes, count, stream.record_size, byte_count });
         const out = stream.out orelse if (byte_count == 0) @as([*]u8, @ptrFromInt(1)) else return invalid("lx_store_gather_streams: stream {d}'s out is NULL", .{i});
         if (@intFromPtr(out) > std.math.maxInt(usize) - byte_count) return invalid("lx_store_gather_streams: stream {d}'s out ends past the address space", .{i});
-        list[i] = .{ .store = stream.store.?, .destination = .{ .base = out, .stride = stream.record_size }, .byte_count = byte_count };
+        list[i] = .{ .store = stream_store, .destination = .{ .base = out, .stride = stream.record_size }, .byte_count = byte_count };
     }
     if (count == 0) {
         status.clearMessage();
@@ -727,7 +748,7 @@ test "abi basics" {
 }
 
 test "lx_store_open refuses create together with read-only, both verify flags, and unknown flags" {
-    var out: ?*Store = undefined;
+    var out: ?*LxStore = undefined;
     try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_create | open_read_only, &out));
     try std.testing.expect(out == null);
     try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", std.mem.span(lx_last_error()));

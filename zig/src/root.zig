@@ -27,6 +27,7 @@ test {
     _ = @import("store_append.zig");
     _ = @import("store_gather.zig");
     _ = @import("store_delete.zig");
+    _ = @import("registry.zig");
     _ = @import("gather_streams.zig");
     _ = @import("lock.zig");
     _ = @import("no_follow.zig");

@@ -1,11 +1,12 @@
-//! Store: open, close, stats, sync and the locks (in-process and across processes), plus the
-//! registry of open stores that a forked child resets. Its other jobs have files of their own,
+//! Store: open, close, stats, sync and the locks (in-process and across processes), and the
+//! reset of every open store in a forked child. Its other jobs have files of their own,
 //! reached through the methods declared below: store_append.zig, store_gather.zig,
 //! store_delete.zig, open_check.zig (the checks at open), compaction.zig, dictionary.zig and
 //! integrity.zig.
 const std = @import("std");
 const Io = std.Io;
 const Allocator = std.mem.Allocator;
+const assert = std.debug.assert;
 const limits = @import("limits.zig");
 const meta_file = @import("meta.zig");
 const chunk = @import("chunk.zig");
@@ -30,6 +31,7 @@ const open_check = @import("open_check.zig");
 const store_append = @import("store_append.zig");
 const store_gather = @import("store_gather.zig");
 const store_delete = @import("store_delete.zig");
+const registry = @import("registry.zig");
 
 pub const dict_file_name = dictionary.file_name;
 
@@ -68,8 +70,8 @@ pub const MaintenanceCheck = struct {
 };
 
 pub const Store = struct {
-    /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
-    canary: u64 = canary_open,
+    /// Its handle at the C boundary, given by the registry at open and taken back at close.
+    handle: registry.Handle = .none,
     allocator: Allocator,
     dir: Io.Dir,
     meta: meta_file.Meta,
@@ -86,9 +88,6 @@ pub const Store = struct {
     contexts: codec.ContextPool = .{},
     /// Replaced only under the exclusive lock.
     dict: ?*codec.Dictionary = null,
-    /// Links of the registry of open stores (guarded by registry_mutex).
-    registry_previous: ?*Store = null,
-    registry_next: ?*Store = null,
     /// The per-record checksums (sums.zr); null for a store from before checksums.
     sidecar: ?checksum.Sidecar = null,
     verify: integrity.VerifyMode = .compressed,
@@ -182,21 +181,44 @@ pub const Store = struct {
         };
         const trailer_required = if (store.sidecar) |sidecar| sidecar.flags & checksum.flag_dict_trailer != 0 else false;
         store.dict = try dictionary.load(allocator, io, dir, trailer_required);
-        register(store);
+        errdefer if (store.dict) |d| {
+            d.deinit(allocator);
+            allocator.destroy(d);
+        };
+        // Last: from here the store is reachable through its handle (and a fork resets it).
+        store.handle = try registry.add(.store, store);
         return store;
     }
 
-    /// "lxstore" and a version byte; a view's differs, so neither passes for the other.
-    pub const canary_open: u64 = 0x6C78_7374_6F72_6501;
-    pub const canary_closed: u64 = 0;
-
     /// Releases everything. The caller guarantees no other thread uses the store.
     pub fn close(store: *Store) void {
+        // Out of the registry first: its handle is refused from here on, and a fork from now on
+        // does not see a half-closed store.
+        const removed = registry.remove(store.handle, .store);
+        assert(removed == @as(?*anyopaque, store));
+        store.free();
+    }
+
+    /// The C boundary's close: closes the store of an open handle, and does nothing for a
+    /// handle closed already (a second close) or not a store's. Of two threads closing one
+    /// handle at once, one closes it.
+    pub fn closeHandle(handle: registry.Handle) void {
+        const store = fromObject(registry.remove(handle, .store) orelse return);
+        store.free();
+    }
+
+    /// The store of an open handle, or null (see registry.get). Reads no store memory.
+    pub fn fromOpenHandle(handle: registry.Handle) ?*Store {
+        return fromObject(registry.get(handle, .store) orelse return null);
+    }
+
+    fn fromObject(object: *anyopaque) *Store {
+        return @ptrCast(@alignCast(object));
+    }
+
+    /// close's work once the store is out of the registry.
+    fn free(store: *Store) void {
         const io = pool.io();
-        // First: the handle is dead from here on (a second close does nothing).
-        @atomicStore(u64, &store.canary, canary_closed, .monotonic);
-        // Out of the registry first: a fork from now on must not see a half-closed store.
-        unregister(store);
         store.locks.release(io);
         if (store.dict) |d| {
             d.deinit(store.allocator);
@@ -404,42 +426,15 @@ pub const Store = struct {
     }
 };
 
-// ---- the registry of open stores (for fork) -------------------------------------------------
-
-var registry_head: ?*Store = null;
-var registry_mutex: Io.Mutex = .init;
-
-/// Links are set so that walking forward from the head is consistent after every single store,
-/// because a fork may copy the registry in the middle of an update.
-fn register(store: *Store) void {
-    const io = pool.io();
-    registry_mutex.lockUncancelable(io);
-    defer registry_mutex.unlock(io);
-    store.registry_previous = null;
-    store.registry_next = registry_head;
-    if (registry_head) |head| head.registry_previous = store;
-    registry_head = store;
-}
-
-fn unregister(store: *Store) void {
-    const io = pool.io();
-    registry_mutex.lockUncancelable(io);
-    defer registry_mutex.unlock(io);
-    if (store.registry_previous) |previous| previous.registry_next = store.registry_next else registry_head = store.registry_next;
-    if (store.registry_next) |next| next.registry_previous = store.registry_previous;
-    store.registry_previous = null;
-    store.registry_next = null;
-}
-
 /// In a forked child (single-threaded until it returns): the parent's threads may have held
 /// any store's in-process locks at the moment of fork, and they do not exist here, so every
 /// lock and counter starts afresh; the cross-process locks are re-taken on first use. Data
 /// written half-way by a parent thread is the parent's business: the child only ever reads
 /// what the published length covers, and writes only as the store's writer.
 pub fn afterForkChild() void {
-    registry_mutex = .init;
-    var next = registry_head;
-    while (next) |store| : (next = store.registry_next) {
+    var walk: registry.Walk = .{ .kind = .store };
+    while (walk.next()) |object| {
+        const store = Store.fromObject(object);
         store.lock = .init;
         store.append_mutex = .init;
         store.contexts.mutex = .init;
