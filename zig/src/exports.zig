@@ -106,6 +106,15 @@ fn CHandle(comptime T: type) type {
     };
 }
 
+/// "store" or "view": the noun of T's C functions (lx_store_*, lx_view_*) and messages.
+fn nounOf(comptime T: type) []const u8 {
+    return switch (T) {
+        Store => "store",
+        View => "view",
+        else => @compileError("no C name for " ++ @typeName(T)),
+    };
+}
+
 fn tokenOf(handle: anytype) registry.Handle {
     return @enumFromInt(if (handle) |h| @intFromPtr(h) else 0);
 }
@@ -124,7 +133,8 @@ fn resolve(comptime T: type, handle: ?*const CHandle(T)) ?*T {
 
 /// The object when the handle is open, or null after setting the message of
 /// LX_INVALID_ARGUMENT.
-fn openHandle(comptime T: type, handle: ?*const CHandle(T), comptime function: []const u8, comptime noun: []const u8) ?*T {
+fn openHandle(comptime T: type, handle: ?*const CHandle(T), comptime function: []const u8) ?*T {
+    const noun = comptime nounOf(T);
     if (handle == null) {
         _ = invalid(function ++ ": " ++ noun ++ " is NULL", .{});
         return null;
@@ -144,6 +154,79 @@ fn invalid(comptime fmt: []const u8, args: anytype) Status {
 /// such a count is a caller's bug, refused before any array is read.
 fn countOverflows(count: u64, comptime item_size: u64, comptime extra: u64) bool {
     return count > std.math.maxInt(usize) / item_size - extra;
+}
+
+// ---- the calls a store and a view share: one implementation each, T names the function -----
+
+fn closeHandle(comptime T: type, handle: ?*CHandle(T)) void {
+    // NULL does nothing, and so does a handle already closed (a second close).
+    T.closeHandle(tokenOf(handle));
+}
+
+/// 0 for a handle that is not open, and for a view one of whose stores was closed under it.
+fn lengthOf(comptime T: type, handle: ?*const CHandle(T)) u64 {
+    const object = resolve(T, handle) orelse return 0;
+    if (T == View) object.checkOpen(object.stores.len - 1) catch return 0;
+    return object.length();
+}
+
+fn gatherFixed(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_gather_fixed";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    if (stride == 0) return invalid(function ++ ": stride is 0", .{});
+    const dst_ptr = dst orelse return invalid(function ++ ": dst is NULL", .{});
+    const byte_count = std.math.mul(u64, count, stride) catch return invalid(function ++ ": count * stride overflows", .{});
+    return storeStatus(object.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+}
+
+fn recordLengths(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_record_lengths";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    const out_ptr = out_lengths orelse return invalid(function ++ ": out_lengths is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 0)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    return storeStatus(object.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+}
+
+fn gatherRagged(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_gather";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    const offsets_ptr = dst_offsets orelse return invalid(function ++ ": dst_offsets is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    for (0..count) |i| {
+        if (offsets_ptr[i + 1] < offsets_ptr[i])
+            return invalid(function ++ ": dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
+    }
+    const byte_count = offsets_ptr[count] - offsets_ptr[0];
+    if (byte_count > 0 and dst == null) return invalid(function ++ ": dst is NULL", .{});
+    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
+    return storeStatus(object.gather(indices_ptr[0..count], destination, byte_count));
+}
+
+/// The stores of a list of handles (lx_view_open, lx_stores_delete), which the caller frees
+/// with c_allocator; or null after setting the message of the status put in `refusal`.
+fn resolveStores(comptime function: []const u8, handles: []const ?*LxStore, refusal: *Status) ?[]*Store {
+    const stores = std.heap.c_allocator.alloc(*Store, handles.len) catch {
+        refusal.* = outOfMemoryStatus(function);
+        return null;
+    };
+    for (handles, stores, 0..) |handle, *store, i| {
+        store.* = resolve(Store, handle) orelse {
+            std.heap.c_allocator.free(stores);
+            refusal.* = if (handle == null)
+                invalid(function ++ ": store {d} is NULL", .{i})
+            else
+                invalid(function ++ ": store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
+            return null;
+        };
+    }
+    return stores;
 }
 
 export fn lx_after_fork_child() callconv(.c) void {
@@ -177,13 +260,11 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) call
 }
 
 export fn lx_store_close(store: ?*LxStore) callconv(.c) void {
-    // NULL does nothing, and so does a handle already closed (a second close).
-    Store.closeHandle(tokenOf(store));
+    closeHandle(Store, store);
 }
 
 export fn lx_store_length(store: ?*const LxStore) callconv(.c) u64 {
-    const s = resolve(Store, store) orelse return 0;
-    return s.length();
+    return lengthOf(Store, store);
 }
 
 export fn lx_store_has_dict(store: ?*const LxStore) callconv(.c) c_int {
@@ -199,7 +280,7 @@ export fn lx_store_append(
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_append", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_append") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_append: offsets is NULL", .{});
     // An oversized count is refused by append before any offset past the first is read.
     if (data == null and count <= store_limits.record_count_max and offsets_ptr[count] != offsets_ptr[0])
@@ -219,7 +300,7 @@ export fn lx_store_append_fixed(
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_append_fixed", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_append_fixed") orelse return .invalid_argument;
     if (stride == 0 and count > 0) return invalid("lx_store_append_fixed: stride is 0", .{});
     if (count > 0 and data == null) return invalid("lx_store_append_fixed: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .stride = stride, .count = count };
@@ -236,14 +317,7 @@ export fn lx_store_gather_fixed(
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_gather_fixed", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_gather_fixed: indices is NULL", .{});
-    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_gather_fixed: count {d} overflows the address space", .{count});
-    if (stride == 0) return invalid("lx_store_gather_fixed: stride is 0", .{});
-    const dst_ptr = dst orelse return invalid("lx_store_gather_fixed: dst is NULL", .{});
-    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_store_gather_fixed: count * stride overflows", .{});
-    return storeStatus(s.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+    return gatherFixed(Store, store, indices, count, dst, stride);
 }
 
 export fn lx_store_record_lengths(
@@ -252,12 +326,7 @@ export fn lx_store_record_lengths(
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_record_lengths", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_record_lengths: indices is NULL", .{});
-    const out_ptr = out_lengths orelse return invalid("lx_store_record_lengths: out_lengths is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_store_record_lengths: count {d} overflows the address space", .{count});
-    return storeStatus(s.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+    return recordLengths(Store, store, indices, count, out_lengths);
 }
 
 export fn lx_store_gather(
@@ -267,23 +336,11 @@ export fn lx_store_gather(
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_gather", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_gather: indices is NULL", .{});
-    const offsets_ptr = dst_offsets orelse return invalid("lx_store_gather: dst_offsets is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_store_gather: count {d} overflows the address space", .{count});
-    for (0..count) |i| {
-        if (offsets_ptr[i + 1] < offsets_ptr[i])
-            return invalid("lx_store_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
-    }
-    const byte_count = offsets_ptr[count] - offsets_ptr[0];
-    if (byte_count > 0 and dst == null) return invalid("lx_store_gather: dst is NULL", .{});
-    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
-    return storeStatus(s.gather(indices_ptr[0..count], destination, byte_count));
+    return gatherRagged(Store, store, indices, count, dst, dst_offsets);
 }
 
 export fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_delete", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_delete") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
     if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_delete: count {d} overflows the address space", .{count});
@@ -300,12 +357,9 @@ export fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*
     const splits_ptr = splits orelse return invalid("lx_stores_delete: splits is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
     const bounds = splits_ptr[0..@intCast(count + 1)];
-    const plain = std.heap.c_allocator.alloc(*Store, handles.len) catch return outOfMemoryStatus("lx_stores_delete");
+    var refusal: Status = .ok;
+    const plain = resolveStores("lx_stores_delete", handles, &refusal) orelse return refusal;
     defer std.heap.c_allocator.free(plain);
-    for (handles, plain, 0..) |handle, *s, i| {
-        if (handle == null) return invalid("lx_stores_delete: store {d} is NULL", .{i});
-        s.* = resolve(Store, handle) orelse return invalid("lx_stores_delete: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
-    }
     if (bounds[0] != 0) return invalid("lx_stores_delete: splits[0] is {d}, not 0", .{bounds[0]});
     for (bounds[1..], 1..) |bound, k| {
         if (bound < bounds[k - 1])
@@ -337,7 +391,7 @@ fn outOfMemoryStatus(comptime function: []const u8) Status {
 }
 
 export fn lx_store_compact(store: ?*LxStore) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_compact", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_compact") orelse return .invalid_argument;
     return storeStatus(s.compact());
 }
 
@@ -348,14 +402,14 @@ export fn lx_store_set_maintenance_check(
     function: ?*const fn (?*anyopaque, [*]const u8, u64) callconv(.c) c_int,
     context: ?*anyopaque,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_set_maintenance_check", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_set_maintenance_check") orelse return .invalid_argument;
     s.setMaintenanceCheck(if (function) |f| .{ .function = f, .context = context } else null);
     status.clearMessage();
     return .ok;
 }
 
 export fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_stats", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_stats") orelse return .invalid_argument;
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
     const stats = s.stats() catch |err| return coreStatus(err);
     out_ptr.* = .{
@@ -374,7 +428,7 @@ export fn lx_store_verify(
     capacity: u64,
     out_summary: ?*integrity.Summary,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_verify", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_verify") orelse return .invalid_argument;
     const summary_ptr = out_summary orelse return invalid("lx_store_verify: out_summary is NULL", .{});
     if (capacity > 0 and out_problems == null) return invalid("lx_store_verify: out_problems is NULL", .{});
     if (capacity > store_limits.record_count_max)
@@ -387,7 +441,7 @@ export fn lx_store_verify(
 }
 
 export fn lx_store_sync(store: ?*LxStore) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_sync", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_sync") orelse return .invalid_argument;
     return storeStatus(s.sync());
 }
 
@@ -398,7 +452,7 @@ export fn lx_store_train_dict(
     count: u64,
     dict_size: u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_train_dict", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_train_dict") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_train_dict: offsets is NULL", .{});
     if (count > store_limits.record_count_max)
         return invalid("lx_store_train_dict: {d} samples; at most {d} are accepted", .{ count, store_limits.record_count_max });
@@ -420,12 +474,9 @@ export fn lx_view_open(stores: ?[*]const ?*LxStore, count: u64, out: ?*?*LxView)
         return invalid("lx_view_open: count is {d}; a view holds 1 to {d} stores", .{ count, store_limits.view_store_count_max });
     const stores_ptr = stores orelse return invalid("lx_view_open: stores is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
-    const plain = std.heap.c_allocator.alloc(*Store, handles.len) catch return outOfMemoryStatus("lx_view_open");
+    var refusal: Status = .ok;
+    const plain = resolveStores("lx_view_open", handles, &refusal) orelse return refusal;
     defer std.heap.c_allocator.free(plain);
-    for (handles, plain, 0..) |handle, *s, i| {
-        if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
-        s.* = resolve(Store, handle) orelse return invalid("lx_view_open: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
-    }
     const view = View.open(std.heap.c_allocator, plain) catch |err| return coreStatus(err);
     out_ptr.* = handleOf(View, view);
     status.clearMessage();
@@ -433,14 +484,11 @@ export fn lx_view_open(stores: ?[*]const ?*LxStore, count: u64, out: ?*?*LxView)
 }
 
 export fn lx_view_close(view: ?*LxView) callconv(.c) void {
-    // NULL does nothing, and so does a handle already closed (a second close).
-    View.closeHandle(tokenOf(view));
+    closeHandle(View, view);
 }
 
 export fn lx_view_length(view: ?*const LxView) callconv(.c) u64 {
-    const v = resolve(View, view) orelse return 0;
-    v.checkOpen(v.stores.len - 1) catch return 0;
-    return v.length();
+    return lengthOf(View, view);
 }
 
 export fn lx_view_gather_fixed(
@@ -450,14 +498,7 @@ export fn lx_view_gather_fixed(
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_gather_fixed", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_gather_fixed: indices is NULL", .{});
-    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_view_gather_fixed: count {d} overflows the address space", .{count});
-    if (stride == 0) return invalid("lx_view_gather_fixed: stride is 0", .{});
-    const dst_ptr = dst orelse return invalid("lx_view_gather_fixed: dst is NULL", .{});
-    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_view_gather_fixed: count * stride overflows", .{});
-    return storeStatus(v.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+    return gatherFixed(View, view, indices, count, dst, stride);
 }
 
 export fn lx_view_record_lengths(
@@ -466,12 +507,7 @@ export fn lx_view_record_lengths(
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_record_lengths", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_record_lengths: indices is NULL", .{});
-    const out_ptr = out_lengths orelse return invalid("lx_view_record_lengths: out_lengths is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_view_record_lengths: count {d} overflows the address space", .{count});
-    return storeStatus(v.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+    return recordLengths(View, view, indices, count, out_lengths);
 }
 
 export fn lx_view_gather(
@@ -481,19 +517,7 @@ export fn lx_view_gather(
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_gather", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_gather: indices is NULL", .{});
-    const offsets_ptr = dst_offsets orelse return invalid("lx_view_gather: dst_offsets is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_view_gather: count {d} overflows the address space", .{count});
-    for (0..count) |i| {
-        if (offsets_ptr[i + 1] < offsets_ptr[i])
-            return invalid("lx_view_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
-    }
-    const byte_count = offsets_ptr[count] - offsets_ptr[0];
-    if (byte_count > 0 and dst == null) return invalid("lx_view_gather: dst is NULL", .{});
-    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
-    return storeStatus(v.gather(indices_ptr[0..count], destination, byte_count));
+    return gatherRagged(View, view, indices, count, dst, dst_offsets);
 }
 
 // ---- the Python binding's fast path: 32-bit halves and NumPy arrays by their fields --------
@@ -577,16 +601,20 @@ fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
     return T.fromOpenHandle(@enumFromInt(numpy_array.join(low, high)));
 }
 
+fn gatherArrays(comptime T: type, handle_low: u32, handle_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status {
+    const noun = comptime nounOf(T);
+    const function = "lx_" ++ noun ++ "_gather_arrays";
+    const object = handleAt(T, handle_low, handle_high) orelse return invalid(function ++ ": " ++ noun ++ " is NULL, misaligned or not open", .{});
+    const request = ArrayGather.read(function, indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
+    return storeStatus(object.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+}
+
 export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL, misaligned or not open", .{});
-    const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
-    return storeStatus(s.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+    return gatherArrays(Store, store_low, store_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
 }
 
 export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL, misaligned or not open", .{});
-    const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
-    return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+    return gatherArrays(View, view_low, view_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
 }
 
 /// Mirrors lx_gather_stream in loaderx.h.
