@@ -242,6 +242,7 @@ pub const Store = struct {
     pub fn hasDict(store: *const Store) bool {
         return @atomicLoad(?*codec.Dictionary, &store.dict, .acquire) != null;
     }
+
     // ---- append, gather and delete (their own files) ----------------------------------------
 
     pub const append = store_append.append;
