@@ -37,6 +37,8 @@ test {
     _ = @import("checksum.zig");
     _ = @import("integrity.zig");
     _ = @import("store_test.zig");
+    _ = @import("store_delete_test.zig");
+    _ = @import("store_gather_test.zig");
     _ = @import("view.zig");
     _ = @import("runs.zig");
     _ = @import("lazy_table.zig");
