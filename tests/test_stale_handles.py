@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from loaderx import _native
@@ -34,11 +35,20 @@ def open_store(folder: Path, first_byte: int, count: int) -> int:
     return handle.value
 
 
-def gather(function: object, handle: int, indices: list[int]) -> tuple[int, bytes]:
+def open_view(store: int) -> int:
+    """A view over the one store."""
+    handle = ctypes.c_void_p()
+    code = lib.lx_view_open((ctypes.c_void_p * 1)(store), 1, ctypes.byref(handle))
+    assert code == _native.OK, lib.lx_last_error()
+    assert handle.value
+    return handle.value
+
+
+def gather(function: Callable[..., int], handle: int, indices: list[int]) -> tuple[int, bytes]:
     """(status, bytes written) of a dense gather; the buffer starts as 0xEE bytes."""
     index_array = (ctypes.c_int64 * len(indices))(*indices)
     out = (ctypes.c_uint8 * (RECORD * len(indices)))(*([0xEE] * (RECORD * len(indices))))
-    code = function(handle, index_array, len(indices), out, RECORD)  # type: ignore[operator]
+    code = function(handle, index_array, len(indices), out, RECORD)
     return code, bytes(out)
 
 
@@ -65,7 +75,9 @@ def test_a_stale_store_handle_is_refused_and_the_new_store_keeps_working(tmp_pat
         "not an open lx_store",
     )
     assert lengths[0] == 77
-    expect_refused(lib.lx_store_append_fixed(stale, b"zzzz", RECORD, 1, 0, None), "not an open lx_store")
+    expect_refused(
+        lib.lx_store_append_fixed(stale, b"zzzz", RECORD, 1, 0, None), "not an open lx_store"
+    )
     expect_refused(lib.lx_store_delete(stale, (ctypes.c_int64 * 1)(0), 1), "not an open lx_store")
     expect_refused(lib.lx_store_stats(stale, ctypes.byref(_native.Stats())), "not an open lx_store")
     expect_refused(lib.lx_store_sync(stale), "not an open lx_store")
@@ -92,28 +104,26 @@ def test_a_stale_store_handle_is_refused_and_the_new_store_keeps_working(tmp_pat
 
 def test_a_stale_view_handle_is_refused_and_a_view_over_a_closed_store_too(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s", 0, 4)
-    stale = ctypes.c_void_p()
-    assert lib.lx_view_open((ctypes.c_void_p * 1)(store), 1, ctypes.byref(stale)) == _native.OK
-    lib.lx_view_close(stale.value)
-    lib.lx_view_close(stale.value)  # a second close does nothing
-    fresh = ctypes.c_void_p()
-    assert lib.lx_view_open((ctypes.c_void_p * 1)(store), 1, ctypes.byref(fresh)) == _native.OK
-    assert fresh.value != stale.value
-    assert lib.lx_view_length(stale.value) == 0
-    code, written = gather(lib.lx_view_gather_fixed, stale.value, [1])
+    stale = open_view(store)
+    lib.lx_view_close(stale)
+    lib.lx_view_close(stale)  # a second close does nothing
+    fresh = open_view(store)
+    assert fresh != stale
+    assert lib.lx_view_length(stale) == 0
+    code, written = gather(lib.lx_view_gather_fixed, stale, [1])
     expect_refused(code, "not an open lx_view")
     assert written == b"\xee" * RECORD
-    code, written = gather(lib.lx_view_gather_fixed, fresh.value, [3])
+    code, written = gather(lib.lx_view_gather_fixed, fresh, [3])
     assert code == _native.OK
     assert written == bytes([3] * RECORD)
     # The store closed under the view (the caller broke the borrow), and a new store opened,
     # perhaps in its memory: the view refuses instead of reading the newcomer.
     lib.lx_store_close(store)
     newcomer = open_store(tmp_path / "n", 50, 4)
-    assert lib.lx_view_length(fresh.value) == 0
-    code, written = gather(lib.lx_view_gather_fixed, fresh.value, [0])
+    assert lib.lx_view_length(fresh) == 0
+    code, written = gather(lib.lx_view_gather_fixed, fresh, [0])
     expect_refused(code, "closed before the view")
     assert written == b"\xee" * RECORD
-    lib.lx_view_close(fresh.value)
+    lib.lx_view_close(fresh)
     assert lib.lx_store_length(newcomer) == 4
     lib.lx_store_close(newcomer)
