@@ -2,7 +2,7 @@
 handle is refused as a NULL handle is, even once a store or view opened since has taken the
 closed one's memory; the new object keeps working.
 
-Called through loaderx._native's declarations, as the library's own wrappers call it.
+Called through loaderx._native.library's declarations, as the library's own wrappers call it.
 zig/src/exports_test.zig tests the same from Zig, where it also shows that the new store does
 reuse the freed memory.
 """
@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from loaderx import _native
+from loaderx._native import library as _native
 
 lib = _native.lib
 RECORD = 4
