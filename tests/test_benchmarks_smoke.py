@@ -58,12 +58,12 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
 
 
 def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
-    """tools/loader_overhead.py (a README command) at minimal sizes: it checks each row's first
-    three batches against the records its sampler names before timing, and exits non-zero if
-    one differs."""
+    """benchmarks/probes/loader_overhead.py (a README command) at minimal sizes: it checks each
+    row's first three batches against the records its sampler names before timing, and exits
+    non-zero if one differs."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "loader_overhead.py"), "--records", "600",
-         "--rounds", "1", "--block", "0.02"],
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / "loader_overhead.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -80,11 +80,11 @@ def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
 
 
 def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> None:
-    """tools/destination_offsets.py (a README command) at minimal sizes: it compares each row's
-    last batch with the records before timing, and exits non-zero if one differs."""
+    """benchmarks/probes/destination_offsets.py (a README command) at minimal sizes: it compares
+    each row's last batch with the records before timing, and exits non-zero if one differs."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "destination_offsets.py"), "--records", "600",
-         "--rounds", "1", "--block", "0.02", "--offsets", "0,16,2048"],
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / "destination_offsets.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02", "--offsets", "0,16,2048"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr

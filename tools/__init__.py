@@ -1,1 +1,2 @@
-"""Release tooling for loaderx (wheels, sdist, cross-target checks); not part of the package."""
+"""Release tooling for loaderx (wheels, sdist, cross-target checks) and the progress line shown in
+tmux for a person to look at; not part of the package."""
