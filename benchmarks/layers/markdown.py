@@ -1,5 +1,7 @@
-"""The Markdown report of a run (`--report FILE`): a header saying what was measured, where and
-when, then the machine block and every table the run printed, in the order it printed them."""
+"""The Markdown report of a run (`--report FILE`): what was measured, where and when; the tables.
+
+The header block names the command, the commit, the machine, the load before and after and the
+date; the machine block and every table the run printed follow, in the order it printed them."""
 
 from __future__ import annotations
 

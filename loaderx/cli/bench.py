@@ -1,4 +1,4 @@
-"""The bench command: a dense dataset's random-gather speed next to a NumPy memmap of its records."""
+"""The bench command: a dense dataset's random-gather speed beside a NumPy memmap of its records."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if not isinstance(opened, DenseDataset):
         kind = "ragged dataset" if isinstance(opened, RaggedDataset) else "bare Zrecord store"
         opened.close()
-        raise Problem(f"{args.path}: bench compares a dense dataset with a NumPy memmap; this is a {kind}")
+        raise Problem(f"{args.path}: bench compares a dense dataset with a NumPy memmap; "
+                      f"this is a {kind}")
     try:
         return bench_dense(opened, args, out)
     finally:

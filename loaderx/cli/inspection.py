@@ -40,7 +40,8 @@ def info_of(path: str) -> dict[str, Any]:
             data_bytes=stats["live_bytes"], chunk_bytes=stats["chunk_bytes"],
             reclaimable_bytes=stats["reclaimable"], allocated_bytes=allocated,
             apparent_bytes=apparent,
-            compression_ratio=round(logical / stats["live_bytes"], 4) if stats["live_bytes"] else None,
+            compression_ratio=(round(logical / stats["live_bytes"], 4) if stats["live_bytes"]
+                               else None),
         )
         return result
     finally:

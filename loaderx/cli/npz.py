@@ -1,5 +1,7 @@
-"""Reading .npz archives for `convert`: every array checked before the first is converted,
-then each one memory-mapped (never loaded whole)."""
+"""The .npz reader of `convert`: every array checked first, then each memory-mapped, not loaded.
+
+Nothing is converted until every array of the archive has passed (names, CRCs, headers,
+destinations), so a refused archive leaves nothing half done."""
 
 from __future__ import annotations
 

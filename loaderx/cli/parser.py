@@ -1,4 +1,4 @@
-"""The command line: one argparse subcommand per command, each wired to the function that runs it."""
+"""The command line: one argparse subcommand per command, wired to the function that runs it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from loaderx.cli.maintenance import cmd_compact
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `loaderx` parser: each subcommand's `run` default is the function that runs it."""
     parser = argparse.ArgumentParser(
         prog="loaderx",
         description="Inspect, convert and check loaderx datasets and Zrecord stores.",
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         made.set_defaults(run=run)
         return made
 
-    info = command("info", "kind, dtype, shape, codec, records, bytes and compression ratio", cmd_info)
+    info = command("info", "kind, dtype, shape, codec, records, bytes and compression ratio",
+                   cmd_info)
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="print JSON")
 
@@ -68,10 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench = command("bench", "this dataset's random-gather speed next to a NumPy memmap of the "
                     "same records", cmd_bench)
     bench.add_argument("path")
-    bench.add_argument("--batch", type=int_option(1), default=256, help="records per batch (default 256)")
+    bench.add_argument("--batch", type=int_option(1), default=256,
+                       help="records per batch (default 256)")
     bench.add_argument("--records", type=int_option(1), default=BENCH_RECORDS_MAX,
                        help=f"use the first N records (default {BENCH_RECORDS_MAX:,})")
-    bench.add_argument("--rounds", type=int_option(1), default=5, help="interleaved rounds (default 5)")
+    bench.add_argument("--rounds", type=int_option(1), default=5,
+                       help="interleaved rounds (default 5)")
     bench.add_argument("--seconds", type=seconds_option, default=0.3,
                        help="seconds per contender and round (default 0.3)")
     bench.add_argument("--tmp", default=None, help="folder for the temporary .npy copy")
