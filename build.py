@@ -5,7 +5,8 @@
     python3 build.py test      native build, Zig suite (Debug + ReleaseFast), mypy, pytest
     python3 build.py native    fetch zstd's sources (pinned) and build the Zig library
     python3 build.py compile   compile the mypyc modules in place
-    python3 build.py bench     the side-by-side benchmarks (see benchmarks/)
+    python3 build.py bench     the side-by-side benchmarks (see benchmarks/); --report FILE
+                               also writes the run as a Markdown report
     python3 build.py asv       the asv suite over recent commits, then its HTML dashboard
     python3 build.py wheels    wheels for every platform plus the sdist, each checked
     python3 build.py install-check [--sdist]   install dist/'s host wheels (or the sdist) into
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -407,7 +409,11 @@ def cmd_bench(args: list[str]) -> None:
     # What users run: the wheels ship the mypyc-compiled modules.
     build_native()
     compile_mypyc()
-    run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args])
+    # A report (--report FILE) names the command that produced it: this one, as typed, not the
+    # compare.py run it starts.
+    command = shlex.join(["python3", "build.py", "bench", *args])
+    run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args],
+        env=dict(os.environ, LOADERX_BENCH_COMMAND=command))
 
 
 def cmd_asv(args: list[str]) -> None:

@@ -202,6 +202,24 @@ def test_an_interrupted_step_says_so(build: ModuleType, monkeypatch: pytest.Monk
     assert run_main(build, monkeypatch, interrupted) == "130"
 
 
+def test_bench_hands_its_command_to_the_report(build: ModuleType,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`build.py bench ... --report FILE` runs compare.py with the command as typed in
+    LOADERX_BENCH_COMMAND, which the report's header prints (compare.py sees only its own
+    arguments). Nothing is built or measured here."""
+    ran: list[tuple[list[str], dict[str, str] | None]] = []
+    monkeypatch.setattr(build, "build_native", lambda: None)
+    monkeypatch.setattr(build, "compile_mypyc", lambda: None)
+    monkeypatch.setattr(build, "run", lambda cmd, env=None: ran.append((cmd, env)))
+    build.cmd_bench(["store", "--report", "benchmarks/reports/a b.md"])
+    [(cmd, env)] = ran
+    assert cmd[1:] == [str(ROOT / "benchmarks" / "compare.py"), "store", "--report",
+                       "benchmarks/reports/a b.md"]
+    assert env is not None
+    assert env["LOADERX_BENCH_COMMAND"] == (
+        "python3 build.py bench store --report 'benchmarks/reports/a b.md'")
+
+
 def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A venv made from an interpreter that was since removed or upgraded: bin/python dangles."""

@@ -691,7 +691,7 @@ def test_a_store_out_of_chunk_space_rolls_over_early(tmp_path: Path, monkeypatch
 
 
 def test_the_command_line_reports_a_sharded_dataset_whole(tmp_path: Path) -> None:
-    from loaderx.cli import info_of
+    from loaderx.cli.inspection import info_of
 
     path, data = _sharded(tmp_path)
     info = info_of(str(path))
