@@ -134,7 +134,8 @@ class ShardSet:
         where = f"{self.path!r}: shard {name!r}"
         if not os.path.isfile(os.path.join(folder, _META_FILE)):
             raise ManifestError(
-                f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{_META_FILE})"
+                f"{where} is listed in {MANIFEST_FILE} but missing from disk "
+                f"(no {folder}/{_META_FILE})"
             )
         if name != TOP_LEVEL and not self.readonly and os.path.islink(folder):
             # Shard folders are made by renames inside the dataset, never as links: a writable

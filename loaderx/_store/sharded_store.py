@@ -47,7 +47,8 @@ def check_shard_records(shard_records: object) -> int:
         raise TypeError(f"shard_records must be an int, not {type(shard_records).__name__}")
     if not 1 <= shard_records <= SHARD_RECORDS_MAX:
         raise ValueError(
-            f"shard_records must be in 1..{SHARD_RECORDS_MAX} (a store's limit), got {shard_records}"
+            f"shard_records must be in 1..{SHARD_RECORDS_MAX} (a store's limit), "
+            f"got {shard_records}"
         )
     return int(shard_records)
 
