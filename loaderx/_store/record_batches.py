@@ -14,6 +14,8 @@ CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
 RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
 RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
 
+_INT64: Final = np.dtype(np.int64)
+
 # A batch of records: a sequence of bytes-like objects, or an array whose rows are the records.
 Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
 
@@ -109,3 +111,28 @@ def fixed_records(data: object, record_size: object) -> tuple[npt.NDArray[Any], 
     contiguous = np.ascontiguousarray(data)
     count = contiguous.nbytes // size
     return contiguous, size, count
+
+
+def gather_arguments(
+    indices: object, out: object, record_size: int
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Zrecord.gather_into's checks off its fast path, in order, each with its own message:
+    indices as a plain one-dimensional C-contiguous int64 array, and their count."""
+    if record_size <= 0:
+        raise ValueError(f"record_size must be at least 1 byte, got {record_size}")
+    if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
+        raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
+    plain: npt.NDArray[np.int64] = np.asarray(indices)  # a subclass (np.memmap) as its plain array
+    if not plain.flags.c_contiguous or plain.ndim != 1:
+        raise ValueError("indices must be a one-dimensional C-contiguous array")
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writable C-contiguous array")
+    count = plain.shape[0]
+    if out.nbytes != count * record_size:
+        raise ValueError(
+            f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
+            f"need {count * record_size}"
+        )
+    return plain, count

@@ -42,6 +42,7 @@ from loaderx._store.record_batches import (
     Records,
     codec_id,
     fixed_records,
+    gather_arguments,
     pack_records,
     verify_flags,
 )
@@ -63,7 +64,6 @@ __all__ = [
 if TYPE_CHECKING:
     from loaderx._store.view import View
 
-_INT64: Final = np.dtype(np.int64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 # The most bad records a VerifyReport lists (it always counts them all).
 VERIFY_LIST_MAX: Final = 1 << 16
@@ -484,23 +484,7 @@ class Zrecord(NativeCalls):
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
         if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
             return self.gather_into(indices, out, int(record_size))
-        if record_size <= 0:
-            raise ValueError(f"record_size must be at least 1 byte, got {record_size}")
-        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
-            raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
-        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
-        if not indices.flags.c_contiguous or indices.ndim != 1:
-            raise ValueError("indices must be a one-dimensional C-contiguous array")
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a writable C-contiguous array")
-        count = indices.shape[0]
-        if out.nbytes != count * record_size:
-            raise ValueError(
-                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
-                f"need {count * record_size}"
-            )
+        indices, count = gather_arguments(indices, out, record_size)
         handle = self._enter()
         try:
             if count:
