@@ -34,7 +34,7 @@ from loaderx._store.schema import (
     resolve_dict_size,
     schema_path,
 )
-from loaderx._store.sharded import check_shard_records
+from loaderx._store.sharded_store import check_shard_records
 from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path, shard_number
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20

@@ -47,7 +47,7 @@ from loaderx._store.schema import (
     schema_path,
     write_schema,
 )
-from loaderx._store.sharded import ShardedStore, check_shard_records
+from loaderx._store.sharded_store import ShardedStore, check_shard_records
 from loaderx._store.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord

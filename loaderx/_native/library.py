@@ -28,13 +28,11 @@ from loaderx.errors import (
 
 ABI_VERSION: Final = 13
 
-c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
 MaintenanceCheck: Final = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_uint64
 )
-c_i64p = ctypes.POINTER(ctypes.c_int64)
 
 
 class Stats(ctypes.Structure):

@@ -70,7 +70,7 @@ from loaderx.errors import (  # noqa: E402
     ReadOnlyStoreError,
     SchemaError,
 )
-from loaderx._store.sharded import _delete_each  # noqa: E402
+from loaderx._store.shard_delete import delete_each  # noqa: E402
 from loaderx._store.shards import shard_folder  # noqa: E402
 from loaderx._store.zrecord import Zrecord  # noqa: E402
 from stress.fuzz_store import (  # noqa: E402
@@ -170,7 +170,7 @@ def _leave_half_deleted(path: str, plan: dict[int, list[int]]) -> None:
     write_manifest(path, manifest)
     first = manifest.shards[next(iter(plan))].name
     with Zrecord(shard_folder(path, first), create=False, _dataset_owned=True) as store:
-        _delete_each([store], [np.array(plan[next(iter(plan))], np.int64)], path)
+        delete_each([store], [np.array(plan[next(iter(plan))], np.int64)], path)
     try:
         DenseDataset(path, readonly=True, shard_records=_SHARD_RECORDS).close()
     except ReadOnlyStoreError:
@@ -381,7 +381,7 @@ def _mutate_files(folder: str, outside: str, rng: random.Random) -> str:
         # Not trials: without its manifest the folder is the single-store dataset it was before
         # its first rollover, and the shard folders are what a crash between that rollover's
         # move and its manifest write leaves (loaderx.shards); a half-done delete whose journal
-        # is gone is settled as its shards hold it (loaderx._store.sharded, by design for now).
+        # is gone is settled as its shards hold it (loaderx._store.shard_delete, by design for now).
         name = os.path.join(shard, "schema.msgpack")
     path = os.path.join(folder, name)
     if kind in ("folder", "empty", "link_out", "remove"):
