@@ -5,7 +5,8 @@
     python3 build.py test      native build, Zig suite (Debug + ReleaseFast), mypy, pytest
     python3 build.py native    fetch zstd's sources (pinned) and build the Zig library
     python3 build.py compile   compile the mypyc modules in place
-    python3 build.py bench     the side-by-side benchmarks (see benchmarks/)
+    python3 build.py bench     the side-by-side benchmarks (see benchmarks/); --report FILE
+                               also writes the run as a Markdown report
     python3 build.py asv       the asv suite over recent commits, then its HTML dashboard
     python3 build.py wheels    wheels for every platform plus the sdist, each checked
     python3 build.py install-check [--sdist]   install dist/'s host wheels (or the sdist) into
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -60,6 +62,20 @@ TEST_EXTRAS = [
     "flax==0.12.8",
     "optax==0.2.8",
     "ray[data]==2.60.0",
+]
+
+# The documentation site, built and checked by tests/test_docs_site.py with the test extras
+# (`build.py demo` needs none of it). Pinned exactly, the packages whose output the strict build
+# checks included: a new release that warns about the unchanged docs would fail the suite.
+DOCS_REQUIREMENTS = [
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.8.2",
+    "mkdocstrings[python]==1.0.8",
+    "mkdocstrings-python==2.0.11",
+    "griffe==2.4.1",
+    "mkdocs-autorefs==1.4.5",
+    "pymdown-extensions==13.1.2",
+    "markdown==3.11.3",
 ]
 
 # zstd's C sources come from this registry sdist, never from the repository.
@@ -151,7 +167,7 @@ def ensure_venv() -> None:
     """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there.
     A .venv whose python does not run (or lacks pip) is made anew."""
     stamp = VENV / ".loaderx-requirements"
-    wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS)
+    wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS + DOCS_REQUIREMENTS)
     if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
         return
     if not venv_runs():
@@ -163,7 +179,8 @@ def ensure_venv() -> None:
     py = str(venv_python())
     run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
              "under a minute")
-    run_long([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *TEST_EXTRAS],
+    run_long([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *DOCS_REQUIREMENTS,
+              *TEST_EXTRAS],
              "installing the pinned tools and test extras (numpy, ziglang, mypy, torch, jax, ray)",
              "about 2 to 4 minutes on a first run, mostly downloads; pip prints nothing meanwhile")
     stamp.write_text(wanted)
@@ -319,6 +336,27 @@ def compile_mypyc() -> None:
              env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
 
 
+# --- the browser of the docs site check ------------------------------------------------------
+
+
+def ensure_chromium() -> None:
+    """tests/test_docs_site.py opens every page of the site in headless Chromium: Debian's
+    chromium package, installed here with apt-get when it is missing and this runs as root.
+    Anywhere else nothing is installed and that test fails, naming the package it needs."""
+    if any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        return
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        log("chromium is missing and cannot be installed from here (needs root and apt-get): "
+            "tests/test_docs_site.py will fail until it is (Debian: apt-get install chromium)")
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run_long(["apt-get", "update"], "updating apt's package lists to install chromium",
+             "10 to 60 seconds", env=env)
+    run_long(["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+             "installing Debian's chromium for the docs site check",
+             "about 1 to 2 minutes on a first run: about 100 MB of packages", env=env)
+
+
 # --- commands -------------------------------------------------------------------------------
 
 
@@ -342,6 +380,7 @@ def cmd_test(args: list[str]) -> None:
     build_native()
     zig_tests()
     run([sys.executable, "-m", "mypy", "--strict", "loaderx", "tests"])
+    ensure_chromium()
     remove_compiled()
     # In CI no test may skip: every optional package the tests need is installed above.
     os.environ["LOADERX_FORBID_SKIPS"] = "1"
@@ -373,7 +412,11 @@ def cmd_bench(args: list[str]) -> None:
     # What users run: the wheels ship the mypyc-compiled modules.
     build_native()
     compile_mypyc()
-    run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args])
+    # A report (--report FILE) names the command that produced it: this one, as typed, not the
+    # compare.py run it starts.
+    command = shlex.join(["python3", "build.py", "bench", *args])
+    run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *args],
+        env=dict(os.environ, LOADERX_BENCH_COMMAND=command))
 
 
 def cmd_asv(args: list[str]) -> None:

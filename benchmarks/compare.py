@@ -11,6 +11,7 @@ lacks. Examples:
     python3 build.py bench store --shape 256,256,3 --dict-tiers
     python3 build.py bench store --only zarr,h5py-gzip
     python3 build.py bench loader --transform augment --only loaderx,torch,grain
+    python3 build.py bench sampler --report benchmarks/reports/sampler-run.md
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from layers import data, env, machine, workdir  # noqa: E402
+from layers import data, env, machine, markdown, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
 LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert")
@@ -67,6 +68,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true",
                         help="minimal sizes: checks the harness end to end, measures nothing")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    parser.add_argument("--report", type=Path,
+                        help="write the run as a Markdown report to this file: the command, "
+                             "commit, machine, load before and after, date, then every table")
     parser.add_argument("--plot", type=Path,
                         help="draw the store, record-size sweep and loader tables (PNG)")
     parser.add_argument("--here", action="store_true",
@@ -124,6 +128,7 @@ def main(argv: list[str]) -> int:
     if not args.here and not env.inside_bench_venv():
         env.reexec([str(Path(__file__).resolve()), *argv], wanted_peers(args), args.retry_peers)
     started = time.monotonic()
+    facts = markdown.start(argv)
     rep = Report(machine=machine.machine_rows())
     rep.settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     print(render_machine(rep.machine), end="\n\n", flush=True)
@@ -147,6 +152,11 @@ def main(argv: list[str]) -> int:
     if args.json:
         rep.write_json(args.json)
         print(f"wrote {args.json}")
+    if args.report:
+        facts.load_after = machine.one_minute_load()
+        facts.seconds, facts.tiny = time.monotonic() - started, args.tiny
+        markdown.write(args.report, rep, facts)
+        print(f"wrote {args.report}")
     if args.plot:
         from layers import plot
 

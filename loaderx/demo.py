@@ -23,7 +23,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx.cli import _size, int_option
+from loaderx.cli.arguments import int_option
+from loaderx.cli.sizes import size_text
 from loaderx._data.dictionary_sample import DICT_SAMPLE_COUNT_MIN
 from loaderx._data.converter import from_numpy
 from loaderx._loading.dataloader import DataLoader
@@ -129,8 +130,8 @@ def _check_memory(parser: argparse.ArgumentParser, records: int, side: int) -> N
     advice = (f"at most {fits} records fit with this --side" if fits
               else "no --records fits with this --side: pick a smaller --side")
     parser.error(
-        f"--records {records} with --side {side} needs {_size(need)} of memory (the demo makes "
-        f"its whole image set in memory), more than this machine's {_size(total)}: {advice}"
+        f"--records {records} with --side {side} needs {size_text(need)} of memory (the demo makes "
+        f"its whole image set in memory), more than this machine's {size_text(total)}: {advice}"
     )
 
 

@@ -35,7 +35,7 @@ from loaderx._data.ragged import RaggedDataset
 from loaderx._data.parallel import split_ranges
 from loaderx._data.parallel_parts import Part, common_schema
 from loaderx._os.paths import PathArg, fs_path
-from loaderx._store.sharded import check_shard_records
+from loaderx._store.sharded_store import check_shard_records
 from loaderx._data.column_append import append_all, recover_appends, refuse_some_new
 from loaderx._store.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
 from loaderx._store.shards import SHARD_RECORDS_MAX

@@ -202,6 +202,24 @@ def test_an_interrupted_step_says_so(build: ModuleType, monkeypatch: pytest.Monk
     assert run_main(build, monkeypatch, interrupted) == "130"
 
 
+def test_bench_hands_its_command_to_the_report(build: ModuleType,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`build.py bench ... --report FILE` runs compare.py with the command as typed in
+    LOADERX_BENCH_COMMAND, which the report's header prints (compare.py sees only its own
+    arguments). Nothing is built or measured here."""
+    ran: list[tuple[list[str], dict[str, str] | None]] = []
+    monkeypatch.setattr(build, "build_native", lambda: None)
+    monkeypatch.setattr(build, "compile_mypyc", lambda: None)
+    monkeypatch.setattr(build, "run", lambda cmd, env=None: ran.append((cmd, env)))
+    build.cmd_bench(["store", "--report", "benchmarks/reports/a b.md"])
+    [(cmd, env)] = ran
+    assert cmd[1:] == [str(ROOT / "benchmarks" / "compare.py"), "store", "--report",
+                       "benchmarks/reports/a b.md"]
+    assert env is not None
+    assert env["LOADERX_BENCH_COMMAND"] == (
+        "python3 build.py bench store --report 'benchmarks/reports/a b.md'")
+
+
 def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A venv made from an interpreter that was since removed or upgraded: bin/python dangles."""
@@ -247,3 +265,27 @@ def test_an_old_python_is_refused_up_front_and_an_old_venv_is_made_anew(
     assert build.venv_runs()
     monkeypatch.setattr(build, "PYTHON_MIN", (3, 99))
     assert not build.venv_runs()
+
+
+def chromium_steps(build: ModuleType, monkeypatch: pytest.MonkeyPatch, found: set[str],
+                   euid: int) -> list[list[str]]:
+    """The commands ensure_chromium runs when `found` are the programs on PATH."""
+    steps: list[list[str]] = []
+    monkeypatch.setattr(build.shutil, "which", lambda name: f"/usr/bin/{name}" if name in found
+                        else None)
+    monkeypatch.setattr(build.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(build, "run_long", lambda cmd, *_, **__: steps.append(cmd))
+    build.ensure_chromium()
+    return steps
+
+
+def test_chromium_is_installed_with_apt_get_when_missing_and_root(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert chromium_steps(build, monkeypatch, {"chromium", "apt-get"}, 0) == []
+    installs = chromium_steps(build, monkeypatch, {"apt-get"}, 0)
+    assert installs == [["apt-get", "update"],
+                        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]]
+    assert chromium_steps(build, monkeypatch, {"apt-get"}, 1000) == []
+    assert chromium_steps(build, monkeypatch, set(), 0) == []
+    assert capsys.readouterr().out.count("apt-get install chromium") == 2

@@ -601,7 +601,7 @@ def test_ragged_and_bare_heads_read_in_bounded_blocks(
 ) -> None:
     """A ragged or bare head gathered all N records at once; it reads about 16 MiB at a time
     now (64 bytes here), with the same output, for a sharded dataset too."""
-    from loaderx import cli
+    from loaderx.cli import stores
     from loaderx.zrecord import Zrecord
 
     rng = np.random.default_rng(4)
@@ -616,7 +616,7 @@ def test_ragged_and_bare_heads_read_in_bounded_blocks(
     ragged_lines = [f"[{i}] shape {r.shape}: {np.array2string(r)}\n" for i, r in enumerate(records)]
     bare_lines = [f"[{i}] {b[:48]!r}" + (f"... ({len(b):,} bytes)" if len(b) > 48 else "") + "\n"
                   for i, b in enumerate(blobs)]
-    monkeypatch.setattr(cli, "_READ_BYTES", 64)
+    monkeypatch.setattr(stores, "READ_BYTES", 64)
     counts = _gathered_counts(monkeypatch)
     for name, lines, sizes in (("ragged", ragged_lines, [r.nbytes for r in records]),
                                ("sharded", ragged_lines, [r.nbytes for r in records]),
@@ -643,7 +643,7 @@ def test_info_and_stats_read_record_sizes_in_bounded_windows(
     sizes are its record size now, and the others' are read a window at a time."""
     import tracemalloc
 
-    from loaderx import cli
+    from loaderx.cli import stores
     from loaderx.zrecord import Zrecord
 
     from_numpy(tmp_path / "dense", np.zeros((1 << 20, 3), np.uint8), codec="raw")
@@ -652,7 +652,7 @@ def test_info_and_stats_read_record_sizes_in_bounded_windows(
     from_iterator(tmp_path / "ragged", (np.zeros((int(n), 2), np.int16) for n in lengths))
     with Zrecord(tmp_path / "bare", create=True, codec="raw") as store:
         store.append([b"x" * int(n) for n in lengths])
-    monkeypatch.setattr(cli, "_LENGTH_WINDOW", 1024, raising=False)
+    monkeypatch.setattr(stores, "LENGTH_WINDOW", 1024)
     for name, sizes in (("dense", np.full(1 << 20, 3)), ("ragged", lengths * 4),
                         ("bare", lengths)):
         tracemalloc.start()
@@ -676,7 +676,7 @@ def test_npz_arrays_are_converted_without_loading_them_whole(
     (a MemoryError for an array larger than memory). It hands over a memory map now: of the
     archive itself for np.savez, of a temporary copy inflated a block at a time for
     np.savez_compressed. Every dtype, order and shape round-trips exactly."""
-    import loaderx._data.converter
+    import loaderx.cli.convert
 
     rng = np.random.default_rng(6)
     arrays: dict[str, npt.NDArray[Any]] = {
@@ -687,13 +687,13 @@ def test_npz_arrays_are_converted_without_loading_them_whole(
     }
     save(tmp_path / "in.npz", **arrays)
     handed: dict[str, Any] = {}
-    real = loaderx._data.converter.from_numpy
+    real = from_numpy  # the converter's own, which the command calls
 
     def from_numpy_seen(path: str, array: Any, **kwargs: Any) -> int:
         handed[os.path.basename(path)] = type(array)
         return real(path, array, **kwargs)
 
-    monkeypatch.setattr(loaderx._data.converter, "from_numpy", from_numpy_seen)
+    monkeypatch.setattr(loaderx.cli.convert, "from_numpy", from_numpy_seen)
     (tmp_path / "scratch").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
     status, text = run("convert", str(tmp_path / "in.npz"), str(tmp_path / "out"), "--quiet")

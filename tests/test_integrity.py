@@ -1,5 +1,5 @@
 """Integrity: per-record checksums (sums.zr), zstd frame checksums, dict.zr's trailer, the
-schema's checksum, verify(), and a CI-sized run of tools/fuzz_store.py."""
+schema's checksum, verify(), and a CI-sized run of stress/fuzz_store.py."""
 
 from __future__ import annotations
 
@@ -343,11 +343,7 @@ def test_dataset_verify_and_verify_keyword(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the fuzzer forks one child per trial")
 def test_fuzzing_store_files_finds_no_crash_hang_or_silent_wrong_result() -> None:
-    sys.path.insert(0, str(ROOT))
-    try:
-        from tools import fuzz_store
-    finally:
-        sys.path.remove(str(ROOT))
+    from stress import fuzz_store
     result = fuzz_store.run(trials=200, seed=1, timeout=60.0, log=lambda line: None)
     outcomes = result["outcomes"]
     assert result["failures"] == []
@@ -453,11 +449,7 @@ def test_recode_refuses_a_damaged_raw_record(tmp_path: Path, codec: Codec) -> No
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the fuzzer forks one child per trial")
 def test_fuzzing_sharded_dataset_files_finds_no_crash_hang_escape_or_silent_wrong_result() -> None:
-    sys.path.insert(0, str(ROOT))
-    try:
-        from tools import fuzz_sharded
-    finally:
-        sys.path.remove(str(ROOT))
+    from stress import fuzz_sharded
     result = fuzz_sharded.run(trials=90, seed=1, timeout=60.0, log=lambda line: None)
     outcomes = result["outcomes"]
     assert result["failures"] == []

@@ -1,6 +1,6 @@
 """SIGKILL at random moments in append, delete, compact and conversion with overwrite=True: the
-CI-sized run of tools/kill_loop.py (200 kills per operation; `python3 tools/kill_loop.py --kills
-1000` is the long version). After every kill the store opens, every acknowledged record is
+CI-sized run of stress/kill_loop.py (200 kills per operation; `python3 tests/stress/kill_loop.py
+--kills 1000` is the long version). After every kill the store opens, every acknowledged record is
 exact, an interrupted operation is all or nothing, and a conversion leaves the old or the new
 dataset complete with no hidden folder once recovered.
 
@@ -31,8 +31,8 @@ def run_kill_loop(operation: str, kills: int) -> dict[str, Any]:
     # Its own process: the loop forks a worker per round, which wants a parent without threads
     # of other tests (pytest may hold torch's or jax's).
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "kill_loop.py"), "--kills", str(kills),
-         "--ops", operation, "--json"],
+        [sys.executable, os.path.join(ROOT, "tests", "stress", "kill_loop.py"), "--kills",
+         str(kills), "--ops", operation, "--json"],
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr

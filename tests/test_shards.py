@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx._store import sharded as sharded_module
+from loaderx._store import shard_delete, sharded_store
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -495,14 +495,14 @@ def test_a_dense_read_that_meets_a_replaced_view_reads_again_through_the_new_one
     with DenseDataset(tmp_path / "d", dtype=np.int64, codec="raw", shard_records=10) as ds:
         ds.append(np.arange(25, dtype=np.int64))
         store = ds.store
-        assert isinstance(store, sharded_module.ShardedStore)
+        assert isinstance(store, sharded_store.ShardedStore)
         stale = store.view
         ds.append(np.arange(25, 31, dtype=np.int64))  # a fourth shard: `stale` is closed now
         assert stale is not None and stale.closed
-        current = sharded_module.ShardedStore.view
+        current = sharded_store.ShardedStore.view
         handed: list[bool] = []
 
-        def view_once_stale(self: sharded_module.ShardedStore) -> Any:
+        def view_once_stale(self: sharded_store.ShardedStore) -> Any:
             # The fast path picks up the stale view, as a reader does that a rollover on another
             # thread overtakes; the general path then reads through the current one.
             if not handed:
@@ -510,7 +510,7 @@ def test_a_dense_read_that_meets_a_replaced_view_reads_again_through_the_new_one
                 return stale
             return current.fget(self)  # type: ignore[attr-defined]
 
-        monkeypatch.setattr(sharded_module.ShardedStore, "view", property(view_once_stale))
+        monkeypatch.setattr(sharded_store.ShardedStore, "view", property(view_once_stale))
         picks = np.array([30, 0, 17, 25], dtype=np.int64)
         assert np.array_equal(ds[picks], picks)
         assert handed == [True]
@@ -691,7 +691,7 @@ def test_a_store_out_of_chunk_space_rolls_over_early(tmp_path: Path, monkeypatch
 
 
 def test_the_command_line_reports_a_sharded_dataset_whole(tmp_path: Path) -> None:
-    from loaderx.cli import info_of
+    from loaderx.cli.inspection import info_of
 
     path, data = _sharded(tmp_path)
     info = info_of(str(path))
@@ -892,14 +892,14 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
 _KILLED_APPEND = """
 import os, sys
 import numpy as np
-import loaderx._store.sharded
+import loaderx._store.shard_append
 from loaderx.dataset import DenseDataset
 from loaderx.zrecord import Zrecord
 
 path, where, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = np.load(sys.argv[4])
 original_append = Zrecord.append_fixed
-original_commit = loaderx._store.sharded.commit_shards_locked
+original_commit = loaderx._store.shard_append.commit_shards_locked
 
 def append_fixed(store, data, record_size):
     tail = ".staging-" not in store.path
@@ -916,7 +916,7 @@ def commit_shards_locked(*args, **kwargs):
     return original_commit(*args, **kwargs)
 
 Zrecord.append_fixed = append_fixed
-loaderx._store.sharded.commit_shards_locked = commit_shards_locked
+loaderx._store.shard_append.commit_shards_locked = commit_shards_locked
 with DenseDataset(path, shard_records=count) as ds:
     ds.append(rows)
 os._exit(0)
@@ -985,13 +985,13 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
 _KILLED_DELETE = """
 import os, sys
 import numpy as np
-import loaderx._store.sharded
+import loaderx._store.shard_delete
 from loaderx.dataset import DenseDataset
 
 path, where = sys.argv[1], sys.argv[2]
 targets = [int(i) for i in sys.argv[3].split(",")]
-original_delete = loaderx._store.sharded._delete_each
-original_write = loaderx._store.sharded.write_manifest
+original_delete = loaderx._store.shard_delete.delete_each
+original_write = loaderx._store.shard_delete.write_manifest
 
 def delete_each(stores, indices, name):
     if where == "before-shards":
@@ -1011,13 +1011,13 @@ def write_manifest(folder, manifest):
         os._exit(9)
     original_write(folder, manifest)
 
-loaderx._store.sharded._delete_each = delete_each
-loaderx._store.sharded.write_manifest = write_manifest
+loaderx._store.shard_delete.delete_each = delete_each
+loaderx._store.shard_delete.write_manifest = write_manifest
 with DenseDataset(path, shard_records=1000) as ds:
     if len(sys.argv) > 4:  # new shards first, for a delete in shards no other handle holds
-        loaderx._store.sharded.write_manifest = original_write
+        loaderx._store.shard_delete.write_manifest = original_write
         ds.append(np.load(sys.argv[4]))
-        loaderx._store.sharded.write_manifest = write_manifest
+        loaderx._store.shard_delete.write_manifest = write_manifest
     ds.delete(targets)
 os._exit(0)
 """
@@ -1127,7 +1127,6 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
     """Every shard deleted, then the manifest write that settles it fails (a full disk): the
     delete raises, the handle still reads what the shards hold, the journal is gone (it can
     never be applied again), and the next write settles the manifest."""
-    from loaderx._store import sharded
     from loaderx._store.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
@@ -1138,7 +1137,7 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
         ds.delete([5, 1000, 2001])
         ds.append(row)
         expected = ds[:]
-    original = sharded.write_manifest  # type: ignore[attr-defined]
+    original = shard_delete.write_manifest  # type: ignore[attr-defined]
     writes = []
 
     def failing_third(folder: str, manifest: Any) -> None:
@@ -1148,10 +1147,10 @@ def test_a_delete_whose_last_manifest_write_fails_is_settled_by_the_next_write(
         original(folder, manifest)
 
     with DenseDataset(path, shard_records=CAPACITY) as ds:
-        monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_third)
+        monkeypatch.setattr("loaderx._store.shard_delete.write_manifest", failing_third)
         with pytest.raises(OSError, match="injected"):
             ds.delete([5, 1000, 2001])
-        monkeypatch.setattr("loaderx._store.sharded.write_manifest", original)
+        monkeypatch.setattr("loaderx._store.shard_delete.write_manifest", original)
         assert not (path / JOURNAL_FILE).exists()  # its native call returned: its job is done
         assert len(ds) == COUNT - 3 and ds[:].tobytes() == expected[:-1].tobytes()
         ds.append(row)
@@ -1395,7 +1394,7 @@ def test_a_refused_delete_never_runs_later(
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)
-    original = sharded_module.write_manifest  # type: ignore[attr-defined]
+    original = shard_delete.write_manifest  # type: ignore[attr-defined]
     calls = []
 
     def failing_restore(folder: str, manifest: Any) -> None:
@@ -1407,10 +1406,10 @@ def test_a_refused_delete_never_runs_later(
     row = _dense_data(1)
     with DenseDataset(path, shard_records=CAPACITY) as ds:
         with Zrecord(str(path / "shard-000002"), create=False):
-            monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_restore)
+            monkeypatch.setattr("loaderx._store.shard_delete.write_manifest", failing_restore)
             with pytest.raises(OSError, match="injected"):
                 ds.delete([3, 2400])
-            monkeypatch.setattr("loaderx._store.sharded.write_manifest", original)
+            monkeypatch.setattr("loaderx._store.shard_delete.write_manifest", original)
         assert not (path / JOURNAL_FILE).exists()
         ds.append(row)
         assert ds[:].tobytes() == np.concatenate([data, row]).tobytes()
@@ -1468,8 +1467,8 @@ def test_a_failed_delete_is_never_finished_later(
     from loaderx._store.delete_journal import JOURNAL_FILE
 
     path, data = _sharded(tmp_path)
-    original_delete = sharded_module._delete_each
-    original_write = sharded_module.write_manifest  # type: ignore[attr-defined]
+    original_delete = shard_delete.delete_each
+    original_write = shard_delete.write_manifest  # type: ignore[attr-defined]
     writes = []
 
     def first_shard_then_full(stores: Any, indices: Any, name: str) -> None:
@@ -1484,8 +1483,8 @@ def test_a_failed_delete_is_never_finished_later(
 
     row = _dense_data(1)
     with DenseDataset(path, shard_records=CAPACITY) as ds:
-        monkeypatch.setattr("loaderx._store.sharded._delete_each", first_shard_then_full)
-        monkeypatch.setattr("loaderx._store.sharded.write_manifest", failing_settle)
+        monkeypatch.setattr("loaderx._store.shard_delete.delete_each", first_shard_then_full)
+        monkeypatch.setattr("loaderx._store.shard_delete.write_manifest", failing_settle)
         with pytest.raises(OSError, match="injected"):
             ds.delete([5, 1500])
         monkeypatch.undo()
@@ -1599,15 +1598,15 @@ def test_an_open_refused_before_its_manifest_loads_never_looks_empty(
     that reads as an empty dataset."""
     from loaderx._store.delete_journal import write_journal
     from loaderx.errors import StoreLockedError
-    from loaderx._store.sharded import ShardedStore
+    from loaderx._store.shard_set import ShardSet
 
     path, data = _sharded(tmp_path)
     write_journal(str(path), [])  # a stale journal: the open goes the settling way
 
-    def held(self: ShardedStore, entry: Any) -> Any:
+    def held(self: ShardSet, entry: Any) -> Any:
         raise StoreLockedError("held exclusively elsewhere (injected)")
 
-    monkeypatch.setattr(ShardedStore, "_open_shard", held)
+    monkeypatch.setattr(ShardSet, "open_shard", held)
     with pytest.raises(StoreLockedError, match="injected"):
         DenseDataset(path, shard_records=CAPACITY)
     monkeypatch.undo()

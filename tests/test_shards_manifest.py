@@ -375,7 +375,7 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     before it; the signature a writer checks before every write still differs, by generation."""
     import os
 
-    from loaderx._store import sharded
+    from loaderx._store import shard_set
     from loaderx._store.shards import Manifest, ShardEntry, write_manifest
 
     folder = str(tmp_path)
@@ -385,9 +385,9 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     first_stat = real_fstat(fd)
     os.close(fd)
     monkeypatch.setattr(os, "fstat", lambda fd: first_stat)  # same inode, size and mtime
-    before = sharded._signature(folder)
+    before = shard_set.manifest_signature(folder)
     write_manifest(folder, Manifest([ShardEntry("shard-000001", 8)], generation=6))
-    after = sharded._signature(folder)
+    after = shard_set.manifest_signature(folder)
     assert before is not None and after is not None
     assert before[:3] == after[:3] and before != after
 

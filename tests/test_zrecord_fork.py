@@ -436,7 +436,7 @@ def test_a_child_forked_while_a_thread_holds_a_sharded_handles_guard_can_append(
     with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:
         writer.append(np.arange(250, dtype=np.int64))
     dataset = DenseDataset(path, shard_records=100)
-    from loaderx._store.sharded import ShardedStore
+    from loaderx._store.sharded_store import ShardedStore
 
     assert isinstance(dataset.store, ShardedStore)
     guard = dataset.store._guard  # noqa: SLF001

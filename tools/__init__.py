@@ -1,1 +1,2 @@
-"""Release tooling for loaderx (wheels, sdist, cross-target checks); not part of the package."""
+"""Repository tooling, not part of the package: release (wheels, sdist, cross-target checks), the
+docs site's mkdocs hooks, and the progress line shown in tmux for a person to look at."""

@@ -4,7 +4,7 @@
     python3 tools/install_check.py --sdist    the sdist, built by pip from a venv holding only pip
 Other arguments are handed to pytest (e.g. --deselect tests/test_x.py::test_y).
 
-The test suite (with benchmarks/, examples/, typings/, zig/include/, README.md and
+The test suite (with benchmarks/, examples/, typings/, zig/include/, docs/, README.md and
 pyproject.toml, which some tests use) is copied to a temporary folder and run from there, so `import loaderx` can only resolve to
 the installed package; that is asserted before pytest runs (and, for a compiled wheel, that the
 mypyc modules really are extension modules), as is that the `loaderx` console script and
@@ -37,8 +37,12 @@ TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
                      if r.startswith(("pytest", "hypothesis", "mypy", "asv", "virtualenv"))
                      ] + project_build.TEST_EXTRAS
 # Copied beside the tests: the harnesses and examples some tests drive, the C header test_abi
-# reads, and the stubs pyproject.toml's mypy settings name. Never loaderx itself.
-BESIDE_TESTS: Final = ("tests", "benchmarks", "examples", "typings", "zig/include")
+# reads, the stubs pyproject.toml's mypy settings name and the pages whose examples
+# test_doc_examples.py runs. Never loaderx itself.
+BESIDE_TESTS: Final = ("tests", "benchmarks", "examples", "typings", "zig/include", "docs")
+# Tests of the repository rather than of the installed package: the documentation site is built
+# from the sources in the checkout (tests/test_doc_examples.py still runs docs/'s examples).
+REPOSITORY_ONLY: Final = ("test_docs_site.py",)
 WHERE: Final = """
 import json, sys, sysconfig, loaderx, loaderx._native.library as native
 modules = {}
@@ -94,8 +98,9 @@ def run_suite(python: str, label: str, compiled: list[str], pytest_args: list[st
         if (Path(tmp) / "loaderx").exists():
             raise CheckFailed(f"{tmp} holds a loaderx folder; the test would not be of the wheel")
         log(f"pytest ({label}) in {tmp}")
+        ignored = [f"--ignore-glob=*/{name}" for name in REPOSITORY_ONLY]
         subprocess.run(nice([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests),
-                             *pytest_args]),
+                             *ignored, *pytest_args]),
                        cwd=tmp, env=env, check=True)
 
 

@@ -38,7 +38,7 @@ const zstd_c_flags = [_][]const u8{
     "-fvisibility=hidden",
     "-std=c99",
     // zstd is fuzzed upstream; Zig's C sanitizer (on in Debug and ReleaseSafe) cost its
-    // decompression about 3% (tools/release_modes.py) and is left to our own code.
+    // decompression about 3% (benchmarks/probes/release_modes.py) and is left to our own code.
     "-fno-sanitize=undefined",
 };
 

@@ -126,6 +126,31 @@ def load_line() -> str:
     return f"{one:.2f} (1 min), {five:.2f} (5 min) at start"
 
 
+def one_minute_load() -> float | None:
+    """The 1-minute load average now; None where the system does not expose it."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def summary_line() -> str:
+    """The machine in one line, for a report's header: CPU model, cores and threads, L3, memory
+    and OS (the machine block has the rest)."""
+    info = lscpu()
+    model = info.get("Model name") or platform.processor() or "unknown CPU"
+    threads = os.cpu_count() or 0
+    try:
+        cores = int(info["Socket(s)"]) * int(info["Core(s) per socket"])
+    except (KeyError, ValueError):
+        cores = threads
+    l3 = info.get("L3 cache")
+    # lscpu says "32 MiB (1 instance)": the size is what a reader compares between machines.
+    cache = f"L3 {l3.split(' (')[0]}" if l3 else "L3 not exposed"
+    return (f"{model}, {cores} cores / {threads} threads, {cache}, memory {memory_line()}, "
+            f"{os_line()}")
+
+
 def machine_rows() -> list[tuple[str, str]]:
     info = lscpu()
     return [

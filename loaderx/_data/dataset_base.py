@@ -1,7 +1,7 @@
 """What dense and ragged datasets share: opening, the schema, the store's maintenance, close.
 
 A dataset folder is a Zrecord store plus schema.msgpack (see loaderx._store.schema); a sharded
-dataset is several such stores under a manifest (loaderx._store.sharded). DenseDataset
+dataset is several such stores under a manifest (loaderx._store.sharded_store). DenseDataset
 (loaderx._data.dense) and RaggedDataset (loaderx._data.ragged) add their reads and appends.
 
 Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
@@ -23,7 +23,7 @@ from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
-from loaderx._store.sharded import ShardedStore, check_shard_records
+from loaderx._store.sharded_store import ShardedStore, check_shard_records
 from loaderx._store.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
@@ -232,7 +232,7 @@ class DatasetBase:
         """Swap-last delete of the selected records: survivors reindex to stay 0..len-1.
 
         In a sharded dataset each shard deletes swap-last within itself and later shards shift
-        down (see loaderx._store.sharded)."""
+        down (see loaderx._store.shard_delete)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
             self._single_store_write("delete", lambda store: store.delete(indices))

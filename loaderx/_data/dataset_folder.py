@@ -18,7 +18,7 @@ from loaderx._store.schema import (
     schema_path,
     write_schema,
 )
-from loaderx._store.sharded import ShardedStore
+from loaderx._store.sharded_store import ShardedStore
 from loaderx._store.shards import manifest_path
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import SchemaError

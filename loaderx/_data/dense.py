@@ -19,7 +19,7 @@ from loaderx._data.dataset_folder import Store
 from loaderx._native.calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx._native.result_buffers import POOL as RESULT_BUFFERS
 from loaderx._store.indexing import normalize_selection
-from loaderx._store.sharded import ShardedStore
+from loaderx._store.sharded_store import ShardedStore
 from loaderx.errors import StoreFullError
 
 _INT64: Final = np.dtype(np.int64)

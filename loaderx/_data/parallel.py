@@ -45,7 +45,7 @@ from loaderx._data.shard_budget import ShardBudget, check_shard_count, shards_he
 from loaderx._os import claims
 from loaderx._os.process_pool import check_workers, pool_context, run_workers
 from loaderx._store.schema import Codec, Schema, check_codec, make_schema, read_schema
-from loaderx._store.sharded import check_shard_records
+from loaderx._store.sharded_store import check_shard_records
 
 _END: Final = object()
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._store.indexing import normalize_index, normalize_selection
 from loaderx._store.schema import RECORD_SIZE_MAX
-from loaderx._store.sharded import ShardedStore
+from loaderx._store.sharded_store import ShardedStore
 from loaderx.errors import CorruptStoreError, StoreFullError
 
 

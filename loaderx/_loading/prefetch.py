@@ -27,7 +27,7 @@ DataLoader builds on:
   once, under the lock it would have filed it with; otherwise it files the result as a worker
   would and looks again. Why: on a small machine the consumer sleeping and being woken for every
   step cost more than the step's work (with labels, a loader with nothing else to do ran at 0.84x
-  of the bare gather before and 0.93x after; tools/loader_overhead.py). A consumer busy elsewhere
+  of the bare gather before and 0.93x after; benchmarks/probes/loader_overhead.py). A consumer busy elsewhere
   finds its steps ready and never does this. Only for a ``produce`` whose every call finishes on
   its own (the loaders pass it without a user transform): the consumer cannot return a step that
   became ready while it makes another, so a ``produce`` that waited on something the consumer does
@@ -121,7 +121,7 @@ class WeakProducer(Generic[T]):
 def default_workers(consumer_helps: bool) -> int:
     """The worker threads of a loader that was given none: min(4, CPUs), and one fewer (at
     least 1) when the consumer makes steps too while it would wait (module docstring): on two
-    cores, one worker beat two (tools/loader_overhead.py prints both)."""
+    cores, one worker beat two (benchmarks/probes/loader_overhead.py prints both)."""
     cpus = os.cpu_count() or 1
     return max(1, min(WORKERS_DEFAULT_MAX, cpus - 1 if consumer_helps else cpus))
 

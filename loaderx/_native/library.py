@@ -28,13 +28,11 @@ from loaderx.errors import (
 
 ABI_VERSION: Final = 13
 
-c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
 MaintenanceCheck: Final = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_uint64
 )
-c_i64p = ctypes.POINTER(ctypes.c_int64)
 
 
 class Stats(ctypes.Structure):
@@ -341,7 +339,7 @@ def check(code: int, context: str) -> None:
 def set_pool_policy(policy: int) -> None:
     """Whether the pool's helper threads join large gathers, process-wide: POOL_AUTO (the
     default: each store and view learns it from its own gathers), POOL_ALWAYS or POOL_NEVER.
-    For benchmarks (tools/pool_phases.py) and processes that share a machine; the bytes a
+    For benchmarks (benchmarks/probes/pool_phases.py) and processes that share a machine; the bytes a
     gather writes are the same under every policy. ValueError for any other value."""
     if type(policy) is not int or not 0 <= policy < 1 << 32:
         raise ValueError(f"pool policy must be POOL_AUTO, POOL_ALWAYS or POOL_NEVER, got {policy!r}")
@@ -358,7 +356,7 @@ def set_stores_policy(policy: int) -> None:
     destination, process-wide: STORES_AUTO (the default: each store and view learns from its
     own gathers which way is faster), STORES_STREAMING (around the caches, where the CPU has
     such stores) or STORES_CACHED (through them, so the batch is still cached for a reader
-    that comes at once). For measuring each way by itself (tools/loader_overhead.py); the
+    that comes at once). For measuring each way by itself (benchmarks/probes/loader_overhead.py); the
     bytes a gather writes are the same under every policy. ValueError for any other value."""
     if type(policy) is not int or not 0 <= policy < 1 << 32:
         raise ValueError(

@@ -56,7 +56,19 @@ def is_file(path: str) -> bool:
         raise
 
 
-__all__ = ["PathArg", "fs_path", "is_file"]
+def folder_identity(path: str) -> tuple[int, int] | None:
+    """Which folder path names now, as its (st_dev, st_ino), or None when nothing is there: a
+    folder swap (a conversion with overwrite=True, a commit renaming a staged folder) puts
+    another one in its place. Like exists, a folder the user may not look into raises instead
+    of passing for nothing there."""
+    try:
+        found = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+__all__ = ["PathArg", "folder_identity", "fs_path", "is_file"]
 
 
 # Between a file's name and the rest of its temporary name in write_file_atomically.

@@ -8,7 +8,7 @@ local indices it deletes. The manifest then records the new counts (`records_bef
 loaderx._store.shards), the shards delete, the manifest is settled, and the journal goes.
 
 A writable open that finds the manifest mid-delete and this journal finishes the delete on
-every shard still at its count before, then settles the manifest (loaderx._store.sharded). Applying a
+every shard still at its count before, then settles the manifest (loaderx._store.shard_delete). Applying a
 shard's part again is exactly what the killed process would have done: a swap-last delete of
 the same indices from the same records. A journal without a manifest mid-delete is stale (the
 process died before the manifest write, or after settling it) and is removed.

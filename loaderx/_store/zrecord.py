@@ -2,36 +2,52 @@
 
 Every operation is one native call on a whole batch; the native side validates again, so the
 checks here exist to give clear messages early. Calls in flight are tracked by NativeCalls
-(loaderx/native_calls.py: lock-free with a GIL, under a lock on free-threaded builds), so
+(loaderx._native.calls: lock-free with a GIL, under a lock on free-threaded builds), so
 close() waits for calls already inside the library and every later call raises ValueError.
-Every open Zrecord is known to a fork handler that gives the child fresh locks and an empty
-list of calls (the native side does the same for its own state).
+Every open Zrecord is known to a fork handler (loaderx._store.store_open) that gives the child
+fresh locks and an empty list of calls (the native side does the same for its own state).
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
-import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
-from loaderx._os import descriptors
 from loaderx.errors import ReadOnlyStoreError
 from loaderx._store.indexing import normalize_index
 from loaderx._native.calls import NativeCalls, address
-from loaderx._os.open_wait import wait_until_openable
-from loaderx._os.paths import PathArg, fs_path, is_file
+from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
+from loaderx._store.maintenance_check import (
+    MAINTENANCE_CHECK,
+    caller_check,
+    check_maintenance,
+    checked_by,
+    register,
+)
+from loaderx._store.native_append import append_packed, append_rows
+from loaderx._store.record_batches import (
+    CODECS,
+    RECORD_COUNT_MAX,
+    RECORD_SIZE_MAX,
+    Records,
+    codec_id,
+    fixed_records,
+    gather_arguments,
+    pack_records,
+    verify_flags,
+)
 from loaderx._store.schema import Codec
+from loaderx._store.store_open import open_store_handle, track_open
 from loaderx._store.shards import sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._native.library import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
@@ -48,92 +64,11 @@ __all__ = [
 if TYPE_CHECKING:
     from loaderx._store.view import View
 
-CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
-RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
-RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
-
-# A batch of records: a sequence of bytes-like objects, or an array whose rows are the records.
-Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
-
-_INT64: Final = np.dtype(np.int64)
-_UINT64: Final = np.dtype(np.uint64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 # The most bad records a VerifyReport lists (it always counts them all).
 VERIFY_LIST_MAX: Final = 1 << 16
-
-
-def verify_flags(verify: bool | None) -> int:
-    """lx_store_open's flags for a gather verification setting (None: the default)."""
-    if verify is None:
-        return 0
-    if not isinstance(verify, bool):
-        raise TypeError(f"verify must be True, False or None, not {type(verify).__name__}")
-    return _native.OPEN_VERIFY_ALL if verify else _native.OPEN_VERIFY_NONE
-
-
 # How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
-
-
-def codec_id(name: str) -> int:
-    """The native tag of a codec name; ValueError listing the valid names otherwise."""
-    tag = CODECS.get(name) if isinstance(name, str) else None
-    if tag is None:
-        valid = ", ".join(repr(known) for known in CODECS)
-        raise ValueError(f"unknown codec {name!r}; valid codecs are {valid}")
-    return tag
-
-
-def _record_view(record: object, position: int) -> memoryview:
-    """A flat, C-contiguous byte view of one record (numpy arrays and memoryviews included)."""
-    if isinstance(record, (bytes, bytearray)):
-        return memoryview(record)
-    if isinstance(record, np.ndarray):
-        if record.dtype.hasobject:
-            raise TypeError(f"record {position} is an object array; records must be bytes-like")
-        return np.ascontiguousarray(record).reshape(-1).view(np.uint8).data
-    if isinstance(record, str):
-        raise TypeError(f"record {position} is a str; encode it to bytes first")
-    try:
-        view = memoryview(record)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"record {position} is {type(record).__name__}; records must be bytes-like "
-            "(bytes, bytearray, memoryview or a numpy array)"
-        ) from None
-    if view.format == "B" and view.ndim == 1 and view.c_contiguous:
-        return view
-    if view.c_contiguous:
-        try:
-            return view.cast("B")
-        except TypeError:
-            pass  # an exotic element format: fall back to a copy
-    return memoryview(view.tobytes())
-
-
-def pack_records(records: Records) -> tuple[bytes, npt.NDArray[np.uint64]]:
-    """One contiguous buffer plus count+1 offsets, after checking every record's type and size."""
-    if isinstance(records, (bytes, bytearray, memoryview, str)):
-        raise TypeError(
-            "records must be a sequence of bytes-like records, not a single "
-            f"{type(records).__name__}; wrap one record in a list"
-        )
-    if not isinstance(records, (Sequence, np.ndarray)):
-        raise TypeError(
-            f"records must be a sequence of bytes-like records, not {type(records).__name__}"
-        )
-    views = [_record_view(record, position) for position, record in enumerate(records)]
-    sizes = [view.nbytes for view in views]
-    for position, size in enumerate(sizes):
-        if size > RECORD_SIZE_MAX:
-            raise ValueError(
-                f"record {position} is {size} bytes; a record holds at most "
-                f"{RECORD_SIZE_MAX} bytes (1 MiB)"
-            )
-    offsets = np.zeros(len(views) + 1, dtype=np.uint64)
-    if views:
-        np.cumsum(np.array(sizes, dtype=np.uint64), out=offsets[1:])
-    return b"".join(views), offsets
 
 
 class Zrecord(NativeCalls):
@@ -154,8 +89,8 @@ class Zrecord(NativeCalls):
     with ValueError: its manifest lists the shard's record count, and the sharded dataset would
     no longer open. Write through the dataset (DenseDataset or RaggedDataset) instead. delete,
     compact and train_dict check again inside their native call, once they hold the store
-    exclusively (_maintenance_check), so a rollover in another process cannot slip between
-    the check and the change.
+    exclusively (loaderx._store.maintenance_check), so a rollover in another process cannot
+    slip between the check and the change.
     """
 
     path: str
@@ -192,8 +127,9 @@ class Zrecord(NativeCalls):
         every record, raw ones included; False: none. A mismatch raises CorruptStoreError.
 
         _dataset_owned is internal: loaderx's dataset layer opens its stores with it, since it
-        keeps a sharded dataset's manifest in step with its shards (loaderx._store.sharded, shards)
-        and refuses the writes that a shard opened by itself must not take (loaderx._data.dataset)."""
+        keeps a sharded dataset's manifest in step with its shards
+        (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
+        must not take (loaderx._data.dataset)."""
         self.path = fs_path(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
@@ -222,39 +158,24 @@ class Zrecord(NativeCalls):
             | (_native.OPEN_READ_ONLY if self.readonly else 0)
             | verify_flag
         )
-        handle = ctypes.c_void_p()
-        context = f"cannot open Zrecord store {self.path!r}"
-
-        def open_native() -> None:
-            # A wait for another handle's delete, compact or train_dict, where Ctrl-C can end it.
-            wait_until_openable(self.path)
-            code = _native.lib.lx_store_open(os.fsencode(self.path), flags, ctypes.byref(handle))
-            _native.check(code, context)
-
-        # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
-        descriptors.make_room(len(_OPEN_STORES))
-        descriptors.retrying(open_native, context)
-        if not handle.value:
-            raise RuntimeError(f"opening {self.path!r} returned no store handle")
+        handle = open_store_handle(self.path, flags)
         if not self.readonly:
             # Every writable handle: the dataset layer's handles run their dataset's check.
-            key = next(_maintenance_keys)
-            _MAINTAINED[key] = self
             code = _native.lib.lx_store_set_maintenance_check(
-                handle.value, _MAINTENANCE_CHECK, key
+                handle, MAINTENANCE_CHECK, register(self)
             )
             if code != _native.OK:
-                _native.lib.lx_store_close(handle.value)
+                _native.lib.lx_store_close(handle)
                 _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
-        self._set_handle(handle.value)
+        self._set_handle(handle)
         self._closed = False
         self._folder_absolute = os.path.abspath(self.path)
-        self._folder_identity = _folder_identity(self._folder_absolute)
+        self._folder_identity = folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
         self._finalizer = weakref.finalize(self, _native.lib.lx_store_close, self._handle)
         self._finalizer.atexit = False
-        _OPEN_STORES.add(self)
+        track_open(self)
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_store_gather_fixed
         self._gather_arrays_native = _native.lib.lx_store_gather_arrays
@@ -295,7 +216,7 @@ class Zrecord(NativeCalls):
         """Refuses a first write when the store's folder is no longer at its path (moved or
         replaced since this handle opened it): the path then says nothing about the folder's
         place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
-        if _folder_identity(self._folder_absolute) != self._folder_identity:
+        if folder_identity(self._folder_absolute) != self._folder_identity:
             raise ValueError(
                 f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
                 "replaced since this handle opened it (a commit_shards makes a staged folder a "
@@ -309,7 +230,7 @@ class Zrecord(NativeCalls):
         on no rollover or commit can list the store (they claim its writer lock first), so the
         check holds until the handle closes. Without a claim it holds for this moment only:
         delete, compact and train_dict, which claim nothing, make it again inside their native
-        call (_maintenance_check)."""
+        call (loaderx._store.maintenance_check)."""
         self._refuse_if_shard(operation)
         if claim:
             self._claim_writer()
@@ -317,25 +238,20 @@ class Zrecord(NativeCalls):
             self._writes_checked = True
 
     def _check_in_maintenance(self, operation: str) -> None:
-        """What the native maintenance check runs (_maintenance_check): _refuse_if_shard
-        for a handle that is not the store's writer, then the caller's check, if any."""
+        """What the native maintenance check runs (loaderx._store.maintenance_check):
+        _refuse_if_shard for a handle that is not the store's writer, then the caller's check,
+        if any."""
         if not self._writes_checked:
             self._refuse_if_shard(operation)
-        caller = _refusals.check
-        if caller is not None and caller[0] is self:
-            caller[1](operation)
+        check = caller_check(self)
+        if check is not None:
+            check(operation)
 
-    @contextmanager
-    def maintenance_checked_by(self, check: Callable[[str], None]) -> Iterator[None]:
+    def maintenance_checked_by(self, check: Callable[[str], None]) -> AbstractContextManager[None]:
         """For loaderx's dataset layer: every delete, compact and train_dict on this handle that
         this thread makes in the block runs check(operation) once it holds the store
         exclusively; what check raises refuses the call (nothing changed) and is raised."""
-        previous = _refusals.check
-        _refusals.check = (self, check)
-        try:
-            yield
-        finally:
-            _refusals.check = previous
+        return checked_by(self, check)
 
     def _reset_after_fork(self) -> None:
         super()._reset_after_fork()
@@ -426,22 +342,9 @@ class Zrecord(NativeCalls):
 
     def _claim_writer(self) -> None:
         offsets = np.zeros(1, dtype=np.uint64)
-        first = ctypes.c_uint64()
         handle = self._enter()
         try:
-            raw = codec_id("raw")
-            context = f"append to {self.path!r}"
-            # A failed append changes nothing, so one out of descriptors (writer.lock) can
-            # run again once the soft limit rose (descriptors.py).
-            descriptors.retrying(
-                lambda: _native.check(
-                    _native.lib.lx_store_append(
-                        handle, None, offsets.ctypes.data, 0, raw, ctypes.byref(first)
-                    ),
-                    context,
-                ),
-                context,
-            )
+            append_packed(handle, None, offsets, codec_id("raw"), f"append to {self.path!r}")
         finally:
             self._leave()
 
@@ -457,20 +360,8 @@ class Zrecord(NativeCalls):
         try:
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
-            first = ctypes.c_uint64()
             context = f"append of {count} records to {self.path!r}"
-            # All or nothing: one out of descriptors (writer.lock, a chunk) runs again once the
-            # soft limit rose (descriptors.py).
-            descriptors.retrying(
-                lambda: _native.check(
-                    _native.lib.lx_store_append(
-                        handle, data, offsets.ctypes.data, count, tag, ctypes.byref(first)
-                    ),
-                    context,
-                ),
-                context,
-            )
-            return int(first.value)
+            return append_packed(handle, data, offsets, tag, context)
         finally:
             self._leave()
 
@@ -480,43 +371,15 @@ class Zrecord(NativeCalls):
         """Appends nbytes // record_size records of exactly record_size bytes from one array."""
         self._refuse_if_readonly("append")
         tag = self._codec_for(codec)
-        if not isinstance(data, np.ndarray):
-            raise TypeError(f"data must be a numpy array, not {type(data).__name__}")
-        if data.dtype.hasobject:
-            raise TypeError("data is an object array; its bytes are pointers, not records")
-        if isinstance(record_size, bool) or not isinstance(record_size, (int, np.integer)):
-            raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
-        record_size = int(record_size)
-        if record_size <= 0 or record_size > RECORD_SIZE_MAX:
-            raise ValueError(
-                f"record_size must be in 1..{RECORD_SIZE_MAX} bytes, got {record_size}"
-            )
-        if data.nbytes % record_size:
-            raise ValueError(
-                f"data holds {data.nbytes} bytes, not a whole number of {record_size}-byte records"
-            )
-        contiguous = np.ascontiguousarray(data)
-        count = contiguous.nbytes // record_size
+        contiguous, record_size, count = fixed_records(data, record_size)
         if not self._writes_checked:
             self._check_first_write("append", claim=count > 0)
         handle = self._enter()
         try:
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
-            first = ctypes.c_uint64()
             context = f"append of {count} records to {self.path!r}"
-            # As in append: retried once when out of descriptors.
-            descriptors.retrying(
-                lambda: _native.check(
-                    _native.lib.lx_store_append_fixed(
-                        handle, contiguous.ctypes.data, record_size, count, tag,
-                        ctypes.byref(first),
-                    ),
-                    context,
-                ),
-                context,
-            )
-            return int(first.value)
+            return append_rows(handle, contiguous, record_size, count, tag, context)
         finally:
             self._leave()
 
@@ -538,7 +401,7 @@ class Zrecord(NativeCalls):
             code = _native.lib.lx_store_train_dict(
                 handle, data, offsets.ctypes.data, count, int(dict_size)
             )
-            _check_maintenance(code, f"dictionary training for {self.path!r}")
+            check_maintenance(code, f"dictionary training for {self.path!r}")
         finally:
             self._leave()
 
@@ -621,23 +484,7 @@ class Zrecord(NativeCalls):
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
         if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
             return self.gather_into(indices, out, int(record_size))
-        if record_size <= 0:
-            raise ValueError(f"record_size must be at least 1 byte, got {record_size}")
-        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
-            raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
-        indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
-        if not indices.flags.c_contiguous or indices.ndim != 1:
-            raise ValueError("indices must be a one-dimensional C-contiguous array")
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a writable C-contiguous array")
-        count = indices.shape[0]
-        if out.nbytes != count * record_size:
-            raise ValueError(
-                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
-                f"need {count * record_size}"
-            )
+        indices, count = gather_arguments(indices, out, record_size)
         handle = self._enter()
         try:
             if count:
@@ -661,7 +508,7 @@ class Zrecord(NativeCalls):
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
             if len(indices):
                 code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
-                _check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
+                check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
         finally:
             self._leave()
 
@@ -672,7 +519,7 @@ class Zrecord(NativeCalls):
             self._check_first_write("compact", claim=False)
         handle = self._enter()
         try:
-            _check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+            check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
         finally:
             self._leave()
 
@@ -708,7 +555,10 @@ class Zrecord(NativeCalls):
             self._leave()
         listed = min(int(summary.problem_count), capacity)
         bad = [
-            BadRecord(int(problems[i].index), _native.VERIFY_REASONS.get(int(problems[i].reason), "unknown"))
+            BadRecord(
+                int(problems[i].index),
+                _native.VERIFY_REASONS.get(int(problems[i].reason), "unknown"),
+            )
             for i in range(listed)
         ]
         return VerifyReport(
@@ -730,64 +580,6 @@ class Zrecord(NativeCalls):
             self._leave()
 
 
-class _Refusals(threading.local):
-    """What a maintenance check refused with, on this thread: the check runs inside the
-    native call, where it cannot raise, and the call that ran it raises it instead. And the
-    caller's own check for one handle's maintenance on this thread (maintenance_checked_by)."""
-
-    error: BaseException | None = None
-    check: tuple[Zrecord, Callable[[str], None]] | None = None
-
-
-_refusals: Final = _Refusals()
-
-
-def _maintenance_check(key: int | None, operation: Any, operation_size: int) -> int:
-    """The native maintenance check of every writable handle (lx_store_set_maintenance_check,
-    its context the handle's key in _MAINTAINED): _refuse_if_shard again, run by delete,
-    compact and train_dict once they hold the store exclusively. Checked before the call only,
-    a store could be rolled over into a sharded dataset in another process in between, and
-    then changed under its manifest. Held exclusively, no other handle has the store open, and
-    every rollover or commit holds the store open from before it reads its count until it has
-    listed it: none is half done, none can start, and one that ended is seen. A handle that is
-    the store's writer needs no check (no rollover can claim the store), and a dataset-owned
-    one only its dataset's (maintenance_checked_by). Nonzero refuses the call."""
-    try:
-        found = _MAINTAINED.get(key or 0)
-        if found is not None:
-            found._check_in_maintenance(ctypes.string_at(operation, operation_size).decode())
-    except BaseException as error:  # a Ctrl-C too: raised by the call that ran the check
-        _refusals.error = error
-        return 1
-    return 0
-
-
-# One native callback for every handle (a thunk per handle would cost memory per shard), and
-# the handles by key, weakly (a handle's key goes with it).
-_MAINTENANCE_CHECK: Final = _native.MaintenanceCheck(_maintenance_check)
-_MAINTAINED: Final[weakref.WeakValueDictionary[int, Zrecord]] = weakref.WeakValueDictionary()
-_maintenance_keys: Final = itertools.count(1)
-
-
-def _check_maintenance(code: int, context: str) -> None:
-    """_native.check for delete, compact and train_dict: what their maintenance check refused
-    with, if it did, or else the status's own exception."""
-    refusal = _refusals.error
-    if refusal is not None:
-        _refusals.error = None
-        raise refusal
-    _native.check(code, context)
-
-
-def _folder_identity(path: str) -> tuple[int, int] | None:
-    """The folder's device and inode, or None when nothing is at path."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
-
-
 def _reopen(
     path: str, codec: Codec, durable: bool, readonly: bool = False, verify: bool | None = None
 ) -> Zrecord:
@@ -795,17 +587,3 @@ def _reopen(
     return Zrecord(
         path, create=False, codec=codec, durable=durable, readonly=readonly, verify=verify
     )
-
-
-# Every open Zrecord, for the fork handler below (weak: a store is still closed by close() or
-# collection, never kept alive by this set).
-_OPEN_STORES: Final[weakref.WeakSet[Zrecord]] = weakref.WeakSet()
-
-
-def _reset_stores_after_fork() -> None:
-    for store in list(_OPEN_STORES):
-        store._reset_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_stores_after_fork)

@@ -4,7 +4,9 @@
  * Conventions
  * - Every function that can fail returns an lx_status (0 = LX_OK). On failure a message for the
  *   calling thread is available from lx_last_error() until that thread's next call.
- * - Handles are opaque. lx_store_close(NULL) does nothing.
+ * - Handles are opaque. lx_store_close(NULL) does nothing. A handle closed already is refused as
+ *   NULL is (a second close does nothing, a query answers 0, any other call LX_INVALID_ARGUMENT):
+ *   a handle is not the object's address, so a closed one never reaches an object opened later.
  * - Buffers are supplied by the caller. Indices are int64, already normalised by the caller to
  *   0 <= i < length; anything else is LX_INDEX_OUT_OF_RANGE, reported before any byte is copied.
  *   A gather checks every destination slot's size against its record before copying any. A

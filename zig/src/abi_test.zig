@@ -124,7 +124,7 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
         const expected: struct { []const u8, bool } = switch (field_type) {
             u32 => .{ "uint32_t", false },
             u64 => .{ "uint64_t", false },
-            ?*exports.Store => .{ "lx_store", true },
+            ?*exports.LxStore => .{ "lx_store", true },
             ?[*]u8 => .{ "uint8_t", true },
             else => @compileError("abi_test: map this field type to its C name"),
         };

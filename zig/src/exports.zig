@@ -51,6 +51,8 @@ export fn lx_stores_policy() callconv(.c) u32 {
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
+const registry = @import("registry.zig");
+const assert = std.debug.assert;
 const gather_streams = @import("gather_streams.zig");
 const store_pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
@@ -90,27 +92,57 @@ fn coreStatus(err: store_errors.Error) Status {
     return store_errors.toStatus(err);
 }
 
-/// Whether `handle` is an open handle of type T: not NULL, aligned, and carrying T's canary,
-/// which open sets and close clears. A closed handle, a double close, or a handle of the other
-/// kind (a view passed as a store) is refused this way instead of read; memory reused since a
-/// close may hold anything, so this catches the common misuse, not every one.
-fn isOpen(comptime T: type, handle: ?*const T) bool {
-    const h = handle orelse return false;
-    if (@intFromPtr(h) % @alignOf(T) != 0) return false;
-    return @atomicLoad(u64, &h.canary, .monotonic) == T.canary_open;
+/// What a C caller holds for a Store or a View: an opaque pointer that is really a registry
+/// token (registry.zig), never dereferenced. A handle closed already, a handle of the other
+/// kind, or any other pointer is refused by the registry without reading memory through it.
+pub const LxStore = opaque {};
+pub const LxView = opaque {};
+
+fn CHandle(comptime T: type) type {
+    return switch (T) {
+        Store => LxStore,
+        View => LxView,
+        else => @compileError("no C handle for " ++ @typeName(T)),
+    };
 }
 
-/// The handle when it is open, or null after setting the message of LX_INVALID_ARGUMENT.
-fn openHandle(comptime T: type, handle: ?*T, comptime function: []const u8, comptime noun: []const u8) ?*T {
+/// "store" or "view": the noun of T's C functions (lx_store_*, lx_view_*) and messages.
+fn nounOf(comptime T: type) []const u8 {
+    return switch (T) {
+        Store => "store",
+        View => "view",
+        else => @compileError("no C name for " ++ @typeName(T)),
+    };
+}
+
+fn tokenOf(handle: anytype) registry.Handle {
+    return @enumFromInt(if (handle) |h| @intFromPtr(h) else 0);
+}
+
+/// The C handle of an object just opened.
+fn handleOf(comptime T: type, object: *T) *CHandle(T) {
+    assert(object.handle != .none);
+    return @ptrFromInt(@intFromEnum(object.handle));
+}
+
+/// The object of an open handle of type T, or null (NULL, closed already, another kind, or a
+/// pointer no open returned).
+fn resolve(comptime T: type, handle: ?*const CHandle(T)) ?*T {
+    return T.fromOpenHandle(tokenOf(handle));
+}
+
+/// The object when the handle is open, or null after setting the message of
+/// LX_INVALID_ARGUMENT.
+fn openHandle(comptime T: type, handle: ?*const CHandle(T), comptime function: []const u8) ?*T {
+    const noun = comptime nounOf(T);
     if (handle == null) {
         _ = invalid(function ++ ": " ++ noun ++ " is NULL", .{});
         return null;
     }
-    if (!isOpen(T, handle)) {
+    return resolve(T, handle) orelse {
         _ = invalid(function ++ ": " ++ noun ++ " is not an open lx_" ++ noun ++ " (closed already, or another kind of pointer)", .{});
         return null;
-    }
-    return handle;
+    };
 }
 
 fn invalid(comptime fmt: []const u8, args: anytype) Status {
@@ -124,13 +156,87 @@ fn countOverflows(count: u64, comptime item_size: u64, comptime extra: u64) bool
     return count > std.math.maxInt(usize) / item_size - extra;
 }
 
+// ---- the calls a store and a view share: one implementation each, T names the function -----
+
+fn closeHandle(comptime T: type, handle: ?*CHandle(T)) void {
+    // NULL does nothing, and so does a handle already closed (a second close).
+    T.closeHandle(tokenOf(handle));
+}
+
+/// 0 for a handle that is not open, and for a view one of whose stores was closed under it.
+fn lengthOf(comptime T: type, handle: ?*const CHandle(T)) u64 {
+    const object = resolve(T, handle) orelse return 0;
+    if (T == View) object.checkOpen(object.stores.len - 1) catch return 0;
+    return object.length();
+}
+
+fn gatherFixed(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_gather_fixed";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    if (countOverflows(count, @sizeOf(i64), 0)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    if (stride == 0) return invalid(function ++ ": stride is 0", .{});
+    const dst_ptr = dst orelse return invalid(function ++ ": dst is NULL", .{});
+    const byte_count = std.math.mul(u64, count, stride) catch return invalid(function ++ ": count * stride overflows", .{});
+    return storeStatus(object.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+}
+
+fn recordLengths(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_record_lengths";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    const out_ptr = out_lengths orelse return invalid(function ++ ": out_lengths is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 0)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    return storeStatus(object.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+}
+
+fn gatherRagged(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_gather";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    if (count == 0) return .ok;
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    const offsets_ptr = dst_offsets orelse return invalid(function ++ ": dst_offsets is NULL", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    for (0..count) |i| {
+        if (offsets_ptr[i + 1] < offsets_ptr[i])
+            return invalid(function ++ ": dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
+    }
+    const byte_count = offsets_ptr[count] - offsets_ptr[0];
+    if (byte_count > 0 and dst == null) return invalid(function ++ ": dst is NULL", .{});
+    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
+    return storeStatus(object.gather(indices_ptr[0..count], destination, byte_count));
+}
+
+/// The stores of a list of handles (lx_view_open, lx_stores_delete), which the caller frees
+/// with c_allocator; or null after setting the message of the status put in `refusal`.
+fn resolveStores(comptime function: []const u8, handles: []const ?*LxStore, refusal: *Status) ?[]*Store {
+    const stores = std.heap.c_allocator.alloc(*Store, handles.len) catch {
+        refusal.* = outOfMemoryStatus(function);
+        return null;
+    };
+    for (handles, stores, 0..) |handle, *store, i| {
+        store.* = resolve(Store, handle) orelse {
+            std.heap.c_allocator.free(stores);
+            refusal.* = if (handle == null)
+                invalid(function ++ ": store {d} is NULL", .{i})
+            else
+                invalid(function ++ ": store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
+            return null;
+        };
+    }
+    return stores;
+}
+
 export fn lx_after_fork_child() callconv(.c) void {
     store_pool.afterForkChild();
+    registry.afterForkChild();
     store_mod.afterForkChild();
     view_mod.afterForkChild();
 }
 
-export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callconv(.c) Status {
+export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});
     out_ptr.* = null;
     const path_z = path orelse return invalid("lx_store_open: path is NULL", .{});
@@ -148,35 +254,33 @@ export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*Store) callco
         .read_only = flags & open_read_only != 0,
         .verify = if (flags & open_verify_all != 0) .all else if (flags & open_verify_none != 0) .none else .compressed,
     }) catch |err| return coreStatus(err);
-    out_ptr.* = store;
+    out_ptr.* = handleOf(Store, store);
     status.clearMessage();
     return .ok;
 }
 
-export fn lx_store_close(store: ?*Store) callconv(.c) void {
-    // NULL does nothing, and so does a handle already closed (a second close).
-    if (isOpen(Store, store)) store.?.close();
+export fn lx_store_close(store: ?*LxStore) callconv(.c) void {
+    closeHandle(Store, store);
 }
 
-export fn lx_store_length(store: ?*const Store) callconv(.c) u64 {
-    if (!isOpen(Store, store)) return 0;
-    return store.?.length();
+export fn lx_store_length(store: ?*const LxStore) callconv(.c) u64 {
+    return lengthOf(Store, store);
 }
 
-export fn lx_store_has_dict(store: ?*const Store) callconv(.c) c_int {
-    if (!isOpen(Store, store)) return 0;
-    return @intFromBool(store.?.hasDict());
+export fn lx_store_has_dict(store: ?*const LxStore) callconv(.c) c_int {
+    const s = resolve(Store, store) orelse return 0;
+    return @intFromBool(s.hasDict());
 }
 
 export fn lx_store_append(
-    store: ?*Store,
+    store: ?*LxStore,
     data: ?[*]const u8,
     offsets: ?[*]const u64,
     count: u64,
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_append", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_append") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_append: offsets is NULL", .{});
     // An oversized count is refused by append before any offset past the first is read.
     if (data == null and count <= store_limits.record_count_max and offsets_ptr[count] != offsets_ptr[0])
@@ -189,14 +293,14 @@ export fn lx_store_append(
 }
 
 export fn lx_store_append_fixed(
-    store: ?*Store,
+    store: ?*LxStore,
     data: ?[*]const u8,
     stride: u64,
     count: u64,
     codec_tag: u8,
     out_first: ?*u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_append_fixed", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_append_fixed") orelse return .invalid_argument;
     if (stride == 0 and count > 0) return invalid("lx_store_append_fixed: stride is 0", .{});
     if (count > 0 and data == null) return invalid("lx_store_append_fixed: data is NULL", .{});
     const records: store_mod.Records = .{ .data = data orelse @ptrFromInt(1), .stride = stride, .count = count };
@@ -207,60 +311,36 @@ export fn lx_store_append_fixed(
 }
 
 export fn lx_store_gather_fixed(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_gather_fixed", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_gather_fixed: indices is NULL", .{});
-    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_gather_fixed: count {d} overflows the address space", .{count});
-    if (stride == 0) return invalid("lx_store_gather_fixed: stride is 0", .{});
-    const dst_ptr = dst orelse return invalid("lx_store_gather_fixed: dst is NULL", .{});
-    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_store_gather_fixed: count * stride overflows", .{});
-    return storeStatus(s.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+    return gatherFixed(Store, store, indices, count, dst, stride);
 }
 
 export fn lx_store_record_lengths(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_record_lengths", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_record_lengths: indices is NULL", .{});
-    const out_ptr = out_lengths orelse return invalid("lx_store_record_lengths: out_lengths is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_store_record_lengths: count {d} overflows the address space", .{count});
-    return storeStatus(s.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+    return recordLengths(Store, store, indices, count, out_lengths);
 }
 
 export fn lx_store_gather(
-    store: ?*Store,
+    store: ?*LxStore,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_gather", "store") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_store_gather: indices is NULL", .{});
-    const offsets_ptr = dst_offsets orelse return invalid("lx_store_gather: dst_offsets is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_store_gather: count {d} overflows the address space", .{count});
-    for (0..count) |i| {
-        if (offsets_ptr[i + 1] < offsets_ptr[i])
-            return invalid("lx_store_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
-    }
-    const byte_count = offsets_ptr[count] - offsets_ptr[0];
-    if (byte_count > 0 and dst == null) return invalid("lx_store_gather: dst is NULL", .{});
-    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
-    return storeStatus(s.gather(indices_ptr[0..count], destination, byte_count));
+    return gatherRagged(Store, store, indices, count, dst, dst_offsets);
 }
 
-export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_delete", "store") orelse return .invalid_argument;
+export fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) callconv(.c) Status {
+    const s = openHandle(Store, store, "lx_store_delete") orelse return .invalid_argument;
     if (count == 0) return .ok;
     const indices_ptr = indices orelse return invalid("lx_store_delete: indices is NULL", .{});
     if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_store_delete: count {d} overflows the address space", .{count});
@@ -270,17 +350,16 @@ export fn lx_store_delete(store: ?*Store, indices: ?[*]const i64, count: u64) ca
 /// One delete across several distinct stores, refused as a whole or done as a whole (see
 /// Store.deleteEach): store k deletes `indices[splits[k] .. splits[k + 1]]`; `splits` holds
 /// count + 1 non-decreasing offsets from 0.
-export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) callconv(.c) Status {
+export fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) callconv(.c) Status {
     if (count == 0 or count > store_limits.view_store_count_max)
         return invalid("lx_stores_delete: count is {d}; give 1 to {d} stores", .{ count, store_limits.view_store_count_max });
     const stores_ptr = stores orelse return invalid("lx_stores_delete: stores is NULL", .{});
     const splits_ptr = splits orelse return invalid("lx_stores_delete: splits is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
     const bounds = splits_ptr[0..@intCast(count + 1)];
-    for (handles, 0..) |handle, i| {
-        if (handle == null) return invalid("lx_stores_delete: store {d} is NULL", .{i});
-        if (!isOpen(Store, handle)) return invalid("lx_stores_delete: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
-    }
+    var refusal: Status = .ok;
+    const plain = resolveStores("lx_stores_delete", handles, &refusal) orelse return refusal;
+    defer std.heap.c_allocator.free(plain);
     if (bounds[0] != 0) return invalid("lx_stores_delete: splits[0] is {d}, not 0", .{bounds[0]});
     for (bounds[1..], 1..) |bound, k| {
         if (bound < bounds[k - 1])
@@ -289,8 +368,6 @@ export fn lx_stores_delete(stores: ?[*]const ?*Store, count: u64, indices: ?[*]c
     const total = bounds[bounds.len - 1];
     if (countOverflows(total, @sizeOf(i64), 0)) return invalid("lx_stores_delete: {d} indices overflow the address space", .{total});
     const indices_ptr: [*]const i64 = if (total == 0) &[_]i64{} else indices orelse return invalid("lx_stores_delete: indices is NULL", .{});
-    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
-    const plain: []const *Store = @ptrCast(handles);
     const sorted = std.heap.c_allocator.dupe(*Store, plain) catch return outOfMemoryStatus("lx_stores_delete");
     defer std.heap.c_allocator.free(sorted);
     std.mem.sortUnstable(*Store, sorted, {}, struct {
@@ -313,26 +390,26 @@ fn outOfMemoryStatus(comptime function: []const u8) Status {
     return .out_of_memory;
 }
 
-export fn lx_store_compact(store: ?*Store) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_compact", "store") orelse return .invalid_argument;
+export fn lx_store_compact(store: ?*LxStore) callconv(.c) Status {
+    const s = openHandle(Store, store, "lx_store_compact") orelse return .invalid_argument;
     return storeStatus(s.compact());
 }
 
 /// The caller's check for delete, compact and train_dict (see Store.MaintenanceCheck); a null
 /// function removes it. Waits for calls in flight on the store, as maintenance does.
 export fn lx_store_set_maintenance_check(
-    store: ?*Store,
+    store: ?*LxStore,
     function: ?*const fn (?*anyopaque, [*]const u8, u64) callconv(.c) c_int,
     context: ?*anyopaque,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_set_maintenance_check", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_set_maintenance_check") orelse return .invalid_argument;
     s.setMaintenanceCheck(if (function) |f| .{ .function = f, .context = context } else null);
     status.clearMessage();
     return .ok;
 }
 
-export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_stats", "store") orelse return .invalid_argument;
+export fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) callconv(.c) Status {
+    const s = openHandle(Store, store, "lx_store_stats") orelse return .invalid_argument;
     const out_ptr = out orelse return invalid("lx_store_stats: out is NULL", .{});
     const stats = s.stats() catch |err| return coreStatus(err);
     out_ptr.* = .{
@@ -346,12 +423,12 @@ export fn lx_store_stats(store: ?*Store, out: ?*LxStats) callconv(.c) Status {
 }
 
 export fn lx_store_verify(
-    store: ?*Store,
+    store: ?*LxStore,
     out_problems: ?[*]integrity.Problem,
     capacity: u64,
     out_summary: ?*integrity.Summary,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_verify", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_verify") orelse return .invalid_argument;
     const summary_ptr = out_summary orelse return invalid("lx_store_verify: out_summary is NULL", .{});
     if (capacity > 0 and out_problems == null) return invalid("lx_store_verify: out_problems is NULL", .{});
     if (capacity > store_limits.record_count_max)
@@ -363,19 +440,19 @@ export fn lx_store_verify(
     return .ok;
 }
 
-export fn lx_store_sync(store: ?*Store) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_sync", "store") orelse return .invalid_argument;
+export fn lx_store_sync(store: ?*LxStore) callconv(.c) Status {
+    const s = openHandle(Store, store, "lx_store_sync") orelse return .invalid_argument;
     return storeStatus(s.sync());
 }
 
 export fn lx_store_train_dict(
-    store: ?*Store,
+    store: ?*LxStore,
     samples: ?[*]const u8,
     offsets: ?[*]const u64,
     count: u64,
     dict_size: u64,
 ) callconv(.c) Status {
-    const s = openHandle(Store, store, "lx_store_train_dict", "store") orelse return .invalid_argument;
+    const s = openHandle(Store, store, "lx_store_train_dict") orelse return .invalid_argument;
     const offsets_ptr = offsets orelse return invalid("lx_store_train_dict: offsets is NULL", .{});
     if (count > store_limits.record_count_max)
         return invalid("lx_store_train_dict: {d} samples; at most {d} are accepted", .{ count, store_limits.record_count_max });
@@ -390,86 +467,57 @@ export fn lx_store_train_dict(
 const view_mod = @import("view.zig");
 const View = view_mod.View;
 
-export fn lx_view_open(stores: ?[*]const ?*Store, count: u64, out: ?*?*View) callconv(.c) Status {
+export fn lx_view_open(stores: ?[*]const ?*LxStore, count: u64, out: ?*?*LxView) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_view_open: out is NULL", .{});
     out_ptr.* = null;
     if (count == 0 or count > store_limits.view_store_count_max)
         return invalid("lx_view_open: count is {d}; a view holds 1 to {d} stores", .{ count, store_limits.view_store_count_max });
     const stores_ptr = stores orelse return invalid("lx_view_open: stores is NULL", .{});
     const handles = stores_ptr[0..@intCast(count)];
-    for (handles, 0..) |handle, i| {
-        if (handle == null) return invalid("lx_view_open: store {d} is NULL", .{i});
-        if (!isOpen(Store, handle)) return invalid("lx_view_open: store {d} is not an open lx_store (closed already, or another kind of pointer)", .{i});
-    }
-    // Every handle is non-null (checked above), so the optional pointers are plain pointers.
-    const view = View.open(std.heap.c_allocator, @ptrCast(handles)) catch |err| return coreStatus(err);
-    out_ptr.* = view;
+    var refusal: Status = .ok;
+    const plain = resolveStores("lx_view_open", handles, &refusal) orelse return refusal;
+    defer std.heap.c_allocator.free(plain);
+    const view = View.open(std.heap.c_allocator, plain) catch |err| return coreStatus(err);
+    out_ptr.* = handleOf(View, view);
     status.clearMessage();
     return .ok;
 }
 
-export fn lx_view_close(view: ?*View) callconv(.c) void {
-    if (isOpen(View, view)) view.?.close();
+export fn lx_view_close(view: ?*LxView) callconv(.c) void {
+    closeHandle(View, view);
 }
 
-export fn lx_view_length(view: ?*const View) callconv(.c) u64 {
-    if (!isOpen(View, view)) return 0;
-    const v = view.?;
-    v.checkOpen(v.stores.len - 1) catch return 0;
-    return v.length();
+export fn lx_view_length(view: ?*const LxView) callconv(.c) u64 {
+    return lengthOf(View, view);
 }
 
 export fn lx_view_gather_fixed(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
     stride: u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_gather_fixed", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_gather_fixed: indices is NULL", .{});
-    if (countOverflows(count, @sizeOf(i64), 0)) return invalid("lx_view_gather_fixed: count {d} overflows the address space", .{count});
-    if (stride == 0) return invalid("lx_view_gather_fixed: stride is 0", .{});
-    const dst_ptr = dst orelse return invalid("lx_view_gather_fixed: dst is NULL", .{});
-    const byte_count = std.math.mul(u64, count, stride) catch return invalid("lx_view_gather_fixed: count * stride overflows", .{});
-    return storeStatus(v.gather(indices_ptr[0..count], .{ .base = dst_ptr, .stride = stride }, byte_count));
+    return gatherFixed(View, view, indices, count, dst, stride);
 }
 
 export fn lx_view_record_lengths(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_record_lengths", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_record_lengths: indices is NULL", .{});
-    const out_ptr = out_lengths orelse return invalid("lx_view_record_lengths: out_lengths is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 0)) return invalid("lx_view_record_lengths: count {d} overflows the address space", .{count});
-    return storeStatus(v.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+    return recordLengths(View, view, indices, count, out_lengths);
 }
 
 export fn lx_view_gather(
-    view: ?*View,
+    view: ?*LxView,
     indices: ?[*]const i64,
     count: u64,
     dst: ?[*]u8,
     dst_offsets: ?[*]const u64,
 ) callconv(.c) Status {
-    const v = openHandle(View, view, "lx_view_gather", "view") orelse return .invalid_argument;
-    if (count == 0) return .ok;
-    const indices_ptr = indices orelse return invalid("lx_view_gather: indices is NULL", .{});
-    const offsets_ptr = dst_offsets orelse return invalid("lx_view_gather: dst_offsets is NULL", .{});
-    if (countOverflows(count, @sizeOf(u64), 1)) return invalid("lx_view_gather: count {d} overflows the address space", .{count});
-    for (0..count) |i| {
-        if (offsets_ptr[i + 1] < offsets_ptr[i])
-            return invalid("lx_view_gather: dst_offsets decrease at {d} ({d} then {d})", .{ i, offsets_ptr[i], offsets_ptr[i + 1] });
-    }
-    const byte_count = offsets_ptr[count] - offsets_ptr[0];
-    if (byte_count > 0 and dst == null) return invalid("lx_view_gather: dst is NULL", .{});
-    const destination: store_mod.Destination = .{ .base = dst orelse @ptrFromInt(1), .offsets = offsets_ptr };
-    return storeStatus(v.gather(indices_ptr[0..count], destination, byte_count));
+    return gatherRagged(View, view, indices, count, dst, dst_offsets);
 }
 
 // ---- the Python binding's fast path: 32-bit halves and NumPy arrays by their fields --------
@@ -548,29 +596,30 @@ const ArrayGather = struct {
 };
 
 /// The open handle whose halves a binding passed, or null for NULL, a misaligned address or
-/// a handle that is not open (isOpen).
+/// a handle that is not open (resolve).
 fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
-    const address = numpy_array.join(low, high);
-    if (address == 0 or address % @alignOf(T) != 0) return null;
-    const handle: *T = @ptrFromInt(address);
-    return if (isOpen(T, handle)) handle else null;
+    return T.fromOpenHandle(@enumFromInt(numpy_array.join(low, high)));
+}
+
+fn gatherArrays(comptime T: type, handle_low: u32, handle_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status {
+    const noun = comptime nounOf(T);
+    const function = "lx_" ++ noun ++ "_gather_arrays";
+    const object = handleAt(T, handle_low, handle_high) orelse return invalid(function ++ ": " ++ noun ++ " is NULL, misaligned or not open", .{});
+    const request = ArrayGather.read(function, indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
+    return storeStatus(object.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
 }
 
 export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const s = handleAt(Store, store_low, store_high) orelse return invalid("lx_store_gather_arrays: store is NULL, misaligned or not open", .{});
-    const request = ArrayGather.read("lx_store_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
-    return storeStatus(s.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+    return gatherArrays(Store, store_low, store_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
 }
 
 export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    const v = handleAt(View, view_low, view_high) orelse return invalid("lx_view_gather_arrays: view is NULL, misaligned or not open", .{});
-    const request = ArrayGather.read("lx_view_gather_arrays", indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
-    return storeStatus(v.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+    return gatherArrays(View, view_low, view_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
 }
 
 /// Mirrors lx_gather_stream in loaderx.h.
 pub const LxGatherStream = extern struct {
-    store: ?*Store,
+    store: ?*LxStore,
     out: ?[*]u8,
     record_size: u64,
     out_bytes: u64,
@@ -582,7 +631,7 @@ export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?
     const streams_ptr = streams orelse return invalid("lx_store_gather_streams: streams is NULL", .{});
     var list: [gather_streams.stream_count_max]gather_streams.Stream = undefined;
     for (streams_ptr[0..@intCast(stream_count)], 0..) |stream, i| {
-        if (!isOpen(Store, stream.store)) return invalid("lx_store_gather_streams: stream {d}'s store is NULL, closed or not an lx_store", .{i});
+        const stream_store = resolve(Store, stream.store) orelse return invalid("lx_store_gather_streams: stream {d}'s store is NULL, closed or not an lx_store", .{i});
         if (stream.record_size == 0) return invalid("lx_store_gather_streams: stream {d}'s record_size is 0", .{i});
         const byte_count = std.math.mul(u64, count, stream.record_size) catch
             return invalid("lx_store_gather_streams: stream {d}: count * record_size overflows", .{i});
@@ -590,7 +639,7 @@ export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?
             return invalid("lx_store_gather_streams: stream {d}'s out holds {d} bytes, {d} records of {d} bytes need {d}", .{ i, stream.out_bytes, count, stream.record_size, byte_count });
         const out = stream.out orelse if (byte_count == 0) @as([*]u8, @ptrFromInt(1)) else return invalid("lx_store_gather_streams: stream {d}'s out is NULL", .{i});
         if (@intFromPtr(out) > std.math.maxInt(usize) - byte_count) return invalid("lx_store_gather_streams: stream {d}'s out ends past the address space", .{i});
-        list[i] = .{ .store = stream.store.?, .destination = .{ .base = out, .stride = stream.record_size }, .byte_count = byte_count };
+        list[i] = .{ .store = stream_store, .destination = .{ .base = out, .stride = stream.record_size }, .byte_count = byte_count };
     }
     if (count == 0) {
         status.clearMessage();
@@ -727,7 +776,7 @@ test "abi basics" {
 }
 
 test "lx_store_open refuses create together with read-only, both verify flags, and unknown flags" {
-    var out: ?*Store = undefined;
+    var out: ?*LxStore = undefined;
     try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_create | open_read_only, &out));
     try std.testing.expect(out == null);
     try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", std.mem.span(lx_last_error()));

@@ -642,3 +642,136 @@ test "lx_store_gather_streams gathers every stream at the same indices and refus
     for (a) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
     for (b) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
 }
+
+/// Where the library keeps the store or view behind an open handle (null once closed): lets a
+/// test say whether a new object took a closed one's memory.
+fn objectAddress(comptime T: type, handle: anytype) ?usize {
+    const object = T.fromOpenHandle(@enumFromInt(@intFromPtr(handle))) orelse return null;
+    return @intFromPtr(object);
+}
+
+/// Calls every store function through `stale` and expects each refused as a closed handle is,
+/// with nothing read or written.
+fn expectStoreRefused(stale: *LxStore) !void {
+    var index: [1]i64 = .{0};
+    var offsets: [2]u64 = .{ 0, 4 };
+    var out: [4]u8 = @splat(0xEE);
+    var lengths: [1]u64 = .{77};
+    var stats: LxStats = undefined;
+    const closed = "not an open lx_store";
+    try testing.expectEqual(@as(u64, 0), lx_store_length(stale));
+    try testing.expectEqual(@as(c_int, 0), lx_store_has_dict(stale));
+    try expectRefused(.invalid_argument, lx_store_gather_fixed(stale, &index, 1, &out, 4), closed);
+    try expectRefused(.invalid_argument, lx_store_gather(stale, &index, 1, &out, &offsets), closed);
+    try expectRefused(.invalid_argument, lx_store_record_lengths(stale, &index, 1, &lengths), closed);
+    try expectRefused(.invalid_argument, lx_store_append_fixed(stale, &out, 4, 1, 0, null), closed);
+    try expectRefused(.invalid_argument, lx_store_append(stale, &out, &offsets, 1, 0, null), closed);
+    try expectRefused(.invalid_argument, lx_store_delete(stale, &index, 1), closed);
+    try expectRefused(.invalid_argument, lx_store_compact(stale), closed);
+    try expectRefused(.invalid_argument, lx_store_stats(stale, &stats), closed);
+    try expectRefused(.invalid_argument, lx_store_sync(stale), closed);
+    try expectRefused(.invalid_argument, lx_store_train_dict(stale, &out, &offsets, 1, 1024), closed);
+    try expectRefused(.invalid_argument, lx_store_set_maintenance_check(stale, null, null), closed);
+    try expectRefused(.invalid_argument, lx_stores_delete(&[_]?*LxStore{stale}, 1, &index, &[_]u64{ 0, 1 }), "store 0 is not an open lx_store");
+    var view: ?*LxView = null;
+    try expectRefused(.invalid_argument, lx_view_open(&[_]*LxStore{stale}, 1, &view), "store 0 is not an open lx_store");
+    try testing.expectEqual(@as(?*LxView, null), view);
+    const address = @intFromPtr(stale);
+    try expectRefused(.invalid_argument, lx_store_gather_arrays(@truncate(address), @truncate(address >> 32), 0, 0, 0, 0, 4, 0), "store is NULL, misaligned or not open");
+    try expectRefused(.invalid_argument, lx_store_gather_streams(&index, 1, &[_]LxGatherStream{
+        .{ .store = stale, .out = &out, .record_size = 4, .out_bytes = 4 },
+    }, 1), "stream 0's store is NULL, closed or not an lx_store");
+    lx_store_close(stale); // does nothing
+    try testing.expectEqualSlices(u8, &@as([4]u8, @splat(0xEE)), &out);
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+}
+
+test "a stale store handle is refused, and never reaches a store opened since in its memory" {
+    const Store = @import("store.zig").Store;
+    var old: Fixture = undefined;
+    try old.init();
+    defer old.tmp.cleanup();
+    const stale = old.store;
+    const stale_address = objectAddress(Store, stale).?;
+    lx_store_close(stale);
+    lx_store_close(stale); // a second close does nothing
+    try testing.expectEqual(@as(?usize, null), objectAddress(Store, stale));
+    // New stores until one takes the closed store's memory: malloc usually hands it to the
+    // very next one, a few tries make it likelier still, and the test holds either way.
+    var news: [4]Fixture = undefined;
+    var new_count: usize = 0;
+    defer for (news[0..new_count]) |*fixture| fixture.deinit();
+    var same_memory = false;
+    while (new_count < news.len and !same_memory) : (new_count += 1) {
+        try news[new_count].init();
+        same_memory = objectAddress(Store, news[new_count].store).? == stale_address;
+    }
+    // The last one, told apart from the old by an eleventh record.
+    const new = &news[new_count - 1];
+    try testing.expectEqual(Status.ok, lx_store_append_fixed(new.store, "kkkk", 4, 1, 0, null));
+    std.debug.print("stale handle test: the new store {s} the closed store's memory (0x{x})\n", .{ if (same_memory) "reuses" else "does not reuse", stale_address });
+    try testing.expect(new.store != stale);
+    try expectStoreRefused(stale);
+    // The new store kept working and unchanged through all of it.
+    try testing.expectEqual(@as(u64, 11), lx_store_length(new.store));
+    var out: [8]u8 = undefined;
+    try testing.expectEqual(Status.ok, lx_store_gather_fixed(new.store, &[_]i64{ 10, 3 }, 2, &out, 4));
+    try testing.expectEqualSlices(u8, "kkkk" ++ [_]u8{ 3, 3, 3, 3 }, &out);
+}
+
+test "a stale view handle is refused, and a view whose store was replaced refuses too" {
+    const View = @import("view.zig").View;
+    var first: Fixture = undefined;
+    try first.init();
+    defer first.deinit();
+    var stale: ?*LxView = null;
+    try testing.expectEqual(Status.ok, lx_view_open(&[_]*LxStore{first.store}, 1, &stale));
+    const stale_address = objectAddress(View, stale.?).?;
+    lx_view_close(stale);
+    lx_view_close(stale); // a second close does nothing
+    // New views until one takes the closed view's memory (as for stores above).
+    var views: [4]?*LxView = @splat(null);
+    defer for (views) |v| lx_view_close(v);
+    var same_memory = false;
+    var fresh: ?*LxView = null;
+    for (&views) |*v| {
+        try testing.expectEqual(Status.ok, lx_view_open(&[_]*LxStore{first.store}, 1, v));
+        fresh = v.*;
+        same_memory = objectAddress(View, fresh.?).? == stale_address;
+        if (same_memory) break;
+    }
+    std.debug.print("stale handle test: the new view {s} the closed view's memory\n", .{if (same_memory) "reuses" else "does not reuse"});
+    try testing.expect(fresh != stale);
+    var index: [1]i64 = .{2};
+    var offsets: [2]u64 = .{ 0, 4 };
+    var out: [4]u8 = @splat(0xEE);
+    var lengths: [1]u64 = .{77};
+    const closed = "not an open lx_view";
+    try testing.expectEqual(@as(u64, 0), lx_view_length(stale));
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(stale, &index, 1, &out, 4), closed);
+    try expectRefused(.invalid_argument, lx_view_gather(stale, &index, 1, &out, &offsets), closed);
+    try expectRefused(.invalid_argument, lx_view_record_lengths(stale, &index, 1, &lengths), closed);
+    const address = @intFromPtr(stale.?);
+    try expectRefused(.invalid_argument, lx_view_gather_arrays(@truncate(address), @truncate(address >> 32), 0, 0, 0, 0, 4, 0), "view is NULL, misaligned or not open");
+    try testing.expectEqualSlices(u8, &@as([4]u8, @splat(0xEE)), &out);
+    try testing.expectEqual(@as(u64, 77), lengths[0]);
+    try testing.expectEqual(@as(u64, 10), lx_view_length(fresh));
+    try testing.expectEqual(Status.ok, lx_view_gather_fixed(fresh, &index, 1, &out, 4));
+    try testing.expectEqualSlices(u8, &.{ 2, 2, 2, 2 }, &out);
+
+    // A view over a store closed under it, whose memory a new store may have taken: the view
+    // refuses rather than read the newcomer.
+    var second: Fixture = undefined;
+    try second.init();
+    var orphan: ?*LxView = null;
+    try testing.expectEqual(Status.ok, lx_view_open(&[_]*LxStore{second.store}, 1, &orphan));
+    defer lx_view_close(orphan);
+    lx_store_close(second.store);
+    second.tmp.cleanup();
+    var newcomer: Fixture = undefined;
+    try newcomer.init();
+    defer newcomer.deinit();
+    try testing.expectEqual(@as(u64, 0), lx_view_length(orphan));
+    try expectRefused(.invalid_argument, lx_view_gather_fixed(orphan, &index, 1, &out, 4), "closed before the view");
+    try testing.expectEqual(@as(u64, 10), lx_store_length(newcomer.store));
+}

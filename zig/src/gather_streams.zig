@@ -12,6 +12,7 @@
 const std = @import("std");
 const assert = std.debug.assert;
 const store_mod = @import("store.zig");
+const index_check = @import("index_check.zig");
 const pool = @import("pool.zig");
 const raw_copy = @import("raw_copy.zig");
 const errors = @import("errors.zig");
@@ -57,7 +58,7 @@ pub fn gather(streams: []const Stream, caller_indices: []const i64) Error!void {
     const indices: []i64 = on_heap orelse indices_scratch[0..caller_indices.len];
     var length: u64 = std.math.maxInt(u64);
     for (locked) |s| length = @min(length, s.meta.length());
-    try store_mod.copyCheckedIndices(caller_indices, indices, length);
+    try index_check.copyCheckedIndices(caller_indices, indices, length);
     for (streams) |s| try s.store.checkSlots(indices, s.destination);
 
     const main = largest(streams);

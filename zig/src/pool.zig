@@ -6,7 +6,7 @@
 //! virtual machine, an inter-processor interrupt) and arrives when the caller has copied most of
 //! the batch itself. std.Io.Threaded's workers sleep as soon as their queue is empty, so a
 //! gather that followed any other short call (a label gather between image gathers, in every
-//! loader step) ran slower on two cores than on one (tools/pool_wake.py). Helpers here stay
+//! loader step) ran slower on two cores than on one (benchmarks/probes/pool_wake.py). Helpers here stay
 //! awake for a short while after each batch and take the next one without a system call.
 const std = @import("std");
 const Io = std.Io;

@@ -6,7 +6,7 @@
 //! random records of 12 KiB from a 512 MiB store take about 0.54x the time with the helper,
 //! while 256 records of 3 KiB from a 12 MiB store (in the CPU caches) take 0.61x the time in
 //! some minutes and 1.19x in others, when the two virtual cores seem to share one physical
-//! core (`tools/pool_phases.py` prints both; figures in README.md). A helper that does not
+//! core (`benchmarks/probes/pool_phases.py` prints both; figures in README.md). A helper that does not
 //! speed a batch up also takes a core from the rest of the program.
 //!
 //! How: each mode keeps an estimate of its cost per byte. The first batches alternate between

@@ -67,7 +67,7 @@ pub const LoadsAdvisor = pool_advice.LoadsAdvisor(Loads);
 
 /// Who picks the stores of a batch that may stream, process-wide (lx_stores_set_policy;
 /// LX_STORES_* in loaderx.h): its store's or view's advisor (`auto`, the default), or a fixed
-/// answer. A fixed one is for measuring each way by itself (tools/loader_overhead.py), and for
+/// answer. A fixed one is for measuring each way by itself (benchmarks/probes/loader_overhead.py), and for
 /// a program whose next step reads every batch at once, which a destination left in the cache
 /// serves better than a faster copy. Batches that may not stream keep cached stores whatever
 /// the policy.

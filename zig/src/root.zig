@@ -21,6 +21,13 @@ test {
     _ = @import("pool.zig");
     _ = @import("pool_advice.zig");
     _ = @import("store.zig");
+    _ = @import("batch.zig");
+    _ = @import("index_check.zig");
+    _ = @import("open_check.zig");
+    _ = @import("store_append.zig");
+    _ = @import("store_gather.zig");
+    _ = @import("store_delete.zig");
+    _ = @import("registry.zig");
     _ = @import("gather_streams.zig");
     _ = @import("lock.zig");
     _ = @import("no_follow.zig");
@@ -30,6 +37,8 @@ test {
     _ = @import("checksum.zig");
     _ = @import("integrity.zig");
     _ = @import("store_test.zig");
+    _ = @import("store_delete_test.zig");
+    _ = @import("store_gather_test.zig");
     _ = @import("view.zig");
     _ = @import("runs.zig");
     _ = @import("lazy_table.zig");

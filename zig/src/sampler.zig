@@ -357,7 +357,7 @@ pub const Permutation = struct {
         const Shift = std.math.Log2Int(T);
         // Exact, not narrowings: low_bits <= 16 when T is u32, and every x is inside the domain
         // of 2^(low_bits + high_bits) values with high_bits <= 31. A per-lane @intCast check
-        // cost the cyclic sampler about 12% in ReleaseSafe (tools/release_modes.py).
+        // cost the cyclic sampler about 12% in ReleaseSafe (benchmarks/probes/release_modes.py).
         const low_shift: @Vector(n, Shift) = @splat(@truncate(p.low_bits));
         var high: @Vector(n, u32) = @truncate(x >> low_shift);
         var low: @Vector(n, u32) = @truncate(x & @as(@Vector(n, T), @splat(p.low_mask)));

@@ -16,6 +16,7 @@ const Store = store_mod.Store;
 const Destination = store_mod.Destination;
 const Failure = store_mod.Failure;
 const raw_copy = @import("raw_copy.zig");
+const registry = @import("registry.zig");
 const Error = errors.Error;
 const outOfMemory = errors.outOfMemory;
 
@@ -26,11 +27,14 @@ const Route = struct {
 };
 
 pub const View = struct {
-    /// canary_open from open to close: the C boundary refuses a handle without it (exports.zig).
-    canary: u64 = canary_open,
+    /// Its handle at the C boundary, given by the registry at open and taken back at close.
+    handle: registry.Handle = .none,
     allocator: Allocator,
     /// Borrowed: the caller keeps every store open for the view's lifetime.
     stores: []*Store,
+    /// The stores' handles, taken at open: checkOpen asks the registry whether each is still
+    /// open, without reading a store that may have been freed.
+    store_handles: []registry.Handle,
     /// starts[k] is the global index of store k's first record (store_count entries). The
     /// lengths of every store but the last are taken at open; the caller makes a new view
     /// when one of them changes (a delete).
@@ -48,10 +52,6 @@ pub const View = struct {
     gather_advisor: pool.Advisor = .{},
     /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
     copy_advisors: raw_copy.CopyAdvisors = .{},
-    /// Links of the registry of open views, which a forked child resets (guarded by
-    /// registry_mutex).
-    registry_previous: ?*View = null,
-    registry_next: ?*View = null,
 
     pub fn open(allocator: Allocator, stores: []const *Store) Error!*View {
         if (stores.len == 0 or stores.len > limits.view_store_count_max) {
@@ -67,11 +67,23 @@ pub const View = struct {
             start.* = total;
             total += store.length();
         }
+        const store_handles = allocator.alloc(registry.Handle, stores.len) catch return outOfMemory();
+        errdefer allocator.free(store_handles);
+        for (stores, store_handles) |store, *handle| handle.* = store.handle;
         const first_positions = try firstPositions(allocator, stores);
         errdefer if (first_positions) |positions| allocator.free(positions);
         const view = allocator.create(View) catch return outOfMemory();
-        view.* = .{ .allocator = allocator, .stores = owned, .starts = starts, .uniform_shift = uniformShift(starts), .first_positions = first_positions };
-        register(view);
+        errdefer allocator.destroy(view);
+        view.* = .{
+            .allocator = allocator,
+            .stores = owned,
+            .store_handles = store_handles,
+            .starts = starts,
+            .uniform_shift = uniformShift(starts),
+            .first_positions = first_positions,
+        };
+        // Last: from here the view is reachable through its handle (and a fork resets it).
+        view.handle = try registry.add(.view, view);
         return view;
     }
 
@@ -101,15 +113,35 @@ pub const View = struct {
         return first;
     }
 
-    /// "lxview" and a version byte; a store's differs, so neither passes for the other.
-    pub const canary_open: u64 = 0x6C78_7669_6577_0001;
-    pub const canary_closed: u64 = 0;
-
     /// Releases the view (not its stores). No other thread may be using it.
     pub fn close(view: *View) void {
-        @atomicStore(u64, &view.canary, canary_closed, .monotonic);
-        unregister(view);
+        // Out of the registry first: its handle is refused from here on.
+        const removed = registry.remove(view.handle, .view);
+        assert(removed == @as(?*anyopaque, view));
+        view.free();
+    }
+
+    /// The C boundary's close: closes the view of an open handle, and does nothing for a
+    /// handle closed already (a second close) or not a view's. Of two threads closing one
+    /// handle at once, one closes it.
+    pub fn closeHandle(handle: registry.Handle) void {
+        const view = fromObject(registry.remove(handle, .view) orelse return);
+        view.free();
+    }
+
+    /// The view of an open handle, or null (see registry.get). Reads no view memory.
+    pub fn fromOpenHandle(handle: registry.Handle) ?*View {
+        return fromObject(registry.get(handle, .view) orelse return null);
+    }
+
+    fn fromObject(object: *anyopaque) *View {
+        return @ptrCast(@alignCast(object));
+    }
+
+    /// close's work once the view is out of the registry.
+    fn free(view: *View) void {
         if (view.first_positions) |positions| view.allocator.free(positions);
+        view.allocator.free(view.store_handles);
         view.contexts.deinit();
         view.allocator.free(view.starts);
         view.allocator.free(view.stores);
@@ -210,9 +242,13 @@ pub const View = struct {
     }
 
     /// Refuses a call once store k was closed under the view (the caller broke the borrow; see
-    /// lx_view_open). Its memory may have been reused since, so this catches the common case.
+    /// lx_view_open). Asked of the registry by the handle taken at open, so a closed store's
+    /// memory is not read, and a store opened since at the same address is not taken for it.
     pub fn checkOpen(view: *const View, k: usize) Error!void {
-        if (@atomicLoad(u64, &view.stores[k].canary, .monotonic) == Store.canary_open) return;
+        if (Store.fromOpenHandle(view.store_handles[k])) |store| {
+            assert(store == view.stores[k]);
+            return;
+        }
         diagnostic.note("store {d} of the view was closed before the view", .{k});
         return error.InvalidArgument;
     }
@@ -433,38 +469,11 @@ const Fixture = struct {
     }
 };
 
-// ---- the registry of open views (for fork) --------------------------------------------------
-
-var registry_head: ?*View = null;
-var registry_mutex: std.Io.Mutex = .init;
-
-/// Walking forward from the head stays consistent after every single store (see store.zig).
-fn register(view: *View) void {
-    const io = pool.io();
-    registry_mutex.lockUncancelable(io);
-    defer registry_mutex.unlock(io);
-    view.registry_previous = null;
-    view.registry_next = registry_head;
-    if (registry_head) |head| head.registry_previous = view;
-    registry_head = view;
-}
-
-fn unregister(view: *View) void {
-    const io = pool.io();
-    registry_mutex.lockUncancelable(io);
-    defer registry_mutex.unlock(io);
-    if (view.registry_previous) |previous| previous.registry_next = view.registry_next else registry_head = view.registry_next;
-    if (view.registry_next) |next| next.registry_previous = view.registry_previous;
-    view.registry_previous = null;
-    view.registry_next = null;
-}
-
 /// In a forked child: a parent thread may have held a view's context mutex at the moment of
 /// fork. (Its stores are reset by store.afterForkChild.)
 pub fn afterForkChild() void {
-    registry_mutex = .init;
-    var next = registry_head;
-    while (next) |view| : (next = view.registry_next) view.contexts.mutex = .init;
+    var walk: registry.Walk = .{ .kind = .view };
+    while (walk.next()) |object| View.fromObject(object).contexts.mutex = .init;
 }
 
 test "a view routes global indices across stores, empty ones included" {

@@ -1,6 +1,6 @@
 """Where the DataLoader's rate goes below the bare gather, measured side by side in one process.
 
-    python3 tools/loader_overhead.py [--records 10000] [--rounds 11] [--block 0.5]
+    python3 benchmarks/probes/loader_overhead.py [--records 10000] [--rounds 11] [--block 0.5]
 
 Rows, each a block of back-to-back batches per round, rounds interleaved (medians printed):
 - bare gather, 1 buffer: sampler + gather_into one reused array on this thread (the loader
@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.layers import data, loaders, timing  # noqa: E402

@@ -8,7 +8,8 @@ records of whole pages lie at page offsets in their chunk, and glibc places larg
 page plus 16, so offset 16 is the one NumPy's own arrays get. Every row should run at about
 the same rate.
 
-    .venv/bin/python tools/destination_offsets.py [--ring 5] [--offsets 0,8,16,32,48,96,2048]
+    .venv/bin/python benchmarks/probes/destination_offsets.py [--ring 5]
+        [--offsets 0,8,16,32,48,96,2048]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from loaderx._data.converter import from_numpy  # noqa: E402

@@ -1,7 +1,8 @@
 """Whether the pool's helper speeds a gather up or slows it down, minute by minute, and what the
 store's advisor makes of it.
 
-    python3 tools/pool_phases.py [--seconds 60] [--block 0.2] [--record-kib 3] [--set-mib 12]
+    python3 benchmarks/probes/pool_phases.py [--seconds 60] [--block 0.2] [--record-kib 3]
+        [--set-mib 12]
 
 The demo's batch: 256 random images of 3 KiB (768 KiB) from a 12 MiB set, which the CPU caches
 hold. On the 2-core VM this was written on, such a batch is copied about 1.6x faster with the
@@ -37,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loaderx._native import library as _native  # noqa: E402
 from loaderx._data.converter import from_numpy  # noqa: E402

@@ -1,6 +1,6 @@
 """ReleaseSafe against ReleaseFast, side by side in one run: the cost of keeping Zig's safety checks.
 
-    .venv/bin/python tools/release_modes.py [--rounds 9] [--no-build]
+    .venv/bin/python benchmarks/probes/release_modes.py [--rounds 9] [--no-build]
 
 Builds the host library in both modes (into .cache/zig-out-fast and .cache/zig-out-safe), starts
 one worker process per build (LOADERX_LIBRARY points each at its library) and times the same
@@ -25,7 +25,7 @@ import textwrap
 from pathlib import Path
 from typing import Final
 
-ROOT: Final = Path(__file__).resolve().parents[1]
+ROOT: Final = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import build as project_build  # noqa: E402  (the repository's build.py)
@@ -120,7 +120,7 @@ def measure(workers: dict[str, subprocess.Popen[str]], rounds: int) -> dict[tupl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="tools/release_modes.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="benchmarks/probes/release_modes.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--no-build", action="store_true", help="use the libraries already built")

@@ -1,6 +1,6 @@
 """Corrupts store files at random and checks that every corruption is detected or harmless.
 
-    python3 tools/fuzz_store.py --trials 2000 [--seed 0] [--timeout 20]
+    python3 tests/stress/fuzz_store.py --trials 2000 [--seed 0] [--timeout 20]
 
 Builds four small datasets (dense raw, dense zstd, dense zstd_dict, ragged zstd; with deletes
 and a compaction behind them), then runs trials. A trial copies one dataset, applies one
@@ -38,7 +38,8 @@ from typing import Any, Final
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository root (this file is two folders down), for loaderx from the working tree.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from loaderx._data.converter import from_numpy  # noqa: E402
 from loaderx._data.dense import DenseDataset  # noqa: E402
@@ -299,7 +300,7 @@ def run_from_command_line(
     run_trials: Callable[[int, int, float], dict[str, Any]], groups: str, description: str,
     trials: int, timeout: float, argv: list[str] | None,
 ) -> int:
-    """The command line of a fuzzer (this one, tools/fuzz_sharded.py): runs `run_trials`
+    """The command line of a fuzzer (this one, stress/fuzz_sharded.py): runs `run_trials`
     (trials, seed, timeout) and prints its result, JSON or a table by `groups`; 1 when any
     trial failed."""
     parser = argparse.ArgumentParser(description=description)

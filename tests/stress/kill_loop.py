@@ -1,9 +1,9 @@
 """Kill loop: SIGKILL a worker at random moments in append, delete, compact and conversion, and
 in appends, deletes and parallel appends of a sharded dataset.
 
-    python3 tools/kill_loop.py --kills 1000                 every operation, 1,000 kills each
-    python3 tools/kill_loop.py --kills 200 --ops convert    one operation (the CI size is 200)
-    python3 tools/kill_loop.py --kills 300 --ops sharded-append,sharded-delete,parallel-append
+    python3 tests/stress/kill_loop.py --kills 1000               every operation, 1,000 kills each
+    python3 tests/stress/kill_loop.py --kills 200 --ops convert  one operation (the CI size is 200)
+    python3 tests/stress/kill_loop.py --kills 300 --ops sharded-append,sharded-delete,parallel-append
 
 Each round forks a worker from this process (already holding numpy and the library, so a round
 costs milliseconds, not an interpreter start), lets it run its operation in a loop for a random
@@ -49,7 +49,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Final
 
-ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repository root (this file is two folders down), for loaderx from the working tree.
+ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402

@@ -1,8 +1,8 @@
 """Corrupts the files of sharded datasets at random and checks every corruption is detected or harmless.
 
-    python3 tools/fuzz_sharded.py --trials 1000 [--seed 0] [--timeout 30]
+    python3 tests/stress/fuzz_sharded.py --trials 1000 [--seed 0] [--timeout 30]
 
-The sibling of tools/fuzz_store.py for what a sharded dataset adds to its stores: the manifest
+The sibling of stress/fuzz_store.py for what a sharded dataset adds to its stores: the manifest
 (shards.msgpack), the delete journal (shards.delete), the schemas, the shard folders and the
 hidden staging folders. Builds three small sharded datasets (dense zstd, ragged raw, and a dense
 one left by a delete killed half-way: journal written, one shard deleted, the others not), then
@@ -54,7 +54,11 @@ from typing import Any, Final
 import msgpack
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository root, for loaderx from the working tree, and tests/, for the stress package
+# (this file is tests/stress/fuzz_sharded.py; run as a script, only its own folder is on the path).
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(TESTS))
+sys.path.insert(0, TESTS)
 
 from loaderx import cli  # noqa: E402
 from loaderx._loading.dataloader import DataLoader  # noqa: E402
@@ -67,10 +71,10 @@ from loaderx.errors import (  # noqa: E402
     ReadOnlyStoreError,
     SchemaError,
 )
-from loaderx._store.sharded import _delete_each  # noqa: E402
+from loaderx._store.shard_delete import delete_each  # noqa: E402
 from loaderx._store.shards import shard_folder  # noqa: E402
 from loaderx._store.zrecord import Zrecord  # noqa: E402
-from tools.fuzz_store import (  # noqa: E402
+from stress.fuzz_store import (  # noqa: E402
     _regions,
     _run_forked,
     run_from_command_line,
@@ -167,7 +171,7 @@ def _leave_half_deleted(path: str, plan: dict[int, list[int]]) -> None:
     write_manifest(path, manifest)
     first = manifest.shards[next(iter(plan))].name
     with Zrecord(shard_folder(path, first), create=False, _dataset_owned=True) as store:
-        _delete_each([store], [np.array(plan[next(iter(plan))], np.int64)], path)
+        delete_each([store], [np.array(plan[next(iter(plan))], np.int64)], path)
     try:
         DenseDataset(path, readonly=True, shard_records=_SHARD_RECORDS).close()
     except ReadOnlyStoreError:
@@ -378,7 +382,7 @@ def _mutate_files(folder: str, outside: str, rng: random.Random) -> str:
         # Not trials: without its manifest the folder is the single-store dataset it was before
         # its first rollover, and the shard folders are what a crash between that rollover's
         # move and its manifest write leaves (loaderx.shards); a half-done delete whose journal
-        # is gone is settled as its shards hold it (loaderx._store.sharded, by design for now).
+        # is gone is settled as its shards hold it (loaderx._store.shard_delete, by design for now).
         name = os.path.join(shard, "schema.msgpack")
     path = os.path.join(folder, name)
     if kind in ("folder", "empty", "link_out", "remove"):

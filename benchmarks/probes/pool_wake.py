@@ -1,6 +1,6 @@
 """Why the demo's raw gather trails npy-mmap: a pool helper that has gone to sleep.
 
-    python3 tools/pool_wake.py            (about 30 s)
+    python3 benchmarks/probes/pool_wake.py            (about 30 s)
 
 The demo reads 256 images of 3 KiB (768 KiB a batch, from a 12 MiB set that fits the CPU's
 last-level cache) and then 256 labels, step after step. A gather of 768 KiB is shared with a pool
@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loaderx._data.converter import from_numpy  # noqa: E402
 from loaderx._data.dense import DenseDataset  # noqa: E402

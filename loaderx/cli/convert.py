@@ -1,0 +1,76 @@
+"""The converting commands: convert (a .npy or .npz into datasets) and recode (another codec)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import zipfile
+from typing import Any, TextIO
+
+import numpy as np
+
+from loaderx._data.converter import from_numpy
+from loaderx._data.recode import recode
+from loaderx._store.schema import Codec, check_codec
+from loaderx.cli.exits import EXIT_OK, Problem
+from loaderx.cli.npz import check_array_names, check_intact, check_members, npz_array
+
+
+def progress_option(args: argparse.Namespace) -> bool | None:
+    """The converters' progress argument: --quiet turns the line off, else they decide."""
+    return False if args.quiet else None
+
+
+def load_source(source: str) -> Any:
+    """The .npy (memory-mapped) or the open .npz at source, whatever its name says: NumPy reads
+    the format from the file's first bytes."""
+    if os.path.isdir(source):
+        raise Problem(f"{source}: a folder, not a .npy or .npz file")
+    if not os.path.isfile(source):
+        raise Problem(f"{source}: no such file")
+    try:
+        return np.load(source, mmap_mode="r")
+    except (ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None
+
+
+def convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Codec,
+                out: TextIO) -> int:
+    """Every array of an open .npz into DEST/<name>, once all of them have been checked."""
+    names = list(archive.files)
+    if not names:
+        raise Problem(f"{source}: the .npz holds no arrays; nothing was converted")
+    check_array_names(source, args.dest, names)
+    check_intact(source, archive)
+    check_members(source, archive, args.dest, codec, args.dict_size, args.overwrite)
+    for name in names:
+        target = os.path.join(args.dest, name)
+        with tempfile.TemporaryDirectory(prefix="loaderx-convert-") as scratch:
+            array = npz_array(source, archive, name, scratch)
+            count = from_numpy(target, array, codec=codec, dict_size=args.dict_size,
+                               overwrite=args.overwrite, progress=progress_option(args))
+            del array  # the map of a temporary copy goes before its folder
+        print(f"{target}: {count:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
+def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
+    source = args.source
+    codec = check_codec(args.codec)
+    loaded = load_source(source)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded as archive:
+            return convert_npz(source, archive, args, codec, out)
+    count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
+                       overwrite=args.overwrite, progress=progress_option(args))
+    print(f"{args.dest}: {count:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
+def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
+    count = recode(args.source, args.dest, codec=check_codec(args.codec),
+                   dict_size=args.dict_size, overwrite=args.overwrite,
+                   progress=progress_option(args))
+    print(f"{args.dest}: {count:,} records ({args.codec})", file=out)
+    return EXIT_OK

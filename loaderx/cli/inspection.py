@@ -1,0 +1,189 @@
+"""The inspecting commands: info, stats, head and verify (they read a store, never write it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
+from loaderx._store.zrecord import Zrecord
+from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
+from loaderx.cli.sizes import size_text
+from loaderx.cli.stores import disk_usage, open_store, record_blocks, record_sizes, shard_names
+
+
+def info_of(path: str) -> dict[str, Any]:
+    """What `info` reports about the store at path: its kind, layout, codec and byte counts."""
+    opened = open_store(path)
+    try:
+        stats = opened.stats()
+        count = stats["records"]
+        logical = record_sizes(opened)[2] if count else 0
+        shards = shard_names(opened)
+        apparent, allocated = disk_usage(path)
+        result: dict[str, Any] = {"path": path, "shards": shards}
+        if isinstance(opened, Zrecord):
+            result.update(kind="zrecord", dtype=None, item_shape=None, codec=opened.codec,
+                          dict_size=None)
+        else:
+            result.update(kind=opened.schema.kind, dtype=str(opened.dtype),
+                          item_shape=list(opened.item_shape), codec=opened.codec,
+                          dict_size=opened.dict_size or None)
+        result.update(
+            records=count, has_dict=opened.has_dict, logical_bytes=logical,
+            data_bytes=stats["live_bytes"], chunk_bytes=stats["chunk_bytes"],
+            reclaimable_bytes=stats["reclaimable"], allocated_bytes=allocated,
+            apparent_bytes=apparent,
+            compression_ratio=(round(logical / stats["live_bytes"], 4) if stats["live_bytes"]
+                               else None),
+        )
+        return result
+    finally:
+        opened.close()
+
+
+def print_info(info: dict[str, Any], out: TextIO) -> None:
+    """info_of's answer as aligned lines, for a person."""
+    rows = [
+        ("kind", info["kind"]),
+        ("dtype", info["dtype"] or "-"),
+        ("item shape", tuple(info["item_shape"]) if info["item_shape"] is not None else "-"),
+        ("codec", info["codec"]),
+        ("dictionary", size_text(info["dict_size"]) + (" (trained)" if info["has_dict"] else
+                                                         " (not trained)")
+         if info["dict_size"] else "-"),
+        ("records", f"{info['records']:,}"),
+        ("logical bytes", size_text(info["logical_bytes"])),
+        ("data bytes", size_text(info["data_bytes"]) + " (stored records)"),
+        ("allocated", size_text(info["allocated_bytes"]) + " (blocks on disk)"),
+        ("apparent size", size_text(info["apparent_bytes"]) + " (what cp and tar copy)"),
+        ("compression", f"{info['compression_ratio']:.2f}x" if info["compression_ratio"] else "-"),
+    ]
+    if info.get("shards") is not None:
+        rows.insert(5, ("shards", ", ".join(info["shards"]) or "none"))
+    for label, value in rows:
+        print(f"{label:<14} {value}", file=out)
+
+
+def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    """Prints info_of(args.path), as lines or as JSON."""
+    info = info_of(args.path)
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+    else:
+        print_info(info, out)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+    """Prints the store's own stats() and its smallest, largest and mean record size."""
+    opened = open_store(args.path)
+    try:
+        stats: dict[str, Any] = dict(opened.stats())
+        if stats["records"]:
+            smallest, largest, total = record_sizes(opened)
+            stats.update(record_bytes_min=smallest, record_bytes_max=largest,
+                         record_bytes_mean=round(total / len(opened), 2))
+    finally:
+        opened.close()
+    if args.json:
+        json.dump(stats, out, indent=2)
+        print(file=out)
+    else:
+        for key, value in stats.items():
+            print(f"{key:<18} {value:,}" if isinstance(value, int) else f"{key:<18} {value}",
+                  file=out)
+    return EXIT_OK
+
+
+def dense_repr(ds: DenseDataset, count: int) -> str:
+    """repr(ds[:count]) under the current print options, from a few rows. NumPy summarises an
+    array of more values than its threshold: it shows only the first and last `edgeitems` rows
+    then, and sizes their columns from those rows alone. So a summarised head reads those rows
+    and one between them (which stands for all the rest: it makes NumPy put "..." there), and
+    only the shape NumPy prints is the whole head's, not that of the rows read."""
+    options = np.get_printoptions()
+    edge = int(options["edgeitems"])
+    values = count * math.prod(ds.item_shape)
+    if values <= options["threshold"] or count <= 2 * edge:
+        return repr(ds[:count])  # at most `threshold` values, or 2 * edgeitems records
+    rows = ds[np.r_[0 : edge + 1, count - edge : count]]
+    with np.printoptions(threshold=0):  # summarised as the whole head is
+        text = repr(rows)
+    read = f"shape={rows.shape}"
+    at = text.rindex(read)  # after the values: "array(<values>,<spacer>shape=..., dtype=...)"
+    values_text = text[:at].rstrip()
+    extras = f"shape={(count, *(int(n) for n in ds.item_shape))}" + text[at + len(read):]
+    # NumPy's rule: the extras go on a line of their own when they would pass the line width.
+    last_line = len(values_text) - (values_text.rfind("\n") + 1)
+    wrap = last_line + len(extras) + 1 > int(options["linewidth"])
+    return values_text + ("\n" + " " * len("array(") if wrap else " ") + extras
+
+
+def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
+    """Prints the first records, reading them in blocks of about READ_BYTES: `-n` may ask
+    for more records than memory holds (a dense head reads only the rows NumPy shows)."""
+    opened = open_store(args.path)
+    try:
+        count = min(args.n, len(opened))
+        with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
+            if isinstance(opened, DenseDataset):
+                print(dense_repr(opened, count), file=out)
+            elif isinstance(opened, RaggedDataset):
+                for block in record_blocks(opened, count):
+                    for index, record in enumerate(opened[block], start=block.start):
+                        print(f"[{index}] shape {record.shape}: {np.array2string(record)}",
+                              file=out)
+            else:
+                for block in record_blocks(opened, count):
+                    for index, raw in enumerate(opened.gather(block), start=block.start):
+                        shown = raw[:48]
+                        more = f"... ({len(raw):,} bytes)" if len(raw) > 48 else ""
+                        print(f"[{index}] {shown!r}{more}", file=out)
+        print(f"({count:,} of {len(opened):,} records)", file=out)
+    finally:
+        opened.close()
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    """Checks every record (table entries against the chunks, checksums, frames); exit 1 and
+    the list of bad records if anything is wrong."""
+    opened = open_store(args.path)
+    try:
+        count = len(opened)
+        if sys.stderr.isatty() and not args.json:
+            print(f"verifying {count:,} records of {args.path} on every core...", file=sys.stderr,
+                  flush=True)
+        started = time.perf_counter()
+        report = opened.verify()
+        elapsed = time.perf_counter() - started
+    finally:
+        opened.close()
+    if args.json:
+        json.dump({
+            "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
+            "checksummed": report.checksummed, "bad_count": report.bad_count,
+            "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
+            "ok": report.ok,
+        }, out, indent=2)
+        print(file=out)
+    else:
+        sums = (f"{report.checksummed:,} against their checksums" if report.has_checksums
+                else "no checksums in this store: table entries and frames only")
+        print(f"{args.path}: {report.records:,} records checked in {elapsed:.1f} s ({sums})",
+              file=out)
+        for bad in report.bad:
+            print(f"  bad record {bad.index}: {bad.reason}", file=out)
+        if report.bad_count > len(report.bad):
+            print(f"  ... {report.bad_count:,} bad records in all", file=out)
+        print("OK" if report.ok else f"{report.bad_count:,} bad records", file=out)
+    return EXIT_OK if report.ok else EXIT_PROBLEM

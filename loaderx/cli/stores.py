@@ -1,0 +1,100 @@
+"""Opening the store a command names and reading its records' sizes in bounded windows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
+from loaderx._os.paths import exists, is_file
+from loaderx._store.schema import SCHEMA_FILE, read_schema
+from loaderx._store.shards import shard_number
+from loaderx._store.zrecord import Zrecord
+from loaderx.cli.exits import Problem
+
+Store = DenseDataset | RaggedDataset | Zrecord
+# Records are read about this many bytes at a time (head, and the .npz reader's blocks).
+READ_BYTES: Final = 1 << 24
+# Record sizes are looked at this many at a time (8 MiB of lengths), so that info and stats
+# of a dataset of any size take bounded memory.
+LENGTH_WINDOW: Final = 1 << 20
+
+
+def open_store(path: str, readonly: bool = True) -> Store:
+    """The dataset at path (by its schema), or the bare Zrecord store when it has none.
+
+    Read-only unless the command writes: inspecting a store takes no writer lock, so it works
+    while a training job or a conversion holds the store."""
+    if not exists(path):
+        raise Problem(f"{path}: no such file or folder")
+    # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
+    # naming it, not "no store here".
+    if is_file(os.path.join(path, SCHEMA_FILE)):
+        if read_schema(path).kind == "ragged":
+            return RaggedDataset(path, readonly=readonly)
+        return DenseDataset(path, readonly=readonly)
+    if is_file(os.path.join(path, "meta.zr")):
+        return Zrecord(path, readonly=readonly)
+    raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
+
+
+def record_lengths(opened: RaggedDataset | Zrecord, window: slice) -> npt.NDArray[np.uint64]:
+    """The logical (decompressed) size of the records in a window."""
+    if isinstance(opened, RaggedDataset):
+        return opened.lengths(window).astype(np.uint64) * np.uint64(opened.row_size)
+    return opened.record_lengths(window)
+
+
+def record_sizes(opened: Store) -> tuple[int, int, int]:
+    """(smallest, largest, total) logical record size of a store that holds records. A dense
+    dataset's are its record size; the others' are read a window at a time."""
+    if isinstance(opened, DenseDataset):
+        return opened.record_size, opened.record_size, opened.record_size * len(opened)
+    smallest, largest, total = -1, 0, 0
+    count = len(opened)
+    for start in range(0, count, LENGTH_WINDOW):
+        window = record_lengths(opened, slice(start, min(count, start + LENGTH_WINDOW)))
+        low = int(window.min())
+        smallest = low if smallest < 0 else min(smallest, low)
+        largest = max(largest, int(window.max()))
+        total += int(window.sum(dtype=np.uint64))
+    return smallest, largest, total
+
+
+def record_blocks(opened: RaggedDataset | Zrecord, count: int) -> Iterator[slice]:
+    """Consecutive slices of 0..count holding about READ_BYTES of records each (at least one
+    record)."""
+    start = 0
+    while start < count:
+        window = record_lengths(opened, slice(start, min(count, start + LENGTH_WINDOW)))
+        fit = int(np.searchsorted(np.cumsum(window, dtype=np.uint64), READ_BYTES, side="right"))
+        stop = start + max(1, fit)
+        yield slice(start, stop)
+        start = stop
+
+
+def shard_names(opened: Store) -> list[str] | None:
+    """The shard folders of a sharded dataset; None for a single store."""
+    if isinstance(opened, Zrecord) or not opened.sharded:
+        return None
+    return [str(shard["name"]) for shard in opened.shard_stats()]
+
+
+def disk_usage(path: str) -> tuple[int, int]:
+    """(apparent size, allocated bytes) of the files in a store folder and its shard folders."""
+    apparent = allocated = 0
+    for entry in os.scandir(path):
+        if entry.is_file(follow_symlinks=False):
+            info = entry.stat(follow_symlinks=False)
+            apparent += info.st_size
+            allocated += info.st_blocks * 512
+        elif entry.is_dir(follow_symlinks=False) and shard_number(entry.name) is not None:
+            inner = disk_usage(entry.path)
+            apparent += inner[0]
+            allocated += inner[1]
+    return apparent, allocated
