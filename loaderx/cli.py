@@ -27,7 +27,7 @@ from loaderx._data.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
 from loaderx._os.paths import exists, is_file
 from loaderx._store.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
-from loaderx._store.shards import shard_number
+from loaderx._store.layout import shard_number
 from loaderx._store.zrecord import Zrecord
 
 EXIT_OK: Final = 0

@@ -46,26 +46,20 @@ import msgpack
 from loaderx.errors import ManifestError, SchemaError
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.schema import Schema, differences, read_schema, schema_path, write_schema
-from loaderx._store.shards import (
-    SHARD_COUNT_MAX,
-    TOP_LEVEL,
-    Manifest,
-    ShardEntry,
+from loaderx._os.folder_swap import fsync_folder
+from loaderx._store.layout import SHARD_COUNT_MAX, TOP_LEVEL, manifest_path, shard_name
+from loaderx._store.manifest import Manifest, ShardEntry, parse_manifest, read_manifest
+from loaderx._store.shard_commit import (
     check_staged,
-    commit_lock,
     current_manifest,
-    fsync_folder,
-    manifest_path,
     next_shard_number,
-    parse_manifest,
-    read_manifest,
     refuse_unfinished_delete,
-    remove_unlisted,
     seal_tail,
     sealing_single_store,
     settle_pending,
-    shard_name,
 )
+from loaderx._store.shard_locks import commit_lock
+from loaderx._store.staging import remove_unlisted
 
 _JOURNAL_PREFIX: Final = ".loaderx-append-"
 _FINISHED_PREFIX: Final = ".loaderx-appended-"  # a finished journal, being removed

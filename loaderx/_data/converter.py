@@ -35,7 +35,7 @@ from loaderx._store.schema import (
     schema_path,
 )
 from loaderx._store.sharded import check_shard_records
-from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path, shard_number
+from loaderx._store.layout import RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path, shard_number
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).

@@ -48,7 +48,7 @@ from loaderx._store.schema import (
     write_schema,
 )
 from loaderx._store.sharded import ShardedStore, check_shard_records
-from loaderx._store.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
+from loaderx._store.layout import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
 

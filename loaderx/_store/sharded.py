@@ -50,26 +50,22 @@ from loaderx.errors import (
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
-from loaderx._store.shards import (
+from loaderx._os.folder_swap import fsync_folder
+from loaderx._store.layout import (
     MANIFEST_FILE,
     SHARD_RECORDS_MAX,
     TOP_LEVEL,
-    Manifest,
-    ShardEntry,
-    commit_lock,
-    commit_shards_locked,
-    discard_staging,
-    fsync_folder,
     manifest_path,
-    deleting_lock,
-    read_manifest,
-    reading_lock,
+    shard_folder,
+)
+from loaderx._store.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from loaderx._store.shard_commit import commit_shards_locked, settle_pending
+from loaderx._store.shard_locks import commit_lock, deleting_lock, reading_lock
+from loaderx._store.staging import (
+    discard_staging,
     remove_dead_temporaries,
     remove_unlisted,
-    settle_pending,
-    shard_folder,
     staging_folder,
-    write_manifest,
 )
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.view import View
