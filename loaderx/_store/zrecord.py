@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -45,9 +45,6 @@ __all__ = [
     "set_stores_policy", "stores_policy",
 ]
 
-if TYPE_CHECKING:
-    from loaderx._store.view import View
-
 CODECS: Final = {"raw": 0, "zstd": 1, "zstd_dict": 2}
 RECORD_SIZE_MAX: Final = _native.RECORD_SIZE_MAX
 RECORD_COUNT_MAX: Final = _native.RECORD_COUNT_MAX
@@ -60,6 +57,12 @@ _UINT64: Final = np.dtype(np.uint64)
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 # The most bad records a VerifyReport lists (it always counts them all).
 VERIFY_LIST_MAX: Final = 1 << 16
+
+
+class StoreView(Protocol):
+    """What a store needs of a view over it (loaderx._store.view.View): to close it first."""
+
+    def close(self) -> None: ...
 
 
 def verify_flags(verify: bool | None) -> int:
@@ -174,7 +177,7 @@ class Zrecord(NativeCalls):
     _folder_absolute: str  # the path, made absolute at open (a later chdir is no move)
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
-    _views: weakref.WeakSet[View]
+    _views: weakref.WeakSet[StoreView]
 
     def __init__(
         self,
