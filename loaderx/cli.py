@@ -27,7 +27,7 @@ from loaderx._data.dataset import DICT_TIERS, DenseDataset, RaggedDataset
 from loaderx.errors import LoaderxError
 from loaderx._os.paths import exists, is_file
 from loaderx._store.schema import CODEC_NAMES, SCHEMA_FILE, Codec, check_codec, make_schema
-from loaderx._store.layout import shard_number
+from loaderx._store.layout import META_FILE, shard_number
 from loaderx._store.zrecord import Zrecord
 
 EXIT_OK: Final = 0
@@ -66,7 +66,7 @@ def open_store(path: str, readonly: bool = True) -> Store:
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)
-    if is_file(os.path.join(path, "meta.zr")):
+    if is_file(os.path.join(path, META_FILE)):
         return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 

@@ -53,6 +53,7 @@ from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema,
 from loaderx._os.folder_swap import fsync_folder
 from loaderx._store.layout import (
     MANIFEST_FILE,
+    META_FILE,
     SHARD_RECORDS_MAX,
     TOP_LEVEL,
     manifest_path,
@@ -72,7 +73,6 @@ from loaderx._store.view import View
 from loaderx._store.zrecord import Zrecord
 
 _DICT_FILE: Final = "dict.zr"
-_META_FILE: Final = "meta.zr"
 
 _Signature = tuple[int, int, int, bytes]
 # The manifest's first bytes, its format, version and generation fields (see _signature).
@@ -289,9 +289,9 @@ class ShardedStore:
         name = entry.name
         folder = shard_folder(self.path, name)
         where = f"{self.path!r}: shard {name!r}"
-        if not os.path.isfile(os.path.join(folder, _META_FILE)):
+        if not os.path.isfile(os.path.join(folder, META_FILE)):
             raise ManifestError(
-                f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{_META_FILE})"
+                f"{where} is listed in {MANIFEST_FILE} but missing from disk (no {folder}/{META_FILE})"
             )
         if name != TOP_LEVEL and not self.readonly and os.path.islink(folder):
             # Shard folders are made by renames inside the dataset, never as links: a writable

@@ -32,7 +32,7 @@ from loaderx._os.open_wait import wait_until_openable
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._store.schema import Codec
-from loaderx._store.layout import sharded_dataset_of
+from loaderx._store.layout import META_FILE, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._native.library import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
                              STORES_STREAMING, pool_policy, set_pool_policy, set_stores_policy,
@@ -214,7 +214,7 @@ class Zrecord(NativeCalls):
             raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
             os.makedirs(self.path, exist_ok=True)
-        elif not is_file(os.path.join(self.path, "meta.zr")):
+        elif not is_file(os.path.join(self.path, META_FILE)):
             raise FileNotFoundError(
                 f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
                 "create one"
