@@ -169,9 +169,9 @@ class Manifest:
         return {
             "format": MANIFEST_FORMAT,
             "version": version,
-            # Generations only tell versions apart (loaderx._store.sharded's signature), so they wrap
-            # at msgpack's largest integer rather than fail the write: a damaged manifest may
-            # hold any uint64 (one read near 2^64 failed its next write with OverflowError).
+            # Generations only tell versions apart (loaderx._store.sharded's signature), so they
+            # wrap at msgpack's largest integer rather than fail the write: a damaged manifest
+            # may hold any uint64 (one read near 2^64 failed its next write with OverflowError).
             "generation": self.generation & _GENERATION_MASK,
             "shards": [entry.to_dict() for entry in self.shards],
         }
@@ -277,7 +277,9 @@ def parse_manifest(data: bytes, path: str) -> Manifest:
     except (ValueError, TypeError) as exc:
         raise ManifestError(f"{path} is not a valid msgpack manifest: {exc}") from exc
     if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{path} is not a loaderx shard manifest (no format {MANIFEST_FORMAT!r})")
+        raise ManifestError(
+            f"{path} is not a loaderx shard manifest (no format {MANIFEST_FORMAT!r})"
+        )
     version = raw.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ManifestError(f"{path}: bad manifest version {version!r}")

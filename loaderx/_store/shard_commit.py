@@ -39,8 +39,8 @@ from loaderx.errors import ManifestError, SchemaError, StoreLockedError
 
 def refuse_unfinished_delete(folder: str, manifest: Manifest) -> None:
     """Under the commit lock, for a commit that has no handle on the shards: refuses while a
-    killed delete over several shards waits to be finished (loaderx._store.delete_journal), which only
-    a writable open of the dataset can do."""
+    killed delete over several shards waits to be finished (loaderx._store.delete_journal),
+    which only a writable open of the dataset can do."""
     mid_delete = any(entry.records_before is not None for entry in manifest.shards)
     if mid_delete and os.path.exists(os.path.join(folder, DELETE_JOURNAL_FILE)):
         raise ManifestError(
@@ -50,6 +50,7 @@ def refuse_unfinished_delete(folder: str, manifest: Manifest) -> None:
 
 
 def _store_length(folder: str) -> int:
+    """The record count of the store at folder, from a handle opened for just that."""
     with Zrecord(folder, create=False) as store:
         return len(store)
 
