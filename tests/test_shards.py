@@ -292,7 +292,7 @@ def test_a_refused_delete_changes_no_shard_and_no_manifest(tmp_path: Path, holde
     """Any shard open elsewhere refuses the whole delete before a record moves (one native
     call takes every shard first), and the manifest is put back byte for byte."""
     from loaderx.errors import StoreLockedError
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)
@@ -323,7 +323,7 @@ def test_a_delete_interrupted_after_the_manifest_still_opens(tmp_path: Path) -> 
     assert manifest is not None
     manifest.shards[1].records_before = 1000  # the manifest says a delete of 4 was under way
     manifest.shards[1].records = 996
-    from loaderx._store.shards import write_manifest
+    from loaderx._store.manifest import write_manifest
 
     write_manifest(path, manifest)
     with DenseDataset(path) as ds:  # the store never got the delete: still consistent
@@ -637,7 +637,7 @@ def test_the_python_limits_agree_with_the_library() -> None:
     import ctypes
 
     from loaderx._native import library as _native
-    from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
+    from loaderx._store.layout import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
     from loaderx.zrecord import RECORD_COUNT_MAX as STORE_RECORDS_MAX
 
     assert SHARD_RECORDS_MAX == STORE_RECORDS_MAX
@@ -828,7 +828,7 @@ def test_a_failed_append_across_shards_changes_nothing(
 ) -> None:
     """The batch spans the tail and four new shards; whichever of its five store appends fails
     (the new shards are written first, the tail last), the dataset stays as it was."""
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
@@ -866,7 +866,8 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
     import subprocess
     import sys
 
-    from loaderx._store.shards import STAGING_PREFIX, discard_staging, staging_folder
+    from loaderx._store.layout import STAGING_PREFIX
+    from loaderx._store.staging import discard_staging, staging_folder
 
     path, data = _sharded(tmp_path)
     code = (
@@ -938,7 +939,8 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
 
     import msgpack
 
-    from loaderx._store.shards import MANIFEST_VERSION_APPENDING, STAGING_PREFIX, manifest_path
+    from loaderx._store.layout import STAGING_PREFIX, manifest_path
+    from loaderx._store.manifest import MANIFEST_VERSION_APPENDING
 
     if layout == "sharded":
         path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500

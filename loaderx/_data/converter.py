@@ -35,7 +35,8 @@ from loaderx._store.schema import (
     schema_path,
 )
 from loaderx._store.sharded_store import check_shard_records
-from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path, shard_number
+from loaderx._store.layout import (META_FILE, RECORD_COUNT_MAX, SHARD_RECORDS_MAX, manifest_path,
+                                   shard_number)
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # A dictionary trains on about this many bytes of samples per byte of dictionary (zstd's advice).
@@ -67,7 +68,7 @@ def _foreign_entries(folder: str) -> list[str]:
 
 
 def _is_store(folder: str) -> bool:
-    return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, "meta.zr"))
+    return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, META_FILE))
 
 
 def _check_append_or_overwrite(append: bool, overwrite: bool) -> None:

@@ -48,7 +48,7 @@ from loaderx._store.schema import (
     write_schema,
 )
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
-from loaderx._store.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
+from loaderx._store.layout import META_FILE, SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
 
@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 _INT64: Final = np.dtype(np.int64)
-_META_FILE: Final = "meta.zr"
 
 Shape = SupportsIndex | Sequence[SupportsIndex]
 # What a dataset reads and writes through: one store, or the shards of a sharded dataset.
@@ -107,7 +106,7 @@ def _open_store(
             _dataset_owned=True,
         )
     if wanted is None or readonly:
-        if is_file(os.path.join(path, _META_FILE)):
+        if is_file(os.path.join(path, META_FILE)):
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
                 "open it with loaderx._store.zrecord.Zrecord, or pass dtype= (and item_shape=) to "
@@ -372,7 +371,7 @@ class _DatasetBase:
         """Swap-last delete of the selected records: survivors reindex to stay 0..len-1.
 
         In a sharded dataset each shard deletes swap-last within itself and later shards shift
-        down (see loaderx._store.sharded)."""
+        down (see loaderx._store.sharded_store)."""
         indices = normalize_index(index, len(self._store))
         if len(indices):
             self._single_store_write("delete", lambda store: store.delete(indices))

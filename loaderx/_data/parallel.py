@@ -249,7 +249,7 @@ def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
     overwrite=True, and a failure leaves it as it was).
     """
     from loaderx._data.converter import _commit, _stage
-    from loaderx._store.shards import commit_shards
+    from loaderx._store.shard_commit import commit_shards
 
     folders = [folder for folder, _ in parts]
     if append:
@@ -293,7 +293,7 @@ def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
 
 def _shards_held(final: str, append: bool) -> int:
     """The shards an append target holds already (a single store is shard 0); 0 otherwise."""
-    from loaderx._store.shards import read_manifest
+    from loaderx._store.manifest import read_manifest
 
     if not append or not os.path.exists(os.path.join(final, "schema.msgpack")):
         return 0
@@ -302,7 +302,7 @@ def _shards_held(final: str, append: bool) -> int:
 
 
 def _over_the_limit(final: str, made: str, have: int) -> str:
-    from loaderx._store.shards import SHARD_COUNT_MAX
+    from loaderx._store.layout import SHARD_COUNT_MAX
 
     held = f" on top of the {have} that {final!r} holds" if have else ""
     return (f"{made}{held}, over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger "
@@ -313,7 +313,7 @@ def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_recor
                       append: bool) -> None:
     """Before any work: the shards the workers will write (with an append target's own) must
     fit a dataset; the commit would refuse them only once every one of them was written."""
-    from loaderx._store.shards import SHARD_COUNT_MAX
+    from loaderx._store.layout import SHARD_COUNT_MAX
 
     new = sum(-(-(b - a) // shard_records) for a, b in ranges)
     have = _shards_held(final, append)
@@ -335,7 +335,7 @@ class ShardBudget:
     at once (the commit would refuse it only after every worker had written all of its own)."""
 
     def __init__(self, ctx: Any, final: str, shard_records: int, have: int) -> None:
-        from loaderx._store.shards import SHARD_COUNT_MAX
+        from loaderx._store.layout import SHARD_COUNT_MAX
 
         self.left = ctx.Value("q", max(0, SHARD_COUNT_MAX - have))  # passed to the workers
         self.refusal = _over_the_limit(
