@@ -37,13 +37,18 @@ HEARTBEAT_S = 30.0
 CACHE = ROOT / ".cache"
 LIB_DIR = ROOT / "loaderx" / "lib"
 
-# Tools the project's environment needs (runtime deps numpy and msgpack included).
-DEV_REQUIREMENTS = [
+# What `build.py demo` needs: the runtime deps, Zig for the library, mypy(c) and setuptools for
+# the compiled modules. Nothing only the tests use, so a first demo stays a short install.
+DEMO_REQUIREMENTS = [
     "numpy>=1.26",
     "msgpack>=1.0",
     "ziglang==0.17.0",
     "mypy==2.4.1",
     "setuptools>=70",
+]
+
+# What the tests and the release tools add on top of the demo's.
+TEST_REQUIREMENTS = [
     "wheel",
     "pytest>=8",
     "hypothesis>=6.100",
@@ -51,6 +56,10 @@ DEV_REQUIREMENTS = [
     "asv==0.6.6",
     "virtualenv>=20",
 ]
+
+# Every tool the project's environment holds besides the integrations (the release tools pick
+# their build and test tools from it).
+DEV_REQUIREMENTS = DEMO_REQUIREMENTS + TEST_REQUIREMENTS
 
 # The optional integrations, pinned, so that the test suite exercises every one of them (a test
 # that skipped for a missing package would hide a gap). torch is the CPU build that lies on this
@@ -78,14 +87,29 @@ DOCS_REQUIREMENTS = [
     "markdown==3.11.3",
 ]
 
+# The venv is filled in stages, each recorded by its own stamp file: `build.py demo` installs only
+# the first; every other command installs both, the second adding only what the demo lacked.
+VENV_STAGES = {
+    "demo": DEMO_REQUIREMENTS,
+    "test": TEST_REQUIREMENTS + DOCS_REQUIREMENTS + TEST_EXTRAS,
+}
+# The commands that need only the demo's stage; any other needs them all.
+DEMO_STAGE_COMMANDS = ("demo",)
+
 # zstd's C sources come from this registry sdist, never from the repository.
 ZSTD_SDIST_NAME = "backports.zstd"
 ZSTD_SDIST_VERSION = "1.8.0"
 ZSTD_SDIST_FILE = "backports_zstd-1.8.0.tar.gz"
 ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3db316"
 ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
+# Where an sdist carries those sources (never the repository: `git ls-files vendor` is empty), so
+# that installing the sdist needs no download. Set LOADERX_NO_ZSTD_DOWNLOAD=1 to make a build
+# that would download them fail instead (the sdist check proves it needs no download).
+VENDORED_ZSTD = ROOT / "vendor" / "zstd"
 
 # Modules compiled with mypyc; every other module stays interpreted (see README).
+# The one list of them: setup.py compiles exactly these (a missing one is an error, see
+# mypyc_sources), the compiled test run checks that each imports from its extension.
 MYPYC_MODULES = ["loaderx/_data/dataset.py", "loaderx/_loading/dataloader.py",
                  "loaderx/_loading/prefetch.py", "loaderx/_native/calls.py"]
 
@@ -160,12 +184,25 @@ def venv_runs() -> bool:
     return True
 
 
-def ensure_venv() -> None:
-    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there.
-    A .venv whose python does not run (or lacks pip) is made anew."""
-    stamp = VENV / ".loaderx-requirements"
-    wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS + DOCS_REQUIREMENTS)
-    if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
+def stage_stamp(stage: str) -> Path:
+    return VENV / f".loaderx-{stage}-requirements"
+
+
+def missing_stages(stages: list[str]) -> list[str]:
+    """The stages whose stamp does not list exactly today's requirements."""
+    return [s for s in stages if not (stage_stamp(s).exists()
+                                      and stage_stamp(s).read_text() == "\n".join(VENV_STAGES[s]))]
+
+
+def stages_for(command: str) -> list[str]:
+    return ["demo"] if command in DEMO_STAGE_COMMANDS else list(VENV_STAGES)
+
+
+def ensure_venv(stages: list[str] | None = None) -> None:
+    """Creates .venv and installs the requirements of `stages` (all by default) whose stamps are
+    missing or out of date. A .venv whose python does not run (or lacks pip) is made anew."""
+    wanted = missing_stages(list(VENV_STAGES) if stages is None else stages)
+    if not wanted and venv_python().exists():
         return
     if not venv_runs():
         if VENV.exists():
@@ -173,18 +210,29 @@ def ensure_venv() -> None:
                 f"{'.'.join(map(str, PYTHON_MIN))} or has no pip): making it anew")
         run_long([sys.executable, "-m", "venv", "--clear", str(VENV)], "creating .venv",
                  "a few seconds")
-    py = str(venv_python())
-    run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
-             "under a minute")
-    run_long([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *DOCS_REQUIREMENTS,
-              *TEST_EXTRAS],
-             "installing the pinned tools and test extras (numpy, ziglang, mypy, torch, jax, ray)",
-             "about 2 to 4 minutes on a first run, mostly downloads; pip prints nothing meanwhile")
-    stamp.write_text(wanted)
+        wanted = list(VENV_STAGES) if stages is None else stages
+        py = str(venv_python())
+        run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
+                 "under a minute")
+    for stage in wanted:
+        install_stage(stage)
 
 
-def reexec_in_venv() -> None:
-    ensure_venv()
+def install_stage(stage: str) -> None:
+    requirements = VENV_STAGES[stage]
+    if stage == "demo":
+        doing = "installing the demo's tools (numpy, msgpack, ziglang, mypy, setuptools)"
+        expect = "about a minute on a first run, mostly downloads; pip prints nothing meanwhile"
+    else:
+        doing = "installing what the tests add (pytest, asv, mkdocs, torch, jax, ray, ...)"
+        expect = ("about 2 to 4 minutes on a first run (torch, jax and ray are about 1 GB), "
+                  "mostly downloads; pip prints nothing meanwhile")
+    run_long([str(venv_python()), "-m", "pip", "install", "--quiet", *requirements], doing, expect)
+    stage_stamp(stage).write_text("\n".join(requirements))
+
+
+def reexec_in_venv(command: str) -> None:
+    ensure_venv(stages_for(command))
     if not in_venv():
         os.execv(str(venv_python()), [str(venv_python()), __file__, *sys.argv[1:]])
 
@@ -448,7 +496,7 @@ def main() -> None:
     if old:
         raise SystemExit(old)
     try:
-        reexec_in_venv()
+        reexec_in_venv(sys.argv[1])
         COMMANDS[sys.argv[1]](sys.argv[2:])
     except subprocess.CalledProcessError as failed:
         # The step's own output (pip's, Zig's, pytest's) is above; a traceback of this script

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -177,7 +178,7 @@ def test_an_interrupted_extraction_is_redone(build: ModuleType, pinned: tuple[Pa
 
 
 def run_main(build: ModuleType, monkeypatch: pytest.MonkeyPatch, command: object) -> str:
-    monkeypatch.setattr(build, "reexec_in_venv", lambda: None)
+    monkeypatch.setattr(build, "reexec_in_venv", lambda command: None)
     monkeypatch.setattr(build, "COMMANDS", {"step": command})
     monkeypatch.setattr(sys, "argv", ["build.py", "step"])
     with pytest.raises(SystemExit) as ended:
@@ -228,8 +229,9 @@ def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: P
     for name in ("python", "python3"):
         (venv / "bin" / name).unlink()
         (venv / "bin" / name).symlink_to(tmp_path / "uninstalled" / "python3")
-    (venv / ".loaderx-requirements").write_text("\n".join(build.DEV_REQUIREMENTS + build.TEST_EXTRAS))
     monkeypatch.setattr(build, "VENV", venv)
+    for stage, requirements in build.VENV_STAGES.items():
+        build.stage_stamp(stage).write_text("\n".join(requirements))
     installs: list[list[str]] = []
     real_run_long = build.run_long
 
@@ -245,7 +247,9 @@ def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: P
     done = subprocess.run([str(venv / "bin" / "python"), "-c", "import pip, sys; print(sys.prefix)"],
                           capture_output=True, text=True, check=True)
     assert Path(done.stdout.strip()) == venv
-    assert len(installs) == 2 and installs[-1][-1] == build.TEST_EXTRAS[-1]
+    # pip itself, then each stage: the stamps went with the old venv.
+    assert len(installs) == 1 + len(build.VENV_STAGES)
+    assert installs[-1][-1] == build.VENV_STAGES["test"][-1]
 
 
 
@@ -289,3 +293,63 @@ def test_chromium_is_installed_with_apt_get_when_missing_and_root(
     assert chromium_steps(build, monkeypatch, {"apt-get"}, 1000) == []
     assert chromium_steps(build, monkeypatch, set(), 0) == []
     assert capsys.readouterr().out.count("apt-get install chromium") == 2
+
+def requirement_name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~]", requirement, maxsplit=1)[0].lower()
+
+
+def test_the_demo_installs_only_what_it_needs(build: ModuleType) -> None:
+    """`build.py demo` is the first thing a newcomer runs: no test tool, no integration."""
+    demo = {requirement_name(r) for r in build.VENV_STAGES["demo"]}
+    assert demo == {"numpy", "msgpack", "ziglang", "mypy", "setuptools"}
+    assert not demo & {"torch", "jax", "jaxlib", "flax", "optax", "ray", "pytest", "hypothesis",
+                       "asv", "virtualenv", "mkdocs"}
+    assert build.stages_for("demo") == ["demo"]
+    assert build.stages_for("test") == list(build.VENV_STAGES) == ["demo", "test"]
+    # The release tools still find every tool in DEV_REQUIREMENTS, and the extras are the tests'.
+    assert build.DEV_REQUIREMENTS == build.DEMO_REQUIREMENTS + build.TEST_REQUIREMENTS
+    assert set(build.TEST_EXTRAS + build.DOCS_REQUIREMENTS) <= set(build.VENV_STAGES["test"])
+
+
+@pytest.fixture
+def working_venv(build: ModuleType, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """A .venv whose python runs (this one); returns the pip installs ensure_venv asks for,
+    which are recorded instead of run."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(build, "VENV", venv)
+    installs: list[list[str]] = []
+    monkeypatch.setattr(build, "run_long", lambda cmd, *_, **__: installs.append(cmd))
+    return installs
+
+
+def installed(installs: list[list[str]]) -> list[str]:
+    """The requirements of the recorded `pip install --quiet ...` calls, in order."""
+    return [r for cmd in installs for r in cmd[cmd.index("--quiet") + 1:]]
+
+
+def test_demo_after_test_installs_nothing(build: ModuleType,
+                                          working_venv: list[list[str]]) -> None:
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == build.DEMO_REQUIREMENTS + build.VENV_STAGES["test"]
+    working_venv.clear()
+    build.ensure_venv(build.stages_for("demo"))
+    build.ensure_venv(build.stages_for("test"))
+    assert working_venv == []
+
+
+def test_test_after_demo_installs_only_the_rest(build: ModuleType,
+                                                working_venv: list[list[str]]) -> None:
+    build.ensure_venv(build.stages_for("demo"))
+    assert installed(working_venv) == build.DEMO_REQUIREMENTS
+    working_venv.clear()
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == build.VENV_STAGES["test"]
+    # A requirement that changes re-installs its own stage only.
+    working_venv.clear()
+    build.VENV_STAGES["demo"] = [*build.DEMO_REQUIREMENTS, "tomli"]
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == [*build.DEMO_REQUIREMENTS, "tomli"]
+
