@@ -350,8 +350,10 @@ def zig_tests() -> None:
 
 
 def compiled_artifacts() -> list[Path]:
+    """What an in-place mypyc build leaves: extension modules at any depth of the package (the
+    native library in loaderx/lib/ aside) and the shared group module beside it."""
     found = [p for p in (ROOT / "loaderx").rglob("*") if p.suffix in (".so", ".pyd")
-             and p.parent.name != "lib"]
+             and p.parent != LIB_DIR]
     found += list(ROOT.glob("loaderx_compiled__mypyc*"))
     return found
 
@@ -363,7 +365,7 @@ def remove_compiled() -> None:
 
 def assert_compiled() -> None:
     """Fails unless every mypyc module now imports from its compiled extension."""
-    names = [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
+    names = compiled_module_names()
     probe = (
         "import importlib, sys\n"
         f"for name in {names!r}:\n"
@@ -374,10 +376,24 @@ def assert_compiled() -> None:
     run([sys.executable, "-c", probe])
 
 
+def mypyc_sources(root: Path = ROOT) -> list[str]:
+    """MYPYC_MODULES, each checked to exist: a module that moved or was renamed without this list
+    following would otherwise ship interpreted without a word."""
+    missing = [m for m in MYPYC_MODULES if not (root / m).is_file()]
+    if missing:
+        raise SystemExit(f"[build] MYPYC_MODULES in build.py names {missing}, which do not exist "
+                         f"under {root}; update the list to the modules' new paths")
+    return list(MYPYC_MODULES)
+
+
+def compiled_module_names() -> list[str]:
+    """MYPYC_MODULES as dotted module names (loaderx/_data/dataset.py -> loaderx._data.dataset)."""
+    return [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
+
+
 def compile_mypyc() -> None:
     run_long([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
-             "compiling dataset.py, dataloader.py, prefetch.py and native_calls.py with mypyc",
-             "about a minute",
+             f"compiling {', '.join(mypyc_sources())} with mypyc", "about a minute",
              env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
 
 

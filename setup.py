@@ -31,9 +31,7 @@ def mypyc_extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    sources = [m for m in project_build.MYPYC_MODULES if Path(m).exists()]
-    if not sources:
-        return []
+    sources = project_build.mypyc_sources()
     return list(mypycify(sources, group_name="loaderx_compiled", opt_level="3"))
 
 

@@ -353,3 +353,51 @@ def test_test_after_demo_installs_only_the_rest(build: ModuleType,
     build.ensure_venv(build.stages_for("test"))
     assert installed(working_venv) == [*build.DEMO_REQUIREMENTS, "tomli"]
 
+def test_a_listed_mypyc_module_that_does_not_exist_fails_loudly(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py compiles mypyc_sources(): a module moved without MYPYC_MODULES following would
+    otherwise ship interpreted without a word."""
+    assert build.mypyc_sources() == build.MYPYC_MODULES
+    assert all((ROOT / m).is_file() for m in build.MYPYC_MODULES)
+    monkeypatch.setattr(build, "MYPYC_MODULES", [*build.MYPYC_MODULES, "loaderx/_data/gone.py"])
+    with pytest.raises(SystemExit, match=r"names \['loaderx/_data/gone.py'\], which do not exist"):
+        build.mypyc_sources()
+
+
+def test_compiled_artifacts_are_found_at_any_depth_but_the_library_is_kept(
+        build: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(build, "LIB_DIR", tmp_path / "loaderx" / "lib")
+    made = [tmp_path / "loaderx" / "_a" / "_b" / "deep.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx" / "top.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx" / "_c" / "lib" / "nested.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx_compiled__mypyc.cpython-311-x86_64-linux-gnu.so"]
+    kept = [tmp_path / "loaderx" / "lib" / "libloaderx.so", tmp_path / "loaderx" / "_a" / "m.py"]
+    for path in made + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    assert sorted(build.compiled_artifacts()) == sorted(made)
+    build.remove_compiled()
+    assert [p for p in made + kept if p.exists()] == kept
+    assert build.compiled_module_names() == [
+        m.removesuffix(".py").replace("/", ".") for m in build.MYPYC_MODULES]
+
+
+def test_the_compiled_run_selects_its_tests_by_marker(build: ModuleType,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test modules move between folders: the compiled run names none of them."""
+    runs: list[tuple[list[str], str]] = []
+    for step in ("build_native", "zig_tests", "run", "ensure_chromium", "remove_compiled",
+                 "compile_mypyc", "assert_compiled"):
+        monkeypatch.setattr(build, step, lambda *_, **__: None)
+    monkeypatch.setattr(build, "pytest", lambda args, label: runs.append((args, label)))
+    monkeypatch.setenv("LOADERX_FORBID_SKIPS", "0")
+    build.cmd_test(["-x"])
+    assert runs == [(["-q", "-x"], "interpreted"),
+                    (["-q", "-p", "no:cacheprovider", "-m", "compiled", "-x"], "mypyc-compiled")]
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in options["addopts"].split()
+    assert [m.split(":")[0] for m in options["markers"]] == ["compiled"]
+
