@@ -258,6 +258,9 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     sdist = downloads / ZSTD_SDIST_FILE
     pinned = f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"
     if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
+        if os.environ.get("LOADERX_NO_ZSTD_DOWNLOAD") == "1":
+            raise SystemExit(f"[build] zstd's sources are not in {VENDORED_ZSTD} nor in {tree}, "
+                             f"and LOADERX_NO_ZSTD_DOWNLOAD=1 forbids downloading {pinned}")
         try:
             run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
                       ":all:", "--dest", str(downloads), pinned],
@@ -285,6 +288,13 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     (staging / ZSTD_TREE_PREFIX).rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
     return tree
+
+
+def zstd_sources(python: str = sys.executable) -> Path:
+    """The folder holding zstd's lib/ and LICENSE: an sdist's vendored copy, else the fetched one."""
+    if (VENDORED_ZSTD / "lib" / "zstd.h").exists():
+        return VENDORED_ZSTD
+    return fetch_zstd(cache=CACHE, python=python)
 
 
 def extract_plain(archive: tarfile.TarFile, members: list[tarfile.TarInfo], into: Path) -> None:
@@ -322,7 +332,7 @@ def library_file_name() -> str:
 
 def build_native(python: str = sys.executable, extra: list[str] | None = None) -> Path:
     """Builds the host library (ReleaseSafe, the shipped mode) and copies it into loaderx/lib/."""
-    zstd = fetch_zstd(python=python)
+    zstd = zstd_sources(python=python)
     prefix = CACHE / "zig-out"
     zig(["build", f"-Dzstd={zstd}", "--release=safe", "--prefix", str(prefix), *(extra or [])],
         python=python, doing="building the native library (Zig, ReleaseSafe)",
@@ -340,7 +350,7 @@ def build_native(python: str = sys.executable, extra: list[str] | None = None) -
 
 
 def zig_tests() -> None:
-    zstd = fetch_zstd()
+    zstd = zstd_sources()
     zig(["build", "test", f"-Dzstd={zstd}", "--summary", "all"],
         doing="building and running the Zig tests (Debug and ReleaseFast)",
         expect="about 3 to 6 minutes with an empty Zig cache on 2 cores, under a minute afterwards")

@@ -353,6 +353,7 @@ def test_test_after_demo_installs_only_the_rest(build: ModuleType,
     build.ensure_venv(build.stages_for("test"))
     assert installed(working_venv) == [*build.DEMO_REQUIREMENTS, "tomli"]
 
+
 def test_a_listed_mypyc_module_that_does_not_exist_fails_loudly(
         build: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """setup.py compiles mypyc_sources(): a module moved without MYPYC_MODULES following would
@@ -401,3 +402,25 @@ def test_the_compiled_run_selects_its_tests_by_marker(build: ModuleType,
     assert "--strict-markers" in options["addopts"].split()
     assert [m.split(":")[0] for m in options["markers"]] == ["compiled"]
 
+
+def test_an_sdists_vendored_zstd_is_used_and_a_forbidden_download_fails(
+        build: ModuleType, pinned: tuple[Path, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unpacked sdist holds vendor/zstd/: the build takes it and downloads nothing.
+    LOADERX_NO_ZSTD_DOWNLOAD=1 turns any download into a failure, which is how the sdist
+    install check proves that."""
+    good, pip = pinned
+    monkeypatch.setenv("FAKE_SDIST", str(good))
+    monkeypatch.setenv("LOADERX_NO_ZSTD_DOWNLOAD", "1")
+    monkeypatch.setattr(build, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(build, "VENDORED_ZSTD", tmp_path / "sdist" / "vendor" / "zstd")
+    with pytest.raises(SystemExit, match="LOADERX_NO_ZSTD_DOWNLOAD=1 forbids downloading"):
+        build.zstd_sources(python=pip)
+    with tarfile.open(good) as archive:
+        build.extract_plain(archive, archive.getmembers(), tmp_path / "unpacked")
+    build.VENDORED_ZSTD.parent.mkdir(parents=True)
+    (tmp_path / "unpacked" / build.ZSTD_TREE_PREFIX).rename(build.VENDORED_ZSTD)
+    assert build.zstd_sources(python=pip) == build.VENDORED_ZSTD
+    monkeypatch.delenv("LOADERX_NO_ZSTD_DOWNLOAD")
+    monkeypatch.setattr(build, "VENDORED_ZSTD", tmp_path / "nowhere")
+    assert (build.zstd_sources(python=pip) / "LICENSE").read_bytes() == b"BSD\n"
