@@ -14,7 +14,7 @@
     python3 build.py qemu-test the Zig suite cross-compiled for aarch64 Linux, run under qemu
 
 Every command first makes sure the project's virtual environment (.venv) exists with the pinned
-tools, then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
+tools (`demo` only with what the demo needs, see VENV_STAGES), then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
 when its inputs did not change.
 """
 
