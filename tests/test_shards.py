@@ -23,6 +23,8 @@ from loaderx._store.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
 from loaderx.zrecord import Zrecord
 
+pytestmark = pytest.mark.compiled
+
 CAPACITY = 1000
 COUNT = 2500  # three shards: 1000, 1000, 500
 SHAPE = (3, 8)

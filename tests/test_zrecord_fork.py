@@ -28,6 +28,8 @@ from loaderx.zrecord import Zrecord
 
 from forked_child import run_child, wait_child
 
+pytestmark = pytest.mark.compiled
+
 FORKS = 40
 
 
