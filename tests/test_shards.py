@@ -437,7 +437,7 @@ def test_readers_on_other_threads_stay_correct_while_appends_roll_over(tmp_path:
 
 
 def test_a_rollover_closes_the_view_it_replaces(tmp_path: Path) -> None:
-    from loaderx._store.view import _OPEN_VIEWS
+    from loaderx._store.view import _OPEN_VIEWS  # private: no public name counts open views
 
     path = str(tmp_path / "d")
     with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
