@@ -14,7 +14,7 @@
     python3 build.py qemu-test the Zig suite cross-compiled for aarch64 Linux, run under qemu
 
 Every command first makes sure the project's virtual environment (.venv) exists with the pinned
-tools, then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
+tools (`demo` only with what the demo needs, see VENV_STAGES), then re-runs itself inside it. Re-running is incremental: nothing is fetched or rebuilt
 when its inputs did not change.
 """
 
@@ -37,13 +37,18 @@ HEARTBEAT_S = 30.0
 CACHE = ROOT / ".cache"
 LIB_DIR = ROOT / "loaderx" / "lib"
 
-# Tools the project's environment needs (runtime deps numpy and msgpack included).
-DEV_REQUIREMENTS = [
+# What `build.py demo` needs: the runtime deps, Zig for the library, mypy(c) and setuptools for
+# the compiled modules. Nothing only the tests use, so a first demo stays a short install.
+DEMO_REQUIREMENTS = [
     "numpy>=1.26",
     "msgpack>=1.0",
     "ziglang==0.17.0",
     "mypy==2.4.1",
     "setuptools>=70",
+]
+
+# What the tests and the release tools add on top of the demo's.
+TEST_REQUIREMENTS = [
     "wheel",
     "pytest>=8",
     "hypothesis>=6.100",
@@ -51,6 +56,10 @@ DEV_REQUIREMENTS = [
     "asv==0.6.6",
     "virtualenv>=20",
 ]
+
+# Every tool the project's environment holds besides the integrations (the release tools pick
+# their build and test tools from it).
+DEV_REQUIREMENTS = DEMO_REQUIREMENTS + TEST_REQUIREMENTS
 
 # The optional integrations, pinned, so that the test suite exercises every one of them (a test
 # that skipped for a missing package would hide a gap). torch is the CPU build that lies on this
@@ -78,14 +87,29 @@ DOCS_REQUIREMENTS = [
     "markdown==3.11.3",
 ]
 
+# The venv is filled in stages, each recorded by its own stamp file: `build.py demo` installs only
+# the first; every other command installs both, the second adding only what the demo lacked.
+VENV_STAGES = {
+    "demo": DEMO_REQUIREMENTS,
+    "test": TEST_REQUIREMENTS + DOCS_REQUIREMENTS + TEST_EXTRAS,
+}
+# The commands that need only the demo's stage; any other needs them all.
+DEMO_STAGE_COMMANDS = ("demo",)
+
 # zstd's C sources come from this registry sdist, never from the repository.
 ZSTD_SDIST_NAME = "backports.zstd"
 ZSTD_SDIST_VERSION = "1.8.0"
 ZSTD_SDIST_FILE = "backports_zstd-1.8.0.tar.gz"
 ZSTD_SDIST_SHA256 = "9dae4f4c481716e3db473d667457b4f508ff7459c0931b567a5c9677fb3db316"
 ZSTD_TREE_PREFIX = "backports_zstd-1.8.0/src/c/zstd/"
+# Where an sdist carries those sources (never the repository: `git ls-files vendor` is empty), so
+# that installing the sdist needs no download. Set LOADERX_NO_ZSTD_DOWNLOAD=1 to make a build
+# that would download them fail instead (the sdist check proves it needs no download).
+VENDORED_ZSTD = ROOT / "vendor" / "zstd"
 
 # Modules compiled with mypyc; every other module stays interpreted (see README).
+# The one list of them: setup.py compiles exactly these (a missing one is an error, see
+# mypyc_sources), the compiled test run checks that each imports from its extension.
 MYPYC_MODULES = ["loaderx/_data/dataset_base.py", "loaderx/_data/dataset_folder.py",
                  "loaderx/_data/dense.py", "loaderx/_data/ragged.py",
                  "loaderx/_loading/loader_shell.py", "loaderx/_loading/step_maker.py",
@@ -163,12 +187,25 @@ def venv_runs() -> bool:
     return True
 
 
-def ensure_venv() -> None:
-    """Creates .venv and installs DEV_REQUIREMENTS unless the stamp says they are there.
-    A .venv whose python does not run (or lacks pip) is made anew."""
-    stamp = VENV / ".loaderx-requirements"
-    wanted = "\n".join(DEV_REQUIREMENTS + TEST_EXTRAS + DOCS_REQUIREMENTS)
-    if stamp.exists() and stamp.read_text() == wanted and venv_python().exists():
+def stage_stamp(stage: str) -> Path:
+    return VENV / f".loaderx-{stage}-requirements"
+
+
+def missing_stages(stages: list[str]) -> list[str]:
+    """The stages whose stamp does not list exactly today's requirements."""
+    return [s for s in stages if not (stage_stamp(s).exists()
+                                      and stage_stamp(s).read_text() == "\n".join(VENV_STAGES[s]))]
+
+
+def stages_for(command: str) -> list[str]:
+    return ["demo"] if command in DEMO_STAGE_COMMANDS else list(VENV_STAGES)
+
+
+def ensure_venv(stages: list[str] | None = None) -> None:
+    """Creates .venv and installs the requirements of `stages` (all by default) whose stamps are
+    missing or out of date. A .venv whose python does not run (or lacks pip) is made anew."""
+    wanted = missing_stages(list(VENV_STAGES) if stages is None else stages)
+    if not wanted and venv_python().exists():
         return
     if not venv_runs():
         if VENV.exists():
@@ -176,18 +213,29 @@ def ensure_venv() -> None:
                 f"{'.'.join(map(str, PYTHON_MIN))} or has no pip): making it anew")
         run_long([sys.executable, "-m", "venv", "--clear", str(VENV)], "creating .venv",
                  "a few seconds")
-    py = str(venv_python())
-    run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
-             "under a minute")
-    run_long([py, "-m", "pip", "install", "--quiet", *DEV_REQUIREMENTS, *DOCS_REQUIREMENTS,
-              *TEST_EXTRAS],
-             "installing the pinned tools and test extras (numpy, ziglang, mypy, torch, jax, ray)",
-             "about 2 to 4 minutes on a first run, mostly downloads; pip prints nothing meanwhile")
-    stamp.write_text(wanted)
+        wanted = list(VENV_STAGES) if stages is None else stages
+        py = str(venv_python())
+        run_long([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip",
+                 "under a minute")
+    for stage in wanted:
+        install_stage(stage)
 
 
-def reexec_in_venv() -> None:
-    ensure_venv()
+def install_stage(stage: str) -> None:
+    requirements = VENV_STAGES[stage]
+    if stage == "demo":
+        doing = "installing the demo's tools (numpy, msgpack, ziglang, mypy, setuptools)"
+        expect = "about a minute on a first run, mostly downloads; pip prints nothing meanwhile"
+    else:
+        doing = "installing what the tests add (pytest, asv, mkdocs, torch, jax, ray, ...)"
+        expect = ("about 2 to 4 minutes on a first run (torch, jax and ray are about 1 GB), "
+                  "mostly downloads; pip prints nothing meanwhile")
+    run_long([str(venv_python()), "-m", "pip", "install", "--quiet", *requirements], doing, expect)
+    stage_stamp(stage).write_text("\n".join(requirements))
+
+
+def reexec_in_venv(command: str) -> None:
+    ensure_venv(stages_for(command))
     if not in_venv():
         os.execv(str(venv_python()), [str(venv_python()), __file__, *sys.argv[1:]])
 
@@ -213,6 +261,9 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     sdist = downloads / ZSTD_SDIST_FILE
     pinned = f"{ZSTD_SDIST_NAME}=={ZSTD_SDIST_VERSION}"
     if not sdist.exists() or sha256_of(sdist) != ZSTD_SDIST_SHA256:
+        if os.environ.get("LOADERX_NO_ZSTD_DOWNLOAD") == "1":
+            raise SystemExit(f"[build] zstd's sources are not in {VENDORED_ZSTD} nor in {tree}, "
+                             f"and LOADERX_NO_ZSTD_DOWNLOAD=1 forbids downloading {pinned}")
         try:
             run_long([python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
                       ":all:", "--dest", str(downloads), pinned],
@@ -240,6 +291,13 @@ def fetch_zstd(cache: Path = CACHE, python: str = sys.executable) -> Path:
     (staging / ZSTD_TREE_PREFIX).rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
     return tree
+
+
+def zstd_sources(python: str = sys.executable) -> Path:
+    """The folder holding zstd's lib/ and LICENSE: an sdist's vendored copy, else the fetched one."""
+    if (VENDORED_ZSTD / "lib" / "zstd.h").exists():
+        return VENDORED_ZSTD
+    return fetch_zstd(cache=CACHE, python=python)
 
 
 def extract_plain(archive: tarfile.TarFile, members: list[tarfile.TarInfo], into: Path) -> None:
@@ -277,7 +335,7 @@ def library_file_name() -> str:
 
 def build_native(python: str = sys.executable, extra: list[str] | None = None) -> Path:
     """Builds the host library (ReleaseSafe, the shipped mode) and copies it into loaderx/lib/."""
-    zstd = fetch_zstd(python=python)
+    zstd = zstd_sources(python=python)
     prefix = CACHE / "zig-out"
     zig(["build", f"-Dzstd={zstd}", "--release=safe", "--prefix", str(prefix), *(extra or [])],
         python=python, doing="building the native library (Zig, ReleaseSafe)",
@@ -295,7 +353,7 @@ def build_native(python: str = sys.executable, extra: list[str] | None = None) -
 
 
 def zig_tests() -> None:
-    zstd = fetch_zstd()
+    zstd = zstd_sources()
     zig(["build", "test", f"-Dzstd={zstd}", "--summary", "all"],
         doing="building and running the Zig tests (Debug and ReleaseFast)",
         expect="about 3 to 6 minutes with an empty Zig cache on 2 cores, under a minute afterwards")
@@ -305,8 +363,10 @@ def zig_tests() -> None:
 
 
 def compiled_artifacts() -> list[Path]:
+    """What an in-place mypyc build leaves: extension modules at any depth of the package (the
+    native library in loaderx/lib/ aside) and the shared group module beside it."""
     found = [p for p in (ROOT / "loaderx").rglob("*") if p.suffix in (".so", ".pyd")
-             and p.parent.name != "lib"]
+             and p.parent != LIB_DIR]
     found += list(ROOT.glob("loaderx_compiled__mypyc*"))
     return found
 
@@ -318,7 +378,7 @@ def remove_compiled() -> None:
 
 def assert_compiled() -> None:
     """Fails unless every mypyc module now imports from its compiled extension."""
-    names = [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
+    names = compiled_module_names()
     probe = (
         "import importlib, sys\n"
         f"for name in {names!r}:\n"
@@ -329,10 +389,24 @@ def assert_compiled() -> None:
     run([sys.executable, "-c", probe])
 
 
+def mypyc_sources(root: Path = ROOT) -> list[str]:
+    """MYPYC_MODULES, each checked to exist: a module that moved or was renamed without this list
+    following would otherwise ship interpreted without a word."""
+    missing = [m for m in MYPYC_MODULES if not (root / m).is_file()]
+    if missing:
+        raise SystemExit(f"[build] MYPYC_MODULES in build.py names {missing}, which do not exist "
+                         f"under {root}; update the list to the modules' new paths")
+    return list(MYPYC_MODULES)
+
+
+def compiled_module_names() -> list[str]:
+    """MYPYC_MODULES as dotted module names (loaderx/_data/dataset.py -> loaderx._data.dataset)."""
+    return [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
+
+
 def compile_mypyc() -> None:
     run_long([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
-             "compiling dataset.py, dataloader.py, prefetch.py and native_calls.py with mypyc",
-             "about a minute",
+             f"compiling {', '.join(mypyc_sources())} with mypyc", "about a minute",
              env={**os.environ, "LOADERX_SKIP_NATIVE": "1"})
 
 
@@ -387,15 +461,10 @@ def cmd_test(args: list[str]) -> None:
     pytest(["-q", *args], "interpreted")
     compile_mypyc()
     assert_compiled()
-    # The compiled modules must pass the same tests as the interpreted ones.
-    compiled_tests = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py"))
-                      if p.stem in {"test_dataset", "test_converter", "test_dataloader",
-                                    "test_prefetch", "test_shards", "test_result_buffers",
-                                    "test_runs", "test_zrecord", "test_zrecord_threads",
-                                    "test_zrecord_fork", "test_native_calls"}]
+    # The compiled modules must pass the same tests as the interpreted ones: the test modules
+    # that exercise them say so with `pytestmark = pytest.mark.compiled`.
     try:
-        if compiled_tests:
-            pytest(["-q", "-p", "no:cacheprovider", *compiled_tests, *args], "mypyc-compiled")
+        pytest(["-q", "-p", "no:cacheprovider", "-m", "compiled", *args], "mypyc-compiled")
     finally:
         # Leave the tree in source form: a stale extension would shadow later edits of the .py.
         remove_compiled()
@@ -456,7 +525,7 @@ def main() -> None:
     if old:
         raise SystemExit(old)
     try:
-        reexec_in_venv()
+        reexec_in_venv(sys.argv[1])
         COMMANDS[sys.argv[1]](sys.argv[2:])
     except subprocess.CalledProcessError as failed:
         # The step's own output (pip's, Zig's, pytest's) is above; a traceback of this script

@@ -6,7 +6,7 @@ loaderx's API."""
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset, pad
 from loaderx._store.schema import DICT_SIZE_MAX, DICT_SIZE_MIN, DICT_TIERS
-from loaderx._store.shards import SHARD_RECORDS_MAX
+from loaderx._store.layout import SHARD_RECORDS_MAX
 
 __all__ = [
     "SHARD_RECORDS_MAX",

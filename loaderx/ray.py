@@ -38,7 +38,7 @@ from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._data.column_append import append_all, recover_appends, refuse_some_new
 from loaderx._store.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
-from loaderx._store.shards import SHARD_RECORDS_MAX
+from loaderx._store.layout import SHARD_RECORDS_MAX
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
@@ -205,7 +205,7 @@ class LoaderxDatasink(Datasink[TaskParts]):
 
     def _commit_new(self, per_column: dict[str, list[Part]], schemas: dict[str, Schema]) -> None:
         """Builds every column's dataset in staging, then moves the whole folder into place."""
-        from loaderx._store.shards import commit_shards
+        from loaderx._store.shard_commit import commit_shards
 
         built = os.path.join(self.staging, "result")
         for column, folder in self.columns.items():

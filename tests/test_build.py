@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -177,7 +178,7 @@ def test_an_interrupted_extraction_is_redone(build: ModuleType, pinned: tuple[Pa
 
 
 def run_main(build: ModuleType, monkeypatch: pytest.MonkeyPatch, command: object) -> str:
-    monkeypatch.setattr(build, "reexec_in_venv", lambda: None)
+    monkeypatch.setattr(build, "reexec_in_venv", lambda command: None)
     monkeypatch.setattr(build, "COMMANDS", {"step": command})
     monkeypatch.setattr(sys, "argv", ["build.py", "step"])
     with pytest.raises(SystemExit) as ended:
@@ -228,8 +229,9 @@ def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: P
     for name in ("python", "python3"):
         (venv / "bin" / name).unlink()
         (venv / "bin" / name).symlink_to(tmp_path / "uninstalled" / "python3")
-    (venv / ".loaderx-requirements").write_text("\n".join(build.DEV_REQUIREMENTS + build.TEST_EXTRAS))
     monkeypatch.setattr(build, "VENV", venv)
+    for stage, requirements in build.VENV_STAGES.items():
+        build.stage_stamp(stage).write_text("\n".join(requirements))
     installs: list[list[str]] = []
     real_run_long = build.run_long
 
@@ -245,7 +247,9 @@ def test_a_venv_whose_python_is_gone_is_made_anew(build: ModuleType, tmp_path: P
     done = subprocess.run([str(venv / "bin" / "python"), "-c", "import pip, sys; print(sys.prefix)"],
                           capture_output=True, text=True, check=True)
     assert Path(done.stdout.strip()) == venv
-    assert len(installs) == 2 and installs[-1][-1] == build.TEST_EXTRAS[-1]
+    # pip itself, then each stage: the stamps went with the old venv.
+    assert len(installs) == 1 + len(build.VENV_STAGES)
+    assert installs[-1][-1] == build.VENV_STAGES["test"][-1]
 
 
 
@@ -289,3 +293,134 @@ def test_chromium_is_installed_with_apt_get_when_missing_and_root(
     assert chromium_steps(build, monkeypatch, {"apt-get"}, 1000) == []
     assert chromium_steps(build, monkeypatch, set(), 0) == []
     assert capsys.readouterr().out.count("apt-get install chromium") == 2
+
+def requirement_name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~]", requirement, maxsplit=1)[0].lower()
+
+
+def test_the_demo_installs_only_what_it_needs(build: ModuleType) -> None:
+    """`build.py demo` is the first thing a newcomer runs: no test tool, no integration."""
+    demo = {requirement_name(r) for r in build.VENV_STAGES["demo"]}
+    assert demo == {"numpy", "msgpack", "ziglang", "mypy", "setuptools"}
+    assert not demo & {"torch", "jax", "jaxlib", "flax", "optax", "ray", "pytest", "hypothesis",
+                       "asv", "virtualenv", "mkdocs"}
+    assert build.stages_for("demo") == ["demo"]
+    assert build.stages_for("test") == list(build.VENV_STAGES) == ["demo", "test"]
+    # The release tools still find every tool in DEV_REQUIREMENTS, and the extras are the tests'.
+    assert build.DEV_REQUIREMENTS == build.DEMO_REQUIREMENTS + build.TEST_REQUIREMENTS
+    assert set(build.TEST_EXTRAS + build.DOCS_REQUIREMENTS) <= set(build.VENV_STAGES["test"])
+
+
+@pytest.fixture
+def working_venv(build: ModuleType, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """A .venv whose python runs (this one); returns the pip installs ensure_venv asks for,
+    which are recorded instead of run."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(build, "VENV", venv)
+    installs: list[list[str]] = []
+    monkeypatch.setattr(build, "run_long", lambda cmd, *_, **__: installs.append(cmd))
+    return installs
+
+
+def installed(installs: list[list[str]]) -> list[str]:
+    """The requirements of the recorded `pip install --quiet ...` calls, in order."""
+    return [r for cmd in installs for r in cmd[cmd.index("--quiet") + 1:]]
+
+
+def test_demo_after_test_installs_nothing(build: ModuleType,
+                                          working_venv: list[list[str]]) -> None:
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == build.DEMO_REQUIREMENTS + build.VENV_STAGES["test"]
+    working_venv.clear()
+    build.ensure_venv(build.stages_for("demo"))
+    build.ensure_venv(build.stages_for("test"))
+    assert working_venv == []
+
+
+def test_test_after_demo_installs_only_the_rest(build: ModuleType,
+                                                working_venv: list[list[str]]) -> None:
+    build.ensure_venv(build.stages_for("demo"))
+    assert installed(working_venv) == build.DEMO_REQUIREMENTS
+    working_venv.clear()
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == build.VENV_STAGES["test"]
+    # A requirement that changes re-installs its own stage only.
+    working_venv.clear()
+    build.VENV_STAGES["demo"] = [*build.DEMO_REQUIREMENTS, "tomli"]
+    build.ensure_venv(build.stages_for("test"))
+    assert installed(working_venv) == [*build.DEMO_REQUIREMENTS, "tomli"]
+
+
+def test_a_listed_mypyc_module_that_does_not_exist_fails_loudly(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py compiles mypyc_sources(): a module moved without MYPYC_MODULES following would
+    otherwise ship interpreted without a word."""
+    assert build.mypyc_sources() == build.MYPYC_MODULES
+    assert all((ROOT / m).is_file() for m in build.MYPYC_MODULES)
+    monkeypatch.setattr(build, "MYPYC_MODULES", [*build.MYPYC_MODULES, "loaderx/_data/gone.py"])
+    with pytest.raises(SystemExit, match=r"names \['loaderx/_data/gone.py'\], which do not exist"):
+        build.mypyc_sources()
+
+
+def test_compiled_artifacts_are_found_at_any_depth_but_the_library_is_kept(
+        build: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(build, "LIB_DIR", tmp_path / "loaderx" / "lib")
+    made = [tmp_path / "loaderx" / "_a" / "_b" / "deep.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx" / "top.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx" / "_c" / "lib" / "nested.cpython-311-x86_64-linux-gnu.so",
+            tmp_path / "loaderx_compiled__mypyc.cpython-311-x86_64-linux-gnu.so"]
+    kept = [tmp_path / "loaderx" / "lib" / "libloaderx.so", tmp_path / "loaderx" / "_a" / "m.py"]
+    for path in made + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    assert sorted(build.compiled_artifacts()) == sorted(made)
+    build.remove_compiled()
+    assert [p for p in made + kept if p.exists()] == kept
+    assert build.compiled_module_names() == [
+        m.removesuffix(".py").replace("/", ".") for m in build.MYPYC_MODULES]
+
+
+def test_the_compiled_run_selects_its_tests_by_marker(build: ModuleType,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test modules move between folders: the compiled run names none of them."""
+    runs: list[tuple[list[str], str]] = []
+    for step in ("build_native", "zig_tests", "run", "ensure_chromium", "remove_compiled",
+                 "compile_mypyc", "assert_compiled"):
+        monkeypatch.setattr(build, step, lambda *_, **__: None)
+    monkeypatch.setattr(build, "pytest", lambda args, label: runs.append((args, label)))
+    monkeypatch.setenv("LOADERX_FORBID_SKIPS", "0")
+    build.cmd_test(["-x"])
+    assert runs == [(["-q", "-x"], "interpreted"),
+                    (["-q", "-p", "no:cacheprovider", "-m", "compiled", "-x"], "mypyc-compiled")]
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in options["addopts"].split()
+    assert [m.split(":")[0] for m in options["markers"]] == ["compiled"]
+
+
+def test_an_sdists_vendored_zstd_is_used_and_a_forbidden_download_fails(
+        build: ModuleType, pinned: tuple[Path, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unpacked sdist holds vendor/zstd/: the build takes it and downloads nothing.
+    LOADERX_NO_ZSTD_DOWNLOAD=1 turns any download into a failure, which is how the sdist
+    install check proves that."""
+    good, pip = pinned
+    monkeypatch.setenv("FAKE_SDIST", str(good))
+    monkeypatch.setenv("LOADERX_NO_ZSTD_DOWNLOAD", "1")
+    monkeypatch.setattr(build, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(build, "VENDORED_ZSTD", tmp_path / "sdist" / "vendor" / "zstd")
+    with pytest.raises(SystemExit, match="LOADERX_NO_ZSTD_DOWNLOAD=1 forbids downloading"):
+        build.zstd_sources(python=pip)
+    with tarfile.open(good) as archive:
+        build.extract_plain(archive, archive.getmembers(), tmp_path / "unpacked")
+    build.VENDORED_ZSTD.parent.mkdir(parents=True)
+    (tmp_path / "unpacked" / build.ZSTD_TREE_PREFIX).rename(build.VENDORED_ZSTD)
+    assert build.zstd_sources(python=pip) == build.VENDORED_ZSTD
+    monkeypatch.delenv("LOADERX_NO_ZSTD_DOWNLOAD")
+    monkeypatch.setattr(build, "VENDORED_ZSTD", tmp_path / "nowhere")
+    assert (build.zstd_sources(python=pip) / "LICENSE").read_bytes() == b"BSD\n"

@@ -20,6 +20,8 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx._data.progress import Progress, wanted
 from loaderx._store.schema import Codec, check_codec, read_schema
 
+pytestmark = pytest.mark.compiled
+
 
 def same_bits(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> None:
     assert got.dtype == want.dtype

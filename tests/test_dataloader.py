@@ -25,6 +25,8 @@ from loaderx._loading.prefetch import default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import MODES, Mode, Sampler
 
+pytestmark = pytest.mark.compiled
+
 RECORDS = 1000
 ITEM_SHAPE = (4, 3)
 ITEM_SIZE = 12  # elements per data record

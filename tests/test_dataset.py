@@ -23,6 +23,8 @@ from loaderx.errors import DictionaryError, SchemaError
 from loaderx._store.indexing import normalize_index, normalize_selection
 from loaderx._store.schema import Codec
 
+pytestmark = pytest.mark.compiled
+
 NUMERIC = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, np.complex64, np.complex128,

@@ -19,6 +19,8 @@ from loaderx._native.calls import StreamsCall, address
 from loaderx._store.view import View
 from loaderx.zrecord import Zrecord
 
+pytestmark = pytest.mark.compiled
+
 
 def test_works_without_mypy_extensions(tmp_path: Path) -> None:
     script = textwrap.dedent(

@@ -8,8 +8,10 @@ folders, so they skip when the suite runs against an installed package from a co
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if not (ROOT / "tools" / "libinspect.py").exists():
     pytest.skip("the repository's tools/ is not beside these tests", allow_module_level=True)
 
-from tools import libinspect, wheel_check, wheelfile  # noqa: E402
+from tools import libinspect, wheel_check, wheelfile, wheels  # noqa: E402
+
+import build  # noqa: E402  (the repository's build.py: tools.wheels put its folder on sys.path)
 
 HEADER = ROOT / "zig" / "include" / "loaderx.h"
 BUILD_ZIG = ROOT / "zig" / "build.zig"
@@ -160,9 +164,6 @@ def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
     exactly: any range that admits a newer release pulls a CUDA build of several GB."""
     import tomllib
 
-    sys.path.insert(0, str(ROOT))
-    import build
-
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert sorted(extras) == sorted(wheel_check.EXTRAS)
     pinned = dict(r.split("==") for r in build.TEST_EXTRAS)
@@ -218,16 +219,104 @@ def test_sdist_check_refuses_files_git_does_not_track(tmp_path: Path) -> None:
                                  check=True).stdout.splitlines())
     sources = {m for m in tracked if m.startswith(("loaderx/", "zig/", "typings/", "tests/"))
                or m in wheel_check.SDIST_REQUIRED}
-    shipped = sources | {"PKG-INFO", "setup.cfg", "loaderx.egg-info/SOURCES.txt"}
+    # zstd's sources are in every sdist and in no commit.
+    vendored = {wheel_check.SDIST_VENDORED + "LICENSE", wheel_check.SDIST_VENDORED + "lib/zstd.h"}
+    shipped = sources | vendored | {"PKG-INFO", "setup.cfg", "loaderx.egg-info/SOURCES.txt"}
     assert wheel_check.untracked(shipped, ROOT) == []
     scratch = sorted({"tests/scratch_debug_sdist_check.py", "loaderx/notes_sdist_check.py"})
     assert wheel_check.untracked(shipped | set(scratch), ROOT) == scratch
     sdist = tmp_path / "loaderx-0.9.17.tar.gz"
     with tarfile.open(sdist, "w:gz") as archive:
         for member in sorted(shipped | set(scratch)):
-            data = (ROOT / member).read_bytes() if (ROOT / member).is_file() else b""
+            if member in vendored:
+                data = (build.zstd_sources() / member.removeprefix(wheel_check.SDIST_VENDORED)).read_bytes()
+            else:
+                data = (ROOT / member).read_bytes() if (ROOT / member).is_file() else b""
             info = tarfile.TarInfo("loaderx-0.9.17/" + member)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     with pytest.raises(wheel_check.CheckFailed, match="git does not track.*scratch_debug"):
         wheel_check.check_sdist(sdist, ROOT)
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist as `build.py wheels` builds it (no mypyc needed), from a copy of the files git
+    tracks: setuptools also lists the files named by a loaderx.egg-info/SOURCES.txt left in the
+    checkout by an earlier build, which would hide a subpackage the package list leaves out."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    checkout = tmp_path_factory.mktemp("checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode("utf-8").split("\0")
+    for relative in filter(None, tracked):
+        if (ROOT / relative).is_file():
+            (checkout / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / relative, checkout / relative)
+    # zstd's sources as the checkout has them (fetched once, downloaded by no test).
+    (checkout / ".cache").symlink_to(build.zstd_sources().parent, target_is_directory=True)
+    out = tmp_path_factory.mktemp("sdist")
+    return wheels.pep517(sys.executable, "build_sdist", checkout, out, {"LOADERX_NO_MYPYC": "1"})
+
+
+def test_the_sdist_carries_zstds_pinned_sources_and_licence(sdist: Path) -> None:
+    """So that `pip install loaderx-*.tar.gz` downloads nothing but its build requirements; git
+    tracks none of them (they come from the pinned registry sdist at build time)."""
+    members = wheel_check.check_sdist(sdist, ROOT)
+    vendored = {m.removeprefix(wheel_check.SDIST_VENDORED) for m in members
+                if m.startswith(wheel_check.SDIST_VENDORED)}
+    fetched = build.zstd_sources()
+    assert vendored == {p.relative_to(fetched).as_posix() for p in fetched.rglob("*") if p.is_file()}
+    prefix = sdist.name.removesuffix(".tar.gz") + "/" + wheel_check.SDIST_VENDORED
+    with tarfile.open(sdist) as archive:
+        assert wheel_check.read_member(archive, prefix + "LICENSE") == (fetched / "LICENSE").read_bytes()
+    if (ROOT / ".git").exists():
+        tracked = subprocess.run(["git", "ls-files", "vendor"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout
+        assert tracked == ""
+
+
+# Imports every module named on the command line and prints where each came from.
+IMPORT_ALL = """
+import importlib, json, sys
+import loaderx._native.library as native
+files = {name: importlib.import_module(name).__file__ for name in sys.argv[1:]}
+print(json.dumps({"files": files, "library": native.library_path()}))
+"""
+
+
+def source_modules() -> list[str]:
+    """Every module of the checkout's loaderx package, at any depth, as a dotted name."""
+    names = []
+    for path in sorted((ROOT / "loaderx").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def test_a_wheel_built_from_the_sdist_without_downloads_ships_every_module(
+        sdist: Path, tmp_path: Path) -> None:
+    """The sdist unpacked, its wheel built with zstd downloads forbidden (the Zig library from
+    the vendored sources; interpreted modules, the mypyc build is checked by `build.py wheels`),
+    installed into a bare folder, and every module of the source tree imported from there: a
+    subpackage that the package list or package data leaves out fails here."""
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    source = tmp_path / "unpacked" / sdist.name.removesuffix(".tar.gz")
+    env = {"LOADERX_NO_MYPYC": "1", "LOADERX_NO_ZSTD_DOWNLOAD": "1"}
+    wheel = wheels.pep517(sys.executable, "build_wheel", source, tmp_path / "wheel", env,
+                          "building the library from the sdist's zstd", "a minute or two")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True)
+    clean = {k: v for k, v in os.environ.items() if k not in ("LOADERX_LIBRARY", "PYTHONPATH")}
+    modules = source_modules()
+    assert {"loaderx", "loaderx._os.paths", "loaderx._loading.prefetch"} <= set(modules)
+    done = subprocess.run([sys.executable, "-c", IMPORT_ALL, *modules], capture_output=True,
+                          text=True, cwd=tmp_path, env={**clean, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    elsewhere = {name: file for name, file in found["files"].items()
+                 if not file.startswith(str(site) + os.sep)}
+    assert elsewhere == {}
+    assert found["library"].startswith(str(site / "loaderx" / "lib"))

@@ -556,7 +556,7 @@ def test_workers_that_write_many_shards_report_them(tmp_path: Path) -> None:
 def test_too_many_records_are_refused_before_any_worker_starts(tmp_path: Path) -> None:
     """More than a dataset's 2^44 records (a broadcast array: no memory) are refused up front
     with workers=2 as with workers=1 (the parallel path used to start converting them)."""
-    from loaderx._store.shards import RECORD_COUNT_MAX
+    from loaderx._store.layout import RECORD_COUNT_MAX
 
     huge = np.broadcast_to(np.uint8(7), (RECORD_COUNT_MAX + 1,))
     for workers in (1, 2):
@@ -572,17 +572,17 @@ def test_too_many_shards_are_refused_before_any_worker_starts(
     """A small shard_records can make more shards than a dataset holds: refused up front, not
     by the commit once every shard was written (1M shards of one record, here)."""
     from loaderx._data import parallel
-    from loaderx._store import shards
+    from loaderx._store import layout
 
     def no_workers(*_args: Any, **_kwargs: Any) -> list[Any]:
         raise AssertionError("workers started")
 
     with monkeypatch.context() as patch:
         patch.setattr(parallel, "run_workers", no_workers)
-        records = np.zeros(shards.SHARD_COUNT_MAX + 1, dtype=np.uint8)
-        with pytest.raises(ValueError, match=rf"{shards.SHARD_COUNT_MAX + 1} records in shards "
-                           rf"of at most 1 make {shards.SHARD_COUNT_MAX + 1} shards, over a "
-                           rf"dataset's limit of {shards.SHARD_COUNT_MAX}; pass a larger "
+        records = np.zeros(layout.SHARD_COUNT_MAX + 1, dtype=np.uint8)
+        with pytest.raises(ValueError, match=rf"{layout.SHARD_COUNT_MAX + 1} records in shards "
+                           rf"of at most 1 make {layout.SHARD_COUNT_MAX + 1} shards, over a "
+                           rf"dataset's limit of {layout.SHARD_COUNT_MAX}; pass a larger "
                            "shard_records"):
             from_numpy(tmp_path / "new", records, codec="raw", workers=2, shard_records=1)
         assert os.listdir(tmp_path) == []
@@ -590,7 +590,7 @@ def test_too_many_shards_are_refused_before_any_worker_starts(
     path = str(tmp_path / "old")
     from_numpy(path, np.arange(3, dtype=np.int64), codec="raw")  # a single store: shard 0
     before = snapshot(tmp_path / "old")
-    monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
+    monkeypatch.setattr(layout, "SHARD_COUNT_MAX", 4)
     with monkeypatch.context() as patch:
         patch.setattr(parallel, "run_workers", no_workers)
         with pytest.raises(ValueError, match=re.escape(
@@ -620,9 +620,9 @@ def test_iterator_workers_stop_at_the_first_shard_past_the_limit(
     limit stops the conversion with from_numpy's message, before that shard is written or its
     source read any further (the commit refused them only once every worker had written all
     of its shards: a source of 10^9 records at shard_records=1 ran for days first)."""
-    from loaderx._store import shards
+    from loaderx._store import layout
 
-    monkeypatch.setattr(shards, "SHARD_COUNT_MAX", 4)
+    monkeypatch.setattr(layout, "SHARD_COUNT_MAX", 4)
     path = str(tmp_path / "data")
     held = [np.full((1, 3), 7, dtype=np.int32)] * 3
     from_iterator(path, held)  # a single store: shard 0 of an append

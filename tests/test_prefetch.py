@@ -16,6 +16,8 @@ from loaderx._loading.prefetch import Prefetcher, default_workers
 
 from forked_child import run_child, wait_child
 
+pytestmark = pytest.mark.compiled
+
 
 def prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("loaderx-prefetch")]

@@ -24,6 +24,8 @@ from loaderx._native.result_buffers import Limits, ResultBufferPool, size_class
 
 from forked_child import held_by_another_thread, run_child, wait_child
 
+pytestmark = pytest.mark.compiled
+
 RECORDS = 300
 ITEM = (16, 8)  # int32: 512-byte records
 SMALL_MIN_BYTES = 4096  # results of 8 records and more are pooled in these tests

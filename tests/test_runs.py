@@ -17,6 +17,8 @@ import pytest
 from loaderx.dataset import DenseDataset
 from loaderx.zrecord import Zrecord
 
+pytestmark = pytest.mark.compiled
+
 BLOCK = 4096  # runs.zig block_records
 
 

@@ -23,6 +23,8 @@ from loaderx._store.schema import Codec, make_schema, write_schema
 from loaderx.shards import read_manifest
 from loaderx.zrecord import Zrecord
 
+pytestmark = pytest.mark.compiled
+
 CAPACITY = 1000
 COUNT = 2500  # three shards: 1000, 1000, 500
 SHAPE = (3, 8)
@@ -292,7 +294,7 @@ def test_a_refused_delete_changes_no_shard_and_no_manifest(tmp_path: Path, holde
     """Any shard open elsewhere refuses the whole delete before a record moves (one native
     call takes every shard first), and the manifest is put back byte for byte."""
     from loaderx.errors import StoreLockedError
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)
@@ -323,7 +325,7 @@ def test_a_delete_interrupted_after_the_manifest_still_opens(tmp_path: Path) -> 
     assert manifest is not None
     manifest.shards[1].records_before = 1000  # the manifest says a delete of 4 was under way
     manifest.shards[1].records = 996
-    from loaderx._store.shards import write_manifest
+    from loaderx._store.manifest import write_manifest
 
     write_manifest(path, manifest)
     with DenseDataset(path) as ds:  # the store never got the delete: still consistent
@@ -435,7 +437,7 @@ def test_readers_on_other_threads_stay_correct_while_appends_roll_over(tmp_path:
 
 
 def test_a_rollover_closes_the_view_it_replaces(tmp_path: Path) -> None:
-    from loaderx._store.view import _OPEN_VIEWS
+    from loaderx._store.view import _OPEN_VIEWS  # private: no public name counts open views
 
     path = str(tmp_path / "d")
     with DenseDataset(path, dtype=np.int64, codec="raw", shard_records=10) as ds:
@@ -637,7 +639,7 @@ def test_the_python_limits_agree_with_the_library() -> None:
     import ctypes
 
     from loaderx._native import library as _native
-    from loaderx._store.shards import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
+    from loaderx._store.layout import RECORD_COUNT_MAX, SHARD_COUNT_MAX, SHARD_RECORDS_MAX
     from loaderx.zrecord import RECORD_COUNT_MAX as STORE_RECORDS_MAX
 
     assert SHARD_RECORDS_MAX == STORE_RECORDS_MAX
@@ -828,7 +830,7 @@ def test_a_failed_append_across_shards_changes_nothing(
 ) -> None:
     """The batch spans the tail and four new shards; whichever of its five store appends fails
     (the new shards are written first, the tail last), the dataset stays as it was."""
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
     from loaderx.zrecord import Zrecord
 
     path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500
@@ -866,7 +868,8 @@ def test_a_killed_writers_staged_shards_go_with_the_next_commit(tmp_path: Path) 
     import subprocess
     import sys
 
-    from loaderx._store.shards import STAGING_PREFIX, discard_staging, staging_folder
+    from loaderx._store.layout import STAGING_PREFIX
+    from loaderx._store.staging import discard_staging, staging_folder
 
     path, data = _sharded(tmp_path)
     code = (
@@ -938,7 +941,8 @@ def test_a_killed_append_across_shards_is_all_or_nothing(
 
     import msgpack
 
-    from loaderx._store.shards import MANIFEST_VERSION_APPENDING, STAGING_PREFIX, manifest_path
+    from loaderx._store.layout import STAGING_PREFIX, manifest_path
+    from loaderx._store.manifest import MANIFEST_VERSION_APPENDING
 
     if layout == "sharded":
         path, data = _sharded(tmp_path)  # shards of 1000, 1000, 500

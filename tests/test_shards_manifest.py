@@ -15,18 +15,10 @@ import pytest
 from loaderx.dataset import DenseDataset
 from loaderx.errors import ManifestError, SchemaError
 from loaderx._store.schema import SCHEMA_FILE, Codec, make_schema, read_schema
-from loaderx._store.shards import (
-    MANIFEST_FILE,
-    SHARD_COUNT_MAX,
-    Manifest,
-    ShardEntry,
-    commit_shards,
-    parse_manifest,
-    read_manifest,
-    shard_name,
-    staging_folder,
-    write_manifest,
-)
+from loaderx._store.layout import MANIFEST_FILE, SHARD_COUNT_MAX, shard_name
+from loaderx._store.manifest import Manifest, ShardEntry, parse_manifest, read_manifest, write_manifest
+from loaderx._store.shard_commit import commit_shards
+from loaderx._store.staging import staging_folder
 
 SCHEMA = make_schema("dense", np.int64, (), "raw", "balanced")
 
@@ -199,7 +191,7 @@ def test_a_failed_first_commit_removes_the_schema_it_wrote(tmp_path: Path, monke
     def failing_write(folder: object, manifest: Manifest) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("loaderx._store.shards.write_manifest", failing_write)
+    monkeypatch.setattr("loaderx._store.shard_commit.write_manifest", failing_write)
     with pytest.raises(OSError, match="No space"):
         commit_shards(dataset, [staged], SCHEMA)
     # The staged shard stays, still claimed by this process (its marker beside it).
@@ -302,7 +294,7 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
 
     from loaderx.dataset import DenseDataset
     from loaderx._store.delete_journal import JOURNAL_FILE, ShardDelete, read_journal, write_journal
-    from loaderx._store.shards import read_manifest, write_manifest
+    from loaderx._store.manifest import read_manifest, write_manifest
 
     good = tmp_path / "good"
     with DenseDataset(good, dtype=np.int64, codec="raw", shard_records=10) as ds:
@@ -376,7 +368,7 @@ def test_the_manifest_signature_tells_two_versions_apart_when_their_stat_agrees(
     import os
 
     from loaderx._store import shard_set
-    from loaderx._store.shards import Manifest, ShardEntry, write_manifest
+    from loaderx._store.manifest import Manifest, ShardEntry, write_manifest
 
     folder = str(tmp_path)
     write_manifest(folder, Manifest([ShardEntry("shard-000001", 7)], generation=5))

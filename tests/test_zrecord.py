@@ -19,6 +19,8 @@ from loaderx.errors import DictionaryError
 from loaderx._store.schema import Codec
 from loaderx.zrecord import CODECS, RECORD_SIZE_MAX, Zrecord
 
+pytestmark = pytest.mark.compiled
+
 MiB = 1 << 20
 
 

@@ -28,6 +28,8 @@ from loaderx.zrecord import Zrecord
 
 from forked_child import run_child, wait_child
 
+pytestmark = pytest.mark.compiled
+
 FORKS = 40
 
 
@@ -234,7 +236,8 @@ def test_fork_while_a_thread_holds_the_commit_lock(tmp_path: Path) -> None:
     import fcntl
 
     from loaderx._os.lock_descriptors import open_count
-    from loaderx._store.shards import LOCK_FILE, commit_lock
+    from loaderx._store.layout import LOCK_FILE
+    from loaderx._store.shard_locks import commit_lock
 
     path = str(tmp_path / "sharded")
     with DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=100) as writer:

@@ -291,7 +291,7 @@ def test_a_sharded_append_on_a_full_disk_adds_nothing(small_disk: Path) -> None:
     """A batch that spans the tail and two new shards: the disk fills while the new shards are
     written, and the dataset keeps exactly its old records and shards."""
     from loaderx.dataset import DenseDataset
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
 
     path = small_disk / "sharded"
     with DenseDataset(path, dtype=np.uint64, item_shape=(64,), codec="raw",
@@ -327,7 +327,7 @@ def test_a_delete_over_several_shards_on_a_full_disk_is_all_or_nothing(small_dis
     or raises ENOSPC with every shard, the manifest and the folder as they were. Some of the
     refusals come from the native call itself, after a shard's redo log was written (every log
     is written before any table changes), which before left the earlier shards deleted."""
-    from loaderx._store.shards import manifest_path
+    from loaderx._store.layout import manifest_path
 
     count, capacity = 6000, 2000
     data = np.arange(count, dtype=np.int64) * 7

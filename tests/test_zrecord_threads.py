@@ -17,6 +17,8 @@ import pytest
 from loaderx._store.schema import Codec
 from loaderx.zrecord import Zrecord
 
+pytestmark = pytest.mark.compiled
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Appends alternate between these codecs at random.

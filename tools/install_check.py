@@ -133,10 +133,12 @@ def check_sdist_install(work: Path, pytest_args: list[str]) -> None:
     if len(sdists) != 1:
         raise CheckFailed(f"expected one sdist in {DIST}, found {sdists}")
     python = fresh_venv(sys.executable, work / "venv-sdist")
-    # Only pip is in this venv: Zig comes from the ziglang build requirement, zstd via pip.
+    # Only pip is in this venv: Zig comes from the ziglang build requirement, zstd from the sdist
+    # itself (vendor/zstd/); a build that tried to download zstd fails.
     run_long([python, "-m", "pip", "install", "--verbose", str(sdists[0])],
              f"building and installing {sdists[0].name} with pip (Zig and mypyc)",
-             "several minutes: pip fetches numpy, mypy and ziglang into its build environment")
+             "several minutes: pip fetches numpy, mypy and ziglang into its build environment",
+             env={**os.environ, "LOADERX_NO_ZSTD_DOWNLOAD": "1"})
     run_long([python, "-m", "pip", "install", "--quiet", *TEST_TOOLS],
              "installing the test tools and the integrations",
              "a few minutes: torch, jax and ray are about 1 GB; pip prints nothing meanwhile")

@@ -6,7 +6,8 @@ numpy and msgpack (the integrations as extras) and Python 3.11, the `loaderx` co
 and the licence texts of loaderx and of zstd (the library contains zstd). A compiled
 wheel must also carry the mypyc extension modules of exactly its interpreter, and none of them
 may need a newer glibc than the tag claims. The sdist must hold the sources and nothing built,
-and, built from a git checkout, nothing git does not track.
+zstd's pinned sources with their licence under vendor/zstd/ (so that installing it downloads
+nothing), and, built from a git checkout, nothing else git does not track.
 """
 
 from __future__ import annotations
@@ -225,8 +226,11 @@ def check_wheel(path: Path, expected: Expected, abi: frozenset[str]) -> Wheel:
 SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "README.md",
                          "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
                          "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
-                         "loaderx/_native/library.py", "loaderx/py.typed")
+                         "loaderx/_native/library.py", "loaderx/py.typed",
+                         "vendor/zstd/LICENSE", "vendor/zstd/lib/zstd.h")
 SDIST_GENERATED: Final = ("PKG-INFO", "setup.cfg")  # written by setuptools into every sdist
+# zstd's sources, copied into the sdist at build time (setup.py); git never tracks them.
+SDIST_VENDORED: Final = "vendor/zstd/"
 SDIST_FORBIDDEN: Final = re.compile(
     r"(^|/)(\.zig-cache|zig-out|\.cache|\.venv|__pycache__|build|dist)/|^loaderx/lib/"
     r"|\.(so|dylib|dll|pyd|o|a|obj|lib|whl|pyc)$")
@@ -237,6 +241,7 @@ def check_sdist(path: Path, root: Path) -> list[str]:
     prefix = path.name.removesuffix(".tar.gz") + "/"
     with tarfile.open(path) as archive:
         members = [m.name for m in archive.getmembers() if m.isfile()]
+        zstd_licence = read_member(archive, prefix + SDIST_VENDORED + "LICENSE")
     outside = [m for m in members if not m.startswith(prefix)]
     if outside:
         raise CheckFailed(f"{path.name}: members outside {prefix}: {outside}")
@@ -245,11 +250,13 @@ def check_sdist(path: Path, root: Path) -> list[str]:
     if built:
         raise CheckFailed(f"{path.name}: holds build outputs, not sources: {built}")
     sources = [p.relative_to(root).as_posix() for pattern in
-               ("loaderx/**/*.py", "zig/src/*.zig", "zig/include/*.h", "typings/**/*.pyi")
+               ("loaderx/**/*.py", "zig/src/**/*.zig", "zig/include/*.h", "typings/**/*.pyi")
                for p in root.glob(pattern)]
     missing = sorted(set(SDIST_REQUIRED).union(sources) - relative)
     if missing:
         raise CheckFailed(f"{path.name}: lacks {missing}")
+    if b"Zstandard" not in zstd_licence:
+        raise CheckFailed(f"{path.name}: {SDIST_VENDORED}LICENSE is not zstd's licence")
     stray = untracked(relative, root)
     if stray:
         raise CheckFailed(f"{path.name}: holds files git does not track (scratch files? MANIFEST.in "
@@ -269,4 +276,13 @@ def untracked(relative: set[str], root: Path) -> list[str]:
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
     tracked = set(listed.stdout.decode("utf-8").split("\0"))
     return sorted(m for m in relative if m not in tracked and m not in SDIST_GENERATED
-                  and not m.startswith("loaderx.egg-info/"))
+                  and not m.startswith(("loaderx.egg-info/", SDIST_VENDORED)))
+
+
+def read_member(archive: tarfile.TarFile, name: str) -> bytes:
+    """A regular file's bytes from the archive, or b"" when it holds no such file."""
+    try:
+        extracted = archive.extractfile(name)
+    except KeyError:
+        return b""
+    return extracted.read() if extracted is not None else b""

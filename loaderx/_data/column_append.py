@@ -46,32 +46,25 @@ import msgpack
 from loaderx.errors import ManifestError, SchemaError
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.schema import Schema, differences, read_schema, schema_path, write_schema
-from loaderx._store.shards import (
-    SHARD_COUNT_MAX,
-    TOP_LEVEL,
-    Manifest,
-    ShardEntry,
+from loaderx._os.folder_swap import fsync_folder
+from loaderx._store.layout import META_FILE, SHARD_COUNT_MAX, TOP_LEVEL, manifest_path, shard_name
+from loaderx._store.manifest import Manifest, ShardEntry, parse_manifest, read_manifest
+from loaderx._store.shard_commit import (
     check_staged,
-    commit_lock,
     current_manifest,
-    fsync_folder,
-    manifest_path,
     next_shard_number,
-    parse_manifest,
-    read_manifest,
     refuse_unfinished_delete,
-    remove_unlisted,
     seal_tail,
     sealing_single_store,
     settle_pending,
-    shard_name,
 )
+from loaderx._store.shard_locks import commit_lock
+from loaderx._store.staging import remove_unlisted
 
 _JOURNAL_PREFIX: Final = ".loaderx-append-"
 _FINISHED_PREFIX: Final = ".loaderx-appended-"  # a finished journal, being removed
 _JOURNAL_RECORD: Final = "record.msgpack"
 _JOURNAL_FORMAT: Final = "loaderx-ray-append"
-_META_FILE: Final = "meta.zr"
 
 
 class _ColumnPlan:
@@ -140,7 +133,7 @@ def _plan_column(path: str, relative: str, staged: list[str], schema: Schema) ->
         if lines:
             raise SchemaError(f"cannot append to {folder!r}: " + "; ".join(lines))
         created = False
-    elif os.path.isfile(os.path.join(folder, _META_FILE)):
+    elif os.path.isfile(os.path.join(folder, META_FILE)):
         raise SchemaError(f"{folder!r} is a Zrecord store without a schema; refusing to append")
     else:
         created = True
@@ -239,7 +232,7 @@ def _finish(path: str, journal: str) -> bool:
             elif ours:
                 os.unlink(manifest)
             if (column["created"] and not os.path.lexists(manifest)
-                    and not os.path.isfile(os.path.join(folder, _META_FILE))):
+                    and not os.path.isfile(os.path.join(folder, META_FILE))):
                 with suppress(FileNotFoundError):
                     os.unlink(schema_path(folder))
             listed = read_manifest(folder) or Manifest([ShardEntry(TOP_LEVEL, 0)])

@@ -25,7 +25,7 @@ from loaderx._data.serial import (
 )
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.schema import Codec
-from loaderx._store.shards import SHARD_RECORDS_MAX
+from loaderx._store.layout import SHARD_RECORDS_MAX
 
 
 def from_numpy(

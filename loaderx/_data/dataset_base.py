@@ -24,7 +24,7 @@ from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
-from loaderx._store.shards import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
+from loaderx._store.layout import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import DictionaryError, ReadOnlyStoreError, StoreLockedError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Final, SupportsIndex
+from typing import SupportsIndex
 
 from numpy.typing import DTypeLike
 
@@ -19,11 +19,9 @@ from loaderx._store.schema import (
     write_schema,
 )
 from loaderx._store.sharded_store import ShardedStore
-from loaderx._store.shards import manifest_path
+from loaderx._store.layout import META_FILE, manifest_path
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import SchemaError
-
-_META_FILE: Final = "meta.zr"
 
 Shape = SupportsIndex | Sequence[SupportsIndex]
 # What a dataset reads and writes through: one store, or the shards of a sharded dataset.
@@ -67,7 +65,7 @@ def open_store(
             _dataset_owned=True,
         )
     if wanted is None or readonly:
-        if is_file(os.path.join(path, _META_FILE)):
+        if is_file(os.path.join(path, META_FILE)):
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
                 "open it with loaderx._store.zrecord.Zrecord, or pass dtype= (and item_shape=) to "

@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 
 from loaderx._os.folder_swap import StagedFolder
 from loaderx._store.schema import schema_path
-from loaderx._store.shards import manifest_path, shard_number
+from loaderx._store.layout import META_FILE, manifest_path, shard_number
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ def _foreign_entries(folder: str) -> list[str]:
 
 def _is_store(folder: str) -> bool:
     """Whether folder holds a loaderx store (a dataset's schema or a Zrecord's meta file)."""
-    return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, "meta.zr"))
+    return os.path.isfile(schema_path(folder)) or os.path.isfile(os.path.join(folder, META_FILE))
 
 
 def check_append_or_overwrite(append: bool, overwrite: bool) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from loaderx._data.destination import write_in_place
 from loaderx._os import claims
 from loaderx._store.schema import Schema, differences, read_schema
-from loaderx._store.shards import commit_shards
+from loaderx._store.shard_commit import commit_shards
 from loaderx.errors import SchemaError
 
 # One written part: its folder and its record count.

@@ -29,7 +29,7 @@ from loaderx._store.schema import (
     check_item_shape,
     make_schema,
 )
-from loaderx._store.shards import RECORD_COUNT_MAX
+from loaderx._store.layout import RECORD_COUNT_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # Marks the end of an iterator (None could be a record, if a wrong one).

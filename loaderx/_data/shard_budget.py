@@ -1,6 +1,6 @@
 """How many shards a parallel conversion may write: checked before the work, or counted during it.
 
-The limit is read from loaderx._store.shards at each call, not imported once, so that it is
+The limit is read from loaderx._store.layout at each call, not imported once, so that it is
 always the store's own limit (tests lower it to keep their datasets small).
 """
 
@@ -11,20 +11,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from loaderx._os.process_pool import JobRefused
-from loaderx._store import shards
+from loaderx._store import layout
+from loaderx._store.manifest import read_manifest
 
 
 def shards_held(final: str, append: bool) -> int:
     """The shards an append target holds already (a single store is shard 0); 0 otherwise."""
     if not append or not os.path.exists(os.path.join(final, "schema.msgpack")):
         return 0
-    manifest = shards.read_manifest(final)
+    manifest = read_manifest(final)
     return 1 if manifest is None else len(manifest.shards)
 
 
 def _over_the_limit(final: str, made: str, have: int) -> str:
     held = f" on top of the {have} that {final!r} holds" if have else ""
-    return (f"{made}{held}, over a dataset's limit of {shards.SHARD_COUNT_MAX}; pass a larger "
+    return (f"{made}{held}, over a dataset's limit of {layout.SHARD_COUNT_MAX}; pass a larger "
             "shard_records")
 
 
@@ -34,7 +35,7 @@ def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_recor
     fit a dataset; the commit would refuse them only once every one of them was written."""
     new = sum(-(-(b - a) // shard_records) for a, b in ranges)
     have = shards_held(final, append)
-    if have + new > shards.SHARD_COUNT_MAX:
+    if have + new > layout.SHARD_COUNT_MAX:
         records = ranges[-1][1] - ranges[0][0] if ranges else 0
         raise ValueError(_over_the_limit(
             final, f"{records} records in shards of at most {shard_records} make {new} shards",
@@ -53,10 +54,10 @@ class ShardBudget:
 
     def __init__(self, ctx: Any, final: str, shard_records: int, have: int) -> None:
         # In shared memory: the workers take from it.
-        self.left = ctx.Value("q", max(0, shards.SHARD_COUNT_MAX - have))
+        self.left = ctx.Value("q", max(0, layout.SHARD_COUNT_MAX - have))
         self.refusal = _over_the_limit(
             final, f"the sources' records in shards of at most {shard_records} make more than "
-            f"{shards.SHARD_COUNT_MAX - have} shards", have)
+            f"{layout.SHARD_COUNT_MAX - have} shards", have)
 
     def take(self) -> None:
         with self.left.get_lock():

@@ -1,7 +1,7 @@
 """Claimed folders: scratch folders that a killed process leaves behind and a later one removes.
 
 Two writers build data in hidden folders that nothing else would ever clean up if the writer
-were killed: a sharded dataset's staging folders (loaderx._store.shards, `.staging-*` inside the
+were killed: a sharded dataset's staging folders (loaderx._store.staging, `.staging-*` inside the
 dataset) and a parallel conversion's parts folder (loaderx._data.parallel, `.<name>.loaderx-parts-*`
 beside the destination). Both are claimed the same way:
 

@@ -5,7 +5,7 @@ delete is atomic (its redo log, zig/src/journal.zig). A process killed between t
 would leave some shards deleted and others not. So before anything moves, the dataset writes
 this journal: for every shard involved, its name, its record count before the delete and the
 local indices it deletes. The manifest then records the new counts (`records_before` in
-loaderx._store.shards), the shards delete, the manifest is settled, and the journal goes.
+loaderx._store.manifest), the shards delete, the manifest is settled, and the journal goes.
 
 A writable open that finds the manifest mid-delete and this journal finishes the delete on
 every shard still at its count before, then settles the manifest (loaderx._store.shard_delete). Applying a
@@ -27,8 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx.errors import ManifestError
+from loaderx._os.folder_swap import fsync_folder
 from loaderx._os.paths import write_file_atomically
-from loaderx._store.shards import DELETE_JOURNAL_FILE, fsync_folder
+from loaderx._store.layout import DELETE_JOURNAL_FILE
 
 JOURNAL_FILE: Final = DELETE_JOURNAL_FILE
 _FORMAT: Final = "loaderx-delete"

@@ -14,19 +14,11 @@ from typing import Final
 
 from loaderx._store.schema import write_schema
 from loaderx._store.shard_set import ShardSet
-from loaderx._store.shards import (
-    TOP_LEVEL,
-    Manifest,
-    commit_shards_locked,
-    discard_staging,
-    fsync_folder,
-    manifest_path,
-    read_manifest,
-    remove_unlisted,
-    settle_pending,
-    staging_folder,
-    write_manifest,
-)
+from loaderx._os.folder_swap import fsync_folder
+from loaderx._store.layout import TOP_LEVEL, manifest_path
+from loaderx._store.manifest import Manifest, read_manifest, write_manifest
+from loaderx._store.shard_commit import commit_shards_locked, settle_pending
+from loaderx._store.staging import discard_staging, remove_unlisted, staging_folder
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import StoreFullError, StoreLockedError
 
@@ -57,7 +49,7 @@ class ShardAppender:
         All or nothing, on an error and under SIGKILL alike. A batch that fits the tail is one
         atomic store append. A larger one is written first as new shards in the staging area,
         which no reader sees; then one manifest write lists them as pending and the tail's
-        part as in flight (loaderx._store.shards); then the tail takes its part in one atomic
+        part as in flight (loaderx._store.shard_commit); then the tail takes its part in one atomic
         store append, which is the commit point; then a final manifest write settles it. A
         process killed anywhere leaves a state that every reader resolves the same way (the
         pending shards count exactly when the tail's part is in) and that the next writer

@@ -28,16 +28,10 @@ from loaderx._store.delete_journal import (
     write_journal,
 )
 from loaderx._store.shard_set import ShardSet
-from loaderx._store.shards import (
-    MANIFEST_FILE,
-    Manifest,
-    ShardEntry,
-    commit_lock,
-    deleting_lock,
-    read_manifest,
-    remove_dead_temporaries,
-    write_manifest,
-)
+from loaderx._store.layout import MANIFEST_FILE
+from loaderx._store.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from loaderx._store.shard_locks import commit_lock, deleting_lock
+from loaderx._store.staging import remove_dead_temporaries
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import ManifestError, ReadOnlyStoreError, StoreLockedError
 

@@ -13,21 +13,12 @@ from typing import Final, TypeVar
 
 from loaderx._os import descriptors
 from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema
-from loaderx._store.shards import (
-    MANIFEST_FILE,
-    TOP_LEVEL,
-    Manifest,
-    ShardEntry,
-    manifest_path,
-    read_manifest,
-    settle_pending,
-    shard_folder,
-)
+from loaderx._store.layout import MANIFEST_FILE, META_FILE, TOP_LEVEL, manifest_path, shard_folder
+from loaderx._store.manifest import Manifest, ShardEntry, read_manifest
+from loaderx._store.shard_commit import settle_pending
 from loaderx._store.view import View
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import ManifestError, SchemaError
-
-_META_FILE: Final = "meta.zr"
 
 ManifestSignature = tuple[int, int, int, bytes]
 # The manifest's first bytes, its format, version and generation fields (see manifest_signature).
@@ -80,7 +71,7 @@ class ShardSet:
     view: View | None
     generation: int
     signature: ManifestSignature | None
-    # False while the manifest on disk still has an append in flight (loaderx._store.shards):
+    # False while the manifest on disk still has an append in flight (loaderx._store.shard_commit):
     # this handle resolved it for reading, and its next write settles it on disk first.
     settled: bool
     closed: bool
@@ -132,10 +123,10 @@ class ShardSet:
         name = entry.name
         folder = shard_folder(self.path, name)
         where = f"{self.path!r}: shard {name!r}"
-        if not os.path.isfile(os.path.join(folder, _META_FILE)):
+        if not os.path.isfile(os.path.join(folder, META_FILE)):
             raise ManifestError(
                 f"{where} is listed in {MANIFEST_FILE} but missing from disk "
-                f"(no {folder}/{_META_FILE})"
+                f"(no {folder}/{META_FILE})"
             )
         if name != TOP_LEVEL and not self.readonly and os.path.islink(folder):
             # Shard folders are made by renames inside the dataset, never as links: a writable
@@ -166,7 +157,7 @@ class ShardSet:
 
     def load(self, manifest: Manifest, signature: ManifestSignature | None) -> None:
         """Makes the manifest current: resolves an append in flight by the length of the store
-        that takes its tail part (loaderx._store.shards), opens shards not open yet, checks every
+        that takes its tail part (loaderx._store.shard_commit), opens shards not open yet, checks every
         count."""
         open_by_name = dict(zip([e.name for e in self.entries], self.stores))
         stores: list[Zrecord] = []
@@ -222,7 +213,7 @@ class ShardSet:
 
     def catch_up(self) -> None:
         """Under the commit lock: loads commits made by other handles or processes, and settles
-        on disk an append in flight that a killed writer left (loaderx._store.shards)."""
+        on disk an append in flight that a killed writer left (loaderx._store.shard_commit)."""
         signature = manifest_signature(self.path)
         if signature is not None and (signature != self.signature or not self.settled):
             manifest = read_manifest(self.path)

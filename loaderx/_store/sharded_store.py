@@ -5,7 +5,7 @@ through the one native View over every shard that its ShardSet (loaderx._store.s
 keeps, appends through a ShardAppender (loaderx._store.shard_append: rollover to new shards,
 all or nothing) and deletes through a ShardDeleter (loaderx._store.shard_delete: a journaled
 delete across shards). Maintenance runs shard by shard. Every change to the manifest holds the
-dataset's commit lock (see loaderx._store.shards), so other processes may commit shards
+dataset's commit lock (see loaderx._store.shard_locks), so other processes may commit shards
 meanwhile.
 
 Stays interpreted: it is ctypes glue (through View and Zrecord) and runs per call, not per
@@ -28,7 +28,8 @@ from loaderx._store.schema import Schema
 from loaderx._store.shard_append import RecordWriter, ShardAppender
 from loaderx._store.shard_delete import ShardDeleter, delete_unsettled
 from loaderx._store.shard_set import ShardSet, manifest_signature, required_manifest
-from loaderx._store.shards import SHARD_RECORDS_MAX, commit_lock, reading_lock
+from loaderx._store.layout import SHARD_RECORDS_MAX
+from loaderx._store.shard_locks import commit_lock, reading_lock
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.view import View
 from loaderx._store.zrecord import Zrecord

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +48,7 @@ from loaderx._store.record_batches import (
 )
 from loaderx._store.schema import Codec
 from loaderx._store.store_open import open_store_handle, track_open
-from loaderx._store.shards import sharded_dataset_of
+from loaderx._store.layout import META_FILE, sharded_dataset_of
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._native.library import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
                              STORES_STREAMING, pool_policy, set_pool_policy, set_stores_policy,
@@ -61,12 +61,15 @@ __all__ = [
     "set_stores_policy", "stores_policy",
 ]
 
-if TYPE_CHECKING:
-    from loaderx._store.view import View
-
 _STATS_KEYS: Final = ("records", "live_bytes", "chunk_bytes", "reclaimable")
 # The most bad records a VerifyReport lists (it always counts them all).
 VERIFY_LIST_MAX: Final = 1 << 16
+
+
+class StoreView(Protocol):
+    """What a store needs of a view over it (loaderx._store.view.View): to close it first."""
+
+    def close(self) -> None: ...
 # How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
 _RAGGED_GATHER_ATTEMPTS: Final = 8
 
@@ -109,7 +112,7 @@ class Zrecord(NativeCalls):
     _folder_absolute: str  # the path, made absolute at open (a later chdir is no move)
     _finalizer: weakref.finalize[Any, Any]
     # The open views over this store (each holds the store; close() closes them first).
-    _views: weakref.WeakSet[View]
+    _views: weakref.WeakSet[StoreView]
 
     def __init__(
         self,
@@ -147,7 +150,7 @@ class Zrecord(NativeCalls):
             raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
         if create:
             os.makedirs(self.path, exist_ok=True)
-        elif not is_file(os.path.join(self.path, "meta.zr")):
+        elif not is_file(os.path.join(self.path, META_FILE)):
             raise FileNotFoundError(
                 f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
                 "create one"

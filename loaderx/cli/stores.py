@@ -13,7 +13,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import exists, is_file
 from loaderx._store.schema import SCHEMA_FILE, read_schema
-from loaderx._store.shards import shard_number
+from loaderx._store.layout import META_FILE, shard_number
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import Problem
 
@@ -38,7 +38,7 @@ def open_store(path: str, readonly: bool = True) -> Store:
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)
-    if is_file(os.path.join(path, "meta.zr")):
+    if is_file(os.path.join(path, META_FILE)):
         return Zrecord(path, readonly=readonly)
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 

@@ -72,7 +72,7 @@ from loaderx.errors import (  # noqa: E402
     SchemaError,
 )
 from loaderx._store.shard_delete import delete_each  # noqa: E402
-from loaderx._store.shards import shard_folder  # noqa: E402
+from loaderx._store.layout import shard_folder  # noqa: E402
 from loaderx._store.zrecord import Zrecord  # noqa: E402
 from stress.fuzz_store import (  # noqa: E402
     _regions,
@@ -156,7 +156,7 @@ def _leave_half_deleted(path: str, plan: dict[int, list[int]]) -> None:
     """What a delete killed after its first shard leaves: journal, manifest mid-delete, the
     first shard's part done, the others not."""
     from loaderx._store import delete_journal
-    from loaderx._store.shards import read_manifest, write_manifest
+    from loaderx._store.manifest import read_manifest, write_manifest
 
     manifest = read_manifest(path)
     assert manifest is not None

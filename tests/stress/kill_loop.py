@@ -61,7 +61,8 @@ from loaderx._data.converter import from_numpy  # noqa: E402
 from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._store.delete_journal import JOURNAL_FILE  # noqa: E402
 from loaderx._store.schema import Codec  # noqa: E402
-from loaderx._store.shards import STAGING_PREFIX, read_manifest, shard_number  # noqa: E402
+from loaderx._store.layout import STAGING_PREFIX, shard_number  # noqa: E402
+from loaderx._store.manifest import read_manifest  # noqa: E402
 from loaderx._store.zrecord import Zrecord  # noqa: E402
 
 SHARDED_OPERATIONS: Final = ("sharded-append", "sharded-delete", "parallel-append")
