@@ -110,8 +110,11 @@ VENDORED_ZSTD = ROOT / "vendor" / "zstd"
 # Modules compiled with mypyc; every other module stays interpreted (see README).
 # The one list of them: setup.py compiles exactly these (a missing one is an error, see
 # mypyc_sources), the compiled test run checks that each imports from its extension.
-MYPYC_MODULES = ["loaderx/_data/dataset.py", "loaderx/_loading/dataloader.py",
-                 "loaderx/_loading/prefetch.py", "loaderx/_native/calls.py"]
+MYPYC_MODULES = ["loaderx/_data/dataset_base.py", "loaderx/_data/dataset_folder.py",
+                 "loaderx/_data/dense.py", "loaderx/_data/ragged.py",
+                 "loaderx/_loading/loader_shell.py", "loaderx/_loading/step_maker.py",
+                 "loaderx/_loading/dataloader.py", "loaderx/_loading/prefetch.py",
+                 "loaderx/_native/calls.py"]
 
 
 def log(message: str) -> None:

@@ -25,10 +25,11 @@ import numpy.typing as npt
 
 from loaderx.cli.arguments import int_option
 from loaderx.cli.sizes import size_text
-from loaderx._data.converter import DICT_SAMPLE_COUNT_MIN, from_numpy
+from loaderx._data.dictionary_sample import DICT_SAMPLE_COUNT_MIN
+from loaderx._data.converter import from_numpy
 from loaderx._loading.dataloader import DataLoader
 from loaderx._loading.prefetch import WORKERS_MAX, default_workers
-from loaderx._data.dataset import DenseDataset
+from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import SEED_LIMIT, Sampler
 
 __all__ = ["main", "parse_args", "run", "synthetic_images"]

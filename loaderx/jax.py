@@ -1,6 +1,6 @@
 """JAX helpers: device prefetch that overlaps host-to-device copies with compute, multi-host shards.
 
-jax stays optional: it is imported here only, and `import loaderx._data.dataset` never needs it.
+jax stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
 
 - ``device_prefetch(loader, size=2, sharding=None)`` wraps any iterator of batch dicts (a
   DataLoader, a MixtureLoader). It keeps ``size`` batches already handed to ``jax.device_put``:

@@ -30,8 +30,10 @@ import ray.data
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
-from loaderx._data.dataset import DenseDataset, RaggedDataset
-from loaderx._data.parallel import Part, common_schema, split_ranges
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
+from loaderx._data.parallel import split_ranges
+from loaderx._data.parallel_parts import Part, common_schema
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._data.column_append import append_all, recover_appends, refuse_some_new

@@ -1,6 +1,6 @@
 """PyTorch adapters: a map-style Dataset with one gather per batch, and tensors from a DataLoader.
 
-torch stays optional: it is imported here only, and `import loaderx._data.dataset` never needs it.
+torch stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
 
 - ``TorchDataset(streams)`` is a ``torch.utils.data.Dataset`` over dense datasets. It implements
   ``__getitems__``, so torch's own DataLoader, when it has a batch sampler, asks for a whole
@@ -42,7 +42,7 @@ import torch
 import torch.utils.data
 
 from loaderx._loading.dataloader import DataLoader
-from loaderx._data.dataset import DenseDataset
+from loaderx._data.dense import DenseDataset
 from loaderx._store.indexing import is_scalar_index, normalize_index
 
 __all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]

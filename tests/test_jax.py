@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 from loaderx._data.converter import from_numpy  # noqa: E402
 from loaderx._loading.dataloader import DataLoader  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx.jax import DevicePrefetch, device_prefetch, global_batch, process_shard  # noqa: E402
 
 RECORDS = 200

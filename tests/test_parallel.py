@@ -26,7 +26,8 @@ import pytest
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
-from loaderx._data.parallel import run_workers, split_ranges
+from loaderx._data.parallel import split_ranges
+from loaderx._os.process_pool import run_workers
 from loaderx._store.schema import Codec
 from loaderx.shards import read_manifest
 

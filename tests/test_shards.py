@@ -1876,7 +1876,7 @@ def test_a_single_store_dataset_handle_never_changes_a_store_rolled_over_right_a
     check now runs again inside the call, with the store held exclusively; it refuses, saying
     to reopen. The pause is injected right after the first check, where the other process
     rolls over."""
-    from loaderx._data import dataset as dataset_module
+    from loaderx._data import dataset_base as dataset_module
     from loaderx.errors import StoreLockedError
 
     path = _single_store_of_six(tmp_path)

@@ -237,7 +237,7 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     folder = workdir / "shards"
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        from loaderx._data.dataset import DenseDataset  # noqa: F401
+        from loaderx._data.dense import DenseDataset  # noqa: F401
     except Exception as error:  # noqa: BLE001
         rep.skip("shards layer", f"{type(error).__name__}: {error}")
         return

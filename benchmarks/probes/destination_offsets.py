@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._loading.sampler import Sampler  # noqa: E402
 
 BATCH = 256

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.layers import data, loaders, timing  # noqa: E402
 from loaderx._native import library as _native  # noqa: E402
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._loading.sampler import Sampler  # noqa: E402
 
 BATCH = 256

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loaderx._native import library as _native  # noqa: E402
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 
 BATCH = 256
 BATCHES = 64

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._loading.sampler import Sampler  # noqa: E402
 
 RECORDS = 4096

@@ -1,13 +1,13 @@
-"""Local parallel conversion: N processes each write their own shard(s); one commit publishes them.
+"""Parallel conversion: N processes each write their own shard(s); one commit publishes them.
 
 `from_numpy(..., workers=N)` and `from_iterator(path, sources, workers=N)` (loaderx._data.converter)
-hand their work to this module. Each worker process converts its part with the ordinary
-single-process converter into a private part folder in a hidden staging folder beside the
-destination (same file system, so publishing is a rename). Only when every worker has
-succeeded are the parts published, in order, as the shards of the destination: a new dataset
-moves into place as a whole (the converters' overwrite rules apply), an append adds them with
-one atomic manifest commit. A worker that raises or dies (even by SIGKILL) stops the others;
-the staging folder is removed and the destination is left exactly as it was.
+hand their work to this module. Each worker process converts its part with the single-process
+converter (loaderx._data.serial) into a part folder of a hidden staging folder beside the
+destination (loaderx._data.parallel_parts). Only when every worker has succeeded are the parts
+published, in order, as the shards of the destination: a new dataset moves into place as a whole
+(the converters' overwrite rules apply), an append adds them with one atomic manifest commit. A
+worker that raises or dies (even by SIGKILL) stops the others (loaderx._os.process_pool); the
+staging folder is removed and the destination is left exactly as it was.
 
 Processes start with "fork" where the platform has it, so the array and the sources reach the
 workers without being pickled; with start_method="spawn" or "forkserver" every source must be
@@ -17,11 +17,7 @@ picklable (pass zero-argument callables such as functools.partial objects, not g
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import multiprocessing.connection
 import os
-import signal
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
 
@@ -29,253 +25,75 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
+from loaderx._data.destination import check_destination
+from loaderx._data.parallel_parts import (
+    Part,
+    check_append_target,
+    common_schema,
+    make_staging,
+    part_folder,
+    publish,
+)
+from loaderx._data.serial import (
+    array_to_dataset,
+    check_chunk_bytes,
+    records_to_dataset,
+    refuse_dictionary,
+)
+from loaderx._data.dictionary_sample import check_trainable
+from loaderx._data.shard_budget import ShardBudget, check_shard_count, shards_held
 from loaderx._os import claims
-from loaderx.errors import SchemaError, WorkerError
-from loaderx._store.schema import Schema, differences, read_schema
+from loaderx._os.process_pool import check_workers, pool_context, run_workers
+from loaderx._store.schema import Codec, Schema, check_codec, make_schema, read_schema
+from loaderx._store.sharded_store import check_shard_records
 
-# A worker's report travels through a pipe before it exits; a huge message or traceback is cut
-# so the send never blocks on a full pipe (64 KiB) while the parent waits for the exit.
-_TRACEBACK_CHARS_MAX: Final = 6000
 _END: Final = object()
 
-# One written part: its folder and its record count.
-Part = tuple[str, int]
 Source = Iterable[Any] | Callable[[], Iterable[Any]]
 
 
-# --- checks -----------------------------------------------------------------------------------
+# --- the entry points of the converters -------------------------------------------------------
 
 
-def check_workers(workers: object) -> int:
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
-        raise TypeError(f"workers must be an int, got {workers!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    return int(workers)
+def from_numpy_parallel(
+    path: str, data: npt.NDArray[Any], schema: Schema, workers: int, append: bool,
+    shard_records: int, start_method: str | None, overwrite: bool, block_bytes: int,
+    codec: Codec, dict_size: str | int,
+) -> int:
+    """from_numpy(..., workers=N) or (..., append=True), its array and schema already checked."""
+    count_workers = check_workers(workers)
+    per_shard = check_shard_records(shard_records)
+    count = int(data.shape[0])
+    if count == 0 and not append:
+        return array_to_dataset(path, data, codec, dict_size, block_bytes, overwrite, False)
+    check_trainable(schema.codec, min(count, per_shard, -(-count // count_workers)))
+    options: dict[str, Any] = {"codec": codec, "dict_size": dict_size,
+                               "chunk_bytes": block_bytes, "progress": False}
+    return convert_numpy(path, data, schema, count_workers, options, overwrite, append,
+                         per_shard, start_method)
 
 
-def _context(start_method: str | None) -> Any:
-    """The multiprocessing context (typed Any: typeshed's BaseContext lacks Process)."""
-    methods = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        start_method = "fork" if "fork" in methods else "spawn"
-    if start_method not in methods:
-        raise ValueError(f"start_method must be one of {methods}, got {start_method!r}")
-    return multiprocessing.get_context(start_method)
-
-
-# --- running workers --------------------------------------------------------------------------
-
-
-def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], Any]) -> None:
-    """Runs one job in a worker process and reports its result or its error through conn."""
-    try:
-        result = job()
-    except ShardLimitReached as exc:  # a refusal, not a failure: its message says it all
-        conn.send(("refused", str(exc)[:_TRACEBACK_CHARS_MAX], ""))
-        conn.close()
-        os._exit(1)
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exits non-zero
-        text = traceback.format_exc()[-_TRACEBACK_CHARS_MAX:]
-        cause = f"{type(exc).__name__}: {_message(exc)}"[:_TRACEBACK_CHARS_MAX]
-        conn.send(("error", cause, text))
-        conn.close()
-        os._exit(1)
-    conn.send(("ok", result, ""))
-    conn.close()
-
-
-def _message(exc: BaseException) -> str:
-    """str(exc), or a stand-in when the exception's own __str__ raises: the report must still
-    reach the parent (a raise here ended the worker with no report at all)."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - any failure of a user's __str__
-        return "(its str() raised)"
-
-
-def _death(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with status {exitcode} without reporting a result"
-
-
-class _Running:
-    """One live worker process and the read end of its report pipe."""
-
-    index: int
-    process: multiprocessing.process.BaseProcess
-    conn: multiprocessing.connection.Connection
-    received: bool
-    report: Any
-
-    def __init__(self, index: int, process: multiprocessing.process.BaseProcess,
-                 conn: multiprocessing.connection.Connection) -> None:
-        self.index = index
-        self.process = process
-        self.conn = conn
-        self.received = False
-        self.report = None
-
-    def receive(self) -> None:
-        """Reads the report once the pipe has one (or says it closed). Read as soon as it
-        arrives, not after the worker exits: a report larger than the pipe's buffer (a part of
-        many shards) blocks its sender until it is read, so the worker could never exit."""
-        try:
-            self.report = self.conn.recv()
-        except EOFError:  # it died before reporting: the pipe only says it closed
-            self.report = None
-        self.received = True
-
-    def outcome(self, count: int, describe: Callable[[int], str]) -> Any:
-        """The result of a finished worker; WorkerError when it failed or died."""
-        self.process.join()
-        if not self.received and self.conn.poll():
-            self.receive()
-        report = self.report
-        self.conn.close()
-        what = f"worker {self.index} of {count} ({describe(self.index)})"
-        if report is not None and report[0] == "ok" and self.process.exitcode == 0:
-            return report[1]
-        if report is not None and report[0] == "refused":
-            raise ValueError(report[1])
-        if report is not None and report[0] == "error":
-            raise WorkerError(self.index, f"{what} failed: {report[1]}\n{report[2]}")
-        raise WorkerError(self.index, f"{what} {_death(self.process.exitcode)}")
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self.conn.close()
-
-
-def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: str | None,
-                describe: Callable[[int], str]) -> list[Any]:
-    """Runs every job in its own process, at most `workers` at once; results in job order.
-
-    The first failure (an exception or a death) kills the workers still running and raises
-    WorkerError naming the job and its cause; the caller cleans up what the jobs wrote. A job
-    that raises ShardLimitReached is refused the same way, as a ValueError with its message.
-    """
-    workers = check_workers(workers)  # 0 would start nothing and wait for ever
-    ctx = _context(start_method)
-    results: list[Any] = [None] * len(jobs)
-    pending = list(range(len(jobs)))
-    running: dict[int, _Running] = {}
-    try:
-        while pending or running:
-            while pending and len(running) < workers:
-                index = pending.pop(0)
-                receive, send = ctx.Pipe(duplex=False)
-                process = ctx.Process(target=_worker_main, args=(send, jobs[index]),
-                                      name=f"loaderx-worker-{index}", daemon=True)
-                process.start()
-                send.close()
-                running[process.sentinel] = _Running(index, process, receive)
-            # Reports are read as they arrive (see _Running.receive), exits handled as they come.
-            reports: dict[object, _Running] = {
-                w.conn: w for w in running.values() if not w.received
-            }
-            waited: list[Any] = [*running, *(w.conn for w in reports.values())]
-            for ready in multiprocessing.connection.wait(waited):
-                if isinstance(ready, int):
-                    done = running.pop(ready)
-                    results[done.index] = done.outcome(len(jobs), describe)
-                elif not reports[ready].received:
-                    reports[ready].receive()
-    finally:
-        for left in running.values():
-            left.stop()
-    return results
-
-
-# --- staging and publishing -------------------------------------------------------------------
-
-
-def _parts_prefix(final: str) -> str:
-    return f".{os.path.basename(final)}.loaderx-parts-"
-
-
-def _claim_prefix(final: str) -> str:
-    return f".{os.path.basename(final)}.loaderx-claim-"
-
-
-def make_staging(final: str) -> str:
-    """A private folder beside final (same file system) for the parts of one conversion,
-    claimed (loaderx._os.claims) until the conversion ends: end it with claims.discard.
-
-    The parts folders of conversions that were killed (their claim died with them) are removed
-    first: nothing else ever would."""
-    parent = os.path.dirname(final)
-    remove_dead_staging(final)
-    return claims.claim_folder(parent, _parts_prefix(final), _claim_prefix(final))
-
-
-def remove_dead_staging(final: str) -> int:
-    """Removes the parts folders beside final whose conversion is gone; returns how many.
-    Where file locks do not exist (Windows) a live folder looks the same: none is removed."""
-    return claims.remove_dead(os.path.dirname(final), _parts_prefix(final), _claim_prefix(final))
-
-
-def part_folder(staging: str, job: int, piece: int) -> str:
-    return os.path.join(staging, f"part-{job:06d}-{piece:06d}")
-
-
-def common_schema(parts: Sequence[Part], owner: Callable[[int], str]) -> Schema:
-    """The schema every part shares; SchemaError naming the first part that differs."""
-    first = read_schema(parts[0][0])
-    for position, (folder, _) in enumerate(parts[1:], start=1):
-        lines = differences(read_schema(folder), first)
-        if lines:
-            raise SchemaError(
-                f"{owner(position)} wrote records of another schema than {owner(0)} ("
-                + "; ".join(lines).replace("store has", "it has") + "): every part of one "
-                "dataset must have the same dtype and item shape"
-            )
-    return first
-
-
-def publish(final: str, parts: Sequence[Part], schema: Schema, overwrite: bool,
-            append: bool) -> None:
-    """Makes the parts the shards of final, all at once.
-
-    append=True adds them to the dataset at final (creating it if absent) in one manifest
-    commit. Otherwise the complete sharded dataset is built in the converters' staging folder
-    and moved into place the way every converter does (an old store is replaced only with
-    overwrite=True, and a failure leaves it as it was).
-    """
-    from loaderx._data.converter import _commit, _stage
-    from loaderx._store.shard_commit import commit_shards
-
-    folders = [folder for folder, _ in parts]
-    if append:
-        if not folders and os.path.exists(os.path.join(final, "schema.msgpack")):
-            return  # nothing to add: a single store stays one (a commit would seal it as '.')
-        commit_shards(final, folders, schema)
-        return
-    staging, replace = _stage(final, overwrite)
-    try:
-        commit_shards(staging.path, folders, schema)
-        _commit(staging, replace)
-    except BaseException:
-        staging.abort()
-        raise
-
-
-def check_append_target(final: str, schema: Schema | None) -> None:
-    """Before any work: an append target must be absent or a dataset of the same schema."""
-    if schema is None or not os.path.exists(os.path.join(final, "schema.msgpack")):
-        return
-    lines = differences(read_schema(final), schema)
-    if lines:
-        raise SchemaError(
-            f"cannot append to {final!r}: it holds a dataset of another schema ("
-            + "; ".join(lines) + ")"
+def from_iterator_parallel(
+    path: str, sources: Iterable[Any], codec: Codec, dtype: DTypeLike | None,
+    item_shape: SupportsIndex | Sequence[SupportsIndex] | None, chunk_bytes: int,
+    overwrite: bool, workers: int | None, append: bool, shard_records: int,
+    start_method: str | None,
+) -> int:
+    """from_iterator(path, sources, workers=N) or (..., append=True): checks its arguments."""
+    if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
+        raise TypeError(
+            "from_iterator(..., workers=N) takes a list of sources (iterables of records, or "
+            f"zero-argument callables returning one), got {type(sources).__name__}"
         )
+    refuse_dictionary(codec)
+    check_codec(codec)
+    if dtype is not None:
+        make_schema("ragged", dtype, () if item_shape is None else item_shape, codec, "balanced")
+    count_workers = check_workers(1 if workers is None else workers)
+    options: dict[str, Any] = {"codec": codec, "chunk_bytes": check_chunk_bytes(chunk_bytes),
+                               "progress": False}
+    return convert_iterables(path, list(sources), count_workers, dtype, item_shape, options,
+                             overwrite, append, check_shard_records(shard_records), start_method)
 
 
 # --- from_numpy -------------------------------------------------------------------------------
@@ -288,65 +106,8 @@ def split_ranges(count: int, parts: int) -> list[tuple[int, int]]:
 
 
 def pieces(start: int, stop: int, shard_records: int) -> list[tuple[int, int]]:
+    """[start, stop) cut into ranges of at most shard_records records."""
     return [(a, min(stop, a + shard_records)) for a in range(start, stop, shard_records)]
-
-
-def _shards_held(final: str, append: bool) -> int:
-    """The shards an append target holds already (a single store is shard 0); 0 otherwise."""
-    from loaderx._store.manifest import read_manifest
-
-    if not append or not os.path.exists(os.path.join(final, "schema.msgpack")):
-        return 0
-    manifest = read_manifest(final)
-    return 1 if manifest is None else len(manifest.shards)
-
-
-def _over_the_limit(final: str, made: str, have: int) -> str:
-    from loaderx._store.layout import SHARD_COUNT_MAX
-
-    held = f" on top of the {have} that {final!r} holds" if have else ""
-    return (f"{made}{held}, over a dataset's limit of {SHARD_COUNT_MAX}; pass a larger "
-            "shard_records")
-
-
-def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_records: int,
-                      append: bool) -> None:
-    """Before any work: the shards the workers will write (with an append target's own) must
-    fit a dataset; the commit would refuse them only once every one of them was written."""
-    from loaderx._store.layout import SHARD_COUNT_MAX
-
-    new = sum(-(-(b - a) // shard_records) for a, b in ranges)
-    have = _shards_held(final, append)
-    if have + new > SHARD_COUNT_MAX:
-        records = ranges[-1][1] - ranges[0][0] if ranges else 0
-        raise ValueError(_over_the_limit(
-            final, f"{records} records in shards of at most {shard_records} make {new} shards",
-            have))
-
-
-class ShardLimitReached(ValueError):
-    """Raised in a worker that needs a shard when the conversion has none left to write."""
-
-
-class ShardBudget:
-    """The shards the workers of one from_iterator may still write between them, in shared
-    memory. How many shards iterators make is known only as they run: each worker takes one
-    before it writes a shard, so the first shard past a dataset's limit stops the conversion
-    at once (the commit would refuse it only after every worker had written all of its own)."""
-
-    def __init__(self, ctx: Any, final: str, shard_records: int, have: int) -> None:
-        from loaderx._store.layout import SHARD_COUNT_MAX
-
-        self.left = ctx.Value("q", max(0, SHARD_COUNT_MAX - have))  # passed to the workers
-        self.refusal = _over_the_limit(
-            final, f"the sources' records in shards of at most {shard_records} make more than "
-            f"{SHARD_COUNT_MAX - have} shards", have)
-
-    def take(self) -> None:
-        with self.left.get_lock():
-            if self.left.value <= 0:
-                raise ShardLimitReached(self.refusal)
-            self.left.value -= 1
 
 
 class _NumpyJob:
@@ -364,13 +125,12 @@ class _NumpyJob:
         self.shard_records = shard_records
 
     def __call__(self) -> list[Part]:
-        from loaderx._data.converter import from_numpy
-
         rows = self.rows if self.rows.dtype == self.dtype else self.rows.astype(self.dtype)
         written: list[Part] = []
         for piece, (a, b) in enumerate(pieces(0, len(rows), self.shard_records)):
             folder = part_folder(self.staging, self.index, piece)
-            written.append((folder, from_numpy(folder, rows[a:b], **self.options)))
+            count = array_to_dataset(folder, rows[a:b], overwrite=False, **self.options)
+            written.append((folder, count))
         return written
 
 
@@ -378,13 +138,11 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
                   options: dict[str, Any], overwrite: bool, append: bool,
                   shard_records: int, start_method: str | None) -> int:
     """from_numpy with `workers` processes, each writing contiguous rows as its own shard(s)."""
-    from loaderx._data.converter import _check_destination
-
     final = os.path.abspath(path)
     if append:
         check_append_target(final, schema)
     else:
-        _check_destination(final, overwrite)
+        check_destination(final, overwrite)
     count = int(data.shape[0])
     ranges = split_ranges(count, workers)
     check_shard_count(final, ranges, shard_records, append)
@@ -427,8 +185,6 @@ class _IteratorJob:
         self.shard_records = shard_records
 
     def __call__(self) -> list[Part]:
-        from loaderx._data.converter import from_iterator
-
         records = _records_of(self.source)
         dtype, item_shape = self.dtype, self.item_shape
         written: list[Part] = []
@@ -439,8 +195,8 @@ class _IteratorJob:
             self.budget.take()  # before the shard's first byte
             block = itertools.chain([first], itertools.islice(records, self.shard_records - 1))
             folder = part_folder(self.staging, self.index, piece)
-            count = from_iterator(folder, block, dtype=dtype, item_shape=item_shape,
-                                  **self.options)
+            count = records_to_dataset(folder, block, dtype=dtype, item_shape=item_shape,
+                                       **self.options)
             written.append((folder, count))
             if dtype is None:  # later pieces keep the first piece's inferred schema
                 found = read_schema(folder)
@@ -458,13 +214,11 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
     The records of source k come after those of source k-1 in the result, whatever order the
     workers finish in. A source that yields nothing contributes no shard.
     """
-    from loaderx._data.converter import _check_destination, from_iterator
-
     final = os.path.abspath(path)
     if not append:
-        _check_destination(final, overwrite)
-    budget = ShardBudget(_context(start_method), final, shard_records,
-                         _shards_held(final, append))
+        check_destination(final, overwrite)
+    budget = ShardBudget(pool_context(start_method), final, shard_records,
+                         shards_held(final, append))
     staging = make_staging(final)
     try:
         jobs = [_IteratorJob(staging, i, s, dtype, item_shape, options, shard_records, budget)
@@ -478,8 +232,8 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
             if dtype is None:
                 raise ValueError("from_iterator's sources gave no records and no dtype; pass "
                                  "dtype= for an empty store")
-            return from_iterator(final, [], dtype=dtype, item_shape=item_shape,
-                                 overwrite=overwrite, **options)
+            return records_to_dataset(final, [], dtype=dtype, item_shape=item_shape,
+                                      overwrite=overwrite, **options)
         schema = common_schema(parts, lambda p: f"source {owners[p]}")
         if append:
             check_append_target(final, schema)
@@ -489,5 +243,5 @@ def convert_iterables(path: str, sources: Sequence[Source], workers: int,
         claims.discard(staging)
 
 
-__all__ = ["check_workers", "convert_iterables", "convert_numpy",
-           "publish", "run_workers", "split_ranges"]
+__all__ = ["convert_iterables", "convert_numpy", "from_iterator_parallel",
+           "from_numpy_parallel", "pieces", "split_ranges"]

@@ -62,7 +62,9 @@ def read_state(state: object, fingerprint: dict[str, Any]) -> tuple[int, int]:
             f"format {state.get('format')!r}); pass what state_dict() returned"
         )
     if state["version"] != STATE_VERSION:
-        raise ValueError(f"loader state version {state['version']!r}; this loaderx reads {STATE_VERSION}")
+        raise ValueError(
+            f"loader state version {state['version']!r}; this loaderx reads {STATE_VERSION}"
+        )
     seed, step = state["seed"], state["step"]
     # A step of 2**64 is the state of a loader past its last step (it refuses next()), kept
     # so that every state_dict() loads back.

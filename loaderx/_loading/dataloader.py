@@ -3,13 +3,12 @@
 Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
 gathers those same indices in one native call into arrays made for that step, and the transform
 (the collate step: a batch dict in, a batch dict out) runs on the result. Steps are computed
-ahead on worker threads (loaderx._loading.prefetch), and without a transform also on the consumer's own
-thread while it would otherwise wait for one (the workers then stand aside, so a consumer that
-outruns them makes its steps into one or two warm arrays), and are delivered strictly in step
-order, so
-``loader.step`` (the next step to be yielded) and the seed are a complete checkpoint:
-``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical batches for any prefetch
-depth or worker count.
+ahead on worker threads (loaderx._loading.prefetch), and without a transform also on the
+consumer's own thread while it would otherwise wait for one (the workers then stand aside, so a
+consumer that outruns them makes its steps into one or two warm arrays), and are delivered
+strictly in step order, so ``loader.step`` (the next step to be yielded) and the seed are a
+complete checkpoint: ``DataLoader(..., seed=seed, start_step=step)`` yields bit-identical
+batches for any prefetch depth or worker count.
 
 Batch lifetime: by default a batch's arrays belong to the consumer for good, exactly as if each
 step allocated new ones: an array is written again only once nothing references it any more (no
@@ -28,22 +27,17 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
-import sys
-import threading
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from types import TracebackType
 from typing import Any, Final, Never, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._loading.checkpoint import make_state, read_state
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
-from loaderx._native.library import GATHER_STREAMS_MAX
-from loaderx._native.calls import NativeCalls, StreamsCall, address
+from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -53,16 +47,13 @@ from loaderx._loading.prefetch import (
     default_workers,
 )
 from loaderx._loading.sampler import Mode, Sampler
-from loaderx._store.zrecord import Zrecord
+from loaderx._loading.step_maker import StepMaker, Transform
 
 __all__ = ["DataLoader", "Batch", "Transform"]
 
-Batch = dict[str, Any]
-Transform = Callable[[dict[str, npt.NDArray[Any]]], Batch]
 
 BATCH_SIZE_DEFAULT: Final = 256
 PREFETCH_DEFAULT: Final = 4
-_INT64: Final = np.dtype(np.int64)
 
 
 def _check_streams(streams: object) -> int:
@@ -83,7 +74,7 @@ def _check_streams(streams: object) -> int:
         if isinstance(dataset, RaggedDataset):
             raise TypeError(
                 f"stream {name!r} is a RaggedDataset; the loader is dense-only: pad its records "
-                "into a dense dataset first (loaderx._data.dataset.pad) and load that"
+                "into a dense dataset first (loaderx.dataset.pad) and load that"
             )
         if not isinstance(dataset, DenseDataset):
             raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")
@@ -135,256 +126,7 @@ def _refuse_keywords(unknown: Mapping[str, object]) -> None:
         raise TypeError(text)
 
 
-def _references(slots: list[npt.NDArray[Any] | None], slot: int) -> int:
-    """How many references the array in slots[slot] has, counted the same way every time."""
-    return sys.getrefcount(slots[slot])
-
-
-# What _references reports when the list slot holds the only reference (measured, not assumed:
-# the interpreter and the compiled module keep different temporaries).
-_REFERENCES_ALONE: Final = _references([np.empty(1, dtype=np.uint8)], 0)
-
-
-def _released(slots: list[npt.NDArray[Any] | None], slot: int) -> bool:
-    """True when slots[slot] holds an array that nothing else references, strongly or weakly.
-
-    Then no one can observe the array any more (a view, a memoryview, a tensor made by
-    torch.from_numpy all reference it), so writing into it is as safe as handing out new memory.
-    """
-    if slots[slot] is None:
-        return False
-    return _references(slots, slot) == _REFERENCES_ALONE and weakref.getweakrefcount(
-        slots[slot]
-    ) == 0
-
-
-def _streams_call(
-    datasets: list[DenseDataset], batch_size: int, ring_size: int
-) -> StreamsCall | None:
-    """The one-call gather of every stream (_StepMaker._together) when there are 2 to
-    GATHER_STREAMS_MAX streams and each reads one store (no shards); else None."""
-    if not 2 <= len(datasets) <= GATHER_STREAMS_MAX:
-        return None
-    stores: list[NativeCalls] = []
-    for dataset in datasets:
-        store = dataset._store
-        if type(store) is not Zrecord:
-            return None
-        stores.append(store)
-    record_sizes = [dataset.record_size for dataset in datasets]
-    return StreamsCall(stores, record_sizes, batch_size, ring_size)
-
-
-class _StepMaker:
-    """Computes one step's batch; shared by all worker threads (and the consumer's, which
-    makes steps itself while it would otherwise wait).
-
-    The worker threads reference this object, never the DataLoader, so a loader the user drops
-    can be collected (and its finaliser can stop the threads).
-
-    Output arrays (and index arrays) live in a ring of prefetch + 1 slots per stream. A step
-    writes into the lowest-numbered free slot (_free_slot): one that holds no step, or a step
-    the consumer no longer has (_passed_unseen, _held_until_released): with reuse_buffers,
-    once it has come back to next() for a later step; by default, once it has taken the step
-    after it, or has taken it and dropped every reference to its arrays. A step being made or
-    made and not yet taken holds its slot. Lowest first, so that a consumer making its own steps
-    alternates between two slots whose arrays are warm in the cache instead of cycling through
-    all of them (see loaderx._loading.prefetch, "Workers stand aside"). The prefetcher never lets a
-    step start more than prefetch steps ahead of the consumer, so at most prefetch slots are
-    held and one is free, with one exception: an interrupt (Ctrl-C on the consumer's thread,
-    which makes steps too) between claiming a slot and noting which step claimed it, after
-    which that step, made again, takes a second slot. Then the ring grows by a slot rather
-    than fail: the state itself (_written) changes by single stores, so nothing else is lost.
-    A free slot's previous arrays are reused when they have been
-    released (see _released), or always with reuse_buffers; otherwise new arrays replace them
-    and the old ones stay with whoever holds them.
-    """
-
-    def __init__(
-        self,
-        sampler: Sampler,
-        streams: Mapping[str, DenseDataset],
-        batch_size: int,
-        transform: Transform | None,
-        ring_size: int,
-        reuse_buffers: bool,
-        first_step: int,
-    ) -> None:
-        self._sampler: Sampler = sampler
-        self._batch_size: int = batch_size
-        self._names: list[str] = list(streams)
-        self._datasets: list[DenseDataset] = [streams[name] for name in self._names]
-        self._shapes: list[tuple[int, ...]] = [
-            (batch_size, *streams[name].item_shape) for name in self._names
-        ]
-        self._dtypes: list[np.dtype[Any]] = [streams[name].dtype for name in self._names]
-        # Typed loosely on purpose: the result is checked below with a clear message.
-        self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
-        self._reuse_buffers: bool = reuse_buffers
-        # Indices never leave make(), so a free slot's can always be reused.
-        self._indices: list[npt.NDArray[np.int64]] = [
-            np.empty(batch_size, dtype=_INT64) for _ in range(ring_size)
-        ]
-        # Each index array's address for the sampler's unchecked fill: the arrays are made
-        # here (and by _grow) as it requires, never replaced, and live as long as this maker.
-        self._fill: Callable[[int, int], int] = sampler.filler()
-        self._index_addresses: list[int] = [address(indices) for indices in self._indices]
-        self._outputs: list[list[npt.NDArray[Any] | None]] = [
-            [None] * ring_size for _ in self._names
-        ]
-        # All streams in one native call when each reads one store (loaderx._native.calls
-        # .StreamsCall: the small streams then copy beside the large one); None otherwise, or
-        # once a dataset's store changed (a rollover to shards).
-        self._together: StreamsCall | None = _streams_call(self._datasets, batch_size, ring_size)
-        # Guarded by _lock: the step last made (or being made) in each slot, -1 for none; the
-        # ring's size is its length. And which slot each such step took, a hint that an
-        # interrupt may leave out or stale (checked against _written before use).
-        self._lock: threading.Lock = threading.Lock()
-        self._written: list[int] = [-1] * ring_size
-        self._slot_of_step: dict[int, int] = {}
-        # Where the consumer stands: the prefetcher's next_step, once the DataLoader has given
-        # the prefetcher (which starts its workers as it is made). Until then first_step, which
-        # the consumer cannot have passed: it has no loader to call yet.
-        self._first_step: int = first_step
-        self._prefetcher: Prefetcher[Batch] | None = None
-
-    def follow(self, prefetcher: Prefetcher[Batch]) -> None:
-        self._prefetcher = prefetcher
-
-    def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
-        out = np.empty(self._batch_size, dtype=_INT64)
-        self._sampler.fill(step, out)
-        return out
-
-    def _free_slot(self, step: int) -> tuple[int, bool]:
-        """Claims the lowest-numbered free slot for `step` (class docstring); a step made again
-        (after an interrupt stopped its consumer mid-step: loaderx._loading.prefetch, "Interrupts")
-        takes back the slot it had. Also returns whether the slot's arrays were just found
-        released (_released), which nothing can undo: only this maker references them."""
-        with self._lock:
-            written = self._written
-            slot = self._slot_of_step.get(step, -1)
-            if 0 <= slot < len(written) and written[slot] == step:
-                return slot, False
-            # Read under this lock, after every slot claimed before, so at most prefetch of
-            # the steps held can be ones the consumer has not passed.
-            prefetcher = self._prefetcher
-            first_step = self._first_step
-            taken, asked = (first_step, first_step) if prefetcher is None else prefetcher.position()
-            slot = 0
-            released = False
-            while slot < len(written):
-                held = written[slot]
-                if held < 0 or self._passed_unseen(held, taken, asked):
-                    break
-                if self._held_until_released(held, taken) and self._slot_released(slot):
-                    released = True
-                    break
-                slot += 1
-            if slot == len(written):
-                self._grow()
-            if written[slot] >= 0 and written[slot] in self._slot_of_step:
-                del self._slot_of_step[written[slot]]
-            written[slot] = step  # the claim: one store
-            self._slot_of_step[step] = slot
-            return slot, released
-
-    def _grow(self) -> None:
-        """Adds a slot at the end of the ring (class docstring: only after an interrupt); the
-        arrays first and the slot's state last, so an interrupt in between only leaves spares."""
-        slot = len(self._written)
-        # Each list grows in a loop of its own, so that a _grow an interrupt cut short is
-        # completed by the next one.
-        while len(self._indices) <= slot:
-            self._indices.append(np.empty(self._batch_size, dtype=_INT64))
-        while len(self._index_addresses) < len(self._indices):
-            self._index_addresses.append(address(self._indices[len(self._index_addresses)]))
-        together = self._together
-        while together is not None and together.slots <= slot:
-            together.grow()
-        for slots in self._outputs:
-            while len(slots) <= slot:
-                slots.append(None)
-        self._written.append(-1)
-
-    def _passed_unseen(self, step: int, taken: int, asked: int) -> bool:
-        """Whether the consumer no longer has `step` (class docstring) by its position alone,
-        with its next step `taken` and the step it last came to next() for `asked`. Default:
-        once it took the next step the slot is free, its arrays replaced (_output) if it kept
-        them."""
-        if self._reuse_buffers:
-            return step < asked
-        return step + 1 < taken
-
-    def _held_until_released(self, step: int, taken: int) -> bool:
-        """Whether `step` is the consumer's last taken one, which by default it no longer has
-        once it dropped every reference to the step's arrays (_slot_released)."""
-        return not self._reuse_buffers and step + 1 == taken
-
-    def _slot_released(self, slot: int) -> bool:
-        for slots in self._outputs:
-            if not _released(slots, slot):
-                return False
-        return True
-
-    def _output(self, stream: int, slot: int, released: bool) -> npt.NDArray[Any]:
-        """The array `stream` of `slot` writes into: the slot's own when no one else can see
-        it (`released` when _free_slot just found so), else a new one."""
-        slots = self._outputs[stream]
-        if self._reuse_buffers or released or _released(slots, slot):
-            reused = slots[slot]
-            if reused is not None:
-                return reused
-        fresh = np.empty(self._shapes[stream], dtype=self._dtypes[stream])
-        together = self._together
-        if together is not None:
-            together.set_out(slot, stream, fresh)
-        slots[slot] = fresh
-        return fresh
-
-    def make(self, step: int) -> Batch:
-        slot, released = self._free_slot(step)
-        batch = self._gather(step, slot, released)
-        transform = self._transform
-        if transform is None:
-            return batch
-        result: object = transform(batch)
-        if not isinstance(result, dict):
-            raise TypeError(
-                f"the transform must return a batch dict, it returned {type(result).__name__}"
-            )
-        return result
-
-    def _gather(self, step: int, slot: int, released: bool) -> dict[str, npt.NDArray[Any]]:
-        indices = self._indices[slot]
-        if self._fill(step, self._index_addresses[slot]) != 0:
-            self._sampler.fill(step, indices)  # raises the sampler's error
-        names = self._names
-        batch: dict[str, npt.NDArray[Any]] = {}
-        for i in range(len(names)):
-            batch[names[i]] = self._output(i, slot, released)
-        if not self._gather_together(slot):
-            datasets = self._datasets
-            for i in range(len(names)):
-                datasets[i].gather_into(indices, batch[names[i]])
-        return batch
-
-    def _gather_together(self, slot: int) -> bool:
-        """Every stream of `slot` in one native call (self._together): True once done; False
-        when that call does not apply or failed, and the caller gathers stream by stream."""
-        together = self._together
-        if together is None:
-            return False
-        datasets = self._datasets
-        owners = together.owners
-        for i in range(len(datasets)):
-            if datasets[i]._store is not owners[i]:
-                self._together = None  # the store changed for good (a rollover)
-                return False
-        return together.gather(slot, self._index_addresses[slot])
-
-
-class DataLoader:
+class DataLoader(LoaderShell):
     """Endless iteration over dict batches {name: (batch_size, *item_shape) array}.
 
     streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
@@ -444,14 +186,14 @@ class DataLoader:
         self.workers: int = threads
         self.reuse_buffers: bool = reuse_buffers
         self._transform: Transform | None = transform
-        self._maker: _StepMaker = _StepMaker(
+        self._maker: StepMaker = StepMaker(
             self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers,
             first_step,
         )
         # Only the loader holds its maker: the threads call it through a weak reference, so a
         # transform that references the loader's owner does not keep the loader alive.
         self._produce: partial[Batch] = partial(self._maker.make)
-        self._prefetcher: Prefetcher[Batch] = Prefetcher(
+        self._prefetcher = Prefetcher(
             WeakProducer(self._produce), first_step, depth, threads, name="loaderx-prefetch",
             consumer_helps=self._consumer_helps,
         )
@@ -459,9 +201,7 @@ class DataLoader:
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
-        self._finalizer: weakref.finalize[Any, Any] = close_when_collected(
-            self._lifetime, self._prefetcher
-        )
+        self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 
     def _restart(self, seed: int, step: int) -> None:
         """Stops the threads and starts over at (seed, step) (what load_state_dict does). The
@@ -472,7 +212,7 @@ class DataLoader:
         self.close()
         self.sampler = sampler
         self.seed = seed
-        self._maker = _StepMaker(
+        self._maker = StepMaker(
             sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
             self.reuse_buffers, step,
         )
@@ -485,8 +225,12 @@ class DataLoader:
         self._lifetime = set()
         self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 
+    def _checkpoint_seed(self) -> int:
+        return self.seed
+
     def fingerprint(self) -> dict[str, Any]:
-        """What the index stream depends on besides (seed, step); see loaderx._loading.checkpoint."""
+        """What the index stream depends on besides (seed, step); see
+        loaderx._loading.checkpoint."""
         return {
             # The length sampled from (fixed when the loader was made), not the datasets'
             # lengths now: a dataset that grew since would otherwise pass for the one sampled.
@@ -494,25 +238,6 @@ class DataLoader:
             "global_batch_size": self.sampler.global_batch_size,
             "mode": self.mode,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        """(seed, step) and the fingerprint, as plain data: save it beside the model.
-
-        The step is the next one the loader would yield, so a loader given this state with
-        load_state_dict (or DataLoader(..., seed=s, start_step=step)) continues the stream
-        exactly where this one stands.
-        """
-        return make_state(self.seed, self.step, self.fingerprint())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues from a state_dict(): same seed, next batch at its step.
-
-        Raises StateMismatchError, before anything changes, when the state was saved for other
-        data (another record count, global batch size or mode). Batches already prefetched are
-        dropped and the worker threads restart at the saved step.
-        """
-        seed, step = read_state(state, self.fingerprint())
-        self._restart(seed, step)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -530,15 +255,6 @@ class DataLoader:
         )
 
     @property
-    def step(self) -> int:
-        """The step of the next batch to be yielded: with seed, a complete checkpoint."""
-        return self._prefetcher.next_step
-
-    @property
-    def closed(self) -> bool:
-        return self._prefetcher.closed
-
-    @property
     def length(self) -> int:
         """The number of records in every stream."""
         return self._length
@@ -546,31 +262,6 @@ class DataLoader:
     def indices(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         """The record indices of any step's batch (what every stream is gathered at)."""
         return self._maker.indices(step)
-
-    def __iter__(self) -> DataLoader:
-        return self
-
-    def __next__(self) -> Batch:
-        """The next step's batch; StopIteration only once the loader is closed."""
-        # In a forked child the prefetcher refuses (its threads are the parent's), naming the
-        # step to restart from.
-        return next(self._prefetcher)
-
-    def close(self) -> None:
-        """Stops and joins every worker thread; idempotent. The datasets stay open."""
-        self._finalizer.detach()
-        self._prefetcher.close()
-
-    def __enter__(self) -> DataLoader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         names = ", ".join(self.streams)

@@ -40,7 +40,7 @@ DataLoader builds on:
   before (a take wakes one). Why: two threads making steps at once on two cores each wrote to
   a different batch while the consumer held a third, so the batches cycled through all of the
   loader's prefetch + 1 arrays and every gather wrote to memory long out of the cache; one
-  maker at a time writes one or two warm ones (loaderx._loading.dataloader._StepMaker). The loader with
+  maker at a time writes one or two warm ones (loaderx._loading.step_maker). The loader with
   labels went from 0.77x to 0.87x of the bare gather to 0.88x to 1.03x, median 0.92x
   (benchmarks/compare.py loader, nine runs after, on 2026-12-02; README, issue 11).
 - Interrupts: a KeyboardInterrupt (or any BaseException that is not an Exception) can reach the
@@ -49,9 +49,9 @@ DataLoader builds on:
   its next call (the consumer is never inside a step it claimed while it is in ``next()``), so
   iterating on after a caught Ctrl-C returns every step, in order. An interrupt once the step
   is being made (all but one bytecode of the window) also gives the step up, so that another
-  consumer thread waiting for it makes it instead. A finished step is taken out of the shared state before
-  anything that can be interrupted, so none is left stranded there. Worker threads receive no
-  signals.
+  consumer thread waiting for it makes it instead. A finished step is taken out of the shared
+  state before anything that can be interrupted, so none is left stranded there. Worker threads
+  receive no signals.
 
 Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
 lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the

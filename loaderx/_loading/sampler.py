@@ -67,7 +67,7 @@ _wrap: Final[Callable[[Any, np.dtype[np.int64]], npt.NDArray[np.int64]]] = np.fr
 _U64_MAX: Final = (1 << 64) - 1
 
 
-def _integer(value: object, name: str) -> int:
+def check_integer(value: object, name: str) -> int:
     """value as a Python int (Python and NumPy integers); TypeError for anything else."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an integer, not bool")
@@ -77,9 +77,9 @@ def _integer(value: object, name: str) -> int:
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
 
 
-def _check_step(step: object) -> int:
+def check_step(step: object) -> int:
     """A valid step as a Python int: 0 <= step < 2**64."""
-    value = _integer(step, "step")
+    value = check_integer(step, "step")
     if value < 0:
         raise ValueError(f"step must be >= 0, got {value}")
     if value >= STEP_LIMIT:
@@ -87,14 +87,14 @@ def _check_step(step: object) -> int:
     return value
 
 
-def _check_shard(shard: object) -> tuple[int, int]:
+def check_shard(shard: object) -> tuple[int, int]:
     """(index, count) of a shard; None means the single host (0, 1)."""
     if shard is None:
         return 0, 1
     if not isinstance(shard, (tuple, list)) or len(shard) != 2:
         raise TypeError(f"shard must be None or a pair (index, count), got {shard!r}")
-    index = _integer(shard[0], "shard index")
-    count = _integer(shard[1], "shard count")
+    index = check_integer(shard[0], "shard index")
+    count = check_integer(shard[1], "shard count")
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
     if not 0 <= index < count:
@@ -128,10 +128,10 @@ class Sampler:
         seed: SupportsIndex = 0,
         shard: Sequence[SupportsIndex] | None = None,
     ) -> None:
-        length = _integer(length, "length")
-        batch_size = _integer(batch_size, "batch_size")
-        seed = _integer(seed, "seed")
-        shard_index, shard_count = _check_shard(shard)
+        length = check_integer(length, "length")
+        batch_size = check_integer(batch_size, "batch_size")
+        seed = check_integer(seed, "seed")
+        shard_index, shard_count = check_shard(shard)
         if not isinstance(mode, str):
             raise TypeError(f"mode must be a str, one of {MODES}, not {type(mode).__name__}")
         mode_id = _MODE_IDS.get(mode)
@@ -213,7 +213,7 @@ class Sampler:
     def batch(self, step: SupportsIndex) -> npt.NDArray[np.int64]:
         """This host's indices for ``step``: a new int64 array of shape (batch_size,)."""
         if type(step) is not int or not 0 <= step <= _U64_MAX:
-            step = _check_step(step)
+            step = check_step(step)
         # A ctypes array is the cheapest fresh buffer whose address ctypes knows (passing it is
         # free, unlike asking an ndarray for its address); NumPy then wraps it without a copy.
         # The call is written out here and in fill() rather than shared: a batch of 256
@@ -230,7 +230,7 @@ class Sampler:
         ``out`` must be a writable, C-contiguous int64 array of shape (batch_size,).
         """
         if type(step) is not int or not 0 <= step <= _U64_MAX:
-            step = _check_step(step)
+            step = check_step(step)
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
         if out.dtype != _INT64:
@@ -249,7 +249,7 @@ class Sampler:
     def iter(self, start_step: SupportsIndex = 0) -> Iterator[npt.NDArray[np.int64]]:
         """The batches of steps start_step, start_step + 1, ... (endless; each a new array)."""
         # Checked here: in the generator a bad start_step would raise only at the first next().
-        return self._batches(_check_step(start_step))
+        return self._batches(check_step(start_step))
 
     def _batches(self, step: int) -> Iterator[npt.NDArray[np.int64]]:
         while True:

@@ -6,7 +6,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from loaderx._data.dataset import DICT_TIERS
+from loaderx._store.schema import DICT_TIERS
 
 
 def dict_size_option(text: str) -> str | int:

@@ -13,7 +13,8 @@ from typing import Any, Final, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx.cli.exits import EXIT_OK, Problem
 from loaderx.cli.sizes import size_text
 from loaderx.cli.stores import open_store

@@ -10,7 +10,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from loaderx._data.converter import from_numpy, recode
+from loaderx._data.converter import from_numpy
+from loaderx._data.recode import recode
 from loaderx._store.schema import Codec, check_codec
 from loaderx.cli.exits import EXIT_OK, Problem
 from loaderx.cli.npz import check_array_names, check_intact, check_members, npz_array

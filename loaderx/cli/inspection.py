@@ -11,7 +11,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import size_text

@@ -15,8 +15,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._data.converter import _check_destination
-from loaderx._data.converter import _check_trainable
+from loaderx._data.destination import check_destination as _check_destination
+from loaderx._data.dictionary_sample import check_trainable as _check_trainable
 from loaderx._store.schema import Codec, make_schema
 from loaderx.cli.exits import Problem
 from loaderx.cli.stores import READ_BYTES

@@ -9,7 +9,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._data.dataset import DenseDataset, RaggedDataset
+from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import exists, is_file
 from loaderx._store.schema import SCHEMA_FILE, read_schema
 from loaderx._store.layout import META_FILE, shard_number

@@ -62,7 +62,8 @@ sys.path.insert(0, TESTS)
 
 from loaderx import cli  # noqa: E402
 from loaderx._loading.dataloader import DataLoader  # noqa: E402
-from loaderx._data.dataset import DenseDataset, RaggedDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
+from loaderx._data.ragged import RaggedDataset  # noqa: E402
 from loaderx.errors import (  # noqa: E402
     CorruptStoreError,
     ManifestError,

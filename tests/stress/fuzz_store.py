@@ -42,7 +42,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset, RaggedDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
+from loaderx._data.ragged import RaggedDataset  # noqa: E402
 from loaderx.errors import CorruptStoreError, NotAStoreError, SchemaError  # noqa: E402
 
 OUTCOMES: Final = (

@@ -58,7 +58,7 @@ import numpy.typing as npt  # noqa: E402
 
 from loaderx._os import folder_swap as commit  # noqa: E402
 from loaderx._data.converter import from_numpy  # noqa: E402
-from loaderx._data.dataset import DenseDataset  # noqa: E402
+from loaderx._data.dense import DenseDataset  # noqa: E402
 from loaderx._store.delete_journal import JOURNAL_FILE  # noqa: E402
 from loaderx._store.schema import Codec  # noqa: E402
 from loaderx._store.layout import STAGING_PREFIX, shard_number  # noqa: E402

@@ -1,0 +1,336 @@
+"""What dense and ragged datasets share: opening, the schema, the store's maintenance, close.
+
+A dataset folder is a Zrecord store plus schema.msgpack (see loaderx._store.schema); a sharded
+dataset is several such stores under a manifest (loaderx._store.sharded_store). DenseDataset
+(loaderx._data.dense) and RaggedDataset (loaderx._data.ragged) add their reads and appends.
+
+Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, SupportsIndex, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
+
+from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
+from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.paths import PathArg, fs_path, is_file
+from loaderx._store.indexing import normalize_index
+from loaderx._store.schema import Codec, Schema, resolve_dict_size
+from loaderx._store.sharded_store import ShardedStore, check_shard_records
+from loaderx._store.layout import SHARD_RECORDS_MAX, manifest_path, sharded_dataset_of
+from loaderx._store.verify import BadRecord, VerifyReport
+from loaderx._store.zrecord import Zrecord
+from loaderx.errors import DictionaryError, ReadOnlyStoreError, StoreLockedError
+
+D = TypeVar("D", bound="DatasetBase")
+
+
+def check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """value as an ndarray of exactly dtype; TypeError otherwise (never a silent cast)."""
+    if not isinstance(value, np.ndarray):
+        # A NumPy scalar's type is named like a dtype: "of dtype uint16, not uint16" said nothing.
+        found = type(value).__name__
+        if isinstance(value, np.generic):
+            found = f"a NumPy {found} scalar"
+        raise TypeError(
+            f"{what} must be a numpy array of dtype {dtype}, not {found} "
+            "(build it with np.asarray(..., dtype=...))"
+        )
+    if value.dtype != dtype:
+        raise TypeError(
+            f"{what} has dtype {value.dtype} but the dataset holds {dtype}; convert it "
+            f"explicitly with .astype(np.{dtype.name}) if that is what you mean"
+        )
+    return value
+
+
+class DatasetBase:
+    """What dense and ragged datasets share: the schema, the store and its maintenance."""
+
+    path: str
+    schema: Schema
+    dtype: np.dtype[Any]
+    item_shape: tuple[int, ...]
+    codec: str
+    dict_size: int
+    shard_records: int
+    _store: Store
+    _sharding: ForkSafeLock
+    # The process in which this handle became its single store's writer and checked it is
+    # still one (0: not yet). A forked child is not the writer (the parent keeps the lock), so
+    # it checks again: the parent may close and another process roll the store over first.
+    _writer_pid: int
+
+    def __init__(
+        self,
+        path: PathArg,
+        dtype: DTypeLike | None = None,
+        item_shape: Shape | None = None,
+        codec: Codec = "zstd",
+        dict_size: str | SupportsIndex = "balanced",
+        *,
+        shard_records: SupportsIndex | None = None,
+        readonly: bool = False,
+        verify: bool | None = None,
+    ) -> None:
+        kind = self._kind()
+        wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
+        self.path = fs_path(path)
+        capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
+        self.shard_records = check_shard_records(capacity)
+        schema, store = open_store(
+            self.path, kind, wanted, self.shard_records, readonly, verify
+        )
+        self.schema = schema
+        self.dtype = schema.dtype
+        self.item_shape = schema.item_shape
+        self.codec = schema.codec
+        self.dict_size = schema.dict_size
+        self._store = store
+        # A child forked while another thread rolls over must not find it held for good.
+        self._sharding = ForkSafeLock()
+        self._writer_pid = 0
+        self._take_record_layout()
+
+    def _kind(self) -> str:
+        """The schema kind of this class's datasets: "dense" or "ragged"."""
+        raise NotImplementedError
+
+    def _take_record_layout(self) -> None:
+        """Keeps what this class's reads need from the schema (called once it is known)."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A dataset pickles as its path (made absolute, in case the receiver changes directory)
+        # and reopens there with the same options, never creating anything: e.g. for spawned
+        # torch DataLoader workers.
+        return reopen_dataset, (
+            type(self),
+            os.path.abspath(self.path),
+            self.readonly,
+            self.shard_records,
+            self._store.verify_reads,
+        )
+
+    @property
+    def store(self) -> Store:
+        """The underlying byte-record store, or the ShardedStore of a sharded dataset."""
+        return self._store
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the dataset is several stores (it has a shard manifest)."""
+        return isinstance(self._store, ShardedStore)
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """stats() of each shard with its folder name ('.' for a single store)."""
+        store = self._store
+        if isinstance(store, ShardedStore):
+            return store.shard_stats()
+        found: dict[str, Any] = {"name": "."}
+        found.update(store.stats())
+        return [found]
+
+    def _store_for(self, count: int) -> Store:
+        """The store an append of count records goes to. A single store is used while it has
+        room; past that the dataset becomes sharded, once, with its store as shard 0."""
+        store = self._store
+        if store.readonly:
+            raise ReadOnlyStoreError(
+                f"append refused: dataset {self.path!r} was opened with readonly=True"
+            )
+        if isinstance(store, Zrecord):
+            if self._writer_pid != os.getpid():
+                self._claim_single_store(store)
+            if len(store) + count > self.shard_records:
+                return self._become_sharded()
+        return store
+
+    def _claim_single_store(self, store: Zrecord) -> None:
+        """Before the first append to a single store: this handle becomes its writer, then
+        checks that no other process has made the dataset sharded since it opened (a rollover
+        seals the store, and claims its writer lock to do so, so none can from now on)."""
+        self._refuse_if_shard("append")
+        store.claim_writer()
+        if is_file(manifest_path(self.path)):
+            raise StoreLockedError(
+                f"append refused: {self.path!r} became a sharded dataset in another process "
+                "after this handle opened it as a single store; open it again"
+            )
+        self._writer_pid = os.getpid()
+
+    def _refuse_if_shard(self, operation: str) -> None:
+        """Refuses to change the single store of this handle when a sharded dataset's manifest
+        lists it: a shard folder opened as a dataset of its own, or this dataset's own store
+        after another handle rolled it over (it is then shard '.'). The manifest lists the
+        store's count, so the dataset would no longer open. So does a store whose folder was
+        moved (a commit_shards renamed it into a sharded dataset) since this handle opened it."""
+        store = self._store
+        if isinstance(store, Zrecord):
+            store.refuse_if_moved(operation)
+        dataset = sharded_dataset_of(self.path)
+        if dataset is None:
+            return
+        if dataset == os.path.realpath(self.path):
+            raise StoreLockedError(
+                f"{operation} refused: {self.path!r} became a sharded dataset in another "
+                "process or handle after this handle opened it as a single store; open it again"
+            )
+        raise ValueError(
+            f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
+            f"{dataset!r}; open that dataset and {operation} through it"
+        )
+
+    def _single_store_write(self, operation: str, write: Callable[[Store], None]) -> None:
+        """Runs a write that must not change a store a manifest lists (delete, compact,
+        train_dict) on this handle's store. A single store is checked and written under the
+        rollover lock: another thread of this handle cannot roll it over in between, and the
+        check sees a rollover by another handle or process (_refuse_if_shard). The check runs
+        again inside the native call, with the store held exclusively: another process could
+        roll the store over between the first check and the call (Zrecord's own shard check
+        says why it holds then)."""
+        store = self._store
+        if isinstance(store, Zrecord):
+            with self._sharding:
+                store = self._store
+                if isinstance(store, Zrecord):
+                    self._refuse_if_shard(operation)
+                    with store.maintenance_checked_by(self._refuse_if_shard):
+                        write(store)
+                    return
+        write(store)
+
+    def _become_sharded(self) -> ShardedStore:
+        with self._sharding:
+            store = self._store
+            if isinstance(store, ShardedStore):
+                return store
+            sharded = ShardedStore.adopt(self.path, store, self.schema, self.shard_records)
+            self._store = sharded
+            return sharded
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the dataset was opened with readonly=True (every write is refused)."""
+        return self._store.readonly
+
+    @property
+    def has_dict(self) -> bool:
+        return self._store.has_dict
+
+    def delete(self, index: object) -> None:
+        """Swap-last delete of the selected records: survivors reindex to stay 0..len-1.
+
+        In a sharded dataset each shard deletes swap-last within itself and later shards shift
+        down (see loaderx._store.shard_delete)."""
+        indices = normalize_index(index, len(self._store))
+        if len(indices):
+            self._single_store_write("delete", lambda store: store.delete(indices))
+
+    def stats(self) -> dict[str, int]:
+        """records, live_bytes, chunk_bytes and reclaimable, straight from the store (summed
+        over the shards of a sharded dataset; shard_stats() lists them one by one)."""
+        return self._store.stats()
+
+    def compact(self) -> None:
+        """Reclaims deleted bytes in place (offline: no other reader or writer may be active)."""
+        self._single_store_write("compact", lambda store: store.compact())
+
+    def sync(self) -> None:
+        """Flushes the store's data and table to stable storage."""
+        self._store.sync()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self: D) -> D:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def verify(self) -> VerifyReport:
+        """Checks every record (see Zrecord.verify; every shard of a sharded dataset) and that
+        its size fits the schema: a dense record is exactly one sample, a ragged one a whole
+        number of rows (reason "size")."""
+        report = self._store.verify()
+        if not report.records:
+            return report
+        lengths = self._store.record_lengths(slice(0, report.records))
+        wrong = self._wrong_sizes(lengths.astype(np.int64))
+        reported = {bad.index for bad in report.bad}
+        extra = [BadRecord(int(i), "size") for i in wrong.tolist() if int(i) not in reported]
+        if not extra:
+            return report
+        bad = sorted(report.bad + extra)
+        return VerifyReport(
+            report.path,
+            report.records,
+            report.has_checksums,
+            report.checksummed,
+            bad,
+            report.bad_count + len(extra),
+        )
+
+    def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+        """Indices of records whose logical size the schema does not allow."""
+        size = self.schema.row_size
+        if self.schema.kind == "dense":
+            return np.flatnonzero(lengths != size)
+        return np.flatnonzero(lengths % size != 0)
+
+    def _check_appendable(self) -> None:
+        if self.codec == "zstd_dict" and not self._store.has_dict:
+            raise DictionaryError(
+                f"{self.path!r} is a zstd_dict dataset without a dictionary yet; call "
+                "train_dict(samples) with representative samples before the first append"
+            )
+
+    def _train(
+        self, records: list[npt.NDArray[np.uint8]], dict_size: str | SupportsIndex | None
+    ) -> None:
+        if self.codec != "zstd_dict":
+            raise ValueError(
+                f"train_dict applies to a zstd_dict dataset; {self.path!r} uses {self.codec!r} "
+                "(loaderx.converter.recode rewrites a store with another codec)"
+            )
+        size = self.dict_size if dict_size is None else resolve_dict_size(dict_size)
+        if not records:
+            raise ValueError("train_dict needs at least one sample")
+        self._single_store_write("train_dict", lambda store: store.train_dict(records, size))
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return (
+            f"{name}({self.path!r}, dtype={self.dtype}, item_shape={self.item_shape}, "
+            f"codec={self.codec!r})"
+        )
+
+
+def reopen_dataset(
+    kind: Callable[..., DatasetBase],
+    path: str,
+    readonly: bool,
+    shard_records: int,
+    verify: bool | None,
+) -> DatasetBase:
+    """Unpickles a dataset: opens the existing one at path with its class (kind)."""
+    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
+
+
+__all__ = ["DatasetBase", "check_array", "reopen_dataset"]

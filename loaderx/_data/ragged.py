@@ -1,0 +1,196 @@
+"""RaggedDataset and pad: records of shape (L, *item_shape), each with its own L.
+
+A ragged dataset reads its records into a list of arrays, views into the one buffer a single
+gather filled; pad turns such a list into one dense array plus the lengths.
+
+Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._data.dataset_base import DatasetBase, check_array
+from loaderx._store.indexing import normalize_index, normalize_selection
+from loaderx._store.schema import RECORD_SIZE_MAX
+from loaderx._store.sharded_store import ShardedStore
+from loaderx.errors import CorruptStoreError, StoreFullError
+
+
+class RaggedDataset(DatasetBase):
+    """A dataset of variable-length records: record i has shape (L_i, *item_shape).
+
+    Construction works as for DenseDataset. Reads return a list of arrays (one array for an
+    int); append takes a sequence of arrays whose trailing dimensions equal item_shape.
+    """
+
+    row_size: int
+
+    def _kind(self) -> str:
+        return "ragged"
+
+    def _take_record_layout(self) -> None:
+        self.row_size = self.schema.row_size
+
+    def __getitem__(self, index: object) -> Any:
+        return self.read(index)
+
+    def read(self, index: object) -> Any:
+        """One array for an int index, else a list of arrays in index order.
+
+        The records of one read are views into a single buffer filled by one gather.
+        """
+        indices, selection = normalize_selection(index, len(self._store))
+        if len(selection) > 1:
+            raise IndexError(
+                f"a ragged dataset takes one-dimensional selections; this index has shape "
+                f"{selection} (flatten it, or read its rows one at a time)"
+            )
+        records = self._read(indices)
+        if not selection:
+            return records[0]
+        return records
+
+    def _read(self, indices: npt.NDArray[np.int64]) -> list[npt.NDArray[Any]]:
+        if len(indices) == 0:
+            return []
+        data, offsets = self._store.gather_ragged(indices)
+        bounds: list[int] = offsets.tolist()
+        row = self.row_size
+        shape = (-1, *self.item_shape)
+        records: list[npt.NDArray[Any]] = []
+        for i in range(len(bounds) - 1):
+            start = bounds[i]
+            stop = bounds[i + 1]
+            if (stop - start) % row:
+                raise CorruptStoreError(
+                    f"record {int(indices[i])} of {self.path!r} has {stop - start} bytes, not a "
+                    f"whole number of {row}-byte rows of the schema"
+                )
+            records.append(data[start:stop].view(self.dtype).reshape(shape))
+        return records
+
+    def lengths(self, index: object) -> npt.NDArray[np.int64]:
+        """The number of rows (L) of each selected record, without reading the records."""
+        indices = normalize_index(index, len(self._store))
+        if len(indices) == 0:
+            return np.empty(0, dtype=np.int64)
+        sizes = self._store.record_lengths(indices)
+        return (sizes // np.uint64(self.row_size)).astype(np.int64)
+
+    def _records(self, records: object, what: str) -> list[npt.NDArray[Any]]:
+        """Every record validated against the schema and made C-contiguous (nothing written)."""
+        if isinstance(records, np.ndarray) or not isinstance(records, Sequence):
+            raise TypeError(
+                f"{what} must be a list (or other sequence) of arrays, not "
+                f"{type(records).__name__}; wrap a single record as [record]"
+            )
+        checked: list[npt.NDArray[Any]] = []
+        ndim = len(self.item_shape) + 1
+        for position, record in enumerate(records):
+            name = f"{what}[{position}]"
+            array = check_array(record, name, self.dtype)
+            if array.ndim != ndim or array.shape[1:] != self.item_shape:
+                raise ValueError(
+                    f"{name} has shape {array.shape}; records of this dataset have shape "
+                    f"(L, *{self.item_shape})"
+                )
+            if array.nbytes > RECORD_SIZE_MAX:
+                raise ValueError(
+                    f"{name} is {array.nbytes} bytes, over the store's {RECORD_SIZE_MAX}-byte "
+                    "(1 MiB) record limit"
+                )
+            checked.append(np.ascontiguousarray(array))
+        return checked
+
+    def append(self, records: Sequence[npt.NDArray[Any]]) -> int:
+        """Appends a list of (L, *item_shape) arrays in one native call; returns the first index.
+
+        Every record must have the dataset's dtype exactly (no silent casts: use .astype) and
+        at most 1 MiB; every record is checked before anything is written.
+        """
+        checked = self._records(records, "records")
+        self._check_appendable()
+        if not checked:
+            return len(self._store)
+        store = self._store_for(len(checked))
+        try:
+            return store.append(checked)
+        except StoreFullError:
+            if isinstance(store, ShardedStore) or len(store) == 0:
+                raise
+        # The single store ran out of chunk space before its record limit: roll over.
+        return self._become_sharded().append(checked)
+
+    def train_dict(
+        self, samples: Sequence[npt.NDArray[Any]], dict_size: str | SupportsIndex | None = None
+    ) -> None:
+        """Trains the zstd_dict dictionary on a list of sample records."""
+        checked = self._records(samples, "samples")
+        self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
+
+
+def _padding(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """value as a 0-d array of dtype; ValueError when the cast would change more than a float's
+    rounding (np.full pads int records with 1 for 1.5, or with -2**63 for NaN, without a word)."""
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = np.array(value, dtype=dtype)
+            wanted = np.asarray(value)
+            if cast.ndim != 0 or wanted.dtype.kind not in "biufc":
+                kept = False
+            elif dtype.kind in "fc":  # rounded is fine; infinite, NaN or imaginary parts must stay
+                kept = bool(np.isfinite(cast) == np.isfinite(wanted)
+                            and np.isnan(cast) == np.isnan(wanted)
+                            and (dtype.kind == "c" or np.imag(wanted) == 0))
+            else:
+                kept = bool(cast == wanted)
+    except (TypeError, ValueError, OverflowError):
+        kept = False
+    if not kept:
+        raise ValueError(f"padding value {value!r} is not a value of the records' dtype {dtype}")
+    return cast
+
+
+def pad(
+    records: Sequence[npt.NDArray[Any]], value: Any = 0
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """Pads a list of (L_i, *trailing) arrays into a (B, max L, *trailing) array plus the L_i.
+
+    Every record must have the same dtype and trailing shape; the padding is `value`, which
+    must be a value of that dtype (a float dtype rounds it; anything else it would change, such
+    as NaN or 1.5 for integer records, is a ValueError).
+    """
+    if len(records) == 0:
+        raise ValueError("pad needs at least one record to know the dtype and trailing shape")
+    first = records[0]
+    if not isinstance(first, np.ndarray) or first.ndim == 0:
+        raise TypeError("pad takes a list of arrays with at least one dimension")
+    trailing = first.shape[1:]
+    lengths = np.empty(len(records), dtype=np.int64)
+    for position, record in enumerate(records):
+        if not isinstance(record, np.ndarray) or record.ndim == 0:
+            raise TypeError(f"records[{position}] is not an array with at least one dimension")
+        if record.dtype != first.dtype:
+            raise TypeError(
+                f"records[{position}] has dtype {record.dtype}, records[0] has {first.dtype}"
+            )
+        if record.shape[1:] != trailing:
+            raise ValueError(
+                f"records[{position}] has trailing shape {record.shape[1:]}, records[0] has "
+                f"{trailing}"
+            )
+        lengths[position] = record.shape[0]
+    longest = int(lengths.max())
+    dense = np.full((len(records), longest, *trailing), _padding(value, first.dtype),
+                    dtype=first.dtype)
+    for position, record in enumerate(records):
+        dense[position, : record.shape[0]] = record
+    return dense, lengths
+
+
+__all__ = ["RaggedDataset", "pad"]

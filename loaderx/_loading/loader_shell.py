@@ -1,0 +1,109 @@
+"""What DataLoader and MixtureLoader share: iterating their prefetcher, close, with, checkpoints.
+
+A loader hands out the steps its Prefetcher (loaderx._loading.prefetch) computes ahead, in step
+order; `step` and the seed are a complete checkpoint (loaderx._loading.checkpoint). A subclass
+says what its checkpoint depends on (fingerprint) and how it starts over at a saved step.
+
+Compiled with mypyc (DataLoader subclasses it there); MixtureLoader, left interpreted, may
+subclass it too.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from loaderx._loading.checkpoint import make_state, read_state
+from loaderx._loading.prefetch import Prefetcher
+
+try:  # read by mypyc at compile time; users' environments need not have it
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - exercised only without mypy installed
+
+    def mypyc_attr(  # type: ignore[misc]
+        *_args: object, **_kwargs: object
+    ) -> Callable[[type[Any]], type[Any]]:
+        return lambda cls: cls
+
+Batch = dict[str, Any]
+L = TypeVar("L", bound="LoaderShell")
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class LoaderShell:
+    """The iteration, close, context manager and state_dict of a loader over a Prefetcher."""
+
+    _prefetcher: Prefetcher[Batch]
+    # Stops the prefetcher when the loader is collected without close().
+    _finalizer: weakref.finalize[Any, Any]
+
+    def _checkpoint_seed(self) -> int:
+        """The seed the loader's checkpoint holds (its seed now)."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the index stream depends on besides (seed, step); see
+        loaderx._loading.checkpoint."""
+        raise NotImplementedError
+
+    def _restart(self, seed: int, step: int) -> None:
+        """Stops the threads and starts over at (seed, step), or raises with nothing changed."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """(seed, step) and the fingerprint, as plain data: save it beside the model.
+
+        The step is the next one the loader would yield, so a loader given this state with
+        load_state_dict (or a new loader made with seed=s, start_step=step) continues the
+        stream exactly where this one stands.
+        """
+        return make_state(self._checkpoint_seed(), self.step, self.fingerprint())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues from a state_dict(): same seed, next batch at its step.
+
+        Raises StateMismatchError, before anything changes, when the state was saved for other
+        data (another record count, global batch size or mode). Batches already prefetched are
+        dropped and the worker threads restart at the saved step.
+        """
+        seed, step = read_state(state, self.fingerprint())
+        self._restart(seed, step)
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch to be yielded: with seed, a complete checkpoint."""
+        return self._prefetcher.next_step
+
+    @property
+    def closed(self) -> bool:
+        return self._prefetcher.closed
+
+    def __iter__(self: L) -> L:
+        return self
+
+    def __next__(self) -> Batch:
+        """The next step's batch; StopIteration only once the loader is closed."""
+        # In a forked child the prefetcher refuses (its threads are the parent's), naming the
+        # step to restart from.
+        return next(self._prefetcher)
+
+    def close(self) -> None:
+        """Stops and joins every worker thread; idempotent. The datasets stay open."""
+        self._finalizer.detach()
+        self._prefetcher.close()
+
+    def __enter__(self: L) -> L:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = ["Batch", "LoaderShell"]
