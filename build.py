@@ -400,7 +400,7 @@ def mypyc_sources(root: Path = ROOT) -> list[str]:
 
 
 def compiled_module_names() -> list[str]:
-    """MYPYC_MODULES as dotted module names (loaderx/_data/dataset.py -> loaderx._data.dataset)."""
+    """MYPYC_MODULES as dotted module names (loaderx/_data/dense.py -> loaderx._data.dense)."""
     return [".".join(Path(m).with_suffix("").parts) for m in MYPYC_MODULES]
 
 

@@ -14,8 +14,12 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
 from loaderx.errors import StateMismatchError
-from loaderx._loading.mixture import MixtureLoader
-from loaderx._loading.mixture_sampler import SLOTS, MixtureSampler, _floor_sum, _ROTATION, shares
+from loaderx.mixture import MixtureLoader, MixtureSampler, shares
+from loaderx._loading.mixture_sampler import (  # private: the slot arithmetic, checked by brute force
+    SLOTS,
+    _ROTATION,
+    _floor_sum,
+)
 
 LENGTHS = (300, 70, 11)
 # Record i of source s holds s * 1000 + i in every stream, so a row tells where it came from.

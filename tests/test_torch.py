@@ -24,7 +24,7 @@ from loaderx.torch import (
     TensorBatch,
     TorchDataset,
     TorchLoader,
-    _PinnedRing,
+    _PinnedRing,  # private: the pinned ring's reuse rules, which no public call exposes alone
     collate,
 )
 

@@ -164,7 +164,7 @@ def sealing_single_store(folder: str, tail_records: int | None) -> Iterator[None
     """A commit into a single-store dataset seals its store as shard '.'. That store's writer
     takes no commit lock, so the commit claims the store's writer lock for its whole length
     (StoreLockedError while a handle, in this or another process, writes it); a handle that
-    opened it as a single store then refuses its first append (loaderx._data.dataset). A caller
+    opened it as a single store then refuses its first append (loaderx._data.dataset_base). A caller
     passing tail_records has the store open and claimed already."""
     if tail_records is not None or read_manifest(folder) is not None:
         yield

@@ -132,7 +132,7 @@ class Zrecord(NativeCalls):
         _dataset_owned is internal: loaderx's dataset layer opens its stores with it, since it
         keeps a sharded dataset's manifest in step with its shards
         (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
-        must not take (loaderx._data.dataset)."""
+        must not take (loaderx._data.dataset_base)."""
         self.path = fs_path(path)
         self._codec_id = codec_id(codec)
         self.codec = codec
