@@ -73,7 +73,7 @@ TEST_EXTRAS = [
     "ray[data]==2.60.0",
 ]
 
-# The documentation site, built and checked by tests/test_docs_site.py with the test extras
+# The documentation site, built and checked by tests/repo/test_docs_site.py with the test extras
 # (`build.py demo` needs none of it). Pinned exactly, the packages whose output the strict build
 # checks included: a new release that warns about the unchanged docs would fail the suite.
 DOCS_REQUIREMENTS = [
@@ -414,14 +414,14 @@ def compile_mypyc() -> None:
 
 
 def ensure_chromium() -> None:
-    """tests/test_docs_site.py opens every page of the site in headless Chromium: Debian's
+    """tests/repo/test_docs_site.py opens every page of the site in headless Chromium: Debian's
     chromium package, installed here with apt-get when it is missing and this runs as root.
     Anywhere else nothing is installed and that test fails, naming the package it needs."""
     if any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
         return
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
         log("chromium is missing and cannot be installed from here (needs root and apt-get): "
-            "tests/test_docs_site.py will fail until it is (Debian: apt-get install chromium)")
+            "tests/repo/test_docs_site.py will fail until it is (Debian: apt-get install chromium)")
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run_long(["apt-get", "update"], "updating apt's package lists to install chromium",

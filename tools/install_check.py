@@ -41,7 +41,7 @@ TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
 # test_doc_examples.py runs. Never loaderx itself.
 BESIDE_TESTS: Final = ("tests", "benchmarks", "examples", "typings", "zig/include", "docs")
 # Tests of the repository rather than of the installed package: the documentation site is built
-# from the sources in the checkout (tests/test_doc_examples.py still runs docs/'s examples).
+# from the sources in the checkout (tests/repo/test_doc_examples.py still runs docs/'s examples).
 REPOSITORY_ONLY: Final = ("test_docs_site.py",)
 WHERE: Final = """
 import json, sys, sysconfig, loaderx, loaderx._native.library as native

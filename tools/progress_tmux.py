@@ -4,7 +4,7 @@
 
 Runs a scripted report (a line that grows, then shrinks, then finishes) inside tmux, then
 prints what `tmux capture-pane` shows, so a person can see that the line fits the window and
-leaves nothing stale behind. tests/test_progress.py checks the same in a pseudo-terminal.
+leaves nothing stale behind. tests/data/test_progress.py checks the same in a pseudo-terminal.
 """
 
 from __future__ import annotations

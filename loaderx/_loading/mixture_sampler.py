@@ -13,7 +13,7 @@ That rotation spreads each source evenly over the stream (three-distance theorem
 - over every N consecutive positions, source i gets exactly n_i of them, and so the long-run
   share is exactly n_i / N (the weight, rounded to 2^-24);
 - in every batch, source i's count stays within a few records of G * w_i (3 up to G = 168,
-  2 + log2(G) / 2 beyond; not only in expectation): tests/test_mixture.py checks the deviation
+  2 + log2(G) / 2 beyond; not only in expectation): tests/loading/test_mixture.py checks the deviation
   bound over every step and weight, and that a source whose
   weight gives it less than one record per batch still appears at regular intervals.
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from loaderx._native import library as _native
 
-# NumPy's NPY_ARRAY_* bits. tests/test_array_fields.py checks these against NumPy's own table;
+# NumPy's NPY_ARRAY_* bits. tests/native/test_array_fields.py checks these against NumPy's own table;
 # zig/src/numpy_array.zig has the same, checked there by which arrays the gathers take and
 # decline (read-only, strided, misaligned).
 C_CONTIGUOUS: Final = 0x0001

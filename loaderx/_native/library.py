@@ -120,7 +120,7 @@ VERIFY_REASONS: Final[dict[int, str]] = {
 }
 
 
-# Status codes, as in zig/include/loaderx.h (tests/test_abi.py and zig/src/abi_test.zig check).
+# Status codes, as in zig/include/loaderx.h (tests/native/test_abi.py and zig/src/abi_test.zig check).
 OK: Final = 0
 INVALID_ARGUMENT: Final = 1
 INDEX_OUT_OF_RANGE: Final = 2
@@ -167,7 +167,7 @@ OPEN_READ_ONLY: Final = 4
 OPEN_VERIFY_ALL: Final = 8
 OPEN_VERIFY_NONE: Final = 16
 
-# Limits of a store, as in loaderx.h (zig/src/limits.zig); tests/test_abi.py checks all three.
+# Limits of a store, as in loaderx.h (zig/src/limits.zig); tests/native/test_abi.py checks all three.
 RECORD_SIZE_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = 1 << 24
 CHUNK_COUNT_MAX: Final = 1 << 12
@@ -229,7 +229,7 @@ def _load() -> ctypes.CDLL:
 # Deliberately untyped (argtypes None), with their restypes: these take only uint32_t halves
 # (and lx_read_array_facts one pointer, passed with byref), which ctypes passes without a
 # conversion call each. loaderx/array_fields.py checks that they work here before anything
-# relies on them; tests/test_abi.py that their parameters are what untyped calls can pass.
+# relies on them; tests/native/test_abi.py that their parameters are what untyped calls can pass.
 _UNTYPED_CALLS: Final[dict[str, Any]] = {
     "lx_store_gather_arrays": ctypes.c_int,
     "lx_view_gather_arrays": ctypes.c_int,

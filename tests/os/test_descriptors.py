@@ -1,0 +1,175 @@
+"""The descriptor limit: stores past the soft RLIMIT_NOFILE raise it towards the hard limit, and
+a hard limit too low for them raises DescriptorLimitError saying what to do.
+
+Each case runs in a child process that lowers its own limits before it imports loaderx."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loaderx.dataset import DenseDataset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Windows has no RLIMIT_NOFILE")
+
+# Sets the limits (argv[1] soft, argv[2] hard), then imports loaderx; `fill(free)` uses up
+# every descriptor but `free`, so the next open meets EMFILE whatever the limit.
+_PRELUDE = """
+import json, os, resource, sys
+soft, hard = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+import numpy as np
+from loaderx.dataset import DenseDataset
+from loaderx.zrecord import Zrecord
+folder = sys.argv[3]
+
+def fill(free):
+    held = []
+    while True:
+        try:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            break
+    for _ in range(free):
+        os.close(held.pop())
+    return held
+
+def soft_now():
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+"""
+
+
+def _hard_limit() -> int:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
+
+
+def _run(body: str, soft: int, hard: int, folder: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + body, str(soft), str(hard), str(folder)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _records(count: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.random.default_rng(count).integers(0, 256, size=(count, 16), dtype=np.uint8)
+
+
+def test_a_sharded_dataset_past_the_soft_limit_writes_and_reads_exactly(tmp_path: Path) -> None:
+    # 80 shards of 10 records: about 540 descriptors while written, 320 while read, both past
+    # a soft limit of 256 (the failure at 1024 with 150 shards, scaled down).
+    hard = _hard_limit()
+    assert hard >= 1024, "the test needs a hard limit of at least 1024"
+    path = tmp_path / "d"
+    body = """
+with DenseDataset(folder, dtype=np.uint8, item_shape=(16,), shard_records=10) as ds:
+    ds.append(np.zeros((0, 16), np.uint8))
+    data = np.random.default_rng(800).integers(0, 256, size=(800, 16), dtype=np.uint8)
+    ds.append(data[:395])      # rollovers during appends, a batch spanning several shards
+    ds.append(data[395:])
+raised_by_writer = soft_now()
+with DenseDataset(folder, readonly=True) as ds:
+    order = np.random.default_rng(1).permutation(800)
+    exact = bool((ds[np.arange(800)] == data).all()) and bool((ds[order] == data[order]).all())
+    print(json.dumps({"soft": raised_by_writer, "shards": len(ds.shard_stats()), "exact": exact}))
+"""
+    found = _run(body, 256, hard, path)
+    assert found == {"soft": hard, "shards": 80, "exact": True}
+    with DenseDataset(path, readonly=True) as ds:
+        assert (ds[np.arange(len(ds))] == _records(800)).all()
+
+
+@pytest.mark.parametrize("step", ["open", "append"])
+def test_an_open_or_append_out_of_descriptors_raises_the_soft_limit_once(
+    tmp_path: Path, step: str
+) -> None:
+    # The descriptors run out right before the step (not because of many stores), so the
+    # step itself meets EMFILE: the soft limit rises to the hard one and it runs once more.
+    hard = _hard_limit()
+    body = f"""
+data = [bytes([i]) * (i + 1) for i in range(50)]
+if {step!r} == "open":
+    with Zrecord(folder, create=True) as store:
+        store.append(data)
+    held = fill(2)  # a read-only store holds 4
+    store = Zrecord(folder, readonly=True)
+else:
+    store = Zrecord(folder, create=True)
+    held = fill(0)  # its first append needs writer.lock and chunk 0.zr
+    store.append(data)
+raised = soft_now()
+for fd in held:
+    os.close(fd)
+back = store.gather(list(range(50)))
+store.close()
+print(json.dumps({{"soft": raised, "exact": back == data}}))
+"""
+    assert _run(body, 256, hard, tmp_path / "s") == {"soft": hard, "exact": True}
+
+
+def test_out_of_descriptors_at_the_hard_limit_says_what_to_do(tmp_path: Path) -> None:
+    body = """
+with Zrecord(folder, create=True) as store:
+    store.append([b"x"])
+held = fill(2)
+try:
+    Zrecord(folder, readonly=True)
+except OSError as exc:
+    print(json.dumps({"type": type(exc).__name__, "errno": exc.errno, "message": str(exc),
+                      "soft": soft_now()}))
+"""
+    found = _run(body, 64, 64, tmp_path / "s")
+    message = found.pop("message")
+    assert found == {"type": "DescriptorLimitError", "errno": 24, "soft": 64}
+    for part in (
+        f"cannot open Zrecord store {str(tmp_path / 's')!r}",
+        "out of file descriptors: the process's limit (RLIMIT_NOFILE) is 64, its hard limit 64, "
+        "so loaderx cannot raise it further",
+        "Each open store (shard) holds 4 descriptors read-only and 5 writable",
+        "'ulimit -n N'",
+        "or open fewer shards at once",
+    ):
+        assert part in message, message
+
+
+def test_a_sharded_write_past_the_hard_limit_fails_whole_and_leaves_what_was_committed(
+    tmp_path: Path,
+) -> None:
+    # Ten records, one shard, per append: the append that finds no descriptors fails alone,
+    # with DescriptorLimitError, and every earlier one stays readable.
+    path = tmp_path / "d"
+    body = """
+data = np.random.default_rng(800).integers(0, 256, size=(800, 16), dtype=np.uint8)
+ds = DenseDataset(folder, dtype=np.uint8, item_shape=(16,), shard_records=10)
+failure = None
+for first in range(0, 800, 10):
+    try:
+        ds.append(data[first:first + 10])
+    except OSError as exc:
+        failure = {"type": type(exc).__name__, "errno": exc.errno, "first": first,
+                   "limit": "RLIMIT_NOFILE) is 128, its hard limit 128" in str(exc)}
+        break
+print(json.dumps(failure))
+"""
+    found = _run(body, 128, 128, path)
+    first = found.pop("first")
+    assert found == {"type": "DescriptorLimitError", "errno": 24, "limit": True}
+    assert 0 < first < 800
+    with DenseDataset(path, readonly=True) as ds:
+        assert len(ds) == first
+        assert (ds[np.arange(first)] == _records(800)[:first]).all()

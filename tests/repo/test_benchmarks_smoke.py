@@ -1,0 +1,145 @@
+"""Smoke test of the benchmark harness (benchmarks/compare.py) at minimal sizes.
+
+It runs every layer end to end in this interpreter (`--here`: no benchmark venv, so only loaderx
+and numpy take part) and checks the JSON report: the loaderx rows exist, which means the
+harness wrote each store, read two batches back and found them identical to the source array.
+Figures are not checked: at these sizes they mean nothing. The Markdown report (`--report`) is
+checked on one layer: its header's fields, and the tables the run printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "all", "--here", "--tiny",
+         "--workdir", str(tmp_path / "work"), "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("Machine\n")
+    doc = json.loads(report.read_text())
+    assert {"CPU", "memory", "python"} <= set(doc["machine"])
+    layers = [table["layer"] for table in doc["tables"]]
+    assert layers == ["sampler", "store", "store", "sweep", "sweep-overhead", "loader", "scale",
+                      "scale", "memory", "shards", "shards", "shards", "convert"]
+    rows = {t["title"].split(":")[0]: {str(r.get("store") or r.get("loader") or r.get("sampler")
+                                           or r.get("codec")) for r in t["rows"]}
+            for t in doc["tables"]}
+    assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (mild)"]
+    assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (smooth)"]
+    assert {"loaderx raw", "loaderx bare-gather raw", "loaderx raw + labels"} <= rows["Loader"]
+    sweep = next(t for t in doc["tables"] if t["layer"] == "sweep")
+    assert [r["size_bytes"] for r in sweep["rows"]] == [8, 4096]
+    for row in sweep["rows"]:  # every contender was timed at every size
+        assert all(row[name] > 0 for name in ("numpy a[idx]", "np.take raise",
+                                              "loaderx ds[idx]", "loaderx gather_into"))
+    overhead = next(t for t in doc["tables"] if t["layer"] == "sweep-overhead")
+    assert [r["call"] for r in overhead["rows"]][1:] == [
+        "ds.gather_into(idx, out)", "ds[idx] (less np.empty of its result)"]
+    assert {"loaderx iid", "loaderx cyclic", "numpy default_rng"} <= rows["Sampler"]
+    assert {"raw", "zstd"} <= rows["Memory"]
+    shards = [t for t in doc["tables"] if t["layer"] == "shards"]
+    assert {r["read"] for r in shards[0]["rows"]} >= {"raw gather_into, 64 shards",
+                                                       "zstd ds[idx], 1 store"}
+    assert {r["loader"] for r in shards[1]["rows"]} >= {"loader raw, 64 shards"}
+    assert [r["records"] for r in shards[2]["rows"]] == ["10,000", "30,000"]
+    convert = {str(r["group"]) + " / " + str(r["contender"]) for r in doc["tables"][-1]["rows"]}
+    assert {"from_iterator, ~1 ms Python/item / workers=2",
+            "from_numpy zstd, in memory / workers=2"} <= convert
+    assert not (tmp_path / "work").exists(), "the stores written must be removed"
+
+
+def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
+    """benchmarks/probes/loader_overhead.py (a README command) at minimal sizes: it checks each
+    row's first three batches against the records its sampler names before timing, and exits
+    non-zero if one differs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / "loader_overhead.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("row") and lines[-1].startswith("medians of 1 interleaved round")
+    rows = lines[1:-1]
+    names = [line[:38].strip() for line in rows]
+    assert names == ["bare gather, 1 buffer", "bare gather, ring of 2", "bare gather, ring of 5",
+                     "bare gather, 1 buffer, streaming", "bare gather, ring of 2, streaming",
+                     "bare gather, ring of 2, cached", "loader, records", "loader, records + labels",
+                     "loader, records + labels, 2 workers", "loader, records + labels, last held",
+                     "lock handoff, records + labels"]
+    assert rows[0].split()[-2] == "1.00x"
+
+
+def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> None:
+    """benchmarks/probes/destination_offsets.py (a README command) at minimal sizes: it compares
+    each row's last batch with the records before timing, and exits non-zero if one differs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / "destination_offsets.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02", "--offsets", "0,16,2048"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ring of 5 arrays")
+    assert [int(line.split()[0]) for line in lines[2:]] == [0, 16, 2048]
+    assert all(float(line.split()[1].replace(",", "")) > 0 for line in lines[2:])
+
+
+def report_header(text: str) -> dict[str, str]:
+    """The header block of a Markdown report: its first ```text block, as {field: value}."""
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    return {line[:9].strip(): line[10:] for line in block.splitlines()}
+
+
+def test_compare_writes_a_markdown_report_of_its_run(tmp_path: Path) -> None:
+    """`--report FILE` (what `python3 build.py bench LAYER --report FILE` hands on) writes the
+    run as Markdown: a header with the command, the commit, the machine, the load before and
+    after and the date, then the machine block and every table the run printed."""
+    report = tmp_path / "reports" / "sampler.md"
+    command = f"python3 build.py bench sampler --tiny --report {report}"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "sampler", "--here", "--tiny",
+         "--workdir", str(tmp_path / "work"), "--report", str(report)],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, LOADERX_BENCH_COMMAND=command),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = report.read_text()
+    assert text.startswith("# Benchmarks: sampler\n")
+    header = report_header(text)
+    assert list(header) == ["command", "commit", "machine", "load", "date"]
+    assert header["command"] == command
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if head.returncode == 0:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        assert header["commit"] == head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+    else:  # the copied tests of install-check: no repository around them
+        assert header["commit"] == "not recorded (not a git checkout)"
+    assert re.fullmatch(r".+, \d+ cores / \d+ threads, L3 .+, memory .+ GiB.*, .+",
+                        header["machine"])
+    assert re.fullmatch(r"\d+\.\d\d before, \d+\.\d\d after \(1-minute load average\)",
+                        header["load"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC \(the run took \d+ s\)", header["date"])
+    assert "## Machine\n\n```text\nMachine\n  CPU " in text
+    # The sampler table as the run printed it: the same title, one Markdown row per printed row.
+    title = next(line for line in done.stdout.splitlines() if line.startswith("Sampler: "))
+    table = text.split(f"## {title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[:2] == ["| sampler | batch | per batch | vs default_rng |", "|---|---:|---:|---:|"]
+    rows = [line.split(" | ")[0].removeprefix("| ") + " " + line.split(" | ")[1]
+            for line in table[2:]]
+    assert {"numpy default_rng 256", "loaderx iid 256", "loaderx cyclic 8192"} <= set(rows)
+    assert all(re.search(r"\| [\d.]+ (us|ms|s) \| [\d.]+x \|$", line) for line in table[2:])
