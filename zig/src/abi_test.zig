@@ -2,7 +2,7 @@
 //! status count, the open flags, the sampler modes, the limits and the fields of lx_stats,
 //! lx_sampler_request, lx_array_facts, lx_verify_problem and lx_verify_summary.
 //! The header is read as text (build.zig hands it over as the import "loaderx.h"), so whatever
-//! statuses or constants it gains are checked too; tests/test_abi.py checks Python against it.
+//! statuses or constants it gains are checked too; tests/native/test_abi.py checks Python against it.
 const std = @import("std");
 const testing = std.testing;
 const status = @import("status.zig");

@@ -31,7 +31,7 @@ comptime {
     assert(@offsetOf(Fields, "flags") == 48);
 }
 
-/// NumPy's NPY_ARRAY_* flag bits (numpy/ndarraytypes.h); tests/test_abi.py checks them
+/// NumPy's NPY_ARRAY_* flag bits (numpy/ndarraytypes.h); tests/native/test_abi.py checks them
 /// against numpy.
 pub const flag_c_contiguous: c_int = 0x0001;
 pub const flag_aligned: c_int = 0x0100;

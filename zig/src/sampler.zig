@@ -540,7 +540,7 @@ test "validate names every bad request" {
     try testing.expectEqual(@as(u64, 11), try validate(req(.iid, 10, 11, 0, 0)));
 }
 
-// Golden sequences: the same values are pinned in tests/test_sampler.py. A change here changes
+// Golden sequences: the same values are pinned in tests/loading/test_sampler.py. A change here changes
 // every user's stream of batches; it must be deliberate.
 const Golden = struct { r: Request, expected: []const i64 };
 const goldens = [_]Golden{
