@@ -404,7 +404,7 @@ def test_a_driver_killed_at_any_step_leaves_every_column_old_or_every_column_new
     # threads.
     env = {**os.environ, "PYTHONPATH": ROOT}
     done = subprocess.run(
-        [sys.executable, "-c", KILL_LOOP, str(tmp_path), os.path.dirname(os.path.dirname(__file__)),
+        [sys.executable, "-c", KILL_LOOP, str(tmp_path), os.path.dirname(__file__),
          str(shard_records)],
         capture_output=True, text=True, timeout=600, env=env,
     )
