@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from loaderx._native import library as _native
 from loaderx.sampler import MODES, Mode, Sampler
 
-# Fixed expected batches, also pinned in zig/src/sampler.zig ("golden sequences"). If one of
+# Fixed expected batches, also pinned in zig/src/sampler_test.zig ("golden sequences"). If one of
 # these changes, every user's stream of batches changed: that must be a deliberate decision.
 GOLDEN: list[tuple[str, int, int, int, int, list[int]]] = [
     # (mode, length, batch_size, seed, step, expected)

@@ -46,6 +46,7 @@ test {
     _ = @import("numpy_array.zig");
     _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");
+    _ = @import("sampler_test.zig");
     _ = @import("exports_test.zig");
     _ = @import("abi_test.zig");
 }
