@@ -125,6 +125,15 @@ def test_an_api_page_documents_exactly_the_public_names(site: Path, module: str)
         assert documented and not any(name.startswith("_") for name in documented)
 
 
+def test_a_class_page_shows_what_it_inherits_from_a_private_base(site: Path) -> None:
+    """DenseDataset and RaggedDataset keep close, verify, compact and the rest in a private
+    shared base; their API page must still list them (mkdocstrings' inherited_members)."""
+    page = (site / "api" / "dataset" / "index.html").read_text(encoding="utf-8")
+    for cls in ("DenseDataset", "RaggedDataset"):
+        members = set(re.findall(rf'id="loaderx\.dataset\.{cls}\.([A-Za-z_]+)"', page))
+        assert {"close", "verify", "compact", "delete", "stats", "append", "read"} <= members, cls
+
+
 def throwaway_repository(folder: Path, files: dict[str, str], nav: list[str]) -> Path:
     """A folder laid out like the repository, with mkdocs.yml and its hooks as they are, holding
     files; returns the config that builds it with the given nav."""
