@@ -9,7 +9,8 @@ const status = @import("status.zig");
 const limits = @import("limits.zig");
 const sampler = @import("sampler.zig");
 const integrity = @import("integrity.zig");
-const exports = @import("exports.zig");
+const abi_types = @import("abi_types.zig");
+const LxStore = @import("handles.zig").LxStore;
 const pool_advice = @import("pool_advice.zig");
 const raw_copy = @import("raw_copy.zig");
 const gather_streams = @import("gather_streams.zig");
@@ -62,11 +63,11 @@ test "every lx_status in the header is the Zig status of that value and C name, 
 }
 
 test "open flags, sampler modes and limits in the header are the Zig ones" {
-    try testing.expectEqual(@as(?u64, exports.open_create), define("LX_OPEN_CREATE"));
-    try testing.expectEqual(@as(?u64, exports.open_durable), define("LX_OPEN_DURABLE"));
-    try testing.expectEqual(@as(?u64, exports.open_read_only), define("LX_OPEN_READ_ONLY"));
-    try testing.expectEqual(@as(?u64, exports.open_verify_all), define("LX_OPEN_VERIFY_ALL"));
-    try testing.expectEqual(@as(?u64, exports.open_verify_none), define("LX_OPEN_VERIFY_NONE"));
+    try testing.expectEqual(@as(?u64, abi_types.open_create), define("LX_OPEN_CREATE"));
+    try testing.expectEqual(@as(?u64, abi_types.open_durable), define("LX_OPEN_DURABLE"));
+    try testing.expectEqual(@as(?u64, abi_types.open_read_only), define("LX_OPEN_READ_ONLY"));
+    try testing.expectEqual(@as(?u64, abi_types.open_verify_all), define("LX_OPEN_VERIFY_ALL"));
+    try testing.expectEqual(@as(?u64, abi_types.open_verify_none), define("LX_OPEN_VERIFY_NONE"));
     inline for (@typeInfo(integrity.Reason).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_VERIFY_{s}", .{field});
@@ -124,7 +125,7 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
         const expected: struct { []const u8, bool } = switch (field_type) {
             u32 => .{ "uint32_t", false },
             u64 => .{ "uint64_t", false },
-            ?*exports.LxStore => .{ "lx_store", true },
+            ?*LxStore => .{ "lx_store", true },
             ?[*]u8 => .{ "uint8_t", true },
             else => @compileError("abi_test: map this field type to its C name"),
         };
@@ -134,15 +135,15 @@ fn expectStructMatches(comptime T: type, comptime c_name: []const u8) !void {
 }
 
 test "lx_stats, lx_sampler_request, lx_array_facts, lx_gather_stream and lx_verify_* in the header are the Zig extern structs, field for field" {
-    try expectStructMatches(exports.LxStats, "lx_stats");
-    try expectStructMatches(exports.LxGatherStream, "lx_gather_stream");
-    try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxGatherStream));
+    try expectStructMatches(abi_types.LxStats, "lx_stats");
+    try expectStructMatches(abi_types.LxGatherStream, "lx_gather_stream");
+    try testing.expectEqual(@as(usize, 32), @sizeOf(abi_types.LxGatherStream));
     try testing.expectEqual(@as(?u64, gather_streams.stream_count_max), define("LX_GATHER_STREAMS_MAX"));
-    try expectStructMatches(exports.LxSamplerRequest, "lx_sampler_request");
-    try expectStructMatches(exports.LxArrayFacts, "lx_array_facts");
+    try expectStructMatches(abi_types.LxSamplerRequest, "lx_sampler_request");
+    try expectStructMatches(abi_types.LxArrayFacts, "lx_array_facts");
     try expectStructMatches(integrity.Problem, "lx_verify_problem");
     try expectStructMatches(integrity.Summary, "lx_verify_summary");
     try testing.expectEqual(@as(usize, 16), @sizeOf(integrity.Problem));
     try testing.expectEqual(@as(usize, 32), @sizeOf(integrity.Summary));
-    try testing.expectEqual(@as(usize, 32), @sizeOf(exports.LxStats));
+    try testing.expectEqual(@as(usize, 32), @sizeOf(abi_types.LxStats));
 }

@@ -5,6 +5,27 @@ const status = @import("status.zig");
 const diagnostic = @import("diagnostic.zig");
 const Status = status.Status;
 const sampler = @import("sampler.zig");
+const c_handles = @import("handles.zig");
+const LxStore = c_handles.LxStore;
+const LxView = c_handles.LxView;
+const CHandle = c_handles.CHandle;
+const nounOf = c_handles.nounOf;
+const handleOf = c_handles.handleOf;
+const resolve = c_handles.resolve;
+const handleAt = c_handles.handleAt;
+const closeHandle = c_handles.closeHandle;
+const lengthOf = c_handles.lengthOf;
+const countOverflows = c_handles.countOverflows;
+const abi_types = @import("abi_types.zig");
+const open_create = abi_types.open_create;
+const open_durable = abi_types.open_durable;
+const open_read_only = abi_types.open_read_only;
+const open_verify_all = abi_types.open_verify_all;
+const open_verify_none = abi_types.open_verify_none;
+const LxStats = abi_types.LxStats;
+const LxArrayFacts = abi_types.LxArrayFacts;
+const LxGatherStream = abi_types.LxGatherStream;
+const LxSamplerRequest = abi_types.LxSamplerRequest;
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
 pub const abi_version: u32 = 13;
@@ -52,7 +73,6 @@ export fn lx_stores_policy() callconv(.c) u32 {
 
 const store_mod = @import("store.zig");
 const registry = @import("registry.zig");
-const assert = std.debug.assert;
 const gather_streams = @import("gather_streams.zig");
 const store_pool = @import("pool.zig");
 const pool_advice = @import("pool_advice.zig");
@@ -60,23 +80,7 @@ const raw_copy = @import("raw_copy.zig");
 const store_errors = @import("errors.zig");
 const store_limits = @import("limits.zig");
 pub const Store = store_mod.Store;
-
-/// Flags of lx_store_open (LX_OPEN_* in loaderx.h; abi_test.zig checks they agree).
-pub const open_create: u32 = 1;
-pub const open_durable: u32 = 2;
-pub const open_read_only: u32 = 4;
-/// LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE: which records gathers check (default: compressed).
-pub const open_verify_all: u32 = 8;
-pub const open_verify_none: u32 = 16;
 const integrity = @import("integrity.zig");
-
-/// Mirrors lx_stats in loaderx.h.
-pub const LxStats = extern struct {
-    records: u64,
-    live_bytes: u64,
-    chunk_bytes: u64,
-    reclaimable: u64,
-};
 
 /// Turns a store result into a status (the message was set where the failure happened).
 fn storeStatus(result: store_errors.Error!void) Status {
@@ -90,45 +94,6 @@ fn storeStatus(result: store_errors.Error!void) Status {
 fn coreStatus(err: store_errors.Error) Status {
     status.setMessage("{s}", .{diagnostic.text()});
     return store_errors.toStatus(err);
-}
-
-/// What a C caller holds for a Store or a View: an opaque pointer that is really a registry
-/// token (registry.zig), never dereferenced. A handle closed already, a handle of the other
-/// kind, or any other pointer is refused by the registry without reading memory through it.
-pub const LxStore = opaque {};
-pub const LxView = opaque {};
-
-fn CHandle(comptime T: type) type {
-    return switch (T) {
-        Store => LxStore,
-        View => LxView,
-        else => @compileError("no C handle for " ++ @typeName(T)),
-    };
-}
-
-/// "store" or "view": the noun of T's C functions (lx_store_*, lx_view_*) and messages.
-fn nounOf(comptime T: type) []const u8 {
-    return switch (T) {
-        Store => "store",
-        View => "view",
-        else => @compileError("no C name for " ++ @typeName(T)),
-    };
-}
-
-fn tokenOf(handle: anytype) registry.Handle {
-    return @enumFromInt(if (handle) |h| @intFromPtr(h) else 0);
-}
-
-/// The C handle of an object just opened.
-fn handleOf(comptime T: type, object: *T) *CHandle(T) {
-    assert(object.handle != .none);
-    return @ptrFromInt(@intFromEnum(object.handle));
-}
-
-/// The object of an open handle of type T, or null (NULL, closed already, another kind, or a
-/// pointer no open returned).
-fn resolve(comptime T: type, handle: ?*const CHandle(T)) ?*T {
-    return T.fromOpenHandle(tokenOf(handle));
 }
 
 /// The object when the handle is open, or null after setting the message of
@@ -150,25 +115,7 @@ fn invalid(comptime fmt: []const u8, args: anytype) Status {
     return .invalid_argument;
 }
 
-/// Whether `count` items of `item_size` bytes, plus `extra` more, could not exist in memory:
-/// such a count is a caller's bug, refused before any array is read.
-fn countOverflows(count: u64, comptime item_size: u64, comptime extra: u64) bool {
-    return count > std.math.maxInt(usize) / item_size - extra;
-}
-
 // ---- the calls a store and a view share: one implementation each, T names the function -----
-
-fn closeHandle(comptime T: type, handle: ?*CHandle(T)) void {
-    // NULL does nothing, and so does a handle already closed (a second close).
-    T.closeHandle(tokenOf(handle));
-}
-
-/// 0 for a handle that is not open, and for a view one of whose stores was closed under it.
-fn lengthOf(comptime T: type, handle: ?*const CHandle(T)) u64 {
-    const object = resolve(T, handle) orelse return 0;
-    if (T == View) object.checkOpen(object.stores.len - 1) catch return 0;
-    return object.length();
-}
 
 fn gatherFixed(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status {
     const function = "lx_" ++ comptime nounOf(T) ++ "_gather_fixed";
@@ -370,15 +317,9 @@ export fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*
     const indices_ptr: [*]const i64 = if (total == 0) &[_]i64{} else indices orelse return invalid("lx_stores_delete: indices is NULL", .{});
     const sorted = std.heap.c_allocator.dupe(*Store, plain) catch return outOfMemoryStatus("lx_stores_delete");
     defer std.heap.c_allocator.free(sorted);
-    std.mem.sortUnstable(*Store, sorted, {}, struct {
-        fn lessThan(_: void, a: *Store, b: *Store) bool {
-            return @intFromPtr(a) < @intFromPtr(b);
-        }
-    }.lessThan);
-    for (sorted[1..], sorted[0 .. sorted.len - 1]) |later, earlier| {
-        // The same handle twice would wait on its own exclusive lock forever.
-        if (later == earlier) return invalid("lx_stores_delete: a store appears twice", .{});
-    }
+    // The same handle twice would wait on its own exclusive lock forever.
+    if (c_handles.sortedHasRepeat(sorted))
+        return invalid("lx_stores_delete: a store appears twice", .{});
     const slices = std.heap.c_allocator.alloc([]const i64, plain.len) catch return outOfMemoryStatus("lx_stores_delete");
     defer std.heap.c_allocator.free(slices);
     for (slices, 0..) |*slice, k| slice.* = indices_ptr[@intCast(bounds[k])..@intCast(bounds[k + 1])];
@@ -529,15 +470,6 @@ export fn lx_view_gather(
 
 const numpy_array = @import("numpy_array.zig");
 
-/// Mirrors lx_array_facts.
-pub const LxArrayFacts = extern struct {
-    data: u64,
-    ndim: u64,
-    length: u64,
-    flags: u64,
-    stride: u64,
-};
-
 export fn lx_join_halves(low: u32, high: u32) callconv(.c) u64 {
     return numpy_array.join(low, high);
 }
@@ -595,12 +527,6 @@ const ArrayGather = struct {
     }
 };
 
-/// The open handle whose halves a binding passed, or null for NULL, a misaligned address or
-/// a handle that is not open (resolve).
-fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
-    return T.fromOpenHandle(@enumFromInt(numpy_array.join(low, high)));
-}
-
 fn gatherArrays(comptime T: type, handle_low: u32, handle_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status {
     const noun = comptime nounOf(T);
     const function = "lx_" ++ noun ++ "_gather_arrays";
@@ -616,14 +542,6 @@ export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u
 export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
     return gatherArrays(View, view_low, view_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
 }
-
-/// Mirrors lx_gather_stream in loaderx.h.
-pub const LxGatherStream = extern struct {
-    store: ?*LxStore,
-    out: ?[*]u8,
-    record_size: u64,
-    out_bytes: u64,
-};
 
 export fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) callconv(.c) Status {
     if (stream_count == 0 or stream_count > gather_streams.stream_count_max)
@@ -686,17 +604,6 @@ export fn lx_sampler_fill(
     return .ok;
 }
 
-/// Mirrors lx_sampler_request in loaderx.h.
-pub const LxSamplerRequest = extern struct {
-    mode: u32,
-    reserved: u32,
-    length: u64,
-    batch_size: u64,
-    seed: u64,
-    shard_index: u64,
-    shard_count: u64,
-};
-
 export fn lx_sampler_batch(request: ?*const LxSamplerRequest, step: u64, out: ?[*]i64) callconv(.c) Status {
     const r = request orelse {
         status.setMessage("the sampler request is NULL", .{});
@@ -736,53 +643,4 @@ fn samplerStatus(err: sampler.Error, r: sampler.Request) Status {
         ),
     }
     return .invalid_argument;
-}
-
-test "lx_sampler_fill writes a batch and refuses bad arguments with a message" {
-    var out: [4]i64 = undefined;
-    try std.testing.expectEqual(Status.ok, lx_sampler_fill(0, 10, 4, 0, 2, 0, 1, &out));
-    try std.testing.expectEqualSlices(i64, &.{ 8, 9, 0, 1 }, &out);
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 10, 4, 0, 0, 0, 1, null));
-    try std.testing.expectEqualStrings("the output buffer is NULL", std.mem.span(lx_last_error()));
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(2, 10, 4, 0, 0, 1, 3, &out));
-    try std.testing.expectEqualStrings(
-        "cyclic mode needs batch_size * shard_count (4 * 3) <= length 10",
-        std.mem.span(lx_last_error()),
-    );
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(7, 10, 4, 0, 0, 0, 1, &out));
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 0, 4, 0, 0, 0, 1, &out));
-}
-
-test "lx_sampler_batch equals lx_sampler_fill and refuses a bad request" {
-    var want: [5]i64 = undefined;
-    var got: [5]i64 = undefined;
-    try std.testing.expectEqual(Status.ok, lx_sampler_fill(2, 100, 5, 7, 3, 1, 2, &want));
-    var request: LxSamplerRequest = .{ .mode = 2, .reserved = 0, .length = 100, .batch_size = 5, .seed = 7, .shard_index = 1, .shard_count = 2 };
-    try std.testing.expectEqual(Status.ok, lx_sampler_batch(&request, 3, &got));
-    try std.testing.expectEqualSlices(i64, &want, &got);
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(null, 3, &got));
-    request.reserved = 1;
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
-    request.reserved = 0;
-    request.mode = 9;
-    try std.testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
-}
-
-test "abi basics" {
-    try std.testing.expectEqual(abi_version, lx_abi_version());
-    try std.testing.expectEqualStrings("LX_IO", std.mem.span(lx_status_name(12)));
-    try std.testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(99)));
-    try std.testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(-1)));
-}
-
-test "lx_store_open refuses create together with read-only, both verify flags, and unknown flags" {
-    var out: ?*LxStore = undefined;
-    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_create | open_read_only, &out));
-    try std.testing.expect(out == null);
-    try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other", std.mem.span(lx_last_error()));
-    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", 32, &out));
-    try std.testing.expectEqual(Status.invalid_argument, lx_store_open(".", open_verify_all | open_verify_none, &out));
-    try std.testing.expectEqualStrings("lx_store_open: LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE together", std.mem.span(lx_last_error()));
-    try std.testing.expectEqualStrings("LX_STORE_LOCKED", std.mem.span(lx_status_name(15)));
-    try std.testing.expectEqualStrings("LX_READ_ONLY", std.mem.span(lx_status_name(16)));
 }

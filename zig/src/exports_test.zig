@@ -5,11 +5,14 @@ const std = @import("std");
 const testing = std.testing;
 const Status = @import("status.zig").Status;
 const limits = @import("limits.zig");
+const abi_types = @import("abi_types.zig");
+const abi_version = @import("exports.zig").abi_version;
 
 const LxStore = opaque {};
 const LxStats = extern struct { records: u64, live_bytes: u64, chunk_bytes: u64, reclaimable: u64 };
 
 // Declared as a C caller sees loaderx.h; the linker resolves them to exports.zig's symbols.
+extern fn lx_abi_version() u32;
 extern fn lx_status_name(status: c_int) [*:0]const u8;
 extern fn lx_last_error() [*:0]const u8;
 extern fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) Status;
@@ -774,4 +777,70 @@ test "a stale view handle is refused, and a view whose store was replaced refuse
     try testing.expectEqual(@as(u64, 0), lx_view_length(orphan));
     try expectRefused(.invalid_argument, lx_view_gather_fixed(orphan, &index, 1, &out, 4), "closed before the view");
     try testing.expectEqual(@as(u64, 10), lx_store_length(newcomer.store));
+}
+
+test "lx_sampler_fill writes a batch and refuses bad arguments with a message" {
+    var out: [4]i64 = undefined;
+    try testing.expectEqual(Status.ok, lx_sampler_fill(0, 10, 4, 0, 2, 0, 1, &out));
+    try testing.expectEqualSlices(i64, &.{ 8, 9, 0, 1 }, &out);
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 10, 4, 0, 0, 0, 1, null));
+    try testing.expectEqualStrings("the output buffer is NULL", std.mem.span(lx_last_error()));
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_fill(2, 10, 4, 0, 0, 1, 3, &out));
+    try testing.expectEqualStrings(
+        "cyclic mode needs batch_size * shard_count (4 * 3) <= length 10",
+        std.mem.span(lx_last_error()),
+    );
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_fill(7, 10, 4, 0, 0, 0, 1, &out));
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_fill(1, 0, 4, 0, 0, 0, 1, &out));
+}
+
+test "lx_sampler_batch equals lx_sampler_fill and refuses a bad request" {
+    var want: [5]i64 = undefined;
+    var got: [5]i64 = undefined;
+    try testing.expectEqual(Status.ok, lx_sampler_fill(2, 100, 5, 7, 3, 1, 2, &want));
+    var request: LxSamplerRequest = .{
+        .mode = 2,
+        .reserved = 0,
+        .length = 100,
+        .batch_size = 5,
+        .seed = 7,
+        .shard_index = 1,
+        .shard_count = 2,
+    };
+    try testing.expectEqual(Status.ok, lx_sampler_batch(&request, 3, &got));
+    try testing.expectEqualSlices(i64, &want, &got);
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_batch(null, 3, &got));
+    request.reserved = 1;
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
+    request.reserved = 0;
+    request.mode = 9;
+    try testing.expectEqual(Status.invalid_argument, lx_sampler_batch(&request, 3, &got));
+}
+
+test "abi basics" {
+    try testing.expectEqual(abi_version, lx_abi_version());
+    try testing.expectEqualStrings("LX_IO", std.mem.span(lx_status_name(12)));
+    try testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(99)));
+    try testing.expectEqualStrings("unknown", std.mem.span(lx_status_name(-1)));
+}
+
+test "lx_store_open refuses create together with read-only, both verify flags, and unknown flags" {
+    const flags = abi_types;
+    var out: ?*LxStore = undefined;
+    const create_read_only = flags.open_create | flags.open_read_only;
+    try testing.expectEqual(Status.invalid_argument, lx_store_open(".", create_read_only, &out));
+    try testing.expect(out == null);
+    try testing.expectEqualStrings(
+        "lx_store_open: LX_OPEN_CREATE and LX_OPEN_READ_ONLY exclude each other",
+        std.mem.span(lx_last_error()),
+    );
+    try testing.expectEqual(Status.invalid_argument, lx_store_open(".", 32, &out));
+    const both_verify = flags.open_verify_all | flags.open_verify_none;
+    try testing.expectEqual(Status.invalid_argument, lx_store_open(".", both_verify, &out));
+    try testing.expectEqualStrings(
+        "lx_store_open: LX_OPEN_VERIFY_ALL and LX_OPEN_VERIFY_NONE together",
+        std.mem.span(lx_last_error()),
+    );
+    try testing.expectEqualStrings("LX_STORE_LOCKED", std.mem.span(lx_status_name(15)));
+    try testing.expectEqualStrings("LX_READ_ONLY", std.mem.span(lx_status_name(16)));
 }
