@@ -712,7 +712,6 @@ test "a stale store handle is refused, and never reaches a store opened since in
     // The last one, told apart from the old by an eleventh record.
     const new = &news[new_count - 1];
     try testing.expectEqual(Status.ok, lx_store_append_fixed(new.store, "kkkk", 4, 1, 0, null));
-    std.debug.print("stale handle test: the new store {s} the closed store's memory (0x{x})\n", .{ if (same_memory) "reuses" else "does not reuse", stale_address });
     try testing.expect(new.store != stale);
     try expectStoreRefused(stale);
     // The new store kept working and unchanged through all of it.
@@ -743,7 +742,6 @@ test "a stale view handle is refused, and a view whose store was replaced refuse
         same_memory = objectAddress(View, fresh.?).? == stale_address;
         if (same_memory) break;
     }
-    std.debug.print("stale handle test: the new view {s} the closed view's memory\n", .{if (same_memory) "reuses" else "does not reuse"});
     try testing.expect(fresh != stale);
     var index: [1]i64 = .{2};
     var offsets: [2]u64 = .{ 0, 4 };
