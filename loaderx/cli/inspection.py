@@ -15,7 +15,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
-from loaderx.cli.sizes import size_text
+from loaderx.cli.sizes import count_text, size_text
 from loaderx.cli.stores import disk_usage, open_store, record_blocks, record_sizes, shard_names
 
 
@@ -179,11 +179,11 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     else:
         sums = (f"{report.checksummed:,} against their checksums" if report.has_checksums
                 else "no checksums in this store: table entries and frames only")
-        print(f"{args.path}: {report.records:,} records checked in {elapsed:.1f} s ({sums})",
-              file=out)
+        print(f"{args.path}: {count_text(report.records, 'record')} checked in {elapsed:.1f} s "
+              f"({sums})", file=out)
         for bad in report.bad:
             print(f"  bad record {bad.index}: {bad.reason}", file=out)
         if report.bad_count > len(report.bad):
-            print(f"  ... {report.bad_count:,} bad records in all", file=out)
-        print("OK" if report.ok else f"{report.bad_count:,} bad records", file=out)
+            print(f"  ... {count_text(report.bad_count, 'bad record')} in all", file=out)
+        print("OK" if report.ok else count_text(report.bad_count, "bad record"), file=out)
     return EXIT_OK if report.ok else EXIT_PROBLEM

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
+from loaderx import __version__
 from loaderx._store.schema import CODEC_NAMES
 from loaderx.cli.arguments import dict_size_option, int_option, seconds_option
 from loaderx.cli.bench import BENCH_RECORDS_MAX, cmd_bench
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 all is well, 1 a problem was found, 2 usage error, 130 "
                "interrupted (Ctrl-C).",
     )
+    # As git, zstd and pip do: the program's name and version on stdout, exit status 0.
+    parser.add_argument("--version", action="version", version=f"loaderx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str, run: Callable[[argparse.Namespace, TextIO], int]

@@ -1,4 +1,5 @@
-"""Byte counts as people read them (B, KiB, MiB, ...), for the command's and the demo's output."""
+"""Counts and byte sizes as people read them (1 record, 2 records; B, KiB, MiB, ...), for the
+command's and the demo's output."""
 
 from __future__ import annotations
 
@@ -10,3 +11,8 @@ def size_text(count: int) -> str:
             return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
         value /= 1024
     return f"{count} B"
+
+
+def count_text(count: int, noun: str) -> str:
+    """`count` with its noun, plural unless the count is one: "1 bad record", "2 bad records"."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"

@@ -270,7 +270,7 @@ def test_verify_lists_bad_records_and_exits_1(tmp_path: Path) -> None:
         chunk.write(bytes([byte[0] ^ 0xFF]))
     status, text = run("verify", str(tmp_path / "ds"))
     assert status == EXIT_PROBLEM
-    assert "bad record 5: checksum" in text and "1 bad records" in text
+    assert "bad record 5: checksum" in text and text.rstrip().endswith("\n1 bad record")
     report = json.loads(run("verify", str(tmp_path / "ds"), "--json")[1])
     assert report["ok"] is False and report["bad"] == [{"index": 5, "reason": "checksum"}]
     assert report["records"] == 100 and report["has_checksums"] is True
@@ -707,3 +707,20 @@ def test_npz_arrays_are_converted_without_loading_them_whole(
         assert found.dtype == values.dtype and found.shape == values.shape
         np.testing.assert_array_equal(found, values)
     assert os.listdir(tmp_path / "scratch") == []  # the inflated copies are gone
+
+
+def test_version_prints_the_package_version_and_exits_zero() -> None:
+    """`loaderx --version`, as git and zstd answer it: name and version on stdout, status 0."""
+    import loaderx
+
+    done = subprocess.run([sys.executable, "-m", "loaderx", "--version"], capture_output=True,
+                          text=True, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"loaderx {loaderx.__version__}\n"
+
+
+def test_verify_counts_one_record_in_the_singular(tmp_path: Path) -> None:
+    from_numpy(str(tmp_path / "one"), np.arange(1, dtype=np.int64), codec="raw")
+    status, text = run("verify", str(tmp_path / "one"))
+    assert status == EXIT_OK
+    assert f"{tmp_path / 'one'}: 1 record checked in " in text and "1 records" not in text
