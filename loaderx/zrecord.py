@@ -2,6 +2,7 @@
 
 The public face of loaderx._store.zrecord: every name here is part of loaderx's API."""
 
+from loaderx._os.descriptors import set_raise_descriptor_limit
 from loaderx._store.zrecord import (
     CODECS,
     POOL_ALWAYS,
@@ -32,6 +33,7 @@ __all__ = [
     "Zrecord",
     "pool_policy",
     "set_pool_policy",
+    "set_raise_descriptor_limit",
     "set_stores_policy",
     "stores_policy",
 ]

@@ -10,6 +10,10 @@ open would come near the soft limit, so the first EMFILE does not land in a file
 no retry (a manifest, a schema). A process that never opens that many stores never changes its
 limit. Windows has no `resource` module and no such limit; nothing is raised there.
 
+A user who wants no process-wide change turns the raising off, with LOADERX_RAISE_NOFILE=0 (read
+each time loaderx would raise the limit) or set_raise_descriptor_limit(False) (which wins over
+the variable); a shortage then raises DescriptorLimitError at once.
+
 Left interpreted: it runs only on store opens and on failures.
 """
 
@@ -39,6 +43,10 @@ RESERVE: Final = 64
 # 2^20 by default; macOS more than OPEN_MAX); halved until the kernel accepts it.
 UNLIMITED_TARGET: Final = 1 << 20
 
+# The variable that turns the raising off ("0", "false", "no" or "off").
+ENV_RAISE: Final = "LOADERX_RAISE_NOFILE"
+_ENV_OFF: Final = frozenset({"0", "false", "no", "off"})
+
 T = TypeVar("T")
 
 _lock: Final = threading.Lock()
@@ -47,6 +55,24 @@ _lock: Final = threading.Lock()
 _raised_count: int = 0
 # The soft limit as last read (None until the first store open needs it).
 _soft_seen: int | None = None
+# set_raise_descriptor_limit's choice; None follows LOADERX_RAISE_NOFILE.
+_raise_chosen: bool | None = None
+
+
+def set_raise_descriptor_limit(enabled: bool | None) -> None:
+    """Whether loaderx may raise the process's soft RLIMIT_NOFILE when its stores need more
+    descriptors (the default). False leaves the limit as the process was given it: a shortage
+    raises DescriptorLimitError instead. None goes back to the environment variable
+    LOADERX_RAISE_NOFILE ("0", "false", "no" or "off" turn the raising off)."""
+    global _raise_chosen
+    _raise_chosen = enabled
+
+
+def raise_enabled() -> bool:
+    """Whether the soft limit may be raised now: the function's choice, else the variable."""
+    if _raise_chosen is not None:
+        return _raise_chosen
+    return os.environ.get(ENV_RAISE, "1").strip().lower() not in _ENV_OFF
 
 
 def raised_count() -> int:
@@ -68,6 +94,8 @@ def raise_soft_limit(seen_count: int) -> bool:
     failed with EMFILE is worth making once more; False when the soft limit is already the
     hard limit (or the platform has no limit)."""
     global _raised_count, _soft_seen
+    if not raise_enabled():
+        return False
     with _lock:
         if _raised_count != seen_count:
             return True
@@ -117,7 +145,10 @@ def advice() -> str:
         soft, hard = current
         shown = "unlimited" if hard < 0 else str(hard)
         held = f"the process's limit (RLIMIT_NOFILE) is {soft}, its hard limit {shown}"
-        if soft == hard:
+        if not raise_enabled():
+            held += (f", and loaderx was told not to raise it ({ENV_RAISE}=0 or "
+                     "set_raise_descriptor_limit(False))")
+        elif soft == hard:
             held += ", so loaderx cannot raise it further"
     return (
         f"out of file descriptors: {held}. Each open store (shard) holds {PER_READER} "

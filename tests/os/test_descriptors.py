@@ -55,8 +55,10 @@ def _hard_limit() -> int:
     return 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
 
 
-def _run(body: str, soft: int, hard: int, folder: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def _run(
+    body: str, soft: int, hard: int, folder: Path, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", _PRELUDE + body, str(soft), str(hard), str(folder)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
@@ -173,3 +175,32 @@ print(json.dumps(failure))
     with DenseDataset(path, readonly=True) as ds:
         assert len(ds) == first
         assert (ds[np.arange(first)] == _records(800)[:first]).all()
+
+
+@pytest.mark.parametrize("switch", ["default", "variable", "function"])
+def test_the_raising_can_be_turned_off_by_variable_or_function(tmp_path: Path, switch: str) -> None:
+    # 60 writable shards need about 420 descriptors, past a soft limit of 256: by default the
+    # limit rises and every append lands; turned off, the limit stays and the shortage is a
+    # DescriptorLimitError that says loaderx was told not to raise it.
+    hard = _hard_limit()
+    body = f"""
+if {switch!r} == "function":
+    from loaderx.zrecord import set_raise_descriptor_limit
+    set_raise_descriptor_limit(False)
+data = np.zeros((600, 16), np.uint8)
+found = {{"type": None, "told": False}}
+try:
+    with DenseDataset(folder, dtype=np.uint8, item_shape=(16,), shard_records=10) as ds:
+        for first in range(0, 600, 10):
+            ds.append(data[first:first + 10])
+except OSError as exc:
+    found = {{"type": type(exc).__name__, "told": "told not to raise it" in str(exc)}}
+found["soft"] = soft_now()
+print(json.dumps(found))
+"""
+    extra_env = {"LOADERX_RAISE_NOFILE": "0" if switch == "variable" else "1"}
+    found = _run(body, 256, hard, tmp_path / "d", extra_env)
+    if switch == "default":
+        assert found == {"type": None, "told": False, "soft": hard}
+    else:
+        assert found == {"type": "DescriptorLimitError", "told": True, "soft": 256}

@@ -26,7 +26,7 @@ PUBLIC_API: dict[str, set[str]] = {
                         "DenseDataset", "RaggedDataset", "pad"},
     "loaderx.dataloader": {"Batch", "DataLoader", "Transform"},
     "loaderx.zrecord": {"CODECS", "RECORD_COUNT_MAX", "RECORD_SIZE_MAX", "Zrecord",
-                        "pool_policy", "set_pool_policy", "set_stores_policy", "stores_policy",
+                        "pool_policy", "set_pool_policy", "set_raise_descriptor_limit", "set_stores_policy", "stores_policy",
                         "POOL_ALWAYS", "POOL_AUTO", "POOL_NEVER", "STORES_AUTO", "STORES_CACHED",
                         "STORES_STREAMING"},
     "loaderx.sampler": {"MODES", "Mode", "Sampler"},
