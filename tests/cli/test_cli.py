@@ -118,7 +118,7 @@ def test_problems_exit_1_and_usage_errors_exit_2(
     assert "not a loaderx dataset" in capsys.readouterr().err
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     assert run("convert", str(tmp_path / "bad.npy"), str(tmp_path / "d"))[0] == EXIT_PROBLEM
-    assert "not a .npy or .npz file" in capsys.readouterr().err
+    assert "bad.npy: not a NumPy file (.npy/.npz)\n" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
     for argv in (["info"], ["frobnicate"], ["convert", "x.npy", "y", "--codec", "gzip"], []):
         with pytest.raises(SystemExit) as exit_info:
@@ -390,17 +390,20 @@ def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
     ("empty.npy", "not a .npy or .npz file NumPy can read (No data left in file)"),
     ("cut.npz", "not a .npy or .npz file NumPy can read (File is not a zip file)"),
     ("none.npz", "the .npz holds no arrays; nothing was converted"),
+    ("table.csv", "not a NumPy file (.npy/.npz)"),
 ])
 def test_convert_refuses_a_source_that_is_no_array_file(
     tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An empty file or a cut-off .npz ended in a traceback (EOFError, BadZipFile), a folder
-    was "no such file", and an .npz without arrays converted nothing and said nothing."""
+    was "no such file", an .npz without arrays converted nothing and said nothing, and a .csv
+    was "pickled data" (np.load's refusal to unpickle whatever is neither .npy nor .npz)."""
     (tmp_path / "folder").mkdir()
     (tmp_path / "empty.npy").write_bytes(b"")
     np.savez(tmp_path / "whole.npz", a=np.arange(100))
     (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:200])
     np.savez(tmp_path / "none.npz")
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
     status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
     assert (status, text) == (EXIT_PROBLEM, "")
     assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
