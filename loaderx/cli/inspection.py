@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import numpy as np
 
@@ -83,6 +83,19 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# The human names of stats' keys; --json keeps the keys themselves.
+STATS_LABELS: Final = {
+    "records": "records", "live_bytes": "live bytes", "chunk_bytes": "chunk bytes",
+    "reclaimable": "reclaimable bytes", "record_bytes_min": "smallest record",
+    "record_bytes_max": "largest record", "record_bytes_mean": "mean record",
+}
+
+
+def stats_label(key: str) -> str:
+    """The words stats prints for one of its keys (a key it does not know, with spaces)."""
+    return STATS_LABELS.get(key, key.replace("_", " "))
+
+
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     """Prints the store's own stats() and its smallest, largest and mean record size."""
     opened = open_store(args.path)
@@ -99,7 +112,8 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(file=out)
     else:
         for key, value in stats.items():
-            print(f"{key:<18} {value:,}" if isinstance(value, int) else f"{key:<18} {value}",
+            label = stats_label(key)
+            print(f"{label:<18} {value:,}" if isinstance(value, int) else f"{label:<18} {value}",
                   file=out)
     return EXIT_OK
 

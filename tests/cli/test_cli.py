@@ -67,6 +67,27 @@ def test_convert_info_stats_head(tmp_path: Path, images: np.ndarray,
     assert text.startswith(repr(images[:2])[:20])
 
 
+def test_stats_prints_words_and_json_prints_keys(tmp_path: Path) -> None:
+    """stats printed its dictionary's keys (live_bytes, record_bytes_min) for people to read;
+    the snake_case keys now belong to --json alone."""
+    from_numpy(tmp_path / "ds", np.arange(40, dtype=np.uint8).reshape(10, 4), progress=False)
+    status, text = run("stats", str(tmp_path / "ds"))
+    assert status == EXIT_OK
+    assert text.splitlines() == [
+        "records            10",
+        "live bytes         40",
+        "chunk bytes        40",
+        "reclaimable bytes  0",
+        "smallest record    4",
+        "largest record     4",
+        "mean record        4.0",
+    ]
+    status, text = run("stats", str(tmp_path / "ds"), "--json")
+    assert list(json.loads(text)) == ["records", "live_bytes", "chunk_bytes", "reclaimable",
+                                      "record_bytes_min", "record_bytes_max",
+                                      "record_bytes_mean"]
+
+
 def test_npz_ragged_and_bare_stores(tmp_path: Path) -> None:
     np.savez(tmp_path / "pair.npz", x=np.arange(10.0), y=np.ones((4, 3), np.int16))
     status, text = run("convert", str(tmp_path / "pair.npz"), str(tmp_path / "out"), "--codec", "raw")
