@@ -88,6 +88,36 @@ def test_stats_prints_words_and_json_prints_keys(tmp_path: Path) -> None:
                                       "record_bytes_mean"]
 
 
+def test_info_lists_the_datasets_of_a_folder_holding_several(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`info` on what `convert x.npz out` writes (one dataset a sub-folder) said "not a loaderx
+    dataset"; it now gives a line for each, and --json a list. A folder holding none still
+    fails as before."""
+    arrays = {"images": np.arange(400, dtype=np.uint8).reshape(100, 2, 2),
+              "labels": np.arange(100, dtype=np.int64)}
+    np.savez(tmp_path / "x.npz", **arrays)  # type: ignore[arg-type]
+    assert run("convert", str(tmp_path / "x.npz"), str(tmp_path / "out"), "--quiet")[0] == EXIT_OK
+    (tmp_path / "out" / "notes").mkdir()
+    status, text = run("info", str(tmp_path / "out"))
+    assert status == EXIT_OK
+    assert text.splitlines() == [
+        "name    kind   dtype  item shape  records  codec  data bytes",
+        "images  dense  uint8  (2, 2)      100      zstd   400 B",
+        "labels  dense  int64  ()          100      zstd   800 B",
+    ]
+    status, text = run("info", str(tmp_path / "out"), "--json")
+    listed = json.loads(text)
+    assert [(i["path"], i["dtype"], i["records"]) for i in listed] == [
+        (str(tmp_path / "out" / "images"), "uint8", 100),
+        (str(tmp_path / "out" / "labels"), "int64", 100),
+    ]
+    assert listed[0] == json.loads(run("info", str(tmp_path / "out" / "images"), "--json")[1])
+    capsys.readouterr()
+    assert run("info", str(tmp_path / "out" / "notes")) == (EXIT_PROBLEM, "")
+    assert "not a loaderx dataset" in capsys.readouterr().err
+
+
 def test_npz_ragged_and_bare_stores(tmp_path: Path) -> None:
     np.savez(tmp_path / "pair.npz", x=np.arange(10.0), y=np.ones((4, 3), np.int16))
     status, text = run("convert", str(tmp_path / "pair.npz"), str(tmp_path / "out"), "--codec", "raw")
