@@ -77,15 +77,25 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     if isinstance(loaded, np.lib.npyio.NpzFile):
         with loaded as archive:
             return convert_npz(source, archive, args, codec, out)
-    count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
-                       overwrite=args.overwrite, progress=progress_option(args))
+    try:
+        count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
+                           overwrite=args.overwrite, progress=progress_option(args))
+    except (TypeError, ValueError) as error:
+        # from_numpy's documented refusals of an array it cannot store (0-d, a string dtype,
+        # too few records to train a dictionary on).
+        raise Problem(str(error)) from None
     print(f"{args.dest}: {count:,} records ({codec})", file=out)
     return EXIT_OK
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
-    count = recode(args.source, args.dest, codec=check_codec(args.codec),
-                   dict_size=args.dict_size, overwrite=args.overwrite,
-                   progress=progress_option(args))
+    try:
+        count = recode(args.source, args.dest, codec=check_codec(args.codec),
+                       dict_size=args.dict_size, overwrite=args.overwrite,
+                       progress=progress_option(args))
+    except (TypeError, ValueError) as error:
+        # recode's documented refusals (a source that is no dataset, a codec or dictionary
+        # size it cannot use).
+        raise Problem(str(error)) from None
     print(f"{args.dest}: {count:,} records ({args.codec})", file=out)
     return EXIT_OK

@@ -118,6 +118,39 @@ def test_info_lists_the_datasets_of_a_folder_holding_several(
     assert "not a loaderx dataset" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bug", [TypeError("a bug"), KeyError("a bug"), ValueError("a bug")])
+def test_a_bug_in_a_command_is_a_traceback_not_a_one_line_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bug: Exception
+) -> None:
+    """main caught every TypeError and ValueError and printed it as a problem with the user's
+    input (exit 1), so a bug in loaderx read like a bad argument. Only the errors the library
+    documents for bad input are caught now, around the calls that raise them."""
+    from_numpy(tmp_path / "ds", np.arange(40, dtype=np.uint8).reshape(10, 4), progress=False)
+
+    def broken(*args: object) -> object:
+        raise bug
+
+    monkeypatch.setattr("loaderx.cli.inspection.record_sizes", broken)
+    with pytest.raises(type(bug), match="a bug"):
+        main(["stats", str(tmp_path / "ds")])
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.array(3), "from_numpy needs an array with at least one dimension (axis 0: records)"),
+    (np.zeros((3, 4)), "'zstd_dict' trains a dictionary on the records, which needs at least 7 "
+                       "of them (ideally hundreds); there are 3: use 'zstd'"),
+])
+def test_convert_still_says_what_from_numpy_refuses_in_one_line(
+    tmp_path: Path, array: np.ndarray, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With main no longer catching every ValueError, convert catches from_numpy's own."""
+    np.save(tmp_path / "a.npy", array)
+    status, text = run("convert", str(tmp_path / "a.npy"), str(tmp_path / "d"), "--quiet",
+                       "--codec", "zstd_dict")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == f"loaderx convert: {message}\n"
+
+
 def test_npz_ragged_and_bare_stores(tmp_path: Path) -> None:
     np.savez(tmp_path / "pair.npz", x=np.arange(10.0), y=np.ones((4, 3), np.int16))
     status, text = run("convert", str(tmp_path / "pair.npz"), str(tmp_path / "out"), "--codec", "raw")
