@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # NumPy's says how much it wanted (`head -n 100000` of 1 MiB records: 98 GiB).
         print(f"loaderx {args.command}: out of memory ({error})", file=sys.stderr)
         return EXIT_PROBLEM
-    except (Problem, LoaderxError, OSError, ValueError, TypeError) as error:
+    except (Problem, LoaderxError, OSError) as error:
         print(f"loaderx {args.command}: {error}", file=sys.stderr)
         return EXIT_PROBLEM
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import tempfile
 import zipfile
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import numpy as np
 
@@ -22,6 +22,19 @@ def progress_option(args: argparse.Namespace) -> bool | None:
     return False if args.quiet else None
 
 
+# The first bytes np.load goes by: a .npy's magic, or a zip's (an .npz; an empty zip starts at its
+# end record). Anything else it would unpickle, which it refuses, saying "pickled data".
+NUMPY_PREFIXES: Final = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")
+
+
+def is_numpy_file(source: str) -> bool:
+    """Whether the file at source starts as a .npy or an .npz does (an empty file counts, so that
+    NumPy itself says it holds no data)."""
+    with open(source, "rb") as stream:
+        head = stream.read(len(NUMPY_PREFIXES[0]))
+    return not head or head.startswith(NUMPY_PREFIXES)
+
+
 def load_source(source: str) -> Any:
     """The .npy (memory-mapped) or the open .npz at source, whatever its name says: NumPy reads
     the format from the file's first bytes."""
@@ -29,6 +42,8 @@ def load_source(source: str) -> Any:
         raise Problem(f"{source}: a folder, not a .npy or .npz file")
     if not os.path.isfile(source):
         raise Problem(f"{source}: no such file")
+    if not is_numpy_file(source):
+        raise Problem(f"{source}: not a NumPy file (.npy/.npz)")
     try:
         return np.load(source, mmap_mode="r")
     except (ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -62,15 +77,25 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     if isinstance(loaded, np.lib.npyio.NpzFile):
         with loaded as archive:
             return convert_npz(source, archive, args, codec, out)
-    count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
-                       overwrite=args.overwrite, progress=progress_option(args))
+    try:
+        count = from_numpy(args.dest, loaded, codec=codec, dict_size=args.dict_size,
+                           overwrite=args.overwrite, progress=progress_option(args))
+    except (TypeError, ValueError) as error:
+        # from_numpy's documented refusals of an array it cannot store (0-d, a string dtype,
+        # too few records to train a dictionary on).
+        raise Problem(str(error)) from None
     print(f"{args.dest}: {count:,} records ({codec})", file=out)
     return EXIT_OK
 
 
 def cmd_recode(args: argparse.Namespace, out: TextIO) -> int:
-    count = recode(args.source, args.dest, codec=check_codec(args.codec),
-                   dict_size=args.dict_size, overwrite=args.overwrite,
-                   progress=progress_option(args))
+    try:
+        count = recode(args.source, args.dest, codec=check_codec(args.codec),
+                       dict_size=args.dict_size, overwrite=args.overwrite,
+                       progress=progress_option(args))
+    except (TypeError, ValueError) as error:
+        # recode's documented refusals (a source that is no dataset, a codec or dictionary
+        # size it cannot use).
+        raise Problem(str(error)) from None
     print(f"{args.dest}: {count:,} records ({args.codec})", file=out)
     return EXIT_OK

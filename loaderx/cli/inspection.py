@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import numpy as np
 
@@ -16,8 +17,8 @@ from loaderx._data.ragged import RaggedDataset
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import count_text, size_text
-from loaderx.cli.stores import disk_usage, open_store, record_blocks, record_sizes, shard_names
-
+from loaderx.cli.stores import (disk_usage, open_store, record_blocks, record_sizes,
+                                shard_names, stores_inside)
 
 def info_of(path: str) -> dict[str, Any]:
     """What `info` reports about the store at path: its kind, layout, codec and byte counts."""
@@ -72,8 +73,31 @@ def print_info(info: dict[str, Any], out: TextIO) -> None:
         print(f"{label:<14} {value}", file=out)
 
 
+def print_info_rows(names: list[str], infos: list[dict[str, Any]], out: TextIO) -> None:
+    """Several info_of answers, one line a store under a header, in aligned columns."""
+    rows = [("name", "kind", "dtype", "item shape", "records", "codec", "data bytes")]
+    for name, info in zip(names, infos):
+        shape = tuple(info["item_shape"]) if info["item_shape"] is not None else "-"
+        rows.append((name, info["kind"], info["dtype"] or "-", str(shape),
+                     f"{info['records']:,}", info["codec"], size_text(info["data_bytes"])))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(),
+              file=out)
+
+
 def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
-    """Prints info_of(args.path), as lines or as JSON."""
+    """Prints info_of(args.path), as lines or as JSON; for a folder holding stores rather than
+    being one, a line (a JSON list) for each."""
+    names = stores_inside(args.path)
+    if names:
+        infos = [info_of(os.path.join(args.path, name)) for name in names]
+        if args.json:
+            json.dump(infos, out, indent=2)
+            print(file=out)
+        else:
+            print_info_rows(names, infos, out)
+        return EXIT_OK
     info = info_of(args.path)
     if args.json:
         json.dump(info, out, indent=2)
@@ -81,6 +105,19 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     else:
         print_info(info, out)
     return EXIT_OK
+
+
+# The human names of stats' keys; --json keeps the keys themselves.
+STATS_LABELS: Final = {
+    "records": "records", "live_bytes": "live bytes", "chunk_bytes": "chunk bytes",
+    "reclaimable": "reclaimable bytes", "record_bytes_min": "smallest record",
+    "record_bytes_max": "largest record", "record_bytes_mean": "mean record",
+}
+
+
+def stats_label(key: str) -> str:
+    """The words stats prints for one of its keys (a key it does not know, with spaces)."""
+    return STATS_LABELS.get(key, key.replace("_", " "))
 
 
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
@@ -99,7 +136,8 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(file=out)
     else:
         for key, value in stats.items():
-            print(f"{key:<18} {value:,}" if isinstance(value, int) else f"{key:<18} {value}",
+            label = stats_label(key)
+            print(f"{label:<18} {value:,}" if isinstance(value, int) else f"{label:<18} {value}",
                   file=out)
     return EXIT_OK
 

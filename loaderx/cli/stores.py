@@ -25,6 +25,21 @@ READ_BYTES: Final = 1 << 24
 LENGTH_WINDOW: Final = 1 << 20
 
 
+def is_store(path: str) -> bool:
+    """Whether path holds a dataset (its schema) or a bare Zrecord store (its meta.zr)."""
+    return is_file(os.path.join(path, SCHEMA_FILE)) or is_file(os.path.join(path, META_FILE))
+
+
+def stores_inside(path: str) -> list[str]:
+    """The names of the sub-folders of path that hold a store, sorted, when path is a folder
+    and no store itself (what `convert x.npz out` and the Ray sink write: one per array)."""
+    if not os.path.isdir(path) or is_store(path):
+        return []
+    with os.scandir(path) as entries:
+        return sorted(entry.name for entry in entries
+                      if entry.is_dir() and is_store(entry.path))
+
+
 def open_store(path: str, readonly: bool = True) -> Store:
     """The dataset at path (by its schema), or the bare Zrecord store when it has none.
 

@@ -67,6 +67,90 @@ def test_convert_info_stats_head(tmp_path: Path, images: np.ndarray,
     assert text.startswith(repr(images[:2])[:20])
 
 
+def test_stats_prints_words_and_json_prints_keys(tmp_path: Path) -> None:
+    """stats printed its dictionary's keys (live_bytes, record_bytes_min) for people to read;
+    the snake_case keys now belong to --json alone."""
+    from_numpy(tmp_path / "ds", np.arange(40, dtype=np.uint8).reshape(10, 4), progress=False)
+    status, text = run("stats", str(tmp_path / "ds"))
+    assert status == EXIT_OK
+    assert text.splitlines() == [
+        "records            10",
+        "live bytes         40",
+        "chunk bytes        40",
+        "reclaimable bytes  0",
+        "smallest record    4",
+        "largest record     4",
+        "mean record        4.0",
+    ]
+    status, text = run("stats", str(tmp_path / "ds"), "--json")
+    assert list(json.loads(text)) == ["records", "live_bytes", "chunk_bytes", "reclaimable",
+                                      "record_bytes_min", "record_bytes_max",
+                                      "record_bytes_mean"]
+
+
+def test_info_lists_the_datasets_of_a_folder_holding_several(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`info` on what `convert x.npz out` writes (one dataset a sub-folder) said "not a loaderx
+    dataset"; it now gives a line for each, and --json a list. A folder holding none still
+    fails as before."""
+    arrays = {"images": np.arange(400, dtype=np.uint8).reshape(100, 2, 2),
+              "labels": np.arange(100, dtype=np.int64)}
+    np.savez(tmp_path / "x.npz", **arrays)  # type: ignore[arg-type]
+    assert run("convert", str(tmp_path / "x.npz"), str(tmp_path / "out"), "--quiet")[0] == EXIT_OK
+    (tmp_path / "out" / "notes").mkdir()
+    status, text = run("info", str(tmp_path / "out"))
+    assert status == EXIT_OK
+    assert text.splitlines() == [
+        "name    kind   dtype  item shape  records  codec  data bytes",
+        "images  dense  uint8  (2, 2)      100      zstd   400 B",
+        "labels  dense  int64  ()          100      zstd   800 B",
+    ]
+    status, text = run("info", str(tmp_path / "out"), "--json")
+    listed = json.loads(text)
+    assert [(i["path"], i["dtype"], i["records"]) for i in listed] == [
+        (str(tmp_path / "out" / "images"), "uint8", 100),
+        (str(tmp_path / "out" / "labels"), "int64", 100),
+    ]
+    assert listed[0] == json.loads(run("info", str(tmp_path / "out" / "images"), "--json")[1])
+    capsys.readouterr()
+    assert run("info", str(tmp_path / "out" / "notes")) == (EXIT_PROBLEM, "")
+    assert "not a loaderx dataset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bug", [TypeError("a bug"), KeyError("a bug"), ValueError("a bug")])
+def test_a_bug_in_a_command_is_a_traceback_not_a_one_line_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bug: Exception
+) -> None:
+    """main caught every TypeError and ValueError and printed it as a problem with the user's
+    input (exit 1), so a bug in loaderx read like a bad argument. Only the errors the library
+    documents for bad input are caught now, around the calls that raise them."""
+    from_numpy(tmp_path / "ds", np.arange(40, dtype=np.uint8).reshape(10, 4), progress=False)
+
+    def broken(*args: object) -> object:
+        raise bug
+
+    monkeypatch.setattr("loaderx.cli.inspection.record_sizes", broken)
+    with pytest.raises(type(bug), match="a bug"):
+        main(["stats", str(tmp_path / "ds")])
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.array(3), "from_numpy needs an array with at least one dimension (axis 0: records)"),
+    (np.zeros((3, 4)), "'zstd_dict' trains a dictionary on the records, which needs at least 7 "
+                       "of them (ideally hundreds); there are 3: use 'zstd'"),
+])
+def test_convert_still_says_what_from_numpy_refuses_in_one_line(
+    tmp_path: Path, array: np.ndarray, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With main no longer catching every ValueError, convert catches from_numpy's own."""
+    np.save(tmp_path / "a.npy", array)
+    status, text = run("convert", str(tmp_path / "a.npy"), str(tmp_path / "d"), "--quiet",
+                       "--codec", "zstd_dict")
+    assert (status, text) == (EXIT_PROBLEM, "")
+    assert capsys.readouterr().err == f"loaderx convert: {message}\n"
+
+
 def test_npz_ragged_and_bare_stores(tmp_path: Path) -> None:
     np.savez(tmp_path / "pair.npz", x=np.arange(10.0), y=np.ones((4, 3), np.int16))
     status, text = run("convert", str(tmp_path / "pair.npz"), str(tmp_path / "out"), "--codec", "raw")
@@ -118,7 +202,7 @@ def test_problems_exit_1_and_usage_errors_exit_2(
     assert "not a loaderx dataset" in capsys.readouterr().err
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     assert run("convert", str(tmp_path / "bad.npy"), str(tmp_path / "d"))[0] == EXIT_PROBLEM
-    assert "not a .npy or .npz file" in capsys.readouterr().err
+    assert "bad.npy: not a NumPy file (.npy/.npz)\n" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
     for argv in (["info"], ["frobnicate"], ["convert", "x.npy", "y", "--codec", "gzip"], []):
         with pytest.raises(SystemExit) as exit_info:
@@ -390,17 +474,20 @@ def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
     ("empty.npy", "not a .npy or .npz file NumPy can read (No data left in file)"),
     ("cut.npz", "not a .npy or .npz file NumPy can read (File is not a zip file)"),
     ("none.npz", "the .npz holds no arrays; nothing was converted"),
+    ("table.csv", "not a NumPy file (.npy/.npz)"),
 ])
 def test_convert_refuses_a_source_that_is_no_array_file(
     tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An empty file or a cut-off .npz ended in a traceback (EOFError, BadZipFile), a folder
-    was "no such file", and an .npz without arrays converted nothing and said nothing."""
+    was "no such file", an .npz without arrays converted nothing and said nothing, and a .csv
+    was "pickled data" (np.load's refusal to unpickle whatever is neither .npy nor .npz)."""
     (tmp_path / "folder").mkdir()
     (tmp_path / "empty.npy").write_bytes(b"")
     np.savez(tmp_path / "whole.npz", a=np.arange(100))
     (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:200])
     np.savez(tmp_path / "none.npz")
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
     status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
     assert (status, text) == (EXIT_PROBLEM, "")
     assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
