@@ -142,7 +142,7 @@ typedef struct lx_gather_stream {
 /* Several stores gathered at the same indices in one call (a loader's streams of one step):
  * the largest stream runs on the pool, the others beside it. Every index is checked against
  * every store's length and every slot against its record before any byte moves. Each distinct
- * store is held shared for the call, locked in address order. */
+ * store is held shared for the call, locked in the library's one lock order (below). */
 lx_status lx_store_gather_streams(const int64_t *indices, uint64_t count,
                                   const lx_gather_stream *streams, uint64_t stream_count);
 
@@ -152,7 +152,10 @@ lx_status lx_store_delete(lx_store *store, const int64_t *indices, uint64_t coun
  * indices[splits[k] .. splits[k + 1]) (splits: count + 1 offsets from 0, non-decreasing).
  * Every store is taken exclusively, every index checked and every store's redo log written
  * before any record moves, so an error there (a full disk) changes nothing; an error after
- * that leaves every store deleted (each finished by its next writable open). */
+ * that leaves every store deleted (each finished by its next writable open).
+ * Lock order: every call that holds several stores at once (this one, a view's gathers and
+ * lx_store_gather_streams) takes them in one order, ascending address of the store object,
+ * whatever order they are listed in, so no two such calls can deadlock. */
 lx_status lx_stores_delete(lx_store *const *stores, uint64_t count, const int64_t *indices,
                            const uint64_t *splits);
 /* Offline, in-place compaction (see README). */

@@ -842,3 +842,102 @@ test "lx_store_open refuses create together with read-only, both verify flags, a
     try testing.expectEqualStrings("LX_STORE_LOCKED", std.mem.span(lx_status_name(15)));
     try testing.expectEqualStrings("LX_READ_ONLY", std.mem.span(lx_status_name(16)));
 }
+
+/// One thread of the lock-order race: repeats one call until told to stop, counting rounds.
+const Racer = struct {
+    stop: *std.atomic.Value(bool),
+    finished: *std.atomic.Value(u32),
+    failures: *std.atomic.Value(u32),
+    rounds: u64 = 0,
+    call: Call,
+
+    const Call = union(enum) {
+        delete: [2]?*LxStore,
+        view: *LxView,
+        streams: [2]LxGatherStream,
+    };
+
+    fn run(racer: *Racer) void {
+        defer _ = racer.finished.fetchAdd(1, .release);
+        const indices = [_]i64{ 1, 12 };
+        const none = [_]u64{ 0, 0, 0 };
+        while (!racer.stop.load(.acquire)) : (racer.rounds += 1) {
+            var out: [8]u8 = undefined;
+            const result = switch (racer.call) {
+                // No index: the call still takes both stores exclusively, and changes nothing.
+                .delete => |*pair| lx_stores_delete(pair, 2, null, &none),
+                .view => |view| lx_view_gather_fixed(view, &indices, 2, &out, 4),
+                .streams => |*pair| lx_store_gather_streams(&indices, 1, pair, 2),
+            };
+            if (result != .ok) _ = racer.failures.fetchAdd(1, .monotonic);
+        }
+    }
+};
+
+test "multi-store calls lock in one order whatever order they are given: no deadlock" {
+    var a: Fixture = undefined;
+    try a.init();
+    var b: Fixture = undefined;
+    try b.init();
+    var forward: ?*LxView = null;
+    var backward: ?*LxView = null;
+    const ab = [_]*LxStore{ a.store, b.store };
+    const ba = [_]*LxStore{ b.store, a.store };
+    try testing.expectEqual(Status.ok, lx_view_open(&ab, 2, &forward));
+    try testing.expectEqual(Status.ok, lx_view_open(&ba, 2, &backward));
+    var out_a: [4]u8 = undefined;
+    var out_b: [4]u8 = undefined;
+    const stream_a: LxGatherStream = .{
+        .store = a.store,
+        .out = &out_a,
+        .record_size = 4,
+        .out_bytes = 4,
+    };
+    const stream_b: LxGatherStream = .{
+        .store = b.store,
+        .out = &out_b,
+        .record_size = 4,
+        .out_bytes = 4,
+    };
+    var stop: std.atomic.Value(bool) = .init(false);
+    var finished: std.atomic.Value(u32) = .init(0);
+    var failures: std.atomic.Value(u32) = .init(0);
+    const calls = [_]Racer.Call{
+        .{ .delete = .{ a.store, b.store } },
+        .{ .delete = .{ b.store, a.store } },
+        .{ .view = forward.? },
+        .{ .view = backward.? },
+        .{ .streams = .{ stream_a, stream_b } },
+        .{ .streams = .{ stream_b, stream_a } },
+    };
+    var racers: [calls.len]Racer = undefined;
+    for (&racers, calls) |*racer, call| {
+        racer.* = .{ .stop = &stop, .finished = &finished, .failures = &failures, .call = call };
+    }
+    var threads: [racers.len]std.Thread = undefined;
+    for (&threads, &racers) |*thread, *racer| {
+        thread.* = try std.Thread.spawn(.{}, Racer.run, .{racer});
+    }
+    // The watchdog: race for a second, then give the racers ten seconds to notice the stop.
+    const io = @import("pool.zig").io();
+    io.sleep(.fromSeconds(1), .awake) catch {};
+    stop.store(true, .release);
+    var waited_ms: u32 = 0;
+    while (finished.load(.acquire) < racers.len and waited_ms < 10_000) : (waited_ms += 10) {
+        io.sleep(.fromMilliseconds(10), .awake) catch {};
+    }
+    if (finished.load(.acquire) < racers.len) {
+        // Deadlocked: the stuck threads keep the stores and views, which are left open.
+        for (threads) |thread| thread.detach();
+        const blocked = racers.len - finished.load(.acquire);
+        std.debug.print("deadlock: {d} of {d} racers blocked\n", .{ blocked, racers.len });
+        return error.Deadlock;
+    }
+    for (threads) |thread| thread.join();
+    lx_view_close(forward);
+    lx_view_close(backward);
+    b.deinit();
+    a.deinit();
+    try testing.expectEqual(@as(u32, 0), failures.load(.monotonic));
+    for (racers) |racer| try testing.expect(racer.rounds > 0);
+}

@@ -7,13 +7,15 @@
 //!
 //! Everything is checked before any byte moves: every index against every store's length (one
 //! checked copy serves all streams), every slot against its record's logical length. Each
-//! distinct store is held shared for the whole call, locked in address order, so that two
-//! calls over the same stores never lock them in opposite orders.
+//! distinct store is held shared for the whole call, locked in the library's one lock order
+//! (lock_order.zig), so that this call and any other multi-store call never lock the same
+//! stores in opposite orders.
 const std = @import("std");
 const assert = std.debug.assert;
 const store_mod = @import("store.zig");
 const index_check = @import("index_check.zig");
 const pool = @import("pool.zig");
+const lock_order = @import("lock_order.zig");
 const raw_copy = @import("raw_copy.zig");
 const errors = @import("errors.zig");
 const Store = store_mod.Store;
@@ -45,12 +47,12 @@ pub fn gather(streams: []const Stream, caller_indices: []const i64) Error!void {
     assert(streams.len >= 1 and streams.len <= stream_count_max);
     for (streams) |s| assert(s.destination.offsets == null and s.destination.stride > 0);
     if (caller_indices.len == 0) return;
-    const io = pool.io();
     for (streams) |s| try s.store.relockIfForked();
     var distinct: [stream_count_max]*Store = undefined;
-    const locked = lockOrder(streams, &distinct);
-    for (locked) |s| s.lock.lockSharedUncancelable(io);
-    defer for (locked) |s| s.lock.unlockShared(io);
+    for (streams, distinct[0..streams.len]) |s, *store| store.* = s.store;
+    const locked = lock_order.distinctInOrder(distinct[0..streams.len]);
+    lock_order.lockShared(locked);
+    defer lock_order.unlockShared(locked);
 
     const allocator = streams[0].store.allocator;
     const on_heap: ?[]i64 = if (caller_indices.len <= indices_scratch_max) null else allocator.alloc(i64, caller_indices.len) catch return errors.outOfMemory();
@@ -79,23 +81,6 @@ pub fn gather(streams: []const Stream, caller_indices: []const i64) Error!void {
     assert(side_count == 0 or sides.claimed.load(.acquire));
     try tasks[0].failure.check();
     for (tasks[1 .. 1 + side_count]) |*task| try task.failure.check();
-}
-
-/// The distinct stores of `streams` in address order (the order every call locks them in).
-fn lockOrder(streams: []const Stream, buffer: *[stream_count_max]*Store) []*Store {
-    var count: usize = 0;
-    for (streams) |s| {
-        if (std.mem.indexOfScalar(*Store, buffer[0..count], s.store) != null) continue;
-        buffer[count] = s.store;
-        count += 1;
-    }
-    const stores = buffer[0..count];
-    std.mem.sort(*Store, stores, {}, struct {
-        fn less(_: void, a: *Store, b: *Store) bool {
-            return @intFromPtr(a) < @intFromPtr(b);
-        }
-    }.less);
-    return stores;
 }
 
 /// The stream with the most bytes (the first of equals): the one the pool splits.

@@ -40,6 +40,7 @@ test {
     _ = @import("store_delete_test.zig");
     _ = @import("store_gather_test.zig");
     _ = @import("view.zig");
+    _ = @import("lock_order.zig");
     _ = @import("runs.zig");
     _ = @import("lazy_table.zig");
     _ = @import("raw_copy.zig");

@@ -12,6 +12,7 @@ const checksum = @import("checksum.zig");
 const integrity = @import("integrity.zig");
 const index_check = @import("index_check.zig");
 const Store = @import("store.zig").Store;
+const lock_order = @import("lock_order.zig");
 const Error = errors.Error;
 const RecordLoc = format.RecordLoc;
 const outOfMemory = errors.outOfMemory;
@@ -31,10 +32,10 @@ pub fn delete(store: *Store, indices: []const i64) Error!void {
 /// Deletes `indices[k]` from `stores[k]` for every k, as a whole or not at all. Refused with
 /// nothing changed when any store is read-only, open elsewhere (StoreLocked) or given an
 /// index out of its range: every store is taken exclusively and every index checked before
-/// the first record moves. Stores are taken in the given order, the order in which a view's
-/// gathers lock them, so the two never wait on each other in a cycle. Then two phases:
-/// every store's redo log is written (the only step that needs new disk space) before any
-/// table changes, so a full disk there removes the logs written and changes nothing; then
+/// the first record moves. Stores are taken in the library's one lock order (lock_order.zig),
+/// not the given one, so no other multi-store call can wait on this one in a cycle. Then two
+/// phases: every store's redo log is written (the only step that needs new disk space) before
+/// any table changes, so a full disk there removes the logs written and changes nothing; then
 /// every table changes in memory (which cannot fail) before any is synced and its log
 /// removed, so a failure in that last part leaves every store deleted, each finished for
 /// good by its next writable open. The stores must be distinct (the C ABI checks).
@@ -45,15 +46,15 @@ pub fn deleteEach(stores: []const *Store, indices: []const []const i64) Error!vo
         try store.refuseIfReadOnly();
         try index_check.checkIndices(wanted, store.meta.length());
     }
-    var taken: usize = 0;
-    defer for (stores[0..taken]) |store| store.endMaintenance();
-    for (stores) |store| {
-        try store.beginMaintenance("delete");
-        taken += 1;
-    }
+    const allocator = stores[0].allocator;
+    const ordered = allocator.dupe(*Store, stores) catch return outOfMemory();
+    defer allocator.free(ordered);
+    const distinct = lock_order.distinctInOrder(ordered);
+    assert(distinct.len == stores.len);
+    try lock_order.beginMaintenance(ordered, "delete");
+    defer lock_order.endMaintenance(ordered);
     // Lengths may have changed while the locks were taken (another handle's delete).
     for (stores, indices) |store, wanted| try index_check.checkIndices(wanted, store.meta.length());
-    const allocator = stores[0].allocator;
     const prepared = allocator.alloc(PreparedDelete, stores.len) catch return outOfMemory();
     defer allocator.free(prepared);
     var logged: usize = 0;

@@ -17,6 +17,7 @@ const Destination = store_mod.Destination;
 const Failure = store_mod.Failure;
 const raw_copy = @import("raw_copy.zig");
 const registry = @import("registry.zig");
+const lock_order = @import("lock_order.zig");
 const Error = errors.Error;
 const outOfMemory = errors.outOfMemory;
 
@@ -46,6 +47,9 @@ pub const View = struct {
     /// For each position, the first position holding the same store; null when every store
     /// is distinct (see lockSet).
     first_positions: ?[]u32,
+    /// The first position of each distinct store, in the library's one lock order
+    /// (lock_order.zig): the order a gather locks the stores it touches in.
+    lock_positions: []u32,
     /// Decompression contexts of this view's gathers (a context is not tied to a store).
     contexts: codec.ContextPool = .{},
     /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
@@ -72,6 +76,8 @@ pub const View = struct {
         for (stores, store_handles) |store, *handle| handle.* = store.handle;
         const first_positions = try firstPositions(allocator, stores);
         errdefer if (first_positions) |positions| allocator.free(positions);
+        const lock_positions = try lock_order.positionsInOrder(allocator, stores);
+        errdefer allocator.free(lock_positions);
         const view = allocator.create(View) catch return outOfMemory();
         errdefer allocator.destroy(view);
         view.* = .{
@@ -81,6 +87,7 @@ pub const View = struct {
             .starts = starts,
             .uniform_shift = uniformShift(starts),
             .first_positions = first_positions,
+            .lock_positions = lock_positions,
         };
         // Last: from here the view is reachable through its handle (and a fork resets it).
         view.handle = try registry.add(.view, view);
@@ -141,6 +148,7 @@ pub const View = struct {
     /// close's work once the view is out of the registry.
     fn free(view: *View) void {
         if (view.first_positions) |positions| view.allocator.free(positions);
+        view.allocator.free(view.lock_positions);
         view.allocator.free(view.store_handles);
         view.contexts.deinit();
         view.allocator.free(view.starts);
@@ -198,8 +206,9 @@ pub const View = struct {
     }
 
     /// Routes every index, checking it against the total and its store's current length.
-    /// Takes the shared lock of every store the batch touches (in store order, so two views
-    /// never wait on each other) and returns the set for `unlockTouched`.
+    /// Takes the shared lock of every store the batch touches (in the library's one lock
+    /// order, lock_order.zig, so no other multi-store call waits on this one in a cycle) and
+    /// returns the set for `unlockTouched`.
     fn routeAndLock(view: *View, indices: []const i64, scratch: Scratch) Error!void {
         const routes = scratch.routes;
         const touched = scratch.touched;
@@ -281,23 +290,11 @@ pub const View = struct {
     }
 
     fn lockTouched(view: *View, touched: []const u64) void {
-        const io = pool.io();
-        for (touched, 0..) |word, w| {
-            var bits = word;
-            while (bits != 0) : (bits &= bits - 1) {
-                view.stores[w * 64 + @ctz(bits)].lock.lockSharedUncancelable(io);
-            }
-        }
+        lock_order.lockSharedMarked(view.stores, view.lock_positions, touched);
     }
 
     fn unlockTouched(view: *View, touched: []const u64) void {
-        const io = pool.io();
-        for (touched, 0..) |word, w| {
-            var bits = word;
-            while (bits != 0) : (bits &= bits - 1) {
-                view.stores[w * 64 + @ctz(bits)].lock.unlockShared(io);
-            }
-        }
+        lock_order.unlockSharedMarked(view.stores, view.lock_positions, touched);
     }
 
     /// Per-call scratch: a route per index, one bit per store touched and one per store locked
