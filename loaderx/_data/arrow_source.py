@@ -110,7 +110,7 @@ def _parquet_files(path: str) -> list[str]:
         raise FileNotFoundError(f"{path!r}: no such file or folder")
     files = sorted(pads.dataset(path, format="parquet").files)
     if not files:
-        raise ValueError(f"{path!r} holds no Parquet files")
+        raise ValueError(f"no Parquet files in {path!r}")
     return files
 
 
