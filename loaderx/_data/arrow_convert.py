@@ -15,6 +15,7 @@ the shards of each column's dataset (loaderx._data.parallel_parts), as from_nump
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -32,7 +33,7 @@ from loaderx._data.progress import Progress, ProgressOption, check_progress
 from loaderx._os import claims
 from loaderx._os.folder_swap import StagedFolder
 from loaderx._os.paths import PathArg, fs_path
-from loaderx._os.process_pool import check_workers, run_workers
+from loaderx._os.process_pool import JobRefused, check_workers, run_workers
 from loaderx._store.layout import SHARD_RECORDS_MAX
 from loaderx._store.schema import Codec, check_codec, make_schema
 from loaderx._store.sharded_store import check_shard_records
@@ -174,8 +175,13 @@ class _ArrowJob:
                                 lambda piece, s=staging: part_folder(s, self.index, piece),
                                 self.shard_records)
                    for plan, staging in zip(self.plans, self.stagings)]
-        _write_part(self.part, self.plans, writers, self.batch_rows,
-                    Progress("", None, False))
+        try:
+            _write_part(self.part, self.plans, writers, self.batch_rows,
+                        Progress("", None, False))
+        except ValueError as exc:
+            # The source's own refusal (a null, a record too large): the caller gets the
+            # ValueError it would get from one process, not a worker failure.
+            raise JobRefused(str(exc)) from exc
         return [writer.parts for writer in writers]
 
 
@@ -250,11 +256,20 @@ def arrow_to_datasets(
     _check_plans(plans, codec)
     for plan in plans:  # every destination checked before the first byte is written
         check_destination(os.path.join(folder, plan.folder), overwrite)
-    if len(opened.parts) == 1 or count_workers == 1:
-        rows = _convert_here(folder, opened, plans, codec, overwrite, rows_per_batch, progress)
-    else:
-        rows = _convert_in_workers(folder, opened, plans, codec, overwrite, rows_per_batch,
-                                   count_workers, per_shard, start_method)
+    created = not os.path.lexists(folder)
+    try:
+        if len(opened.parts) == 1 or count_workers == 1:
+            rows = _convert_here(folder, opened, plans, codec, overwrite, rows_per_batch,
+                                 progress)
+        else:
+            rows = _convert_in_workers(folder, opened, plans, codec, overwrite, rows_per_batch,
+                                       count_workers, per_shard, start_method)
+    except BaseException:
+        # A null met halfway (or any failure) leaves no trace: not even the folder we made.
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
     return rows, {plan.name: os.path.join(folder, plan.folder) for plan in plans}
 
 

@@ -197,8 +197,11 @@ def test_a_null_is_refused_naming_column_and_row_and_nothing_is_written(tmp_path
     })
     with pytest.raises(ValueError, match=r"column 'holes' holds a null at row 6: .*fill_null"):
         from_arrow(table, tmp_path / "out", batch_rows=3)
-    assert not (tmp_path / "out" / "fine").exists()
-    assert not (tmp_path / "out" / "holes").exists()
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()  # a folder that was there stays, as it was
+    with pytest.raises(ValueError, match="column 'holes' holds a null at row 6"):
+        from_arrow(table, tmp_path / "out", workers=2)
+    assert os.listdir(tmp_path / "out") == []
 
 
 @pytest.mark.parametrize(("column", "row"), [
@@ -211,7 +214,7 @@ def test_a_null_inside_a_list_or_a_bytes_column_names_its_row(tmp_path: Path, co
                                                              row: int) -> None:
     with pytest.raises(ValueError, match=rf"column 'c' holds a null (inside the list )?at row {row}"):
         from_arrow(pa.table({"c": column}), tmp_path / "out")
-    assert not (tmp_path / "out" / "c").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_null_in_a_later_parquet_file_names_its_row_in_the_whole_source(tmp_path: Path) -> None:
