@@ -90,7 +90,8 @@ def _advice(arrow_type: Any) -> str:
     if pat.is_dictionary(arrow_type):
         return "dictionary-encoded; decode it first (pyarrow.compute.cast to its value type)"
     if pat.is_temporal(arrow_type):
-        return "a date or time; cast it to an integer first (pyarrow.compute.cast(column, pa.int64()))"
+        return ("a date or time; cast it to an integer first "
+                "(pyarrow.compute.cast(column, pa.int64()))")
     if pat.is_decimal(arrow_type):
         return "a decimal; cast it to float64 or to a scaled integer first"
     if _is_variable_list(arrow_type) or pat.is_fixed_size_list(arrow_type):

@@ -39,7 +39,6 @@ from loaderx._store.schema import Codec, check_codec, make_schema
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._store.zrecord import Zrecord
 
-BATCH_ROWS_DEFAULT: Final = 16384
 # Records copied at a time when a bytes column's parts are joined into one Zrecord.
 _COPY_RECORDS: Final = 4096
 
@@ -86,7 +85,9 @@ def _check_codec(codec: Codec) -> Codec:
     return check_codec(codec)
 
 
-def _check_batch_rows(batch_rows: int) -> int:
+def _check_batch_rows(batch_rows: int | None) -> int | None:
+    if batch_rows is None:
+        return None
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)):
         raise TypeError(f"batch_rows must be an int, got {batch_rows!r}")
     if batch_rows <= 0:
@@ -110,7 +111,7 @@ def _check_plans(plans: list[Any], codec: Codec) -> None:
 
 
 def _convert_here(path: str, opened: Any, plans: list[Any], codec: Codec, overwrite: bool,
-                  batch_rows: int, progress: ProgressOption) -> int:
+                  batch_rows: int | None, progress: ProgressOption) -> int:
     """Every column into its own staging folder, all moved into place once all are written."""
     from loaderx._data.arrow_writer import ColumnWriter
 
@@ -131,7 +132,7 @@ def _convert_here(path: str, opened: Any, plans: list[Any], codec: Codec, overwr
     return rows
 
 
-def _write_part(part: Any, plans: list[Any], writers: list[Any], batch_rows: int,
+def _write_part(part: Any, plans: list[Any], writers: list[Any], batch_rows: int | None,
                 report: Progress) -> int:
     """Every batch of one part into the columns' writers; the rows written."""
     row = part.start
@@ -159,7 +160,7 @@ class _ArrowJob:
     """One worker's share: its part of the source, every column into its part folders."""
 
     def __init__(self, index: int, part: Any, plans: list[Any], stagings: list[str],
-                 codec: Codec, batch_rows: int, shard_records: int) -> None:
+                 codec: Codec, batch_rows: int | None, shard_records: int) -> None:
         self.index = index
         self.part = part
         self.plans = plans
@@ -206,7 +207,7 @@ def _publish_column(final: str, plan: Any, parts: list[Part], codec: Codec,
 
 
 def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
-                        overwrite: bool, batch_rows: int, workers: int, shard_records: int,
+                        overwrite: bool, batch_rows: int | None, workers: int, shard_records: int,
                         start_method: str | None) -> int:
     finals = [os.path.abspath(os.path.join(path, plan.folder)) for plan in plans]
     stagings: list[str] = []
@@ -233,7 +234,7 @@ def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
 def arrow_to_datasets(
     source: object, path: PathArg, columns: Columns = None, codec: Codec = "zstd",
     overwrite: bool = False, progress: ProgressOption = None, workers: int = 1,
-    batch_rows: int = BATCH_ROWS_DEFAULT, shard_records: int = SHARD_RECORDS_MAX,
+    batch_rows: int | None = None, shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """from_arrow, returning the rows written and {column: its dataset's folder}."""
@@ -276,7 +277,7 @@ def arrow_to_datasets(
 def from_arrow(
     source: object, path: PathArg, columns: Columns = None, codec: Codec = "zstd",
     overwrite: bool = False, progress: ProgressOption = None, workers: int = 1,
-    batch_rows: int = BATCH_ROWS_DEFAULT, shard_records: int = SHARD_RECORDS_MAX,
+    batch_rows: int | None = None, shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:
     """Writes each column of an Arrow source as its own dataset, path/<column>; returns the
@@ -295,7 +296,8 @@ def from_arrow(
     naming its column and row, and leaves every destination as it was.
 
     codec, overwrite and progress work as in from_iterator ("zstd_dict" is refused: recode
-    afterwards). The source is read batch_rows rows at a time. workers=N > 1 splits a Table,
+    afterwards). The source is read batch_rows rows at a time (None: rows of about 4 MiB, from
+    the source's sizes), so memory stays bounded whatever its size. workers=N > 1 splits a Table,
     Parquet source or datasets.Dataset into N contiguous shares converted by N processes, each
     column's shares becoming the shards (of at most shard_records records) of its dataset; a
     RecordBatchReader is read by this process only. Every column is moved into place only
@@ -306,4 +308,4 @@ def from_arrow(
     return rows
 
 
-__all__ = ["BATCH_ROWS_DEFAULT", "arrow_to_datasets", "choose_columns", "from_arrow"]
+__all__ = ["arrow_to_datasets", "choose_columns", "from_arrow"]

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.dataset as pads  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from loaderx._data.parallel import split_ranges
+
+_READ_BUFFER_BYTES: Final = 1 << 20
+# A batch's decoded size when the caller names no row count: memory holds a few of them (the
+# batch, its values as NumPy arrays, the records on their way to the store).
+BATCH_BYTES: Final = 4 << 20
+BATCH_ROWS_MAX: Final = 65536
 
 
 class TablePart:
@@ -29,10 +35,11 @@ class TablePart:
         self.start = start
         self.stop = stop
 
-    def batches(self, columns: Sequence[str], batch_rows: int) -> Iterator[Any]:
+    def batches(self, columns: Sequence[str], batch_rows: int | None) -> Iterator[Any]:
         rows = self.table.slice(self.start, self.stop - self.start).select(list(columns))
+        chunk = batch_rows or rows_for(rows.nbytes, rows.num_rows)
         # Batches follow the table's chunks, so a chunked column is never concatenated.
-        yield from rows.to_batches(max_chunksize=batch_rows)
+        yield from rows.to_batches(max_chunksize=chunk)
 
 
 class ReaderPart:
@@ -42,28 +49,42 @@ class ReaderPart:
         self.reader = reader
         self.start = 0
 
-    def batches(self, columns: Sequence[str], batch_rows: int) -> Iterator[Any]:
+    def batches(self, columns: Sequence[str], batch_rows: int | None) -> Iterator[Any]:
         for batch in self.reader:
             chosen = batch.select(list(columns))
-            for start in range(0, chosen.num_rows, batch_rows):
-                yield chosen.slice(start, batch_rows)
+            rows = batch_rows or rows_for(chosen.nbytes, chosen.num_rows)
+            for start in range(0, chosen.num_rows, rows):
+                yield chosen.slice(start, rows)
 
 
 class ParquetPart:
     """Whole row groups of Parquet files, in order: [(file, [row group, ...]), ...]."""
 
-    def __init__(self, groups: list[tuple[str, list[int]]], start: int) -> None:
+    def __init__(self, groups: list[tuple[str, list[int]]], start: int,
+                 column_bytes: dict[str, int], rows: int) -> None:
         self.groups = groups
         self.start = start
+        self.column_bytes = column_bytes  # decoded, over all files (from their metadata)
+        self.rows = rows  # over all files
 
-    def batches(self, columns: Sequence[str], batch_rows: int) -> Iterator[Any]:
+    def batches(self, columns: Sequence[str], batch_rows: int | None) -> Iterator[Any]:
+        if batch_rows is None:
+            batch_rows = rows_for(sum(self.column_bytes.get(c, 0) for c in columns), self.rows)
         for path, row_groups in self.groups:
-            with pq.ParquetFile(path) as parquet:
+            # Column chunks are read a buffer at a time, not whole: a row group of 64 MiB then
+            # costs its decoded batch, not also its compressed bytes.
+            with pq.ParquetFile(path, buffer_size=_READ_BUFFER_BYTES, pre_buffer=False) as parquet:
                 yield from parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups,
                                                 columns=list(columns), use_threads=False)
 
 
 Part = TablePart | ReaderPart | ParquetPart
+
+
+def rows_for(size: int, rows: int) -> int:
+    """Rows of about BATCH_BYTES, for rows that take size bytes in all."""
+    per_row = max(1, -(-size // max(1, rows)))
+    return max(1, min(BATCH_ROWS_MAX, BATCH_BYTES // per_row))
 
 
 class OpenedSource:
@@ -122,16 +143,44 @@ def _same_schema(files: list[str], schemas: list[Any]) -> None:
                              f"({schema} against {schemas[0]})")
 
 
+def _leaf_bytes(arrow_type: Any) -> int | None:
+    """Bytes of one leaf value of a column of arrow_type (lists looked through), if fixed."""
+    while pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or \
+            pa.types.is_fixed_size_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    try:
+        return max(1, int(arrow_type.bit_width) // 8)
+    except ValueError:  # binary and strings have no fixed width
+        return None
+
+
+def _add_column_bytes(meta: Any, schema: Any, column_bytes: dict[str, int]) -> None:
+    """Adds each top-level column's decoded bytes in a file's row groups to column_bytes (a
+    list's leaf is named 'tokens.list.element': its first part is the column). A leaf of fixed
+    width counts its values times its width: the metadata's sizes are of the encoded pages,
+    which dictionary and run-length encoding make far smaller than the arrays they decode to."""
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            name = chunk.path_in_schema.split(".")[0]
+            width = _leaf_bytes(schema.field(name).type) if name in schema.names else None
+            size = chunk.num_values * width if width else chunk.total_uncompressed_size
+            column_bytes[name] = column_bytes.get(name, 0) + int(size)
+
+
 def _parquet_parts(path: str, workers: int) -> OpenedSource:
     """Parts of about equal rows, each whole row groups (a worker reads only its own)."""
     files = _parquet_files(path)
     units: list[tuple[str, int, int]] = []  # (file, row group, rows)
     schemas = []
+    column_bytes: dict[str, int] = {}
     for file in files:
         with pq.ParquetFile(file) as parquet:
             schemas.append(parquet.schema_arrow)
             meta = parquet.metadata
             units += [(file, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+            _add_column_bytes(meta, parquet.schema_arrow, column_bytes)
     _same_schema(files, schemas)
     total = sum(rows for _, _, rows in units)
     parts: list[Part] = []
@@ -140,7 +189,7 @@ def _parquet_parts(path: str, workers: int) -> OpenedSource:
     for file, group, rows in units:
         wanted = min(workers - 1, seen * workers // total) if total else 0
         if wanted != owner or not parts:
-            parts.append(ParquetPart([], seen))
+            parts.append(ParquetPart([], seen, column_bytes, total))
             owner = wanted
         part = parts[-1]
         assert isinstance(part, ParquetPart)
@@ -148,7 +197,7 @@ def _parquet_parts(path: str, workers: int) -> OpenedSource:
             part.groups.append((file, []))
         part.groups[-1][1].append(group)
         seen += rows
-    return OpenedSource(schemas[0], total, parts or [ParquetPart([], 0)])
+    return OpenedSource(schemas[0], total, parts or [ParquetPart([], 0, column_bytes, total)])
 
 
 # --- any source -------------------------------------------------------------------------------
@@ -176,4 +225,5 @@ def open_source(source: object, workers: int) -> OpenedSource:
     )
 
 
-__all__ = ["OpenedSource", "ParquetPart", "Part", "ReaderPart", "TablePart", "open_source"]
+__all__ = ["BATCH_BYTES", "BATCH_ROWS_MAX", "OpenedSource", "ParquetPart", "Part", "ReaderPart",
+           "TablePart", "open_source", "rows_for"]

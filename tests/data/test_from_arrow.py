@@ -212,7 +212,8 @@ def test_a_null_is_refused_naming_column_and_row_and_nothing_is_written(tmp_path
 ])
 def test_a_null_inside_a_list_or_a_bytes_column_names_its_row(tmp_path: Path, column: Any,
                                                              row: int) -> None:
-    with pytest.raises(ValueError, match=rf"column 'c' holds a null (inside the list )?at row {row}"):
+    message = rf"column 'c' holds a null (inside the list )?at row {row}"
+    with pytest.raises(ValueError, match=message):
         from_arrow(pa.table({"c": column}), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -228,7 +229,8 @@ def test_a_null_in_a_later_parquet_file_names_its_row_in_the_whole_source(tmp_pa
 def test_a_nested_struct_is_refused_saying_how_to_prepare_it(tmp_path: Path) -> None:
     table = pa.table({"ok": [1, 2], "image": pa.array(
         [{"bytes": b"\x89PNG", "path": "a.png"}, {"bytes": b"\x89PNG", "path": "b.png"}])})
-    with pytest.raises(TypeError, match=r"column 'image' has Arrow type struct<.*table\.flatten\(\)"):
+    message = r"column 'image' has Arrow type struct<.*table\.flatten\(\)"
+    with pytest.raises(TypeError, match=message):
         from_arrow(table, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     # What the message says works: the flattened fields are a binary and a string column.
@@ -313,3 +315,18 @@ def test_a_shuffled_hugging_face_dataset_asks_for_flatten_indices(tmp_path: Path
     assert not (tmp_path / "out").exists()
     from_arrow(ds.flatten_indices(), tmp_path / "out")
     assert column_values(tmp_path / "out" / "x") == ds["x"]
+
+
+def test_without_batch_rows_a_batch_holds_about_four_mib(tmp_path: Path) -> None:
+    """Rows of 64 KiB come 64 to a batch, rows of 8 bytes 65,536 (the cap): memory follows the
+    data's size, not a row count."""
+    from loaderx._data.arrow_source import BATCH_ROWS_MAX, open_source
+
+    wide = pa.table({"w": pa.array(np.zeros((300, 8192)).tolist(), pa.list_(pa.float64(), 8192))})
+    narrow = pa.table({"n": pa.array(np.arange(200_000), pa.int64())})
+    pq.write_table(wide, tmp_path / "wide.parquet")
+    cases = ((wide, ["w"], 64), (narrow, ["n"], BATCH_ROWS_MAX),
+             (str(tmp_path / "wide.parquet"), ["w"], 64))  # zeros: pages far smaller than arrays
+    for source, columns, rows in cases:
+        part = open_source(source, 1).parts[0]
+        assert max(batch.num_rows for batch in part.batches(columns, None)) == rows
