@@ -170,6 +170,16 @@ def test_a_parquet_folder_round_trips_in_file_order(tmp_path: Path, workers: int
     assert_round_trip(table, tmp_path / "out")
 
 
+def test_spawned_workers_read_their_own_row_groups(tmp_path: Path) -> None:
+    """With "spawn" nothing is inherited: each worker gets its share of the Parquet folder as
+    file names and row group numbers, and reads them itself."""
+    table = every_kind(120, seed=6)
+    write_parquet_folder(table, tmp_path / "parquet", files=2, row_group_rows=20)
+    assert from_arrow(tmp_path / "parquet", tmp_path / "out", workers=2,
+                      start_method="spawn") == 120
+    assert_round_trip(table, tmp_path / "out")
+
+
 def test_a_parquet_file_round_trips(tmp_path: Path) -> None:
     table = every_kind(50, seed=5)
     pq.write_table(table, tmp_path / "data.parquet", row_group_size=16)
