@@ -71,6 +71,9 @@ TEST_EXTRAS = [
     "flax==0.12.8",
     "optax==0.2.8",
     "ray[data]==2.60.0",
+    "pyarrow==26.0.1",
+    # Tests only: from_arrow reads a datasets.Dataset built from local data (no hub access).
+    "datasets==5.2.0",
 ]
 
 # The documentation site, built and checked by tests/repo/test_docs_site.py with the test extras

@@ -1,6 +1,6 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, shards, convert, or all (the default). The machine block comes
+Layers: sampler, store, loader, scale, memory, shards, convert, parquet, or all (the default). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
 per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
@@ -31,7 +31,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, markdown, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert")
+LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "parquet")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -57,7 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="loader transform: none, or a Python-bound per-sample loop")
     parser.add_argument("--workers", type=lambda s: [int(p) for p in s.split(",")],
                         default=[0, 2, 4], help="torch num_workers values (default 0,2,4)")
-    parser.add_argument("--big", action="store_true", help="memory layer over 4 GiB, not 1 GiB")
+    parser.add_argument("--big", action="store_true",
+                        help="memory and parquet layers over 4 GiB, not 1 GiB")
     parser.add_argument("--shard-records", type=int, default=1024,
                         help="shards layer: records per shard of the gather and loader tables "
                              "(64 shards; default 1024: 12 MiB shards of 12 KiB records)")
@@ -101,7 +102,7 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import convert, loader, memory, sampler, scale, shards, store
+    from layers import convert, loader, memory, parquet, sampler, scale, shards, store
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -120,6 +121,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             shards.run(args, rep, args.workdir)
         elif layer == "convert":
             convert.run(args, rep, args.workdir)
+        elif layer == "parquet":
+            parquet.run(args, rep, args.workdir)
         print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
 
 

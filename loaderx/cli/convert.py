@@ -1,4 +1,5 @@
-"""The converting commands: convert (a .npy or .npz into datasets) and recode (another codec)."""
+"""The converting commands: convert (a .npy, an .npz, or Parquet files into datasets) and recode
+(another codec)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Final, TextIO
 
 import numpy as np
 
+from loaderx._data.arrow_convert import arrow_to_datasets
 from loaderx._data.converter import from_numpy
 from loaderx._data.recode import recode
 from loaderx._store.schema import Codec, check_codec
@@ -35,15 +37,45 @@ def is_numpy_file(source: str) -> bool:
     return not head or head.startswith(NUMPY_PREFIXES)
 
 
+# A Parquet file starts (and ends) with these bytes.
+PARQUET_MAGIC: Final = b"PAR1"
+
+
+def is_parquet(source: str) -> bool:
+    """Whether source is a folder (read as a folder of Parquet files) or a Parquet file."""
+    if os.path.isdir(source):
+        return True
+    if not os.path.isfile(source):
+        return False
+    with open(source, "rb") as stream:
+        return stream.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+
+
+def convert_parquet(source: str, args: argparse.Namespace, codec: Codec, out: TextIO) -> int:
+    """Every column of a Parquet file, or of a folder of them, into DEST/<column>."""
+    try:
+        rows, folders = arrow_to_datasets(source, args.dest, codec=codec,
+                                          overwrite=args.overwrite,
+                                          progress=progress_option(args))
+    except ImportError as error:
+        raise Problem(f"{source}: reading Parquet needs pyarrow: pip install 'loaderx[arrow]' "
+                      f"({error})") from None
+    except (TypeError, ValueError) as error:
+        # from_arrow's documented refusals: a column type it cannot store (with what to do),
+        # a null, a folder without Parquet files, files whose schemas differ.
+        raise Problem(f"{source}: {error}; nothing was converted") from None
+    for folder in folders.values():
+        print(f"{folder}: {rows:,} records ({codec})", file=out)
+    return EXIT_OK
+
+
 def load_source(source: str) -> Any:
     """The .npy (memory-mapped) or the open .npz at source, whatever its name says: NumPy reads
     the format from the file's first bytes."""
-    if os.path.isdir(source):
-        raise Problem(f"{source}: a folder, not a .npy or .npz file")
     if not os.path.isfile(source):
         raise Problem(f"{source}: no such file")
     if not is_numpy_file(source):
-        raise Problem(f"{source}: not a NumPy file (.npy/.npz)")
+        raise Problem(f"{source}: not a NumPy (.npy/.npz) or Parquet file")
     try:
         return np.load(source, mmap_mode="r")
     except (ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -73,6 +105,8 @@ def convert_npz(source: str, archive: Any, args: argparse.Namespace, codec: Code
 def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     source = args.source
     codec = check_codec(args.codec)
+    if is_parquet(source):
+        return convert_parquet(source, args, codec, out)
     loaded = load_source(source)
     if isinstance(loaded, np.lib.npyio.NpzFile):
         with loaded as archive:

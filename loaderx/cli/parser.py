@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, summary, run in (
         ("convert", "a .npy (memory-mapped) or .npz file into datasets (an .npz: one per array, "
-         "in DEST/<name>)", cmd_convert),
+         "in DEST/<name>), or a Parquet file or folder (one per column, in DEST/<column>; "
+         "needs pyarrow)", cmd_convert),
         ("recode", "a dataset into another with another codec", cmd_recode),
     ):
         made = command(name, summary, run)

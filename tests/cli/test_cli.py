@@ -202,7 +202,7 @@ def test_problems_exit_1_and_usage_errors_exit_2(
     assert "not a loaderx dataset" in capsys.readouterr().err
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     assert run("convert", str(tmp_path / "bad.npy"), str(tmp_path / "d"))[0] == EXIT_PROBLEM
-    assert "bad.npy: not a NumPy file (.npy/.npz)\n" in capsys.readouterr().err
+    assert "bad.npy: not a NumPy (.npy/.npz) or Parquet file\n" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
     for argv in (["info"], ["frobnicate"], ["convert", "x.npy", "y", "--codec", "gzip"], []):
         with pytest.raises(SystemExit) as exit_info:
@@ -470,11 +470,11 @@ def test_python_m_loaderx_with_stdout_closed_says_so_before_doing_anything(
 
 
 @pytest.mark.parametrize("source, message", [
-    ("folder", "a folder, not a .npy or .npz file"),
+    ("folder", "no Parquet files in '{folder}'; nothing was converted"),
     ("empty.npy", "not a .npy or .npz file NumPy can read (No data left in file)"),
     ("cut.npz", "not a .npy or .npz file NumPy can read (File is not a zip file)"),
     ("none.npz", "the .npz holds no arrays; nothing was converted"),
-    ("table.csv", "not a NumPy file (.npy/.npz)"),
+    ("table.csv", "not a NumPy (.npy/.npz) or Parquet file"),
 ])
 def test_convert_refuses_a_source_that_is_no_array_file(
     tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
@@ -490,6 +490,7 @@ def test_convert_refuses_a_source_that_is_no_array_file(
     (tmp_path / "table.csv").write_text("a,b\n1,2\n")
     status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
     assert (status, text) == (EXIT_PROBLEM, "")
+    message = message.format(folder=tmp_path / source)
     assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
     assert not (tmp_path / "dest").exists()
 

@@ -192,7 +192,8 @@ def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loa
 GOOD_METADATA = ("Requires-Python: >=3.11\nRequires-Dist: numpy>=1.26\nRequires-Dist: msgpack>=1.0\n"
                  "Provides-Extra: ray\nRequires-Dist: ray[data]>=2.60.0; extra == \"ray\"\n"
                  "Provides-Extra: torch\nRequires-Dist: torch==2.13.0; extra == \"torch\"\n"
-                 "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n")
+                 "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n"
+                 "Provides-Extra: arrow\nRequires-Dist: pyarrow>=26.0.1; extra == \"arrow\"\n")
 
 
 @pytest.mark.parametrize(("header", "scripts", "complaint"), [

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # The specification's paths come first; the rest are the public modules built since.
 PUBLIC_API: dict[str, set[str]] = {
-    "loaderx.converter": {"CHUNK_BYTES_DEFAULT", "from_iterator", "from_numpy", "recode",
+    "loaderx.converter": {"CHUNK_BYTES_DEFAULT", "from_arrow", "from_iterator", "from_numpy", "recode",
                           "resolve_dict_size"},
     "loaderx.dataset": {"DICT_SIZE_MAX", "DICT_SIZE_MIN", "DICT_TIERS", "SHARD_RECORDS_MAX",
                         "DenseDataset", "RaggedDataset", "pad"},
