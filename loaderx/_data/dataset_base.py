@@ -21,6 +21,8 @@ from numpy.typing import DTypeLike
 from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
+from loaderx._remote.remote_source import RemoteSource
+from loaderx._remote.url import is_url, local_path
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
@@ -62,6 +64,8 @@ class DatasetBase:
     dict_size: int
     shard_records: int
     _store: Store
+    # A dataset opened from a URL: the cache its reads go through (None for a local one).
+    _remote: RemoteSource | None
     _sharding: ForkSafeLock
     # The process in which this handle became its single store's writer and checked it is
     # still one (0: not yet). A forked child is not the writer (the parent keeps the lock), so
@@ -79,15 +83,24 @@ class DatasetBase:
         shard_records: SupportsIndex | None = None,
         readonly: bool = False,
         verify: bool | None = None,
+        cache_dir: PathArg | None = None,
+        cache_bytes: SupportsIndex | None = None,
     ) -> None:
         kind = self._kind()
         wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
-        self.path = fs_path(path)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
-        schema, store = open_store(
-            self.path, kind, wanted, self.shard_records, readonly, verify
-        )
+        self._remote = None
+        folder = self._open_remote(path, cache_dir, cache_bytes)
+        if self._remote is not None:
+            readonly = True  # a remote dataset is written by the converters (docs/remote.md)
+        try:
+            schema, store = open_store(
+                folder, kind, wanted, self.shard_records, readonly, verify
+            )
+        except BaseException:
+            self._close_remote()
+            raise
         self.schema = schema
         self.dtype = schema.dtype
         self.item_shape = schema.item_shape
@@ -98,6 +111,32 @@ class DatasetBase:
         self._sharding = ForkSafeLock()
         self._writer_pid = 0
         self._take_record_layout()
+
+    def _open_remote(
+        self, path: PathArg, cache_dir: PathArg | None, cache_bytes: SupportsIndex | None
+    ) -> str:
+        """Sets self.path; for a URL opens its cache (self._remote). Returns the folder the
+        store opens: the path itself, or the cache's replica of the remote dataset."""
+        if is_url(path):
+            assert isinstance(path, str)
+            remote = RemoteSource(
+                path, None if cache_dir is None else fs_path(cache_dir), cache_bytes
+            )
+            self._remote = remote
+            self.path = remote.url
+            return remote.local_path
+        if cache_dir is not None or cache_bytes is not None:
+            raise TypeError(
+                "cache_dir= and cache_bytes= apply to a dataset opened from a URL "
+                f"(s3://, gs://, az://, https://), not to the local path {fs_path(path)!r}"
+            )
+        self.path = local_path(fs_path(path))
+        return self.path
+
+    def _close_remote(self) -> None:
+        remote = self._remote
+        if remote is not None:
+            remote.close()
 
     def _kind(self) -> str:
         """The schema kind of this class's datasets: "dense" or "ragged"."""
@@ -114,6 +153,12 @@ class DatasetBase:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)
         # and reopens there with the same options, never creating anything: e.g. for spawned
         # torch DataLoader workers.
+        remote = self._remote
+        if remote is not None:
+            return reopen_dataset, (
+                type(self), self.path, True, self.shard_records, self._store.verify_reads,
+                remote.cache_dir, remote.cache_bytes_asked,
+            )
         return reopen_dataset, (
             type(self),
             os.path.abspath(self.path),
@@ -252,6 +297,7 @@ class DatasetBase:
 
     def close(self) -> None:
         self._store.close()
+        self._close_remote()
 
     def __enter__(self: D) -> D:
         return self
@@ -328,9 +374,15 @@ def reopen_dataset(
     readonly: bool,
     shard_records: int,
     verify: bool | None,
+    cache_dir: str | None = None,
+    cache_bytes: int | None = None,
 ) -> DatasetBase:
-    """Unpickles a dataset: opens the existing one at path with its class (kind)."""
-    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
+    """Unpickles a dataset: opens the existing one at path with its class (kind); one from a
+    URL with the same cache folder and bound."""
+    if cache_dir is None and cache_bytes is None:
+        return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
+    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify,
+                cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
 __all__ = ["DatasetBase", "check_array", "reopen_dataset"]
