@@ -181,6 +181,17 @@ class Fetcher:
                 else:
                     self._pins.pop(index, None)
 
+    def cost(self, indices: npt.NDArray[np.int64]) -> int:
+        """What the records of indices (global, valid) take in the cache (repeats counted once
+        per appearance: an upper bound)."""
+        if len(self._costs) == 1:
+            return int(self._costs[0][indices].sum())
+        route = self._map.route(indices)
+        return sum(
+            int(self._costs[n][indices[route == n] - self._map.starts[n]].sum())
+            for n in np.unique(route).tolist()
+        )
+
     def set_future(self, indices: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> None:
         """What the loader will read: indices[k] at step steps[k] (eviction's next uses)."""
         with self._lock:
