@@ -22,7 +22,7 @@ from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._remote.remote_source import RemoteSource
-from loaderx._remote.url import is_url, local_path
+from loaderx._os.urls import is_url, local_path
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
@@ -173,6 +173,17 @@ class DatasetBase:
         return self._store
 
     @property
+    def remote(self) -> bool:
+        """Whether the dataset was opened from a URL (its reads go through a local cache)."""
+        return self._remote is not None
+
+    def remote_usage(self) -> tuple[int, int] | None:
+        """For a dataset opened from a URL: (its bytes in the object store, the bytes its
+        records take in the local cache now); None for a local dataset."""
+        remote = self._remote
+        return None if remote is None else remote.usage()
+
+    @property
     def sharded(self) -> bool:
         """Whether the dataset is several stores (it has a shard manifest)."""
         return isinstance(self._store, ShardedStore)
@@ -313,8 +324,14 @@ class DatasetBase:
     def verify(self) -> VerifyReport:
         """Checks every record (see Zrecord.verify; every shard of a sharded dataset) and that
         its size fits the schema: a dense record is exactly one sample, a ragged one a whole
-        number of rows (reason "size")."""
-        report = self._store.verify()
+        number of rows (reason "size"). A dataset opened from a URL checks the remote objects
+        themselves: every record is downloaded (and not cached) and compared with its checksum;
+        the table was checked when the dataset was opened."""
+        remote = self._remote
+        if remote is not None:
+            report = self._verify_remote(remote)
+        else:
+            report = self._store.verify()
         if not report.records:
             return report
         lengths = self._store.record_lengths(slice(0, report.records))
@@ -332,6 +349,11 @@ class DatasetBase:
             bad,
             report.bad_count + len(extra),
         )
+
+    def _verify_remote(self, remote: RemoteSource) -> VerifyReport:
+        checked, wrong = remote.check_records()
+        bad = [BadRecord(index, "checksum") for index in wrong]
+        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad))
 
     def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         """Indices of records whose logical size the schema does not allow."""

@@ -296,6 +296,49 @@ class Fetcher:
                 self._descriptors[(store, chunk)] = fd
             return fd
 
+    # --- verify ---------------------------------------------------------------------------
+
+    def check_everything(self, window_bytes: int) -> tuple[int, list[int]]:
+        """Downloads every record, window by window, and compares it with its checksum without
+        keeping it (verify must not flush the cache of a training job). Returns how many
+        records had a checksum to compare with, and the global indices that did not match."""
+        checked = 0
+        bad: list[int] = []
+        for number, store in enumerate(self._map.stores):
+            if store.sums is None or store.length == 0:
+                continue
+            checked += store.length
+            everything = np.arange(store.length, dtype=np.int64)
+            pending: list[_Range] = []
+            pending_bytes = 0
+            for piece in plan_ranges(number, store, everything):
+                pending.append(piece)
+                pending_bytes += piece.end - piece.start
+                if pending_bytes >= window_bytes:
+                    bad += self._check_ranges(pending)
+                    pending, pending_bytes = [], 0
+            bad += self._check_ranges(pending)
+        return checked, sorted(bad)
+
+    def _check_ranges(self, ranges: list[_Range]) -> list[int]:
+        pool = self._executor()
+        futures = [(piece, pool.submit(
+            self._objects.get_range, self._map.stores[piece.store].chunk_object(piece.chunk),
+            piece.start, piece.end,
+            self._chunk_etag(self._map.stores[piece.store].chunk_object(piece.chunk))))
+            for piece in ranges]
+        bad: list[int] = []
+        for piece, future in futures:
+            store = self._map.stores[piece.store]
+            assert store.sums is not None
+            entries = store.entries[piece.records]
+            offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
+            sums = record_sums(future.result(), offsets, entries["stored"], entries["logical"],
+                               entries["codec"])
+            wrong = piece.records[sums != store.sums[piece.records]]
+            bad += (wrong + int(self._map.starts[piece.store])).tolist()
+        return bad
+
     # --- eviction ---------------------------------------------------------------------------
 
     def _make_room(self, incoming: int) -> None:

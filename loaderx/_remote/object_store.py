@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from loaderx._remote.url import DatasetURL
+from loaderx._os.urls import DatasetURL
 from loaderx.errors import MissingExtraError, RemoteChangedError, RemoteError
 
 _T = TypeVar("_T")

@@ -20,11 +20,13 @@ from loaderx._remote.fetcher import Fetcher
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.record_map import RecordMap
 from loaderx._remote.replica import default_cache_dir, open_replica
-from loaderx._remote.url import parse
+from loaderx._os.urls import parse
 
 # Without cache_bytes=, a cache may hold the whole dataset, but never more than this share of
 # the free space its filesystem had at open (the rest stays for everything else on the disk).
 FREE_SPACE_SHARE: Final = 0.8
+# verify downloads this many bytes at a time (requests in flight together), keeping none.
+VERIFY_WINDOW_BYTES: Final = 64 << 20
 
 
 def _cache_budget(cache_bytes: SupportsIndex | None, folder: str, needed: int) -> int:
@@ -71,6 +73,15 @@ class RemoteSource:
         """Fetches the records of indices that are not cached (the look-ahead's call)."""
         if len(indices) and int(indices.min()) >= 0 and int(indices.max()) < self.length:
             self.fetcher.fetch(indices)
+
+    def usage(self) -> tuple[int, int]:
+        """(the dataset's bytes in the object store, the bytes its records take in the cache)."""
+        return self._replica.remote_bytes, self.fetcher.cached_bytes()
+
+    def check_records(self) -> tuple[int, list[int]]:
+        """Every record downloaded and compared with its checksum (verify's remote half):
+        how many had a checksum, and the indices that did not match."""
+        return self.fetcher.check_everything(VERIFY_WINDOW_BYTES)
 
     def close(self) -> None:
         self.fetcher.close()

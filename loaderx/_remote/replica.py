@@ -120,6 +120,8 @@ class Replica:
         self.data = os.path.join(folder, _DATA)
         self.state = os.path.join(folder, _STATE)
         self.chunks: dict[str, RemoteObject] = {item.name: item for item in listing.chunks}
+        # The dataset's size in the object store (what a full download moves).
+        self.remote_bytes = sum(item.size for item in listing.metadata + listing.chunks)
         self._lock_fd = lock_fd
 
     def close(self) -> None:
