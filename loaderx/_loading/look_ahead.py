@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from loaderx._data.dense import DenseDataset
+from loaderx._loading.mixture_sampler import MixtureSampler
 from loaderx._loading.prefetch import Prefetcher
 from loaderx._loading.sampler import Sampler
 from loaderx._remote.remote_source import RemoteSource
+
+# What one step reads from the remote datasets: (dataset's cache, global indices) pairs.
+Reads: TypeAlias = list[tuple[RemoteSource, npt.NDArray[np.int64]]]
 
 # The look-ahead holds at most this many bytes of cache (or half the smallest cache bound).
 WINDOW_BYTES_DEFAULT: Final = 256 << 20
@@ -42,7 +46,7 @@ POLL_SECONDS: Final = 0.002
 RETRY_SECONDS: Final = 1.0
 
 
-def _sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
+def _remote_sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
     found: list[RemoteSource] = []
     for dataset in streams.values():
         remote = dataset._remote
@@ -51,31 +55,61 @@ def _sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
     return found
 
 
+def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
+           prefetcher: Prefetcher[Any]) -> LookAhead:
+    window = min([WINDOW_BYTES_DEFAULT] + [source.cache_bytes // 2 for source in sources])
+    ahead = LookAhead(plan, prefetcher, max(1, window))
+    ahead.start()
+    return ahead
+
+
 def start_look_ahead(
     sampler: Sampler, streams: Mapping[str, DenseDataset], prefetcher: Prefetcher[Any]
 ) -> LookAhead | None:
-    """A running look-ahead when a stream reads a remote dataset; None otherwise."""
-    sources = _sources(streams)
+    """A running look-ahead for a DataLoader when a stream reads a remote dataset; else None."""
+    sources = _remote_sources(streams)
     if not sources:
         return None
-    window = min([WINDOW_BYTES_DEFAULT] + [source.cache_bytes // 2 for source in sources])
-    ahead = LookAhead(sampler, sources, prefetcher, max(1, window))
-    ahead.start()
-    return ahead
+
+    def plan(step: int) -> Reads:
+        indices = np.empty(sampler.batch_size, dtype=np.int64)
+        sampler.fill(step, indices)
+        return [(source, indices) for source in sources]
+
+    return _start(plan, sources, prefetcher)
+
+
+def start_mixture_look_ahead(
+    sampler: MixtureSampler, sources: Sequence[Mapping[str, DenseDataset]],
+    prefetcher: Prefetcher[Any],
+) -> LookAhead | None:
+    """The same for a MixtureLoader: each step's rows go to their own source's datasets."""
+    remote = [_remote_sources(streams) for streams in sources]
+    if not any(remote):
+        return None
+
+    def plan(step: int) -> Reads:
+        chosen, indices = sampler.batch(step)
+        reads: Reads = []
+        for number, caches in enumerate(remote):
+            rows = indices[chosen == number]
+            if caches and len(rows):
+                reads += [(cache, np.ascontiguousarray(rows, dtype=np.int64)) for cache in caches]
+        return reads
+
+    return _start(plan, [cache for caches in remote for cache in caches], prefetcher)
 
 
 class LookAhead:
     """The thread that keeps the steps ahead of the consumer cached (module doc)."""
 
     def __init__(
-        self, sampler: Sampler, sources: list[RemoteSource], prefetcher: Prefetcher[Any],
-        window_bytes: int,
+        self, plan: Callable[[int], Reads], prefetcher: Prefetcher[Any], window_bytes: int
     ) -> None:
-        self._sampler = sampler
-        self._sources = sources
+        self._plan = plan
         self._prefetcher = weakref.ref(prefetcher)
         self._window_bytes = window_bytes
-        self._held: dict[int, npt.NDArray[np.int64]] = {}  # fetched steps, pinned
+        self._held: dict[int, Reads] = {}  # fetched steps, their records pinned
         self._costs: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loaderx-look-ahead", daemon=True)
@@ -92,11 +126,6 @@ class LookAhead:
         if prefetcher is None or prefetcher.closed:
             return None
         return prefetcher.next_step
-
-    def _indices(self, step: int) -> npt.NDArray[np.int64]:
-        out = np.empty(self._sampler.batch_size, dtype=np.int64)
-        self._sampler.fill(step, out)
-        return out
 
     def _run(self) -> None:
         try:
@@ -117,38 +146,38 @@ class LookAhead:
     def _release_before(self, position: int | None) -> None:
         """Unpins the steps the consumer has passed (every step when position is None)."""
         for step in [s for s in self._held if position is None or s < position]:
-            indices = self._held.pop(step)
             self._costs.pop(step, None)
-            for source in self._sources:
+            for source, indices in self._held.pop(step):
                 source.fetcher.unpin(indices)
 
-    def _next_steps(self, position: int) -> list[tuple[int, npt.NDArray[np.int64]]]:
+    def _next_steps(self, position: int) -> list[tuple[int, Reads]]:
         """The next steps to fetch: after the last held one, while the window has room."""
         step = max(max(self._held) + 1, position) if self._held else position
         used = sum(self._costs.values())
-        chosen: list[tuple[int, npt.NDArray[np.int64]]] = []
+        chosen: list[tuple[int, Reads]] = []
         while len(chosen) < STEPS_PER_FETCH and step < position + STEPS_AHEAD_MAX:
-            indices = self._indices(step)
-            cost = sum(source.fetcher.cost(indices) for source in self._sources)
+            reads = self._plan(step)
+            cost = sum(source.fetcher.cost(indices) for source, indices in reads)
             if used + cost > self._window_bytes and (self._held or chosen):
                 break
-            chosen.append((step, indices))
+            chosen.append((step, reads))
             self._costs[step] = cost
             used += cost
             step += 1
         return chosen
 
-    def _fetch(self, steps: list[tuple[int, npt.NDArray[np.int64]]]) -> bool:
+    def _fetch(self, steps: list[tuple[int, Reads]]) -> bool:
         """Pins and fetches the steps' records; False after a failure (retried later)."""
-        for step, indices in steps:
-            self._held[step] = indices
-            for source in self._sources:
+        wanted: dict[int, tuple[RemoteSource, list[npt.NDArray[np.int64]]]] = {}
+        for step, reads in steps:
+            self._held[step] = reads
+            for source, indices in reads:
                 source.fetcher.pin(indices)
+                wanted.setdefault(id(source), (source, []))[1].append(indices)
         self._tell_future()
-        wanted = np.concatenate([indices for _, indices in steps])
         try:
-            for source in self._sources:
-                source.prefetch(wanted)
+            for source, parts in wanted.values():
+                source.prefetch(np.concatenate(parts))
         except Exception:
             self.failures += 1
             return False
@@ -159,12 +188,16 @@ class LookAhead:
         if not self._held:
             return
         first, last = min(self._held), max(self._held)
-        steps = list(range(first, last + 1 + (last - first + 1)))
-        indices = [self._held[s] if s in self._held else self._indices(s) for s in steps]
-        flat = np.concatenate(indices)
-        numbers = np.repeat(np.asarray(steps, dtype=np.int64), [len(i) for i in indices])
-        for source in self._sources:
-            source.fetcher.set_future(flat, numbers)
+        future: dict[int, tuple[RemoteSource, list[npt.NDArray[np.int64]], list[int]]] = {}
+        for step in range(first, last + 1 + (last - first + 1)):
+            reads = self._held[step] if step in self._held else self._plan(step)
+            for source, indices in reads:
+                entry = future.setdefault(id(source), (source, [], []))
+                entry[1].append(indices)
+                entry[2].append(step)
+        for source, parts, steps in future.values():
+            numbers = np.repeat(np.asarray(steps, dtype=np.int64), [len(p) for p in parts])
+            source.fetcher.set_future(np.concatenate(parts), numbers)
 
 
-__all__ = ["LookAhead", "start_look_ahead"]
+__all__ = ["LookAhead", "start_look_ahead", "start_mixture_look_ahead"]

@@ -257,3 +257,22 @@ def test_urls_a_reader_cannot_take_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="cache_dir"):
         DenseDataset(str(tmp_path), cache_dir=tmp_path)
     assert not (Path.cwd() / "s3x:").exists()
+
+
+def test_a_mixture_of_remote_and_local_sources(dense_url: tuple[str, np.ndarray], tmp_path: Path) -> None:
+    from loaderx.mixture import MixtureLoader
+
+    url, data = dense_url
+    other = images(300, seed=8)
+    from_numpy(str(tmp_path / "other"), other, codec="raw")
+    remote = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=150 << 10)
+    local = DenseDataset(str(tmp_path / "other"), readonly=True)
+    by_source = [data, other]
+    with MixtureLoader([{"x": remote}, {"x": local}], [0.7, 0.3], batch_size=12, seed=3,
+                       source_key="source") as loader:
+        for step, batch in zip(range(30), loader):
+            chosen, indices = loader.sampler.batch(step)
+            expected = np.stack([by_source[s][i] for s, i in zip(chosen.tolist(), indices.tolist())])
+            np.testing.assert_array_equal(batch["x"], expected)
+    remote.close()
+    local.close()
