@@ -177,6 +177,24 @@ def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
             assert pinned[name] == floor, (extra, requirement)
 
 
+def test_the_remote_tests_server_is_pinned_for_the_tests_only() -> None:
+    """tests/remote/ start moto's S3 server themselves: `build.py test` and the install check
+    must install it (with its `server` extra, which the standalone process needs), exactly
+    pinned, and no extra of the package may pull it in."""
+    import tomllib
+
+    assert "moto[server]==5.2.6" in build.TEST_REQUIREMENTS
+    assert "moto[server]==5.2.6" in build.VENV_STAGES["test"]
+    assert "moto[server]==5.2.6" not in build.VENV_STAGES["demo"]
+    from tools import install_check
+
+    assert "moto[server]==5.2.6" in install_check.TEST_TOOLS
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] + [r for rs in project["optional-dependencies"].values() for r in rs]
+    assert not [r for r in listed if r.startswith("moto")]
+    assert project["optional-dependencies"]["remote"] == ["obstore>=0.12.1"]
+
+
 def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loaderx.cli:entry_point\n"
                    ) -> wheelfile.Wheel:
     info = "loaderx-0.9.17.dist-info"
@@ -192,7 +210,8 @@ def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loa
 GOOD_METADATA = ("Requires-Python: >=3.11\nRequires-Dist: numpy>=1.26\nRequires-Dist: msgpack>=1.0\n"
                  "Provides-Extra: ray\nRequires-Dist: ray[data]>=2.60.0; extra == \"ray\"\n"
                  "Provides-Extra: torch\nRequires-Dist: torch==2.13.0; extra == \"torch\"\n"
-                 "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n")
+                 "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n"
+                 "Provides-Extra: remote\nRequires-Dist: obstore>=0.12.1; extra == \"remote\"\n")
 
 
 @pytest.mark.parametrize(("header", "scripts", "complaint"), [
