@@ -38,6 +38,7 @@ from typing import Any, Final
 import msgpack
 
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._os.urls import READ_ONLY_SCHEMES
 from loaderx._remote.object_store import ObjectStore, RemoteObject
 from loaderx._store.layout import MANIFEST_FILE, TOP_LEVEL
 from loaderx._store.manifest import parse_manifest
@@ -53,6 +54,8 @@ _STATE: Final = "state"
 _OBJECTS: Final = "objects.msgpack"
 _IN_USE: Final = "in-use.lock"
 _GEN_PREFIX: Final = "gen-"
+# meta.zr's header: magic, version, tail chunk (u16 at 6), tail offset, length (docs/format.md).
+_META_HEADER: Final = 16
 
 
 def default_cache_dir() -> str:
@@ -88,9 +91,45 @@ class Listing:
     key: str
 
 
+def _head(store: ObjectStore, name: str) -> RemoteObject | None:
+    try:
+        return store.head(name)
+    except FileNotFoundError:
+        return None
+
+
+def _probe(store: ObjectStore) -> list[RemoteObject]:
+    """The dataset's files found from its own metadata: a web server (https://) cannot be
+    listed. The manifest names the shards; each store's meta.zr header names its last chunk."""
+    found = [item for item in (_head(store, "schema.msgpack"), _head(store, MANIFEST_FILE))
+             if item is not None]
+    folders = [TOP_LEVEL]
+    manifest = next((item for item in found if item.name == MANIFEST_FILE), None)
+    if manifest is not None:
+        parsed = parse_manifest(store.get(MANIFEST_FILE, manifest.etag),
+                                store.location.child(MANIFEST_FILE))
+        folders = parsed.names
+    for folder in folders:
+        prefix = "" if folder == TOP_LEVEL else f"{folder}/"
+        meta = _head(store, f"{prefix}meta.zr")
+        if meta is None:
+            continue  # the caller reports a dataset without its store
+        found.append(meta)
+        beside = ("sums.zr", "dict.zr", "redo.zr") + (("schema.msgpack",) if prefix else ())
+        found += [item for name in beside if (item := _head(store, prefix + name)) is not None]
+        header = store.get_range(f"{prefix}meta.zr", 0, _META_HEADER, meta.etag)
+        last_chunk = int.from_bytes(header[6:8], "little")
+        for chunk in range(last_chunk + 1):
+            item = _head(store, f"{prefix}{chunk}.zr")
+            if item is not None:  # an empty tail chunk may not exist yet
+                found.append(item)
+    return found
+
+
 def list_dataset(store: ObjectStore) -> Listing:
     """The dataset's objects (orphans and lock files left out) and a key naming this version."""
-    found = [found for found in store.list() if _is_dataset_file(found.name)]
+    listed = _probe(store) if store.location.scheme in READ_ONLY_SCHEMES else store.list()
+    found = [found for found in listed if _is_dataset_file(found.name)]
     by_name = {found.name: found for found in found}
     top = {name for name in by_name if "/" not in name}
     if "schema.msgpack" not in top and "meta.zr" not in top:

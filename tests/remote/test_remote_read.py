@@ -278,3 +278,26 @@ def test_a_mixture_of_remote_and_local_sources(dense_url: tuple[str, np.ndarray]
             np.testing.assert_array_equal(batch["x"], expected)
     remote.close()
     local.close()
+
+
+def test_a_dataset_served_over_http_reads_without_listing(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A web server cannot be listed: the files are found from the manifest and each store's
+    table. moto serves public-read objects to plain GETs, as a static web server would."""
+    import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
+
+    rng = np.random.default_rng(3)
+    tokens = [rng.integers(0, 9, int(n), dtype=np.int16) for n in rng.integers(0, 40, 90)]
+    local = RaggedDataset(str(tmp_path / "web"), dtype=np.int16, codec="zstd", shard_records=40)
+    local.append(tokens)
+    local.close()
+    keys = s3_env.upload_tree(tmp_path / "web", s3_bucket, "web")
+    client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1")
+    for key in keys:
+        client.put_object_acl(Bucket=s3_bucket, Key=key, ACL="public-read")
+    url = f"{s3_env.endpoint}/{s3_bucket}/web"
+    with RaggedDataset(url, cache_dir=tmp_path / "cache") as ds:
+        assert ds.sharded and len(ds) == len(tokens)
+        for got, want in zip(ds[np.arange(len(tokens))], tokens):
+            np.testing.assert_array_equal(got, want)
