@@ -301,3 +301,59 @@ def test_a_dataset_served_over_http_reads_without_listing(
         assert ds.sharded and len(ds) == len(tokens)
         for got, want in zip(ds[np.arange(len(tokens))], tokens):
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_missing_object_raises_at_once_naming_it(
+    dense_url: tuple[str, np.ndarray], s3_env: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
+
+    url, _ = dense_url
+    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1")
+        client.delete_object(Bucket=s3_bucket, Key="ds/0.zr")
+        with pytest.raises(FileNotFoundError, match=f"{url}/0.zr"):
+            ds[np.array([1, 2])]
+    with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
+        DenseDataset(f"s3://{s3_bucket}/elsewhere", cache_dir=tmp_path / "cache")
+
+
+def test_without_obstore_a_url_names_the_extra(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import sys
+        class Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "obstore":
+                    raise ImportError("obstore is not installed")
+        sys.meta_path.insert(0, Refuse())
+        from loaderx.dataset import DenseDataset
+        from loaderx.errors import MissingExtraError
+        try:
+            DenseDataset("s3://bucket/ds")
+        except MissingExtraError as exc:
+            print("refused:", exc)
+        """)
+    out = _run_child(code, dict(os.environ, PYTHONPATH=str(ROOT),
+                                LOADERX_CACHE_DIR=str(tmp_path / "cache")))
+    assert "pip install 'loaderx[remote]'" in out
+
+
+def test_the_cli_reads_a_url(dense_url: tuple[str, np.ndarray], s3_env: S3Server,
+                             s3_bucket: str, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from loaderx.cli import main
+
+    url, data = dense_url
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["info", url]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(data):,}" in out and "remote size" in out
+    assert main(["head", "-n", "2", url]) == 0
+    assert "(2 of 600 records)" in capsys.readouterr().out
+    assert main(["verify", url]) == 0
+    assert capsys.readouterr().out.strip().endswith("OK")
+    # A record changed in the object store (same size, so only its checksum tells).
+    chunk = bytearray((tmp_path / "local" / "0.zr").read_bytes())
+    s3_env.put(s3_bucket, "ds/0.zr", bytes(chunk[:100]) + bytes([chunk[100] ^ 1]) + bytes(chunk[101:]))
+    assert main(["verify", url]) == 1
+    assert "1 bad record" in capsys.readouterr().out
