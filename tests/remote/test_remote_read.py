@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
 import numpy as np
 import pytest
 
@@ -285,8 +286,6 @@ def test_a_dataset_served_over_http_reads_without_listing(
 ) -> None:
     """A web server cannot be listed: the files are found from the manifest and each store's
     table. moto serves public-read objects to plain GETs, as a static web server would."""
-    import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
-
     rng = np.random.default_rng(3)
     tokens = [rng.integers(0, 9, int(n), dtype=np.int16) for n in rng.integers(0, 40, 90)]
     local = RaggedDataset(str(tmp_path / "web"), dtype=np.int16, codec="zstd", shard_records=40)
@@ -306,8 +305,6 @@ def test_a_dataset_served_over_http_reads_without_listing(
 def test_a_missing_object_raises_at_once_naming_it(
     dense_url: tuple[str, np.ndarray], s3_env: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
-    import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
-
     url, _ = dense_url
     with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
         client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1")
