@@ -90,9 +90,11 @@ class DatasetBase:
         wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
-        self._remote = None
-        folder = self._open_remote(path, cache_dir, cache_bytes)
-        if self._remote is not None:
+        # Assigned once, from the returned value: mypyc would trust a narrowing to None made
+        # before a method assigned the attribute.
+        folder, remote = self._open_remote(path, cache_dir, cache_bytes)
+        self._remote = remote
+        if remote is not None:
             readonly = True  # a remote dataset is written by the converters (docs/remote.md)
         try:
             schema, store = open_store(
@@ -114,24 +116,23 @@ class DatasetBase:
 
     def _open_remote(
         self, path: PathArg, cache_dir: PathArg | None, cache_bytes: SupportsIndex | None
-    ) -> str:
-        """Sets self.path; for a URL opens its cache (self._remote). Returns the folder the
-        store opens: the path itself, or the cache's replica of the remote dataset."""
+    ) -> tuple[str, RemoteSource | None]:
+        """Sets self.path; for a URL opens its cache. Returns the folder the store opens (the
+        path itself, or the cache's replica of the remote dataset) and the cache."""
         if is_url(path):
             assert isinstance(path, str)
             remote = RemoteSource(
                 path, None if cache_dir is None else fs_path(cache_dir), cache_bytes
             )
-            self._remote = remote
             self.path = remote.url
-            return remote.local_path
+            return remote.local_path, remote
         if cache_dir is not None or cache_bytes is not None:
             raise TypeError(
                 "cache_dir= and cache_bytes= apply to a dataset opened from a URL "
                 f"(s3://, gs://, az://, https://), not to the local path {fs_path(path)!r}"
             )
         self.path = local_path(fs_path(path))
-        return self.path
+        return self.path, None
 
     def _close_remote(self) -> None:
         remote = self._remote

@@ -13,14 +13,13 @@ A failed fetch (the server down past its retry budget) is not the look-ahead's t
 worker that makes that step fetches it again and raises in next(). The look-ahead waits and
 tries again, so training that resumes after an outage finds it working.
 
-The thread holds the prefetcher weakly and stops once it is closed or collected. Left
+The thread stops once the prefetcher is closed (by the loader's close() or its finaliser). Left
 interpreted: it runs once per few steps.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -107,7 +106,10 @@ class LookAhead:
         self, plan: Callable[[int], Reads], prefetcher: Prefetcher[Any], window_bytes: int
     ) -> None:
         self._plan = plan
-        self._prefetcher = weakref.ref(prefetcher)
+        # Held strongly: the compiled Prefetcher takes no weak reference. It does not keep the
+        # loader alive (it reaches the loader's maker weakly), and the loader's finaliser
+        # closes it, which ends this thread.
+        self._prefetcher = prefetcher
         self._window_bytes = window_bytes
         self._held: dict[int, Reads] = {}  # fetched steps, their records pinned
         self._costs: dict[int, int] = {}
@@ -122,8 +124,8 @@ class LookAhead:
         self._stop.set()
 
     def _position(self) -> int | None:
-        prefetcher = self._prefetcher()
-        if prefetcher is None or prefetcher.closed:
+        prefetcher = self._prefetcher
+        if prefetcher.closed:
             return None
         return prefetcher.next_step
 

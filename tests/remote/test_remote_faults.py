@@ -138,3 +138,15 @@ def test_a_server_killed_mid_read_raises_then_the_loader_resumes(
             proxy.start()
         loader.close()
         ds.close()
+
+
+def test_a_truncated_object_is_refused_at_open(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> None:
+    from loaderx.errors import CorruptStoreError
+
+    data = images(100, 300)
+    from_numpy(str(tmp_path / "local"), data, codec="raw")
+    chunk = tmp_path / "local" / "0.zr"
+    chunk.write_bytes(chunk.read_bytes()[: 300 * 60])  # records 60.. lie past its end
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    with pytest.raises(CorruptStoreError):
+        DenseDataset(url, cache_dir=tmp_path / "cache")
