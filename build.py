@@ -55,6 +55,9 @@ TEST_REQUIREMENTS = [
     # asv: `build.py asv`, and the tests of its offline dashboard read asv's own pages.
     "asv==0.6.6",
     "virtualenv>=20",
+    # moto's standalone S3-protocol server: tests/remote/ start it on 127.0.0.1 as a real
+    # process (never a mocked client). Pinned: the fault tests depend on how it answers.
+    "moto[server]==5.2.6",
 ]
 
 # Every tool the project's environment holds besides the integrations (the release tools pick
@@ -74,6 +77,7 @@ TEST_EXTRAS = [
     "pyarrow==26.0.1",
     # Tests only: from_arrow reads a datasets.Dataset built from local data (no hub access).
     "datasets==5.2.0",
+    "obstore==0.12.1",
 ]
 
 # The documentation site, built and checked by tests/repo/test_docs_site.py with the test extras

@@ -18,6 +18,10 @@ __all__ = [
     "StateMismatchError",
     "WorkerError",
     "ProducerGone",
+    "RemoteError",
+    "RemoteChangedError",
+    "UnsupportedURLError",
+    "MissingExtraError",
 ]
 
 
@@ -94,3 +98,24 @@ class WorkerError(LoaderxError, RuntimeError):
 
 class ProducerGone(LoaderxError, RuntimeError):
     """A loader's worker thread asked for a step of a loader that has been collected."""
+
+
+class RemoteError(LoaderxError, OSError):
+    """An object store did not answer as it must: still failing after the retry budget (a
+    server down, repeated 5xx or timeouts), or a piece that fails its checksum. The message names
+    the URL and the object."""
+
+
+class RemoteChangedError(RemoteError):
+    """An object of a remote dataset changed (another ETag or generation) while a reader used
+    the version it opened; reopen the dataset to read the new one."""
+
+
+class UnsupportedURLError(LoaderxError, ValueError):
+    """A URL was given where loaderx cannot take one (a call that only works on local folders,
+    or an unknown scheme)."""
+
+
+class MissingExtraError(LoaderxError, ImportError):
+    """An optional integration's package is not installed; the message names the extra to
+    install (e.g. pip install 'loaderx[remote]')."""

@@ -34,7 +34,9 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._data.parallel import split_ranges
 from loaderx._data.parallel_parts import Part, common_schema
+from loaderx._data.open_any import open_dataset
 from loaderx._os.paths import PathArg, fs_path
+from loaderx._os.urls import is_url
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._data.column_append import append_all, recover_appends, refuse_some_new
 from loaderx._store.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
@@ -278,7 +280,14 @@ def write_dataset(ds: ray.data.Dataset, path: PathArg,
 
 
 def _find_columns(path: str, columns: Mapping[str, str] | Sequence[str] | None) -> dict[str, str]:
-    """{column: dataset folder}: the named ones, every dataset under path, or path itself."""
+    """{column: dataset folder}: the named ones, every dataset under path, or path itself. A
+    URL names one dataset, or its columns= name the datasets under it (an object store is
+    not listed for them)."""
+    if is_url(path):
+        base = path.rstrip("/")
+        if columns is not None:
+            return {c: f"{base}/{f}" for c, f in _check_columns(columns).items()}
+        return {base.rsplit("/", 1)[-1]: base}
     if columns is not None:
         return {c: os.path.join(path, f) for c, f in _check_columns(columns).items()}
     if os.path.isfile(schema_path(path)):
@@ -291,10 +300,9 @@ def _find_columns(path: str, columns: Mapping[str, str] | Sequence[str] | None) 
 
 
 def _open(folder: str) -> DenseDataset | RaggedDataset:
-    """Read-only: a read needs no writer lock, and works on a read-only file system."""
-    if read_schema(folder).kind == "dense":
-        return DenseDataset(folder, readonly=True)
-    return RaggedDataset(folder, readonly=True)
+    """Read-only: a read needs no writer lock, and works on a read-only file system. A URL
+    reads through the default cache (docs/remote.md)."""
+    return open_dataset(folder, readonly=True)
 
 
 def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -334,13 +342,14 @@ class LoaderxDatasource(Datasource):
     def __init__(self, path: PathArg,
                  columns: Mapping[str, str] | Sequence[str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.folders = _find_columns(os.path.abspath(fs_path(path)), columns)
+        where = fs_path(path)
+        self.folders = _find_columns(where if is_url(where) else os.path.abspath(where), columns)
         lengths: dict[str, int] = {}
         self.row_bytes = 0
         for column, folder in self.folders.items():
             with _open(folder) as ds:
                 lengths[column] = len(ds)
-                self.row_bytes += _record_bytes(ds, read_schema(folder))
+                self.row_bytes += _record_bytes(ds, ds.schema)
         if len(set(lengths.values())) > 1:
             raise ValueError(f"the columns have different lengths: {lengths}")
         self.length = next(iter(lengths.values()))

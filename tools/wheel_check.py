@@ -27,7 +27,7 @@ from tools.wheelfile import Wheel, read_wheel, wheel_file_name
 
 NATIVE_SUFFIXES: Final = (".so", ".dylib", ".dll", ".pyd")
 REQUIRED_DEPENDENCIES: Final = ("numpy", "msgpack")
-EXTRAS: Final = ("arrow", "jax", "ray", "torch")  # the optional integrations, one extra each
+EXTRAS: Final = ("arrow", "jax", "ray", "remote", "torch")  # the optional integrations, one extra each
 REQUIRES_PYTHON: Final = ">=3.11"
 CONSOLE_SCRIPT: Final = "loaderx = loaderx.cli:entry_point"
 ZSTD_LICENCE: Final = "zstd/LICENSE"

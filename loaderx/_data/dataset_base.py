@@ -21,6 +21,8 @@ from numpy.typing import DTypeLike
 from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
+from loaderx._remote.remote_source import RemoteSource
+from loaderx._os.urls import is_url, local_path
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
@@ -62,6 +64,8 @@ class DatasetBase:
     dict_size: int
     shard_records: int
     _store: Store
+    # A dataset opened from a URL: the cache its reads go through (None for a local one).
+    _remote: RemoteSource | None
     _sharding: ForkSafeLock
     # The process in which this handle became its single store's writer and checked it is
     # still one (0: not yet). A forked child is not the writer (the parent keeps the lock), so
@@ -79,15 +83,26 @@ class DatasetBase:
         shard_records: SupportsIndex | None = None,
         readonly: bool = False,
         verify: bool | None = None,
+        cache_dir: PathArg | None = None,
+        cache_bytes: SupportsIndex | None = None,
     ) -> None:
         kind = self._kind()
         wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
-        self.path = fs_path(path)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
         self.shard_records = check_shard_records(capacity)
-        schema, store = open_store(
-            self.path, kind, wanted, self.shard_records, readonly, verify
-        )
+        # Assigned once, from the returned value: mypyc would trust a narrowing to None made
+        # before a method assigned the attribute.
+        folder, remote = self._open_remote(path, cache_dir, cache_bytes)
+        self._remote = remote
+        if remote is not None:
+            readonly = True  # a remote dataset is written by the converters (docs/remote.md)
+        try:
+            schema, store = open_store(
+                folder, kind, wanted, self.shard_records, readonly, verify
+            )
+        except BaseException:
+            self._close_remote()
+            raise
         self.schema = schema
         self.dtype = schema.dtype
         self.item_shape = schema.item_shape
@@ -98,6 +113,31 @@ class DatasetBase:
         self._sharding = ForkSafeLock()
         self._writer_pid = 0
         self._take_record_layout()
+
+    def _open_remote(
+        self, path: PathArg, cache_dir: PathArg | None, cache_bytes: SupportsIndex | None
+    ) -> tuple[str, RemoteSource | None]:
+        """Sets self.path; for a URL opens its cache. Returns the folder the store opens (the
+        path itself, or the cache's replica of the remote dataset) and the cache."""
+        if is_url(path):
+            assert isinstance(path, str)
+            remote = RemoteSource(
+                path, None if cache_dir is None else fs_path(cache_dir), cache_bytes
+            )
+            self.path = remote.url
+            return remote.local_path, remote
+        if cache_dir is not None or cache_bytes is not None:
+            raise TypeError(
+                "cache_dir= and cache_bytes= apply to a dataset opened from a URL "
+                f"(s3://, gs://, az://, https://), not to the local path {fs_path(path)!r}"
+            )
+        self.path = local_path(fs_path(path))
+        return self.path, None
+
+    def _close_remote(self) -> None:
+        remote = self._remote
+        if remote is not None:
+            remote.close()
 
     def _kind(self) -> str:
         """The schema kind of this class's datasets: "dense" or "ragged"."""
@@ -114,6 +154,12 @@ class DatasetBase:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)
         # and reopens there with the same options, never creating anything: e.g. for spawned
         # torch DataLoader workers.
+        remote = self._remote
+        if remote is not None:
+            return reopen_dataset, (
+                type(self), self.path, True, self.shard_records, self._store.verify_reads,
+                remote.cache_dir, remote.cache_bytes_asked,
+            )
         return reopen_dataset, (
             type(self),
             os.path.abspath(self.path),
@@ -126,6 +172,17 @@ class DatasetBase:
     def store(self) -> Store:
         """The underlying byte-record store, or the ShardedStore of a sharded dataset."""
         return self._store
+
+    @property
+    def remote(self) -> bool:
+        """Whether the dataset was opened from a URL (its reads go through a local cache)."""
+        return self._remote is not None
+
+    def remote_usage(self) -> tuple[int, int] | None:
+        """For a dataset opened from a URL: (its bytes in the object store, the bytes its
+        records take in the local cache now); None for a local dataset."""
+        remote = self._remote
+        return None if remote is None else remote.usage()
 
     @property
     def sharded(self) -> bool:
@@ -252,6 +309,7 @@ class DatasetBase:
 
     def close(self) -> None:
         self._store.close()
+        self._close_remote()
 
     def __enter__(self: D) -> D:
         return self
@@ -267,8 +325,14 @@ class DatasetBase:
     def verify(self) -> VerifyReport:
         """Checks every record (see Zrecord.verify; every shard of a sharded dataset) and that
         its size fits the schema: a dense record is exactly one sample, a ragged one a whole
-        number of rows (reason "size")."""
-        report = self._store.verify()
+        number of rows (reason "size"). A dataset opened from a URL checks the remote objects
+        themselves: every record is downloaded (and not cached) and compared with its checksum;
+        the table was checked when the dataset was opened."""
+        remote = self._remote
+        if remote is not None:
+            report = self._verify_remote(remote)
+        else:
+            report = self._store.verify()
         if not report.records:
             return report
         lengths = self._store.record_lengths(slice(0, report.records))
@@ -286,6 +350,11 @@ class DatasetBase:
             bad,
             report.bad_count + len(extra),
         )
+
+    def _verify_remote(self, remote: RemoteSource) -> VerifyReport:
+        checked, wrong = remote.check_records()
+        bad = [BadRecord(index, "checksum") for index in wrong]
+        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad))
 
     def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         """Indices of records whose logical size the schema does not allow."""
@@ -328,9 +397,15 @@ def reopen_dataset(
     readonly: bool,
     shard_records: int,
     verify: bool | None,
+    cache_dir: str | None = None,
+    cache_bytes: int | None = None,
 ) -> DatasetBase:
-    """Unpickles a dataset: opens the existing one at path with its class (kind)."""
-    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
+    """Unpickles a dataset: opens the existing one at path with its class (kind); one from a
+    URL with the same cache folder and bound."""
+    if cache_dir is None and cache_bytes is None:
+        return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
+    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify,
+                cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
 __all__ = ["DatasetBase", "check_array", "reopen_dataset"]

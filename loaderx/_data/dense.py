@@ -81,6 +81,14 @@ class DenseDataset(DatasetBase):
     def __getitem__(self, index: object) -> Any:
         """ds[index] as NumPy would index an array: read(index), except that an int index into
         a dataset of scalars (item_shape ()) gives a NumPy scalar rather than a 0-d array."""
+        remote = self._remote
+        if remote is not None:
+            indices, _ = normalize_selection(index, len(self._store))
+            with remote.reading(indices):
+                return self._getitem_local(index)
+        return self._getitem_local(index)
+
+    def _getitem_local(self, index: object) -> Any:
         if type(index) is NDARRAY:
             fast = self._read_plain(index, None)
             if fast is not None:
@@ -97,6 +105,14 @@ class DenseDataset(DatasetBase):
         a bool mask returns a (B, *item_shape) batch in index order. out must then have exactly
         that shape and the dataset's dtype, and be C-contiguous and writable.
         """
+        remote = self._remote
+        if remote is not None:
+            indices, _ = normalize_selection(index, len(self._store))
+            with remote.reading(indices):
+                return self._read_local(index, out)
+        return self._read_local(index, out)
+
+    def _read_local(self, index: object, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
         if type(index) is NDARRAY:
             fast = self._read_plain(index, out)
             if fast is not None:
@@ -146,6 +162,14 @@ class DenseDataset(DatasetBase):
         out a writable C-contiguous array of this dtype holding exactly len(indices) samples.
         Only cheap checks run here; the native side refuses out-of-range indices before copying.
         """
+        remote = self._remote
+        if remote is not None and type(indices) is NDARRAY and indices.dtype is _INT64:
+            with remote.reading(indices):
+                self._gather_into_local(indices, out)
+            return
+        self._gather_into_local(indices, out)
+
+    def _gather_into_local(self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]) -> None:
         # The common case first, with exact type checks (cheaper than isinstance); a subclass
         # or anything else is checked below, and a declined fast path takes the general one.
         if type(out) is NDARRAY and type(indices) is NDARRAY and _same_dtype(out.dtype, self.dtype):

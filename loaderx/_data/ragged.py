@@ -58,7 +58,12 @@ class RaggedDataset(DatasetBase):
     def _read(self, indices: npt.NDArray[np.int64]) -> list[npt.NDArray[Any]]:
         if len(indices) == 0:
             return []
-        data, offsets = self._store.gather_ragged(indices)
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                data, offsets = self._store.gather_ragged(indices)
+        else:
+            data, offsets = self._store.gather_ragged(indices)
         bounds: list[int] = offsets.tolist()
         row = self.row_size
         shape = (-1, *self.item_shape)

@@ -38,6 +38,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
 from loaderx._loading.loader_shell import Batch, LoaderShell
+from loaderx._loading.look_ahead import start_look_ahead
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
     WORKERS_MAX,
@@ -198,6 +199,8 @@ class DataLoader(LoaderShell):
             consumer_helps=self._consumer_helps,
         )
         self._maker.follow(self._prefetcher)
+        # Datasets opened from a URL: their records for the steps ahead are fetched early.
+        start_look_ahead(self.sampler, self.streams, self._prefetcher)
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
@@ -222,6 +225,8 @@ class DataLoader(LoaderShell):
             name="loaderx-prefetch", consumer_helps=self._consumer_helps,
         )
         self._maker.follow(self._prefetcher)
+        # Datasets opened from a URL: their records for the steps ahead are fetched early.
+        start_look_ahead(self.sampler, self.streams, self._prefetcher)
         self._lifetime = set()
         self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._data.dense import DenseDataset
+from loaderx._loading.look_ahead import start_mixture_look_ahead
 from loaderx._loading.loader_arguments import as_int, check_count
 from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.prefetch import (
@@ -154,6 +155,8 @@ class MixtureLoader(LoaderShell):
             step_end=self.sampler.step_end, step_end_reason=STEP_END_REASON,
         )
         self._finalizer = close_when_collected(self, prefetcher)
+        # Sources opened from a URL: their records for the steps ahead are fetched early.
+        start_mixture_look_ahead(self.sampler, self.sources, prefetcher)
         return prefetcher
 
     @property

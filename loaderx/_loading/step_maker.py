@@ -64,8 +64,8 @@ def _streams_call(
     stores: list[NativeCalls] = []
     for dataset in datasets:
         store = dataset._store
-        if type(store) is not Zrecord:
-            return None
+        if type(store) is not Zrecord or dataset._remote is not None:
+            return None  # a remote dataset's reads fetch first (DenseDataset.gather_into)
         stores.append(store)
     record_sizes = [dataset.record_size for dataset in datasets]
     return StreamsCall(stores, record_sizes, batch_size, ring_size)

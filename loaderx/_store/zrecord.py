@@ -25,6 +25,7 @@ from loaderx._native import library as _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx._store.indexing import normalize_index
 from loaderx._native.calls import NativeCalls, address
+from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._store.maintenance_check import (
@@ -133,7 +134,8 @@ class Zrecord(NativeCalls):
         keeps a sharded dataset's manifest in step with its shards
         (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
         must not take (loaderx._data.dataset_base)."""
-        self.path = fs_path(path)
+        refuse_url(path, "Zrecord", "open a dataset at a URL with DenseDataset or RaggedDataset")
+        self.path = local_path(fs_path(path))
         self._codec_id = codec_id(codec)
         self.codec = codec
         self.durable = bool(durable)

@@ -17,8 +17,8 @@ from loaderx._data.ragged import RaggedDataset
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import count_text, size_text
-from loaderx.cli.stores import (disk_usage, open_store, record_blocks, record_sizes,
-                                shard_names, stores_inside)
+from loaderx.cli.stores import (open_store, record_blocks, record_sizes, shard_names,
+                                stores_inside, usage_of)
 
 def info_of(path: str) -> dict[str, Any]:
     """What `info` reports about the store at path: its kind, layout, codec and byte counts."""
@@ -28,8 +28,9 @@ def info_of(path: str) -> dict[str, Any]:
         count = stats["records"]
         logical = record_sizes(opened)[2] if count else 0
         shards = shard_names(opened)
-        apparent, allocated = disk_usage(path)
-        result: dict[str, Any] = {"path": path, "shards": shards}
+        apparent, allocated = usage_of(opened, path)
+        result: dict[str, Any] = {"path": path, "shards": shards,
+                                  "remote": not isinstance(opened, Zrecord) and opened.remote}
         if isinstance(opened, Zrecord):
             result.update(kind="zrecord", dtype=None, item_shape=None, codec=opened.codec,
                           dict_size=None)
@@ -50,6 +51,14 @@ def info_of(path: str) -> dict[str, Any]:
         opened.close()
 
 
+def _usage_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
+    if info.get("remote"):
+        return [("cached", size_text(info["allocated_bytes"]) + " (in the local cache)"),
+                ("remote size", size_text(info["apparent_bytes"]) + " (in the object store)")]
+    return [("allocated", size_text(info["allocated_bytes"]) + " (blocks on disk)"),
+            ("apparent size", size_text(info["apparent_bytes"]) + " (what cp and tar copy)")]
+
+
 def print_info(info: dict[str, Any], out: TextIO) -> None:
     """info_of's answer as aligned lines, for a person."""
     rows = [
@@ -63,8 +72,7 @@ def print_info(info: dict[str, Any], out: TextIO) -> None:
         ("records", f"{info['records']:,}"),
         ("logical bytes", size_text(info["logical_bytes"])),
         ("data bytes", size_text(info["data_bytes"]) + " (stored records)"),
-        ("allocated", size_text(info["allocated_bytes"]) + " (blocks on disk)"),
-        ("apparent size", size_text(info["apparent_bytes"]) + " (what cp and tar copy)"),
+        *_usage_rows(info),
         ("compression", f"{info['compression_ratio']:.2f}x" if info["compression_ratio"] else "-"),
     ]
     if info.get("shards") is not None:

@@ -10,8 +10,10 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._data.dense import DenseDataset
+from loaderx._data.open_any import open_dataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import exists, is_file
+from loaderx._os.urls import is_url
 from loaderx._store.schema import SCHEMA_FILE, read_schema
 from loaderx._store.layout import META_FILE, shard_number
 from loaderx._store.zrecord import Zrecord
@@ -45,6 +47,8 @@ def open_store(path: str, readonly: bool = True) -> Store:
 
     Read-only unless the command writes: inspecting a store takes no writer lock, so it works
     while a training job or a conversion holds the store."""
+    if is_url(path):
+        return open_dataset(path)
     if not exists(path):
         raise Problem(f"{path}: no such file or folder")
     # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
@@ -98,6 +102,16 @@ def shard_names(opened: Store) -> list[str] | None:
     if isinstance(opened, Zrecord) or not opened.sharded:
         return None
     return [str(shard["name"]) for shard in opened.shard_stats()]
+
+
+def usage_of(opened: Store, path: str) -> tuple[int, int]:
+    """disk_usage of a local store; for a dataset opened from a URL, (its size in the object
+    store, what its records take in the local cache)."""
+    if not isinstance(opened, Zrecord):
+        remote = opened.remote_usage()
+        if remote is not None:
+            return remote
+    return disk_usage(path)
 
 
 def disk_usage(path: str) -> tuple[int, int]:

@@ -27,18 +27,20 @@ LAYERS: dict[str, int] = {
     "_os": 1,
     "_native": 2,
     "_store": 3,
-    "_data": 4,
-    "_loading": 5,
+    # Datasets in object storage: a local replica of the store's files, filled on demand.
+    "_remote": 4,
+    "_data": 5,
+    "_loading": 6,
     # The public modules only re-export the private ones.
-    "zrecord": 6, "dataset": 6, "converter": 6, "dataloader": 6, "sampler": 6, "mixture": 6,
-    "shards": 6, "verify": 6, "result_buffers": 6,
+    "zrecord": 7, "dataset": 7, "converter": 7, "dataloader": 7, "sampler": 7, "mixture": 7,
+    "shards": 7, "verify": 7, "result_buffers": 7,
     # Integrations: leaf modules over the core, each with its optional package.
-    "torch": 7, "jax": 7, "ray": 7,
+    "torch": 8, "jax": 8, "ray": 8,
     # Applications on top of everything.
-    "cli": 8, "demo": 8, "__main__": 8,
+    "cli": 9, "demo": 9, "__main__": 9,
 }
 # `loaderx` itself holds only __version__ and release_buffers; it sits on top like an application.
-PACKAGE_LAYER = 8
+PACKAGE_LAYER = 9
 
 
 def module_name(path: Path) -> str:

@@ -56,8 +56,8 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     # 20 store, sampler and library functions (lx_store_verify among them) + 6 lx_view_* +
     # lx_sampler_batch + lx_pool_set_policy and lx_pool_policy + lx_stores_set_policy and
     # lx_stores_policy + the 4 calls of 32-bit halves + lx_stores_delete +
-    # lx_store_set_maintenance_check + lx_store_gather_streams
-    assert len(abi()) == 38
+    # lx_store_set_maintenance_check + lx_store_gather_streams + lx_record_sums
+    assert len(abi()) == 39
 
 
 def test_header_parsing_counts_functions_not_function_pointer_typedefs() -> None:
@@ -177,6 +177,24 @@ def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
             assert pinned[name] == floor, (extra, requirement)
 
 
+def test_the_remote_tests_server_is_pinned_for_the_tests_only() -> None:
+    """tests/remote/ start moto's S3 server themselves: `build.py test` and the install check
+    must install it (with its `server` extra, which the standalone process needs), exactly
+    pinned, and no extra of the package may pull it in."""
+    import tomllib
+
+    assert "moto[server]==5.2.6" in build.TEST_REQUIREMENTS
+    assert "moto[server]==5.2.6" in build.VENV_STAGES["test"]
+    assert "moto[server]==5.2.6" not in build.VENV_STAGES["demo"]
+    from tools import install_check
+
+    assert "moto[server]==5.2.6" in install_check.TEST_TOOLS
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] + [r for rs in project["optional-dependencies"].values() for r in rs]
+    assert not [r for r in listed if r.startswith("moto")]
+    assert project["optional-dependencies"]["remote"] == ["obstore>=0.12.1"]
+
+
 def metadata_wheel(header: str, scripts: str = "[console_scripts]\nloaderx = loaderx.cli:entry_point\n"
                    ) -> wheelfile.Wheel:
     info = "loaderx-0.9.17.dist-info"
@@ -193,7 +211,8 @@ GOOD_METADATA = ("Requires-Python: >=3.11\nRequires-Dist: numpy>=1.26\nRequires-
                  "Provides-Extra: ray\nRequires-Dist: ray[data]>=2.60.0; extra == \"ray\"\n"
                  "Provides-Extra: torch\nRequires-Dist: torch==2.13.0; extra == \"torch\"\n"
                  "Provides-Extra: jax\nRequires-Dist: jax>=0.10.2; extra == \"jax\"\n"
-                 "Provides-Extra: arrow\nRequires-Dist: pyarrow>=26.0.1; extra == \"arrow\"\n")
+                 "Provides-Extra: arrow\nRequires-Dist: pyarrow>=26.0.1; extra == \"arrow\"\n"
+                 "Provides-Extra: remote\nRequires-Dist: obstore>=0.12.1; extra == \"remote\"\n")
 
 
 @pytest.mark.parametrize(("header", "scripts", "complaint"), [

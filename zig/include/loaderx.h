@@ -284,4 +284,12 @@ typedef struct lx_sampler_request {
  * three arguments instead of eight (each costs the Python binding a conversion). */
 lx_status lx_sampler_batch(const lx_sampler_request *request, uint64_t step, int64_t *out);
 
+/* The record checksum (sums.zr's value) of count stored records lying in buffer: record i is
+ * stored_lengths[i] bytes at starts[i], with its logical length and codec. For a caller that
+ * fetched records itself (the remote cache) and checks them before any reader uses them.
+ * Refuses (writing nothing) a record past buffer_len, an unknown codec or a NULL. */
+lx_status lx_record_sums(const uint8_t *buffer, uint64_t buffer_len, const uint64_t *starts,
+                         const uint32_t *stored_lengths, const uint32_t *logic_lengths,
+                         const uint8_t *codecs, uint64_t count, uint32_t *out_sums);
+
 #endif

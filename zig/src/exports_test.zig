@@ -28,6 +28,7 @@ const LxGatherStream = extern struct { store: ?*LxStore, out: ?[*]u8, record_siz
 extern fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) Status;
 extern fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) Status;
 extern fn lx_store_compact(store: ?*LxStore) Status;
+extern fn lx_record_sums(buffer: ?[*]const u8, buffer_len: u64, starts: ?[*]const u64, stored_lengths: ?[*]const u32, logic_lengths: ?[*]const u32, codecs: ?[*]const u8, count: u64, out_sums: ?[*]u32) Status;
 extern fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) Status;
 extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
 extern fn lx_store_sync(store: ?*LxStore) Status;
@@ -940,4 +941,32 @@ test "multi-store calls lock in one order whatever order they are given: no dead
     a.deinit();
     try testing.expectEqual(@as(u32, 0), failures.load(.monotonic));
     for (racers) |racer| try testing.expect(racer.rounds > 0);
+}
+
+test "lx_record_sums gives sums.zr's value for each record and refuses bad ranges, codecs and NULLs, writing nothing" {
+    const checksum = @import("checksum.zig");
+    const format = @import("format.zig");
+    const bytes = "abcdefghijklmnopqrstuvwxyz";
+    const starts = [_]u64{ 0, 3, 26 };
+    const stored = [_]u32{ 3, 20, 0 };
+    const logic = [_]u32{ 3, 99, 0 };
+    const codecs = [_]u8{ 0, 1, 2 };
+    var out = [_]u32{ 7, 7, 7 };
+    try testing.expectEqual(Status.ok, lx_record_sums(bytes, bytes.len, &starts, &stored, &logic, &codecs, 3, &out));
+    try testing.expectEqual(checksum.recordSum(bytes[0..3], 3, .raw), out[0]);
+    try testing.expectEqual(checksum.recordSum(bytes[3..23], 99, .zstd), out[1]);
+    try testing.expectEqual(checksum.recordSum(bytes[26..26], 0, format.Codec.zstd_dict), out[2]);
+    // Nothing is written when a call is refused.
+    out = .{ 7, 7, 7 };
+    const past = [_]u32{ 3, 24, 0 };
+    try testing.expectEqual(Status.invalid_argument, lx_record_sums(bytes, bytes.len, &starts, &past, &logic, &codecs, 3, &out));
+    const unknown = [_]u8{ 0, 9, 0 };
+    try testing.expectEqual(Status.invalid_argument, lx_record_sums(bytes, bytes.len, &starts, &stored, &logic, &unknown, 3, &out));
+    const beyond = [_]u64{ 0, 3, 27 };
+    try testing.expectEqual(Status.invalid_argument, lx_record_sums(bytes, bytes.len, &beyond, &stored, &logic, &codecs, 3, &out));
+    try testing.expectEqual(Status.invalid_argument, lx_record_sums(null, bytes.len, &starts, &stored, &logic, &codecs, 3, &out));
+    try testing.expectEqual(Status.invalid_argument, lx_record_sums(bytes, bytes.len, &starts, &stored, &logic, &codecs, 3, null));
+    try testing.expectEqualSlices(u32, &.{ 7, 7, 7 }, &out);
+    // No records: nothing to check, NULLs included.
+    try testing.expectEqual(Status.ok, lx_record_sums(null, 0, null, null, null, null, 0, null));
 }

@@ -1,0 +1,205 @@
+"""The loader's look-ahead for datasets opened from a URL: fetch what the next steps read
+before the workers get to them.
+
+Batch k is a pure function of (seed, k), so the loader knows every future step's records. A
+thread follows the consumer's position (the prefetcher's next_step) and keeps the records of
+the steps ahead of it in the cache: as many steps as fit in a byte bound (window_bytes), each
+fetched with the requests of several steps in flight at once. The records of a fetched step
+stay pinned until the consumer has passed it, so eviction never drops what a step ahead still
+needs; the steps after the window are handed to eviction as the known future (Belady's rule,
+loaderx._remote.eviction).
+
+A failed fetch (the server down past its retry budget) is not the look-ahead's to report: the
+worker that makes that step fetches it again and raises in next(). The look-ahead waits and
+tries again, so training that resumes after an outage finds it working.
+
+The thread stops once the prefetcher is closed (by the loader's close() or its finaliser). Left
+interpreted: it runs once per few steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._data.dense import DenseDataset
+from loaderx._loading.mixture_sampler import MixtureSampler
+from loaderx._loading.prefetch import Prefetcher
+from loaderx._loading.sampler import Sampler
+from loaderx._remote.remote_source import RemoteSource
+
+# What one step reads from the remote datasets: (dataset's cache, global indices) pairs.
+Reads: TypeAlias = list[tuple[RemoteSource, npt.NDArray[np.int64]]]
+
+# The look-ahead holds at most this many bytes of cache (or half the smallest cache bound).
+WINDOW_BYTES_DEFAULT: Final = 256 << 20
+# Steps fetched by one call (their requests in flight together) and the most steps ahead.
+STEPS_PER_FETCH: Final = 4
+STEPS_AHEAD_MAX: Final = 256
+# How often the thread looks at the consumer's position, and waits after a failed fetch.
+POLL_SECONDS: Final = 0.002
+RETRY_SECONDS: Final = 1.0
+
+
+def _remote_sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
+    found: list[RemoteSource] = []
+    for dataset in streams.values():
+        remote = dataset._remote
+        if remote is not None and all(remote is not known for known in found):
+            found.append(remote)
+    return found
+
+
+def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
+           prefetcher: Prefetcher[Any]) -> LookAhead:
+    window = min([WINDOW_BYTES_DEFAULT] + [source.cache_bytes // 2 for source in sources])
+    ahead = LookAhead(plan, prefetcher, max(1, window))
+    ahead.start()
+    return ahead
+
+
+def start_look_ahead(
+    sampler: Sampler, streams: Mapping[str, DenseDataset], prefetcher: Prefetcher[Any]
+) -> LookAhead | None:
+    """A running look-ahead for a DataLoader when a stream reads a remote dataset; else None."""
+    sources = _remote_sources(streams)
+    if not sources:
+        return None
+
+    def plan(step: int) -> Reads:
+        indices = np.empty(sampler.batch_size, dtype=np.int64)
+        sampler.fill(step, indices)
+        return [(source, indices) for source in sources]
+
+    return _start(plan, sources, prefetcher)
+
+
+def start_mixture_look_ahead(
+    sampler: MixtureSampler, sources: Sequence[Mapping[str, DenseDataset]],
+    prefetcher: Prefetcher[Any],
+) -> LookAhead | None:
+    """The same for a MixtureLoader: each step's rows go to their own source's datasets."""
+    remote = [_remote_sources(streams) for streams in sources]
+    if not any(remote):
+        return None
+
+    def plan(step: int) -> Reads:
+        chosen, indices = sampler.batch(step)
+        reads: Reads = []
+        for number, caches in enumerate(remote):
+            rows = indices[chosen == number]
+            if caches and len(rows):
+                reads += [(cache, np.ascontiguousarray(rows, dtype=np.int64)) for cache in caches]
+        return reads
+
+    return _start(plan, [cache for caches in remote for cache in caches], prefetcher)
+
+
+class LookAhead:
+    """The thread that keeps the steps ahead of the consumer cached (module doc)."""
+
+    def __init__(
+        self, plan: Callable[[int], Reads], prefetcher: Prefetcher[Any], window_bytes: int
+    ) -> None:
+        self._plan = plan
+        # Held strongly: the compiled Prefetcher takes no weak reference. It does not keep the
+        # loader alive (it reaches the loader's maker weakly), and the loader's finaliser
+        # closes it, which ends this thread.
+        self._prefetcher = prefetcher
+        self._window_bytes = window_bytes
+        self._held: dict[int, Reads] = {}  # fetched steps, their records pinned
+        self._costs: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loaderx-look-ahead", daemon=True)
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _position(self) -> int | None:
+        prefetcher = self._prefetcher
+        if prefetcher.closed:
+            return None
+        return prefetcher.next_step
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                position = self._position()
+                if position is None:
+                    return
+                self._release_before(position)
+                steps = self._next_steps(position)
+                if not steps:
+                    self._stop.wait(POLL_SECONDS)
+                    continue
+                if not self._fetch(steps):
+                    self._stop.wait(RETRY_SECONDS)
+        finally:
+            self._release_before(None)
+
+    def _release_before(self, position: int | None) -> None:
+        """Unpins the steps the consumer has passed (every step when position is None)."""
+        for step in [s for s in self._held if position is None or s < position]:
+            self._costs.pop(step, None)
+            for source, indices in self._held.pop(step):
+                source.fetcher.unpin(indices)
+
+    def _next_steps(self, position: int) -> list[tuple[int, Reads]]:
+        """The next steps to fetch: after the last held one, while the window has room."""
+        step = max(max(self._held) + 1, position) if self._held else position
+        used = sum(self._costs.values())
+        chosen: list[tuple[int, Reads]] = []
+        while len(chosen) < STEPS_PER_FETCH and step < position + STEPS_AHEAD_MAX:
+            reads = self._plan(step)
+            cost = sum(source.fetcher.cost(indices) for source, indices in reads)
+            if used + cost > self._window_bytes and (self._held or chosen):
+                break
+            chosen.append((step, reads))
+            self._costs[step] = cost
+            used += cost
+            step += 1
+        return chosen
+
+    def _fetch(self, steps: list[tuple[int, Reads]]) -> bool:
+        """Pins and fetches the steps' records; False after a failure (retried later)."""
+        wanted: dict[int, tuple[RemoteSource, list[npt.NDArray[np.int64]]]] = {}
+        for step, reads in steps:
+            self._held[step] = reads
+            for source, indices in reads:
+                source.fetcher.pin(indices)
+                wanted.setdefault(id(source), (source, []))[1].append(indices)
+        self._tell_future()
+        try:
+            for source, parts in wanted.values():
+                source.prefetch(np.concatenate(parts))
+        except Exception:
+            self.failures += 1
+            return False
+        return True
+
+    def _tell_future(self) -> None:
+        """Gives eviction the steps known ahead: the held window and as many steps past it."""
+        if not self._held:
+            return
+        first, last = min(self._held), max(self._held)
+        future: dict[int, tuple[RemoteSource, list[npt.NDArray[np.int64]], list[int]]] = {}
+        for step in range(first, last + 1 + (last - first + 1)):
+            reads = self._held[step] if step in self._held else self._plan(step)
+            for source, indices in reads:
+                entry = future.setdefault(id(source), (source, [], []))
+                entry[1].append(indices)
+                entry[2].append(step)
+        for source, parts, steps in future.values():
+            numbers = np.repeat(np.asarray(steps, dtype=np.int64), [len(p) for p in parts])
+            source.fetcher.set_future(np.concatenate(parts), numbers)
+
+
+__all__ = ["LookAhead", "start_look_ahead", "start_mixture_look_ahead"]

@@ -1,0 +1,1 @@
+"""Datasets in object storage (s3://, gs://, az://, https://) read through a local cache."""

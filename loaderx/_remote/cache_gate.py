@@ -1,0 +1,124 @@
+"""The cache's gate: many readers and writers of present records, or one evictor, across every
+thread and process that shares a cache folder.
+
+A gather reads records that the fetcher marked present; eviction marks records absent and
+punches their blocks out of the sparse chunk files. Those must never overlap: a gather would
+copy zeros, and a fetcher writing a record into a block being punched would mark zeros present.
+So gathers and fetchers' writes pass the gate shared, eviction exclusively.
+
+Between processes the gate is an flock on `gate.lock`. Within a process, threads share one
+shared flock (flock has one lock per open file description, so a second LOCK_SH from another
+thread would not add a hold, and its LOCK_UN would drop the first thread's): the first reader
+in takes it, the last one out releases it, and the evictor waits for no reader of its own
+before taking LOCK_EX on a second descriptor. A forked child makes its own gate (its copies of
+the parent's descriptors are closed by loaderx._os.lock_descriptors).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+
+
+class _ProcessGate:
+    def __init__(self, path: str) -> None:
+        self._shared_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
+        self._exclusive_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
+        self._changed = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._evicting = False
+
+    def enter_shared(self) -> None:
+        with self._changed:
+            while self._evicting:
+                self._changed.wait()
+            if self._readers == 0:
+                # Held with the condition's lock, so no other thread of ours can see
+                # readers > 0 before the process really holds the shared lock.
+                fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+            self._readers += 1
+
+    def leave_shared(self) -> None:
+        with self._changed:
+            self._readers -= 1
+            if self._readers == 0:
+                fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+                self._changed.notify_all()
+
+    def enter_exclusive(self) -> None:
+        with self._changed:
+            while self._evicting or self._readers:
+                self._changed.wait()
+            self._evicting = True
+        try:
+            fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._end_eviction()
+            raise
+
+    def leave_exclusive(self) -> None:
+        fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
+        self._end_eviction()
+
+    def _end_eviction(self) -> None:
+        with self._changed:
+            self._evicting = False
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        close_descriptor(self._shared_fd)
+        close_descriptor(self._exclusive_fd)
+
+
+class CacheGate:
+    """Shared (gathers, fetch writes) or exclusive (eviction) passage; see the module doc."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._made = ForkSafeLock()
+        self._pid = os.getpid()
+        self._gate: _ProcessGate | None = _ProcessGate(path)
+
+    def _current(self) -> _ProcessGate:
+        gate = self._gate
+        if gate is not None and self._pid == os.getpid():
+            return gate
+        with self._made:
+            if self._gate is None or self._pid != os.getpid():
+                # The parent's descriptors are closed in the child; a new pair is ours.
+                self._gate = _ProcessGate(self._path)
+                self._pid = os.getpid()
+            return self._gate
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        gate = self._current()
+        gate.enter_shared()
+        try:
+            yield
+        finally:
+            gate.leave_shared()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        gate = self._current()
+        gate.enter_exclusive()
+        try:
+            yield
+        finally:
+            gate.leave_exclusive()
+
+    def close(self) -> None:
+        with self._made:
+            gate, self._gate = self._gate, None
+        if gate is not None and self._pid == os.getpid():
+            gate.close()
+
+
+__all__ = ["CacheGate"]

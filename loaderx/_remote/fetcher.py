@@ -1,0 +1,416 @@
+"""Bringing records into the cache: coalesced range reads, many in flight, each record checked
+against its checksum before any reader may use it; and eviction when the cache is full.
+
+What is cached: byte ranges of records, in sparse copies of the chunk files (replica.py), not
+whole chunks. A chunk is up to 4 GiB and a random batch touches a few hundred records across
+it, so whole chunks would fetch and hold mostly bytes nobody asked for; records cost exactly
+what training reads. Neighbouring records are fetched in one request (gaps up to GAP_BYTES
+are read and thrown away), so a sequential pass still reads large ranges.
+
+Each store of the dataset has a state file, one byte per record (1: its bytes are in the chunk
+copy and matched their checksum), shared through the page cache by every process using the
+cache folder. A record becomes present only after its bytes are written; it stops being present
+before its blocks are punched; both under the cache gate (cache_gate.py), which a gather holds
+shared while it checks presence and copies. Downloads of one store are claimed with an flock
+(`<n>.fetch.lock`), so two processes never download the same record: the second waits, then
+finds it present.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._native.record_sums import record_sums
+from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._remote.cache_gate import CacheGate
+from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
+from loaderx._remote.object_store import ObjectStore
+from loaderx._remote.record_map import RecordMap, StoreRecords
+from loaderx._remote.replica import Replica
+from loaderx.errors import CorruptStoreError, RemoteError
+
+# Two records closer than this in a chunk are fetched by one request (the bytes between are
+# read and dropped). Small, because requests run many at once: their latency overlaps, while
+# every byte read and dropped costs bandwidth. It merges neighbours, as a sequential pass has.
+GAP_BYTES: Final = 32 << 10
+# A request never spans more than this (large ranges stream and retry poorly).
+RANGE_BYTES_MAX: Final = 16 << 20
+# Requests in flight at once per dataset: enough to fill a link whose latency is far longer
+# than one record's transfer (50 MB/s and 20 ms per request need ~80 for 12 KiB records).
+REQUESTS_ENV: Final = "LOADERX_REMOTE_REQUESTS"
+REQUESTS_IN_FLIGHT: Final = 96
+# Eviction frees down to this share of the cache, so that it runs once per many fetches.
+LOW_WATER: Final = 0.9
+
+
+@dataclass
+class _Range:
+    store: int
+    chunk: int
+    start: int
+    end: int
+    records: npt.NDArray[np.int64]  # local indices, in offset order
+
+
+def plan_ranges(store: int, records: StoreRecords, local: npt.NDArray[np.int64]) -> list[_Range]:
+    """The requests that fetch `local` (distinct local indices) of one store."""
+    entries = records.entries[local]
+    order = np.lexsort((entries["offset"], entries["chunk"]))
+    local, entries = local[order], entries[order]
+    chunks = entries["chunk"].astype(np.int64)
+    starts = entries["offset"].astype(np.int64)
+    ends = starts + entries["stored"].astype(np.int64)
+    ranges: list[_Range] = []
+    first = 0
+    for i in range(1, len(local) + 1):
+        if i < len(local) and chunks[i] == chunks[first] and starts[i] - ends[i - 1] <= GAP_BYTES \
+                and ends[i] - starts[first] <= RANGE_BYTES_MAX:
+            continue
+        end = int(ends[first:i].max())
+        ranges.append(_Range(store, int(chunks[first]), int(starts[first]), end, local[first:i]))
+        first = i
+    return ranges
+
+
+class Fetcher:
+    """The records of one replica: presence, fetching, pins and eviction (module doc)."""
+
+    def __init__(
+        self, objects: ObjectStore, replica: Replica, records: RecordMap, cache_bytes: int
+    ) -> None:
+        self._objects = objects
+        self._replica = replica
+        self._map = records
+        self._budget = cache_bytes
+        self._states = [self._state_file(n, store) for n, store in enumerate(records.stores)]
+        self._costs = [store.blocks() for store in records.stores]
+        self.total_cost = int(sum(int(cost.sum()) for cost in self._costs))
+        self._gate = CacheGate(os.path.join(replica.state, "gate.lock"))
+        self._holes: list[StoreHoles | None] = [None] * len(records.stores)
+        self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
+        self._pins: dict[int, int] = {}
+        self._future = (np.empty(0, np.int64), np.empty(0, np.int64))
+        self._store_locks = [ForkSafeLock() for _ in records.stores]
+        self._descriptors: dict[tuple[int, int], int] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
+        self._used_guess = self.total_cost if cache_bytes >= self.total_cost else 0
+        # Figures for reports and tests: requests sent, bytes received, records fetched.
+        self.requests = 0
+        self.bytes_fetched = 0
+        self.records_fetched = 0
+
+    # --- presence ---------------------------------------------------------------------------
+
+    def _state_file(self, number: int, store: StoreRecords) -> npt.NDArray[np.uint8]:
+        path = os.path.join(self._replica.state, f"{number}.present")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != store.length:
+                os.ftruncate(fd, store.length)  # new: all zero, nothing present
+        finally:
+            os.close(fd)
+        if store.length == 0:
+            return np.zeros(0, dtype=np.uint8)  # nothing to map (mmap refuses an empty file)
+        return np.memmap(path, dtype=np.uint8, mode="r+", shape=(store.length,))
+
+    def _valid(self, indices: npt.NDArray[np.int64]) -> bool:
+        """Whether every index is in range (otherwise the gather itself refuses them)."""
+        return len(indices) == 0 or (int(indices.min()) >= 0 and int(indices.max()) < self._map.length)
+
+    def missing(self, indices: npt.NDArray[np.int64]) -> dict[int, npt.NDArray[np.int64]]:
+        """The local indices of `indices` (global, valid) that are not present, by store."""
+        stores = self._map.stores
+        if len(stores) == 1:
+            local = indices[self._states[0][indices] == 0]
+            return {0: np.unique(local)} if len(local) else {}
+        found: dict[int, npt.NDArray[np.int64]] = {}
+        route = self._map.route(indices)
+        for number in np.unique(route).tolist():
+            local = indices[route == number] - self._map.starts[number]
+            absent = local[self._states[number][local] == 0]
+            if len(absent):
+                found[number] = np.unique(absent)
+        return found
+
+    @contextmanager
+    def reading(self, indices: npt.NDArray[np.int64]) -> Iterator[None]:
+        """Holds the gate shared with every record of indices present, fetching what is not."""
+        if not self._valid(indices):
+            yield  # the gather refuses the indices itself, before reading a byte
+            return
+        pinned = False
+        try:
+            while True:
+                with self._gate.shared():
+                    if not self.missing(indices):
+                        yield
+                        return
+                if not pinned:
+                    self.pin(indices)
+                    pinned = True
+                self.fetch(indices)
+        finally:
+            if pinned:
+                self.unpin(indices)
+
+    # --- pins and the known future ----------------------------------------------------------
+
+    def pin(self, indices: npt.NDArray[np.int64]) -> None:
+        with self._lock:
+            for index in indices.tolist():
+                self._pins[index] = self._pins.get(index, 0) + 1
+
+    def unpin(self, indices: npt.NDArray[np.int64]) -> None:
+        with self._lock:
+            for index in indices.tolist():
+                left = self._pins.get(index, 0) - 1
+                if left > 0:
+                    self._pins[index] = left
+                else:
+                    self._pins.pop(index, None)
+
+    def cost(self, indices: npt.NDArray[np.int64]) -> int:
+        """What the records of indices (global, valid) take in the cache (repeats counted once
+        per appearance: an upper bound)."""
+        if len(self._costs) == 1:
+            return int(self._costs[0][indices].sum())
+        route = self._map.route(indices)
+        return sum(
+            int(self._costs[n][indices[route == n] - self._map.starts[n]].sum())
+            for n in np.unique(route).tolist()
+        )
+
+    def set_future(self, indices: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> None:
+        """What the loader will read: indices[k] at step steps[k] (eviction's next uses)."""
+        with self._lock:
+            self._future = (indices, steps)
+
+    # --- fetching ---------------------------------------------------------------------------
+
+    def fetch(self, indices: npt.NDArray[np.int64]) -> None:
+        """Makes every record of indices (global, valid) present."""
+        wanted = self.missing(indices)
+        if not wanted:
+            return
+        with ExitStack() as held:
+            for number in sorted(wanted):  # one order for every process: no deadlock
+                held.enter_context(self._claim(number))
+            wanted = self.missing(indices)  # another thread or process may have fetched some
+            if not wanted:
+                return
+            self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
+            ranges = [r for n, local in wanted.items()
+                      for r in plan_ranges(n, self._map.stores[n], local)]
+            self._download(ranges)
+
+    @contextmanager
+    def _claim(self, number: int) -> Iterator[None]:
+        with self._store_locks[number]:
+            fd = open_descriptor(os.path.join(self._replica.state, f"{number}.fetch.lock"),
+                                 os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                close_descriptor(fd)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                workers = int(os.environ.get(REQUESTS_ENV) or REQUESTS_IN_FLIGHT)
+                self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="loaderx-fetch")
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    def _download(self, ranges: list[_Range]) -> None:
+        pool = self._executor()
+        futures: list[tuple[_Range, Future[bytes]]] = []
+        for piece in ranges:
+            name = self._map.stores[piece.store].chunk_object(piece.chunk)
+            etag = self._chunk_etag(name)
+            futures.append((piece, pool.submit(
+                self._objects.get_range, name, piece.start, piece.end, etag)))
+        try:
+            for piece, future in futures:
+                self._store(piece, future.result())
+        finally:
+            for _, future in futures:
+                future.cancel()
+
+    def _chunk_etag(self, name: str) -> str | None:
+        found = self._replica.chunks.get(name)
+        if found is None:
+            raise CorruptStoreError(
+                f"{self._objects.location.child(name)} is named by the dataset's table but was "
+                "not listed when it was opened"
+            )
+        return found.etag
+
+    def _store(self, piece: _Range, data: bytes) -> None:
+        """Checks every record of a fetched range, then writes it and marks it present."""
+        store = self._map.stores[piece.store]
+        entries = store.entries[piece.records]
+        offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
+        if store.sums is not None:
+            sums = record_sums(data, offsets, entries["stored"], entries["logical"], entries["codec"])
+            bad = np.flatnonzero(sums != store.sums[piece.records])
+            if len(bad):
+                index = int(piece.records[bad[0]])
+                raise RemoteError(
+                    f"record {index} of {self._objects.location.child(store.chunk_object(piece.chunk))} "
+                    f"does not match its checksum ({len(bad)} of {len(piece.records)} records in "
+                    f"bytes {piece.start}..{piece.end}); the object is damaged or was changed"
+                )
+        fd = self._descriptor(piece.store, piece.chunk)
+        view = memoryview(data)
+        with self._gate.shared():
+            for offset, length in zip(offsets.tolist(), entries["stored"].tolist()):
+                if length:
+                    os.pwrite(fd, view[offset:offset + length], piece.start + offset)
+            self._states[piece.store][piece.records] = 1
+        cost = int(self._costs[piece.store][piece.records].sum())
+        with self._lock:
+            self._used_guess += cost
+            self.requests += 1
+            self.bytes_fetched += len(data)
+            self.records_fetched += len(piece.records)
+
+    def _descriptor(self, store: int, chunk: int) -> int:
+        with self._lock:
+            fd = self._descriptors.get((store, chunk))
+            if fd is None:
+                path = os.path.join(self._map.stores[store].folder, f"{chunk}.zr")
+                fd = os.open(path, os.O_WRONLY)
+                self._descriptors[(store, chunk)] = fd
+            return fd
+
+    # --- verify ---------------------------------------------------------------------------
+
+    def check_everything(self, window_bytes: int) -> tuple[int, list[int]]:
+        """Downloads every record, window by window, and compares it with its checksum without
+        keeping it (verify must not flush the cache of a training job). Returns how many
+        records had a checksum to compare with, and the global indices that did not match."""
+        checked = 0
+        bad: list[int] = []
+        for number, store in enumerate(self._map.stores):
+            if store.sums is None or store.length == 0:
+                continue
+            checked += store.length
+            everything = np.arange(store.length, dtype=np.int64)
+            pending: list[_Range] = []
+            pending_bytes = 0
+            for piece in plan_ranges(number, store, everything):
+                pending.append(piece)
+                pending_bytes += piece.end - piece.start
+                if pending_bytes >= window_bytes:
+                    bad += self._check_ranges(pending)
+                    pending, pending_bytes = [], 0
+            bad += self._check_ranges(pending)
+        return checked, sorted(bad)
+
+    def _check_ranges(self, ranges: list[_Range]) -> list[int]:
+        pool = self._executor()
+        futures = [(piece, pool.submit(
+            self._objects.get_range, self._map.stores[piece.store].chunk_object(piece.chunk),
+            piece.start, piece.end,
+            self._chunk_etag(self._map.stores[piece.store].chunk_object(piece.chunk))))
+            for piece in ranges]
+        bad: list[int] = []
+        for piece, future in futures:
+            store = self._map.stores[piece.store]
+            assert store.sums is not None
+            entries = store.entries[piece.records]
+            offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
+            sums = record_sums(future.result(), offsets, entries["stored"], entries["logical"],
+                               entries["codec"])
+            wrong = piece.records[sums != store.sums[piece.records]]
+            bad += (wrong + int(self._map.starts[piece.store])).tolist()
+        return bad
+
+    # --- eviction ---------------------------------------------------------------------------
+
+    def _make_room(self, incoming: int) -> None:
+        """Frees cache space for `incoming` bytes by Belady's rule (eviction.py)."""
+        if self._budget >= self.total_cost or self._used_guess + incoming <= self._budget:
+            return
+        with self._gate.exclusive():
+            used = sum(int(cost[state != 0].sum()) for cost, state in zip(self._costs, self._states))
+            if used + incoming <= self._budget:
+                self._used_guess = used
+                return
+            to_free = used + incoming - int(self._budget * LOW_WATER)
+            freed = self._evict(to_free)
+            self._used_guess = used - freed
+
+    def _evict(self, to_free: int) -> int:
+        candidates, costs = self._candidates()
+        if len(candidates) == 0:
+            return 0
+        with self._lock:
+            future_indices, future_steps = self._future
+        uses = next_uses(candidates, future_indices, future_steps)
+        victims = choose_victims(candidates, costs, uses, to_free)
+        route = self._map.route(victims)
+        freed = 0
+        for number in np.unique(route).tolist():
+            local = victims[route == number] - self._map.starts[number]
+            state = self._states[number]
+            state[local] = 0
+            freed += int(self._costs[number][local].sum())
+            self._punch(number, local, np.asarray(state))
+        return freed
+
+    def _candidates(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Present records nobody has pinned (global indices) and their costs."""
+        with self._lock:
+            pinned = np.fromiter(self._pins, dtype=np.int64, count=len(self._pins))
+        found: list[npt.NDArray[np.int64]] = []
+        costs: list[npt.NDArray[np.int64]] = []
+        for number, state in enumerate(self._states):
+            local = np.flatnonzero(state).astype(np.int64)
+            found.append(local + self._map.starts[number])
+            costs.append(self._costs[number][local])
+        candidates = np.concatenate(found) if found else np.empty(0, np.int64)
+        cost = np.concatenate(costs) if costs else np.empty(0, np.int64)
+        free = ~np.isin(candidates, pinned)
+        return candidates[free], cost[free]
+
+    def _punch(self, number: int, local: npt.NDArray[np.int64], state: npt.NDArray[np.uint8]) -> None:
+        holes = self._holes[number]
+        if holes is None:
+            holes = self._holes[number] = StoreHoles(self._map.stores[number])
+        for chunk, start, end in holes.freed(local, state):
+            path = os.path.join(self._map.stores[number].folder, f"{chunk}.zr")
+            punch_hole(self._descriptor(number, chunk), start, end, path)
+
+    def cached_bytes(self) -> int:
+        """What the present records cost in the cache now (blocks, see record_map)."""
+        return sum(int(cost[state != 0].sum()) for cost, state in zip(self._costs, self._states))
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+            descriptors, self._descriptors = self._descriptors, {}
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.shutdown(wait=True, cancel_futures=True)
+        for fd in descriptors.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._gate.close()
+
+
+__all__ = ["Fetcher", "GAP_BYTES", "plan_ranges"]

@@ -1,0 +1,236 @@
+"""One dataset's objects in an object store, through obstore (Rust's object_store).
+
+obstore does the protocol work: request signing, credentials from each cloud's standard
+environment and config chain, retries with backoff on timeouts and 5xx answers, range reads and
+conditional writes. This module only chooses its settings, names objects relative to the
+dataset, and turns its exceptions into loaderx's (with the URL and the object in the message).
+
+obstore is the optional extra `loaderx[remote]`: it is imported when a URL is opened, never
+by `import loaderx`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from loaderx._os.urls import DatasetURL
+from loaderx.errors import MissingExtraError, RemoteChangedError, RemoteError
+
+_T = TypeVar("_T")
+
+# How long obstore keeps retrying one request (timeouts, 5xx, refused connections) before the
+# error reaches the caller, and how many retries at most. A server that stays down then makes
+# a read raise instead of hanging; the loader's state_dict resumes once it is back.
+RETRY_SECONDS_ENV: Final = "LOADERX_REMOTE_RETRY_SECONDS"
+RETRIES_ENV: Final = "LOADERX_REMOTE_RETRIES"
+RETRY_SECONDS_DEFAULT: Final = 60.0
+RETRIES_DEFAULT: Final = 10
+# One request's own deadline (a stalled connection counts as a timeout and is retried).
+REQUEST_TIMEOUT_ENV: Final = "LOADERX_REMOTE_TIMEOUT_SECONDS"
+REQUEST_TIMEOUT_DEFAULT: Final = 30.0
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One object of a dataset: its name relative to the dataset, size and version tag."""
+
+    name: str
+    size: int
+    etag: str | None
+    version: str | None
+
+
+def _float_setting(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"{name}={text!r} must be positive")
+    return value
+
+
+def _retry_config() -> dict[str, Any]:
+    seconds = _float_setting(RETRY_SECONDS_ENV, RETRY_SECONDS_DEFAULT)
+    retries = int(_float_setting(RETRIES_ENV, RETRIES_DEFAULT))
+    return {
+        "max_retries": retries,
+        "retry_timeout": datetime.timedelta(seconds=seconds),
+        "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=100),
+            "max_backoff": datetime.timedelta(seconds=min(15.0, seconds)),
+            "base": 2.0,
+        },
+    }
+
+
+def _obstore() -> Any:
+    try:
+        import obstore
+        import obstore.store
+    except ImportError as exc:
+        raise MissingExtraError(
+            "reading or writing a dataset at a URL needs obstore: pip install 'loaderx[remote]'"
+        ) from exc
+    return obstore
+
+
+def _http_allowed() -> bool:
+    """The explicit setting that lets requests go over plain http (a test server on this
+    machine): object_store's own AWS_ALLOW_HTTP, whatever the cloud."""
+    return os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
+
+
+def _refuse_plain_http(location: DatasetURL) -> None:
+    """obstore refuses a plain-http S3 endpoint with "builder error"; say what to set."""
+    if location.scheme not in ("s3", "s3a"):
+        return
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
+    if endpoint.lower().startswith("http://") and not _http_allowed():
+        raise RemoteError(
+            f"AWS_ENDPOINT_URL is plain http ({endpoint}) and plain http is off; set "
+            "AWS_ALLOW_HTTP=true to allow it (meant for a test server on this machine)"
+        )
+
+
+class ObjectStore:
+    """The objects under one dataset URL. Thread-safe; a forked child makes its own client
+    (a client's connection pool and runtime do not survive fork)."""
+
+    def __init__(self, location: DatasetURL) -> None:
+        self.location = location
+        self._obstore = _obstore()
+        _refuse_plain_http(location)
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._client_pid = -1
+
+    def _store(self) -> Any:
+        with self._lock:
+            if self._client is None or self._client_pid != os.getpid():
+                timeout = _float_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
+                options: dict[str, Any] = {
+                    "timeout": datetime.timedelta(seconds=timeout),
+                    "connect_timeout": datetime.timedelta(seconds=min(timeout, 10.0)),
+                }
+                if _http_allowed():
+                    # Explicit client options replace the ones obstore reads from the
+                    # environment, so the standard setting is passed on here.
+                    options["allow_http"] = True
+                try:
+                    self._client = self._obstore.store.from_url(
+                        self.location.url, retry_config=_retry_config(), client_options=options
+                    )
+                except Exception as exc:
+                    raise RemoteError(f"cannot reach {self.location.url}: {exc}") from exc
+                self._client_pid = os.getpid()
+            return self._client
+
+    def _call(self, name: str, what: str, call: Callable[[Any], _T]) -> _T:
+        """call(client), with obstore's exceptions turned into loaderx's naming the object."""
+        exceptions = self._obstore.exceptions
+        url = self.location.child(name) if name else self.location.url
+        try:
+            return call(self._store())
+        except exceptions.PreconditionError as exc:
+            raise RemoteChangedError(
+                f"{url} changed while it was being read ({what}); reopen the dataset to read "
+                "its new version"
+            ) from exc
+        except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as exc:
+            raise PermissionError(f"{what} {url}: access denied ({_first_line(exc)})") from exc
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{what} {url}: no such object") from exc
+        except exceptions.AlreadyExistsError:
+            raise
+        except exceptions.BaseError as exc:
+            raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
+
+    def list(self) -> list[RemoteObject]:
+        """Every object under the dataset's prefix (one LIST request a thousand objects)."""
+
+        def listing(client: Any) -> list[RemoteObject]:
+            found: list[RemoteObject] = []
+            for page in self._obstore.list(client, None, chunk_size=1000):
+                for meta in page:
+                    found.append(_remote_object(meta))
+            return found
+
+        return self._call("", "listing", listing)
+
+    def head(self, name: str) -> RemoteObject:
+        return self._call(name, "reading", lambda client: _remote_object(
+            self._obstore.head(client, name)))
+
+    def get(self, name: str, etag: str | None) -> bytes:
+        """The whole object; RemoteChangedError when its ETag is no longer etag."""
+        options = {"if_match": etag} if etag else {}
+
+        def whole(client: Any) -> bytes:
+            return bytes(self._obstore.get(client, name, options=options).bytes())
+
+        return self._call(name, "reading", whole)
+
+    def get_range(self, name: str, start: int, end: int, etag: str | None) -> bytes:
+        """Bytes [start, end) of the object, checked to be the version etag names and to be
+        exactly end - start bytes long (a truncated answer is an error, never short data)."""
+        options: dict[str, Any] = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+
+        def ranged(client: Any) -> bytes:
+            return bytes(self._obstore.get(client, name, options=options).bytes())
+
+        data = self._call(name, "reading", ranged)
+        if len(data) != end - start:
+            raise RemoteError(
+                f"reading {self.location.child(name)} bytes {start}..{end}: the server sent "
+                f"{len(data)} bytes instead of {end - start} (a truncated answer)"
+            )
+        return data
+
+    def put(self, name: str, data: bytes | memoryview, mode: Any = "overwrite") -> RemoteObject:
+        """Writes the object in one request (mode: obstore's "overwrite", "create" or an
+        {"e_tag": ...} precondition); returns its new version."""
+
+        def write(client: Any) -> RemoteObject:
+            result = self._obstore.put(client, name, data, mode=mode)
+            return RemoteObject(name, len(data), result.get("e_tag"), result.get("version"))
+
+        return self._call(name, "writing", write)
+
+    def put_file(self, name: str, path: str) -> None:
+        """Uploads a local file, in parts when large (obstore aborts a failed multipart upload)."""
+
+        def upload(client: Any) -> None:
+            with open(path, "rb") as source:
+                self._obstore.put(client, name, source, chunk_size=8 << 20, max_concurrency=8)
+
+        self._call(name, "uploading", upload)
+
+    def delete(self, name: str) -> None:
+        self._call(name, "deleting", lambda client: self._obstore.delete(client, name))
+
+    def names(self) -> Iterator[str]:
+        return (found.name for found in self.list())
+
+
+def _remote_object(meta: Any) -> RemoteObject:
+    return RemoteObject(str(meta["path"]), int(meta["size"]), meta.get("e_tag"),
+                        meta.get("version"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["ObjectStore", "RemoteObject"]

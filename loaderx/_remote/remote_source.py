@@ -1,0 +1,91 @@
+"""A remote dataset opened for reading: its cached replica and the fetcher that fills it.
+
+A dataset opened from a URL reads exactly as a local one, from the replica folder, once the
+records a read needs are present: DatasetBase wraps each read in `reading(indices)`, which
+fetches what is missing and holds the cache gate while the native gather copies. The loader's
+look-ahead (loaderx._loading.look_ahead) calls `prefetch` for the steps ahead of the consumer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import AbstractContextManager
+from typing import Final, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._remote.fetcher import Fetcher
+from loaderx._remote.object_store import ObjectStore
+from loaderx._remote.record_map import RecordMap
+from loaderx._remote.replica import default_cache_dir, open_replica
+from loaderx._os.urls import parse
+
+# Without cache_bytes=, a cache may hold the whole dataset, but never more than this share of
+# the free space its filesystem had at open (the rest stays for everything else on the disk).
+FREE_SPACE_SHARE: Final = 0.8
+# verify downloads this many bytes at a time (requests in flight together), keeping none.
+VERIFY_WINDOW_BYTES: Final = 64 << 20
+
+
+def _cache_budget(cache_bytes: SupportsIndex | None, folder: str, needed: int) -> int:
+    if cache_bytes is not None:
+        if isinstance(cache_bytes, bool):
+            raise TypeError("cache_bytes must be an int number of bytes, not a bool")
+        budget = int(cache_bytes.__index__())
+        if budget <= 0:
+            raise ValueError(f"cache_bytes must be positive, not {budget}")
+        return budget
+    free = shutil.disk_usage(folder).free
+    return max(1, min(needed, int(free * FREE_SPACE_SHARE)))
+
+
+class RemoteSource:
+    """The replica of one remote dataset and its fetcher, open until close()."""
+
+    def __init__(
+        self, url: str, cache_dir: str | os.PathLike[str] | None, cache_bytes: SupportsIndex | None
+    ) -> None:
+        location = parse(url)
+        self.url = location.url
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache_bytes_asked = None if cache_bytes is None else int(cache_bytes.__index__())
+        os.makedirs(self.cache_dir, exist_ok=True)
+        self._objects = ObjectStore(location)
+        self._replica = open_replica(self._objects, self.cache_dir)
+        try:
+            self.local_path = self._replica.data
+            records = RecordMap(self.local_path)
+            self.length = records.length
+            costs = sum(int(store.blocks().sum()) for store in records.stores)
+            self.cache_bytes = _cache_budget(cache_bytes, self.cache_dir, costs)
+            self.fetcher = Fetcher(self._objects, self._replica, records, self.cache_bytes)
+        except BaseException:
+            self._replica.close()
+            raise
+
+    def reading(self, indices: npt.NDArray[np.int64]) -> AbstractContextManager[None]:
+        """Every record of indices present, and the cache gate held, for the with block."""
+        return self.fetcher.reading(indices)
+
+    def prefetch(self, indices: npt.NDArray[np.int64]) -> None:
+        """Fetches the records of indices that are not cached (the look-ahead's call)."""
+        if len(indices) and int(indices.min()) >= 0 and int(indices.max()) < self.length:
+            self.fetcher.fetch(indices)
+
+    def usage(self) -> tuple[int, int]:
+        """(the dataset's bytes in the object store, the bytes its records take in the cache)."""
+        return self._replica.remote_bytes, self.fetcher.cached_bytes()
+
+    def check_records(self) -> tuple[int, list[int]]:
+        """Every record downloaded and compared with its checksum (verify's remote half):
+        how many had a checksum, and the indices that did not match."""
+        return self.fetcher.check_everything(VERIFY_WINDOW_BYTES)
+
+    def close(self) -> None:
+        self.fetcher.close()
+        self._replica.close()
+
+
+__all__ = ["RemoteSource"]

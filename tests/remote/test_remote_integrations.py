@@ -1,0 +1,74 @@
+"""The integrations over a dataset read from a real S3 server: torch's DataLoader with spawned
+workers (each reopens the dataset from its URL and shares the cache), JAX's device_prefetch,
+and Ray's read_dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.torch import TorchDataset
+
+from .s3_server import S3Server
+from .test_remote_read import images, publish
+
+
+@pytest.fixture
+def remote_images(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> tuple[str, np.ndarray]:
+    data = images(200, 64)
+    from_numpy(str(tmp_path / "local"), data, codec="zstd")
+    return publish(s3_env, s3_bucket, tmp_path / "local"), data
+
+
+def test_torch_workers_reopen_the_dataset_from_its_url(
+    remote_images: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = remote_images
+    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        loader = torch.utils.data.DataLoader(
+            TorchDataset({"x": ds}), batch_size=None, num_workers=2,
+            multiprocessing_context="spawn",
+        )
+        got = [sample["x"].numpy() for sample in loader]
+    np.testing.assert_array_equal(np.stack(got), data)
+
+
+def test_jax_device_prefetch_over_a_remote_loader(
+    remote_images: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    from loaderx.jax import device_prefetch
+
+    url, data = remote_images
+    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        loader = DataLoader({"x": ds}, batch_size=10, seed=2)
+        expected = [data[loader.indices(step)] for step in range(6)]
+        with device_prefetch(loader, size=2) as batches:
+            for step, batch in zip(range(6), batches):
+                np.testing.assert_array_equal(np.asarray(batch["x"]), expected[step])
+        loader.close()
+
+
+def test_ray_reads_a_remote_dataset(
+    remote_images: tuple[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from loaderx.ray import read_dataset
+
+    url, data = remote_images
+    # Ray's workers read through the default cache: the test's own, not the user's.
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "ray-cache"))
+    ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True,
+             log_to_driver=False)
+    try:
+        rows = read_dataset(url).take_all()
+    finally:
+        ray.shutdown()
+    name = url.rsplit("/", 1)[-1]
+    np.testing.assert_array_equal(np.stack([row[name] for row in rows]), data)
