@@ -33,10 +33,13 @@ class _ProcessGate:
         self._changed = threading.Condition(threading.Lock())
         self._readers = 0
         self._evicting = False
+        # Evictors waiting for the readers to leave: new readers wait behind them, or a loader
+        # whose workers always have a gather running would never let eviction in.
+        self._evictors_waiting = 0
 
     def enter_shared(self) -> None:
         with self._changed:
-            while self._evicting:
+            while self._evicting or self._evictors_waiting:
                 self._changed.wait()
             if self._readers == 0:
                 # Held with the condition's lock, so no other thread of ours can see
@@ -53,8 +56,12 @@ class _ProcessGate:
 
     def enter_exclusive(self) -> None:
         with self._changed:
-            while self._evicting or self._readers:
-                self._changed.wait()
+            self._evictors_waiting += 1
+            try:
+                while self._evicting or self._readers:
+                    self._changed.wait()
+            finally:
+                self._evictors_waiting -= 1
             self._evicting = True
         try:
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
