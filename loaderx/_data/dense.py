@@ -18,6 +18,7 @@ from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._data.dataset_folder import Store
 from loaderx._native.calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx._native.result_buffers import POOL as RESULT_BUFFERS
+from loaderx._remote.remote_source import RemoteSource
 from loaderx._store.indexing import normalize_selection
 from loaderx._store.sharded_store import ShardedStore
 from loaderx.errors import StoreFullError
@@ -81,15 +82,9 @@ class DenseDataset(DatasetBase):
     def __getitem__(self, index: object) -> Any:
         """ds[index] as NumPy would index an array: read(index), except that an int index into
         a dataset of scalars (item_shape ()) gives a NumPy scalar rather than a 0-d array."""
-        remote = self._remote
-        if remote is not None:
-            indices, _ = normalize_selection(index, len(self._store))
-            with remote.reading(indices):
-                return self._getitem_local(index)
-        return self._getitem_local(index)
-
-    def _getitem_local(self, index: object) -> Any:
-        if type(index) is NDARRAY:
+        # A local dataset's fast path costs what it did before remote datasets: one more
+        # attribute test. A remote one goes through read(), which fetches first.
+        if type(index) is NDARRAY and self._remote is None:
             fast = self._read_plain(index, None)
             if fast is not None:
                 return fast
@@ -162,17 +157,14 @@ class DenseDataset(DatasetBase):
         out a writable C-contiguous array of this dtype holding exactly len(indices) samples.
         Only cheap checks run here; the native side refuses out-of-range indices before copying.
         """
-        remote = self._remote
-        if remote is not None and type(indices) is NDARRAY and indices.dtype is _INT64:
-            with remote.reading(indices):
-                self._gather_into_local(indices, out)
-            return
-        self._gather_into_local(indices, out)
-
-    def _gather_into_local(self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]) -> None:
         # The common case first, with exact type checks (cheaper than isinstance); a subclass
         # or anything else is checked below, and a declined fast path takes the general one.
+        # A remote dataset fetches first (_gather_into_remote).
         if type(out) is NDARRAY and type(indices) is NDARRAY and _same_dtype(out.dtype, self.dtype):
+            remote = self._remote
+            if remote is not None:
+                self._gather_into_remote(remote, indices, out)
+                return
             if _gather_fixed(self._store, indices, out, self.record_size):
                 return
         else:
@@ -180,6 +172,15 @@ class DenseDataset(DatasetBase):
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")
         self._store.gather_into(indices, out, self.record_size)
+
+    def _gather_into_remote(
+        self, remote: RemoteSource, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]
+    ) -> None:
+        if indices.dtype != _INT64:
+            raise TypeError(f"indices must be int64, not {indices.dtype}")
+        with remote.reading(indices):
+            if not _gather_fixed(self._store, indices, out, self.record_size):
+                self._store.gather_into(indices, out, self.record_size)
 
     def _check_into(self, indices: object, out: object) -> None:
         """gather_into's TypeErrors, for arguments that are not both arrays of the right dtype."""
