@@ -30,6 +30,8 @@ from loaderx._data.destination import (
 )
 from loaderx._data.parallel_parts import Part, common_schema, make_staging, part_folder, publish
 from loaderx._data.progress import Progress, ProgressOption, check_progress
+from loaderx._data.remote_write import write_columns_to_url
+from loaderx._os.urls import is_url
 from loaderx._os import claims
 from loaderx._os.folder_swap import StagedFolder
 from loaderx._os.paths import PathArg, fs_path
@@ -303,6 +305,11 @@ def from_arrow(
     RecordBatchReader is read by this process only. Every column is moved into place only
     when every column has been written.
     """
+    where = fs_path(path)
+    if is_url(where):
+        return write_columns_to_url(where, overwrite, lambda local: from_arrow(
+            source, local, columns, codec, False, progress, workers, batch_rows, shard_records,
+            start_method))
     rows, _ = arrow_to_datasets(source, path, columns, codec, overwrite, progress, workers,
                                 batch_rows, shard_records, start_method)
     return rows

@@ -1,5 +1,6 @@
 """The converters into dataset folders: from_numpy (dense) and from_iterator (ragged).
 
+A URL destination (s3://, gs://, az://) is built locally and uploaded (remote_write.py).
 Each one checks its arguments and converts in this process (loaderx._data.serial) or, with
 workers or append=True, with several processes into new shards (loaderx._data.parallel). A
 failed, interrupted or killed conversion leaves the old or the new destination, never neither
@@ -23,7 +24,9 @@ from loaderx._data.serial import (
     check_array,
     records_to_dataset,
 )
+from loaderx._data.remote_write import write_to_url
 from loaderx._os.paths import PathArg, fs_path
+from loaderx._os.urls import is_url
 from loaderx._store.schema import Codec
 from loaderx._store.layout import SHARD_RECORDS_MAX
 
@@ -57,6 +60,10 @@ def from_numpy(
     """
     path = fs_path(path)
     check_append_or_overwrite(append, overwrite)
+    if is_url(path):
+        return write_to_url(path, append, overwrite, lambda local: from_numpy(
+            local, array, codec, dict_size, chunk_bytes, False, progress, workers, False,
+            shard_records, start_method))
     if workers == 1 and not append:
         return array_to_dataset(path, array, codec, dict_size, chunk_bytes, overwrite, progress)
     check_progress(progress)  # refused as in one process, though the workers show none
@@ -97,6 +104,10 @@ def from_iterator(
     """
     path = fs_path(path)
     check_append_or_overwrite(append, overwrite)
+    if is_url(path):
+        return write_to_url(path, append, overwrite, lambda local: from_iterator(
+            local, iterable, codec, dtype, item_shape, chunk_bytes, False, progress, workers,
+            False, shard_records, start_method))
     if workers is None and not append:
         return records_to_dataset(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                   overwrite, progress)

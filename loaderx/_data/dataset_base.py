@@ -184,6 +184,12 @@ class DatasetBase:
         remote = self._remote
         return None if remote is None else remote.usage()
 
+    def remote_orphans(self) -> list[str]:
+        """For a dataset opened from a URL: objects in shard folders its manifest does not list
+        (a killed writer's uploads, which the next writer removes); [] otherwise."""
+        remote = self._remote
+        return [] if remote is None else remote.orphans
+
     @property
     def sharded(self) -> bool:
         """Whether the dataset is several stores (it has a shard manifest)."""

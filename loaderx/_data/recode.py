@@ -15,6 +15,8 @@ from loaderx._data.dictionary_sample import DICT_SAMPLE_COUNT_MIN, check_trainab
 from loaderx._data.progress import Progress, ProgressOption, check_progress
 from loaderx._data.ragged import RaggedDataset
 from loaderx._data.serial import CHUNK_BYTES_DEFAULT, check_chunk_bytes
+from loaderx._data.remote_write import write_to_url
+from loaderx._os.urls import is_url, refuse_url
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._store.schema import Codec, Schema, read_schema, schema_path
 
@@ -81,7 +83,11 @@ def recode(
     """
     src_path = fs_path(src)
     dst_path = fs_path(dst)
+    refuse_url(src_path, "recode's source", "recode reads a local dataset (its destination may be a URL)")
     progress = check_progress(progress)
+    if is_url(dst_path):
+        return write_to_url(dst_path, False, overwrite, lambda local: recode(
+            src_path, local, codec, dict_size, chunk_bytes, False, progress))
     if _same_place(src_path, dst_path):
         raise ValueError(f"recode needs a destination other than its source ({src_path!r})")
     if _inside(src_path, dst_path):

@@ -43,6 +43,7 @@ class RemoteObject:
     size: int
     etag: str | None
     version: str | None
+    modified: float = 0.0  # seconds since the epoch (0 when unknown)
 
 
 def _float_setting(name: str, default: float) -> float:
@@ -149,8 +150,8 @@ class ObjectStore:
             raise PermissionError(f"{what} {url}: access denied ({_first_line(exc)})") from exc
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{what} {url}: no such object") from exc
-        except exceptions.AlreadyExistsError:
-            raise
+        except exceptions.AlreadyExistsError as exc:
+            raise FileExistsError(f"{what} {url}: the object already exists") from exc
         except exceptions.BaseError as exc:
             raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
 
@@ -224,8 +225,9 @@ class ObjectStore:
 
 
 def _remote_object(meta: Any) -> RemoteObject:
+    modified = meta.get("last_modified")
     return RemoteObject(str(meta["path"]), int(meta["size"]), meta.get("e_tag"),
-                        meta.get("version"))
+                        meta.get("version"), modified.timestamp() if modified else 0.0)
 
 
 def _first_line(exc: BaseException) -> str:

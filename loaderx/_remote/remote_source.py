@@ -78,6 +78,11 @@ class RemoteSource:
         """(the dataset's bytes in the object store, the bytes its records take in the cache)."""
         return self._replica.remote_bytes, self.fetcher.cached_bytes()
 
+    @property
+    def orphans(self) -> list[str]:
+        """Objects of shard folders the manifest does not list (as of the open)."""
+        return self._replica.orphans
+
     def check_records(self) -> tuple[int, list[int]]:
         """Every record downloaded and compared with its checksum (verify's remote half):
         how many had a checksum, and the indices that did not match."""

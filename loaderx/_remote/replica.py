@@ -89,6 +89,9 @@ class Listing:
     metadata: list[RemoteObject]
     chunks: list[RemoteObject]
     key: str
+    # Objects in shard folders the manifest does not list: a killed writer's uploads, which
+    # readers ignore and the next writer removes (loaderx._remote.upload).
+    orphans: list[str]
 
 
 def _head(store: ObjectStore, name: str) -> RemoteObject | None:
@@ -143,12 +146,13 @@ def list_dataset(store: ObjectStore) -> Listing:
         parsed = parse_manifest(data, store.location.child(MANIFEST_FILE))
         shards = {name for name in parsed.names if name != TOP_LEVEL}
     kept = sorted((item for item in found if _in_shards(item.name, shards)), key=lambda o: o.name)
+    orphans = sorted(item.name for item in found if not _in_shards(item.name, shards))
     digest = hashlib.sha256()
     for item in kept:
         digest.update(f"{item.name}\t{item.size}\t{item.etag}\t{item.version}\n".encode())
     metadata = [item for item in kept if item.name.split("/")[-1] in METADATA_NAMES]
     chunks = [item for item in kept if item.name.split("/")[-1] not in METADATA_NAMES]
-    return Listing(metadata, chunks, digest.hexdigest()[:24])
+    return Listing(metadata, chunks, digest.hexdigest()[:24], orphans)
 
 
 class Replica:
@@ -161,6 +165,7 @@ class Replica:
         self.chunks: dict[str, RemoteObject] = {item.name: item for item in listing.chunks}
         # The dataset's size in the object store (what a full download moves).
         self.remote_bytes = sum(item.size for item in listing.metadata + listing.chunks)
+        self.orphans = listing.orphans
         self._lock_fd = lock_fd
 
     def close(self) -> None:

@@ -212,6 +212,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         started = time.perf_counter()
         report = opened.verify()
         elapsed = time.perf_counter() - started
+        orphans = [] if isinstance(opened, Zrecord) else opened.remote_orphans()
     finally:
         opened.close()
     if args.json:
@@ -219,7 +220,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
             "checksummed": report.checksummed, "bad_count": report.bad_count,
             "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
-            "ok": report.ok,
+            "ok": report.ok, "orphans": orphans,
         }, out, indent=2)
         print(file=out)
     else:
@@ -231,5 +232,10 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             print(f"  bad record {bad.index}: {bad.reason}", file=out)
         if report.bad_count > len(report.bad):
             print(f"  ... {count_text(report.bad_count, 'bad record')} in all", file=out)
+        if orphans:
+            print(f"  note: {count_text(len(orphans), 'object')} in shard folders the manifest "
+                  "does not list (a killed writer's uploads; readers ignore them and the next "
+                  f"writer removes them): {', '.join(orphans[:5])}"
+                  + (" ..." if len(orphans) > 5 else ""), file=out)
         print("OK" if report.ok else count_text(report.bad_count, "bad record"), file=out)
     return EXIT_OK if report.ok else EXIT_PROBLEM

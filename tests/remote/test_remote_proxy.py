@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +21,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 
-from .s3_server import S3Server
+from .s3_server import S3Server, s3_store
 from .test_remote_read import images, publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +101,79 @@ def test_a_server_killed_mid_read_raises_then_the_loader_resumes(
             proxy.start()
         loader.close()
         ds.close()
+
+
+def _writer(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from loaderx.converter import from_numpy
+        rng = np.random.default_rng({seed})
+        data = rng.integers(0, 256, ({rows}, 300), dtype=np.uint8)
+        data[:, 0] = {seed}
+        print("start", flush=True)
+        from_numpy({url!r}, data, codec="raw", append=True)
+        """)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def objects(server: S3Server, bucket: str) -> dict[str, str | None]:
+    import obstore
+
+    store = s3_store(server.endpoint, bucket)
+    return {meta["path"]: meta["e_tag"] for page in obstore.list(store) for meta in page}
+
+
+def test_a_killed_writer_leaves_the_dataset_as_it_was(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"s3://{s3_bucket}/ds"
+    base = images(60, 300, seed=9)
+    from_numpy(url, base, codec="raw")
+    # Every request of the writers takes 40 ms, so that the kills land in their uploads.
+    proxy = NetProxy(s3_env.endpoint, latency_s=0.04).start()
+    # A killed writer's lock expires at once for the next one (there is one writer at a time).
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=proxy.url,
+               LOADERX_REMOTE_LOCK_LEASE_SECONDS="0.2")
+    rng = np.random.default_rng(0)
+    kills = 0
+    for _ in range(6):
+        writer = _writer(url, 7, 3000, env)
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == b"start\n"
+        time.sleep(float(rng.uniform(0.05, 0.5)))  # building, uploading or committing
+        kills += writer.poll() is None
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        with DenseDataset(url) as ds:
+            assert len(ds) in (60, 3060)
+            np.testing.assert_array_equal(ds.read(np.arange(60)), base)
+            if len(ds) == 3060:  # the kill came after the commit: the rows are whole
+                assert (ds.read(np.arange(60, 3060))[:, 0] == 7).all()
+                break
+    proxy.stop()
+    assert kills >= 3  # most kills landed before the writer finished
+    # The next writer takes over the dead one's lock once its lease is over, and removes what
+    # it uploaded without a manifest entry.
+    monkeypatch.setenv("LOADERX_REMOTE_LOCK_LEASE_SECONDS", "0.5")
+    time.sleep(0.6)
+    with DenseDataset(url) as ds:
+        before = len(ds)
+    from_numpy(url, images(5, 300, seed=3), codec="raw", append=True)
+    with DenseDataset(url) as ds:
+        assert len(ds) == before + 5
+        np.testing.assert_array_equal(ds.read(np.arange(60)), base)
+    import msgpack
+
+    names = objects(s3_env, s3_bucket)
+    folders = {name.split("/")[1] for name in names if name.count("/") >= 2}
+    manifest = msgpack.unpackb(s3_env_get(s3_env, s3_bucket, "ds/shards.msgpack"))
+    assert folders <= {entry["name"] for entry in manifest["shards"]}
+
+
+def s3_env_get(server: S3Server, bucket: str, key: str) -> bytes:
+    import obstore
+
+    return bytes(obstore.get(s3_store(server.endpoint, bucket), key).bytes())

@@ -1,0 +1,171 @@
+"""Datasets written to a real S3 server: every converter's round trip, the manifest as the
+commit point, concurrent appenders, and writers that fail or are killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.converter import from_iterator, from_numpy, recode
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import SchemaError, UnsupportedURLError
+
+from .s3_server import S3Server, s3_store
+from .test_remote_read import images
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def objects(server: S3Server, bucket: str) -> dict[str, str | None]:
+    """Every object of the bucket with its ETag."""
+    import obstore
+
+    store = s3_store(server.endpoint, bucket)
+    return {meta["path"]: meta["e_tag"] for page in obstore.list(store) for meta in page}
+
+
+@pytest.fixture
+def upload_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "uploads"
+
+
+def test_from_numpy_to_a_url_then_append(s3_env: S3Server, s3_bucket: str, upload_dir: Path) -> None:
+    url = f"s3://{s3_bucket}/images"
+    first, more = images(300, 200, seed=1), images(120, 200, seed=2)
+    assert from_numpy(url, first, codec="zstd") == len(first)
+    with DenseDataset(url) as ds:
+        np.testing.assert_array_equal(ds.read(np.arange(len(ds))), first)
+    with pytest.raises(FileExistsError, match="append=True"):
+        from_numpy(url, more)
+    with pytest.raises(UnsupportedURLError, match="atomically"):
+        from_numpy(url, more, overwrite=True)
+    assert from_numpy(url, more, append=True, workers=2) == len(more)
+    with DenseDataset(url) as ds:
+        assert ds.sharded
+        np.testing.assert_array_equal(ds.read(np.arange(len(ds))), np.concatenate([first, more]))
+    assert not [name for name in objects(s3_env, s3_bucket) if name.endswith("writer.lock")]
+    assert not list(upload_dir.iterdir())  # the local builds are gone
+
+
+def test_from_iterator_with_workers_and_recode_to_urls(
+    s3_env: S3Server, s3_bucket: str, upload_dir: Path, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(4)
+    parts = [[rng.integers(0, 99, int(n), dtype=np.int32) for n in rng.integers(0, 50, 40)]
+             for _ in range(3)]
+    url = f"s3://{s3_bucket}/tokens"
+    assert from_iterator(url, parts, workers=2) == 120
+    expected = [record for part in parts for record in part]
+    with RaggedDataset(url) as ds:
+        for got, want in zip(ds[np.arange(len(ds))], expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+    data = images(90, 64)
+    from_numpy(str(tmp_path / "local"), data, codec="raw")
+    assert recode(str(tmp_path / "local"), f"s3://{s3_bucket}/recoded", codec="zstd") == 90
+    with DenseDataset(f"s3://{s3_bucket}/recoded") as ds:
+        assert ds.codec == "zstd"
+        np.testing.assert_array_equal(ds.read(np.arange(90)), data)
+    with pytest.raises(UnsupportedURLError, match="recode's source"):
+        recode(f"s3://{s3_bucket}/recoded", str(tmp_path / "back"))
+
+
+def test_from_arrow_writes_one_dataset_per_column(s3_env: S3Server, s3_bucket: str,
+                                                  upload_dir: Path) -> None:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from loaderx.converter import from_arrow
+
+    table = pa.table({"x": np.arange(50, dtype=np.int64),
+                      "t": pa.array([list(range(i % 7)) for i in range(50)], pa.list_(pa.int16()))})
+    assert from_arrow(table, f"s3://{s3_bucket}/cols") == 50
+    with DenseDataset(f"s3://{s3_bucket}/cols/x") as xs, RaggedDataset(f"s3://{s3_bucket}/cols/t") as ts:
+        np.testing.assert_array_equal(xs.read(np.arange(50)), np.arange(50))
+        assert [list(r) for r in ts[np.arange(50)]] == [list(range(i % 7)) for i in range(50)]
+
+
+def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: Path,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = images(10, 8)
+    with pytest.raises(UnsupportedURLError, match="unknown scheme"):
+        from_numpy("s3x://bucket/ds", data)
+    with pytest.raises(UnsupportedURLError, match="read only"):
+        from_numpy("https://example.invalid/ds", data)
+    assert not any(tmp_path.iterdir()) or sorted(p.name for p in tmp_path.iterdir()) == ["uploads"]
+
+
+def test_a_refused_append_changes_nothing(s3_env: S3Server, s3_bucket: str, upload_dir: Path) -> None:
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, images(40, 16))
+    before = objects(s3_env, s3_bucket)
+    with pytest.raises(SchemaError):
+        from_numpy(url, images(40, 17), append=True)
+    assert objects(s3_env, s3_bucket) == before
+
+
+def _writer(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from loaderx.converter import from_numpy
+        rng = np.random.default_rng({seed})
+        data = rng.integers(0, 256, ({rows}, 300), dtype=np.uint8)
+        data[:, 0] = {seed}
+        print("start", flush=True)
+        from_numpy({url!r}, data, codec="raw", append=True)
+        print("done", flush=True)
+        """)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_concurrent_appenders_both_land(s3_env: S3Server, s3_bucket: str, upload_dir: Path) -> None:
+    url = f"s3://{s3_bucket}/ds"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    writers = [_writer(url, seed, 150, env) for seed in (1, 2, 3)]
+    for writer in writers:
+        _, err = writer.communicate(timeout=300)
+        assert writer.returncode == 0, err.decode()[-2000:]
+    with DenseDataset(url) as ds:
+        rows = ds.read(np.arange(len(ds)))
+    assert len(rows) == 450
+    for seed in (1, 2, 3):
+        mine = rows[rows[:, 0] == seed]
+        expected = np.random.default_rng(seed).integers(0, 256, (150, 300), dtype=np.uint8)
+        expected[:, 0] = seed
+        np.testing.assert_array_equal(mine, expected)  # each job's rows, whole and in order
+
+
+def test_verify_reports_a_dead_writers_objects_and_the_next_writer_removes_them(
+    s3_env: S3Server, s3_bucket: str, upload_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loaderx.cli import main
+
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, images(30, 16))
+    s3_env.put(s3_bucket, "ds/shard-000001/0.zr", b"half an upload")
+    assert main(["verify", url]) == 0
+    out = capsys.readouterr().out
+    assert "1 object in shard folders the manifest does not list" in out
+    assert "shard-000001/0.zr" in out
+    with DenseDataset(url) as ds:  # readers ignore it
+        np.testing.assert_array_equal(ds.read(np.arange(30)), images(30, 16))
+    from_numpy(url, images(4, 16, seed=8), append=True)
+    assert objects(s3_env, s3_bucket)["ds/shard-000001/0.zr"] != s3_env_etag(b"half an upload")
+    with DenseDataset(url) as ds:
+        assert len(ds) == 34 and ds.remote_orphans() == []
+
+
+def s3_env_etag(data: bytes) -> str:
+    import hashlib
+
+    return f'"{hashlib.md5(data).hexdigest()}"'
