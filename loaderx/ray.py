@@ -35,6 +35,7 @@ from loaderx._data.ragged import RaggedDataset
 from loaderx._data.parallel import split_ranges
 from loaderx._data.parallel_parts import Part, common_schema
 from loaderx._data.open_any import open_dataset
+from loaderx._data.remote_write import write_columns_to_url
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.urls import is_url
 from loaderx._store.sharded_store import check_shard_records
@@ -270,6 +271,11 @@ def write_dataset(ds: ray.data.Dataset, path: PathArg,
     existing datasets (in every column or, on a failure, in none) instead of creating path.
     """
     chosen = columns if columns is not None else ds.columns()
+    where = fs_path(path)
+    if is_url(where):
+        # Built on local disk, then each column uploaded to where/<column> (docs/remote.md).
+        return write_columns_to_url(where, False, lambda local: write_dataset(
+            ds, local, chosen, codec, ragged, False, shard_records), append=append)
     sink = LoaderxDatasink(path, chosen, codec, ragged, append, shard_records)
     ds.write_datasink(sink)
     # Ray calls on_write_complete on this very object, in this process, once all is committed.

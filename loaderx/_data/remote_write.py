@@ -8,9 +8,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from typing import TypeVar
 
 from loaderx._remote.replica import default_cache_dir
 from loaderx._remote.upload import open_destination, refuse_existing, upload_dataset
+
+_T = TypeVar("_T")
 
 # Where datasets are built before their upload: under the cache folder (on the user's disk,
 # where a large dataset fits better than in a RAM-backed /tmp). LOADERX_UPLOAD_DIR moves it.
@@ -40,10 +43,13 @@ def write_to_url(url: str, append: bool, overwrite: bool, build: Callable[[str],
 
 
 
-def write_columns_to_url(url: str, overwrite: bool, build: Callable[[str], int]) -> int:
+def write_columns_to_url(
+    url: str, overwrite: bool, build: Callable[[str], _T], append: bool = False
+) -> _T:
     """build(local folder) writes one dataset per column under the folder (from_arrow, the
-    Ray sink); each is uploaded to url/<column>. Every column's destination is checked before
-    the first upload; columns are published one after another, each all or nothing."""
+    Ray sink); each is uploaded to url/<column> (added to it with append=True). Every
+    column's destination is checked before the first upload; columns are published one after
+    another, each all or nothing."""
     open_destination(url)  # the scheme and the extra, before the build
     scratch = tempfile.mkdtemp(prefix="loaderx-upload-", dir=build_folder())
     try:
@@ -53,9 +59,9 @@ def write_columns_to_url(url: str, overwrite: bool, build: Callable[[str], int])
                          if os.path.isdir(os.path.join(local, name)) and not name.startswith("."))
         stores = {name: open_destination(f"{url.rstrip('/')}/{name}") for name in columns}
         for store in stores.values():
-            refuse_existing(store, False, overwrite)
+            refuse_existing(store, append, overwrite)
         for name, store in stores.items():
-            upload_dataset(os.path.join(local, name), store, False, overwrite)
+            upload_dataset(os.path.join(local, name), store, append, overwrite)
         return written
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

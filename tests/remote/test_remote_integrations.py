@@ -72,3 +72,26 @@ def test_ray_reads_a_remote_dataset(
         ray.shutdown()
     name = url.rsplit("/", 1)[-1]
     np.testing.assert_array_equal(np.stack([row[name] for row in rows]), data)
+
+
+def test_ray_writes_columns_to_a_url(s3_env: S3Server, s3_bucket: str, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    from loaderx.ray import write_dataset
+
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    rows = images(64, 16)
+    ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    try:
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        source = ray.data.from_items([{"x": row, "y": i} for i, row in enumerate(rows)])
+        url = f"s3://{s3_bucket}/table"
+        write_dataset(source, url)
+        write_dataset(source, url, append=True)
+    finally:
+        ray.shutdown()
+    with DenseDataset(f"{url}/x") as xs, DenseDataset(f"{url}/y") as ys:
+        np.testing.assert_array_equal(xs.read(np.arange(128)), np.concatenate([rows, rows]))
+        np.testing.assert_array_equal(ys.read(np.arange(128)), np.concatenate([np.arange(64)] * 2))
