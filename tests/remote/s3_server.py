@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import signal
 import subprocess
 import sys
 import tempfile
@@ -230,11 +231,14 @@ class S3Server:
                 obstore.put(store, key, upload.read(), use_multipart=False)
 
     def _launch(self) -> None:
+        # A test process that dies without its fixtures' teardown (a crash, a SIGKILL) must
+        # not leave the server running: Linux stops it with its parent (_die_with_parent).
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_die_with_parent)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -274,3 +278,13 @@ class BotoClient(Protocol):
     def create_bucket(self, *, Bucket: str) -> object: ...  # noqa: N803  (boto3's names)
 
     def delete_bucket(self, *, Bucket: str) -> object: ...  # noqa: N803
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before it runs: SIGTERM when the process that started it
+    dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing, and the fixtures' stop() remains)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
