@@ -31,7 +31,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, markdown, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "parquet")
+LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "parquet",
+          "remote")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,7 +103,7 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import convert, loader, memory, parquet, sampler, scale, shards, store
+    from layers import convert, loader, memory, parquet, remote, sampler, scale, shards, store
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -123,6 +124,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             convert.run(args, rep, args.workdir)
         elif layer == "parquet":
             parquet.run(args, rep, args.workdir)
+        elif layer == "remote":
+            remote.run(args, rep, args.workdir)
         print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
 
 

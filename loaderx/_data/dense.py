@@ -102,10 +102,27 @@ class DenseDataset(DatasetBase):
         """
         remote = self._remote
         if remote is not None:
-            indices, _ = normalize_selection(index, len(self._store))
-            with remote.reading(indices):
-                return self._read_local(index, out)
+            return self._read_remote(remote, index, out)
         return self._read_local(index, out)
+
+    def _read_remote(
+        self, remote: RemoteSource, index: object, out: npt.NDArray[Any] | None
+    ) -> npt.NDArray[Any]:
+        """read() of a dataset opened from a URL: without a lock while nothing is evicted
+        (RemoteSource.begin), else holding the cache while the records are fetched and read."""
+        if type(index) is NDARRAY and index.dtype is _INT64 and index.ndim == 1:
+            probe: npt.NDArray[np.int64] = index
+        else:
+            probe, _ = normalize_selection(index, len(self._store))
+        token = remote.begin(probe)
+        if token >= 0:
+            result = self._read_local(index, out)
+            if remote.unchanged(token):
+                return result
+        if probe is index:
+            probe, _ = normalize_selection(index, len(self._store))
+        with remote.reading(probe):
+            return self._read_local(index, out)
 
     def _read_local(self, index: object, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
         if type(index) is NDARRAY:
@@ -178,6 +195,12 @@ class DenseDataset(DatasetBase):
     ) -> None:
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")
+        token = remote.begin(indices)
+        if token >= 0:
+            if not _gather_fixed(self._store, indices, out, self.record_size):
+                self._store.gather_into(indices, out, self.record_size)
+            if remote.unchanged(token):
+                return
         with remote.reading(indices):
             if not _gather_fixed(self._store, indices, out, self.record_size):
                 self._store.gather_into(indices, out, self.record_size)

@@ -63,6 +63,21 @@ class _Range:
     records: npt.NDArray[np.int64]  # local indices, in offset order
 
 
+# How often begin() looks whether every record is present (a scan of the state files).
+_COMPLETE_CHECK_EVERY: Final = 256
+
+
+def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
+    """The shared eviction counter (8 bytes, created zero)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size < 8:
+            os.ftruncate(fd, 8)
+    finally:
+        os.close(fd)
+    return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,))
+
+
 def plan_ranges(store: int, records: StoreRecords, local: npt.NDArray[np.int64]) -> list[_Range]:
     """The requests that fetch `local` (distinct local indices) of one store."""
     entries = records.entries[local]
@@ -97,6 +112,11 @@ class Fetcher:
         self._costs = [store.blocks() for store in records.stores]
         self.total_cost = int(sum(int(cost.sum()) for cost in self._costs))
         self._gate = CacheGate(os.path.join(replica.state, "gate.lock"))
+        self._epoch = _epoch_file(os.path.join(replica.state, "epoch"))
+        self._complete_at = -1  # the epoch at which every record was found present
+        self._checks = 0
+        if int(self._epoch[0]) & 1:
+            self._repair_epoch()
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
         self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
         self._pins: dict[int, int] = {}
@@ -143,6 +163,40 @@ class Fetcher:
             if len(absent):
                 found[number] = np.unique(absent)
         return found
+
+    # --- the warm path: reads without a lock ----------------------------------------------
+    #
+    # Eviction bumps a shared counter (state/epoch) to an odd value before it marks a record
+    # absent and punches its blocks, and to an even one when it is done. A read that finds the
+    # counter even and its records present, gathers, and then finds the counter unchanged, read
+    # records that were present the whole time (a seqlock): no flock, no reader count. When the
+    # counter moved, the read is done again the careful way (reading()). The native call in
+    # between releases and takes back the interpreter's thread state, atomic operations that
+    # order the two loads of the counter around the copy on every platform.
+
+    def begin(self, indices: npt.NDArray[np.int64]) -> int:
+        """A token for a read of indices without the gate, or -1 when it must take reading()."""
+        epoch = int(self._epoch[0])
+        if epoch & 1:
+            return -1
+        if self._complete_at == epoch:
+            return epoch
+        try:
+            if len(self._states) == 1:
+                if not self._states[0][indices].all():
+                    return -1
+            elif not self._valid(indices) or self.missing(indices):
+                return -1
+        except IndexError:
+            return -1  # reading() leaves the refusal to the gather
+        self._checks += 1
+        if self._checks % _COMPLETE_CHECK_EVERY == 0 and all(s.all() for s in self._states):
+            self._complete_at = epoch  # every record present: no check until an eviction
+        return epoch
+
+    def unchanged(self, token: int) -> bool:
+        """Whether no eviction started since begin() gave token (the read stands)."""
+        return int(self._epoch[0]) == token
 
     @contextmanager
     def reading(self, indices: npt.NDArray[np.int64]) -> Iterator[None]:
@@ -351,8 +405,29 @@ class Fetcher:
                 self._used_guess = used
                 return
             to_free = used + incoming - int(self._budget * LOW_WATER)
-            freed = self._evict(to_free)
+            with self._evicting():
+                freed = self._evict(to_free)
             self._used_guess = used - freed
+
+    @contextmanager
+    def _evicting(self) -> Iterator[None]:
+        """The epoch odd while records may disappear (begin()); only under the exclusive gate.
+        An odd epoch found here was left by an evictor that died: made even first."""
+        if int(self._epoch[0]) & 1:
+            self._epoch[0] += 1
+        self._epoch[0] += 1
+        try:
+            yield
+        finally:
+            self._epoch[0] += 1
+
+    def _repair_epoch(self) -> None:
+        """An odd epoch with nobody evicting (the exclusive gate is ours): an evictor died
+        mid-eviction; its records are absent or present as the state files say, and the
+        epoch becomes even so that reads take the warm path again."""
+        with self._gate.exclusive():
+            if int(self._epoch[0]) & 1:
+                self._epoch[0] += 1
 
     def _evict(self, to_free: int) -> int:
         candidates, costs = self._candidates()

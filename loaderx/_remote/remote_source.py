@@ -65,6 +65,14 @@ class RemoteSource:
             self._replica.close()
             raise
 
+    def begin(self, indices: npt.NDArray[np.int64]) -> int:
+        """The warm path (Fetcher.begin): a token when indices may be read without the gate,
+        -1 when the read must go through reading()."""
+        return self.fetcher.begin(indices)
+
+    def unchanged(self, token: int) -> bool:
+        return self.fetcher.unchanged(token)
+
     def reading(self, indices: npt.NDArray[np.int64]) -> AbstractContextManager[None]:
         """Every record of indices present, and the cache gate held, for the with block."""
         return self.fetcher.reading(indices)

@@ -71,3 +71,40 @@ def test_a_truncated_object_is_refused_at_open(s3_env: S3Server, s3_bucket: str,
     url = publish(s3_env, s3_bucket, tmp_path / "local")
     with pytest.raises(CorruptStoreError):
         DenseDataset(url, cache_dir=tmp_path / "cache")
+
+
+def test_processes_evicting_from_one_small_cache_never_read_a_wrong_record(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Readers take the warm path (no lock) while other processes evict from the same cache:
+    every record read must still be the right one."""
+    data = images(500, 1200)
+    np.save(tmp_path / "data.npy", data)
+    from_numpy(str(tmp_path / "local"), data, codec="zstd")
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    code = textwrap.dedent(f"""
+        import sys, time, numpy as np
+        from loaderx.dataset import DenseDataset
+        from loaderx.dataloader import DataLoader
+        data = np.load({str(tmp_path / "data.npy")!r})
+        ds = DenseDataset({url!r}, cache_dir={str(tmp_path / "cache")!r}, cache_bytes=300_000)
+        seed = int(sys.argv[1])
+        rng = np.random.default_rng(seed)
+        deadline = time.monotonic() + 3
+        reads = 0
+        with DataLoader({{"x": ds}}, batch_size=24, seed=seed, mode="iid") as loader:
+            while time.monotonic() < deadline:
+                idx = rng.integers(0, len(ds), 24)
+                assert (ds[idx] == data[idx]).all(), "a wrong record"
+                step = loader.step
+                assert (next(loader)["x"] == data[loader.indices(step)]).all(), "a wrong batch"
+                reads += 2
+        print("READS", reads)
+        """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    children = [subprocess.Popen([sys.executable, "-c", code, str(seed)], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for seed in (1, 2)]
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err.decode()[-3000:]
+        assert int(out.rsplit(b"READS", 1)[1]) > 10
