@@ -140,7 +140,7 @@ def cold_tables(args: argparse.Namespace, rep: Report, url: str, cache_root: Pat
         stats = proxy.stats()  # type: ignore[attr-defined]
         share = steps * batch_bytes / elapsed / LINK_BYTES_PER_S
         counted = elapsed - min(elapsed, WINDOW_FULL_STEPS * (compute or 0.0))
-        wait_share = waited / counted if compute else None
+        wait_share = waited / counted if compute and counted > 0 else None
         table.add(run=run, seconds=f"{elapsed:.2f}", share=share,
                   waiting=f"{100 * wait_share:.1f}%" if wait_share is not None else "-",
                   requests=f"{stats.requests:,}", mb=f"{stats.response_bytes / 1e6:.1f}")

@@ -42,6 +42,7 @@ STEPS_PER_FETCH: Final = 4
 STEPS_AHEAD_MAX: Final = 256
 # How often the thread looks at the consumer's position, and waits after a failed fetch.
 POLL_SECONDS: Final = 0.002
+SETTLED_POLL_SECONDS: Final = 0.05
 RETRY_SECONDS: Final = 1.0
 
 
@@ -57,7 +58,7 @@ def _remote_sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
 def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
            prefetcher: Prefetcher[Any]) -> LookAhead:
     window = min([WINDOW_BYTES_DEFAULT] + [source.cache_bytes // 2 for source in sources])
-    ahead = LookAhead(plan, prefetcher, max(1, window))
+    ahead = LookAhead(plan, sources, prefetcher, max(1, window))
     ahead.start()
     return ahead
 
@@ -103,15 +104,18 @@ class LookAhead:
     """The thread that keeps the steps ahead of the consumer cached (module doc)."""
 
     def __init__(
-        self, plan: Callable[[int], Reads], prefetcher: Prefetcher[Any], window_bytes: int
+        self, plan: Callable[[int], Reads], sources: list[RemoteSource],
+        prefetcher: Prefetcher[Any], window_bytes: int,
     ) -> None:
         self._plan = plan
+        self._sources = sources
         # Held strongly: the compiled Prefetcher takes no weak reference. It does not keep the
         # loader alive (it reaches the loader's maker weakly), and the loader's finaliser
         # closes it, which ends this thread.
         self._prefetcher = prefetcher
         self._window_bytes = window_bytes
-        self._held: dict[int, Reads] = {}  # fetched steps, their records pinned
+        self._held: dict[int, Reads] = {}  # fetched steps, their records pinned ...
+        self._pins: dict[int, list[tuple[RemoteSource, int]]] = {}  # ... by these pins
         self._costs: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loaderx-look-ahead", daemon=True)
@@ -136,6 +140,12 @@ class LookAhead:
                 if position is None:
                     return
                 self._release_before(position)
+                if all(source.fetcher.settled() for source in self._sources):
+                    # Everything is cached and nothing was evicted: no step needs fetching,
+                    # and nothing held needs a pin. Look again now and then.
+                    self._release_before(None)
+                    self._stop.wait(SETTLED_POLL_SECONDS)
+                    continue
                 steps = self._next_steps(position)
                 if not steps:
                     self._stop.wait(POLL_SECONDS)
@@ -149,8 +159,9 @@ class LookAhead:
         """Unpins the steps the consumer has passed (every step when position is None)."""
         for step in [s for s in self._held if position is None or s < position]:
             self._costs.pop(step, None)
-            for source, indices in self._held.pop(step):
-                source.fetcher.unpin(indices)
+            del self._held[step]
+            for source, token in self._pins.pop(step, []):
+                source.fetcher.unpin(token)
 
     def _next_steps(self, position: int) -> list[tuple[int, Reads]]:
         """The next steps to fetch: after the last held one, while the window has room."""
@@ -173,8 +184,8 @@ class LookAhead:
         wanted: dict[int, tuple[RemoteSource, list[npt.NDArray[np.int64]]]] = {}
         for step, reads in steps:
             self._held[step] = reads
+            self._pins[step] = [(source, source.fetcher.pin(indices)) for source, indices in reads]
             for source, indices in reads:
-                source.fetcher.pin(indices)
                 wanted.setdefault(id(source), (source, []))[1].append(indices)
         self._tell_future()
         try:

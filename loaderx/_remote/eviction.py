@@ -68,7 +68,8 @@ def choose_victims(
 
 
 class StoreHoles:
-    """The blocks of one store's chunk files that dropping some records frees."""
+    """One store's records in address order: the blocks that dropping some of them frees, and
+    the records a fetched byte range holds."""
 
     def __init__(self, records: StoreRecords) -> None:
         entries = records.entries
@@ -80,6 +81,13 @@ class StoreHoles:
         self._order = np.argsort(self._starts, kind="stable")
         self._sorted_starts = self._starts[self._order]
         self._sorted_ends = self._ends[self._order]
+
+    def within(self, chunk: int, start: int, end: int) -> npt.NDArray[np.int64]:
+        """The local indices of the records lying wholly in bytes [start, end) of a chunk."""
+        base = chunk << 32
+        first = int(np.searchsorted(self._sorted_starts, base + start, side="left"))
+        past = int(np.searchsorted(self._sorted_ends, base + end, side="right"))
+        return self._order[first:past].astype(np.int64) if past > first else np.empty(0, np.int64)
 
     def freed(
         self, victims: npt.NDArray[np.int64], present_after: npt.NDArray[np.uint8]

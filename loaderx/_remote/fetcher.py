@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
@@ -46,6 +46,10 @@ from loaderx.errors import CorruptStoreError, RemoteError
 GAP_BYTES: Final = 32 << 10
 # A request never spans more than this (large ranges stream and retry poorly).
 RANGE_BYTES_MAX: Final = 16 << 20
+# With a cache that holds the whole dataset, records this close are fetched together and
+# every record the range holds is kept: a pass over the data then costs few large requests
+# (a request costs a server far more than its bytes), and no byte is read twice.
+ABSORB_GAP_BYTES: Final = 1 << 20
 # Requests in flight at once per dataset: enough to fill a link whose latency is far longer
 # than one record's transfer (50 MB/s and 20 ms per request need ~80 for 12 KiB records).
 REQUESTS_ENV: Final = "LOADERX_REMOTE_REQUESTS"
@@ -60,7 +64,10 @@ class _Range:
     chunk: int
     start: int
     end: int
-    records: npt.NDArray[np.int64]  # local indices, in offset order
+    records: npt.NDArray[np.int64]  # local indices of the records to store from it
+    # Of those, the ones nobody asked for (absorbed: they lay in the range's bytes): one that
+    # fails its checksum is left out, not an error of the read that fetched the range.
+    extra: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 # How often begin() looks whether every record is present (a scan of the state files).
@@ -78,8 +85,11 @@ def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
     return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,))
 
 
-def plan_ranges(store: int, records: StoreRecords, local: npt.NDArray[np.int64]) -> list[_Range]:
-    """The requests that fetch `local` (distinct local indices) of one store."""
+def plan_ranges(
+    store: int, records: StoreRecords, local: npt.NDArray[np.int64], gap: int = GAP_BYTES
+) -> list[_Range]:
+    """The requests that fetch `local` (distinct local indices) of one store: neighbours
+    closer than `gap` bytes share one."""
     entries = records.entries[local]
     order = np.lexsort((entries["offset"], entries["chunk"]))
     local, entries = local[order], entries[order]
@@ -89,7 +99,7 @@ def plan_ranges(store: int, records: StoreRecords, local: npt.NDArray[np.int64])
     ranges: list[_Range] = []
     first = 0
     for i in range(1, len(local) + 1):
-        if i < len(local) and chunks[i] == chunks[first] and starts[i] - ends[i - 1] <= GAP_BYTES \
+        if i < len(local) and chunks[i] == chunks[first] and starts[i] - ends[i - 1] <= gap \
                 and ends[i] - starts[first] <= RANGE_BYTES_MAX:
             continue
         end = int(ends[first:i].max())
@@ -119,13 +129,16 @@ class Fetcher:
             self._repair_epoch()
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
         self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
-        self._pins: dict[int, int] = {}
+        # Pinned index arrays by token (pin() gives one); eviction skips their union.
+        self._pins: dict[int, npt.NDArray[np.int64]] = {}
+        self._next_pin = 0
         self._future = (np.empty(0, np.int64), np.empty(0, np.int64))
         self._store_locks = [ForkSafeLock() for _ in records.stores]
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self._used_guess = self.total_cost if cache_bytes >= self.total_cost else 0
+        self._absorb = cache_bytes >= self.total_cost
         # Figures for reports and tests: requests sent, bytes received, records fetched.
         self.requests = 0
         self.bytes_fetched = 0
@@ -204,36 +217,38 @@ class Fetcher:
         if not self._valid(indices):
             yield  # the gather refuses the indices itself, before reading a byte
             return
-        pinned = False
+        token = -1
         try:
             while True:
                 with self._gate.shared():
                     if not self.missing(indices):
                         yield
                         return
-                if not pinned:
-                    self.pin(indices)
-                    pinned = True
+                if token < 0:
+                    token = self.pin(indices)
                 self.fetch(indices)
         finally:
-            if pinned:
-                self.unpin(indices)
+            if token >= 0:
+                self.unpin(token)
 
     # --- pins and the known future ----------------------------------------------------------
 
-    def pin(self, indices: npt.NDArray[np.int64]) -> None:
+    def pin(self, indices: npt.NDArray[np.int64]) -> int:
+        """Keeps the records of indices from eviction until unpin(token)."""
         with self._lock:
-            for index in indices.tolist():
-                self._pins[index] = self._pins.get(index, 0) + 1
+            token = self._next_pin
+            self._next_pin += 1
+            self._pins[token] = indices
+            return token
 
-    def unpin(self, indices: npt.NDArray[np.int64]) -> None:
+    def unpin(self, token: int) -> None:
         with self._lock:
-            for index in indices.tolist():
-                left = self._pins.get(index, 0) - 1
-                if left > 0:
-                    self._pins[index] = left
-                else:
-                    self._pins.pop(index, None)
+            self._pins.pop(token, None)
+
+    def settled(self) -> bool:
+        """Whether every record is cached and nothing was evicted since that was seen (the
+        look-ahead then has nothing to do)."""
+        return self._complete_at == int(self._epoch[0])
 
     def cost(self, indices: npt.NDArray[np.int64]) -> int:
         """What the records of indices (global, valid) take in the cache (repeats counted once
@@ -265,8 +280,11 @@ class Fetcher:
             if not wanted:
                 return
             self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
+            gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
             ranges = [r for n, local in wanted.items()
-                      for r in plan_ranges(n, self._map.stores[n], local)]
+                      for r in plan_ranges(n, self._map.stores[n], local, gap)]
+            if self._absorb:
+                ranges = [self._whole(piece) for piece in ranges]
             self._download(ranges)
 
     @contextmanager
@@ -279,6 +297,20 @@ class Fetcher:
                 yield
             finally:
                 close_descriptor(fd)
+
+    def _whole(self, piece: _Range) -> _Range:
+        """piece with every absent record lying wholly inside its bytes (module doc)."""
+        inside = self._store_holes(piece.store).within(piece.chunk, piece.start, piece.end)
+        absent = inside[self._states[piece.store][inside] == 0]
+        extra = np.setdiff1d(absent, piece.records)
+        records = np.union1d(piece.records, extra)
+        return _Range(piece.store, piece.chunk, piece.start, piece.end, records, extra)
+
+    def _store_holes(self, number: int) -> StoreHoles:
+        holes = self._holes[number]
+        if holes is None:
+            holes = self._holes[number] = StoreHoles(self._map.stores[number])
+        return holes
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -320,6 +352,13 @@ class Fetcher:
         if store.sums is not None:
             sums = record_sums(data, offsets, entries["stored"], entries["logical"], entries["codec"])
             bad = np.flatnonzero(sums != store.sums[piece.records])
+            if len(bad) and len(piece.extra):
+                # Absorbed records that fail are left out (a read of them fetches and reports).
+                keep = ~np.isin(piece.records, piece.records[bad][np.isin(piece.records[bad], piece.extra)])
+                piece = _Range(piece.store, piece.chunk, piece.start, piece.end,
+                               piece.records[keep], np.empty(0, np.int64))
+                entries, offsets = entries[keep], offsets[keep]
+                bad = np.flatnonzero(sums[keep] != store.sums[piece.records])
             if len(bad):
                 index = int(piece.records[bad[0]])
                 raise RemoteError(
@@ -450,7 +489,8 @@ class Fetcher:
     def _candidates(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Present records nobody has pinned (global indices) and their costs."""
         with self._lock:
-            pinned = np.fromiter(self._pins, dtype=np.int64, count=len(self._pins))
+            held = list(self._pins.values())
+        pinned = np.unique(np.concatenate(held)) if held else np.empty(0, np.int64)
         found: list[npt.NDArray[np.int64]] = []
         costs: list[npt.NDArray[np.int64]] = []
         for number, state in enumerate(self._states):
@@ -463,10 +503,7 @@ class Fetcher:
         return candidates[free], cost[free]
 
     def _punch(self, number: int, local: npt.NDArray[np.int64], state: npt.NDArray[np.uint8]) -> None:
-        holes = self._holes[number]
-        if holes is None:
-            holes = self._holes[number] = StoreHoles(self._map.stores[number])
-        for chunk, start, end in holes.freed(local, state):
+        for chunk, start, end in self._store_holes(number).freed(local, state):
             path = os.path.join(self._map.stores[number].folder, f"{chunk}.zr")
             punch_hole(self._descriptor(number, chunk), start, end, path)
 

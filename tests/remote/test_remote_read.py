@@ -159,8 +159,9 @@ def test_processes_sharing_a_cache_download_each_record_once(
         assert child.returncode == 0, err.decode()[-3000:]
         fetched += int(out.rsplit(b"FETCHED", 1)[1])
     distinct = len(np.unique(np.random.default_rng(1).integers(0, len(data), (30, 40))))
-    # Three processes read the same records at once: each record was downloaded by one of them.
-    assert fetched == distinct
+    # Three processes read the same records at once: each record was downloaded by one of them
+    # only (with a cache that holds the dataset, the records between them come along too).
+    assert distinct <= fetched <= len(data)
 
 
 def test_hosts_with_their_own_caches_split_each_batch(
