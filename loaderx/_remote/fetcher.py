@@ -280,11 +280,14 @@ class Fetcher:
             if not wanted:
                 return
             self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
+            asked = wanted
+            if self._absorb:
+                wanted = {n: self._neighbourhood(n, local) for n, local in wanted.items()}
             gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
             ranges = [r for n, local in wanted.items()
                       for r in plan_ranges(n, self._map.stores[n], local, gap)]
             if self._absorb:
-                ranges = [self._whole(piece) for piece in ranges]
+                ranges = [self._whole(piece, asked[piece.store]) for piece in ranges]
             self._download(ranges)
 
     @contextmanager
@@ -298,12 +301,29 @@ class Fetcher:
             finally:
                 close_descriptor(fd)
 
-    def _whole(self, piece: _Range) -> _Range:
-        """piece with every absent record lying wholly inside its bytes (module doc)."""
+    def _neighbourhood(self, number: int, local: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """local and every absent record between them, or within ABSORB_GAP_BYTES of them, in
+        each chunk they touch: the ranges then cover the stretch without holes, so no later
+        request comes back for a record between two of them."""
+        entries = self._map.stores[number].entries
+        holes = self._store_holes(number)
+        found = [local]
+        chunks = entries["chunk"][local].astype(np.int64)
+        for chunk in np.unique(chunks).tolist():
+            mine = local[chunks == chunk]
+            start = max(0, int(entries["offset"][mine].min()) - ABSORB_GAP_BYTES)
+            end = int((entries["offset"][mine].astype(np.int64) + entries["stored"][mine]).max())
+            inside = holes.within(chunk, start, end + ABSORB_GAP_BYTES)
+            found.append(inside[self._states[number][inside] == 0])
+        return np.unique(np.concatenate(found))
+
+    def _whole(self, piece: _Range, asked: npt.NDArray[np.int64]) -> _Range:
+        """piece with every absent record lying wholly inside its bytes (module doc); the ones
+        not in asked are its extra records."""
         inside = self._store_holes(piece.store).within(piece.chunk, piece.start, piece.end)
         absent = inside[self._states[piece.store][inside] == 0]
-        extra = np.setdiff1d(absent, piece.records)
-        records = np.union1d(piece.records, extra)
+        records = np.union1d(piece.records, absent)
+        extra = np.setdiff1d(records, asked)
         return _Range(piece.store, piece.chunk, piece.start, piece.end, records, extra)
 
     def _store_holes(self, number: int) -> StoreHoles:

@@ -52,7 +52,8 @@ def test_injected_500s_are_retried_and_reads_stay_exact(
     proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path
 ) -> None:
     url, data, proxy = proxied
-    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+    # A cache smaller than the dataset, so that every batch goes to the server.
+    with DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=40_000) as ds:
         proxy.set_faults(fail_every=3)  # every third GET answers 500
         rng = np.random.default_rng(4)
         for _ in range(20):

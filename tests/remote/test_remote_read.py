@@ -216,7 +216,8 @@ def test_an_object_changed_after_open_is_an_error_never_a_mix(
     dense_url: tuple[str, np.ndarray], s3_env: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
     url, data = dense_url
-    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+    # A cache smaller than the dataset: a read fetches its own records and no others.
+    with DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=100_000) as ds:
         np.testing.assert_array_equal(ds[np.array([1])], data[[1]])
         chunk = (tmp_path / "local" / "0.zr").read_bytes()
         s3_env.put(s3_bucket, "ds/0.zr", chunk[:-1] + bytes([chunk[-1] ^ 1]))
@@ -234,7 +235,7 @@ def test_a_server_that_stays_down_raises_and_reads_resume_when_it_is_back(
     url, data = dense_url
     monkeypatch.setenv("LOADERX_REMOTE_RETRY_SECONDS", "1.5")
     monkeypatch.setenv("LOADERX_REMOTE_TIMEOUT_SECONDS", "2")
-    ds = DenseDataset(url, cache_dir=tmp_path / "cache")
+    ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=100_000)
     loader = DataLoader({"x": ds}, batch_size=8, seed=1, mode="iid", prefetch=1, workers=1)
     try:
         first = next(loader)["x"]
