@@ -82,7 +82,9 @@ def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
             os.ftruncate(fd, 8)
     finally:
         os.close(fd)
-    return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,))
+    # A plain ndarray view of the mapping: np.memmap's own indexing is a Python method, and
+    # this counter is read twice a batch.
+    return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,)).view(np.ndarray)
 
 
 def plan_ranges(
@@ -156,7 +158,7 @@ class Fetcher:
             os.close(fd)
         if store.length == 0:
             return np.zeros(0, dtype=np.uint8)  # nothing to map (mmap refuses an empty file)
-        return np.memmap(path, dtype=np.uint8, mode="r+", shape=(store.length,))
+        return np.memmap(path, dtype=np.uint8, mode="r+", shape=(store.length,)).view(np.ndarray)
 
     def _valid(self, indices: npt.NDArray[np.int64]) -> bool:
         """Whether every index is in range (otherwise the gather itself refuses them)."""
