@@ -123,6 +123,75 @@ class Link:
             await asyncio.sleep(self._free_at - now)
 
 
+class Controls:
+    """What the test thread sets and the proxy's thread reads: the faults still to inject, the
+    latency, and the counts so far, behind one lock."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+        self._lock = threading.Lock()
+        self._faults = Faults()
+        self._matched = 0  # requests of the fault methods since the faults were set
+        self._stats = ProxyStats()
+
+    def set_faults(self, faults: Faults) -> None:
+        with self._lock:
+            self._faults, self._matched = faults, 0
+
+    def faults(self) -> Faults:
+        with self._lock:
+            return self._faults
+
+    def stats(self, reset: bool = False) -> ProxyStats:
+        with self._lock:
+            done = replace(self._stats)
+            if reset:
+                self._stats = ProxyStats()
+            return done
+
+    def take_failure(self, method: str) -> bool:
+        """Whether this request gets a 500 from the proxy (and counts it)."""
+        with self._lock:
+            faults = self._faults
+            if method not in faults.methods:
+                return False
+            self._matched += 1
+            fail = faults.fail_next > 0 or (faults.fail_every > 0
+                                            and self._matched % faults.fail_every == 0)
+            if faults.fail_next > 0:
+                self._faults = replace(faults, fail_next=faults.fail_next - 1)
+            self._stats.failed += fail
+            return fail
+
+    def take_truncation(self) -> bool:
+        """Whether this response body gets cut (and counts it)."""
+        with self._lock:
+            if self._faults.truncate_next == 0:
+                return False
+            self._faults = replace(self._faults, truncate_next=self._faults.truncate_next - 1)
+            self._stats.truncated += 1
+            return True
+
+    def count_connection(self) -> None:
+        with self._lock:
+            self._stats.connections += 1
+
+    def count_request(self) -> int:
+        """Counts a request read from a client; returns its number (from 1)."""
+        with self._lock:
+            self._stats.requests += 1
+            return self._stats.requests
+
+    def count_forward(self, size: int) -> None:
+        with self._lock:
+            self._stats.forwarded += 1
+            self._stats.request_bytes += size
+
+    def count_response(self, size: int) -> None:
+        with self._lock:
+            self._stats.response_bytes += size
+
+
 def parse_upstream(url: str) -> tuple[str, int]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/"):
@@ -262,12 +331,13 @@ class Upstream:
 class Exchange:
     """Carries one client connection's requests to the server and its responses back."""
 
-    def __init__(self, proxy: NetProxy, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.proxy = proxy
+    def __init__(self, controls: Controls, link: Link, upstream: tuple[str, int],
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.controls = controls
+        self.link = link
         self.reader = reader
         self.writer = writer
-        self.upstream = Upstream(proxy.upstream_address)
+        self.upstream = Upstream(upstream)
 
     async def run(self) -> None:
         try:
@@ -284,14 +354,11 @@ class Exchange:
         request = await read_request(self.reader)
         if request is None:
             return False
-        proxy = self.proxy
-        number = proxy._count_request()
-        if proxy.latency_s > 0:
-            await asyncio.sleep(proxy.latency_s)
-        if proxy._take_failure(request.method):
-            reply = error_response(number, request.close)
-            await proxy.link.send(self.writer, reply)
-            proxy._count_response(len(reply))
+        number = self.controls.count_request()
+        if self.controls.latency_s > 0:
+            await asyncio.sleep(self.controls.latency_s)
+        if self.controls.take_failure(request.method):
+            await self._pass(error_response(number, request.close))
             return not request.close
         return await self._forward(request)
 
@@ -299,9 +366,9 @@ class Exchange:
         head = await self._send_and_read_head(request)
         truncate = False
         if self._has_body(request, head):
-            truncate = self.proxy._take_truncation()
+            truncate = self.controls.take_truncation()
         if truncate:
-            await self._send_truncated(request, head)
+            await self._send_truncated(head)
             return False
         # A body that ends with the server's connection can only end the client's too.
         framed = (not self._has_body(request, head) or is_chunked(head.headers)
@@ -335,7 +402,7 @@ class Exchange:
                 raise MessageError("the server closed the connection without a response")
         assert raw is not None
         self.upstream.used = True
-        self.proxy._count_forward(len(message))
+        self.controls.count_forward(len(message))
         head = parse_response_head(raw)
         if 100 <= head.status < 200:
             raise MessageError("interim 1xx responses are not relayed")
@@ -369,10 +436,10 @@ class Exchange:
             await self._pass(piece)
 
     async def _pass(self, data: bytes) -> None:
-        await self.proxy.link.send(self.writer, data)
-        self.proxy._count_response(len(data))
+        await self.link.send(self.writer, data)
+        self.controls.count_response(len(data))
 
-    async def _send_truncated(self, request: Request, head: ResponseHead) -> None:
+    async def _send_truncated(self, head: ResponseHead) -> None:
         """The head and the first half of the body as the server sent it, then the end."""
         upstream = self.upstream.reader
         assert upstream is not None
@@ -383,7 +450,6 @@ class Exchange:
             body = await (upstream.read() if size is None else upstream.readexactly(size))
         self.upstream.close()
         await self._pass(with_connection(head.raw, False) + body[:len(body) // 2])
-        self.proxy._count_truncation()
 
 
 class NetProxy:
@@ -393,18 +459,12 @@ class NetProxy:
 
     def __init__(self, upstream: str, *, port: int = 0, latency_s: float = 0.0,
                  bytes_per_s: float | None = None) -> None:
-        if latency_s < 0:
-            raise ProxyError(f"latency_s must be >= 0, got {latency_s}")
-        if bytes_per_s is not None and bytes_per_s <= 0:
-            raise ProxyError(f"bytes_per_s must be > 0 or None, got {bytes_per_s}")
         self.upstream_address = parse_upstream(upstream)
         self.port = port
-        self.latency_s = latency_s
-        self.link = Link(bytes_per_s)
-        self._lock = threading.Lock()
-        self._faults = Faults()
-        self._matched = 0  # requests of the fault methods since set_faults
-        self._stats = ProxyStats()
+        self.link = Link(None)
+        self.controls = Controls(0.0)
+        self.set_latency(latency_s)
+        self.set_bandwidth(bytes_per_s)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -466,38 +526,39 @@ class NetProxy:
         """Replaces the faults to inject (all zero: none) and restarts their counting."""
         if min(fail_every, fail_next, truncate_next) < 0:
             raise ProxyError("fault counts must be >= 0")
-        faults = Faults(fail_every, fail_next, truncate_next, tuple(m.upper() for m in methods))
-        with self._lock:
-            self._faults, self._matched = faults, 0
+        self.controls.set_faults(
+            Faults(fail_every, fail_next, truncate_next, tuple(m.upper() for m in methods)))
 
     def faults(self) -> Faults:
         """The faults still to inject (fail_next and truncate_next count down)."""
-        with self._lock:
-            return self._faults
+        return self.controls.faults()
+
+    def set_latency(self, latency_s: float) -> None:
+        """The delay added to each request from now on."""
+        if latency_s < 0:
+            raise ProxyError(f"latency_s must be >= 0, got {latency_s}")
+        self.controls.latency_s = latency_s
 
     def set_bandwidth(self, bytes_per_s: float | None) -> None:
+        """The cap on response bytes per second from now on (None: no cap)."""
         if bytes_per_s is not None and bytes_per_s <= 0:
             raise ProxyError(f"bytes_per_s must be > 0 or None, got {bytes_per_s}")
         self.link.bytes_per_s = bytes_per_s
 
     def stats(self) -> ProxyStats:
-        with self._lock:
-            return replace(self._stats)
+        return self.controls.stats()
 
     def reset_stats(self) -> ProxyStats:
         """The counts so far, which start again from zero (one epoch's requests and bytes)."""
-        with self._lock:
-            done, self._stats = self._stats, ProxyStats()
-            return done
+        return self.controls.stats(reset=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        with self._lock:
-            self._stats.connections += 1
+        self.controls.count_connection()
         try:
-            await Exchange(self, reader, writer).run()
+            await Exchange(self.controls, self.link, self.upstream_address, reader, writer).run()
         except asyncio.CancelledError:
             pass  # stop() cancels every connection; ending quietly keeps asyncio from logging it
         finally:
@@ -510,45 +571,6 @@ class NetProxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
-
-    def _take_failure(self, method: str) -> bool:
-        with self._lock:
-            faults = self._faults
-            if method not in faults.methods:
-                return False
-            self._matched += 1
-            fail = faults.fail_next > 0 or (faults.fail_every > 0
-                                            and self._matched % faults.fail_every == 0)
-            if faults.fail_next > 0:
-                self._faults = replace(faults, fail_next=faults.fail_next - 1)
-            if fail:
-                self._stats.failed += 1
-            return fail
-
-    def _take_truncation(self) -> bool:
-        with self._lock:
-            if self._faults.truncate_next == 0:
-                return False
-            self._faults = replace(self._faults, truncate_next=self._faults.truncate_next - 1)
-            return True
-
-    def _count_request(self) -> int:
-        with self._lock:
-            self._stats.requests += 1
-            return self._stats.requests
-
-    def _count_forward(self, size: int) -> None:
-        with self._lock:
-            self._stats.forwarded += 1
-            self._stats.request_bytes += size
-
-    def _count_response(self, size: int) -> None:
-        with self._lock:
-            self._stats.response_bytes += size
-
-    def _count_truncation(self) -> None:
-        with self._lock:
-            self._stats.truncated += 1
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

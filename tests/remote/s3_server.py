@@ -119,7 +119,11 @@ class S3Server:
         return None if self._process is None else self._process.pid
 
     def __enter__(self) -> S3Server:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # __exit__ does not run when __enter__ raises
+            raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
