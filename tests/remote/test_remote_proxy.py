@@ -81,7 +81,7 @@ def test_a_server_killed_mid_read_raises_then_the_loader_resumes(
     proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path
 ) -> None:
     url, data, proxy = proxied
-    proxy.latency_s = 0.05  # requests in flight when the endpoint dies
+    proxy.set_latency(0.05)  # requests in flight when the endpoint dies
     ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=64 << 10)
     loader = DataLoader({"x": ds}, batch_size=16, seed=6, mode="iid", prefetch=2, workers=1)
     try:
