@@ -42,7 +42,7 @@ def _kit() -> tuple[type, type]:
     for folder in (ROOT / "tests", ROOT):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    from remote.s3_server import S3Server  # type: ignore[import-not-found]
+    from remote.s3_server import S3Server
     from tools.netproxy import NetProxy
 
     return S3Server, NetProxy
