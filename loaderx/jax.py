@@ -179,8 +179,10 @@ class DevicePrefetch:
         return {**state, "step": state["step"] - len(self._queue)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._queue.clear()
+        """The wrapped loader's load_state_dict, then the batches in flight dropped: a state
+        the loader refuses changes nothing here either (the queue keeps its batches)."""
         getattr(self.loader, "load_state_dict")(state)
+        self._queue.clear()
 
     def close(self) -> None:
         self._queue.clear()

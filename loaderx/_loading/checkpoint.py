@@ -55,6 +55,14 @@ def read_state(state: object, fingerprint: dict[str, Any]) -> tuple[int, int]:
     """
     if not isinstance(state, Mapping):
         raise TypeError(f"a loader state is a dict (from state_dict()), not {type(state).__name__}")
+    unknown = sorted(str(key) for key in state if key not in _KEYS)
+    if unknown:
+        # A key this version does not know could change what the state means; refusing it is
+        # safer than resuming without it.
+        raise ValueError(
+            f"the loader state has keys this loaderx does not know ({', '.join(unknown)}); "
+            f"a state holds exactly {', '.join(_KEYS)}"
+        )
     missing = [key for key in _KEYS if key not in state]
     if missing or state["format"] != STATE_FORMAT:
         raise ValueError(
