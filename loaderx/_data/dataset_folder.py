@@ -8,7 +8,7 @@ from typing import SupportsIndex
 
 from numpy.typing import DTypeLike
 
-from loaderx._os.folder_swap import recover
+from loaderx._os.folder_swap import interrupted_swap, recover
 from loaderx._os.paths import is_file
 from loaderx._store.schema import (
     Schema,
@@ -65,6 +65,13 @@ def open_store(
             _dataset_owned=True,
         )
     if wanted is None or readonly:
+        if readonly and interrupted_swap(path):
+            raise FileNotFoundError(
+                f"{path!r} is missing because a conversion that was replacing it was "
+                "interrupted; its new version waits beside it. A read-only open changes "
+                "nothing: open it once without readonly=True (or run the conversion again) "
+                "to put it in place"
+            )
         if is_file(os.path.join(path, META_FILE)):
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "

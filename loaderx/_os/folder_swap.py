@@ -11,7 +11,15 @@ rename dst to old -> rename new to dst (fsync the parent) -> remove old. A proce
 between any two steps leaves either `dst` (old or new, complete) or a new folder that recovery
 renames into place, so `dst` is never lost. `recover(dst)` runs before every staging and when a
 dataset is not found: it finishes a swap whose `dst` is missing, rolls back one that had not
-started, and removes what killed runs left behind.
+started, and removes what killed runs left behind. The states it meets, by what is on disk:
+
+    partial                  a build that never finished: removed
+    new, dst                 the swap had not started: new removed, dst kept
+    new, no dst              killed before new -> dst: new moved to dst
+    new, old, no dst         killed between the two renames: new moved to dst, old removed
+    old, dst                 killed while removing old: old removed
+    old, no dst              the swap finished, and dst was removed since: old removed
+    new, old, dst            dst made by someone else meanwhile: nothing can be placed, kept
 
 A running conversion holds an flock on each of its hidden folders (the kernel drops it when the
 process dies), so recovery in another process never touches a live one; commits and recoveries
@@ -156,16 +164,25 @@ def _settle(dst: str, group: dict[str, str]) -> None:
         os.replace(new, dst)  # the new folder was complete and durable: finish the swap
         new = None
         present = True
-    elif old is not None and not present:
-        os.replace(old, dst)  # no new folder to finish with: put the old one back
-        old = None
-        present = True
     if new is not None and old is None:
         shutil.rmtree(new)  # the swap never started: dst is the old folder, keep it
     elif old is not None and new is None:
-        shutil.rmtree(old)  # the swap finished: dst is the new folder
+        # The new folder became dst, so the swap had finished; dst is the new folder, or was
+        # removed since by whoever owns it. Never put the old one back: that would bring a
+        # deleted dataset's predecessor back to life.
+        shutil.rmtree(old)
     # new and old both present with dst present means dst was created by someone else after
     # the old folder moved aside; neither is removed, as neither can be placed.
+
+
+def interrupted_swap(dst: str) -> bool:
+    """Whether a replacement of dst was interrupted with dst missing and its complete new
+    folder waiting beside it (what recover() puts in place)."""
+    try:
+        groups = _leftovers(os.path.abspath(dst))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return False
+    return not os.path.lexists(dst) and any(NEW in group for group in groups.values())
 
 
 def recover(dst: str) -> None:
@@ -308,4 +325,5 @@ class StagedFolder:
         self._lock.release()
 
 
-__all__ = ["StagedFolder", "fsync_folder", "fsync_tree", "hidden_name", "recover"]
+__all__ = ["StagedFolder", "fsync_folder", "fsync_tree", "hidden_name", "interrupted_swap",
+           "recover"]

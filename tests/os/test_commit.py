@@ -193,3 +193,32 @@ def test_a_staging_folder_removed_before_it_is_locked_is_made_anew(
     assert os.path.samestat(os.fstat(staged._lock.fd), os.stat(staged.path))
     staged.abort()
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_dataset_removed_after_its_swap_stays_removed(tmp_path: Path) -> None:
+    # A kill while the finished swap removed the old folder leaves it beside the new dataset;
+    # the user then removes the dataset. The old folder must never come back in its place.
+    path = str(tmp_path / "ds")
+    from_numpy(path, OLD)
+    os.replace(path, str(tmp_path / commit.hidden_name("ds", commit.OLD, "tok4")))
+    assert not os.path.exists(path)
+    with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
+        DenseDataset(path)  # a writable open runs the recovery: nothing is restored
+    assert hidden(tmp_path) == [] and not os.path.exists(path)
+    # The same state met by a conversion: it creates the new dataset, no FileExistsError.
+    from_numpy(str(tmp_path / "x"), NEW)
+    os.replace(str(tmp_path / "x"), str(tmp_path / commit.hidden_name("ds", commit.OLD, "tok5")))
+    from_numpy(path, NEW[:5])
+    assert holds(path, NEW[:5]) and hidden(tmp_path) == []
+
+
+def test_a_read_only_open_of_an_interrupted_swap_says_what_to_do(tmp_path: Path) -> None:
+    path = str(tmp_path / "ds")
+    from_numpy(path, OLD)
+    from_numpy(str(tmp_path / "built"), NEW)
+    os.replace(path, str(tmp_path / commit.hidden_name("ds", commit.OLD, "tok6")))
+    os.replace(str(tmp_path / "built"), str(tmp_path / commit.hidden_name("ds", commit.NEW, "tok6")))
+    with pytest.raises(FileNotFoundError, match="interrupted.*without readonly=True"):
+        DenseDataset(path, readonly=True)
+    assert len(hidden(tmp_path)) == 2  # a read-only open changed nothing
+    assert holds(path, NEW)  # a writable open finishes the swap
