@@ -43,6 +43,7 @@ _FIELDS: Final = array_fields.OFFSET
 _OK: Final = _native.OK
 _INDEX_OUT_OF_RANGE: Final = _native.INDEX_OUT_OF_RANGE
 _INVALID_ARGUMENT: Final = _native.INVALID_ARGUMENT
+_VIEW_STALE: Final = _native.VIEW_STALE
 _INT64: Final = np.dtype(np.int64)
 # Held here: compiled code reads a Final from a static, where np.ndarray is an attribute lookup
 # on the numpy module at every call (four of them on the fast path of a small read).
@@ -219,8 +220,8 @@ def _finish(owner: NativeCalls, code: int, indices: npt.NDArray[np.int64]) -> bo
     """gather_fixed's answer for a native status other than a declined argument."""
     if code == _OK:
         return True
-    if code == _INDEX_OUT_OF_RANGE:
-        return False
+    if code == _INDEX_OUT_OF_RANGE or code == _VIEW_STALE:
+        return False  # the general path reports the index, or reads through a new view
     _native.raise_status(code, f"gather of {len(indices)} records from {owner._label()}")
 
 

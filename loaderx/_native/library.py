@@ -139,6 +139,15 @@ PERMISSION_DENIED: Final = 14
 STORE_LOCKED: Final = 15
 READ_ONLY: Final = 16
 TOO_MANY_OPEN_FILES: Final = 17
+VIEW_STALE: Final = 18
+
+
+class ViewStaleError(ValueError):
+    """A view's routing no longer matches its stores (a delete through the same handle changed
+    a shard's length): the sharded store makes a new view and reads again. Never reaches a
+    caller of the public API."""
+
+
 
 # The one table from status to exception class.
 _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
@@ -159,6 +168,7 @@ _EXCEPTIONS: Final[dict[int, type[BaseException]]] = {
     STORE_LOCKED: StoreLockedError,
     READ_ONLY: ReadOnlyStoreError,
     TOO_MANY_OPEN_FILES: DescriptorLimitError,
+    VIEW_STALE: ViewStaleError,
 }
 
 OPEN_CREATE: Final = 1

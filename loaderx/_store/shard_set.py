@@ -11,7 +11,9 @@ import stat
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from loaderx._native.library import ViewStaleError
 from loaderx._os import descriptors
+from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema
 from loaderx._store.layout import MANIFEST_FILE, META_FILE, TOP_LEVEL, manifest_path, shard_folder
 from loaderx._store.manifest import Manifest, ShardEntry, read_manifest
@@ -88,6 +90,9 @@ class ShardSet:
         self.signature = None
         self.settled = True
         self.closed = False
+        # Guards replacing the view: a reader that met a stale one and the writer that changed
+        # the shards may both make the new one.
+        self._view_lock = ForkSafeLock()
 
     def check_open(self) -> None:
         """A closed dataset raises, as a closed single store does, rather than look empty."""
@@ -104,6 +109,10 @@ class ShardSet:
                 return without_shards()
             try:
                 return read(view)
+            except ViewStaleError:
+                # A delete through this handle changed a shard under the view (it routes with
+                # the lengths it was made with): a view of the stores as they are now.
+                self.rebuild_view(stale=view)
             except ValueError:
                 if not self.replaced(view):
                     raise
@@ -201,9 +210,14 @@ class ShardSet:
         """load() of a manifest this handle has just written."""
         self.load(manifest, manifest_signature(self.path))
 
-    def rebuild_view(self) -> None:
-        old = self.view
-        self.view = View(self.stores, self.path) if self.stores else None
+    def rebuild_view(self, stale: View | None = None) -> None:
+        """A view of the stores as they are now; with `stale`, only while that one is still
+        the current view (another thread may have replaced it first)."""
+        with self._view_lock:
+            old = self.view
+            if stale is not None and old is not stale:
+                return
+            self.view = View(self.stores, self.path) if self.stores else None
         if old is not None:
             old.close()
 

@@ -48,7 +48,8 @@ typedef enum lx_status {
     LX_STORE_LOCKED = 15,      /* loaderx.errors.StoreLockedError: another writer, or open elsewhere */
     LX_READ_ONLY = 16,         /* loaderx.errors.ReadOnlyStoreError: a write to a read-only handle */
     LX_TOO_MANY_OPEN_FILES = 17, /* loaderx.errors.DescriptorLimitError (OSError EMFILE): RLIMIT_NOFILE reached */
-    LX_STATUS_COUNT = 18
+    LX_VIEW_STALE = 18,        /* a view's stores changed length (a delete): make a new view, call again */
+    LX_STATUS_COUNT = 19
 } lx_status;
 
 /* Flags of lx_store_open. */

@@ -25,6 +25,9 @@ pub const Error = error{
     ReadOnly,
     /// The process is out of file descriptors (EMFILE): its soft RLIMIT_NOFILE was reached.
     TooManyOpenFiles,
+    /// A view's routing no longer matches its stores (a store other than the last changed
+    /// length since the view was made): the caller makes a new view and calls again.
+    ViewStale,
 };
 
 /// The one mapping to statuses: exhaustive and without `else`, so a new error cannot compile
@@ -48,6 +51,7 @@ pub fn toStatus(err: Error) Status {
         error.StoreLocked => .store_locked,
         error.ReadOnly => .read_only,
         error.TooManyOpenFiles => .too_many_open_files,
+        error.ViewStale => .view_stale,
     };
 }
 

@@ -22,6 +22,7 @@ pub const Status = enum(c_int) {
     store_locked = 15,
     read_only = 16,
     too_many_open_files = 17,
+    view_stale = 18,
 
     /// The C name of a status, for lx_status_name.
     pub fn name(status: Status) [:0]const u8 {
@@ -44,12 +45,13 @@ pub const Status = enum(c_int) {
             .store_locked => "LX_STORE_LOCKED",
             .read_only => "LX_READ_ONLY",
             .too_many_open_files => "LX_TOO_MANY_OPEN_FILES",
+            .view_stale => "LX_VIEW_STALE",
         };
     }
 };
 
 /// Number of statuses; must match LX_STATUS_COUNT in loaderx.h.
-pub const status_count: c_int = 18;
+pub const status_count: c_int = 19;
 
 comptime {
     std.debug.assert(@typeInfo(Status).@"enum".field_names.len == status_count);

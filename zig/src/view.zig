@@ -238,6 +238,7 @@ pub const View = struct {
         }
         view.lockTouched(scratch.locked);
         errdefer view.unlockTouched(scratch.locked);
+        try view.checkRouting();
         // One length per touched store, not per record: a store other than the last still
         // holding the length the view was made with covers every record routed to it.
         for (touched, 0..) |word, w| {
@@ -246,6 +247,23 @@ pub const View = struct {
                 const k = w * 64 + @ctz(bits);
                 const needed = if (k == last) last_local_max + 1 else view.starts[k + 1] - view.starts[k];
                 if (view.stores[k].length() < needed) try view.checkShrunk(indices, routes, k);
+            }
+        }
+    }
+
+    /// Refuses the call when a store other than the last no longer holds the length the view
+    /// was made with: every later store's records then sit at other global indices than the
+    /// view would route to, and a record would be read for an index that never held it (a
+    /// delete through the same handle, while this call waited for the locks it now holds). A
+    /// store this call locked cannot change before it returns; one it did not lock either has
+    /// its final length already (a delete holds every store it changes until it is done) or
+    /// changes nothing this call reads.
+    fn checkRouting(view: *const View) Error!void {
+        const last = view.stores.len - 1;
+        for (view.stores[0..last], 0..) |store, k| {
+            if (store.length() != view.starts[k + 1] - view.starts[k]) {
+                diagnostic.note("shard {d} holds {d} records, not the {d} this view was made with", .{ k, store.length(), view.starts[k + 1] - view.starts[k] });
+                return error.ViewStale;
             }
         }
     }
@@ -490,7 +508,7 @@ test "a view routes global indices across stores, empty ones included" {
     try testing.expectEqualSlices(u8, &.{ 4, 4, 4, 4, 4, 0, 2, 2, 2, 1, 1, 4, 4, 4, 4, 4 }, &out);
 }
 
-test "a view refuses out-of-range indices before copying, and a stale view names the shard" {
+test "a view refuses out-of-range indices before copying, and a stale view every gather, naming the shard" {
     var fixture = try Fixture.init();
     defer fixture.deinit();
     const view = try View.open(testing.allocator, &fixture.stores);
@@ -500,12 +518,12 @@ test "a view refuses out-of-range indices before copying, and a stale view names
     try testing.expectError(error.IndexOutOfRange, view.gather(&.{-1}, .{ .base = &out, .stride = 1 }, 1));
     try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
     try fixture.stores[0].delete(&.{0});
-    try testing.expectError(error.IndexOutOfRange, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
-    try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "reopen the dataset") != null);
-    // Records of the shrunk store that still exist are read (store 0 kept 1 of its 2: its
-    // last record, moved to index 0 by the swap-last delete).
-    try view.gather(&.{0}, .{ .base = &out, .stride = 2 }, 2);
-    try testing.expectEqualSlices(u8, &.{ 1, 1 }, out[0..2]);
+    // A store before the last changed length: every later global index routes elsewhere now,
+    // so the view refuses every gather (nothing copied) until the caller makes a new one.
+    try testing.expectError(error.ViewStale, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
+    try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "shard 0 holds 1 records, not the 2") != null);
+    try testing.expectError(error.ViewStale, view.gather(&.{0}, .{ .base = &out, .stride = 2 }, 2));
+    try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
     // Appends to the last store are seen at once.
     const fresh = try View.open(testing.allocator, &fixture.stores);
     defer fresh.close();
