@@ -1,6 +1,7 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, shards, convert, or all (the default). The machine block comes
+Layers: sampler, store, loader, scale, memory, shards, convert, or all (the default), and remote
+(not part of all: it starts an S3 server and a proxy, and runs its peers in their own venv). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
 per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
@@ -31,7 +32,10 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, markdown, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert")
+LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "remote")
+# Layers that "all" leaves out; the remote layer also runs in the project's own environment
+# (obstore, moto), never in the bench venv: its peers have a venv of their own.
+NOT_IN_ALL = ("remote",)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -63,6 +67,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "(64 shards; default 1024: 12 MiB shards of 12 KiB records)")
     parser.add_argument("--lookup-records", type=int, default=100_000_000,
                         help="shards layer: the large record count of the lookup table")
+    parser.add_argument("--remote-records", type=int, default=4000,
+                        help="remote layer: records in the dataset on the S3 server (default "
+                             "4000: 47 MiB of 12 KiB records, about a second at 50 MB/s)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per table")
     parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
     parser.add_argument("--tiny", action="store_true",
@@ -80,7 +87,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, default=env.ROOT / ".cache" / "bench-data")
     parser.add_argument("--keep", action="store_true", help="keep the stores written")
     args = parser.parse_args(argv)
-    chosen = LAYERS if "all" in args.layers else tuple(args.layers)
+    everything = tuple(layer for layer in LAYERS if layer not in NOT_IN_ALL)
+    named = tuple(layer for layer in args.layers if layer != "all")
+    chosen = (*everything, *named) if "all" in args.layers else named
     unknown = [layer for layer in chosen if layer not in LAYERS]
     if unknown:
         parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(LAYERS)} or all")
@@ -88,6 +97,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.tiny:
         args.records, args.rounds, args.block = min(args.records, 512), 2, 0.01
         args.shard_records = min(args.shard_records, 8)
+        args.remote_records = min(args.remote_records, 256)
         args.workers = [w for w in args.workers if w == 0]
     return args
 
@@ -101,7 +111,7 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import convert, loader, memory, sampler, scale, shards, store
+    from layers import convert, loader, memory, remote, sampler, scale, shards, store
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -120,12 +130,15 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             shards.run(args, rep, args.workdir)
         elif layer == "convert":
             convert.run(args, rep, args.workdir)
+        elif layer == "remote":
+            remote.run(args, rep, args.workdir)
         print(f"({layer} layer took {time.monotonic() - started:.0f} s)\n", flush=True)
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if not args.here and not env.inside_bench_venv():
+    in_own_env = set(args.layers) <= set(NOT_IN_ALL)
+    if not args.here and not in_own_env and not env.inside_bench_venv():
         env.reexec([str(Path(__file__).resolve()), *argv], wanted_peers(args), args.retry_peers)
     started = time.monotonic()
     facts = markdown.start(argv)
