@@ -141,17 +141,15 @@ def cold_pass(url: str, cache: Path, batch: int, steps: int, step_s: float) -> d
 
     ds = DenseDataset(url, cache_dir=cache)
     try:
+        waits: list[float] = []
+        started = time.perf_counter()  # before the loader: its look-ahead starts at once
         with DataLoader({"x": ds}, batch_size=batch, seed=0, mode="iid") as loader:
-            waits: list[float] = []
-            busy = 0.0
-            started = time.perf_counter()
             for _ in range(steps):
                 asked = time.perf_counter()
                 next(loader)
                 waits.append(time.perf_counter() - asked)
                 if step_s:
                     time.sleep(step_s)  # the training step: the GIL is free, as in a GPU step
-                    busy += step_s
             wall = time.perf_counter() - started
         fetcher = ds._remote.fetcher  # type: ignore[attr-defined]
         late = waits[WARMUP_STEPS:]

@@ -13,12 +13,33 @@ AWS_ENDPOINT_URL for LitData's boto3). The first batch is checked against the so
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
+
+
+def stand_in_for_torchvision() -> None:
+    """Streaming's package imports its vision datasets, which import torchvision; no torchvision
+    wheel this machine has loads against the CPU torch (its operators fail to register), so the
+    peers' venv has none, and these empty modules satisfy the import. Nothing measured here uses
+    them: MDSWriter and StreamingDataset are Streaming's base package."""
+    names = ("torchvision", "torchvision.datasets", "torchvision.transforms",
+             "torchvision.transforms.functional")
+    modules = {name: types.ModuleType(name) for name in names}
+    modules["torchvision.datasets"].VisionDataset = object  # type: ignore[attr-defined]
+    modules["torchvision.datasets"].CIFAR10 = object  # type: ignore[attr-defined]
+    modules["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
+    for name, module in modules.items():
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)  # find_spec asks for it
+        sys.modules.setdefault(name, module)
+
+
+stand_in_for_torchvision()
 
 
 def write(npy: str, out: str, shard_bytes: int) -> None:
@@ -58,6 +79,11 @@ def loader(kind: str, url: str, cache: str, batch: int) -> object:
                               batch_size=batch)
         return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=0)
     from litdata import StreamingDataLoader, StreamingDataset as LitDataset
+    from litdata.streaming import downloader
+
+    # LitData downloads chunks with obstore using fixed client options, which refuse a plain
+    # http endpoint (the local server); allowing it keeps LitData on its own fastest path.
+    downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # type: ignore[index]
 
     lit = LitDataset(url, cache_dir=cache, shuffle=True, seed=0)
     return StreamingDataLoader(lit, batch_size=batch, num_workers=0)

@@ -43,6 +43,9 @@ def peers_python() -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(PEERS_VENV)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], check=True,
                    stderr=subprocess.DEVNULL)
+    # torchvision comes with Streaming but does not load against the CPU torch here; the side
+    # script stands in for the part Streaming imports (remote_peer_side.stand_in_for_torchvision).
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision"], check=True)
     stamp.write_text(json.dumps(list(PEER_REQUIREMENTS)))
     return python
 
@@ -75,8 +78,8 @@ def loaderx_passes(url: str, cache: Path, batch: int, records: int) -> dict[str,
     figures: dict[str, float] = {}
     with DenseDataset(url, cache_dir=cache) as ds:
         for label, seed in (("cold", 0), ("warm", 1)):
+            started = time.perf_counter()  # before the loader: its threads start at once
             with DataLoader({"x": ds}, batch_size=batch, seed=seed, mode="cyclic") as loader:
-                started = time.perf_counter()
                 for _ in range(steps):
                     next(loader)
                 figures[label] = steps * batch / (time.perf_counter() - started)
