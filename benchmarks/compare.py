@@ -70,6 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--remote-records", type=int, default=4000,
                         help="remote layer: records in the dataset on the S3 server (default "
                              "4000: 47 MiB of 12 KiB records, about a second at 50 MB/s)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="remote layer without MosaicML Streaming and LitData (their venv)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per table")
     parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
     parser.add_argument("--tiny", action="store_true",

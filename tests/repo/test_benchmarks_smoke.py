@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -143,3 +145,26 @@ def test_compare_writes_a_markdown_report_of_its_run(tmp_path: Path) -> None:
             for line in table[2:]]
     assert {"numpy default_rng 256", "loaderx iid 256", "loaderx cyclic 8192"} <= set(rows)
     assert all(re.search(r"\| [\d.]+ (us|ms|s) \| [\d.]+x \|$", line) for line in table[2:])
+
+
+def test_the_remote_layer_reads_through_a_real_server_and_proxy(tmp_path: Path) -> None:
+    """`bench remote` (not part of all) starts moto's S3 server and the proxy, reads the dataset
+    warm and cold, and stops both; its peers (their own venv) are left out here."""
+    pytest.importorskip("moto")
+    pytest.importorskip("obstore")
+    report = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "remote", "--here", "--tiny",
+         "--no-peers", "--workdir", str(tmp_path / "work"), "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(report.read_text())
+    warm, cold = doc["tables"]
+    assert [t["layer"] for t in doc["tables"]] == ["remote", "remote"]
+    assert {r["read"] for r in warm["rows"]} == {
+        f"{call}, {where}" for call in ("ds[idx]", "gather_into", "DataLoader")
+        for where in ("local", "remote")}
+    for row in cold["rows"]:  # every epoch went through the proxy and fetched records
+        assert row["requests"] > 0 and row["bytes"] > 0 and row["fetched"] > 0
+    assert not (tmp_path / "work").exists(), "the stores and caches written must be removed"
