@@ -101,7 +101,7 @@ def warm_table(args: argparse.Namespace, rep: Report, local: Path, url: str, cac
         finally:
             for loader in loaders:
                 loader.close()
-        fetched = far._remote.fetcher.records_fetched  # type: ignore[attr-defined]
+        fetched = far._remote.fetcher.records_fetched  # type: ignore[union-attr]
     finally:
         near.close()
         far.close()
@@ -152,7 +152,7 @@ def cold_pass(url: str, cache: Path, batch: int, steps: int, step_s: float) -> d
                 if step_s:
                     time.sleep(step_s)  # the training step: the GIL is free, as in a GPU step
             wall = time.perf_counter() - started
-        fetcher = ds._remote.fetcher  # type: ignore[attr-defined]
+        fetcher = ds._remote.fetcher  # type: ignore[union-attr]
         late = waits[WARMUP_STEPS:]
         late_total = sum(late) + step_s * len(late)
         return {"wall": wall, "wait_after": sum(late) / late_total if late_total else 0.0,

@@ -131,11 +131,13 @@ def run(args: argparse.Namespace, rep: Report, server: object, array: np.ndarray
 
 def emit(args: argparse.Namespace, rep: Report, results: dict[str, dict[str, float] | str],
          records: int) -> None:
+    from .remote import LINK_BYTES_S
+
     ours = results["loaderx"]
     assert isinstance(ours, dict)
     table = Table("remote", f"Remote vs peers: one epoch of {records} records in batches of "
                   f"{args.batch}, random order, from the same S3 server through the same proxy "
-                  f"({LINK_MB_S()} MB/s, 20 ms per request), cold cache then warm", [
+                  f"({LINK_BYTES_S / 1e6:.0f} MB/s, 20 ms per request), cold cache then warm", [
                       Column("reader", "reader"),
                       Column("cold", "cold samples/s", report.per_second),
                       Column("warm", "warm samples/s", report.per_second),
@@ -156,8 +158,3 @@ def emit(args: argparse.Namespace, rep: Report, results: dict[str, dict[str, flo
                        "uncompressed; torch DataLoader without workers for the peers")
     rep.emit(table)
 
-
-def LINK_MB_S() -> str:  # noqa: N802
-    from .remote import LINK_BYTES_S
-
-    return f"{LINK_BYTES_S / 1e6:.0f}"
