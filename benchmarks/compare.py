@@ -1,6 +1,8 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, shards, convert, parquet, or all (the default). The machine block comes
+Layers: sampler, store, loader, scale, memory, shards, convert, parquet, or all (the default), and
+remote (not part of all: it starts an S3 server and a proxy, and runs its peers in their own
+venv). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
 compared with a reference measured in the same run. The peers live in a separate environment
 per interpreter (.cache/bench-venv-cp311, ...) that this script creates on first use and
@@ -33,6 +35,9 @@ from layers.report import Report, render_machine  # noqa: E402
 
 LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "parquet",
           "remote")
+# Layers that "all" leaves out; the remote layer also runs in the project's own environment
+# (obstore, moto), never in the bench venv: its peers have a venv of their own.
+NOT_IN_ALL = ("remote",)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -79,10 +84,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="run in this interpreter; do not create or use the bench venv")
     parser.add_argument("--retry-peers", action="store_true",
                         help="retry installing peers whose install failed before")
+    parser.add_argument("--remote-records", type=int, default=4000,
+                        help="remote layer: records in the dataset on the S3 server (default "
+                             "4000: 47 MiB of 12 KiB records, about a second at 50 MB/s)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="remote layer without MosaicML Streaming and LitData (their venv)")
     parser.add_argument("--workdir", type=Path, default=env.ROOT / ".cache" / "bench-data")
     parser.add_argument("--keep", action="store_true", help="keep the stores written")
     args = parser.parse_args(argv)
-    chosen = LAYERS if "all" in args.layers else tuple(args.layers)
+    everything = tuple(layer for layer in LAYERS if layer not in NOT_IN_ALL)
+    named = tuple(layer for layer in args.layers if layer != "all")
+    chosen = (*everything, *named) if "all" in args.layers else named
     unknown = [layer for layer in chosen if layer not in LAYERS]
     if unknown:
         parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(LAYERS)} or all")
@@ -90,6 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.tiny:
         args.records, args.rounds, args.block = min(args.records, 512), 2, 0.01
         args.shard_records = min(args.shard_records, 8)
+        args.remote_records = min(args.remote_records, 256)
         args.workers = [w for w in args.workers if w == 0]
     return args
 
@@ -131,7 +144,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if not args.here and not env.inside_bench_venv():
+    in_own_env = set(args.layers) <= set(NOT_IN_ALL)
+    if not args.here and not in_own_env and not env.inside_bench_venv():
         env.reexec([str(Path(__file__).resolve()), *argv], wanted_peers(args), args.retry_peers)
     started = time.monotonic()
     facts = markdown.start(argv)
