@@ -129,6 +129,7 @@ class Fetcher:
         self._checks = 0
         if int(self._epoch[0]) & 1:
             self._repair_epoch()
+        self._note_if_complete()  # a cache filled by an earlier run
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
         self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
         # Pinned index arrays by token (pin() gives one); eviction skips their union.
@@ -205,9 +206,16 @@ class Fetcher:
         except IndexError:
             return -1  # reading() leaves the refusal to the gather
         self._checks += 1
-        if self._checks % _COMPLETE_CHECK_EVERY == 0 and all(s.all() for s in self._states):
-            self._complete_at = epoch  # every record present: no check until an eviction
+        if self._checks % _COMPLETE_CHECK_EVERY == 0:
+            self._note_if_complete()
         return epoch
+
+    def _note_if_complete(self) -> None:
+        """Remembers the epoch at which every record is present: begin() then checks nothing
+        until an eviction moves the epoch (another process may share the cache)."""
+        epoch = int(self._epoch[0])
+        if not epoch & 1 and all(state.all() for state in self._states):
+            self._complete_at = epoch
 
     def unchanged(self, token: int) -> bool:
         """Whether no eviction started since begin() gave token (the read stands)."""
@@ -291,6 +299,7 @@ class Fetcher:
             if self._absorb:
                 ranges = [self._whole(piece, asked[piece.store]) for piece in ranges]
             self._download(ranges)
+        self._note_if_complete()
 
     @contextmanager
     def _claim(self, number: int) -> Iterator[None]:
