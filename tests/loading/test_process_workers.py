@@ -19,9 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx._loading.process_workers import WorkerError
 from loaderx.converter import from_numpy
-from loaderx.dataloader import DataLoader
+from loaderx.dataloader import DataLoader, WorkerError
 from loaderx.dataset import DenseDataset
 
 RECORDS = 500
