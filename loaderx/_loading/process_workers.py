@@ -38,7 +38,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import Mode, Sampler
@@ -48,6 +48,17 @@ from loaderx._loading.step_maker import StepMaker
 Batch = dict[str, Any]
 START_METHODS = ("spawn", "forkserver", "fork")
 _JOIN_SECONDS = 0.3
+
+
+class Maker(Protocol):
+    def make(self, step: int) -> Batch: ...
+
+
+class Recipe(Protocol):
+    """What a worker process is sent (by pickling) to make any step: a DataLoader's
+    StepRecipe, or a MixtureLoader's maker."""
+
+    def maker(self, first_step: int) -> Maker: ...
 
 
 class WorkerError(RuntimeError):
@@ -82,7 +93,7 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _worker_main(recipe: StepRecipe, layout: Layout, prefix: str, conn: Any) -> None:
+def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any) -> None:
     """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
     text or None) out, until its pipe closes or says None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
@@ -98,8 +109,8 @@ def _worker_main(recipe: StepRecipe, layout: Layout, prefix: str, conn: Any) -> 
             return
         step, slot = message
         try:
-            # The maker's own ring of two slots is free again for every new step.
-            maker._first_step = step
+            # A StepMaker's own ring of two slots is free again for every new step.
+            setattr(maker, "_first_step", step)
             batch = maker.make(step)
             memory = maps.get(slot)
             if memory is None:
@@ -114,7 +125,7 @@ def _worker_main(recipe: StepRecipe, layout: Layout, prefix: str, conn: Any) -> 
             return
 
 
-def check_picklable(recipe: StepRecipe, method: str) -> None:
+def check_picklable(recipe: Recipe, method: str) -> None:
     """TypeError before any process starts when the recipe (the transform, mostly) cannot be
     sent to a worker process."""
     try:
@@ -176,7 +187,7 @@ class ProcessSteps:
 
     def __init__(
         self,
-        recipe: StepRecipe,
+        recipe: Recipe,
         first_step: int,
         depth: int,
         count: int,

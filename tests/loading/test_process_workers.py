@@ -22,6 +22,7 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, WorkerError
 from loaderx.dataset import DenseDataset
+from loaderx.mixture import MixtureLoader
 
 RECORDS = 500
 SHM = Path("/dev/shm")
@@ -96,7 +97,7 @@ def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DenseDataset]
     return {"data": DenseDataset(base / "data"), "label": DenseDataset(base / "label")}
 
 
-def batches(loader: DataLoader, count: int) -> list[dict[str, npt.NDArray[Any]]]:
+def batches(loader: DataLoader | MixtureLoader, count: int) -> list[dict[str, npt.NDArray[Any]]]:
     with loader:
         return [{k: v.copy() for k, v in next(loader).items()} for _ in range(count)]
 
@@ -131,6 +132,25 @@ def test_shard(streams: dict[str, DenseDataset]) -> None:
         args: dict[str, Any] = dict(batch_size=16, transform=augment, shard=(index, 2))
         assert_same(batches(DataLoader(streams, **args), 20),
                     batches(DataLoader(streams, **args, worker_type="process", workers=2), 20))
+
+
+def test_mixture_same_batches_and_resume(streams: dict[str, DenseDataset]) -> None:
+    half = {"data": streams["data"], "label": streams["label"]}
+    unsharded: list[dict[str, Any]] = []
+    for shard in (None, (1, 2)):
+        args: dict[str, Any] = dict(batch_size=24, transform=augment, seed=3, shard=shard)
+        threads = batches(MixtureLoader([streams, half], [0.3, 0.7], **args), 20)
+        procs = batches(MixtureLoader([streams, half], [0.3, 0.7], **args,
+                                      worker_type="process", workers=2), 20)
+        assert_same(threads, procs)
+        unsharded = unsharded or threads
+    with MixtureLoader([streams, half], [0.3, 0.7], batch_size=24, transform=augment, seed=3,
+                       worker_type="process", workers=2, start_step=4) as loader:
+        state = loader.state_dict()
+        next(loader)
+        loader.load_state_dict(state)
+        got = [{k: v.copy() for k, v in next(loader).items()} for _ in range(10)]
+    assert_same(unsharded[4:14], got)
 
 
 def test_resume(streams: dict[str, DenseDataset]) -> None:
