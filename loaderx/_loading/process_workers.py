@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
 import sys
@@ -143,12 +144,17 @@ class _Workers:
     Holds nothing of the loader, so the loader can be collected."""
 
     def __init__(self, files: SlotFiles) -> None:
+        # Only the process that started the workers may stop them: a forked child that drops
+        # its copy of the loader must leave the parent's workers and files alone.
+        self.owner = os.getpid()
         self.files = files
         self.processes: list[Any] = []
         self.pipes: list[Any] = []
         self.maps: list[Any] = []
 
     def stop(self) -> None:
+        if os.getpid() != self.owner:
+            return
         for pipe in self.pipes:
             try:
                 pipe.send(None)
@@ -238,6 +244,11 @@ class ProcessSteps:
         return self
 
     def __next__(self) -> Batch:
+        if os.getpid() != self._workers.owner:
+            raise RuntimeError(
+                "this loader's worker processes belong to the process that made it; in a "
+                f"forked child make a new loader (start_step={self.next_step})"
+            )
         if self._failed is not None:
             raise WorkerError(self._failed)
         if self.closed:
@@ -323,7 +334,7 @@ class ProcessSteps:
     def _die(self, process: Any) -> None:
         code = process.exitcode
         how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
-               else f"exited with code {code}")
+               else f"exited with code {code} (its own error, if any, is on stderr above)")
         self._failed = (
             f"loaderx worker process {process.name} (pid {process.pid}) {how} while the loader "
             f"waited for step {self.next_step}; the loader is closed. Restart from "

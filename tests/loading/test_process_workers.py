@@ -265,3 +265,27 @@ def test_collected_loader_leaves_nothing(streams: dict[str, DenseDataset]) -> No
     assert len(children()) == 2 and shm_files()
     del loader
     gc.collect()
+
+
+def _in_forked_child(loader: DataLoader, answers: Any) -> None:
+    try:
+        next(loader)
+    except RuntimeError as error:
+        answers.put(str(error))
+    loader.close()  # closes the child's copy only: the parent's workers must not notice
+
+
+def test_forked_child_leaves_the_parents_workers_alone(streams: dict[str, DenseDataset]) -> None:
+    args: dict[str, Any] = dict(batch_size=16, transform=augment, seed=4)
+    expected = batches(DataLoader(streams, **args), 6)
+    context = multiprocessing.get_context("fork")
+    with DataLoader(streams, **args, worker_type="process", workers=2) as loader:
+        got = [{k: v.copy() for k, v in next(loader).items()} for _ in range(3)]
+        answers = context.Queue()
+        child = context.Process(target=_in_forked_child, args=(loader, answers))
+        child.start()
+        child.join(10)
+        assert child.exitcode == 0
+        assert "forked child" in answers.get(timeout=1)
+        got += [{k: v.copy() for k, v in next(loader).items()} for _ in range(3)]
+    assert_same(expected, got)
