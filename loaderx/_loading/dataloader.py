@@ -145,7 +145,9 @@ class DataLoader(LoaderShell):
     many steps are computed ahead of the consumer; workers is the thread count (at most
     prefetch are used; default min(4, CPUs), one fewer without a transform, when the consumer
     makes steps itself while it would otherwise wait). reuse_buffers trades the batch lifetime
-    for fewer allocations (module docstring).
+    for fewer allocations (module docstring). worker_type="process" runs gather and transform
+    in `workers` processes instead of threads, started with start_method (default forkserver,
+    else spawn): see loaderx._loading.process_workers.
 
     An exception raised while making a step (a read or the transform) is raised by the next()
     that would have returned that step, with its original traceback; the step counts as taken,
