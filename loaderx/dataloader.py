@@ -7,9 +7,11 @@ from loaderx._loading.dataloader import (
     Batch,
     Transform,
 )
+from loaderx._loading.process_workers import WorkerError
 
 __all__ = [
     "DataLoader",
     "Batch",
     "Transform",
+    "WorkerError",
 ]

@@ -75,6 +75,12 @@ def contenders(args: argparse.Namespace, paths: dict[str, Path], rep: Report
             add(f"loaderx {codec} reuse", {"kind": "loaderx", "codec": codec}, False,
                 lambda c=codec: loaders.loaderx_loop(  # type: ignore[misc]
                     paths[c], args.batch, transform, reuse=True))
+    for workers in args.workers:
+        if "raw" in paths and workers > 0:
+            add(f"loaderx raw processes w{workers}",
+                {"kind": "loaderx processes", "codec": "raw", "workers": workers}, False,
+                lambda w=workers: loaders.loaderx_loop(  # type: ignore[misc]
+                    paths["raw"], args.batch, transform, workers=w, processes=True))
     for codec in ("raw",):
         for workers in args.workers:
             if codec in paths:
@@ -152,8 +158,28 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     stores.remove(folder)
 
 
+def process_targets(rates: dict[str, float], rep: Report) -> None:
+    """Issue 38: with the GIL-bound transform, worker processes against threads and peers."""
+    procs = rates.get("loaderx raw processes w2")
+    if not procs:
+        return
+    peers = [("loaderx raw", "threads", 1.8), ("torch per-sample w2", "torch per-sample w2", 1.2),
+             ("grain w2", "grain w2", 2.0)]
+    for name, label, goal in peers:
+        if rates.get(name):
+            rep.target("issue 38", f"loaderx processes w2 vs {label}, transform augment",
+                       procs / rates[name], goal)
+    best = max((r for n, r in rates.items() if n.startswith("torch") and n.endswith("w2")),
+               default=None)
+    if best:
+        rep.target("issue 38", "loaderx processes w2 vs torch's best w2, transform augment",
+                   procs / best, 1.2)
+
+
 def loader_targets(rates: dict[str, float], best_sample: float | None, best_torch: float | None,
                    rep: Report, args: argparse.Namespace) -> None:
+    if args.transform == "augment":
+        process_targets(rates, rep)
     if args.transform != "none":
         return
     for codec in ("raw", "zstd"):

@@ -37,11 +37,22 @@ def augment(batch: np.ndarray) -> np.ndarray:
 # --- loaderx ---------------------------------------------------------------------------------
 
 
+class StreamTransform:
+    """A per-array transform applied to every stream of a batch dict; a class at module level,
+    not a closure, so that worker processes (worker_type="process") can unpickle it."""
+
+    def __init__(self, transform: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.transform = transform
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: self.transform(values) for name, values in batch.items()}
+
+
 def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = False,
-                 labels: Path | None = None, workers: int | None = None
-                 ) -> tuple[Next, Callable[[], None]]:
+                 labels: Path | None = None, workers: int | None = None,
+                 processes: bool = False) -> tuple[Next, Callable[[], None]]:
     """The DataLoader over the records ("x") and, with `labels`, a second stream ("y");
-    `workers` None is the loader's default."""
+    `workers` None is the loader's default; `processes` runs them as worker processes."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
 
@@ -49,11 +60,10 @@ def loaderx_loop(path: Path, batch: int, transform: Transform, reuse: bool = Fal
     streams = {"x": dataset}
     if labels is not None:
         streams["y"] = DenseDataset(str(labels))
-    stream_transform = None
-    if transform is not None:
-        def stream_transform(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return {name: transform(values) for name, values in b.items()}
+    stream_transform = None if transform is None else StreamTransform(transform)
     extra: dict[str, Any] = {"reuse_buffers": True} if reuse else {}
+    if processes:
+        extra["worker_type"] = "process"
     if workers is not None:
         extra["workers"] = workers
     loader = DataLoader(streams, batch_size=batch, transform=stream_transform,

@@ -27,6 +27,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Final, Never, SupportsIndex
@@ -46,6 +47,12 @@ from loaderx._loading.prefetch import (
     WeakProducer,
     close_when_collected,
     default_workers,
+)
+from loaderx._loading.process_workers import (
+    START_METHODS,
+    ProcessSteps,
+    StepRecipe,
+    default_start_method,
 )
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.step_maker import StepMaker, Transform
@@ -92,7 +99,7 @@ def _check_streams(streams: object) -> int:
 
 # Keywords that users of other loaders reach for, and what loaderx calls (or does instead of) them.
 _KEYWORD_HINTS: Final[dict[str, str]] = {
-    "num_workers": "workers= (worker threads, not processes)",
+    "num_workers": 'workers= (threads; with worker_type="process", processes)',
     "prefetch_factor": "prefetch= (steps computed ahead, in total)",
     "collate_fn": "transform= (a batch dict in, a batch dict out)",
     "shuffle": 'mode= ("cyclic" shuffles without replacement, "iid" with, "sequential" not)',
@@ -110,8 +117,9 @@ _KEYWORD_HINTS: Final[dict[str, str]] = {
 }
 _PARAMETERS: Final = (
     "streams", "batch_size", "transform", "mode", "seed", "start_step", "prefetch", "workers",
-    "shard", "reuse_buffers",
+    "shard", "reuse_buffers", "worker_type", "start_method",
 )
+WORKER_TYPES: Final = ("thread", "process")
 
 
 def _refuse_keywords(unknown: Mapping[str, object]) -> None:
@@ -137,7 +145,9 @@ class DataLoader(LoaderShell):
     many steps are computed ahead of the consumer; workers is the thread count (at most
     prefetch are used; default min(4, CPUs), one fewer without a transform, when the consumer
     makes steps itself while it would otherwise wait). reuse_buffers trades the batch lifetime
-    for fewer allocations (module docstring).
+    for fewer allocations (module docstring). worker_type="process" runs gather and transform
+    in `workers` processes instead of threads, started with start_method (default forkserver,
+    else spawn): see loaderx._loading.process_workers.
 
     An exception raised while making a step (a read or the transform) is raised by the next()
     that would have returned that step, with its original traceback; the step counts as taken,
@@ -159,9 +169,22 @@ class DataLoader(LoaderShell):
         workers: SupportsIndex | None = None,
         shard: Sequence[SupportsIndex] | None = None,
         reuse_buffers: bool = False,
+        worker_type: str = "thread",
+        start_method: str | None = None,
         **unknown: Never,
     ) -> None:
         _refuse_keywords(unknown)
+        if worker_type not in WORKER_TYPES:
+            raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
+        if start_method is not None and start_method not in START_METHODS:
+            raise ValueError(
+                f"start_method must be one of {', '.join(START_METHODS)} or None, not "
+                f"{start_method!r}"
+            )
+        self.worker_type: str = worker_type
+        self.start_method: str = (
+            default_start_method() if start_method is None else start_method
+        )
         length = _check_streams(streams)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
@@ -170,7 +193,7 @@ class DataLoader(LoaderShell):
         self._consumer_helps: bool = transform is None
         depth = check_count("prefetch", prefetch, DEPTH_MAX)
         threads = (
-            default_workers(self._consumer_helps)
+            default_workers(self._consumer_helps and worker_type == "thread")
             if workers is None
             else check_count("workers", workers, WORKERS_MAX)
         )
@@ -191,20 +214,9 @@ class DataLoader(LoaderShell):
             self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers,
             first_step,
         )
-        # Only the loader holds its maker: the threads call it through a weak reference, so a
-        # transform that references the loader's owner does not keep the loader alive.
         self._produce: partial[Batch] = partial(self._maker.make)
-        self._prefetcher = Prefetcher(
-            WeakProducer(self._produce), first_step, depth, threads, name="loaderx-prefetch",
-            consumer_helps=self._consumer_helps,
-        )
-        self._maker.follow(self._prefetcher)
-        # Datasets opened from a URL: their records for the steps ahead are fetched early.
-        start_look_ahead(self.sampler, self.streams, self._prefetcher)
-        # Native classes take no weak references, so the finaliser watches a set that only this
-        # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._lifetime: set[int] = set()
-        self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
+        self._start(first_step)
 
     def _restart(self, seed: int, step: int) -> None:
         """Stops the threads and starts over at (seed, step) (what load_state_dict does). The
@@ -220,15 +232,36 @@ class DataLoader(LoaderShell):
             self.reuse_buffers, step,
         )
         self._produce = partial(self._maker.make)
-        self._prefetcher = Prefetcher(
+        self._lifetime = set()
+        self._start(step)
+
+    def _start(self, step: int) -> None:
+        """Starts the worker threads (or processes) at `step`."""
+        if self.worker_type == "process":
+            recipe = StepRecipe(
+                self.streams, self._length, self.batch_size, self.mode, self.seed, self.shard,
+                self._transform,
+            )
+            steps = ProcessSteps(
+                recipe, step, self.prefetch, self.workers, self.reuse_buffers, self.start_method
+            )
+            self._prefetcher = steps
+            # The processes stop when the loader is collected (the ring's own finaliser).
+            self._finalizer = weakref.finalize(self._lifetime, steps.close)
+            return
+        # Only the loader holds its maker: the threads call it through a weak reference, so a
+        # transform that references the loader's owner does not keep the loader alive.
+        prefetcher = Prefetcher(
             WeakProducer(self._produce), step, self.prefetch, self.workers,
             name="loaderx-prefetch", consumer_helps=self._consumer_helps,
         )
-        self._maker.follow(self._prefetcher)
+        self._prefetcher = prefetcher
+        self._maker.follow(prefetcher)
         # Datasets opened from a URL: their records for the steps ahead are fetched early.
-        start_look_ahead(self.sampler, self.streams, self._prefetcher)
-        self._lifetime = set()
-        self._finalizer = close_when_collected(self._lifetime, self._prefetcher)
+        start_look_ahead(self.sampler, self.streams, prefetcher)
+        # Native classes take no weak references, so the finaliser watches a set that only this
+        # loader holds: when the loader is collected the set goes too, and the threads stop.
+        self._finalizer = close_when_collected(self._lifetime, prefetcher)
 
     def _checkpoint_seed(self) -> int:
         return self.seed

@@ -13,10 +13,9 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from loaderx._loading.checkpoint import make_state, read_state
-from loaderx._loading.prefetch import Prefetcher
 
 try:  # read by mypyc at compile time; users' environments need not have it
     from mypy_extensions import mypyc_attr
@@ -31,11 +30,27 @@ Batch = dict[str, Any]
 L = TypeVar("L", bound="LoaderShell")
 
 
+class Steps(Protocol):
+    """What a loader iterates: a thread Prefetcher (loaderx._loading.prefetch) or worker
+    processes (loaderx._loading.process_workers.ProcessSteps)."""
+
+    @property
+    def next_step(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def __next__(self) -> Batch: ...
+
+    def close(self) -> None: ...
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LoaderShell:
     """The iteration, close, context manager and state_dict of a loader over a Prefetcher."""
 
-    _prefetcher: Prefetcher[Batch]
+    # Threads by default; worker processes with worker_type="process".
+    _prefetcher: Steps
     # Stops the prefetcher when the loader is collected without close().
     _finalizer: weakref.finalize[Any, Any]
 
@@ -106,4 +121,4 @@ class LoaderShell:
         self.close()
 
 
-__all__ = ["Batch", "LoaderShell"]
+__all__ = ["Batch", "LoaderShell", "Steps"]

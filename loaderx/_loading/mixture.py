@@ -11,6 +11,7 @@ source and stream.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, SupportsIndex
@@ -31,6 +32,7 @@ from loaderx._loading.prefetch import (
     default_workers,
 )
 from loaderx._loading.mixture_sampler import STEP_END_REASON, MixtureSampler
+from loaderx._loading.process_workers import START_METHODS, ProcessSteps, default_start_method
 
 __all__ = ["MixtureLoader"]
 
@@ -67,7 +69,9 @@ def _check_sources(sources: Sequence[Mapping[str, DenseDataset]]) -> tuple[list[
 
 
 class _MixtureMaker:
-    """Computes one step's batch; shared by the worker threads of one MixtureLoader."""
+    """Computes one step's batch; shared by the worker threads of one MixtureLoader, or sent
+    by pickling to each of its worker processes (the recipe of loaderx._loading.process_workers).
+    """
 
     def __init__(self, loader: MixtureLoader) -> None:
         self.sampler = loader.sampler
@@ -76,6 +80,9 @@ class _MixtureMaker:
         self.batch_size = loader.batch_size
         self.transform = loader.transform
         self.source_key = loader.source_key
+
+    def maker(self, first_step: int) -> _MixtureMaker:
+        return self
 
     def make(self, step: int) -> Batch:
         sources, indices = self.sampler.batch(step)
@@ -109,7 +116,8 @@ class MixtureLoader(LoaderShell):
 
     sources: a list of dicts name -> DenseDataset, each with the same stream names, dtypes and
     item shapes. weights: one positive number per source (normalised). Batch k is a pure
-    function of (seed, k); prefetch, workers, transform and shard work as in DataLoader, and
+    function of (seed, k); prefetch, workers, transform, shard, worker_type and start_method
+    work as in DataLoader, and
     state_dict / load_state_dict checkpoint it. With source_key="source" each batch also holds
     the source of every row under that name.
     """
@@ -126,7 +134,18 @@ class MixtureLoader(LoaderShell):
         workers: SupportsIndex | None = None,
         shard: tuple[SupportsIndex, SupportsIndex] | None = None,
         source_key: str | None = None,
+        worker_type: str = "thread",
+        start_method: str | None = None,
     ) -> None:
+        if worker_type not in ("thread", "process"):
+            raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
+        if start_method is not None and start_method not in START_METHODS:
+            raise ValueError(
+                f"start_method must be one of {', '.join(START_METHODS)} or None, not "
+                f"{start_method!r}"
+            )
+        self.worker_type = worker_type
+        self.start_method = default_start_method() if start_method is None else start_method
         names, lengths = _check_sources(sources)
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
@@ -138,13 +157,20 @@ class MixtureLoader(LoaderShell):
         self.batch_size = self.sampler.batch_size
         self.prefetch = check_count("prefetch", prefetch, DEPTH_MAX)
         self.workers = (
-            default_workers(transform is None)
+            default_workers(transform is None and worker_type == "thread")
             if workers is None
             else check_count("workers", workers, WORKERS_MAX)
         )
         self._prefetcher = self._start(as_int("start_step", start_step, got="got"))
 
-    def _start(self, step: int) -> Prefetcher[Batch]:
+    def _start(self, step: int) -> Prefetcher[Batch] | ProcessSteps:
+        if self.worker_type == "process":
+            # reuse_buffers=False: the mixture loader's batches are always the consumer's.
+            steps = ProcessSteps(
+                _MixtureMaker(self), step, self.prefetch, self.workers, False, self.start_method
+            )
+            self._finalizer = weakref.finalize(self, steps.close)
+            return steps
         # The threads hold a maker, not the loader, and only through a weak reference (the
         # maker holds the transform, which may reference the loader's owner), so a dropped
         # loader can be collected.

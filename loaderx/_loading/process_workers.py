@@ -1,0 +1,349 @@
+"""Worker processes for a loader whose transform is CPU-bound Python (worker_type="process").
+
+Batch k is a pure function of (seed, k), so a worker process needs nothing from the consumer
+but step numbers: each opens the datasets itself (they pickle by path), builds its own StepMaker
+from a StepRecipe, makes the step, runs the transform and copies the result into a slot of the
+shared ring (loaderx._loading.shared_ring). Only (step, slot) pairs cross the pipes, plus, for a
+step that failed, the worker's traceback text.
+
+The consumer (ProcessSteps, used by DataLoader in place of its thread Prefetcher) hands out
+arrays over the slot's memory without a copy, in step order. A slot is written again only once
+the consumer has released it: by default when nothing references the slot's memory any more
+(no array, view, memoryview or tensor made from one; the same rule as the thread loader's
+_released), with reuse_buffers once next() has asked for a later step. A consumer that keeps
+batches makes the ring grow by a slot instead, as the thread loader allocates new arrays.
+
+The first step's batch is made in the consumer's own process, to learn the layout of the
+transform's output (keys, dtypes, shapes), which every later step must keep.
+
+Faults: an exception in a worker is raised by the next() for its step (WorkerError, with the
+worker's traceback text), and the step counts as taken. A worker that dies (a signal, os._exit)
+is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
+and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
+only; they leave when their pipe closes (the consumer closed, or died). close() and garbage
+collection stop the workers and unlink every slot file.
+
+Left interpreted: the per-step work in the consumer is a pipe message and a few NumPy views.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from loaderx._data.dense import DenseDataset
+from loaderx._loading.sampler import Mode, Sampler
+from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
+from loaderx._loading.step_maker import StepMaker
+
+Batch = dict[str, Any]
+START_METHODS = ("spawn", "forkserver", "fork")
+_JOIN_SECONDS = 0.3
+
+
+class Maker(Protocol):
+    def make(self, step: int) -> Batch: ...
+
+
+class Recipe(Protocol):
+    """What a worker process is sent (by pickling) to make any step: a DataLoader's
+    StepRecipe, or a MixtureLoader's maker."""
+
+    def maker(self, first_step: int) -> Maker: ...
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed: its transform raised (the message holds its traceback), or
+    the process itself died."""
+
+
+@dataclass
+class StepRecipe:
+    """Everything a worker process needs to make any step, sent to it once by pickling."""
+
+    streams: dict[str, DenseDataset]
+    length: int
+    batch_size: int
+    mode: Mode
+    seed: int
+    shard: tuple[int, int] | None
+    transform: Callable[[dict[str, Any]], Batch] | None
+
+    def maker(self, first_step: int) -> StepMaker:
+        # As in DataLoader: with a shard, batch_size is this host's part of the global batch.
+        sampler = Sampler(self.length, self.batch_size, mode=self.mode, seed=self.seed,
+                          shard=self.shard)
+        return StepMaker(sampler, self.streams, self.batch_size, self.transform, 2, True,
+                         first_step)
+
+
+def default_start_method() -> str:
+    """forkserver where there is one (Linux), else spawn: never fork, since the consumer's
+    process may run threads (its own or a thread loader's) that a fork would copy mid-step."""
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any) -> None:
+    """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
+    text or None) out, until its pipe closes or says None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
+    files = SlotFiles(prefix, layout.size)
+    maps: dict[int, Any] = {}
+    maker = recipe.maker(0)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        step, slot = message
+        try:
+            # A StepMaker's own ring of two slots is free again for every new step.
+            setattr(maker, "_first_step", step)
+            batch = maker.make(step)
+            memory = maps.get(slot)
+            if memory is None:
+                memory = maps[slot] = files.open(slot)
+            write_batch(layout, memory, batch)
+            error = None
+        except Exception:
+            error = traceback.format_exc()
+        try:
+            conn.send((step, slot, error))
+        except (BrokenPipeError, OSError):
+            return
+
+
+def check_picklable(recipe: Recipe, method: str) -> None:
+    """TypeError before any process starts when the recipe (the transform, mostly) cannot be
+    sent to a worker process."""
+    try:
+        pickle.dumps(recipe)
+    except Exception as error:
+        raise TypeError(
+            f"worker_type='process' ({method} start method) sends the transform and datasets "
+            f"to each worker by pickling, which failed: {error}. Define the transform at module "
+            "level (not a lambda or a local function), or use worker_type='thread'"
+        ) from error
+
+
+class _Workers:
+    """The processes, pipes and slot files of one ring: what close() and the finaliser free.
+    Holds nothing of the loader, so the loader can be collected."""
+
+    def __init__(self, files: SlotFiles) -> None:
+        # Only the process that started the workers may stop them: a forked child that drops
+        # its copy of the loader must leave the parent's workers and files alone.
+        self.owner = os.getpid()
+        self.files = files
+        self.processes: list[Any] = []
+        self.pipes: list[Any] = []
+        self.maps: list[Any] = []
+
+    def stop(self) -> None:
+        if os.getpid() != self.owner:
+            return
+        for pipe in self.pipes:
+            try:
+                pipe.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            pipe.close()
+        # One deadline for all: a worker busy in a long transform is killed, not waited for.
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+            process.close()
+        self.processes = []
+        self.pipes = []
+        for slot in range(len(self.maps)):
+            self.files.unlink(slot)
+            try:
+                self.maps[slot].close()
+            except BufferError:
+                pass  # the consumer still holds arrays over it: they stay valid until dropped
+        self.maps = []
+
+
+def _references(maps: list[Any], slot: int) -> int:
+    return sys.getrefcount(maps[slot])
+
+
+_REFERENCES_ALONE = _references([bytearray(1)], 0)
+
+
+class ProcessSteps:
+    """Hands out the steps made by worker processes, in step order (the Prefetcher's part
+    for worker_type="process": next_step, position, closed, next, close)."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        first_step: int,
+        depth: int,
+        count: int,
+        reuse_buffers: bool,
+        start_method: str,
+    ) -> None:
+        check_picklable(recipe, start_method)
+        self._recipe = recipe
+        self._depth = depth
+        self._reuse = reuse_buffers
+        self.next_step = first_step
+        self._asked = first_step
+        self._failed: str | None = None
+        # The first step, made here: its arrays fix the layout every slot has.
+        first = recipe.maker(first_step).make(first_step)
+        self._layout = Layout(first)
+        self._first: Batch | None = first
+        files = SlotFiles(SlotFiles.new_prefix(), self._layout.size)
+        self._workers = _Workers(files)
+        self._finalizer = weakref.finalize(self, self._workers.stop)
+        self._holding: list[int] = []  # per slot: the step written or being written, -1 none
+        self._issued = first_step + 1  # the next step to send to a worker
+        self._pending: dict[int, int] = {}  # step -> slot, sent and not yet back
+        self._done: dict[int, tuple[int, str | None]] = {}  # step -> (slot, error text)
+        context: Any = multiprocessing.get_context(start_method)
+        for index in range(count):
+            here, there = context.Pipe()
+            process = context.Process(
+                target=_worker_main, args=(recipe, self._layout, files.prefix, there),
+                name=f"loaderx-worker-{index}", daemon=True,
+            )
+            process.start()
+            there.close()
+            self._workers.processes.append(process)
+            self._workers.pipes.append(here)
+        self._issue()
+
+    # --- the Prefetcher's interface -------------------------------------------------------
+
+    def position(self) -> tuple[int, int]:
+        return self.next_step, self._asked
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __iter__(self) -> ProcessSteps:
+        return self
+
+    def __next__(self) -> Batch:
+        if os.getpid() != self._workers.owner:
+            raise RuntimeError(
+                "this loader's worker processes belong to the process that made it; in a "
+                f"forked child make a new loader (start_step={self.next_step})"
+            )
+        if self._failed is not None:
+            raise WorkerError(self._failed)
+        if self.closed:
+            raise StopIteration
+        step = self.next_step
+        self._asked = step
+        first = self._first
+        if first is not None:
+            self._first = None
+            self.next_step = step + 1
+            self._issue()
+            return first
+        self._issue()
+        while step not in self._done:
+            self._receive()
+        slot, error = self._done.pop(step)
+        self.next_step = step + 1
+        if error is not None:
+            self._holding[slot] = -1
+            self._issue()
+            raise WorkerError(f"the transform failed in a worker process at step {step}:\n"
+                              f"{error}")
+        batch = read_batch(self._layout, self._workers.maps[slot])
+        self._issue()
+        return batch
+
+    def close(self) -> None:
+        self._finalizer()
+
+    # --- the ring ---------------------------------------------------------------------------
+
+    def _slot_free(self, slot: int) -> bool:
+        held = self._holding[slot]
+        if held < 0:
+            return True
+        if held >= self.next_step or held in self._pending or held in self._done:
+            return False  # being made, or made and not yet taken
+        if self._reuse:
+            return held < self._asked
+        maps = self._workers.maps
+        return _references(maps, slot) == _REFERENCES_ALONE and weakref.getweakrefcount(
+            maps[slot]) == 0
+
+    def _free_slot(self) -> int:
+        for slot in range(len(self._holding)):
+            if self._slot_free(slot):
+                return slot
+        slot = len(self._holding)
+        self._workers.maps.append(self._workers.files.create(slot))
+        self._holding.append(-1)
+        return slot
+
+    def _issue(self) -> None:
+        """Sends steps to the workers, round robin, up to depth steps ahead of the consumer."""
+        workers = self._workers
+        while self._issued < self.next_step + self._depth:
+            step = self._issued
+            slot = self._free_slot()
+            self._holding[slot] = step
+            self._pending[step] = slot
+            workers.pipes[step % len(workers.pipes)].send((step, slot))
+            self._issued = step + 1
+
+    def _receive(self) -> None:
+        """Waits for any worker's answer (or death); interruptible by Ctrl-C."""
+        workers = self._workers
+        sentinels = {process.sentinel: index for index, process in enumerate(workers.processes)}
+        ready = multiprocessing.connection.wait([*workers.pipes, *sentinels], timeout=0.5)
+        for item in ready:
+            if isinstance(item, int):
+                continue  # a sentinel: its process's exit code says why, below
+            try:
+                answer: tuple[int, int, str | None] = cast(Any, item).recv()
+            except (EOFError, OSError):
+                continue  # its sentinel says why
+            step, slot, error = answer
+            self._pending.pop(step, None)
+            self._done[step] = (slot, error)
+        for process in workers.processes:
+            if process.exitcode is not None:
+                self._die(process)
+
+    def _die(self, process: Any) -> None:
+        code = process.exitcode
+        how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
+               else f"exited with code {code} (its own error, if any, is on stderr above)")
+        self._failed = (
+            f"loaderx worker process {process.name} (pid {process.pid}) {how} while the loader "
+            f"waited for step {self.next_step}; the loader is closed. Restart from "
+            f"state_dict() (step {self.next_step})"
+        )
+        self.close()
+        raise WorkerError(self._failed)
+
+
+__all__ = [
+    "ProcessSteps", "StepRecipe", "WorkerError", "START_METHODS", "default_start_method",
+]

@@ -1,0 +1,291 @@
+"""Tests for worker_type="process": the same batches as the thread loader, resume, shards, the
+output layout, faults (transform errors, killed workers) and leaks (processes, /dev/shm files).
+
+Every test starts real worker processes; the transforms live at module level so that spawn and
+forkserver can send them."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader, WorkerError
+from loaderx.dataset import DenseDataset
+from loaderx.mixture import MixtureLoader
+
+RECORDS = 500
+SHM = Path("/dev/shm")
+
+
+def augment(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """A transform whose output differs in keys, dtype and shape from its input."""
+    data = batch["data"].astype(np.float32)
+    return {"x": data * 0.5 + 1.0, "label": batch["label"] * 3, "sum": data.sum(axis=(1, 2))}
+
+
+def fails_at_label_7(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    if (batch["label"] == 7).any():
+        raise ValueError("record 7 is cursed")
+    return batch
+
+
+def grows(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """Drops a row whenever the batch holds record 0: its shape then changes."""
+    if (batch["label"] == 0).any():
+        return {"data": batch["data"][1:], "label": batch["label"][1:]}
+    return batch
+
+
+def sleeps(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """Sleeps in worker processes only (the first step, made by the consumer, does not)."""
+    if multiprocessing.parent_process() is not None:
+        time.sleep(30)
+    return batch
+
+
+def children() -> list[int]:
+    """The live child processes of this process (the forkserver, once started, stays)."""
+    found: list[int] = []
+    for process in multiprocessing.active_children():
+        if process.name.startswith("loaderx-worker"):
+            found.append(process.pid or 0)
+    task = Path(f"/proc/{os.getpid()}/task")
+    for thread in task.iterdir():
+        kids = (thread / "children").read_text().split()
+        found.extend(int(pid) for pid in kids)
+    # multiprocessing's own helpers stay for the session, shared by every pool.
+    helpers: set[object] = {
+        multiprocessing.forkserver._forkserver._forkserver_pid,  # type: ignore[attr-defined]
+        multiprocessing.resource_tracker._resource_tracker._pid,  # type: ignore[attr-defined]
+    }
+    return sorted(pid for pid in set(found) if pid not in helpers)
+
+
+def shm_files() -> list[str]:
+    return sorted(p.name for p in SHM.glob(f"loaderx-{os.getpid()}-*"))
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    yield
+    gc.collect()
+    deadline = time.monotonic() + 3
+    while (children() or shm_files()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children() == []
+    assert shm_files() == []
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DenseDataset]:
+    base = tmp_path_factory.mktemp("procs")
+    every = np.arange(RECORDS, dtype=np.int64)
+    data = (every[:, None] * 12 + np.arange(12)).astype(np.int32).reshape(RECORDS, 4, 3)
+    from_numpy(base / "data", data, codec="zstd")
+    from_numpy(base / "label", every, codec="raw")
+    return {"data": DenseDataset(base / "data"), "label": DenseDataset(base / "label")}
+
+
+def batches(loader: DataLoader | MixtureLoader, count: int) -> list[dict[str, npt.NDArray[Any]]]:
+    with loader:
+        return [{k: v.copy() for k, v in next(loader).items()} for _ in range(count)]
+
+
+def assert_same(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> None:
+    assert len(left) == len(right)
+    for a, b in zip(left, right):
+        assert list(a) == list(b)
+        for key in a:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape
+            assert a[key].tobytes() == b[key].tobytes()
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_same_batches_as_threads(streams: dict[str, DenseDataset], method: str) -> None:
+    args: dict[str, Any] = dict(batch_size=32, transform=augment, seed=5)
+    threads = batches(DataLoader(streams, **args), 40)
+    procs = batches(DataLoader(streams, **args, worker_type="process", workers=2,
+                               start_method=method), 40)
+    assert_same(threads, procs)
+
+
+def test_without_transform_and_modes(streams: dict[str, DenseDataset]) -> None:
+    for mode in ("sequential", "iid"):
+        args: dict[str, Any] = dict(batch_size=50, mode=mode, seed=1, start_step=3)
+        assert_same(batches(DataLoader(streams, **args), 12),
+                    batches(DataLoader(streams, **args, worker_type="process", workers=3), 12))
+
+
+def test_shard(streams: dict[str, DenseDataset]) -> None:
+    for index in range(2):
+        args: dict[str, Any] = dict(batch_size=16, transform=augment, shard=(index, 2))
+        assert_same(batches(DataLoader(streams, **args), 20),
+                    batches(DataLoader(streams, **args, worker_type="process", workers=2), 20))
+
+
+def test_mixture_same_batches_and_resume(streams: dict[str, DenseDataset]) -> None:
+    half = {"data": streams["data"], "label": streams["label"]}
+    unsharded: list[dict[str, Any]] = []
+    for shard in (None, (1, 2)):
+        args: dict[str, Any] = dict(batch_size=24, transform=augment, seed=3, shard=shard)
+        threads = batches(MixtureLoader([streams, half], [0.3, 0.7], **args), 20)
+        procs = batches(MixtureLoader([streams, half], [0.3, 0.7], **args,
+                                      worker_type="process", workers=2), 20)
+        assert_same(threads, procs)
+        unsharded = unsharded or threads
+    with MixtureLoader([streams, half], [0.3, 0.7], batch_size=24, transform=augment, seed=3,
+                       worker_type="process", workers=2, start_step=4) as loader:
+        state = loader.state_dict()
+        next(loader)
+        loader.load_state_dict(state)
+        got = [{k: v.copy() for k, v in next(loader).items()} for _ in range(10)]
+    assert_same(unsharded[4:14], got)
+
+
+def test_resume(streams: dict[str, DenseDataset]) -> None:
+    args: dict[str, Any] = dict(batch_size=32, transform=augment, seed=9,
+                                worker_type="process", workers=2)
+    expected = batches(DataLoader(streams, **args), 30)
+    with DataLoader(streams, **args) as loader:
+        for _ in range(11):
+            next(loader)
+        state = loader.state_dict()
+        for _ in range(5):
+            next(loader)
+        loader.load_state_dict(state)
+        assert loader.step == 11
+        got = [{k: v.copy() for k, v in next(loader).items()} for _ in range(19)]
+    assert_same(expected[11:], got)
+    assert_same(expected[11:], batches(DataLoader(streams, **args, start_step=11), 19))
+
+
+def test_kept_batches_stay_valid(streams: dict[str, DenseDataset]) -> None:
+    """Batches the consumer keeps (or keeps a view of) are never written again."""
+    args: dict[str, Any] = dict(batch_size=32, transform=augment, seed=2)
+    expected = batches(DataLoader(streams, **args), 25)
+    with DataLoader(streams, **args, worker_type="process", workers=2, prefetch=2) as loader:
+        kept = [next(loader) for _ in range(10)]
+        views = [next(loader)["x"][3:7] for _ in range(15)]
+        for got, want in zip(kept, expected[:10]):
+            assert_same([got], [want])
+        for view, want in zip(views, expected[10:]):
+            assert view.tobytes() == want["x"][3:7].tobytes()
+        del kept, views
+
+
+def test_reuse_buffers_ring_stays_small(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=32, transform=augment, worker_type="process",
+                    workers=2, prefetch=3, reuse_buffers=True) as loader:
+        for _ in range(30):
+            next(loader)
+        assert len(shm_files()) <= 4
+
+
+def test_transform_error_carries_worker_traceback(streams: dict[str, DenseDataset]) -> None:
+    args: dict[str, Any] = dict(batch_size=10, mode="sequential", transform=fails_at_label_7,
+                                worker_type="process", workers=2, start_step=1)
+    with DataLoader(streams, **args) as loader:
+        first = next(loader)  # records 10..19: made in this process, as the layout's step
+        assert first["label"][0] == 10
+        for _ in range(RECORDS // 10 - 2):
+            next(loader)
+        with pytest.raises(WorkerError, match="record 7 is cursed") as info:
+            next(loader)  # step 50 = records 0..9
+        assert "fails_at_label_7" in str(info.value) and "step 50" in str(info.value)
+        assert next(loader)["label"][0] == 10  # the step counts as taken
+
+
+def test_shape_change_names_the_key(streams: dict[str, DenseDataset]) -> None:
+    with DataLoader(streams, batch_size=10, mode="sequential", transform=grows, start_step=1,
+                    worker_type="process", workers=2) as loader:
+        for _ in range(RECORDS // 10 - 1):  # steps 1 to 49
+            next(loader)
+        with pytest.raises(WorkerError, match="'data'.*same shapes and dtypes"):
+            next(loader)
+
+
+def test_unpicklable_transform_is_refused(streams: dict[str, DenseDataset]) -> None:
+    with pytest.raises(TypeError, match="module level"):
+        DataLoader(streams, transform=lambda b: b, worker_type="process")
+
+
+def test_bad_options(streams: dict[str, DenseDataset]) -> None:
+    with pytest.raises(ValueError, match="worker_type"):
+        DataLoader(streams, worker_type="processes")
+    with pytest.raises(ValueError, match="start_method"):
+        DataLoader(streams, worker_type="process", start_method="clone")
+
+
+def test_killed_worker_raises(streams: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(streams, batch_size=10, transform=sleeps, worker_type="process",
+                        workers=2, start_method="fork")
+    next(loader)  # the first step runs here, without sleeping
+    victim = loader._prefetcher._workers.processes[0]  # type: ignore[attr-defined]
+    os.kill(victim.pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match="killed by signal SIGKILL"):
+        next(loader)
+    assert time.monotonic() - started < 3
+    assert loader.closed
+    loader.close()
+
+
+def test_interrupt_stops_within_a_second(streams: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(streams, batch_size=10, transform=sleeps, worker_type="process",
+                        workers=2, start_method="fork")
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    previous = signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with loader:
+                next(loader)
+                next(loader)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 1.5  # the second step sleeps 30 s in a worker
+
+
+def test_collected_loader_leaves_nothing(streams: dict[str, DenseDataset]) -> None:
+    loader = DataLoader(streams, batch_size=10, transform=augment, worker_type="process",
+                        workers=2)
+    next(loader)
+    next(loader)
+    assert len(children()) == 2 and shm_files()
+    del loader
+    gc.collect()
+
+
+def _in_forked_child(loader: DataLoader, answers: Any) -> None:
+    try:
+        next(loader)
+    except RuntimeError as error:
+        answers.put(str(error))
+    loader.close()  # closes the child's copy only: the parent's workers must not notice
+
+
+def test_forked_child_leaves_the_parents_workers_alone(streams: dict[str, DenseDataset]) -> None:
+    args: dict[str, Any] = dict(batch_size=16, transform=augment, seed=4)
+    expected = batches(DataLoader(streams, **args), 6)
+    context = multiprocessing.get_context("fork")
+    with DataLoader(streams, **args, worker_type="process", workers=2) as loader:
+        got = [{k: v.copy() for k, v in next(loader).items()} for _ in range(3)]
+        answers = context.Queue()
+        child = context.Process(target=_in_forked_child, args=(loader, answers))
+        child.start()
+        child.join(10)
+        assert child.exitcode == 0
+        assert "forked child" in answers.get(timeout=1)
+        got += [{k: v.copy() for k, v in next(loader).items()} for _ in range(3)]
+    assert_same(expected, got)
