@@ -21,7 +21,7 @@ import pytest
 
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
-from loaderx._loading.prefetch import default_workers
+from loaderx._loading.prefetch import Prefetcher, default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import MODES, Mode, Sampler
 
@@ -615,7 +615,9 @@ class DrivenMaker:
         maker = self.loader._maker  # noqa: SLF001
         maker._written[:] = [-1] * len(maker._written)  # noqa: SLF001
         maker._slot_of_step.clear()  # noqa: SLF001
-        self.prefetcher = self.loader._prefetcher  # noqa: SLF001 - its position is the input
+        prefetcher = self.loader._prefetcher  # noqa: SLF001 - its position is the input
+        assert isinstance(prefetcher, Prefetcher)  # a thread loader's
+        self.prefetcher = prefetcher
         self.sampler = Sampler(RECORDS, 16, seed=5)
         self.ask(0)
 

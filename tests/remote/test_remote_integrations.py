@@ -95,3 +95,15 @@ def test_ray_writes_columns_to_a_url(s3_env: S3Server, s3_bucket: str, tmp_path:
     with DenseDataset(f"{url}/x") as xs, DenseDataset(f"{url}/y") as ys:
         np.testing.assert_array_equal(xs.read(np.arange(128)), np.concatenate([rows, rows]))
         np.testing.assert_array_equal(ys.read(np.arange(128)), np.concatenate([np.arange(64)] * 2))
+
+
+def test_process_workers_read_a_remote_dataset(remote_images: tuple[str, np.ndarray],
+                                               tmp_path: Path) -> None:
+    """Worker processes reopen the dataset from its URL (with the same cache folder) and give
+    the thread loader's batches."""
+    url, data = remote_images
+    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        with DataLoader({"x": ds}, batch_size=10, seed=4, worker_type="process",
+                        workers=2) as loader:
+            for step in range(6):
+                np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
