@@ -107,6 +107,11 @@ class DevicePrefetch:
         self, loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
         sharding: jax.sharding.Sharding | None = None,
     ) -> None:
+        if not hasattr(loader, "__next__"):
+            raise TypeError(
+                f"device_prefetch takes an iterator of batches (a DataLoader), not "
+                f"{type(loader).__name__}"
+            )
         if isinstance(size, bool):
             raise TypeError("size must be an int (batches on the device ahead), not bool")
         # Capped as the loaders' prefetch is: a larger size is a unit mix-up, and would pin

@@ -59,6 +59,12 @@ def collate(batch: Any) -> Any:
 
     (Typed Any because torch declares collate_fn as taking a list of samples.)
     """
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"collate passes on the batches TorchDataset makes (a dict of tensors), not "
+            f"{type(batch).__name__}; use it as the collate_fn of a torch DataLoader over a "
+            "TorchDataset"
+        )
     return batch
 
 
@@ -165,6 +171,11 @@ def _streams(streams: Mapping[str, DenseDataset] | DenseDataset) -> dict[str, De
         raise TypeError("streams must be a DenseDataset or a non-empty dict of name -> DenseDataset")
     lengths = set()
     for name, dataset in streams.items():
+        if not isinstance(name, str):
+            raise TypeError(
+                f"stream names must be strings (they key the batch dict), not "
+                f"{type(name).__name__} {name!r}"
+            )
         if not isinstance(dataset, DenseDataset):
             raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")
         lengths.add(len(dataset))

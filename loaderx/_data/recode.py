@@ -97,6 +97,13 @@ def recode(
             f"recode needs a destination that does not hold its source ({src_path!r} is inside "
             f"{dst_path!r}, and replacing that would delete it)"
         )
+    if _inside(dst_path, src_path):
+        # A store nested in the source's folder: the source's own files would then hold a
+        # second dataset, which its next compaction or conversion could remove.
+        raise ValueError(
+            f"recode needs a destination outside its source ({dst_path!r} is inside "
+            f"{src_path!r})"
+        )
     # Checked here so that the error names the source, not the schema file read_schema opens.
     if not is_file(schema_path(src_path)):
         raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
