@@ -97,13 +97,6 @@ def recode(
             f"recode needs a destination that does not hold its source ({src_path!r} is inside "
             f"{dst_path!r}, and replacing that would delete it)"
         )
-    if _inside(dst_path, src_path):
-        # A store nested in the source's folder: the source's own files would then hold a
-        # second dataset, which its next compaction or conversion could remove.
-        raise ValueError(
-            f"recode needs a destination outside its source ({dst_path!r} is inside "
-            f"{src_path!r})"
-        )
     # Checked here so that the error names the source, not the schema file read_schema opens.
     if not is_file(schema_path(src_path)):
         raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
@@ -111,6 +104,13 @@ def recode(
     target = found.with_codec(codec, dict_size)
     block_bytes = check_chunk_bytes(chunk_bytes)
     check_destination(dst_path, overwrite)  # before a dictionary's sample is read
+    if _inside(dst_path, src_path):
+        # A store nested in the source's folder (a shard folder's name is refused above, as
+        # for every converter): the source's folder would then hold a second dataset.
+        raise ValueError(
+            f"recode needs a destination outside its source ({dst_path!r} is inside "
+            f"{src_path!r})"
+        )
     # verify=True: a damaged raw record must stop the recode, not be re-checksummed into a
     # destination that then verifies clean. The source is opened, and a dictionary's sample
     # taken (too few records refused), before the staging folder (or a missing parent folder
