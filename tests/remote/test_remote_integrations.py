@@ -100,10 +100,11 @@ def test_ray_writes_columns_to_a_url(s3_env: S3Server, s3_bucket: str, tmp_path:
 def test_process_workers_read_a_remote_dataset(remote_images: tuple[str, np.ndarray],
                                                tmp_path: Path) -> None:
     """Worker processes reopen the dataset from its URL (with the same cache folder) and give
-    the thread loader's batches."""
+    the thread loader's batches. Spawned: they take the environment as it is now (the test's
+    endpoint); a forkserver started by an earlier test would hand them its own, older one."""
     url, data = remote_images
     with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
         with DataLoader({"x": ds}, batch_size=10, seed=4, worker_type="process",
-                        workers=2) as loader:
+                        workers=2, start_method="spawn") as loader:
             for step in range(6):
                 np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
