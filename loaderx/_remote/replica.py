@@ -40,12 +40,14 @@ import msgpack
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._os.urls import READ_ONLY_SCHEMES
 from loaderx._remote.object_store import ObjectStore, RemoteObject
-from loaderx._store.layout import MANIFEST_FILE, TOP_LEVEL
+from loaderx._remote.record_map import SUMS_FILE
+from loaderx._store.layout import DELETE_JOURNAL_FILE, MANIFEST_FILE, META_FILE, TOP_LEVEL
 from loaderx._store.manifest import parse_manifest
+from loaderx._store.schema import SCHEMA_FILE
 
 # Files every read needs, downloaded whole (at any depth: a sharded dataset has one set per shard).
 METADATA_NAMES: Final = frozenset(
-    {"schema.msgpack", MANIFEST_FILE, "meta.zr", "sums.zr", "dict.zr", "redo.zr", "shards.delete"}
+    {SCHEMA_FILE, MANIFEST_FILE, META_FILE, SUMS_FILE, "dict.zr", "redo.zr", DELETE_JOURNAL_FILE}
 )
 _CHUNK_NAME: Final = re.compile(r"[0-9]+\.zr")
 CACHE_DIR_ENV: Final = "LOADERX_CACHE_DIR"

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 
 from .s3_server import S3Server, s3_store
+from .test_remote_write import objects, writer_process
 from .test_remote_read import images, publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,27 +103,6 @@ def test_a_server_killed_mid_read_raises_then_the_loader_resumes(
         ds.close()
 
 
-def _writer(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    code = textwrap.dedent(f"""
-        import numpy as np
-        from loaderx.converter import from_numpy
-        rng = np.random.default_rng({seed})
-        data = rng.integers(0, 256, ({rows}, 300), dtype=np.uint8)
-        data[:, 0] = {seed}
-        print("start", flush=True)
-        from_numpy({url!r}, data, codec="raw", append=True)
-        """)
-    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def objects(server: S3Server, bucket: str) -> dict[str, str | None]:
-    import obstore
-
-    store = s3_store(server.endpoint, bucket)
-    return {meta["path"]: meta["e_tag"] for page in obstore.list(store) for meta in page}
-
-
 def test_a_killed_writer_leaves_the_dataset_as_it_was(
     s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,7 +119,7 @@ def test_a_killed_writer_leaves_the_dataset_as_it_was(
     rng = np.random.default_rng(0)
     kills = 0
     for _ in range(6):
-        writer = _writer(url, 7, 3000, env)
+        writer = writer_process(url, 7, 3000, env)
         assert writer.stdout is not None
         assert writer.stdout.readline() == b"start\n"
         time.sleep(float(rng.uniform(0.05, 0.5)))  # building, uploading or committing

@@ -113,7 +113,7 @@ def test_a_refused_append_changes_nothing(s3_env: S3Server, s3_bucket: str, uplo
     assert objects(s3_env, s3_bucket) == before
 
 
-def _writer(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def writer_process(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     code = textwrap.dedent(f"""
         import numpy as np
         from loaderx.converter import from_numpy
@@ -131,7 +131,7 @@ def _writer(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.P
 def test_concurrent_appenders_both_land(s3_env: S3Server, s3_bucket: str, upload_dir: Path) -> None:
     url = f"s3://{s3_bucket}/ds"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    writers = [_writer(url, seed, 150, env) for seed in (1, 2, 3)]
+    writers = [writer_process(url, seed, 150, env) for seed in (1, 2, 3)]
     for writer in writers:
         _, err = writer.communicate(timeout=300)
         assert writer.returncode == 0, err.decode()[-2000:]
