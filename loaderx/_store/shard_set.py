@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 from loaderx._native.library import ViewStaleError
 from loaderx._os import descriptors
 from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.paths import is_file
 from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema
 from loaderx._store.layout import MANIFEST_FILE, META_FILE, TOP_LEVEL, manifest_path, shard_folder
 from loaderx._store.manifest import Manifest, ShardEntry, read_manifest
@@ -132,7 +133,9 @@ class ShardSet:
         name = entry.name
         folder = shard_folder(self.path, name)
         where = f"{self.path!r}: shard {name!r}"
-        if not os.path.isfile(os.path.join(folder, META_FILE)):
+        # is_file raises PermissionError naming a shard folder the user may not search, which
+        # os.path.isfile would report as missing.
+        if not is_file(os.path.join(folder, META_FILE)):
             raise ManifestError(
                 f"{where} is listed in {MANIFEST_FILE} but missing from disk "
                 f"(no {folder}/{META_FILE})"

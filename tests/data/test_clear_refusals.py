@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -52,3 +57,52 @@ def test_torch_and_jax_refuse_what_they_cannot_take(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="collate passes on the batches"):
         collate(5)
     assert collate({"x": 1}) == {"x": 1}
+
+
+# Run as an unprivileged user: root ignores permission bits.
+_UNPRIVILEGED = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+_OPEN_SHARDED_AS_NOBODY = """
+import sys
+sys.path.insert(0, {root!r})
+from loaderx.dataset import DenseDataset
+try:
+    DenseDataset({path!r}, readonly=True)
+except PermissionError as exc:
+    print(type(exc).__name__, exc)
+except Exception as exc:
+    print("WRONG", type(exc).__name__, exc)
+else:
+    print("WRONG opened")
+"""
+
+
+def test_a_shard_folder_the_user_may_not_read_is_a_permission_error(
+    others_can_reach: Callable[..., AbstractContextManager[None]],
+) -> None:
+    """A shard folder of mode 000 was "listed in shards.msgpack but missing from disk"."""
+    if os.geteuid() == 0 and subprocess.run(["setpriv", "--version"], capture_output=True).returncode:
+        pytest.fail("setpriv (util-linux) is needed to run this test as an unprivileged user")
+    # pytest's own tmp folders are private to root: one every user may traverse instead.
+    parent = tempfile.mkdtemp(prefix="loaderx-shard-perm-", dir=tempfile.gettempdir())
+    try:
+        os.chmod(parent, 0o755)
+        path = os.path.join(parent, "ds")
+        data = np.arange(24, dtype=np.int32).reshape(12, 2)
+        from_numpy(path, data, workers=2, shard_records=4)
+        shard = os.path.join(path, "shard-000001")
+        os.chmod(shard, 0o000)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
+        with others_can_reach(root, sys.prefix):
+            done = subprocess.run(
+                [*prefix, sys.executable, "-c", _OPEN_SHARDED_AS_NOBODY.format(root=root, path=path)],
+                capture_output=True, text=True, timeout=120,
+            )
+        os.chmod(shard, 0o755)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("PermissionError"), done.stdout
+        assert shard in done.stdout and "missing" not in done.stdout, done.stdout
+        with DenseDataset(path, readonly=True) as ds:  # untouched
+            np.testing.assert_array_equal(ds[:], data)
+    finally:
+        shutil.rmtree(parent)
