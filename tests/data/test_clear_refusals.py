@@ -3,6 +3,7 @@ changes, with a message that says what is wrong."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -15,12 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx.cli import EXIT_PROBLEM, main
 from loaderx.converter import from_numpy, recode
 from loaderx.dataset import DenseDataset
-from loaderx.errors import ManifestError
+from loaderx.errors import ManifestError, SchemaError
 
 
-def test_a_sharded_dataset_without_its_manifest_says_so(tmp_path: Path) -> None:
+def test_a_sharded_dataset_without_its_manifest_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "ds"
     from_numpy(str(path), np.arange(24, dtype=np.int32).reshape(12, 2), workers=2,
                shard_records=4)  # sharded from the start: shard-000000, shard-000001, ...
@@ -31,6 +35,12 @@ def test_a_sharded_dataset_without_its_manifest_says_so(tmp_path: Path) -> None:
         DenseDataset(str(path))
     with pytest.raises(ManifestError, match="shard-000000"):
         DenseDataset(str(path), readonly=True)
+    # The command line said "pass create=True", which a CLI user cannot do.
+    for command in ("info", "verify", "compact"):
+        assert main([command, str(path)], out=io.StringIO()) == EXIT_PROBLEM
+        error = capsys.readouterr().err
+        assert error.startswith(f"loaderx {command}: "), error
+        assert "manifest shards.msgpack is missing" in error and "create" not in error, error
     assert sorted(os.listdir(path)) == before
 
 
@@ -106,3 +116,66 @@ def test_a_shard_folder_the_user_may_not_read_is_a_permission_error(
             np.testing.assert_array_equal(ds[:], data)
     finally:
         shutil.rmtree(parent)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under folder (by relative path) with its bytes; lock files left out."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".lock"
+    }
+
+
+@pytest.mark.parametrize("damage", ["folder", "dangling link"])
+def test_maintenance_refuses_a_dataset_whose_schema_is_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """A folder in place of schema.msgpack made the dataset open as its bare store: `loaderx
+    compact` compacted it and `info` called it a Zrecord store."""
+    path = tmp_path / "ds"
+    data = np.arange(40, dtype=np.int32).reshape(20, 2)
+    from_numpy(str(path), data)
+    with DenseDataset(str(path)) as ds:
+        ds.delete([0, 5, 7])  # something for a compaction to reclaim
+        kept = ds[:]
+    schema = (path / "schema.msgpack").read_bytes()
+    (path / "schema.msgpack").unlink()
+    if damage == "folder":
+        (path / "schema.msgpack").mkdir()
+    else:
+        (path / "schema.msgpack").symlink_to(tmp_path / "nothing-here")
+    before = _files(path)
+    for command in ("compact", "info", "verify", "stats"):
+        assert main([command, str(path)], out=io.StringIO()) == EXIT_PROBLEM
+        error = capsys.readouterr().err
+        assert error == (
+            f"loaderx {command}: {path}/schema.msgpack is a "
+            f"{'folder' if damage == 'folder' else 'symbolic link to nothing'}, not a loaderx "
+            "schema: the dataset is damaged and does not open; restore schema.msgpack from a "
+            "copy of the dataset\n"
+        ), error
+    for attempt in (lambda: DenseDataset(str(path)), lambda: DenseDataset(str(path), readonly=True),
+                    lambda: DenseDataset(str(path), dtype=np.int32, item_shape=(2,)),
+                    lambda: recode(str(path), str(tmp_path / "copy"))):
+        with pytest.raises(SchemaError, match="the dataset is damaged"):
+            attempt()
+    assert _files(path) == before
+    assert not (tmp_path / "copy").exists()
+    # Repaired, it opens with the records the deletes left (nothing was compacted meanwhile).
+    if damage == "folder":
+        (path / "schema.msgpack").rmdir()
+    else:
+        (path / "schema.msgpack").unlink()
+    (path / "schema.msgpack").write_bytes(schema)
+    with DenseDataset(str(path), readonly=True) as ds:
+        np.testing.assert_array_equal(ds[:], kept)
+
+
+def test_a_shard_whose_schema_is_a_folder_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "ds"
+    from_numpy(str(path), np.arange(24, dtype=np.int32).reshape(12, 2), workers=2,
+               shard_records=4)
+    (path / "shard-000002" / "schema.msgpack").unlink()
+    (path / "shard-000002" / "schema.msgpack").mkdir()
+    with pytest.raises(SchemaError, match="shard-000002/schema.msgpack is a folder"):
+        DenseDataset(str(path), readonly=True)
