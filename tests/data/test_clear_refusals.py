@@ -44,12 +44,22 @@ def test_a_sharded_dataset_without_its_manifest_says_so(
     assert sorted(os.listdir(path)) == before
 
 
-def test_recode_refuses_a_destination_inside_its_source(tmp_path: Path) -> None:
+def test_recode_refuses_a_destination_inside_its_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = tmp_path / "ds"
     from_numpy(str(source), np.arange(10, dtype=np.int16))
     before = sorted(os.listdir(source))
     with pytest.raises(ValueError, match="outside its source"):
         recode(str(source), str(source / "inner"))
+    with pytest.raises(ValueError, match="outside its source"):  # through a link to the source
+        os.symlink(source, tmp_path / "link")
+        recode(str(tmp_path / "link"), str(source / "inner" / "deeper"), codec="raw")
+    assert main(["recode", str(source), str(source / "inner")], out=io.StringIO()) == EXIT_PROBLEM
+    assert capsys.readouterr().err == (
+        f"loaderx recode: recode needs a destination outside its source ('{source}/inner' is "
+        f"inside '{source}')\n"
+    )
     assert sorted(os.listdir(source)) == before
     shutil.rmtree(source)
 
