@@ -12,6 +12,7 @@ from loaderx._os.folder_swap import interrupted_swap, recover
 from loaderx._os.paths import is_file
 from loaderx._store.schema import (
     Schema,
+    has_schema,
     make_schema,
     read_schema,
     require_same,
@@ -43,12 +44,12 @@ def open_store(
     A folder with a shard manifest opens as a ShardedStore. A read-only open never creates
     anything.
     """
-    if not readonly and not is_file(schema_path(path)):
+    if not readonly and not has_schema(path):
         # A conversion killed in the middle of replacing this folder left it moved aside: put
         # the complete one in place before deciding there is no dataset (or creating one).
         # A read-only open changes nothing, so it leaves that to the next writable one.
         recover(path)
-    if is_file(schema_path(path)):
+    if has_schema(path):
         found = read_schema(path)
         if found.kind != kind:
             right = "RaggedDataset" if found.kind == "ragged" else "DenseDataset"

@@ -17,8 +17,8 @@ from loaderx._data.ragged import RaggedDataset
 from loaderx._data.serial import CHUNK_BYTES_DEFAULT, check_chunk_bytes
 from loaderx._data.remote_write import write_to_url
 from loaderx._os.urls import is_url, refuse_url
-from loaderx._os.paths import PathArg, fs_path, is_file
-from loaderx._store.schema import Codec, Schema, read_schema, schema_path
+from loaderx._os.paths import PathArg, fs_path
+from loaderx._store.schema import Codec, Schema, has_schema, read_schema
 
 # Ragged stores: how many record lengths are looked at at once when cutting blocks.
 _LENGTH_WINDOW: Final = 1 << 16
@@ -98,7 +98,7 @@ def recode(
             f"{dst_path!r}, and replacing that would delete it)"
         )
     # Checked here so that the error names the source, not the schema file read_schema opens.
-    if not is_file(schema_path(src_path)):
+    if not has_schema(src_path):
         raise FileNotFoundError(f"no loaderx dataset at {src_path!r} to recode")
     found = read_schema(src_path)
     target = found.with_codec(codec, dict_size)

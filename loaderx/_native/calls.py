@@ -44,6 +44,7 @@ _OK: Final = _native.OK
 _INDEX_OUT_OF_RANGE: Final = _native.INDEX_OUT_OF_RANGE
 _INVALID_ARGUMENT: Final = _native.INVALID_ARGUMENT
 _VIEW_STALE: Final = _native.VIEW_STALE
+_TOO_MANY_OPEN_FILES: Final = _native.TOO_MANY_OPEN_FILES
 _INT64: Final = np.dtype(np.int64)
 # Held here: compiled code reads a Final from a static, where np.ndarray is an attribute lookup
 # on the numpy module at every call (four of them on the fast path of a small read).
@@ -220,8 +221,10 @@ def _finish(owner: NativeCalls, code: int, indices: npt.NDArray[np.int64]) -> bo
     """gather_fixed's answer for a native status other than a declined argument."""
     if code == _OK:
         return True
-    if code == _INDEX_OUT_OF_RANGE or code == _VIEW_STALE:
-        return False  # the general path reports the index, or reads through a new view
+    if code == _INDEX_OUT_OF_RANGE or code == _VIEW_STALE or code == _TOO_MANY_OPEN_FILES:
+        # The general path reports the index, reads through a new view, or reads again once
+        # the descriptor limit rose (library.read_status).
+        return False
     _native.raise_status(code, f"gather of {len(indices)} records from {owner._label()}")
 
 

@@ -11,6 +11,7 @@ import ctypes
 import errno
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from loaderx._os import descriptors
@@ -345,6 +346,19 @@ def check(code: int, context: str) -> None:
     """Raises for a non-zero status; does nothing for LX_OK."""
     if code != OK:
         raise_status(code, context)
+
+
+def read_status(call: Callable[[], int]) -> int:
+    """The status of `call()`, a read (a gather, a verification), made once more when it met
+    EMFILE and the soft descriptor limit could rise (loaderx._os.descriptors), as a store open
+    is. A read maps each chunk on its first use, which takes a descriptor for a moment, so the
+    first read after many opens can be the call that runs out; one that failed changed nothing
+    but its output, which the second call writes again."""
+    seen = descriptors.raised_count()
+    code = call()
+    if code == TOO_MANY_OPEN_FILES and descriptors.raise_soft_limit(seen):
+        code = call()
+    return code
 
 
 def set_pool_policy(policy: int) -> None:

@@ -4,8 +4,9 @@ the error that says what to do when it cannot rise further.
 A store holds descriptors for as long as it is open (README, "Sharded datasets": "Open
 descriptors"), so a dataset of a few hundred shards needs more than the soft limit of 1024 that
 Debian/Ubuntu login shells and systemd services give. The soft limit is raised lazily, towards
-the hard limit as Go's runtime does: when a store open or a lock file open fails with EMFILE
-(the call is then made once more), and before a store opens when the stores this process has
+the hard limit as Go's runtime does: when a store open, a lock file open, an append or a read
+that maps a chunk for the first time (library.read_status) fails with EMFILE (the call is then
+made once more), and before a store opens when the stores this process has
 open would come near the soft limit, so the first EMFILE does not land in a file open that has
 no retry (a manifest, a schema). A process that never opens that many stores never changes its
 limit. Windows has no `resource` module and no such limit; nothing is raised there.

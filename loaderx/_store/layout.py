@@ -28,6 +28,8 @@ from loaderx._os.paths import is_file
 
 # A store's header and record table: a folder holding it is a store.
 META_FILE: Final = "meta.zr"
+# Per-record checksums; a store written before checksums existed has none.
+SUMS_FILE: Final = "sums.zr"
 MANIFEST_FILE: Final = "shards.msgpack"
 LOCK_FILE: Final = "shards.lock"
 # Opens hold it shared, deletes exclusively (loaderx._store.shard_locks).

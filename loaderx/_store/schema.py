@@ -21,7 +21,7 @@ from numpy.typing import DTypeLike
 
 from loaderx._os import descriptors
 from loaderx.errors import SchemaError
-from loaderx._os.paths import write_file_atomically
+from loaderx._os.paths import is_file, write_file_atomically
 
 SCHEMA_FILE: Final = "schema.msgpack"
 SCHEMA_FORMAT: Final = "loaderx-schema"
@@ -243,6 +243,27 @@ def make_schema(
 
 def schema_path(folder: str) -> str:
     return os.path.join(folder, SCHEMA_FILE)
+
+
+def has_schema(folder: str) -> bool:
+    """Whether folder holds its schema file; False when nothing is there.
+
+    Something else in its place (a folder, a link to nothing) is a damaged dataset: SchemaError.
+    Taken for "no schema", it would open as a bare Zrecord store, and maintenance would run on
+    a dataset that does not open. A folder the user may not search is a PermissionError.
+    """
+    path = schema_path(folder)
+    if is_file(path):
+        return True
+    if not os.path.lexists(path):  # is_file has shown that the folder can be searched
+        return False
+    what = "folder" if os.path.isdir(path) else (
+        "symbolic link to nothing" if os.path.islink(path) else "special file"
+    )
+    raise SchemaError(
+        f"{path} is a {what}, not a loaderx schema: the dataset is damaged and does not open; "
+        f"restore {SCHEMA_FILE} from a copy of the dataset"
+    )
 
 
 def _field(raw: dict[Any, Any], name: str, path: str) -> Any:

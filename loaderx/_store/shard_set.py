@@ -14,7 +14,8 @@ from typing import Final, TypeVar
 from loaderx._native.library import ViewStaleError
 from loaderx._os import descriptors
 from loaderx._os.fork_safe_lock import ForkSafeLock
-from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema
+from loaderx._os.paths import is_file
+from loaderx._store.schema import SCHEMA_FILE, Schema, differences, has_schema, read_schema
 from loaderx._store.layout import MANIFEST_FILE, META_FILE, TOP_LEVEL, manifest_path, shard_folder
 from loaderx._store.manifest import Manifest, ShardEntry, read_manifest
 from loaderx._store.shard_commit import settle_pending
@@ -132,7 +133,9 @@ class ShardSet:
         name = entry.name
         folder = shard_folder(self.path, name)
         where = f"{self.path!r}: shard {name!r}"
-        if not os.path.isfile(os.path.join(folder, META_FILE)):
+        # is_file raises PermissionError naming a shard folder the user may not search, which
+        # os.path.isfile would report as missing.
+        if not is_file(os.path.join(folder, META_FILE)):
             raise ManifestError(
                 f"{where} is listed in {MANIFEST_FILE} but missing from disk "
                 f"(no {folder}/{META_FILE})"
@@ -146,10 +149,10 @@ class ShardSet:
                 "the dataset; refusing to write through it (readonly=True reads it)"
             )
         if name != TOP_LEVEL:
-            try:
-                found = read_schema(folder)
-            except FileNotFoundError:
-                raise SchemaError(f"{where} has no {SCHEMA_FILE}") from None
+            # has_schema: a folder in place of the shard's schema is damage, said as such.
+            if not has_schema(folder):
+                raise SchemaError(f"{where} has no {SCHEMA_FILE}")
+            found = read_schema(folder)
             lines = differences(found, self.schema)
             if lines:
                 raise SchemaError(

@@ -125,9 +125,10 @@ class View(NativeCalls):
             return
         handle = self._enter()
         try:
-            code = _native.lib.lx_view_gather_fixed(
-                handle, address(indices), count, address(out), record_size
-            )
+            first, second = address(indices), address(out)
+            code = _native.read_status(lambda: _native.lib.lx_view_gather_fixed(
+                handle, first, count, second, record_size
+            ))
             if code:
                 _native.raise_status(code, f"gather of {count} records from {self.name!r}")
         finally:
@@ -165,9 +166,9 @@ class View(NativeCalls):
                 data = empty_bytes(int(offsets[-1]))
                 if not count:
                     return data, offsets
-                code = _native.lib.lx_view_gather(
+                code = _native.read_status(lambda: _native.lib.lx_view_gather(
                     handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
-                )
+                ))
                 if code != _native.SIZE_MISMATCH:
                     break
             _native.check(code, f"gather of {count} records from {self.name!r}")

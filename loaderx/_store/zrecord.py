@@ -435,9 +435,9 @@ class Zrecord(NativeCalls):
             data = empty_bytes(int(offsets[-1]))
             if not count:
                 return data, offsets
-            code = _native.lib.lx_store_gather(
+            code = _native.read_status(lambda: _native.lib.lx_store_gather(
                 handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
-            )
+            ))
             if code != _native.SIZE_MISMATCH:
                 break
         _native.check(code, f"gather of {count} records from {self.path!r}")
@@ -493,9 +493,10 @@ class Zrecord(NativeCalls):
         handle = self._enter()
         try:
             if count:
-                code = _native.lib.lx_store_gather_fixed(
-                    handle, address(indices), count, address(out), record_size
-                )
+                first, second = address(indices), address(out)
+                code = _native.read_status(lambda: _native.lib.lx_store_gather_fixed(
+                    handle, first, count, second, record_size
+                ))
                 if code:
                     _native.raise_status(code, f"gather of {count} records from {self.path!r}")
         finally:
@@ -552,9 +553,9 @@ class Zrecord(NativeCalls):
             capacity = min(int(_native.lib.lx_store_length(handle)), VERIFY_LIST_MAX)
             problems = (_native.VerifyProblem * max(capacity, 1))()
             summary = _native.VerifySummary()
-            code = _native.lib.lx_store_verify(
+            code = _native.read_status(lambda: _native.lib.lx_store_verify(
                 handle, ctypes.addressof(problems), capacity, ctypes.byref(summary)
-            )
+            ))
             _native.check(code, f"verification of {self.path!r}")
         finally:
             self._leave()

@@ -14,6 +14,9 @@ import numpy as np
 
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
+from loaderx._os.paths import is_file
+from loaderx._store.default_checks import unchecked_by_default
+from loaderx._store.layout import SUMS_FILE, shard_folder
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import count_text, size_text
@@ -45,10 +48,34 @@ def info_of(path: str) -> dict[str, Any]:
             apparent_bytes=apparent,
             compression_ratio=(round(logical / stats["live_bytes"], 4) if stats["live_bytes"]
                                else None),
+            unchecked_records=None if result["remote"] else _unchecked(path, shards),
         )
         return result
     finally:
         opened.close()
+
+
+def _unchecked(path: str, shards: list[str] | None) -> int | None:
+    """The records default reads leave unchecked (default_checks); None when a store has no
+    checksums at all."""
+    folders = [path] if shards is None else [shard_folder(path, name) for name in shards]
+    if not all(is_file(os.path.join(folder, SUMS_FILE)) for folder in folders):
+        return None
+    return sum(unchecked_by_default(folder) for folder in folders)
+
+
+def read_checks_text(info: dict[str, Any]) -> str:
+    """The `read checks` row: which records a read checks against their checksums by default,
+    so that a "compressed" dataset holding raw records is not taken for a checked one."""
+    unchecked = info["unchecked_records"]
+    if unchecked is None:
+        return ("every record, as it is fetched" if info.get("remote") else
+                "none: written before checksums (recode to add them)")
+    if unchecked == 0:
+        return "every record, on every read"
+    rest = "" if unchecked == info["records"] else "; the rest on every read"
+    return (f"{unchecked:,} of {info['records']:,} records are stored raw, checked only with "
+            f"verify=True or `loaderx verify`{rest}")
 
 
 def _usage_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
@@ -74,6 +101,7 @@ def print_info(info: dict[str, Any], out: TextIO) -> None:
         ("data bytes", size_text(info["data_bytes"]) + " (stored records)"),
         *_usage_rows(info),
         ("compression", f"{info['compression_ratio']:.2f}x" if info["compression_ratio"] else "-"),
+        ("read checks", read_checks_text(info)),
     ]
     if info.get("shards") is not None:
         rows.insert(5, ("shards", ", ".join(info["shards"]) or "none"))

@@ -14,7 +14,7 @@ from loaderx._data.open_any import open_dataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import exists, is_file
 from loaderx._os.urls import is_url
-from loaderx._store.schema import SCHEMA_FILE, read_schema
+from loaderx._store.schema import SCHEMA_FILE, has_schema, read_schema
 from loaderx._store.layout import META_FILE, shard_number
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import Problem
@@ -29,7 +29,7 @@ LENGTH_WINDOW: Final = 1 << 20
 
 def is_store(path: str) -> bool:
     """Whether path holds a dataset (its schema) or a bare Zrecord store (its meta.zr)."""
-    return is_file(os.path.join(path, SCHEMA_FILE)) or is_file(os.path.join(path, META_FILE))
+    return has_schema(path) or is_file(os.path.join(path, META_FILE))
 
 
 def stores_inside(path: str) -> list[str]:
@@ -52,8 +52,9 @@ def open_store(path: str, readonly: bool = True) -> Store:
     if not exists(path):
         raise Problem(f"{path}: no such file or folder")
     # is_file, not os.path.isfile: a store folder the user may not read is a PermissionError
-    # naming it, not "no store here".
-    if is_file(os.path.join(path, SCHEMA_FILE)):
+    # naming it, not "no store here"; has_schema refuses a damaged schema file, rather than
+    # open the dataset as its bare store (a compaction would then run on a damaged dataset).
+    if has_schema(path):
         if read_schema(path).kind == "ragged":
             return RaggedDataset(path, readonly=readonly)
         return DenseDataset(path, readonly=readonly)

@@ -812,3 +812,50 @@ def test_verify_counts_one_record_in_the_singular(tmp_path: Path) -> None:
     status, text = run("verify", str(tmp_path / "one"))
     assert status == EXIT_OK
     assert f"{tmp_path / 'one'}: 1 record checked in " in text and "1 records" not in text
+
+
+def test_info_says_which_records_reads_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zstd dataset keeps records that do not shrink raw, and default reads leave those
+    unchecked: `info` counts them, so "compressed" is not read as "checked" (issue 40, point 5)."""
+    from loaderx.errors import CorruptStoreError
+
+    rng = np.random.default_rng(40)
+    data = np.zeros((100, 64), np.uint8)
+    noisy = np.arange(3, 100, 7)  # 14 records of noise, which zstd cannot shrink
+    data[noisy] = rng.integers(0, 256, (len(noisy), 64), dtype=np.uint8)
+    from_numpy(tmp_path / "zstd", data)
+    from_numpy(tmp_path / "sharded", data, workers=2, shard_records=30)
+    from_numpy(tmp_path / "raw", data, codec="raw")
+    from_numpy(tmp_path / "smooth", np.zeros((50, 64), np.uint8))
+    expected = {
+        "zstd": "14 of 100 records are stored raw, checked only with verify=True or "
+                "`loaderx verify`; the rest on every read",
+        "sharded": "14 of 100 records are stored raw, checked only with verify=True or "
+                   "`loaderx verify`; the rest on every read",
+        "raw": "100 of 100 records are stored raw, checked only with verify=True or "
+               "`loaderx verify`",
+        "smooth": "every record, on every read",
+    }
+    for name, text in expected.items():
+        status, shown = run("info", str(tmp_path / name))
+        assert status == EXIT_OK
+        assert f"read checks    {text}\n" in shown, shown
+    assert json.loads(run("info", str(tmp_path / "zstd"), "--json")[1])["unchecked_records"] == 14
+    # What the count means: a flipped byte in one of those records passes a default read and
+    # is caught with verify=True.
+    entry = (tmp_path / "zstd" / "meta.zr").read_bytes()[16 + 16 * 3:][:16]  # record 3's
+    offset = int.from_bytes(entry[:4], "little")
+    assert entry[14] == 0  # stored raw
+    with open(tmp_path / "zstd" / "0.zr", "r+b") as chunk:
+        chunk.seek(offset)
+        byte = chunk.read(1)[0]
+        chunk.seek(offset)
+        chunk.write(bytes([byte ^ 0xFF]))
+    with DenseDataset(tmp_path / "zstd", readonly=True) as ds:
+        assert ds[3][0] == data[3][0] ^ 0xFF  # unchecked, as info says
+    with DenseDataset(tmp_path / "zstd", readonly=True, verify=True) as ds:
+        with pytest.raises(CorruptStoreError, match="checksum"):
+            ds[3]
+    capsys.readouterr()

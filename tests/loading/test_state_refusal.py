@@ -4,7 +4,7 @@ batches it would have given without the call (issue 40, point 3)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ def _bad_states(good: dict[str, Any]) -> list[object]:
     """Malformed, unknown and mismatched variants of a good state."""
     fingerprint = dict(good["fingerprint"])
     other = {**fingerprint, "global_batch_size": fingerprint["global_batch_size"] + 1}
+    not_a_string_key: dict[object, object] = {1: 2}
+    not_a_string_key.update(good)
     return [
         None, 5, "state", [], {},
         {**good, "format": "torch"},
@@ -35,6 +37,12 @@ def _bad_states(good: dict[str, Any]) -> list[object]:
         {**good, "fingerprint": {**fingerprint, "extra": 1}},
         {**good, "unknown": 1},
         {**good, "epoch": 0},
+        not_a_string_key,
+        {**good, "step": 2**64 + 1}, {**good, "seed": 1.0},
+        {**good, "fingerprint": {k: v for k, v in fingerprint.items() if k != "mode"}},
+        {**good, "fingerprint": {**fingerprint, "lengths": str(fingerprint["lengths"])}},
+        {**good, "fingerprint": {**fingerprint, "mode": None}},
+        {**good, "fingerprint": {**fingerprint, "global_batch_size": -8}},
     ]
 
 
@@ -46,14 +54,16 @@ def dataset(tmp_path: Path) -> Iterator[DenseDataset]:
         yield ds
 
 
-def _check(make: Callable[[], Any], batch_of: Callable[[Any], np.ndarray]) -> None:
-    """For every bad state: a fresh loader takes two steps, refuses the state, and then gives
-    the same batches as a twin loader that was never asked."""
+def _check(
+    make: Callable[[], Any], batch_of: Callable[[Any], np.ndarray], more: Sequence[object] = ()
+) -> None:
+    """For every bad state (and `more` of them): a fresh loader takes two steps, refuses the
+    state, and then gives the same batches as a twin loader that was never asked."""
     reference = make()
     expected = [batch_of(next(reference)) for _ in range(6)]
     good = reference.state_dict()
     reference.close()
-    for bad in _bad_states(good):
+    for bad in [*_bad_states(good), *more]:
         loader = make()
         try:
             got = [batch_of(next(loader)) for _ in range(2)]
@@ -66,15 +76,38 @@ def _check(make: Callable[[], Any], batch_of: Callable[[Any], np.ndarray]) -> No
             loader.close()
 
 
+def _mixture_state(dataset: DenseDataset) -> dict[str, Any]:
+    with MixtureLoader([{"x": dataset}, {"x": dataset}], [0.5, 0.5], batch_size=8) as other:
+        return other.state_dict()
+
+
+def _dataloader_state(dataset: DenseDataset) -> dict[str, Any]:
+    with DataLoader({"x": dataset}, batch_size=8) as other:
+        return other.state_dict()
+
+
 def test_dataloader_refuses_and_changes_nothing(dataset: DenseDataset) -> None:
     _check(lambda: DataLoader({"x": dataset}, batch_size=8, seed=3, prefetch=2),
-           lambda batch: batch["x"].copy())
+           lambda batch: batch["x"].copy(), more=[_mixture_state(dataset)])
+
+
+def test_dataloader_with_worker_processes_refuses_and_changes_nothing(
+    dataset: DenseDataset,
+) -> None:
+    """The processes keep running at their steps: a refused state restarts none of them."""
+    _check(lambda: DataLoader({"x": dataset}, batch_size=8, seed=3, prefetch=2,
+                              worker_type="process", workers=1),
+           lambda batch: batch["x"].copy(), more=[_mixture_state(dataset)])
 
 
 def test_mixture_loader_refuses_and_changes_nothing(dataset: DenseDataset) -> None:
-    _check(lambda: MixtureLoader([{"x": dataset}, {"x": dataset}], [0.5, 0.5], batch_size=8,
-                                 seed=3, prefetch=2),
-           lambda batch: batch["x"].copy())
+    def make() -> MixtureLoader:
+        return MixtureLoader([{"x": dataset}, {"x": dataset}], [0.5, 0.5], batch_size=8, seed=3,
+                             prefetch=2)
+
+    with make() as loader:
+        past_end = {**loader.state_dict(), "step": loader.sampler.step_end + 1}
+    _check(make, lambda batch: batch["x"].copy(), more=[_dataloader_state(dataset), past_end])
 
 
 def test_torch_loader_refuses_and_changes_nothing(dataset: DenseDataset) -> None:
@@ -105,3 +138,20 @@ def test_a_good_state_still_loads_everywhere(dataset: DenseDataset) -> None:
     prefetch.load_state_dict(state)  # the queue's batches (from step 3 on) are dropped
     np.testing.assert_array_equal(np.asarray(next(prefetch)["x"]), expected[2])
     prefetch.close()
+
+
+def test_unknown_keys_are_named(dataset: DenseDataset) -> None:
+    from loaderx.jax import DevicePrefetch
+    from loaderx.torch import TorchLoader
+
+    for make in (lambda: DataLoader({"x": dataset}, batch_size=8),
+                 lambda: MixtureLoader([{"x": dataset}], [1.0], batch_size=8),
+                 lambda: TorchLoader(DataLoader({"x": dataset}, batch_size=8)),
+                 lambda: DevicePrefetch(DataLoader({"x": dataset}, batch_size=8))):
+        loader = make()
+        try:
+            state = {**loader.state_dict(), "epoch": 0, "rng": None}
+            with pytest.raises(ValueError, match=r"keys this loaderx does not know \(epoch, rng\)"):
+                loader.load_state_dict(state)
+        finally:
+            loader.close()

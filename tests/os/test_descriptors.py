@@ -204,3 +204,73 @@ print(json.dumps(found))
         assert found == {"type": None, "told": False, "soft": hard}
     else:
         assert found == {"type": "DescriptorLimitError", "told": True, "soft": 256}
+
+
+@pytest.mark.parametrize(
+    "read", ["dense", "dense_out", "ragged", "gather_into", "verify", "sharded", "loader"]
+)
+def test_a_first_read_out_of_descriptors_raises_the_soft_limit(tmp_path: Path, read: str) -> None:
+    # A chunk is mapped on its first read, which takes a descriptor for a moment: when the
+    # descriptors run out right before it, the read raises the soft limit and runs once more,
+    # as an open does, instead of raising DescriptorLimitError below the hard limit.
+    hard = _hard_limit()
+    body = f"""
+from loaderx.dataloader import DataLoader
+data = np.arange(4 * 50, dtype=np.int64).reshape(50, 4)
+sharded = {read!r} == "sharded"
+with DenseDataset(folder, dtype=np.int64, item_shape=(4,),
+                  **({{"shard_records": 10}} if sharded else {{}})) as ds:
+    ds.append(data)
+ds = DenseDataset(folder, readonly=True)
+store = None if sharded else Zrecord(folder, readonly=True)
+held = fill(0)
+try:
+    if {read!r} in ("dense", "sharded"):
+        exact = bool((ds[np.arange(50)] == data).all())
+    elif {read!r} == "dense_out":
+        out = np.empty((50, 4), np.int64)
+        ds.read(np.arange(50), out=out)
+        exact = bool((out == data).all())
+    elif {read!r} == "ragged":
+        exact = store.gather([3, 0]) == [data[3].tobytes(), data[0].tobytes()]
+    elif {read!r} == "gather_into":
+        out = np.empty((50, 4), np.int64)
+        store.gather_into(np.arange(50), out, 32)
+        exact = bool((out == data).all())
+    elif {read!r} == "verify":
+        report = store.verify()
+        exact = report.ok and report.records == 50
+    else:  # its first step, made in a worker thread, maps the chunk
+        with DataLoader({{"x": ds, "y": ds}}, batch_size=50, mode="sequential") as loader:
+            batch = next(loader)
+        exact = bool((batch["x"] == data).all()) and bool((batch["y"] == data).all())
+    raised = soft_now()
+finally:
+    for fd in held:
+        os.close(fd)
+print(json.dumps({{"soft": raised, "exact": exact}}))
+"""
+    assert _run(body, 256, hard, tmp_path / "s") == {"soft": hard, "exact": True}
+
+
+def test_verify_out_of_descriptors_at_the_hard_limit_raises_rather_than_blame_records(
+    tmp_path: Path,
+) -> None:
+    # It reported every record of a chunk it could not map as bad ("chunk"): a healthy store
+    # then failed verification for a reason that is the process's, not the store's.
+    body = """
+with Zrecord(folder, create=True) as store:
+    store.append([bytes([i]) * 100 for i in range(20)])
+store = Zrecord(folder, readonly=True)
+held = fill(0)
+try:
+    found = {"report": repr(store.verify())}
+except OSError as exc:
+    found = {"type": type(exc).__name__, "errno": exc.errno, "chunk": "chunk 0.zr" in str(exc)}
+for fd in held:
+    os.close(fd)
+found["after"] = store.verify().ok
+print(json.dumps(found))
+"""
+    found = _run(body, 64, 64, tmp_path / "s")
+    assert found == {"type": "DescriptorLimitError", "errno": 24, "chunk": True, "after": True}

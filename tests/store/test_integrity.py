@@ -175,6 +175,28 @@ def test_raised_length_over_zeroed_entries_is_caught_and_lowered_is_older_state(
         assert z.gather(slice(None)) == records[:-3]
 
 
+def test_a_folder_in_place_of_a_chunk_is_corrupt_and_verify_blames_its_records(
+    tmp_path: Path,
+) -> None:
+    """A folder mapped as a chunk failed with an I/O error ("MappingFailed"): it is damage.
+    Found at open it is CorruptStoreError; replaced under an open store, verify reports the
+    chunk's records (and a gather raises CorruptStoreError)."""
+    path = tmp_path / "s"
+    records = _store(path, "zstd")
+    store = Zrecord(path, readonly=True)
+    try:
+        os.unlink(path / "0.zr")
+        os.mkdir(path / "0.zr")
+        with pytest.raises(CorruptStoreError, match="chunk file 0.zr is a directory"):
+            Zrecord(path, readonly=True)
+        report = store.verify()  # its chunk was not mapped yet
+        assert [bad.reason for bad in report.bad] == ["chunk"] * (len(records) - 1)  # one is b""
+        with pytest.raises(CorruptStoreError, match="chunk file 0.zr is a directory"):
+            store.gather([0])
+    finally:
+        store.close()
+
+
 def test_truncated_or_bad_sums_file_is_corrupt(tmp_path: Path) -> None:
     _store(tmp_path / "s", "raw")
     sums = tmp_path / "s" / "sums.zr"

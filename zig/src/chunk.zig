@@ -217,7 +217,9 @@ pub const Chunks = struct {
         // The size now, even if smaller than seen before (a file cut short since open is then
         // refused by checkCovers instead of faulting). A writer growing the file meanwhile
         // only makes the next read past this size take checkCovers' slow path.
-        const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
+        const stat = f.stat(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
+        try requireRegular(chunk_name, stat.kind);
+        const size = stat.size;
         s.size.store(size, .release);
         const map = Mapping.create(io, f, limits.chunk_size_max, false) catch |err|
             return fail(err, "map chunk {s}", .{chunk_name.slice()});
@@ -286,7 +288,16 @@ pub fn presentSize(io: Io, dir: Io.Dir, chunk_id: u32) Error!u64 {
         },
         else => return fail(err, "stat chunk {s}", .{chunk_name.slice()}),
     };
+    try requireRegular(chunk_name, stat.kind);
     return stat.size;
+}
+
+/// A chunk is a regular file: a folder or a device in its place is damage (Corrupt, which
+/// verify reports as the record's chunk), not a mapping that fails with an I/O error.
+fn requireRegular(chunk_name: Name, kind: Io.File.Kind) Error!void {
+    if (kind == .file) return;
+    diagnostic.note("corrupt store: chunk file {s} is a {s}, not a regular file", .{ chunk_name.slice(), @tagName(kind) });
+    return error.Corrupt;
 }
 
 /// Extends `f` from `size` to `target` bytes with the blocks allocated (fallocate), so a full

@@ -231,9 +231,18 @@ const VerifyTask = struct {
         if (format.checkEntry(entry, task.tail) != .ok) return .entry;
         var stored: []const u8 = &.{};
         if (entry.phys_length > 0) {
-            const view = store.chunks.view(io, store.dir, entry.chunk_id) catch return .chunk;
+            // A chunk that is missing, a link, or too short is this record's damage; any other
+            // failure to map it (out of descriptors or memory, no permission) stops the
+            // verification instead of reporting every record of the chunk as bad.
+            const view = store.chunks.view(io, store.dir, entry.chunk_id) catch |err| switch (err) {
+                error.Corrupt => return .chunk,
+                else => return err,
+            };
             // Never touch mapped bytes past the file's end.
-            store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch return .chunk;
+            store.chunks.checkCovers(io, store.dir, entry.chunk_id, @as(u64, entry.offset) + entry.phys_length) catch |err| switch (err) {
+                error.Corrupt => return .chunk,
+                else => return err,
+            };
             stored = view[entry.offset..][0..entry.phys_length];
         }
         if (store.sidecar != null and !try checkRecord(store, index, task.length, entry, stored)) return .checksum;
