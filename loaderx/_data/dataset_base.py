@@ -355,12 +355,14 @@ class DatasetBase:
             report.checksummed,
             bad,
             report.bad_count + len(extra),
+            report.missing_sums,
         )
 
     def _verify_remote(self, remote: RemoteSource) -> VerifyReport:
         checked, wrong = remote.check_records()
         bad = [BadRecord(index, "checksum") for index in wrong]
-        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad))
+        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad),
+                            remote.missing_sums())
 
     def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         """Indices of records whose logical size the schema does not allow."""

@@ -333,6 +333,7 @@ class ShardedStore:
             sum(report.checksummed for report in reports),
             bad,
             sum(report.bad_count for report in reports),
+            [path for report in reports for path in report.missing_sums],
         )
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
+from loaderx._store.verify import VerifyReport
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import count_text, size_text
@@ -200,6 +201,29 @@ def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def sums_text(report: VerifyReport) -> str:
+    """What verify compared the records with, for its first line."""
+    if report.has_checksums:
+        return f"{report.checksummed:,} against their checksums"
+    if report.missing_sums:
+        return (f"{report.checksummed:,} against their checksums, the rest by table entries and "
+                "frames only: checksums missing")
+    return ("no checksums: this store was written before loaderx kept them; table entries "
+            "and frames only")
+
+
+def verdict(report: VerifyReport) -> str:
+    """verify's last line: OK, or what it found."""
+    if report.ok:
+        return "OK"
+    found = []
+    if report.bad_count:
+        found.append(count_text(report.bad_count, "bad record"))
+    if report.missing_sums:
+        found.append(count_text(len(report.missing_sums), "store") + " without its sums.zr")
+    return ", ".join(found)
+
+
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """Checks every record (table entries against the chunks, checksums, frames); exit 1 and
     the list of bad records if anything is wrong."""
@@ -220,14 +244,15 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
             "checksummed": report.checksummed, "bad_count": report.bad_count,
             "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
-            "ok": report.ok, "orphans": orphans,
+            "missing_sums": report.missing_sums, "ok": report.ok, "orphans": orphans,
         }, out, indent=2)
         print(file=out)
     else:
-        sums = (f"{report.checksummed:,} against their checksums" if report.has_checksums
-                else "no checksums in this store: table entries and frames only")
         print(f"{args.path}: {count_text(report.records, 'record')} checked in {elapsed:.1f} s "
-              f"({sums})", file=out)
+              f"({sums_text(report)})", file=out)
+        for path in report.missing_sums:
+            print(f"  missing checksums: {path} is gone, but this store was written with "
+                  "checksums; its records were checked without them", file=out)
         for bad in report.bad:
             print(f"  bad record {bad.index}: {bad.reason}", file=out)
         if report.bad_count > len(report.bad):
@@ -237,5 +262,5 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                   "does not list (a killed writer's uploads; readers ignore them and the next "
                   f"writer removes them): {', '.join(orphans[:5])}"
                   + (" ..." if len(orphans) > 5 else ""), file=out)
-        print("OK" if report.ok else count_text(report.bad_count, "bad record"), file=out)
+        print(verdict(report), file=out)
     return EXIT_OK if report.ok else EXIT_PROBLEM
