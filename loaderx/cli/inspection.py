@@ -6,13 +6,13 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from typing import Any, Final, TextIO
 
 import numpy as np
 
 from loaderx._data.dense import DenseDataset
+from loaderx._data.progress import Elapsed
 from loaderx._data.ragged import RaggedDataset
 from loaderx._store.verify import VerifyReport
 from loaderx._store.zrecord import Zrecord
@@ -230,11 +230,10 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     opened = open_store(args.path)
     try:
         count = len(opened)
-        if sys.stderr.isatty() and not args.json:
-            print(f"verifying {count:,} records of {args.path} on every core...", file=sys.stderr,
-                  flush=True)
+        shown = True if args.progress else (False if args.json else None)
         started = time.perf_counter()
-        report = opened.verify()
+        with Elapsed(f"verifying {count_text(count, 'record')} of {args.path}", shown):
+            report = opened.verify()
         elapsed = time.perf_counter() - started
         orphans = [] if isinstance(opened, Zrecord) else opened.remote_orphans()
     finally:
