@@ -153,3 +153,18 @@ def test_an_elapsed_step_that_fails_ends_its_line(fails: bool) -> None:
     text = stream.getvalue()
     assert text.count("\n") == 1 and text.endswith("\n")
     assert ("done in" in text) != fails
+
+
+def test_verify_progress_says_what_it_does_in_a_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loaderx.cli import main
+    from loaderx.converter import from_numpy
+
+    from_numpy(tmp_path / "ds", np.arange(400, dtype=np.uint8).reshape(100, 4), progress=False)
+    assert main(["verify", str(tmp_path / "ds"), "--progress"], out=io.StringIO()) == 0
+    lines = capsys.readouterr().err.splitlines()
+    label = f"verifying 100 records of {tmp_path / 'ds'}"
+    assert lines == [f"{label}: 0:00:00 elapsed", f"{label}: done in 0:00:00"]
+    assert main(["verify", str(tmp_path / "ds")], out=io.StringIO()) == 0
+    assert capsys.readouterr().err == ""  # not a terminal, no --progress: nothing
