@@ -23,6 +23,7 @@ from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._remote.remote_source import RemoteSource
 from loaderx._os.urls import is_url, local_path
+from loaderx._store.content_identity import content_identity
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
@@ -355,12 +356,30 @@ class DatasetBase:
             report.checksummed,
             bad,
             report.bad_count + len(extra),
+            report.missing_sums,
         )
+
+    def content_identity(self, length: int | None = None) -> str:
+        """An identity of the first `length` records (default: all of them) that changes with
+        their content: equal for the same records in the same order (the dataset reopened,
+        opened read-only, copied with `cp -a`, or read from a URL), different once any of them
+        was rewritten or deleted. A digest of the schema and of each record's checksum
+        (loaderx._store.content_identity): it reads 4 bytes a record, so ask once. A loader
+        puts it in its checkpoint's fingerprint."""
+        count = len(self) if length is None else int(length)
+        if not 0 <= count <= len(self):
+            raise ValueError(f"length must be in [0, {len(self)}], got {count}")
+        store = self._store
+        parts = store.parts() if isinstance(store, ShardedStore) else [(store.path, len(store))]
+        schema = self.schema
+        description = f"{schema.kind} {schema.dtype.str} {tuple(schema.item_shape)}"
+        return content_identity(description, parts, count)
 
     def _verify_remote(self, remote: RemoteSource) -> VerifyReport:
         checked, wrong = remote.check_records()
         bad = [BadRecord(index, "checksum") for index in wrong]
-        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad))
+        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad),
+                            remote.missing_sums())
 
     def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         """Indices of records whose logical size the schema does not allow."""

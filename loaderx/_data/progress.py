@@ -13,7 +13,16 @@ error starts on a line of its own.
 
 On a terminal the line fits the window's width (read at every redraw, so a resize is followed),
 never touches the last column (which would wrap), and ends with "erase to end of line", so a
-shorter line leaves no stale characters behind. Redraws happen at most twice a second.
+shorter line leaves no stale characters behind. Redraws happen at most twice a second, and at
+least once a second while a job runs (a thread redraws the rate and ETA when a block takes
+long), so the line never stands still. Plain lines come at most every 5 seconds, and at least
+that often too.
+
+A step with no records to count (training a dictionary is one native call) is reported by
+Elapsed: its label and the time it has taken so far, redrawn in the same way.
+
+The command line ends every open status line before it reports Ctrl-C, and draws no more
+(silence): a job it leaves running in a thread must not draw over its message.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -32,6 +42,10 @@ Callback: TypeAlias = Callable[[int, "int | None", int], None]
 ProgressOption: TypeAlias = "bool | None | Callback"
 
 INTERVAL_S: Final = 0.5
+# Plain lines (a log, CI, a notebook) at most this often: a line each half second floods them.
+LOG_INTERVAL_S: Final = 5.0
+# While a job runs, its terminal line is redrawn at least this often (the ticker thread).
+TICK_S: Final = 1.0
 _MIB: Final = float(1 << 20)
 _ERASE_LINE: Final = "\x1b[K"
 _BAR_MIN: Final = 10
@@ -46,6 +60,82 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+class _Screen:
+    """What every status line of the process shares: the one left open on a terminal, and
+    whether drawing was stopped (silence)."""
+
+    lock: threading.Lock
+    open_stream: TextIO | None
+    silent: bool
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open_stream = None
+        self.silent = False
+
+    def write(self, stream: TextIO, text: str, leaves_open: bool) -> None:
+        with self.lock:
+            if self.silent:
+                return
+            stream.write(text)
+            stream.flush()
+            self.open_stream = stream if leaves_open else None
+
+    def end_line(self, stream: TextIO) -> None:
+        """Ends stream's open status line (if it is the open one)."""
+        with self.lock:
+            if self.open_stream is stream:
+                self.open_stream = None
+                stream.write("\n")
+                stream.flush()
+
+
+_SCREEN: Final = _Screen()
+
+
+def silence() -> None:
+    """Ends the open status line and draws nothing more until allow(): what the command does
+    on Ctrl-C before its message, while the job may still be running in another thread."""
+    with _SCREEN.lock:
+        _SCREEN.silent = True
+        stream = _SCREEN.open_stream
+        _SCREEN.open_stream = None
+        if stream is not None:
+            stream.write("\n")
+            stream.flush()
+
+
+def allow() -> None:
+    """Drawing as usual again (each command starts with it)."""
+    with _SCREEN.lock:
+        _SCREEN.silent = False
+
+
+class _Ticker:
+    """A daemon thread that calls redraw every `every` seconds until stop()."""
+
+    _stop: threading.Event
+    _thread: threading.Thread | None
+
+    def __init__(self, every: float, redraw: Callable[[], None]) -> None:
+        self._stop = threading.Event()
+        self._every = every
+        self._redraw = redraw
+        self._thread = threading.Thread(target=self._run, name="loaderx-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self._redraw()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        self._thread = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._every + 1.0)
 
 
 def check_progress(progress: object) -> ProgressOption:
@@ -116,7 +206,7 @@ class Progress:
     _stream: TextIO | None
     _started: float
     _drawn: float
-    _line_open: bool
+    _ticker: _Ticker | None
 
     def __init__(
         self,
@@ -131,13 +221,20 @@ class Progress:
         self._callback = progress if callable(progress) else None
         self.records = 0
         self.nbytes = 0
-        self.interval = INTERVAL_S
         self._stream = stream
+        self.interval = INTERVAL_S if _is_terminal(self._out()) else LOG_INTERVAL_S
         self._started = time.monotonic()
         self._drawn = 0.0
-        self._line_open = False
+        self._ticker = None
+
+    def _out(self) -> TextIO:
+        return sys.stderr if self._stream is None else self._stream
 
     def __enter__(self) -> Progress:
+        """Starts the redraws that keep the line moving while a block takes long."""
+        if self.enabled:
+            every = TICK_S if _is_terminal(self._out()) else LOG_INTERVAL_S
+            self._ticker = _Ticker(every, lambda: self._tick(every))
         return self
 
     def __exit__(
@@ -146,18 +243,28 @@ class Progress:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._stop_ticker()
         if kind is not None:
             self.abandon()
+
+    def _tick(self, every: float) -> None:
+        now = time.monotonic()
+        if now - self._drawn >= every:
+            self._drawn = now
+            self._draw("")
+
+    def _stop_ticker(self) -> None:
+        ticker = self._ticker
+        self._ticker = None
+        if ticker is not None:
+            ticker.stop()
 
     def abandon(self) -> None:
         """Ends the status line of a job that failed or was interrupted, so that what follows
         (the error, a traceback, the shell's prompt) starts on a line of its own, not after the
         last redraw."""
-        if self._line_open:
-            self._line_open = False
-            stream = sys.stderr if self._stream is None else self._stream
-            stream.write("\n")
-            stream.flush()
+        self._stop_ticker()
+        _SCREEN.end_line(self._out())
 
     def _extras(self, elapsed: float) -> list[str]:
         """Rate and ETA, most important first (a narrow terminal drops them from the end)."""
@@ -212,19 +319,81 @@ class Progress:
 
     def finish(self) -> None:
         """The final report (with the total time), ending the line."""
+        self._stop_ticker()
         if self._callback is not None:
             self._callback(self.records, self.total, self.nbytes)
         if self.enabled:
             self._draw(f", done in {_clock(time.monotonic() - self._started)}", final=True)
 
     def _draw(self, suffix: str, final: bool = False) -> None:
-        stream = sys.stderr if self._stream is None else self._stream
+        stream = self._out()
         if _is_terminal(stream):
             text = "\r" + self.line(terminal_width(stream), suffix) + _ERASE_LINE
-            if final:
-                text += "\n"
-            self._line_open = not final
+            _SCREEN.write(stream, text + ("\n" if final else ""), leaves_open=not final)
         else:
-            text = self.line(None, suffix) + "\n"
-        stream.write(text)
-        stream.flush()
+            _SCREEN.write(stream, self.line(None, suffix) + "\n", leaves_open=False)
+
+
+class Elapsed:
+    """A step without records to count (training a dictionary): its label and the time it has
+    taken, redrawn while it runs as Progress redraws its line (module docstring), then "done
+    in". Use it as a context manager around the step."""
+
+    label: str
+    enabled: bool
+    _stream: TextIO | None
+    _started: float
+    _ticker: _Ticker | None
+
+    def __init__(self, label: str, progress: ProgressOption = None,
+                 stream: TextIO | None = None) -> None:
+        self.label = label
+        self.enabled = wanted(progress, stream)
+        self._stream = stream
+        self._started = time.monotonic()
+        self._ticker = None
+
+    def _out(self) -> TextIO:
+        return sys.stderr if self._stream is None else self._stream
+
+    def line(self, width: int | None, suffix: str) -> str:
+        """"label: 0:00:12 elapsed" (or the suffix), fitted into width - 1 columns if given."""
+        state = suffix or f"{_clock(time.monotonic() - self._started)} elapsed"
+        if width is None:
+            return f"{self.label}: {state}"
+        room = max(1, width - 1)
+        label_room = room - len(state) - 2
+        label = _fit_label(self.label, label_room) if label_room >= _LABEL_MIN else ""
+        return ((f"{label}: " if label else "") + state)[:room]
+
+    def _draw(self, suffix: str = "", final: bool = False) -> None:
+        stream = self._out()
+        if _is_terminal(stream):
+            text = "\r" + self.line(terminal_width(stream), suffix) + _ERASE_LINE
+            _SCREEN.write(stream, text + ("\n" if final else ""), leaves_open=not final)
+        else:
+            _SCREEN.write(stream, self.line(None, suffix) + "\n", leaves_open=False)
+
+    def __enter__(self) -> Elapsed:
+        if self.enabled:
+            self._started = time.monotonic()
+            self._draw()
+            every = TICK_S if _is_terminal(self._out()) else LOG_INTERVAL_S
+            self._ticker = _Ticker(every, self._draw)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        ticker = self._ticker
+        self._ticker = None
+        if ticker is None:
+            return
+        ticker.stop()
+        if kind is None:
+            self._draw(f"done in {_clock(time.monotonic() - self._started)}", final=True)
+        else:
+            _SCREEN.end_line(self._out())

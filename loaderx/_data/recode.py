@@ -12,7 +12,7 @@ import numpy.typing as npt
 from loaderx._data.dense import DenseDataset
 from loaderx._data.destination import check_destination, write_in_place
 from loaderx._data.dictionary_sample import DICT_SAMPLE_COUNT_MIN, check_trainable, sample_positions
-from loaderx._data.progress import Progress, ProgressOption, check_progress
+from loaderx._data.progress import Elapsed, Progress, ProgressOption, check_progress
 from loaderx._data.ragged import RaggedDataset
 from loaderx._data.serial import CHUNK_BYTES_DEFAULT, check_chunk_bytes
 from loaderx._data.remote_write import write_to_url
@@ -115,7 +115,7 @@ def recode(
     # destination that then verifies clean. The source is opened, and a dictionary's sample
     # taken (too few records refused), before the staging folder (or a missing parent folder
     # of the destination) is made: a refused recode changes nothing.
-    label = f"recode {src_path} -> {target.codec}"
+    label = f"recoding {src_path} to {target.codec}"
     if found.kind == "dense":
         with DenseDataset(src_path, readonly=True, verify=True) as dense:
             dense_sample = _dense_training(dense, target)
@@ -164,7 +164,8 @@ def _recode_dense(
     ) as dst:
         count = len(src)
         if sample is not None:
-            dst.train_dict(sample)
+            with Elapsed(f"{label}: training dictionary", progress):
+                dst.train_dict(sample)
         with Progress(label, count, progress) as report:
             for start, stop in _dense_blocks(count, src.record_size, block_bytes):
                 block = src[start:stop]
@@ -183,7 +184,8 @@ def _recode_ragged(
     ) as dst:
         count = len(src)
         if sample is not None:
-            dst.train_dict(sample)
+            with Elapsed(f"{label}: training dictionary", progress):
+                dst.train_dict(sample)
         with Progress(label, count, progress) as report:
             for start, stop in _ragged_blocks(src, block_bytes):
                 records: list[npt.NDArray[Any]] = src[start:stop]

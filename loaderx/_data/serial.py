@@ -19,7 +19,7 @@ from numpy.typing import DTypeLike
 from loaderx._data.dense import DenseDataset
 from loaderx._data.destination import check_destination, write_in_place
 from loaderx._data.dictionary_sample import check_trainable, sample_positions
-from loaderx._data.progress import Progress, ProgressOption, check_progress
+from loaderx._data.progress import Elapsed, Progress, ProgressOption, check_progress
 from loaderx._data.ragged import RaggedDataset
 from loaderx._store.schema import (
     Codec,
@@ -82,9 +82,12 @@ def array_to_dataset(
         ) as ds:
             if schema.codec == "zstd_dict" and count > 0:
                 positions = sample_positions(count, ds.record_size, schema.dict_size)
-                ds.train_dict(np.ascontiguousarray(data[positions]))
+                sample = np.ascontiguousarray(data[positions])
+                with Elapsed(f"training dictionary for {path}", progress):
+                    ds.train_dict(sample)
+                del sample
             rows = max(1, block_bytes // ds.record_size)
-            with Progress(f"from_numpy {path}", count, progress) as report:
+            with Progress(f"converting to {path}", count, progress) as report:
                 for start in range(0, count, rows):
                     block = np.ascontiguousarray(data[start : start + rows])
                     ds.append(block)
@@ -179,7 +182,7 @@ def records_to_dataset(
 
     def write(staged: str) -> int:
         with RaggedDataset(staged, schema.dtype, schema.item_shape, schema.codec) as ds:
-            with Progress(f"from_iterator {path}", total, progress) as report:
+            with Progress(f"converting to {path}", total, progress) as report:
                 _stream_records(ds, first, records, block_bytes, report)
             return len(ds)
 

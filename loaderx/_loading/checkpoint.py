@@ -2,7 +2,10 @@
 
 A loader's batches are a pure function of (seed, step) and of what its index stream depends on:
 the record counts, the global batch size and the sampling mode (plus, for a mixture, the
-weights). The state dict holds all of it as plain ints, strings, lists and dicts, so that it
+weights). The fingerprint also names what the records hold: each dataset's content identity
+over the records sampled from (DenseDataset.content_identity, a digest of their checksums), so
+a dataset rewritten with other records of the same count is refused while the same dataset
+reopened, opened read-only, copied or read from a URL is not. The state dict holds all of it as plain ints, strings, lists and dicts, so that it
 can go into torch.save, JSON or msgpack next to a model's weights. Loading a state into a loader
 whose fingerprint differs raises StateMismatchError naming each difference, because resuming
 there would silently read other records.
@@ -38,9 +41,16 @@ def make_state(seed: int, step: int, fingerprint: dict[str, Any]) -> dict[str, A
     }
 
 
+# Fingerprint keys that later versions added: a state saved before one existed cannot say
+# what it held, and is compared without it ("data", the datasets' content identities).
+_KEYS_ADDED: Final = ("data",)
+
+
 def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     lines = []
     for key in sorted(set(saved) | set(current)):
+        if key in _KEYS_ADDED and key not in saved:
+            continue
         old = saved.get(key, "<absent>")
         new = current.get(key, "<absent>")
         if old != new:

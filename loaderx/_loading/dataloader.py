@@ -198,6 +198,7 @@ class DataLoader(LoaderShell):
             else check_count("workers", workers, WORKERS_MAX)
         )
         self._length: int = length
+        self._identities: dict[str, str] | None = None
         # The sampler checks and converts batch_size, seed and shard (naming each).
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         first_step = as_int("start_step", start_step, got="got")
@@ -275,7 +276,20 @@ class DataLoader(LoaderShell):
             "lengths": {name: self._length for name in self.streams},
             "global_batch_size": self.sampler.global_batch_size,
             "mode": self.mode,
+            # What those records hold: a dataset rewritten with as many records is other data.
+            "data": self._data_identities(),
         }
+
+    def _data_identities(self) -> dict[str, str]:
+        """Each stream's content identity over the records sampled from, read the first time
+        it is asked for and kept: it reads 4 bytes a record, and state_dict() may run every
+        step."""
+        if self._identities is None:
+            self._identities = {
+                name: dataset.content_identity(self._length)
+                for name, dataset in self.streams.items()
+            }
+        return dict(self._identities)
 
     @property
     def steps_per_epoch(self) -> int:

@@ -80,8 +80,8 @@ class LoaderShell:
         """Continues from a state_dict(): same seed, next batch at its step.
 
         Raises StateMismatchError, before anything changes, when the state was saved for other
-        data (another record count, global batch size or mode). Batches already prefetched are
-        dropped and the worker threads restart at the saved step.
+        data (another record count, other records, global batch size or mode). Batches already
+        prefetched are dropped and the worker threads restart at the saved step.
         """
         seed, step = read_state(state, self.fingerprint())
         self._restart(seed, step)

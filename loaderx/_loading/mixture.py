@@ -151,6 +151,7 @@ class MixtureLoader(LoaderShell):
             raise ValueError(f"source_key {source_key!r} is also a stream name")
         self.sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)
         self.sources = [dict(source) for source in sources]
+        self._identities: list[dict[str, str]] | None = None
         self.names = names
         self.transform = transform
         self.source_key = source_key
@@ -208,7 +209,19 @@ class MixtureLoader(LoaderShell):
             "shares": list(self.sampler.shares),
             "global_batch_size": self.sampler.global_batch_size,
             "mode": "mixture",
+            # What those records hold: a source rewritten with as many records is other data.
+            "data": self._data_identities(),
         }
+
+    def _data_identities(self) -> list[dict[str, str]]:
+        """Each source's streams' content identities over the records sampled from, read once
+        (4 bytes a record) and kept, as DataLoader does."""
+        if self._identities is None:
+            self._identities = [
+                {name: source[name].content_identity(length) for name in self.names}
+                for source, length in zip(self.sources, self.sampler.lengths)
+            ]
+        return [dict(identities) for identities in self._identities]
 
     def _checkpoint_seed(self) -> int:
         return self.seed

@@ -19,6 +19,8 @@ import numpy.typing as npt
 from loaderx._remote.fetcher import Fetcher
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.record_map import RecordMap
+from loaderx._store.layout import TOP_LEVEL
+from loaderx._store.sums_expected import SUMS_FILE, missing_sums
 from loaderx._remote.replica import default_cache_dir, open_replica
 from loaderx._os.urls import parse
 
@@ -57,6 +59,7 @@ class RemoteSource:
         try:
             self.local_path = self._replica.data
             records = RecordMap(self.local_path)
+            self._records = records
             self.length = records.length
             costs = sum(int(store.blocks().sum()) for store in records.stores)
             self.cache_bytes = _cache_budget(cache_bytes, self.cache_dir, costs)
@@ -95,6 +98,16 @@ class RemoteSource:
         """Every record downloaded and compared with its checksum (verify's remote half):
         how many had a checksum, and the indices that did not match."""
         return self.fetcher.check_everything(VERIFY_WINDOW_BYTES)
+
+    def missing_sums(self) -> list[str]:
+        """The sums.zr objects that stores written with checksums lack (what the replica's
+        copies of their other files show: loaderx._store.sums_expected), as URLs."""
+        found = []
+        for store in self._records.stores:
+            if store.sums is None and missing_sums(store.folder):
+                name = SUMS_FILE if store.name == TOP_LEVEL else f"{store.name}/{SUMS_FILE}"
+                found.append(f"{self.url.rstrip('/')}/{name}")
+        return found
 
     def close(self) -> None:
         self.fetcher.close()

@@ -316,6 +316,12 @@ class ShardedStore:
         for store in self._shards.stores:
             store.sync()
 
+    def parts(self) -> list[tuple[str, int]]:
+        """(folder, records) of every shard's store, in the dataset's order."""
+        self._shards.check_open()
+        with self._guard:
+            return [(store.path, len(store)) for store in self._shards.stores]
+
     def verify(self) -> VerifyReport:
         """Every shard's Zrecord.verify() as one report, in the dataset's index space."""
         self._shards.check_open()
@@ -333,6 +339,7 @@ class ShardedStore:
             sum(report.checksummed for report in reports),
             bad,
             sum(report.bad_count for report in reports),
+            [path for report in reports for path in report.missing_sums],
         )
 
     def close(self) -> None:

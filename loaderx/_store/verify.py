@@ -33,6 +33,9 @@ class VerifyReport:
     checksummed: records compared with their checksum.
     bad: the bad records, sorted by index (at most `limit` of them).
     bad_count: how many bad records there are in all (may exceed len(bad)).
+    missing_sums: the sums.zr files that stores written with checksums no longer have (their
+        records were checked without them); a finding, like a bad record. A store written
+        before checksums is not listed (see loaderx._store.sums_expected).
     """
 
     path: str
@@ -41,6 +44,7 @@ class VerifyReport:
     checksummed: int
     bad: list[BadRecord]
     bad_count: int
+    missing_sums: list[str]
 
     def __init__(
         self,
@@ -50,6 +54,7 @@ class VerifyReport:
         checksummed: int,
         bad: list[BadRecord],
         bad_count: int,
+        missing_sums: list[str] | None = None,
     ) -> None:
         self.path = path
         self.records = records
@@ -57,17 +62,20 @@ class VerifyReport:
         self.checksummed = checksummed
         self.bad = bad
         self.bad_count = bad_count
+        self.missing_sums = [] if missing_sums is None else missing_sums
 
     @property
     def ok(self) -> bool:
-        """True when no record is bad."""
-        return self.bad_count == 0
+        """True when no record is bad and no store lost its checksums."""
+        return self.bad_count == 0 and not self.missing_sums
 
     def __bool__(self) -> bool:
         return self.ok
 
     def __repr__(self) -> str:
         sums = "with checksums" if self.has_checksums else "without checksums"
+        if self.missing_sums:
+            sums += f" (lost: {', '.join(self.missing_sums)})"
         shown = ", ".join(f"{b.index}: {b.reason}" for b in self.bad[:8])
         more = "" if self.bad_count <= 8 else f", ... ({self.bad_count} in all)"
         return (

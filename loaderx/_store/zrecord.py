@@ -50,6 +50,7 @@ from loaderx._store.record_batches import (
 from loaderx._store.schema import Codec
 from loaderx._store.store_open import open_store_handle, track_open
 from loaderx._store.layout import META_FILE, sharded_dataset_of
+from loaderx._store.sums_expected import missing_sums
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._native.library import (POOL_ALWAYS, POOL_AUTO, POOL_NEVER, STORES_AUTO, STORES_CACHED,
                              STORES_STREAMING, pool_policy, set_pool_policy, set_stores_policy,
@@ -546,7 +547,9 @@ class Zrecord(NativeCalls):
         Each record's table entry must lie inside the written chunk space, its stored bytes
         must match its checksum (stores written before checksums have none: see the report's
         has_checksums), and a compressed record must decode to its logical length with a valid
-        frame checksum. Runs beside gathers and appends; never raises for a bad record.
+        frame checksum. A store without sums.zr whose files show it was written with checksums
+        (loaderx._store.sums_expected) is reported in missing_sums, and the report is not ok.
+        Runs beside gathers and appends; never raises for a bad record.
         """
         handle = self._enter()
         try:
@@ -567,13 +570,15 @@ class Zrecord(NativeCalls):
             )
             for i in range(listed)
         ]
+        has_checksums = bool(summary.has_checksums)
         return VerifyReport(
             self.path,
             int(summary.records),
-            bool(summary.has_checksums),
+            has_checksums,
             int(summary.checksummed),
             bad,
             int(summary.problem_count),
+            [] if has_checksums else missing_sums(self.path),
         )
 
     def sync(self) -> None:

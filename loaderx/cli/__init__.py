@@ -6,7 +6,7 @@ a usage error (argparse's own convention) and 130 after Ctrl-C. Subcommands whos
 data take --json.
 
 Modules, one job each: parser (the subcommands and their options), command (running one, its
-exit status), inspection (info, stats, head, verify), convert (convert, recode) over npz (the
+exit status), job (the thread it runs in, so that Ctrl-C is prompt), inspection (info, stats, head, verify), convert (convert, recode) over npz (the
 .npz reader), maintenance (compact), bench (the gather benchmark); stores, arguments, sizes and
 exits are what they share.
 """

@@ -7,7 +7,9 @@ import sys
 from collections.abc import Sequence
 from typing import Final, TextIO
 
+from loaderx._data.progress import allow, silence
 from loaderx.cli.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, Problem
+from loaderx.cli.job import Job
 from loaderx.cli.parser import build_parser
 from loaderx.errors import LoaderxError
 
@@ -21,6 +23,10 @@ _INTERRUPTED: Final = {
 }
 
 
+# Commands left running inside a native call after Ctrl-C (Job.abandoned).
+_ABANDONED: Final[list[Job]] = []
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Runs one command; returns the exit status (argparse exits with 2 on a usage error)."""
     args = build_parser().parse_args(argv)
@@ -31,11 +37,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"loaderx {args.command}: standard output is closed; nothing was done",
               file=sys.stderr)
         return EXIT_PROBLEM
+    allow()
+    job = Job(args, stream)
     try:
-        status: int = args.run(args, stream)
+        status: int = job.result()
         stream.flush()
         return status
     except KeyboardInterrupt:
+        if job.abandoned:
+            _ABANDONED.append(job)
+        silence()  # ends a status line left open, and stops the job's redraws
         left = _INTERRUPTED.get(args.command)
         print(f"loaderx {args.command}: interrupted" + (f"; {left}" if left else ""),
               file=sys.stderr)
@@ -60,5 +71,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The console script: exit with main()'s status."""
-    sys.exit(main())
+    """The console script: exit with main()'s status. After Ctrl-C in a long native call
+    the process ends at once, leaving that call behind (loaderx.cli.job)."""
+    status = main()
+    if _ABANDONED:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        os._exit(status)
+    sys.exit(status)

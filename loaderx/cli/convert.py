@@ -20,8 +20,11 @@ from loaderx.cli.npz import check_array_names, check_intact, check_members, npz_
 
 
 def progress_option(args: argparse.Namespace) -> bool | None:
-    """The converters' progress argument: --quiet turns the line off, else they decide."""
-    return False if args.quiet else None
+    """The converters' progress argument: --quiet turns the line off, --progress on (plain
+    lines when stderr is no terminal), else they decide (a line on a terminal only)."""
+    if args.quiet:
+        return False
+    return True if args.progress else None
 
 
 # The first bytes np.load goes by: a .npy's magic, or a zip's (an .npz; an empty zip starts at its

@@ -6,17 +6,18 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from typing import Any, Final, TextIO
 
 import numpy as np
 
 from loaderx._data.dense import DenseDataset
+from loaderx._data.progress import Elapsed
 from loaderx._data.ragged import RaggedDataset
 from loaderx._os.paths import is_file
 from loaderx._store.default_checks import unchecked_by_default
 from loaderx._store.layout import SUMS_FILE, shard_folder
+from loaderx._store.verify import VerifyReport
 from loaderx._store.zrecord import Zrecord
 from loaderx.cli.exits import EXIT_OK, EXIT_PROBLEM
 from loaderx.cli.sizes import count_text, size_text
@@ -228,17 +229,39 @@ def cmd_head(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def sums_text(report: VerifyReport) -> str:
+    """What verify compared the records with, for its first line."""
+    if report.has_checksums:
+        return f"{report.checksummed:,} against their checksums"
+    if report.missing_sums:
+        return (f"{report.checksummed:,} against their checksums, the rest by table entries and "
+                "frames only: checksums missing")
+    return ("no checksums: this store was written before loaderx kept them; table entries "
+            "and frames only")
+
+
+def verdict(report: VerifyReport) -> str:
+    """verify's last line: OK, or what it found."""
+    if report.ok:
+        return "OK"
+    found = []
+    if report.bad_count:
+        found.append(count_text(report.bad_count, "bad record"))
+    if report.missing_sums:
+        found.append(count_text(len(report.missing_sums), "store") + " without its sums.zr")
+    return ", ".join(found)
+
+
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """Checks every record (table entries against the chunks, checksums, frames); exit 1 and
     the list of bad records if anything is wrong."""
     opened = open_store(args.path)
     try:
         count = len(opened)
-        if sys.stderr.isatty() and not args.json:
-            print(f"verifying {count:,} records of {args.path} on every core...", file=sys.stderr,
-                  flush=True)
+        shown = True if args.progress else (False if args.json else None)
         started = time.perf_counter()
-        report = opened.verify()
+        with Elapsed(f"verifying {count_text(count, 'record')} of {args.path}", shown):
+            report = opened.verify()
         elapsed = time.perf_counter() - started
         orphans = [] if isinstance(opened, Zrecord) else opened.remote_orphans()
     finally:
@@ -248,14 +271,15 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
             "checksummed": report.checksummed, "bad_count": report.bad_count,
             "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
-            "ok": report.ok, "orphans": orphans,
+            "missing_sums": report.missing_sums, "ok": report.ok, "orphans": orphans,
         }, out, indent=2)
         print(file=out)
     else:
-        sums = (f"{report.checksummed:,} against their checksums" if report.has_checksums
-                else "no checksums in this store: table entries and frames only")
         print(f"{args.path}: {count_text(report.records, 'record')} checked in {elapsed:.1f} s "
-              f"({sums})", file=out)
+              f"({sums_text(report)})", file=out)
+        for path in report.missing_sums:
+            print(f"  missing checksums: {path} is gone, but this store was written with "
+                  "checksums; its records were checked without them", file=out)
         for bad in report.bad:
             print(f"  bad record {bad.index}: {bad.reason}", file=out)
         if report.bad_count > len(report.bad):
@@ -265,5 +289,5 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                   "does not list (a killed writer's uploads; readers ignore them and the next "
                   f"writer removes them): {', '.join(orphans[:5])}"
                   + (" ..." if len(orphans) > 5 else ""), file=out)
-        print("OK" if report.ok else count_text(report.bad_count, "bad record"), file=out)
+        print(verdict(report), file=out)
     return EXIT_OK if report.ok else EXIT_PROBLEM

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
-from loaderx.cli.exits import EXIT_OK
+from loaderx._os.urls import is_url
+from loaderx._store.layout import sharded_dataset_of
+from loaderx.cli.exits import EXIT_OK, Problem
 from loaderx.cli.sizes import size_text
 from loaderx.cli.stores import open_store
 
 
+def refuse_shard(path: str) -> None:
+    """The refusal compact documents for a shard folder (its manifest lists the shard's
+    records), said before the store is opened: the library raises it as a plain ValueError,
+    which the command must not catch (a bug raises those too)."""
+    if is_url(path):
+        return
+    dataset = sharded_dataset_of(path)
+    if dataset is not None and dataset != os.path.realpath(path):
+        raise Problem(f"{path}: a shard of the sharded dataset {dataset}; compact the dataset, "
+                      "which compacts every shard")
+
+
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     """Compacts the store in place (it takes the writer lock) and says how much it reclaimed."""
+    refuse_shard(args.path)
     opened = open_store(args.path, readonly=False)
     try:
         before = opened.stats()

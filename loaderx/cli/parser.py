@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "in parallel; exit 1 listing the bad records", cmd_verify)
     verify.add_argument("path")
     verify.add_argument("--json", action="store_true", help="print JSON")
+    verify.add_argument("--progress", action="store_true",
+                        help="the time taken so far on stderr even when it is not a terminal")
 
     for name, summary, run in (
         ("convert", "a .npy (memory-mapped) or .npz file into datasets (an .npz: one per array, "
@@ -65,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="zstd_dict dictionary: small, balanced, max or a byte count")
         made.add_argument("--overwrite", action="store_true",
                           help="replace an existing store at DEST (only ever a loaderx store)")
-        made.add_argument("--quiet", action="store_true", help="no progress line")
+        shown = made.add_mutually_exclusive_group()
+        shown.add_argument("--quiet", action="store_true", help="no progress line")
+        shown.add_argument("--progress", action="store_true",
+                           help="progress even when stderr is not a terminal (a log, CI, a "
+                           "notebook): a plain line every few seconds")
 
     compact = command("compact", "reclaim the bytes of deleted records, in place (offline)",
                       cmd_compact)

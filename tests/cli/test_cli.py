@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -403,6 +404,11 @@ def sigint_in(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
+        # The command runs in a thread of its own (loaderx.cli.job): the main thread takes the
+        # signal and raises KeyboardInterrupt in this thread, which Python delivers at its next
+        # bytecode. Waiting here stands for the rest of a long call, as the user's Ctrl-C
+        # would arrive while it runs.
+        time.sleep(0.3)
         return result
 
     monkeypatch.setattr(owner, name, interrupted)
