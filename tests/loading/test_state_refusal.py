@@ -96,7 +96,8 @@ def test_a_good_state_still_loads_everywhere(dataset: DenseDataset) -> None:
 
     with DataLoader({"x": dataset}, batch_size=8, seed=3) as source:
         expected = [next(source)["x"].copy() for _ in range(5)]
-    prefetch = DevicePrefetch(DataLoader({"x": dataset}, batch_size=8, seed=3), size=3)
+    loader = DataLoader({"x": dataset}, batch_size=8, seed=3)
+    prefetch = DevicePrefetch(loader, size=3)
     next(prefetch)
     next(prefetch)
     state = prefetch.state_dict()
@@ -105,3 +106,4 @@ def test_a_good_state_still_loads_everywhere(dataset: DenseDataset) -> None:
     prefetch.load_state_dict(state)  # the queue's batches (from step 3 on) are dropped
     np.testing.assert_array_equal(np.asarray(next(prefetch)["x"]), expected[2])
     prefetch.close()
+    loader.close()  # closing the prefetch leaves the loader open
