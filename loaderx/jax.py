@@ -54,32 +54,38 @@ def process_shard() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-# Leaves placed as they are; any other leaf must convert to a numeric NumPy array.
-_NATIVE_LEAVES: Final = (np.ndarray, np.generic, jax.Array, bool, int, float, complex)
+# Leaves placed as they are when their dtype is placeable; any other leaf must convert to a
+# NumPy array of a placeable dtype.
+_ARRAY_LEAVES: Final = (np.ndarray, np.generic, jax.Array)
+_SCALAR_LEAVES: Final = (bool, int, float, complex)
+
+
+def _placeable(dtype: np.dtype[Any]) -> bool:
+    """False for dtypes no device holds: objects, strings, dates and structured records.
+    (bfloat16 and the float8 types of ml_dtypes are kind 'V' without fields, and placeable.)"""
+    return dtype.kind not in "OUSMm" and dtype.fields is None
 
 
 def _leaf(path: tuple[Any, ...], leaf: object, function: str) -> Any:
     """leaf as device_put takes it: an array as it is, an array-like (a CPU torch tensor, say)
     through np.asarray; anything else (a string, an object array) is a TypeError naming where
-    in the batch it sits, raised before any array moves."""
-    if isinstance(leaf, _NATIVE_LEAVES) and not (
-        isinstance(leaf, np.ndarray) and leaf.dtype.hasobject
-    ):
+    in the batch it sits, raised before any array of the batch moves."""
+    if isinstance(leaf, _SCALAR_LEAVES):
         return leaf
-    converted = None
-    if not isinstance(leaf, (str, bytes)):
+    array: Any = leaf
+    if not isinstance(leaf, _ARRAY_LEAVES) and not isinstance(leaf, (str, bytes)):
         try:
-            converted = np.asarray(leaf)
+            array = np.asarray(leaf)
         except (TypeError, ValueError):
             pass
-    if converted is None or converted.dtype.kind not in "biufc":
+    if not isinstance(array, _ARRAY_LEAVES) or not _placeable(np.dtype(array.dtype)):
+        detail = f" of dtype {array.dtype}" if isinstance(array, _ARRAY_LEAVES) else ""
         raise TypeError(
             f"{function} places batches whose leaves are numeric arrays (a pytree of them: a "
             f"dict, a tuple, nested dicts); the leaf at batch{jax.tree_util.keystr(path)} is "
-            f"{type(leaf).__name__}"
-            + ("" if converted is None else f" of dtype {converted.dtype}")
+            f"{type(leaf).__name__}{detail}"
         )
-    return converted
+    return array
 
 
 def _leaves_mapped(batch: Any, function: str, place: Callable[[Any], Any]) -> Any:

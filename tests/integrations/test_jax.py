@@ -17,6 +17,7 @@ from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
@@ -339,7 +340,8 @@ def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
     monkeypatch.setattr(jax, "device_put", recorded)
     bad: Any = iter([{"x": np.zeros(2), "name": "cat"},
                      (np.zeros(2), [np.array([None, 1], dtype=object)]),
-                     {"ok": np.arange(3)}])
+                     {"x": np.zeros(2), "words": {"w": np.array(["a", "b"])}},
+                     {"ok": np.arange(3), "half": np.ones(2, dtype=ml_dtypes.bfloat16)}])
     with device_prefetch(bad, size=2) as batches:
         with pytest.raises(TypeError, match=r"leaves are numeric arrays.*the leaf at "
                                             r"batch\['name'\] is str$"):
@@ -347,8 +349,13 @@ def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
         with pytest.raises(TypeError, match=r"the leaf at batch\[1\]\[0\] is ndarray of dtype "
                                             r"object$"):
             next(batches)
+        with pytest.raises(TypeError, match=r"the leaf at batch\['words'\]\['w'\] is ndarray of "
+                                            r"dtype <U1$"):
+            next(batches)
         assert len(placed) == 0
-        assert np.asarray(next(batches)["ok"]).tolist() == [0, 1, 2]
+        last = next(batches)  # bfloat16 (ml_dtypes, a 'V' kind without fields) is placed
+        assert np.asarray(last["ok"]).tolist() == [0, 1, 2]
+        assert last["half"].dtype == jnp.bfloat16 and np.asarray(last["half"]).tolist() == [1, 1]
         with pytest.raises(StopIteration):
             next(batches)
     mesh = Mesh(np.array(jax.devices()), ("data",))
