@@ -214,7 +214,8 @@ def train(folder: Path, args: argparse.Namespace) -> None:
         streams, batch_size=args.batch_size, transform=collate, seed=args.seed,
         start_step=args.start_step,
     )
-    with device_prefetch(loader, size=2) as batches:
+    # Leaving device_prefetch's block leaves the loader open (it is ours): close it with ours.
+    with loader, device_prefetch(loader, size=2) as batches:
         for batch in batches:
             losses.append(train_step(batch))  # dispatched; nothing waits for the device here
             done = batches.step - args.start_step

@@ -2,17 +2,23 @@
 
 jax stays optional: it is imported here only, and `import loaderx.dataset` never needs it.
 
-- ``device_prefetch(loader, size=2, sharding=None)`` wraps any iterator of batch dicts (a
-  DataLoader, a MixtureLoader). It keeps ``size`` batches already handed to ``jax.device_put``:
-  JAX dispatches the copy asynchronously, so batch k+1 travels to the device while step k
-  computes. With ``sharding=`` each array is placed with that sharding; when several processes
-  run (multi-host), each contributes its local rows and the result is a global array
+- ``device_prefetch(loader, size=2, sharding=None)`` wraps any iterator of batches (a
+  DataLoader, a MixtureLoader, a generator). A batch is any pytree of arrays, as flax's
+  ``prefetch_to_device`` takes: a dict, a tuple ``(x, y)``, nested dicts, a single array. It
+  keeps ``size`` batches already handed to ``jax.device_put``: JAX dispatches the copy
+  asynchronously, so batch k+1 travels to the device while step k computes. With
+  ``sharding=`` each array is placed with that sharding; when several processes run
+  (multi-host), each contributes its local rows and the result is a global array
   (``jax.make_array_from_process_local_data``). When the loader was made with
   ``reuse_buffers=True`` (it writes later steps into the arrays it handed out), each array is
   first copied on the host: ``device_put`` may alias the NumPy batch (it does on CPU) or read
   it after returning (its copy is asynchronous, even with ``may_alias=False``), and device
   arrays already yielded would change when the loader writes a later step there. Without
   reuse_buffers nothing is copied beyond the transfer.
+- Leaving its ``with`` block (``close()``) drops the batches in flight and never closes the
+  loader, which the caller made and may go on using. A loaderx loader that is still open is
+  first moved back to the first batch not yielded (``load_state_dict``), so iterating it on, or
+  wrapping it again, skips nothing; another iterator keeps the steps it already handed over.
 - Errors keep their step: an exception raised by ``next(loader)`` (or by the placement) for
   step k is raised by the ``next()`` that would have returned step k, after every earlier batch
   was returned, as the DataLoader does. Nothing more is asked of the loader until that error
@@ -28,13 +34,14 @@ Keep losses as device arrays and read them every few hundred steps.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 import jax
 import numpy as np
 
 from loaderx._loading.loader_arguments import check_count
+from loaderx._loading.loader_shell import LoaderShell
 from loaderx._loading.prefetch import DEPTH_MAX
 
 __all__ = ["DevicePrefetch", "device_prefetch", "global_batch", "process_shard"]
@@ -47,49 +54,94 @@ def process_shard() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-def _check_batch(batch: object, function: str) -> None:
-    """TypeError unless batch is a mapping of name -> array, before any array moves."""
-    if not isinstance(batch, Mapping):
+# Leaves placed as they are when their dtype is placeable; any other leaf must convert to a
+# NumPy array of a placeable dtype.
+_ARRAY_LEAVES: Final = (np.ndarray, np.generic, jax.Array)
+_SCALAR_LEAVES: Final = (bool, int, float, complex)
+
+
+def _placeable(dtype: np.dtype[Any]) -> bool:
+    """False for dtypes no device holds: objects, strings, dates and structured records.
+    (bfloat16 and the float8 types of ml_dtypes are kind 'V' without fields, and placeable.)"""
+    return dtype.kind not in "OUSMm" and dtype.fields is None
+
+
+def _leaf(path: tuple[Any, ...], leaf: object, function: str) -> Any:
+    """leaf as device_put takes it: an array as it is, an array-like (a CPU torch tensor, say)
+    through np.asarray; anything else (a string, an object array) is a TypeError naming where
+    in the batch it sits, raised before any array of the batch moves."""
+    if isinstance(leaf, _SCALAR_LEAVES):
+        return leaf
+    array: Any = leaf
+    if not isinstance(leaf, _ARRAY_LEAVES) and not isinstance(leaf, (str, bytes)):
+        try:
+            array = np.asarray(leaf)
+        except (TypeError, ValueError):
+            pass
+    if not isinstance(array, _ARRAY_LEAVES) or not _placeable(np.dtype(array.dtype)):
+        detail = f" of dtype {array.dtype}" if isinstance(array, _ARRAY_LEAVES) else ""
         raise TypeError(
-            f"{function} needs batches that are dicts of arrays (name -> array), as DataLoader "
-            "and MixtureLoader yield (a transform= must return one too); got a batch of type "
-            f"{type(batch).__name__}"
+            f"{function} places batches whose leaves are numeric arrays (a pytree of them: a "
+            f"dict, a tuple, nested dicts); the leaf at batch{jax.tree_util.keystr(path)} is "
+            f"{type(leaf).__name__}{detail}"
         )
+    return array
 
 
-def global_batch(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
-    """Global arrays sharded by `sharding`, from this process's rows of each array in batch.
+def _leaves_mapped(batch: Any, function: str, place: Callable[[Any], Any]) -> Any:
+    """batch with place applied to each of its leaves, every leaf checked (_leaf) before the
+    first is placed."""
+    flat, tree = jax.tree_util.tree_flatten_with_path(batch)
+    leaves = [_leaf(path, leaf, function) for path, leaf in flat]
+    return jax.tree_util.tree_unflatten(tree, [place(leaf) for leaf in leaves])
+
+
+def global_batch(batch: Any, sharding: jax.sharding.Sharding) -> Any:
+    """Global arrays sharded by `sharding`, from this process's rows of each array in batch
+    (any pytree of arrays; the result has its structure).
 
     Every process passes its own rows (what its loader with shard=process_shard() gave it); the
     global array's leading dimension is the sum over processes.
     """
-    _check_batch(batch, "global_batch")
-    return {
-        name: jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
+    return _leaves_mapped(
+        batch, "global_batch",
+        lambda value: jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
             sharding, np.asarray(value)
-        )
-        for name, value in batch.items()
-    }
+        ),
+    )
 
 
-def _place(
-    batch: Mapping[str, Any], sharding: jax.sharding.Sharding | None, copy: bool
-) -> dict[str, Any]:
-    """Device arrays of batch; with copy, none of them reads memory the loader writes again.
+def _place(batch: Any, sharding: jax.sharding.Sharding | None, copy: bool) -> Any:
+    """Device arrays of batch (a pytree, whose structure the result keeps); with copy, none of
+    them reads memory the loader writes again.
 
     copy is for loaders that write later steps into this batch's arrays (reuse_buffers). The
     copy is made on the host, before device_put: device_put may alias a NumPy array (it does on
     CPU), and even with ``may_alias=False`` its copy is asynchronous and may read the array after
     device_put returned, when the loader may already be writing the next step into it.
     """
-    _check_batch(batch, "device_prefetch")
     if copy:
-        batch = {name: np.array(value, copy=True) for name, value in batch.items()}
+        batch = _leaves_mapped(batch, "device_prefetch", lambda value: np.array(value, copy=True))
     if sharding is not None and jax.process_count() > 1:
         return global_batch(batch, sharding)
     if sharding is None:
-        return {name: jax.device_put(value) for name, value in batch.items()}
-    return {name: jax.device_put(value, sharding) for name, value in batch.items()}
+        return _leaves_mapped(batch, "device_prefetch", jax.device_put)
+    return _leaves_mapped(batch, "device_prefetch", lambda value: jax.device_put(value, sharding))
+
+
+class _Unplaced:
+    """A queued step whose batch came from the loader but is not on the device yet (an
+    interrupt cut its placement short): placed in its turn."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+
+class _Failed:
+    """A queued step that raised: its error, kept for its turn."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 class DevicePrefetch:
@@ -100,11 +152,13 @@ class DevicePrefetch:
     error is raised in that step's turn, as the DataLoader raises it (module doc).
     ``copy`` is true when the loader has ``reuse_buffers`` set (a DataLoader made with
     reuse_buffers=True): each array is then copied on the host before it is placed, so no device
-    array depends on memory the loader writes again.
+    array depends on memory the loader writes again. close() (the end of a ``with`` block)
+    leaves the loader open, moved back to the first batch not yielded when it is a loaderx
+    loader (module doc).
     """
 
     def __init__(
-        self, loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
+        self, loader: Iterator[Any], size: int = SIZE_DEFAULT,
         sharding: jax.sharding.Sharding | None = None,
     ) -> None:
         if not hasattr(loader, "__next__"):
@@ -123,9 +177,9 @@ class DevicePrefetch:
         self.size = size
         self.sharding = sharding
         self.copy: bool = getattr(loader, "reuse_buffers", False) is True
-        # Steps in order: a placed batch, the Exception that step raised (kept for its turn),
-        # or a host batch in a 1-tuple, not placed yet (an interrupt cut its placement short).
-        self._queue: deque[dict[str, Any] | Exception | tuple[Mapping[str, Any]]] = deque()
+        self.closed = False
+        # Steps in order: a placed batch, a step that failed, or one not placed yet.
+        self._queue: deque[Any] = deque()
 
     def __iter__(self) -> DevicePrefetch:
         return self
@@ -134,37 +188,39 @@ class DevicePrefetch:
         """Takes steps from the loader until `size` are queued, the loader ends, or a step
         failed: the loader is not asked for more before the caller has seen that error."""
         while len(self._queue) < self.size:
-            if self._queue and isinstance(self._queue[-1], Exception):
+            if self._queue and isinstance(self._queue[-1], _Failed):
                 return
             try:
                 host = next(self.loader)
             except StopIteration:
                 return
             except Exception as error:  # raised in its step's turn, after the batches before it
-                self._queue.append(error)
+                self._queue.append(_Failed(error))
                 continue
             # Queued before it is placed: an interrupt during the placement (a host copy and a
             # transfer, the widest window) leaves it queued, to be placed in its turn.
-            self._queue.append((host,))
+            self._queue.append(_Unplaced(host))
             self._queue[-1] = self._placed(host)
 
-    def _placed(self, host: Mapping[str, Any]) -> dict[str, Any] | Exception:
+    def _placed(self, host: Any) -> Any:
+        """The placed batch, or the step's error as a _Failed."""
         try:
             return _place(host, self.sharding, self.copy)
         except Exception as error:  # raised in its step's turn, as the loader's own errors
-            return error
+            return _Failed(error)
 
-    def __next__(self) -> dict[str, Any]:
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
         self._fill()
         if not self._queue:
             raise StopIteration
         first = self._queue[0]
-        if isinstance(first, tuple):  # its placement was interrupted: placed now
-            self._queue[0] = self._placed(first[0])
+        if isinstance(first, _Unplaced):  # its placement was interrupted: placed now
+            self._queue[0] = self._placed(first.host)
         entry = self._queue.popleft()
-        assert not isinstance(entry, tuple)
-        if isinstance(entry, Exception):
-            raise entry
+        if isinstance(entry, _Failed):
+            raise entry.error
         try:
             self._fill()  # the next copy starts now, while the caller computes on this batch
         except BaseException:
@@ -190,10 +246,18 @@ class DevicePrefetch:
         self._queue.clear()
 
     def close(self) -> None:
-        self._queue.clear()
-        close = getattr(self.loader, "close", None)
-        if close is not None:
-            close()
+        """Drops the batches in flight; idempotent. The loader stays open: the caller made it
+        and may use it on. A loaderx loader still open is moved back first, so that its next
+        batch is the first one this iterator did not yield."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            loader = self.loader
+            if self._queue and isinstance(loader, LoaderShell) and not loader.closed:
+                loader.load_state_dict(self.state_dict())
+        finally:
+            self._queue.clear()
 
     def __enter__(self) -> DevicePrefetch:
         return self
@@ -203,7 +267,7 @@ class DevicePrefetch:
 
 
 def device_prefetch(
-    loader: Iterator[Mapping[str, Any]], size: int = SIZE_DEFAULT,
+    loader: Iterator[Any], size: int = SIZE_DEFAULT,
     sharding: jax.sharding.Sharding | None = None,
 ) -> DevicePrefetch:
     """Device-resident batches from loader, `size` copies in flight (double-buffered at 2)."""

@@ -4,16 +4,20 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
 
 - ``TorchDataset(streams)`` is a ``torch.utils.data.Dataset`` over dense datasets. It implements
   ``__getitems__``, so torch's own DataLoader, when it has a batch sampler, asks for a whole
-  batch at once and the adapter answers with one native gather per stream, straight into the
-  batch's memory. The batch is already collated: give torch's DataLoader
-  ``collate_fn=loaderx.torch.collate`` (or build it with ``TorchDataset.loader(...)``, which
-  does); torch's default collate_fn meets a TypeError that says so. Indices may be ints, lists
-  of them, or integer tensors (a batch sampler such as ``torch.randperm(n).split(b)``, or a
-  BatchSampler over a tensor, which yields lists of 0-d tensors). It pickles by path (the
-  datasets reopen in the worker), so spawn and forkserver workers work. In a worker process its
-  tensors are made in shared memory (as torch's default collate makes its own), so the batch goes
-  to the main process as a handle: otherwise the queue's feeder thread copied it into shared
-  memory, and a spawn worker that exited while its feeder was inside that copy aborted
+  batch at once and the adapter answers with one native gather per stream. By default it
+  returns that batch as a list of samples (views of its rows), as torch's convention for
+  ``__getitems__`` is, and torch's default collate stacks them into the batch (one copy). With
+  ``collated=True`` it returns the gathered batch itself, with no copy after the gather: give
+  torch's DataLoader ``collate_fn=loaderx.torch.collate`` (or build it with
+  ``TorchDataset.loader(...)``, which does); torch's default collate_fn then meets a TypeError
+  that says so. A dict of streams gives dicts of tensors; a single DenseDataset gives bare
+  tensors. Indices may be ints, lists of them, or integer tensors (a batch sampler such as
+  ``torch.randperm(n).split(b)``, or a BatchSampler over a tensor, which yields lists of 0-d
+  tensors). It pickles by path (the datasets reopen in the worker), so spawn and forkserver
+  workers work. In a worker process, what goes to the main process as it is (a collated batch,
+  a sample of ``batch_size=None``) is made in shared memory, as torch's default collate makes
+  its own batches, so it goes as a handle: otherwise the queue's feeder thread copied it into
+  shared memory, and a spawn worker that exited while its feeder was inside that copy aborted
   ("terminate called without an active exception": CPython 3.11 ends a daemon thread that
   wants the GIL back during finalization with pthread_exit, which aborts in torch's C++ frames).
 - ``TorchLoader(loader)`` wraps a ``loaderx._loading.dataloader.DataLoader`` and yields dicts of tensors
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -48,28 +52,41 @@ from loaderx._store.indexing import is_scalar_index, normalize_index
 __all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]
 
 TensorBatch = dict[str, torch.Tensor]
+# One sample (or a collated batch): a dict of tensors over a dict of streams, a tensor over one.
+Sample = TensorBatch | torch.Tensor
+S = TypeVar("S", bound=Sample)
 # What torch's samplers hand a map-style dataset: ints or integer tensors (numpy's too).
 SampleIndex = int | np.integer[Any] | torch.Tensor
 BatchIndices = Sequence[int] | Sequence[torch.Tensor] | torch.Tensor | npt.NDArray[np.integer[Any]]
 RING_DEFAULT: Final = 2
+# The name a single DenseDataset goes by inside TorchDataset (its samples are bare tensors).
+SINGLE: Final = "data"
 
 
 def collate(batch: Any) -> Any:
-    """The collate_fn for TorchDataset: its batches arrive collated, so this returns them as is.
+    """The collate_fn for a TorchDataset made with collated=True: its batches arrive collated
+    (a dict of tensors, or a tensor over a single DenseDataset), so this returns them as is.
 
     (Typed Any because torch declares collate_fn as taking a list of samples.)
     """
-    if not isinstance(batch, Mapping):
+    if isinstance(batch, list):
         raise TypeError(
-            f"collate passes on the batches TorchDataset makes (a dict of tensors), not "
-            f"{type(batch).__name__}; use it as the collate_fn of a torch DataLoader over a "
-            "TorchDataset"
+            "collate passes on batches that are already collated, and got a list of samples: "
+            "make the TorchDataset with collated=True (the zero-copy path), or leave torch's "
+            "default collate_fn in place"
+        )
+    if not isinstance(batch, (Mapping, torch.Tensor)):
+        raise TypeError(
+            f"collate passes on the batches TorchDataset makes (a dict of tensors, or a tensor), "
+            f"not {type(batch).__name__}; use it as the collate_fn of a torch DataLoader over a "
+            "TorchDataset made with collated=True"
         )
     return batch
 
 
 class CollatedBatch(dict[str, torch.Tensor]):
-    """A batch from TorchDataset.__getitems__: stream name -> (B, *item_shape) tensor.
+    """A batch from TorchDataset(..., collated=True).__getitems__: stream name -> (B, *item_shape)
+    tensor.
 
     torch's default collate_fn takes a list of samples and starts with ``batch[0]``; on a plain
     dict that is a bare KeyError(0). An integer key here says what to do instead.
@@ -78,10 +95,11 @@ class CollatedBatch(dict[str, torch.Tensor]):
     def __missing__(self, key: object) -> torch.Tensor:
         if isinstance(key, int):
             raise TypeError(
-                f"a TorchDataset batch is already collated (a dict of stream name -> tensor, "
-                f"streams {sorted(self)}), not a list of samples to index with [{key}]: give "
-                "torch's DataLoader collate_fn=loaderx.torch.collate, or build it with "
-                "TorchDataset.loader(...)"
+                f"a batch of a TorchDataset made with collated=True is already collated (a dict "
+                f"of stream name -> tensor, streams {sorted(self)}), not a list of samples to "
+                f"index with [{key}]: give torch's DataLoader collate_fn=loaderx.torch.collate, "
+                "or build it with TorchDataset.loader(...), or drop collated=True to use "
+                "torch's default collate"
             )
         raise KeyError(key)
 
@@ -166,7 +184,7 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
 
 def _streams(streams: Mapping[str, DenseDataset] | DenseDataset) -> dict[str, DenseDataset]:
     if isinstance(streams, DenseDataset):
-        return {"data": streams}
+        return {SINGLE: streams}
     if not isinstance(streams, Mapping) or not streams:
         raise TypeError("streams must be a DenseDataset or a non-empty dict of name -> DenseDataset")
     lengths = set()
@@ -184,31 +202,85 @@ def _streams(streams: Mapping[str, DenseDataset] | DenseDataset) -> dict[str, De
     return dict(streams)
 
 
-class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
+def _samples(tensors: TensorBatch, count: int, single: bool) -> list[Sample]:
+    """The batch split into its `count` samples, each a view of the batch's rows (what
+    ``[ds[i] for i in indices]`` would give, as torch's default collate expects)."""
+    rows: dict[str, tuple[torch.Tensor, ...]] = {}
+    for name, tensor in tensors.items():
+        if tensor.ndim == 0 or tensor.shape[0] != count:
+            raise ValueError(
+                f"the transform returned {_stream_label(name, single)} of shape "
+                f"{tuple(tensor.shape)} for a batch of {count}: to be split into samples, "
+                f"every value needs {count} rows (or use collated=True)"
+            )
+        rows[name] = tensor.unbind(0)
+    if single:
+        return list(rows[SINGLE])
+    return [{name: parts[k] for name, parts in rows.items()} for k in range(count)]
+
+
+def _stream_label(name: str, single: bool) -> str:
+    return "an array" if single else f"stream {name!r}"
+
+
+class TorchDataset(torch.utils.data.Dataset[S]):
     """A map-style torch Dataset over dense loaderx datasets (one gather per batch and stream).
 
-    ``ds[i]`` is one sample as a dict of tensors; ``ds.__getitems__(indices)`` (what torch's
-    DataLoader calls with a batch sampler) is the whole batch as a dict of (B, *item_shape)
-    tensors. A single DenseDataset is served under the name "data". ``transform`` runs on each
-    batch dict of NumPy arrays before it becomes tensors, like DataLoader's transform.
+    A dict of streams gives dicts of tensors (stream name -> tensor); a single DenseDataset
+    gives bare tensors. ``ds[i]`` is one sample. ``ds.__getitems__(indices)``, which torch's
+    DataLoader calls with a batch sampler, gathers the whole batch once per stream and returns
+    it as a list of samples (views of the batch's rows), as torch's default collate expects.
+    With ``collated=True`` it returns the batch itself instead, one (B, *item_shape) tensor per
+    stream, with no copy after the gather: use it with ``collate_fn=loaderx.torch.collate``
+    (``ds.loader(...)`` sets it), the fast path. ``transform`` runs on each batch (or sample)
+    of NumPy arrays before it becomes tensors, like DataLoader's transform: a dict of arrays
+    in and out over a dict of streams, an array in and out over a single DenseDataset.
     """
+
+    streams: dict[str, DenseDataset]
+    single: bool
+    collated: bool
+
+    @overload
+    def __init__(
+        self: TorchDataset[torch.Tensor],
+        streams: DenseDataset,
+        transform: Callable[[Any], Any] | None = None,
+        collated: bool = False,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: TorchDataset[TensorBatch],
+        streams: Mapping[str, DenseDataset],
+        transform: Callable[[Any], Any] | None = None,
+        collated: bool = False,
+    ) -> None: ...
 
     def __init__(
         self,
         streams: Mapping[str, DenseDataset] | DenseDataset,
-        transform: Callable[[dict[str, npt.NDArray[Any]]], dict[str, Any]] | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        collated: bool = False,
     ) -> None:
+        if not isinstance(collated, bool):
+            raise TypeError(f"collated must be True or False, not {type(collated).__name__}")
+        self.single = isinstance(streams, DenseDataset)
         self.streams = _streams(streams)
         self.transform = transform
+        self.collated = collated
         self._length = len(next(iter(self.streams.values())))
 
     def __len__(self) -> int:
         return self._length
 
-    def _tensors(self, indices: npt.NDArray[np.int64], scalar: bool) -> TensorBatch:
-        # In a worker, gather straight into shared memory (see the module docstring); a stream
-        # in non-native byte order, or an array the transform made, is copied into it once.
-        shared = _in_worker()
+    def _gathered(
+        self, indices: npt.NDArray[np.int64], scalar: bool, shared: bool
+    ) -> TensorBatch:
+        """Each stream's rows at indices as tensors (stream name -> tensor), transformed.
+        With shared (in a worker process), gathered straight into shared memory (see the
+        module docstring); a stream in non-native byte order, or an array the transform made,
+        is copied into it once."""
         arrays: dict[str, Any] = {}
         gathered: dict[str, tuple[npt.NDArray[Any], torch.Tensor]] = {}
         for name, dataset in self.streams.items():
@@ -223,12 +295,30 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
                 dataset.gather_into(indices, out)
             arrays[name] = out
         if self.transform is not None:
-            arrays = self.transform(arrays)
-        tensors = {
+            arrays = self._transformed(arrays)
+        return {
             name: self._stream_tensor(name, value, gathered, shared)
             for name, value in arrays.items()
         }
-        return tensors if scalar else CollatedBatch(tensors)
+
+    def _transformed(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """transform applied to the arrays as the user sees them: the array itself for a
+        single DenseDataset, else the dict."""
+        assert self.transform is not None
+        if self.single:
+            return {SINGLE: self.transform(arrays[SINGLE])}
+        result = self.transform(arrays)
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"the transform of a TorchDataset over a dict of streams must return a dict of "
+                f"arrays, not {type(result).__name__}"
+            )
+        return dict(result)
+
+    def _shaped(self, tensors: TensorBatch) -> S:
+        """What the caller gets for these tensors: the tensor of a single DenseDataset, else
+        the dict."""
+        return cast(S, tensors[SINGLE] if self.single else tensors)
 
     @staticmethod
     def _stream_tensor(
@@ -243,35 +333,52 @@ class TorchDataset(torch.utils.data.Dataset[TensorBatch]):
             return gathered[name][1]
         return _shared_tensor(value) if shared else _tensor(value)
 
-    def __getitem__(self, index: SampleIndex) -> TensorBatch:
-        """One sample; index is an int, a NumPy integer or a 0-d integer tensor."""
+    def __getitem__(self, index: SampleIndex) -> S:
+        """One sample; index is an int, a NumPy integer or a 0-d integer tensor. In a worker
+        process its tensors are made in shared memory (a DataLoader with batch_size=None sends
+        samples to the main process as they are)."""
         if not is_scalar_index(index):
             raise TypeError(
                 f"TorchDataset[i] takes one int index (or a 0-d integer tensor), not "
                 f"{type(index).__name__}; __getitems__ takes a batch"
             )
-        return self._tensors(normalize_index(index, self._length), scalar=True)
+        indices = normalize_index(index, self._length)
+        return self._shaped(self._gathered(indices, scalar=True, shared=_in_worker()))
 
-    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
-        """The batch of these indices (a sequence or an integer tensor), gathered in one native
-        call per stream."""
-        return self._tensors(normalize_index(_batch_index(indices), self._length), scalar=False)
+    def __getitems__(self, indices: BatchIndices) -> list[S] | S:
+        """The samples at these indices (a sequence or an integer tensor), gathered in one
+        native call per stream: a list of samples, or with collated=True the batch itself."""
+        positions = normalize_index(_batch_index(indices), self._length)
+        if not self.collated:
+            # torch's default collate copies the samples into its batch (in shared memory in a
+            # worker), so the gather itself needs no shared memory.
+            tensors = self._gathered(positions, scalar=False, shared=False)
+            return cast(list[S], _samples(tensors, len(positions), self.single))
+        tensors = self._gathered(positions, scalar=False, shared=_in_worker())
+        return self._shaped(tensors if self.single else CollatedBatch(tensors))
 
-    def loader(self, batch_size: int, **options: Any) -> torch.utils.data.DataLoader[TensorBatch]:
-        """torch's DataLoader over this dataset, with collate_fn=collate set for you.
+    def loader(self, batch_size: int, **options: Any) -> torch.utils.data.DataLoader[S]:
+        """torch's DataLoader over this dataset with the collate_fn its batches need:
+        loaderx.torch.collate with collated=True, torch's default collate otherwise (or the
+        collate_fn you pass).
 
         Any other torch DataLoader option (shuffle, num_workers, multiprocessing_context,
         drop_last, generator, ...) passes through.
         """
-        if "collate_fn" in options:
-            raise TypeError("TorchDataset.loader sets collate_fn itself (batches come collated)")
-        return torch.utils.data.DataLoader(
-            self, batch_size=batch_size, collate_fn=collate, **options
-        )
+        if self.collated:
+            if "collate_fn" in options:
+                raise TypeError(
+                    "TorchDataset.loader sets collate_fn itself when collated=True (batches "
+                    "come collated); for your own collate_fn make the TorchDataset without "
+                    "collated=True"
+                )
+            options["collate_fn"] = collate
+        return torch.utils.data.DataLoader(self, batch_size=batch_size, **options)
 
     def __repr__(self) -> str:
         names = ", ".join(self.streams)
-        return f"TorchDataset(streams=[{names}], length={self._length})"
+        return (f"TorchDataset(streams=[{names}], length={self._length}, "
+                f"collated={self.collated})")
 
 
 class _PinnedRing:

@@ -17,6 +17,7 @@ from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
@@ -119,8 +120,9 @@ def test_batches_from_reused_buffers_keep_their_values(
         mesh = Mesh(np.array(jax.devices()), ("data",))
         sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
     expected = reference_batches(wide, seed=6, steps=10)
-    loader = DataLoader(wide, batch_size=16, seed=6, prefetch=1, workers=1, reuse_buffers=True)
-    with device_prefetch(loader, size=2, sharding=sharding) as batches:
+    with DataLoader(wide, batch_size=16, seed=6, prefetch=1, workers=1,
+                    reuse_buffers=True) as loader, \
+            device_prefetch(loader, size=2, sharding=sharding) as batches:
         assert batches.copy
         kept = [next(batches) for _ in range(10)]
         for _ in range(4):  # the loader keeps writing into its two buffers per stream
@@ -136,8 +138,9 @@ def test_batches_from_reused_buffers_multi_host_path(
     mesh = Mesh(np.array(jax.devices()), ("data",))
     sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
     expected = reference_batches(wide, seed=7, steps=10)
-    loader = DataLoader(wide, batch_size=16, seed=7, prefetch=1, workers=1, reuse_buffers=True)
-    with device_prefetch(loader, size=2, sharding=sharding) as batches:
+    with DataLoader(wide, batch_size=16, seed=7, prefetch=1, workers=1,
+                    reuse_buffers=True) as loader, \
+            device_prefetch(loader, size=2, sharding=sharding) as batches:
         monkeypatch.setattr(jax, "process_count", lambda: 2)
         kept = [next(batches) for _ in range(10)]
         for _ in range(4):
@@ -193,9 +196,9 @@ def outcomes(batches: Iterator[dict[str, Any]], calls: int) -> list[Any]:
 def test_errors_come_out_in_step_order(streams: dict[str, DenseDataset], size: int) -> None:
     """An error of step k is raised by the next() that would have returned step k, after every
     batch before it; no batch is lost, and the following next() goes on with step k+1."""
-    loader = DataLoader(streams, batch_size=8, mode="sequential", workers=1,
-                        transform=fail_at_steps({2, 3, 6}))
-    with device_prefetch(loader, size=size) as batches:
+    with DataLoader(streams, batch_size=8, mode="sequential", workers=1,
+                    transform=fail_at_steps({2, 3, 6})) as loader, \
+            device_prefetch(loader, size=size) as batches:
         seen = outcomes(batches, 3)
         assert batches.state_dict()["step"] == 3  # the failed step 2 was taken
         seen += outcomes(batches, 5)
@@ -251,7 +254,7 @@ def test_an_interrupt_while_placing_a_batch_loses_no_batch(
     placed = loaderx.jax._place
     calls = [0]
 
-    def interrupted_once(batch: Any, sharding: Any, copy: bool) -> dict[str, Any]:
+    def interrupted_once(batch: Any, sharding: Any, copy: bool) -> Any:
         calls[0] += 1
         if calls[0] == 4:  # placing step 3, in the refill of the second next()
             raise KeyboardInterrupt
@@ -287,30 +290,115 @@ def test_bad_arguments(streams: dict[str, DenseDataset]) -> None:
 
 
 
-def test_batches_that_are_not_dicts_raise_a_clear_type_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A loader of tuples (a transform returning (x, y), say) failed with a bare
-    AttributeError ("'tuple' object has no attribute 'items'"). It raises TypeError naming what
-    it needs and what it got, in the step's turn, before any array goes to the device."""
-    placed: list[Any] = []
-    monkeypatch.setattr(jax, "device_put", lambda *args: placed.append(args))
-    pairs: Any = iter([(np.zeros(2), np.ones(2)), [np.zeros(2)], np.zeros(2)])
-    with device_prefetch(pairs, size=2) as batches:
-        for name in ("tuple", "list", "ndarray"):
-            with pytest.raises(TypeError, match=(
-                "device_prefetch needs batches that are dicts of arrays \\(name -> array\\).*"
-                f"got a batch of type {name}$"
-            )):
-                next(batches)
-        with pytest.raises(StopIteration):
-            next(batches)
-    assert placed == []
+def test_any_pytree_batch_is_placed_with_its_structure(streams: dict[str, DenseDataset]) -> None:
+    """Tuples, lists, nested dicts and a bare array, as flax's prefetch_to_device takes them:
+    each comes out with its structure, every leaf a device array holding exactly its values."""
+    def shaped(batch: dict[str, Any]) -> Any:
+        return [(batch["x"], batch["y"]), {"inputs": {"x": batch["x"]}, "y": batch["y"]},
+                [batch["y"], np.int32(7)], batch["y"]][int(batch["y"][0]) // 8 % 4]
+
+    with DataLoader(streams, batch_size=8, mode="sequential", workers=1) as plain:
+        hosts = [shaped(next(plain)) for _ in range(8)]
+    # DataLoader's transform returns a dict; other shapes come from a generator over it.
+    with DataLoader(streams, batch_size=8, mode="sequential", workers=1) as loader, \
+            device_prefetch((shaped(b) for b in loader), size=3) as batches:
+        placed = [next(batches) for _ in range(8)]
+    for host, device in zip(hosts, placed, strict=True):
+        assert str(jax.tree_util.tree_structure(device)) == str(jax.tree_util.tree_structure(host))
+        for want, have in zip(jax.tree_util.tree_leaves(host), jax.tree_util.tree_leaves(device),
+                              strict=True):
+            assert isinstance(have, jax.Array)
+            assert np.asarray(have).dtype == np.asarray(want).dtype
+            assert np.asarray(have).tobytes() == np.asarray(want).tobytes()
+    # A tuple batch over two devices: each array laid out by the one sharding.
     mesh = Mesh(np.array(jax.devices()), ("data",))
     sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
-    with pytest.raises(TypeError, match="global_batch needs batches that are dicts.*type tuple$"):
-        global_batch((np.zeros(2),), sharding)  # type: ignore[arg-type]
-    assert placed == []
+    pairs = iter([(np.arange(8, dtype=np.int32) + k, {"w": np.ones((8, 2), np.float32) * k})
+                  for k in range(3)])
+    with device_prefetch(pairs, size=2, sharding=sharding) as batches:
+        for k, (ids, extra) in enumerate(batches):
+            assert ids.sharding == sharding and extra["w"].sharding == sharding
+            assert np.asarray(ids).tolist() == list(range(k, k + 8))
+            assert np.asarray(extra["w"]).tolist() == [[float(k)] * 2] * 8
+    made = global_batch((np.arange(8, dtype=np.int32), [np.zeros(8, np.int8)]), sharding)
+    assert isinstance(made, tuple) and made[0].sharding == sharding
+    assert np.asarray(made[1][0]).tolist() == [0] * 8
+
+
+def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A string or object leaf raises TypeError naming where it sits, in its step's turn,
+    before any array of that batch goes to the device; the next step goes on."""
+    placed: list[Any] = []
+    put = jax.device_put
+
+    def recorded(*args: Any) -> Any:
+        placed.append(args)
+        return put(*args)
+
+    monkeypatch.setattr(jax, "device_put", recorded)
+    bad: Any = iter([{"x": np.zeros(2), "name": "cat"},
+                     (np.zeros(2), [np.array([None, 1], dtype=object)]),
+                     {"x": np.zeros(2), "words": {"w": np.array(["a", "b"])}},
+                     {"ok": np.arange(3), "half": np.ones(2, dtype=ml_dtypes.bfloat16)}])
+    with device_prefetch(bad, size=2) as batches:
+        with pytest.raises(TypeError, match=r"leaves are numeric arrays.*the leaf at "
+                                            r"batch\['name'\] is str$"):
+            next(batches)
+        with pytest.raises(TypeError, match=r"the leaf at batch\[1\]\[0\] is ndarray of dtype "
+                                            r"object$"):
+            next(batches)
+        with pytest.raises(TypeError, match=r"the leaf at batch\['words'\]\['w'\] is ndarray of "
+                                            r"dtype <U1$"):
+            next(batches)
+        assert len(placed) == 0
+        last = next(batches)  # bfloat16 (ml_dtypes, a 'V' kind without fields) is placed
+        assert np.asarray(last["ok"]).tolist() == [0, 1, 2]
+        assert last["half"].dtype == jnp.bfloat16 and np.asarray(last["half"]).tolist() == [1, 1]
+        with pytest.raises(StopIteration):
+            next(batches)
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    with pytest.raises(TypeError, match=r"global_batch places .* batch\[0\] is bytes$"):
+        global_batch((b"ab", np.zeros(2)), sharding)
+
+
+def test_leaving_the_block_leaves_the_loader_open_where_the_caller_left_off(
+    streams: dict[str, DenseDataset],
+) -> None:
+    """The with block of device_prefetch does not close the loader the caller passed in, and
+    moves it back over the batches that were in flight: iterating it on, or wrapping it again,
+    gives exactly the batches a loader that was never wrapped gives."""
+    with DataLoader(streams, batch_size=8, seed=12) as reference:
+        expected = [reference.indices(step) for step in range(9)]
+    with DataLoader(streams, batch_size=8, seed=12) as loader:
+        with device_prefetch(loader, size=3) as batches:
+            seen = [np.asarray(next(batches)["y"]) for _ in range(2)]
+            assert loader.step == 5
+        assert not loader.closed and loader.step == 2 and batches.closed
+        with pytest.raises(StopIteration):
+            next(batches)  # a closed prefetch ends, as a closed loader does
+        seen.append(next(loader)["y"])
+        with device_prefetch(loader, size=2) as again:
+            seen += [np.asarray(next(again)["y"]) for _ in range(3)]
+        seen += [next(loader)["y"] for _ in range(3)]
+        state = loader.state_dict()
+    for step, (have, want) in enumerate(zip(seen, expected, strict=True)):
+        assert np.array_equal(have, want), step
+    assert state["step"] == 9
+    # A loader the caller closed inside the block: leaving it does nothing more.
+    with DataLoader(streams, batch_size=8, seed=12) as loader, \
+            device_prefetch(loader, size=2) as batches:
+        next(batches)
+        loader.close()
+    assert loader.closed
+    # Any other iterator is left as it is: the batches in flight are dropped.
+    numbers = iter([{"a": np.full(2, k)} for k in range(6)])
+    with device_prefetch(numbers, size=2) as batches:
+        assert np.asarray(next(batches)["a"]).tolist() == [0, 0]
+    assert next(numbers)["a"].tolist() == [3, 3]
+
 
 MULTI_HOST = r"""
 import os, sys
@@ -328,7 +416,7 @@ from loaderx.jax import device_prefetch, process_shard
 
 sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
 loader = DataLoader({"y": DenseDataset(sys.argv[3])}, batch_size=6, seed=8, shard=process_shard())
-with device_prefetch(loader, size=2, sharding=sharding) as batches:
+with loader, device_prefetch(loader, size=2, sharding=sharding) as batches:
     for step in range(3):
         batch = batches.__next__()["y"]
         assert batch.shape == (12,) and not batch.is_fully_addressable

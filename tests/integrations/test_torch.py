@@ -46,12 +46,23 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def adapter(folder: Path) -> TorchDataset:
+def adapter(folder: Path) -> TorchDataset[TensorBatch]:
+    """The zero-copy path: __getitems__ returns the batch itself (collate_fn=collate)."""
+    return TorchDataset({"image": DenseDataset(folder / "image"),
+                         "label": DenseDataset(folder / "label")}, collated=True)
+
+
+@pytest.fixture
+def samples_adapter(folder: Path) -> TorchDataset[TensorBatch]:
+    """torch's convention: __getitems__ returns a list of samples for the default collate."""
     return TorchDataset({"image": DenseDataset(folder / "image"),
                          "label": DenseDataset(folder / "label")})
 
 
-def check(batch: TensorBatch, indices: npt.NDArray[np.int64] | None = None) -> None:
+def check(batch: object, indices: npt.NDArray[np.int64] | None = None) -> None:
+    """batch is a dict of the image and label tensors of these records (whichever they are
+    when indices is None)."""
+    assert isinstance(batch, dict), type(batch)
     labels = batch["label"].numpy()
     assert batch["label"].dtype == torch.int64 and batch["image"].dtype == torch.uint8
     assert np.array_equal(batch["image"].numpy(), images_of(labels))
@@ -59,13 +70,13 @@ def check(batch: TensorBatch, indices: npt.NDArray[np.int64] | None = None) -> N
         assert np.array_equal(labels, indices)
 
 
-class CountingDataset(TorchDataset):
+class CountingDataset(TorchDataset[TensorBatch]):
     """Counts how torch's DataLoader asks for data: batches (__getitems__) or samples."""
 
     batches = 0
     samples = 0
 
-    def __getitems__(self, indices: BatchIndices) -> TensorBatch:
+    def __getitems__(self, indices: BatchIndices) -> list[TensorBatch] | TensorBatch:
         self.batches += 1
         return super().__getitems__(indices)
 
@@ -74,9 +85,10 @@ class CountingDataset(TorchDataset):
         return super().__getitem__(index)
 
 
-def test_torch_dataloader_asks_for_whole_batches(folder: Path) -> None:
+@pytest.mark.parametrize("collated", [False, True])
+def test_torch_dataloader_asks_for_whole_batches(folder: Path, collated: bool) -> None:
     ds = CountingDataset({"image": DenseDataset(folder / "image"),
-                          "label": DenseDataset(folder / "label")})
+                          "label": DenseDataset(folder / "label")}, collated=collated)
     order = torch.Generator().manual_seed(3)
     loader = ds.loader(batch_size=32, shuffle=True, generator=order)
     seen = []
@@ -88,7 +100,7 @@ def test_torch_dataloader_asks_for_whole_batches(folder: Path) -> None:
     assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(RECORDS))
 
 
-def test_single_samples_and_errors(adapter: TorchDataset) -> None:
+def test_single_samples_and_errors(adapter: TorchDataset[TensorBatch]) -> None:
     sample = adapter[17]
     assert sample["label"].item() == 17
     assert np.array_equal(sample["image"].numpy(), images_of(np.array([17]))[0])
@@ -98,31 +110,44 @@ def test_single_samples_and_errors(adapter: TorchDataset) -> None:
         adapter[RECORDS]
     with pytest.raises(TypeError, match="one int index"):
         adapter[[1, 2]]  # type: ignore[index]
-    with pytest.raises(TypeError, match="sets collate_fn itself"):
+    with pytest.raises(TypeError, match="sets collate_fn itself when collated=True"):
         adapter.loader(4, collate_fn=collate)
     with pytest.raises(TypeError, match="must be a DenseDataset"):
         TorchDataset({"x": np.zeros(3)})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="collated must be True or False"):
+        TorchDataset(adapter.streams, collated=1)  # type: ignore[call-overload]
     batch = adapter.__getitems__([5, 3, 5])
+    assert isinstance(batch, dict)
     check(batch, np.array([5, 3, 5]))
 
 
 def test_a_single_dataset_and_a_transform(folder: Path) -> None:
-    def scale(batch: dict[str, npt.NDArray[np.uint8]]) -> dict[str, npt.NDArray[np.float32]]:
-        return {"data": batch["data"].astype(np.float32) / 255.0}
+    """A single DenseDataset gives bare tensors, and its transform takes and returns an array."""
+    def scale(batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+        return batch.astype(np.float32) / np.float32(255.0)
 
-    ds = TorchDataset(DenseDataset(folder / "image"), transform=scale)
+    expected = torch.from_numpy(images_of(np.array([0, 9])).astype(np.float32) / np.float32(255.0))
+    ds = TorchDataset(DenseDataset(folder / "image"), transform=scale, collated=True)
     batch = ds.__getitems__([0, 9])
-    assert batch["data"].dtype == torch.float32
-    assert torch.allclose(batch["data"], torch.from_numpy(images_of(np.array([0, 9])) / 255.0).float())
+    assert isinstance(batch, torch.Tensor) and batch.dtype == torch.float32
+    assert torch.equal(batch, expected)
+    samples = TorchDataset(DenseDataset(folder / "image"), transform=scale).__getitems__([0, 9])
+    assert isinstance(samples, list) and len(samples) == 2
+    assert torch.equal(torch.stack(samples), expected)
+    sample = ds[9]
+    assert isinstance(sample, torch.Tensor) and torch.equal(sample, expected[1])
 
 
-def test_the_adapter_pickles_by_path(adapter: TorchDataset) -> None:
+def test_the_adapter_pickles_by_path(adapter: TorchDataset[TensorBatch]) -> None:
     copy = pickle.loads(pickle.dumps(adapter))
-    check(copy.__getitems__([1, 2, 3]), np.array([1, 2, 3]))
+    assert copy.collated
+    batch = copy.__getitems__([1, 2, 3])
+    assert isinstance(batch, dict)
+    check(batch, np.array([1, 2, 3]))
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
-def test_worker_processes_started_without_fork(adapter: TorchDataset, context: str) -> None:
+def test_worker_processes_started_without_fork(adapter: TorchDataset[TensorBatch], context: str) -> None:
     sampler = torch.utils.data.BatchSampler(
         torch.utils.data.SequentialSampler(adapter), batch_size=50, drop_last=False
     )
@@ -234,8 +259,9 @@ def swapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DenseDataset]
     return made
 
 
-def check_swapped(batch: TensorBatch, indices: npt.NDArray[np.int64]) -> None:
+def check_swapped(batch: object, indices: npt.NDArray[np.int64]) -> None:
     """Native tensors holding exactly the stored values."""
+    assert isinstance(batch, dict), type(batch)
     assert batch["value"].dtype == torch.float32 and batch["label"].dtype == torch.int64
     assert torch.equal(batch["value"], torch.from_numpy(values_of(indices)))
     assert torch.equal(batch["label"], torch.from_numpy(indices * 10**12))
@@ -243,7 +269,7 @@ def check_swapped(batch: TensorBatch, indices: npt.NDArray[np.int64]) -> None:
 
 
 def test_non_native_byte_order_becomes_native_tensors(swapped: dict[str, DenseDataset]) -> None:
-    ds = TorchDataset(swapped)
+    ds = TorchDataset(swapped, collated=True)
     check_swapped(ds.__getitems__([4, 0, RECORDS - 1]), np.array([4, 0, RECORDS - 1]))
     sample = ds[7]
     assert sample["value"].shape == (3,) and sample["label"].shape == ()
@@ -253,9 +279,14 @@ def test_non_native_byte_order_becomes_native_tensors(swapped: dict[str, DenseDa
     assert len(batches) == RECORDS // 64
     for k, batch in enumerate(batches):
         check_swapped(batch, np.arange(64 * k, 64 * (k + 1)))
+    # torch's default collate over the samples gives the same batches.
+    for k, batch in enumerate(TorchDataset(swapped).loader(batch_size=64, drop_last=True)):
+        check_swapped(batch, np.arange(64 * k, 64 * (k + 1)))
     # A transform sees the stored dtype (as DataLoader's does); what it returns is converted too.
-    passed = TorchDataset(swapped, transform=lambda b: {"seen": b["value"]})
-    seen = passed.__getitems__([2])["seen"]
+    passed = TorchDataset(swapped, transform=lambda b: {"seen": b["value"]}, collated=True)
+    batch = passed.__getitems__([2])
+    assert isinstance(batch, dict)
+    seen = batch["seen"]
     assert seen.dtype == torch.float32 and torch.equal(seen, torch.from_numpy(values_of(np.array([2]))))
 
 
@@ -287,7 +318,7 @@ def test_the_staging_ring_swaps_into_its_buffers() -> None:
         assert torch.equal(tensors["x"], torch.arange(6, dtype=torch.float32).reshape(3, 2) * k)
 
 
-def test_tensor_batch_samplers(adapter: TorchDataset) -> None:
+def test_tensor_batch_samplers(adapter: TorchDataset[TensorBatch]) -> None:
     """torch's DataLoader passes on what its batch sampler yields: 1-d tensors
     (torch.randperm(n).split(b)) and lists of 0-d tensors (a BatchSampler over a tensor)."""
     order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(11))
@@ -312,7 +343,7 @@ def test_tensor_batch_samplers(adapter: TorchDataset) -> None:
     check(adapter.__getitems__(pair), np.array([9, 2]))
 
 
-def test_tensor_single_indices(adapter: TorchDataset) -> None:
+def test_tensor_single_indices(adapter: TorchDataset[TensorBatch]) -> None:
     for index, record in ((torch.tensor(3), 3), (torch.tensor(-2, dtype=torch.int16), RECORDS - 2),
                           (np.int32(5), 5)):
         sample = adapter[index]
@@ -332,7 +363,7 @@ def test_tensor_single_indices(adapter: TorchDataset) -> None:
         adapter.__getitems__([torch.tensor(1), torch.tensor(True)])
 
 
-def test_torchs_default_collate_is_a_clear_error(adapter: TorchDataset) -> None:
+def test_torchs_default_collate_is_a_clear_error(adapter: TorchDataset[TensorBatch]) -> None:
     loader = torch.utils.data.DataLoader(adapter, batch_size=4)  # no collate_fn=collate
     with pytest.raises(TypeError, match=r"already collated .* collate_fn=loaderx\.torch\.collate"):
         next(iter(loader))
@@ -354,9 +385,10 @@ def test_flipped_and_read_only_transform_results_become_tensors(folder: Path) ->
                 "label": np.broadcast_to(batch["label"][:1], batch["label"].shape)}
 
     ds = TorchDataset({"image": DenseDataset(folder / "image"),
-                       "label": DenseDataset(folder / "label")}, transform=flip)
+                       "label": DenseDataset(folder / "label")}, transform=flip, collated=True)
     indices = np.array([4, 9, 2])
     batch = ds.__getitems__(indices.tolist())
+    assert isinstance(batch, dict)
     assert np.array_equal(batch["image"].numpy(), np.flip(images_of(indices), (0, 2)))
     assert batch["label"].tolist() == [4, 4, 4]
     batch["label"][1] = 7  # its own memory: the other rows keep their values
@@ -396,7 +428,8 @@ def test_worker_batches_are_made_in_shared_memory(folder: Path, transform: Any) 
     # 1 run in 40 of a loop that broke after 3 batches (0 in 40 over a memmap, whose default
     # collate makes its batch in shared memory). Made there, the batch goes as a handle.
     ds = TorchDataset({"image": DenseDataset(folder / "image"),
-                       "label": DenseDataset(folder / "label")}, transform=transform)
+                       "label": DenseDataset(folder / "label")}, transform=transform,
+                      collated=True)
     loader = torch.utils.data.DataLoader(
         ds, batch_size=50, collate_fn=shared_in_worker, num_workers=1,
         multiprocessing_context="fork",
@@ -404,3 +437,98 @@ def test_worker_batches_are_made_in_shared_memory(folder: Path, transform: Any) 
     assert list(loader) == [{"image": True, "label": True}] * 6
     # On the main process the tensors stay ordinary ones that share the gathered arrays.
     assert not any(shared_in_worker(ds.__getitems__([1, 2])).values())
+
+
+def batches_of(loader: torch.utils.data.DataLoader[Any]) -> list[tuple[Any, ...]]:
+    """Every batch of loader as comparable values: (label bytes, image bytes, dtypes, shapes)."""
+    return [(b["label"].numpy().tobytes(), b["image"].numpy().tobytes(), b["label"].dtype,
+             b["image"].dtype, tuple(b["label"].shape), tuple(b["image"].shape)) for b in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchs_default_collate_over_the_samples(
+    samples_adapter: TorchDataset[TensorBatch], adapter: TorchDataset[TensorBatch], workers: int,
+) -> None:
+    """torch's DataLoader with its default collate_fn, batch sampler and all, gives exactly the
+    records asked for; and exactly the batches the collated path gives for the same order."""
+    def made(ds: TorchDataset[TensorBatch], **extra: Any) -> torch.utils.data.DataLoader[Any]:
+        processes: dict[str, Any] = {"num_workers": workers}
+        if workers:
+            processes["multiprocessing_context"] = "forkserver"
+        return torch.utils.data.DataLoader(ds, batch_size=32, sampler=order, **processes, **extra)
+
+    order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(21)).tolist()
+
+    batches = list(made(samples_adapter))
+    assert len(batches) == 10 and batches[-1]["label"].shape == (RECORDS - 9 * 32,)
+    for batch in batches:
+        assert type(batch) is dict and set(batch) == {"image", "label"}
+        check(batch)
+    assert np.concatenate([b["label"].numpy() for b in batches]).tolist() == order
+    assert batches_of(made(samples_adapter)) == batches_of(made(adapter, collate_fn=collate))
+
+
+def test_getitems_returns_what_getitem_returns(samples_adapter: TorchDataset[TensorBatch]) -> None:
+    """__getitems__(indices) is [ds[i] for i in indices]: same keys, dtypes, shapes, values."""
+    indices = [7, 0, RECORDS - 1, 7]
+    samples = samples_adapter.__getitems__(indices)
+    assert isinstance(samples, list) and len(samples) == len(indices)
+    for index, sample in zip(indices, samples, strict=True):
+        one = samples_adapter[index]
+        assert isinstance(sample, dict) and isinstance(one, dict) and set(sample) == set(one)
+        for name in one:
+            assert sample[name].dtype == one[name].dtype and sample[name].shape == one[name].shape
+            assert torch.equal(sample[name], one[name])
+    assert samples_adapter.__getitems__([]) == []
+    samples = samples_adapter.__getitems__([3])
+    assert isinstance(samples, list)
+    check(torch.utils.data.default_collate(samples), np.array([3]))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_single_dataset_gives_tensors_through_torchs_loader(folder: Path, workers: int) -> None:
+    ds = TorchDataset(DenseDataset(folder / "image"))
+    processes: dict[str, Any] = {"num_workers": workers}
+    if workers:
+        processes["multiprocessing_context"] = "forkserver"
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, **processes)
+    batches = list(loader)
+    assert all(isinstance(batch, torch.Tensor) for batch in batches)
+    assert torch.cat(batches).numpy().tobytes() == images_of(np.arange(RECORDS)).tobytes()
+    fast = TorchDataset(DenseDataset(folder / "image"), collated=True).loader(64, **processes)
+    assert [b.numpy().tobytes() for b in fast] == [b.numpy().tobytes() for b in batches]
+    # batch_size=None hands out samples as ds[i] makes them.
+    unbatched = torch.utils.data.DataLoader(ds, batch_size=None, **processes)
+    assert [s.numpy().tobytes() for s in unbatched] == [
+        images_of(np.array([i]))[0].tobytes() for i in range(RECORDS)]
+
+
+def test_a_transform_that_breaks_the_batch_into_samples_is_refused(folder: Path) -> None:
+    streams = {"image": DenseDataset(folder / "image"), "label": DenseDataset(folder / "label")}
+    first = TorchDataset(streams, transform=lambda b: {**b, "label": b["label"][:1]})
+    with pytest.raises(ValueError, match=r"stream 'label' of shape \(1,\) for a batch of 3.*"
+                                         r"needs 3 rows \(or use collated=True\)"):
+        first.__getitems__([1, 2, 3])
+    total = TorchDataset(streams["label"], transform=lambda b: b.sum())
+    with pytest.raises(ValueError, match=r"returned an array of shape \(\) for a batch of 2"):
+        total.__getitems__([1, 2])
+    pair = TorchDataset(streams, transform=lambda b: (b["image"], b["label"]))
+    with pytest.raises(TypeError, match="must return a dict of arrays, not tuple"):
+        pair.__getitems__([1])
+    # The collated path takes what it is given: one row of labels for a batch of three.
+    collated = TorchDataset(streams, transform=lambda b: {**b, "label": b["label"][:1]},
+                            collated=True)
+    batch = collated.__getitems__([1, 2, 3])
+    assert isinstance(batch, dict) and batch["label"].tolist() == [1]
+
+
+def test_collate_says_which_path_it_belongs_to(samples_adapter: TorchDataset[TensorBatch]) -> None:
+    with pytest.raises(TypeError, match="got a list of samples: make the TorchDataset with "
+                                        "collated=True"):
+        next(iter(torch.utils.data.DataLoader(samples_adapter, batch_size=4, collate_fn=collate)))
+    tensor = torch.arange(3)
+    assert collate(tensor) is tensor
+    # Without collated=True, loader() takes the caller's collate_fn.
+    pairs = samples_adapter.loader(4, collate_fn=lambda samples: len(samples))
+    assert next(iter(pairs)) == 4
+    assert "collated=False" in repr(samples_adapter)

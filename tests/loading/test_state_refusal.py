@@ -129,7 +129,8 @@ def test_a_good_state_still_loads_everywhere(dataset: DenseDataset) -> None:
 
     with DataLoader({"x": dataset}, batch_size=8, seed=3) as source:
         expected = [next(source)["x"].copy() for _ in range(5)]
-    prefetch = DevicePrefetch(DataLoader({"x": dataset}, batch_size=8, seed=3), size=3)
+    loader = DataLoader({"x": dataset}, batch_size=8, seed=3)
+    prefetch = DevicePrefetch(loader, size=3)
     next(prefetch)
     next(prefetch)
     state = prefetch.state_dict()
@@ -138,16 +139,19 @@ def test_a_good_state_still_loads_everywhere(dataset: DenseDataset) -> None:
     prefetch.load_state_dict(state)  # the queue's batches (from step 3 on) are dropped
     np.testing.assert_array_equal(np.asarray(next(prefetch)["x"]), expected[2])
     prefetch.close()
+    loader.close()  # closing the prefetch leaves the loader open
 
 
 def test_unknown_keys_are_named(dataset: DenseDataset) -> None:
     from loaderx.jax import DevicePrefetch
     from loaderx.torch import TorchLoader
 
+    # DevicePrefetch leaves the loader it wraps open, so every inner loader is closed here too
+    inner = DataLoader({"x": dataset}, batch_size=8)
     for make in (lambda: DataLoader({"x": dataset}, batch_size=8),
                  lambda: MixtureLoader([{"x": dataset}], [1.0], batch_size=8),
                  lambda: TorchLoader(DataLoader({"x": dataset}, batch_size=8)),
-                 lambda: DevicePrefetch(DataLoader({"x": dataset}, batch_size=8))):
+                 lambda: DevicePrefetch(inner)):
         loader = make()
         try:
             state = {**loader.state_dict(), "epoch": 0, "rng": None}
@@ -155,3 +159,4 @@ def test_unknown_keys_are_named(dataset: DenseDataset) -> None:
                 loader.load_state_dict(state)
         finally:
             loader.close()
+    inner.close()

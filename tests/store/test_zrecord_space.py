@@ -22,13 +22,27 @@ from loaderx._store.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
 
 MIB = 1 << 20
-# A chunk file grows in steps of an eighth of its size, from 1 MiB up to 64 MiB (zig/src/chunk.zig).
+# A chunk file grows in steps of an eighth of its size, from 1 MiB up to 64 MiB, while a writer
+# appends; at rest (the writer synced or closed) it is its data rounded up to a page
+# (zig/src/chunk.zig).
 GROWTH_MIN = MIB
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resting(data_end: int) -> int:
+    """A chunk file's length at rest: its data rounded up to a page."""
+    return -(-data_end // PAGE) * PAGE
 
 
 def apparent_size(folder: str | Path) -> int:
     """What cp, tar or an upload would copy: the files' lengths, holes counted."""
     return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
+
+
+def file_sizes(folder: str | Path) -> dict[str, tuple[int, int]]:
+    """name -> (apparent size, allocated bytes) of each file in folder."""
+    return {entry.name: (entry.stat().st_size, entry.stat().st_blocks * 512)
+            for entry in os.scandir(folder) if entry.is_file()}
 
 
 def rows_of(first: int, count: int, width: int) -> np.ndarray:
@@ -48,16 +62,48 @@ def read_all(store: Zrecord, width: int) -> np.ndarray:
 # --- files that copy small ---------------------------------------------------------------------------
 
 
-def test_a_small_store_is_small_on_disk(store_path: str) -> None:
-    # Bound: the stored bytes plus one growth step of the chunk plus meta.zr's 16-byte entries.
+@pytest.mark.parametrize("records", [1, 10, 1000])
+def test_a_small_store_is_small_on_disk(store_path: str, records: int) -> None:
+    """While the writer appends, the chunk has room for more (a growth step); once it closes,
+    every file's length and allocated blocks are within a page of its data."""
     with Zrecord(store_path, codec="raw", create=True) as store:
-        store.append_fixed(rows_of(0, 10, 128), 1024)
-    stored = 10 * 1024
-    assert os.path.getsize(os.path.join(store_path, "meta.zr")) == 16 + 10 * 16
-    assert os.path.getsize(os.path.join(store_path, "0.zr")) == GROWTH_MIN
-    assert apparent_size(store_path) <= stored + GROWTH_MIN + 16 + 10 * 16
+        store.append_fixed(rows_of(0, records, 8), 64)
+        assert os.path.getsize(os.path.join(store_path, "0.zr")) >= GROWTH_MIN
+    stored = records * 64
+    data = {"0.zr": stored, "meta.zr": 16 + records * 16, "sums.zr": 16 + records * 4}
+    sizes = file_sizes(store_path)
+    assert sizes["0.zr"][0] == resting(stored)
+    for name, (apparent, allocated) in sizes.items():
+        assert data.get(name, apparent) <= apparent < data.get(name, apparent) + PAGE, name
+        assert allocated <= resting(apparent), name
     with Zrecord(store_path, create=False) as store:
-        assert np.array_equal(read_all(store, 128), rows_of(0, 10, 128))
+        assert np.array_equal(read_all(store, 8), rows_of(0, records, 8))
+
+
+def test_an_80_byte_dataset_takes_a_page_at_rest(tmp_path: Path) -> None:
+    """The issue's example: an 80-byte dataset took 1 MiB on disk, and so did every shard."""
+    from loaderx.converter import from_numpy
+
+    from_numpy(tmp_path / "small", np.arange(10, dtype=np.int64), codec="raw")
+    sizes = file_sizes(tmp_path / "small")
+    assert sizes["0.zr"] == (PAGE, PAGE)
+    assert sum(allocated for _, allocated in sizes.values()) <= 4 * PAGE
+    with DenseDataset(tmp_path / "small") as ds:
+        assert ds[:].tolist() == list(range(10))
+
+
+def test_sync_trims_and_the_next_append_grows_again(store_path: str) -> None:
+    with Zrecord(store_path, codec="raw", create=True) as store:
+        store.append_fixed(rows_of(0, 10, 8), 64)
+        store.sync()
+        assert file_sizes(store_path)["0.zr"] == (PAGE, PAGE)
+        store.append_fixed(rows_of(10, 200, 8), 64)  # past the page: a growth step
+        assert os.path.getsize(os.path.join(store_path, "0.zr")) >= GROWTH_MIN
+        assert np.array_equal(read_all(store, 8), rows_of(0, 210, 8))
+        store.sync()
+        assert os.path.getsize(os.path.join(store_path, "0.zr")) == resting(210 * 64)
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 8), rows_of(0, 210, 8))
 
 
 def test_a_larger_store_grows_by_an_eighth(store_path: str) -> None:
@@ -65,9 +111,10 @@ def test_a_larger_store_grows_by_an_eighth(store_path: str) -> None:
         for first in range(0, 40 * 1024, 1024):  # 40 MiB in batches of 1 MiB
             store.append_fixed(rows_of(first, 1024, 128), 1024)
         stored = store.stats()["chunk_bytes"]
+        chunk = os.path.getsize(os.path.join(store_path, "0.zr"))
     assert stored == 40 * MIB
-    chunk = os.path.getsize(os.path.join(store_path, "0.zr"))
     assert stored <= chunk <= stored + stored // 8 + MIB
+    assert os.path.getsize(os.path.join(store_path, "0.zr")) == stored  # trimmed at close
     with Zrecord(store_path, create=False) as store:
         assert np.array_equal(read_all(store, 128), rows_of(0, 40 * 1024, 128))
 
@@ -96,7 +143,66 @@ def test_stores_with_full_size_sparse_files_keep_working(store_path: str) -> Non
         assert np.array_equal(read_all(store, 64), rows_of(0, 100, 64))
         store.append_fixed(rows_of(100, 50, 64), 512)
         assert np.array_equal(read_all(store, 64), rows_of(0, 150, 64))
-    assert os.path.getsize(os.path.join(store_path, "0.zr")) == 1 << 32
+        chunk_bytes = store.stats()["chunk_bytes"]
+    # The writer that appended trimmed the old full-size file to its data.
+    assert os.path.getsize(os.path.join(store_path, "0.zr")) == resting(chunk_bytes)
+    with Zrecord(store_path, create=False) as store:
+        assert np.array_equal(read_all(store, 64), rows_of(0, 150, 64))
+
+
+TRIM_READER = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from loaderx.zrecord import Zrecord
+    path, stop = sys.argv[1], sys.argv[2]
+    passes = 0
+    with Zrecord(path, create=False, readonly=True) as store:
+        print("open", flush=True)
+        while not os.path.exists(stop) or passes < 3:
+            count = len(store)
+            out = np.empty((count, 8), dtype=np.uint64)
+            store.gather_into(np.arange(count, dtype=np.int64), out, 64)
+            assert (out[:, 0] == np.arange(count)).all() and (out[:, 1] == out[:, 0] * 3).all()
+            passes += 1
+    print("passes", passes, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_a_reader_process_reads_on_while_the_writer_trims(tmp_path: Path, codec: Codec) -> None:
+    """Another process has the chunk mapped and gathers every record in a loop while the writer
+    appends, syncs (trimming the chunk each time) and closes: it never faults and always
+    reads exactly what was written (the trim only cuts past every published record)."""
+    path, stop = tmp_path / "store", tmp_path / "stop"
+
+    def rows(first: int, count: int) -> np.ndarray:
+        made = np.zeros((count, 8), dtype=np.uint64)
+        made[:, 0] = np.arange(first, first + count, dtype=np.uint64)
+        made[:, 1] = made[:, 0] * 3
+        return made
+
+    store = Zrecord(path, codec=codec, create=True)
+    store.append_fixed(rows(0, 100), 64)
+    store.sync()
+    reader = subprocess.Popen([sys.executable, "-c", TRIM_READER, str(path), str(stop)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "open\n"
+        for k in range(60):
+            store.append_fixed(rows(len(store), 1 + 97 * k % 300), 64)
+            store.sync()
+            assert os.path.getsize(path / "0.zr") == resting(store.stats()["chunk_bytes"])
+        store.close()
+        stop.touch()
+        out, err = reader.communicate(timeout=120)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+        store.close()
+    assert reader.returncode == 0, f"reader ended with {reader.returncode}: {err[-3000:]}"
+    assert out.startswith("passes ")
 
 
 # --- files cut short ---------------------------------------------------------------------------------

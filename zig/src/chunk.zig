@@ -3,12 +3,14 @@
 //! from (mapped lazily, kept for the store's life, installed thread-safely), and the sizes that
 //! keep every read inside a file.
 //!
-//! A chunk file is only as long as its records need (plus the rest of the last growth step). Its
-//! mapping always spans the full chunk_size_max: mapping past the end of a file is allowed, and
-//! only touching a page past it is not (SIGBUS). So the writer grows a file before it publishes
-//! an entry pointing into the new part, and a reader checks each record's end against the size it
-//! knows, re-reading the size when a record lies beyond it: a record past the real end of its
-//! file is corrupt, not a crash.
+//! A chunk file is only as long as its records need: it grows in steps while a writer appends,
+//! and the writer trims the slack off again (`settle`) when it leaves the chunk behind, syncs or
+//! closes, down to the end of its last record rounded up to a page. Its mapping always spans the
+//! full chunk_size_max: mapping past the end of a file is allowed, and only touching a page past
+//! it is not (SIGBUS). So the writer grows a file before it publishes an entry pointing into the
+//! new part, trims only past the end of every record it published (readers touch nothing else),
+//! and a reader checks each record's end against the size it knows, re-reading the size when a
+//! record lies beyond it: a record past the real end of its file is corrupt, not a crash.
 const std = @import("std");
 const builtin = @import("builtin");
 const Io = std.Io;
@@ -27,6 +29,14 @@ const fail = meta.fail;
 pub const growth_size_min: u64 = 1 << 20;
 /// The largest growth step; between the two a chunk grows by an eighth of its size.
 pub const growth_size_max: u64 = 64 << 20;
+
+/// The length a chunk file keeps at rest when its records end at `data_end`: that end rounded up
+/// to a page, so the page holding the last record's end stays whole (a read that touches any
+/// byte of it cannot fault) and the file takes no block past it.
+pub fn restingSize(data_end: u64) u64 {
+    std.debug.assert(data_end <= limits.chunk_size_max);
+    return std.mem.alignForward(u64, data_end, std.heap.pageSize());
+}
 
 /// The size a chunk file of `size` bytes grows to when a write must reach `end`: at least `end`,
 /// and a step of size/8 (1 to 64 MiB) more, in whole MiB, never past chunk_size_max. Steps keep
@@ -63,7 +73,11 @@ pub const Slot = struct {
     file: ?Io.File = null,
     /// What the writer knows of the file's length (valid while `file` holds it open).
     file_size: u64 = 0,
-    /// The largest length the file was seen with: readers touch no byte at or past it.
+    /// A length the file was seen with, past the end of every record a reader may touch:
+    /// readers touch no byte at or past it. Mostly the largest length seen; the writer lowers
+    /// it when it trims slack (`settle`), never below the end of a published record, and a
+    /// reader may still raise it to a length seen before that trim, which is harmless: it
+    /// reads only published records, all of which end inside the trimmed file.
     size: std.atomic.Value(u64) = .init(0),
     /// The read-only mapping of the whole chunk, published with release ordering once complete.
     view: std.atomic.Value(?[*]const u8) = .init(null),
@@ -172,7 +186,30 @@ pub const Chunks = struct {
         s.size.store(size, .release);
     }
 
-    /// Raises the known size of a chunk (sizes only grow while readers run).
+    /// Trims the slack off chunk `chunk_id` when this handle has its file open and it is longer
+    /// than `restingSize(data_end)`, where `data_end` is at or past the end of every record
+    /// in the chunk, published or being written: so no byte any reader, in any process, can
+    /// reach is cut, and a process that has the chunk mapped cannot fault. The caller is the
+    /// store's writer (it holds writer.lock, so no other handle writes this chunk meanwhile).
+    /// The next append that needs room grows the file again. Not on Windows, where a chunk
+    /// takes its full size at once (see grownSize).
+    pub fn settle(chunks: *Chunks, io: Io, chunk_id: u32, data_end: u64) Error!void {
+        if (builtin.os.tag == .windows) return;
+        const s = chunks.slots.peek(chunk_id) orelse return;
+        const f = s.file orelse return;
+        const target = restingSize(data_end);
+        const chunk_name = name(chunk_id);
+        const size = f.length(io) catch |err| return fail(err, "stat chunk {s}", .{chunk_name.slice()});
+        if (size <= target) {
+            s.file_size = size;
+            return;
+        }
+        f.setLength(io, target) catch |err| return fail(err, "trim chunk {s}", .{chunk_name.slice()});
+        s.file_size = target;
+        s.size.store(target, .release);
+    }
+
+    /// Raises the known size of a chunk (only `settle` and compaction's `trim` lower it).
     fn noteSize(s: *Slot, size: u64) void {
         _ = s.size.fetchMax(size, .acq_rel);
     }
@@ -332,4 +369,15 @@ test "growth steps: at least the end, whole MiB, an eighth of the size, capped" 
     try std.testing.expectEqual(18 * mib, grownSize(16 * mib, 16 * mib + 1));
     try std.testing.expectEqual(1088 * mib, grownSize(1024 * mib, 1024 * mib + 1));
     try std.testing.expectEqual(limits.chunk_size_max, grownSize(limits.chunk_size_max - 5, limits.chunk_size_max));
+    // From a trimmed (page-sized) length, the next growth is a whole step again.
+    try std.testing.expectEqual(2 * mib, grownSize(8192, 8193));
+}
+
+test "resting size: the data rounded up to a page" {
+    const page = std.heap.pageSize();
+    try std.testing.expectEqual(@as(u64, 0), restingSize(0));
+    try std.testing.expectEqual(@as(u64, page), restingSize(1));
+    try std.testing.expectEqual(@as(u64, page), restingSize(page));
+    try std.testing.expectEqual(@as(u64, 2 * page), restingSize(page + 80));
+    try std.testing.expectEqual(limits.chunk_size_max, restingSize(limits.chunk_size_max));
 }

@@ -39,6 +39,7 @@ test {
     _ = @import("store_test.zig");
     _ = @import("store_delete_test.zig");
     _ = @import("store_gather_test.zig");
+    _ = @import("store_space_test.zig");
     _ = @import("view.zig");
     _ = @import("lock_order.zig");
     _ = @import("runs.zig");

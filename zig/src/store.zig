@@ -219,6 +219,9 @@ pub const Store = struct {
     /// close's work once the store is out of the registry.
     fn free(store: *Store) void {
         const io = pool.io();
+        // Before the writer lock goes. A failure leaves the slack in place, which costs only
+        // space: the next writer trims it.
+        store.settleChunks() catch {};
         store.locks.release(io);
         if (store.dict) |d| {
             d.deinit(store.allocator);
@@ -282,7 +285,27 @@ pub const Store = struct {
         };
     }
 
-    /// fsyncs every chunk up to the frontier and msyncs meta.zr.
+    /// Trims the chunk files this handle wrote down to what they hold (Chunks.settle): the tail
+    /// chunk to the frontier rounded up to a page, and chunks past the frontier (grown by an
+    /// append that failed after rolling over into them) to nothing. Only the store's writer
+    /// does this: holding writer.lock, no other handle appends meanwhile, and the frontier lies
+    /// past every record a reader can reach. Chunks before the tail chunk were trimmed when
+    /// the appends left them (store_append.zig). The caller holds the append mutex (sync) or
+    /// the store alone (close).
+    fn settleChunks(store: *Store) Error!void {
+        if (!store.locks.writer_held) return;
+        const io = pool.io();
+        const tail = store.meta.header.tail();
+        if (tail.chunk >= limits.chunk_count_max) return; // full: every chunk was left behind
+        try store.chunks.settle(io, tail.chunk, tail.offset);
+        var id: u32 = @as(u32, tail.chunk) + 1;
+        while (id < limits.chunk_count_max and store.chunks.openedFile(id) != null) : (id += 1) {
+            try store.chunks.settle(io, id, 0);
+        }
+    }
+
+    /// Trims the chunks' slack (settleChunks), fsyncs every chunk up to the frontier and msyncs
+    /// meta.zr: a synced store is as small on disk as a closed one.
     pub fn sync(store: *Store) Error!void {
         const io = pool.io();
         try store.refuseIfReadOnly();
@@ -291,6 +314,7 @@ pub const Store = struct {
         defer store.lock.unlockShared(io);
         store.append_mutex.lockUncancelable(io);
         defer store.append_mutex.unlock(io);
+        try store.settleChunks();
         const tail = store.meta.header.tail();
         const last = if (tail.offset > 0) tail.chunk else tail.chunk -| 1;
         if (tail.offset > 0 or tail.chunk > 0) {

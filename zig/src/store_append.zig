@@ -113,12 +113,15 @@ const Slot = struct {
 
 /// Places every record after the frontier (serially: the only order-dependent step) and
 /// makes sure its chunk file is long enough to hold it, with the space reserved, before any
-/// byte is written. Returns the new frontier.
+/// byte is written. A chunk the batch leaves behind (rolling over to the next) gets its slack
+/// trimmed (leaveChunk). Returns the new frontier.
 fn assignLocations(store: *Store, slots: []Slot) Error!Position {
     const io = pool.io();
     var tail = store.meta.header.tail();
-    // The chunk being filled and how far this batch fills it.
-    var filling: ?Position = null;
+    // The chunk records are placed in and where its data ends: at first the frontier's chunk,
+    // which earlier batches grew for their records, then each chunk this batch fills.
+    var filling: Position = tail;
+    var filled_here = false;
     for (slots) |*slot| {
         const placement = format.place(tail, slot.phys_length) orelse {
             diagnostic.note("all {d} chunks are used; compact the store to reclaim deleted records' bytes", .{limits.chunk_count_max});
@@ -128,11 +131,27 @@ fn assignLocations(store: *Store, slots: []Slot) Error!Position {
         tail = placement.end;
         if (slot.phys_length == 0) continue;
         const end: Position = .{ .chunk = placement.start.chunk, .offset = placement.start.offset + slot.phys_length };
-        if (filling) |f| if (f.chunk != end.chunk) try store.chunks.reserve(io, store.dir, f.chunk, f.offset);
+        if (end.chunk != filling.chunk) try leaveChunk(store, filling, filled_here);
         filling = end;
+        filled_here = true;
     }
-    if (filling) |f| try store.chunks.reserve(io, store.dir, f.chunk, f.offset);
+    if (filled_here) try store.chunks.reserve(io, store.dir, filling.chunk, filling.offset);
     return tail;
+}
+
+/// Done with chunk `left.chunk`, whose records end at `left.offset`: grown to hold this batch's
+/// records there when it placed some (`filled_here`), then trimmed to them (Chunks.settle),
+/// for good, since later records go to later chunks. The trim stays past the end of every
+/// record in the chunk, published or about to be written, so no reader loses a byte.
+fn leaveChunk(store: *Store, left: Position, filled_here: bool) Error!void {
+    const io = pool.io();
+    if (filled_here) {
+        try store.chunks.reserve(io, store.dir, left.chunk, left.offset);
+    } else {
+        // The frontier's chunk, holding only earlier batches' records (so it exists).
+        _ = try store.chunks.file(io, store.dir, left.chunk, false);
+    }
+    try store.chunks.settle(io, left.chunk, left.offset);
 }
 
 const CompressTask = struct {
