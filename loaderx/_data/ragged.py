@@ -87,6 +87,26 @@ class RaggedDataset(DatasetBase):
         sizes = self._store.record_lengths(indices)
         return (sizes // np.uint64(self.row_size)).astype(np.int64)
 
+    def record_sizes(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        """The size in bytes of each record of indices (a C-contiguous int64 array, in range):
+        what a loader sizes its buffer by before gather_ragged_into."""
+        if len(indices) == 0:
+            return np.empty(0, dtype=np.uint64)
+        return self._store.record_lengths(indices)
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64],
+    ) -> bool:
+        """Record indices[i] into out's bytes [offsets[i], offsets[i + 1]) in one native call,
+        with offsets from record_sizes; False when a record changed size since (a concurrent
+        delete or compaction), and the caller sizes again (loaderx._loading.ragged_batch)."""
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                return self._store.gather_ragged_into(indices, out, offsets)
+        return self._store.gather_ragged_into(indices, out, offsets)
+
     def _records(self, records: object, what: str) -> list[npt.NDArray[Any]]:
         """Every record validated against the schema and made C-contiguous (nothing written)."""
         if isinstance(records, np.ndarray) or not isinstance(records, Sequence):
@@ -139,7 +159,7 @@ class RaggedDataset(DatasetBase):
         self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
 
 
-def _padding(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+def padding_value(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """value as a 0-d array of dtype; ValueError when the cast would change more than a float's
     rounding (np.full pads int records with 1 for 1.5, or with -2**63 for NaN, without a word)."""
     try:
@@ -191,11 +211,11 @@ def pad(
             )
         lengths[position] = record.shape[0]
     longest = int(lengths.max())
-    dense = np.full((len(records), longest, *trailing), _padding(value, first.dtype),
+    dense = np.full((len(records), longest, *trailing), padding_value(value, first.dtype),
                     dtype=first.dtype)
     for position, record in enumerate(records):
         dense[position, : record.shape[0]] = record
     return dense, lengths
 
 
-__all__ = ["RaggedDataset", "pad"]
+__all__ = ["RaggedDataset", "pad", "padding_value"]

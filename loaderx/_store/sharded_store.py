@@ -232,6 +232,18 @@ class ShardedStore:
 
         return self._shards.read(lambda view: view.gather_ragged(indices), without_shards)
 
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
+    ) -> bool:
+        """See Zrecord.gather_ragged_into (indices global, in range)."""
+        def without_shards() -> bool:
+            _refuse_any(indices)
+            return True
+
+        return self._shards.read(
+            lambda view: view.gather_ragged_into(indices, out, offsets), without_shards
+        )
+
     def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
         """The logical size of each selected record (any index form, as Zrecord takes)."""
         def without_shards() -> npt.NDArray[np.uint64]:

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from loaderx._native import library as _native
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._native.calls import NativeCalls, address
+from loaderx._store.ragged_into import check_ragged_into
 from loaderx._store.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
@@ -175,6 +176,26 @@ class View(NativeCalls):
         finally:
             self._leave()
 
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
+    ) -> bool:
+        """Global record indices[i] into out's bytes [offsets[i], offsets[i + 1]); the same
+        contract as Zrecord.gather_ragged_into."""
+        count = check_ragged_into(indices, out, offsets)
+        if count == 0:
+            return True
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_view_gather(
+                handle, indices.ctypes.data, count, out.ctypes.data, offsets.ctypes.data
+            )
+        finally:
+            self._leave()
+        if code == _native.SIZE_MISMATCH:
+            return False
+        _native.check(code, f"gather of {count} records from {self.name!r}")
+        return True
 
 # Every open View, for the fork handler below (weak: never keeps a view alive).
 _OPEN_VIEWS: Final[weakref.WeakSet[View]] = weakref.WeakSet()

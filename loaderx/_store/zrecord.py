@@ -28,6 +28,7 @@ from loaderx._native.calls import NativeCalls, address
 from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
+from loaderx._store.ragged_into import check_ragged_into
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -461,6 +462,30 @@ class Zrecord(NativeCalls):
             return self._gather_ragged(handle, indices)
         finally:
             self._leave()
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
+    ) -> bool:
+        """Record indices[i] into out's bytes [offsets[i], offsets[i + 1]), in one native call.
+
+        The offsets come from the caller's own record_lengths; False, with the records that
+        still fit written or not, when one of them no longer has its slot's size (a delete or
+        compaction in between moved it): the caller sizes again (loaderx._store.ragged_into).
+        """
+        count = check_ragged_into(indices, out, offsets)
+        if count == 0:
+            return True
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_gather(
+                handle, indices.ctypes.data, count, out.ctypes.data, offsets.ctypes.data
+            )
+        finally:
+            self._leave()
+        if code == _native.SIZE_MISMATCH:
+            return False
+        _native.check(code, f"gather of {count} records from {self.path!r}")
+        return True
 
     def gather(self, index: object) -> list[bytes]:
         """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""

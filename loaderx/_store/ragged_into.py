@@ -1,0 +1,42 @@
+"""The checks of a ragged gather into a caller's buffer (Zrecord and View.gather_ragged_into).
+
+The caller sizes the records first (record_lengths) and passes the offsets it made from them,
+so that one buffer can be reused from step to step, or filled by several stores in turn (a
+mixture's sources): record indices[i] goes to out's bytes [offsets[i], offsets[i + 1]).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+_INT64: Final = np.dtype(np.int64)
+_UINT64: Final = np.dtype(np.uint64)
+
+
+def _one_dimensional(array: object, name: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    if not isinstance(array, np.ndarray) or array.dtype != dtype:
+        raise TypeError(f"{name} must be a {dtype} numpy array")
+    if array.ndim != 1 or not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be a one-dimensional C-contiguous array")
+    return array
+
+
+def check_ragged_into(indices: object, out: object, offsets: object) -> int:
+    """The record count of a gather_ragged_into call, or TypeError / ValueError naming what
+    is wrong with its arguments (indices are range-checked by the native call)."""
+    checked = _one_dimensional(indices, "indices", _INT64)
+    bounds = _one_dimensional(offsets, "offsets", _UINT64)
+    count = len(checked)
+    if len(bounds) != count + 1:
+        raise ValueError(f"offsets has {len(bounds)} entries; {count} records need {count + 1}")
+    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writable C-contiguous numpy array")
+    if count and int(bounds[-1]) > out.nbytes:
+        raise ValueError(f"out holds {out.nbytes} bytes; the offsets end at {int(bounds[-1])}")
+    return count
+
+
+__all__ = ["check_ragged_into"]
