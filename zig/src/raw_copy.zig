@@ -1,4 +1,5 @@
-//! The pipelined copy of raw fixed-size records, shared by a store's gather and a view's.
+//! The pipelined copy of raw records (fixed-size, and ragged: copyRagged), shared by a store's
+//! gather and a view's.
 //!
 //! A random record of a large dataset is a cache miss and a TLB miss, or two when its table
 //! entry must be read first. Copied one after another those misses follow each other; here the
@@ -110,6 +111,48 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, s
     return switch (loads) {
         inline else => |way| copyFetching(way, batch, dst, stride, begin, end, stores),
     };
+}
+
+/// Copies the raw records of positions begin, begin+1, ... of a ragged batch (slot i is
+/// dst[offsets[i]..offsets[i + 1]]) while each is stored raw at its slot's length and needs no
+/// check beyond Store.rawSource's; returns the first position not copied (`end` when all were),
+/// which the caller gathers with its messages (an empty record, a compressed one, a chunk not
+/// mapped yet). As copy() does for fixed-size records, it finds a window of sources before it
+/// copies any, and starts the loads of each group of records before the group before it is
+/// copied, so that their misses overlap. The caller checked every index and every slot's
+/// length, and holds the shared lock of every store `batch.locate` names.
+pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize) usize {
+    assert(begin <= end);
+    var sources: [window][*]const u8 = undefined;
+    var i = begin;
+    while (i < end) {
+        const stop = @min(end, i + window);
+        var count: usize = 0;
+        for (i..stop) |j| {
+            const length = offsets[j + 1] - offsets[j];
+            const at = batch.locate(j);
+            if (length == 0 or !at.store.copiesRawUnchecked()) break;
+            sources[count] = at.store.rawSource(at.index, length) orelse break;
+            count += 1;
+        }
+        copyRaggedSources(dst, offsets + i, sources[0..count]);
+        i += count;
+        if (i < stop) return i;
+    }
+    return end;
+}
+
+/// Copies sources[k] to dst[offsets[k]..offsets[k + 1]] for every k, starting the loads of
+/// each group of records before the group before it is copied.
+fn copyRaggedSources(dst: [*]u8, offsets: [*]const u64, sources: []const [*]const u8) void {
+    for (sources[0..@min(sources.len, group)], 0..) |src, k| prefetchRecord(.temporal, src, offsets[k + 1] - offsets[k]);
+    var i: usize = 0;
+    while (i < sources.len) {
+        const stop = @min(sources.len, i + group);
+        for (stop..@min(sources.len, stop + group)) |k| prefetchRecord(.temporal, sources[k], offsets[k + 1] - offsets[k]);
+        for (i..stop) |k| @memcpy(dst[offsets[k]..offsets[k + 1]], sources[k][0 .. offsets[k + 1] - offsets[k]]);
+        i = stop;
+    }
 }
 
 /// copy(), with the way its sources are fetched fixed at compile time (a prefetch's locality

@@ -106,12 +106,16 @@ pub const GatherTask = struct {
         const store = task.store;
         var i = begin;
         while (i < end) : (i += 1) {
-            // Raw fixed-size records take the pipelined copy; it stops at the first record
-            // that needs more (decompression, a size to check, a chunk not mapped yet),
+            // Raw records take the pipelined copy (fixed-size or ragged); it stops at the
+            // first record that needs more (decompression, a size to check, a chunk not
+            // mapped yet, an empty record),
             // which the general code below handles, with its messages. A handle that
             // checks raw records against their sums sends them all the general way.
-            if (task.destination.offsets == null and store.copiesRawUnchecked()) {
-                i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
+            if (store.copiesRawUnchecked()) {
+                i = if (task.destination.offsets) |offsets|
+                    raw_copy.copyRagged(task, task.destination.base, offsets, i, end)
+                else
+                    raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
                 if (i == end) break;
             }
             const index: u64 = @intCast(task.indices[i]);
