@@ -87,19 +87,22 @@ class RaggedDataset(DatasetBase):
         sizes = self._store.record_lengths(indices)
         return (sizes // np.uint64(self.row_size)).astype(np.int64)
 
-    def record_sizes(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
-        """The size in bytes of each record of indices (a C-contiguous int64 array, in range):
-        what a loader sizes its buffer by before gather_ragged_into."""
-        if len(indices) == 0:
-            return np.empty(0, dtype=np.uint64)
-        return self._store.record_lengths(indices)
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """In one native call, offsets[i] = the bytes of the first i records of indices (a
+        C-contiguous int64 array) and, with rows, rows[i] = the rows of the first i records
+        (int32: a packed batch's cu_seqlens); each array has one entry more than indices. What
+        a loader sizes its buffer by before gather_ragged_into."""
+        self._store.record_offsets(indices, self.row_size, offsets, rows)
 
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
         offsets: npt.NDArray[np.uint64],
     ) -> bool:
         """Record indices[i] into out's bytes [offsets[i], offsets[i + 1]) in one native call,
-        with offsets from record_sizes; False when a record changed size since (a concurrent
+        with offsets from record_offsets; False when a record changed size since (a concurrent
         delete or compaction), and the caller sizes again (loaderx._loading.ragged_batch)."""
         remote = self._remote
         if remote is not None:

@@ -153,30 +153,51 @@ def ragged_layouts(streams: Mapping[str, DatasetBase], ragged: object) -> dict[s
     return layouts
 
 
+def _size(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
+          rows: npt.NDArray[np.int32], name: str) -> None:
+    """offsets and rows of the records of every part, back to back: one native call for one
+    part (a DataLoader's step), a call per part and two NumPy ones for several (a mixture's)."""
+    if len(parts) == 1:
+        dataset, indices = parts[0]
+        dataset.record_offsets(indices, offsets, rows)
+        return
+    offsets[0] = 0
+    row = 0
+    for dataset, indices in parts:
+        count = len(indices)
+        part = np.empty(count + 1, dtype=_UINT64)
+        dataset.record_offsets(indices, part)
+        offsets[row + 1 : row + 1 + count] = part[1:] + offsets[row]
+        row += count
+    row_offsets(offsets, parts[0][0].row_size, name, rows)
+
+
 def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
+                  rows: npt.NDArray[np.int32], name: str,
                   buffer_for: Callable[[int], Buffer]) -> Buffer:
-    """The records of every part, back to back, in one buffer: offsets (uint64, one more than the
-    records) get their byte bounds, buffer_for(bytes) gives a buffer of at least that many, and
-    each part's records are copied by one native gather (a part per mixture source)."""
+    """The records of every part, back to back, in one buffer: offsets (uint64) get their byte
+    bounds and rows (int32) their row bounds, one more entry than the records; buffer_for(bytes)
+    gives a buffer of at least that many, and each part's records are copied by one native
+    gather (a part per mixture source)."""
     for _attempt in range(_GATHER_ATTEMPTS):
-        offsets[0] = 0
-        row = 0
-        for dataset, indices in parts:
-            offsets[row + 1 : row + 1 + len(indices)] = dataset.record_sizes(indices)
-            row += len(indices)
-        np.cumsum(offsets[1:], out=offsets[1:])
+        _size(parts, offsets, rows, name)
         buffer = buffer_for(int(offsets[-1]))
+        if len(parts) == 1:
+            dataset, indices = parts[0]
+            if dataset.gather_ragged_into(indices, buffer, offsets):
+                return buffer
+            continue  # a record changed size since it was measured: measure again
         row = 0
         for dataset, indices in parts:
             count = len(indices)
             if not dataset.gather_ragged_into(indices, buffer, offsets[row : row + count + 1]):
-                break  # a record changed size since it was measured: measure again
+                break
             row += count
         else:
             return buffer
     raise ValueError(
-        f"records kept changing size while being gathered ({_GATHER_ATTEMPTS} attempts): a "
-        "delete or compaction is running on the dataset"
+        f"records of stream {name!r} kept changing size while being gathered "
+        f"({_GATHER_ATTEMPTS} attempts): a delete or compaction is running on the dataset"
     )
 
 
@@ -266,13 +287,12 @@ class RaggedStream:
         offsets = self._offsets[slot]
         packed = self.layout is None
         held = self._packed[slot] if reusable or not packed else None
-        buffer = gather_packed(parts, offsets, lambda size: _fit(held, size))
-        self._packed[slot] = buffer
         cu = self._cu[slot]
         if cu is None or (packed and not reusable):
             cu = np.empty(self._batch_size + 1, dtype=_INT32)
             self._cu[slot] = cu
-        row_offsets(offsets, self.dataset.row_size, self.name, cu)
+        buffer = gather_packed(parts, offsets, cu, self.name, lambda size: _fit(held, size))
+        self._packed[slot] = buffer
         values = values_of(buffer, offsets, self.dataset)
         if self.layout is None:
             batch[self.name] = values

@@ -1,8 +1,10 @@
-"""The checks of a ragged gather into a caller's buffer (Zrecord and View.gather_ragged_into).
+"""The checks of a ragged gather into a caller's buffer (record_offsets, then
+gather_ragged_into, on Zrecord, View and ShardedStore).
 
-The caller sizes the records first (record_lengths) and passes the offsets it made from them,
-so that one buffer can be reused from step to step, or filled by several stores in turn (a
-mixture's sources): record indices[i] goes to out's bytes [offsets[i], offsets[i + 1]).
+The caller sizes the records first (record_offsets: their running byte offsets, and row offsets
+for a packed batch, in one native call) and passes those offsets to the gather, so that one
+buffer can be reused from step to step, or filled by several stores in turn (a mixture's
+sources): record indices[i] goes to out's bytes [offsets[i], offsets[i + 1]).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy.typing as npt
 
 _INT64: Final = np.dtype(np.int64)
 _UINT64: Final = np.dtype(np.uint64)
+_INT32: Final = np.dtype(np.int32)
 
 
 def _one_dimensional(array: object, name: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
@@ -39,4 +42,21 @@ def check_ragged_into(indices: object, out: object, offsets: object) -> int:
     return count
 
 
-__all__ = ["check_ragged_into"]
+def check_record_offsets(indices: object, offsets: object, rows: object) -> int:
+    """The record count of a record_offsets call, or TypeError / ValueError naming what is
+    wrong: offsets (uint64) and rows (int32, or None) need one entry more than indices, and
+    must be writable."""
+    checked = _one_dimensional(indices, "indices", _INT64)
+    count = len(checked)
+    for name, array, dtype in (("offsets", offsets, _UINT64), ("rows", rows, _INT32)):
+        if array is None and name == "rows":
+            continue
+        out = _one_dimensional(array, name, dtype)
+        if len(out) != count + 1:
+            raise ValueError(f"{name} has {len(out)} entries; {count} records need {count + 1}")
+        if not out.flags.writeable:
+            raise ValueError(f"{name} must be writable")
+    return count
+
+
+__all__ = ["check_ragged_into", "check_record_offsets"]

@@ -232,6 +232,21 @@ class ShardedStore:
 
         return self._shards.read(lambda view: view.gather_ragged(indices), without_shards)
 
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """See Zrecord.record_offsets (indices global, in range)."""
+        def without_shards() -> None:
+            _refuse_any(indices)
+            offsets[0] = 0
+            if rows is not None:
+                rows[0] = 0
+
+        self._shards.read(
+            lambda view: view.record_offsets(indices, row_size, offsets, rows), without_shards
+        )
+
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
     ) -> bool:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from loaderx._native import library as _native
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._native.calls import NativeCalls, address
-from loaderx._store.ragged_into import check_ragged_into
+from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
@@ -177,6 +177,23 @@ class View(NativeCalls):
             self._leave()
 
 
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """See Zrecord.record_offsets (global indices)."""
+        count = check_record_offsets(indices, offsets, rows)
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_view_record_offsets(
+                handle, address(indices) if count else None, count, row_size, address(offsets),
+                None if rows is None else address(rows),
+            )
+        finally:
+            self._leave()
+        if code:
+            _native.check(code, f"record offsets in {self.name!r}")
+
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
     ) -> bool:
@@ -188,7 +205,7 @@ class View(NativeCalls):
         handle = self._enter()
         try:
             code = _native.lib.lx_view_gather(
-                handle, indices.ctypes.data, count, out.ctypes.data, offsets.ctypes.data
+                handle, address(indices), count, address(out), address(offsets)
             )
         finally:
             self._leave()

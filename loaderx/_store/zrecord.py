@@ -28,7 +28,7 @@ from loaderx._native.calls import NativeCalls, address
 from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
-from loaderx._store.ragged_into import check_ragged_into
+from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -463,6 +463,25 @@ class Zrecord(NativeCalls):
         finally:
             self._leave()
 
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """One native call: offsets[i] = the bytes of the first i records of indices (offsets[0]
+        is 0), and with rows, rows[i] = offsets[i] // row_size (a packed batch's cu_seqlens).
+        CorruptStoreError for a record that is not whole rows; nothing written on an error."""
+        count = check_record_offsets(indices, offsets, rows)
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_record_offsets(
+                handle, address(indices) if count else None, count, row_size, address(offsets),
+                None if rows is None else address(rows),
+            )
+        finally:
+            self._leave()
+        if code:
+            _native.check(code, f"record offsets in {self.path!r}")
+
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
     ) -> bool:
@@ -478,7 +497,7 @@ class Zrecord(NativeCalls):
         handle = self._enter()
         try:
             code = _native.lib.lx_store_gather(
-                handle, indices.ctypes.data, count, out.ctypes.data, offsets.ctypes.data
+                handle, address(indices), count, address(out), address(offsets)
             )
         finally:
             self._leave()

@@ -259,10 +259,21 @@ def test_loader_refuses_bad_ragged_arguments(tokens: RaggedDataset,
         DataLoader(streams, pad_to=8)  # type: ignore[arg-type]
 
 
-def test_gather_into_a_buffer_refuses_bad_arguments(tokens: RaggedDataset) -> None:
+def test_sizing_and_gathering_into_a_buffer_refuse_bad_arguments(tokens: RaggedDataset) -> None:
     indices = np.array([0, 1], dtype=np.int64)
-    offsets = np.zeros(3, dtype=np.uint64)
-    offsets[1:] = np.cumsum(tokens.record_sizes(indices))
+    offsets = np.full(3, 7, dtype=np.uint64)
+    rows = np.full(3, -1, dtype=np.int32)
+    with pytest.raises(ValueError, match="2 records need 3"):
+        tokens.record_offsets(indices, offsets[:2], rows)
+    with pytest.raises(ValueError, match="2 records need 3"):
+        tokens.record_offsets(indices, offsets, rows[:2])
+    with pytest.raises(TypeError, match="int32"):
+        tokens.record_offsets(indices, offsets, rows.astype(np.int64))
+    with pytest.raises(IndexError):
+        tokens.record_offsets(np.array([0, TOKENS], dtype=np.int64), offsets, rows)
+    assert offsets.tolist() == [7, 7, 7] and rows.tolist() == [-1, -1, -1]  # nothing written
+    tokens.record_offsets(indices, offsets, rows)
+    assert rows.tolist() == [0, 1, 1 + LONGEST] and offsets.tolist() == [0, 4, 4 + 4 * LONGEST]
     out = np.empty(int(offsets[-1]), dtype=np.uint8)
     with pytest.raises(ValueError, match="2 records need 3"):
         tokens.gather_ragged_into(indices, out, offsets[:2])
@@ -274,6 +285,9 @@ def test_gather_into_a_buffer_refuses_bad_arguments(tokens: RaggedDataset) -> No
         tokens.gather_ragged_into(np.array([0, TOKENS], dtype=np.int64), out, offsets)
     assert tokens.gather_ragged_into(indices, out, offsets)
     assert out.view(np.int32).tolist() == np.concatenate(tokens[indices]).tolist()
+    empty = np.empty(0, dtype=np.int64)
+    tokens.record_offsets(empty, offsets[:1], rows[:1])
+    assert offsets[0] == 0 and rows[0] == 0
 
 
 # --- resume, shards, sharded datasets, mixtures --------------------------------------------

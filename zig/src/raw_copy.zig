@@ -83,11 +83,13 @@ pub const CopyAdvisors = struct {
 
 /// Runs the gather `task` (a store's or a view's: it has `destination`, `stores` and `loads`
 /// fields) on the pool as its `pool_advisor` says. When the batch copies raw records
-/// (`copies_raw`) and may stream, the stores policy, or under `auto` the stores advisor, picks
+/// (`copies_raw`, fixed-size or ragged) and may stream, the stores policy, or under `auto` the stores advisor, picks
 /// the task's stores, and the loads advisor its loads (each advisor learns from the batch's
 /// time); otherwise the task keeps cached stores and temporal loads.
 pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, advisors: *CopyAdvisors) void {
-    const may_stream = copies_raw and streams(task.destination.stride, byte_count);
+    // A ragged batch (slots at offsets) streams as fixed-size records of its mean size would.
+    const stride = if (task.destination.offsets != null) byte_count / @max(1, item_count) else task.destination.stride;
+    const may_stream = copies_raw and streams(stride, byte_count);
     const policy = stores_policy.load(.monotonic);
     const stores: ?StoresAdvisor.Choice = if (may_stream and policy == .auto) advisors.stores.choose() else null;
     const loads: ?LoadsAdvisor.Choice = if (may_stream) advisors.loads.choose() else null;
@@ -118,11 +120,20 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, s
 /// check beyond Store.rawSource's; returns the first position not copied (`end` when all were),
 /// which the caller gathers with its messages (an empty record, a compressed one, a chunk not
 /// mapped yet). As copy() does for fixed-size records, it finds a window of sources before it
-/// copies any, and starts the loads of each group of records before the group before it is
-/// copied, so that their misses overlap. The caller checked every index and every slot's
-/// length, and holds the shared lock of every store `batch.locate` names.
-pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize) usize {
+/// copies any, starts the loads of each group of records before the group before it is
+/// copied, so that their misses overlap, and writes and reads as `stores` and `loads` say
+/// (records below streaming_stride_min keep cached stores). The caller checked every index and
+/// every slot's length, and holds the shared lock of every store `batch.locate` names.
+pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize, stores: Stores, loads: Loads) usize {
     assert(begin <= end);
+    return switch (loads) {
+        inline else => |way| copyRaggedFetching(way, batch, dst, offsets, begin, end, stores),
+    };
+}
+
+fn copyRaggedFetching(comptime loads: Loads, batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize, stores: Stores) usize {
+    const streaming = stores == .streaming and has_streaming_stores;
+    defer if (streaming) fenceStreamingStores();
     var sources: [window][*]const u8 = undefined;
     var i = begin;
     while (i < end) {
@@ -135,7 +146,7 @@ pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usiz
             sources[count] = at.store.rawSource(at.index, length) orelse break;
             count += 1;
         }
-        copyRaggedSources(dst, offsets + i, sources[0..count]);
+        copyRaggedSources(loads, dst, offsets + i, sources[0..count], streaming);
         i += count;
         if (i < stop) return i;
     }
@@ -144,13 +155,23 @@ pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usiz
 
 /// Copies sources[k] to dst[offsets[k]..offsets[k + 1]] for every k, starting the loads of
 /// each group of records before the group before it is copied.
-fn copyRaggedSources(dst: [*]u8, offsets: [*]const u64, sources: []const [*]const u8) void {
-    for (sources[0..@min(sources.len, group)], 0..) |src, k| prefetchRecord(.temporal, src, offsets[k + 1] - offsets[k]);
+fn copyRaggedSources(comptime loads: Loads, dst: [*]u8, offsets: [*]const u64, sources: []const [*]const u8, streaming: bool) void {
+    for (sources[0..@min(sources.len, group)], 0..) |src, k| prefetchRecord(loads, src, offsets[k + 1] - offsets[k]);
     var i: usize = 0;
     while (i < sources.len) {
         const stop = @min(sources.len, i + group);
-        for (stop..@min(sources.len, stop + group)) |k| prefetchRecord(.temporal, sources[k], offsets[k + 1] - offsets[k]);
-        for (i..stop) |k| @memcpy(dst[offsets[k]..offsets[k + 1]], sources[k][0 .. offsets[k + 1] - offsets[k]]);
+        for (stop..@min(sources.len, stop + group)) |k| prefetchRecord(loads, sources[k], offsets[k + 1] - offsets[k]);
+        for (i..stop) |k| {
+            const length = offsets[k + 1] - offsets[k];
+            const to = dst + offsets[k];
+            if (streaming and length >= streaming_stride_min) {
+                copyStreaming(loads, to, sources[k], length);
+            } else if (loads == .non_temporal and length >= fetch_ahead) {
+                copyFetchingAhead(to, sources[k], length);
+            } else {
+                @memcpy(to[0..length], sources[k][0..length]);
+            }
+        }
         i = stop;
     }
 }

@@ -52,7 +52,7 @@ pub fn gather(store: *Store, caller_indices: []const i64, destination: Destinati
     try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
     try store.checkSlots(indices, destination);
     const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else store_mod.runner_bytes_min;
-    const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
+    const copies_raw = indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
     var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
     raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &store.gather_advisor, &store.copy_advisors);
     try task.failure.check();
@@ -113,7 +113,7 @@ pub const GatherTask = struct {
             // checks raw records against their sums sends them all the general way.
             if (store.copiesRawUnchecked()) {
                 i = if (task.destination.offsets) |offsets|
-                    raw_copy.copyRagged(task, task.destination.base, offsets, i, end)
+                    raw_copy.copyRagged(task, task.destination.base, offsets, i, end, task.stores, task.loads)
                 else
                     raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
                 if (i == end) break;

@@ -315,6 +315,51 @@ test "a fixed stores policy takes the stores advisor out of large raw gathers, w
     }
 }
 
+fn sizeLarge(id: u64) usize {
+    return 1000 + @as(usize, @intCast((id * 7919) % 6000));
+}
+
+test "large ragged gathers stream and fetch as the policies and advisors say, with the same bytes" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    // 1,000 to 6,999-byte records (some under streaming_stride_min): 300 of them make about
+    // 1.2 MiB, a batch that may stream, with odd lengths and odd destination offsets.
+    const count = 400;
+    var records = try Batch.init(0, count, &sizeLarge, true);
+    defer records.deinit();
+    _ = try store.append(records.records(), @intFromEnum(format.Codec.raw));
+    var indices: [300]i64 = undefined;
+    var lengths: [indices.len]u64 = undefined;
+    var offsets: [indices.len + 1]u64 = undefined;
+    const got = try testing.allocator.alloc(u8, indices.len * 7000);
+    defer testing.allocator.free(got);
+    const expected = try testing.allocator.alloc(u8, 7000);
+    defer testing.allocator.free(expected);
+    var prng = std.Random.DefaultPrng.init(44);
+    defer raw_copy.stores_policy.store(.auto, .monotonic);
+    for ([_]raw_copy.StoresPolicy{ .streaming, .cached, .auto }) |policy| {
+        raw_copy.stores_policy.store(policy, .monotonic);
+        for (0..12) |_| {
+            for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+            try store.recordLengths(&indices, &lengths);
+            offsets[0] = 0;
+            for (lengths, 0..) |length, i| offsets[i + 1] = offsets[i] + length;
+            @memset(got, 0xAA);
+            try store.gather(&indices, .{ .base = got.ptr, .offsets = &offsets }, offsets[indices.len]);
+            for (indices, 0..) |index, i| {
+                const id: u64 = @intCast(index);
+                fillRecord(expected[0..lengths[i]], id, true);
+                try testing.expectEqualSlices(u8, expected[0..lengths[i]], got[offsets[i]..offsets[i + 1]]);
+            }
+            try testing.expect(std.mem.allEqual(u8, got[offsets[indices.len]..], 0xAA));
+        }
+        const asked: u64 = if (policy == .auto and raw_copy.has_streaming_stores) 12 else 0;
+        try testing.expectEqual(asked, store.copy_advisors.stores.tickets.load(.monotonic));
+    }
+}
+
 test "checkIndices: the first index outside 0 <= i < length is refused and named, wherever it is" {
     const length: u64 = 1000;
     var indices: [37]i64 = undefined;

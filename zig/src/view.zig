@@ -356,7 +356,7 @@ pub const View = struct {
         const first = scratch.routes[0];
         const first_store = view.stores[first.store_index];
         const bytes_min = first_store.gatherBytesMin(first.local);
-        const copies_raw = destination.offsets == null and first_store.copiesRaw(first.local);
+        const copies_raw = first_store.copiesRaw(first.local);
         var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
         raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.copy_advisors);
         task.failure.check() catch |err| return placeFailure(indices, scratch.routes, task.failure.position, err);
@@ -407,7 +407,7 @@ pub const View = struct {
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
                     i = if (task.destination.offsets) |offsets|
-                        raw_copy.copyRagged(task, task.destination.base, offsets, i, range.end)
+                        raw_copy.copyRagged(task, task.destination.base, offsets, i, range.end, task.stores, task.loads)
                     else
                         raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
                     if (i == range.end) break;
