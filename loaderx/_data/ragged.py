@@ -87,6 +87,20 @@ class RaggedDataset(DatasetBase):
         sizes = self._store.record_lengths(indices)
         return (sizes // np.uint64(self.row_size)).astype(np.int64)
 
+    def gather_packed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
+    ) -> bool:
+        """The records of indices back to back in out, sized and copied in one native call:
+        offsets and rows as record_offsets gives them. False, with nothing copied, when out is
+        too small; offsets[-1] is then the bytes it needs (what a loader's step does with the
+        buffer it reuses: loaderx._loading.ragged_batch)."""
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+        return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

@@ -8,12 +8,14 @@ A RaggedDataset stream gives a batch two arrays (docs/decisions.md, "Ragged batc
 - padded (a Padding): `name` is (B, L, *item_shape), each record in its row's first rows and
   the padding value after, and `name.mask` the (B, L) bool mask of the record rows.
 
-The records are sized (record_lengths) and copied in one native gather per dataset into a
-buffer the step's ring slot keeps; the slot's reuse rules (loaderx._loading.step_maker) say
-when a buffer may be written again, and a buffer grows (with room to spare) only when a step
-needs more than it holds.
+A step sizes and copies a stream's records in one native call (RaggedDataset.gather_packed,
+which also writes the offsets and cu_seqlens) into a buffer the step's ring slot keeps; the
+slot's reuse rules (loaderx._loading.step_maker) say when a buffer may be written again. A
+buffer too small for a batch makes that call copy nothing and say what it needs; the step then
+makes a buffer that big and a quarter more, and calls again. A mixture's step sizes every source
+first (record_offsets), then gathers each into its part of one buffer.
 
-Left interpreted: the per-step work is two native calls and a handful of NumPy calls.
+Left interpreted: the per-step work is a native call and a few NumPy views.
 """
 
 from __future__ import annotations
@@ -172,6 +174,23 @@ def _size(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
     row_offsets(offsets, parts[0][0].row_size, name, rows)
 
 
+def _gather_one(part: Part, offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32],
+                name: str, buffer_for: Callable[[int], Buffer]) -> Buffer:
+    """One dataset's records in one native call that sizes and copies them (gather_packed);
+    when the buffer buffer_for(0) gives is too small, the call says how much the records need,
+    and a second call with a buffer that big copies them."""
+    dataset, indices = part
+    buffer = buffer_for(0)
+    for _attempt in range(_GATHER_ATTEMPTS):
+        if dataset.gather_packed(indices, buffer, offsets, rows):
+            return buffer
+        buffer = buffer_for(int(offsets[-1]))
+    raise ValueError(
+        f"records of stream {name!r} kept growing while being gathered ({_GATHER_ATTEMPTS} "
+        "attempts): is a delete or compaction running on the dataset?"
+    )
+
+
 def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
                   rows: npt.NDArray[np.int32], name: str,
                   buffer_for: Callable[[int], Buffer]) -> Buffer:
@@ -179,14 +198,11 @@ def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
     bounds and rows (int32) their row bounds, one more entry than the records; buffer_for(bytes)
     gives a buffer of at least that many, and each part's records are copied by one native
     gather (a part per mixture source)."""
+    if len(parts) == 1:
+        return _gather_one(parts[0], offsets, rows, name, buffer_for)
     for _attempt in range(_GATHER_ATTEMPTS):
         _size(parts, offsets, rows, name)
         buffer = buffer_for(int(offsets[-1]))
-        if len(parts) == 1:
-            dataset, indices = parts[0]
-            if dataset.gather_ragged_into(indices, buffer, offsets):
-                return buffer
-            continue  # a record changed size since it was measured: measure again
         row = 0
         for dataset, indices in parts:
             count = len(indices)
@@ -203,7 +219,9 @@ def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
 
 def _fit(held: Buffer | None, size: int) -> Buffer:
     """held when it has room for size bytes, else a new buffer with a quarter to spare, so that
-    batches a little longer than the last do not allocate again."""
+    batches a little longer than the last do not allocate again. (A loader's first step asks
+    for 0 bytes with nothing held: an empty buffer, which the native call answers with the
+    size it needs.)"""
     if held is not None and held.nbytes >= size:
         return held
     return np.empty(size + size // 4, dtype=_UINT8)
@@ -270,6 +288,9 @@ class RaggedStream:
             [self._packed, self._cu] if layout is None else [self._padded, self._mask]
         )
         self._value: Any = None if layout is None else padding_value(layout.value, dataset.dtype)
+        # The largest packed buffer made so far: a new one starts that big, so that it usually
+        # holds its first batch without a second native call.
+        self._capacity: int = 0
         for _ in range(ring_size):
             self.grow()
 
@@ -286,12 +307,20 @@ class RaggedStream:
         buffers when `reusable` (nothing else references them), else into new ones."""
         offsets = self._offsets[slot]
         packed = self.layout is None
+        # Padded, the packed bytes and cu_seqlens never leave the step: always reusable.
         held = self._packed[slot] if reusable or not packed else None
         cu = self._cu[slot]
         if cu is None or (packed and not reusable):
             cu = np.empty(self._batch_size + 1, dtype=_INT32)
             self._cu[slot] = cu
-        buffer = gather_packed(parts, offsets, cu, self.name, lambda size: _fit(held, size))
+
+        def buffer_for(size: int) -> Buffer:
+            if held is not None and held.nbytes >= size:
+                return held
+            self._capacity = max(self._capacity, size + size // 4)
+            return np.empty(self._capacity, dtype=_UINT8)
+
+        buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
         self._packed[slot] = buffer
         values = values_of(buffer, offsets, self.dataset)
         if self.layout is None:

@@ -26,7 +26,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 15
+ABI_VERSION: Final = 16
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -273,6 +273,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_gather_fixed": (st, [vp, vp, u64, vp, u64]),
         "lx_store_record_lengths": (st, [vp, vp, u64, vp]),
         "lx_store_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
+        "lx_store_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_store_gather_streams": (st, [vp, u64, vp, u64]),
         "lx_store_delete": (st, [vp, vp, u64]),
@@ -289,6 +290,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_view_gather_fixed": (st, [vp, vp, u64, vp, u64]),
         "lx_view_record_lengths": (st, [vp, vp, u64, vp]),
         "lx_view_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
+        "lx_view_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),

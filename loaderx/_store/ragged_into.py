@@ -1,5 +1,8 @@
-"""The checks of a ragged gather into a caller's buffer (record_offsets, then
-gather_ragged_into, on Zrecord, View and ShardedStore).
+"""The checks of a ragged gather into a caller's buffer (gather_packed; or record_offsets, then
+gather_ragged_into; on Zrecord, View and ShardedStore).
+
+gather_packed sizes and copies in one native call, into a buffer of any size: when it is too
+small nothing is copied, and the offsets say how many bytes it needs.
 
 The caller sizes the records first (record_offsets: their running byte offsets, and row offsets
 for a packed batch, in one native call) and passes those offsets to the gather, so that one
@@ -59,4 +62,13 @@ def check_record_offsets(indices: object, offsets: object, rows: object) -> int:
     return count
 
 
-__all__ = ["check_ragged_into", "check_record_offsets"]
+def check_packed(indices: object, out: object, offsets: object, rows: object) -> int:
+    """The record count of a gather_packed call (record_offsets' arguments and a writable
+    C-contiguous out of any size), or TypeError / ValueError naming what is wrong."""
+    count = check_record_offsets(indices, offsets, rows)
+    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writable C-contiguous numpy array")
+    return count
+
+
+__all__ = ["check_packed", "check_ragged_into", "check_record_offsets"]

@@ -232,6 +232,22 @@ class ShardedStore:
 
         return self._shards.read(lambda view: view.gather_ragged(indices), without_shards)
 
+    def gather_packed(
+        self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
+    ) -> bool:
+        """See Zrecord.gather_packed (indices global, in range)."""
+        def without_shards() -> bool:
+            _refuse_any(indices)
+            offsets[0] = 0
+            if rows is not None:
+                rows[0] = 0
+            return True
+
+        return self._shards.read(
+            lambda view: view.gather_packed(indices, row_size, out, offsets, rows), without_shards
+        )
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

@@ -290,6 +290,22 @@ def test_sizing_and_gathering_into_a_buffer_refuse_bad_arguments(tokens: RaggedD
     assert offsets[0] == 0 and rows[0] == 0
 
 
+def test_a_packed_gather_into_too_small_a_buffer_says_what_it_needs(tokens: RaggedDataset) -> None:
+    indices = np.array([1, 0, 1], dtype=np.int64)
+    offsets = np.zeros(4, dtype=np.uint64)
+    rows = np.zeros(4, dtype=np.int32)
+    small = np.full(5, 7, dtype=np.uint8)
+    assert not tokens.gather_packed(indices, small, offsets, rows)
+    assert small.tolist() == [7] * 5 and int(offsets[-1]) == 4 * (2 * LONGEST + 1)
+    big = np.empty(int(offsets[-1]) + 3, dtype=np.uint8)
+    assert tokens.gather_packed(indices, big, offsets, rows)
+    assert rows.tolist() == [0, LONGEST, LONGEST + 1, 2 * LONGEST + 1]
+    assert big[: int(offsets[-1])].view(np.int32).tolist() == np.concatenate(tokens[indices]).tolist()
+    read_only = np.frombuffer(bytes(16), dtype=np.int32)
+    with pytest.raises(ValueError, match="rows must be writable"):
+        tokens.gather_packed(indices, big, offsets, read_only)
+
+
 # --- resume, shards, sharded datasets, mixtures --------------------------------------------
 
 
