@@ -244,12 +244,6 @@ def row_offsets(offsets: npt.NDArray[np.uint64], row_size: int, name: str,
     np.copyto(out, rows, casting="unsafe")
 
 
-def values_of(buffer: Buffer, offsets: npt.NDArray[np.uint64], dataset: RaggedDataset) -> npt.NDArray[Any]:
-    """The packed records of buffer as a (total_rows, *item_shape) array of the dataset's dtype."""
-    used = buffer[: int(offsets[-1])]
-    return used.view(dataset.dtype).reshape((-1, *dataset.item_shape))
-
-
 def pad_into(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], length: int, value: Any,
              out: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> None:
     """Record i (values[cu[i]:cu[i + 1]], cut to `length` rows) into out[i], value after it;
@@ -291,6 +285,8 @@ class RaggedStream:
         # The largest packed buffer made so far: a new one starts that big, so that it usually
         # holds its first batch without a second native call.
         self._capacity: int = 0
+        self._dtype: np.dtype[Any] = dataset.dtype
+        self._shape: tuple[int, ...] = (-1, *dataset.item_shape)
         for _ in range(ring_size):
             self.grow()
 
@@ -317,17 +313,28 @@ class RaggedStream:
         def buffer_for(size: int) -> Buffer:
             if held is not None and held.nbytes >= size:
                 return held
-            self._capacity = max(self._capacity, size + size // 4)
-            return np.empty(self._capacity, dtype=_UINT8)
+            return self._fresh(size)
 
-        buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
+        if len(parts) == 1:  # a DataLoader's step: the call of _gather_one, inline
+            dataset, indices = parts[0]
+            buffer = held if held is not None else self._fresh(0)
+            if not dataset.gather_packed(indices, buffer, offsets, cu):
+                buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
+        else:
+            buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
         self._packed[slot] = buffer
-        values = values_of(buffer, offsets, self.dataset)
+        values = buffer[: int(offsets[-1])].view(self._dtype).reshape(self._shape)
         if self.layout is None:
             batch[self.name] = values
             batch[self.name + CU_SEQLENS_SUFFIX] = cu
             return
         self._pad(values, cu, slot, reusable, batch)
+
+    def _fresh(self, size: int) -> Buffer:
+        """A new packed buffer of at least size bytes: as big as the largest made so far, or
+        size and a quarter more."""
+        self._capacity = max(self._capacity, size + size // 4)
+        return np.empty(self._capacity, dtype=_UINT8)
 
     def _pad(self, values: npt.NDArray[Any], cu: npt.NDArray[np.int32], slot: int,
              reusable: bool, batch: dict[str, Any]) -> None:
@@ -350,5 +357,5 @@ class RaggedStream:
 
 __all__ = [
     "CU_SEQLENS_SUFFIX", "MASK_SUFFIX", "PACKED", "Layout", "Padding", "RaggedStream",
-    "gather_packed", "pad_into", "ragged_layouts", "row_offsets", "values_of",
+    "gather_packed", "pad_into", "ragged_layouts", "row_offsets",
 ]
