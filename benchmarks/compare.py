@@ -1,6 +1,7 @@
 """Side-by-side benchmarks of loaderx against the alternatives: `python3 build.py bench [LAYER...]`.
 
-Layers: sampler, store, loader, scale, memory, shards, convert, parquet, or all (the default), and
+Layers: sampler, store, loader, ragged, scale, memory, shards, convert, parquet, or all (the
+default), and
 remote (not part of all: it starts an S3 server and a proxy, and runs its peers in their own
 venv). The machine block comes
 first, then one table per layer; every table's contenders are timed round-robin in this run and
@@ -13,6 +14,7 @@ lacks. Examples:
     python3 build.py bench store --shape 256,256,3 --dict-tiers
     python3 build.py bench store --only zarr,h5py-gzip
     python3 build.py bench loader --transform augment --only loaderx,torch,grain
+    python3 build.py bench ragged --report benchmarks/reports/ragged-loader.md
     python3 build.py bench sampler --report benchmarks/reports/sampler-run.md
 """
 
@@ -33,7 +35,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from layers import data, env, machine, markdown, workdir  # noqa: E402
 from layers.report import Report, render_machine  # noqa: E402
 
-LAYERS = ("sampler", "store", "loader", "scale", "memory", "shards", "convert", "parquet",
+LAYERS = ("sampler", "store", "loader", "ragged", "scale", "memory", "shards", "convert", "parquet",
           "remote")
 # Layers that "all" leaves out; the remote layer also runs in the project's own environment
 # (obstore, moto), never in the bench venv: its peers have a venv of their own.
@@ -116,7 +118,8 @@ def wanted_peers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_layers(args: argparse.Namespace, rep: Report) -> None:
-    from layers import convert, loader, memory, parquet, remote, sampler, scale, shards, store
+    from layers import (convert, loader, memory, parquet, ragged, remote, sampler, scale, shards,
+                        store)
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
@@ -127,6 +130,8 @@ def run_layers(args: argparse.Namespace, rep: Report) -> None:
             store.run(args, rep, args.workdir)
         elif layer == "loader":
             loader.run(args, rep, args.workdir)
+        elif layer == "ragged":
+            ragged.run(args, rep, args.workdir)
         elif layer == "scale":
             scale.run(args, rep, args.workdir)
         elif layer == "memory":

@@ -87,6 +87,43 @@ class RaggedDataset(DatasetBase):
         sizes = self._store.record_lengths(indices)
         return (sizes // np.uint64(self.row_size)).astype(np.int64)
 
+    def gather_packed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
+    ) -> bool:
+        """The records of indices back to back in out, sized and copied in one native call:
+        offsets and rows as record_offsets gives them. False, with nothing copied, when out is
+        too small; offsets[-1] is then the bytes it needs (what a loader's step does with the
+        buffer it reuses: loaderx._loading.ragged_batch)."""
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+        return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """In one native call, offsets[i] = the bytes of the first i records of indices (a
+        C-contiguous int64 array) and, with rows, rows[i] = the rows of the first i records
+        (int32: a packed batch's cu_seqlens); each array has one entry more than indices. What
+        a loader sizes its buffer by before gather_ragged_into."""
+        self._store.record_offsets(indices, self.row_size, offsets, rows)
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64],
+    ) -> bool:
+        """Record indices[i] into out's bytes [offsets[i], offsets[i + 1]) in one native call,
+        with offsets from record_offsets; False when a record changed size since (a concurrent
+        delete or compaction), and the caller sizes again (loaderx._loading.ragged_batch)."""
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                return self._store.gather_ragged_into(indices, out, offsets)
+        return self._store.gather_ragged_into(indices, out, offsets)
+
     def _records(self, records: object, what: str) -> list[npt.NDArray[Any]]:
         """Every record validated against the schema and made C-contiguous (nothing written)."""
         if isinstance(records, np.ndarray) or not isinstance(records, Sequence):
@@ -139,7 +176,7 @@ class RaggedDataset(DatasetBase):
         self._train([record.reshape(-1).view(np.uint8) for record in checked], dict_size)
 
 
-def _padding(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+def padding_value(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """value as a 0-d array of dtype; ValueError when the cast would change more than a float's
     rounding (np.full pads int records with 1 for 1.5, or with -2**63 for NaN, without a word)."""
     try:
@@ -191,11 +228,11 @@ def pad(
             )
         lengths[position] = record.shape[0]
     longest = int(lengths.max())
-    dense = np.full((len(records), longest, *trailing), _padding(value, first.dtype),
+    dense = np.full((len(records), longest, *trailing), padding_value(value, first.dtype),
                     dtype=first.dtype)
     for position, record in enumerate(records):
         dense[position, : record.shape[0]] = record
     return dense, lengths
 
 
-__all__ = ["RaggedDataset", "pad"]
+__all__ = ["RaggedDataset", "pad", "padding_value"]

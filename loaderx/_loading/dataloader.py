@@ -1,4 +1,4 @@
-"""Owns DataLoader: the endless, step-based, thread-prefetched loader over dense datasets.
+"""Owns DataLoader: the endless, step-based, thread-prefetched loader over datasets.
 
 Each step is a pure function of (seed, step): the sampler fills the step's indices, every stream
 gathers those same indices in one native call into arrays made for that step, and the transform
@@ -35,6 +35,7 @@ from typing import Any, Final, Never, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
+from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
@@ -54,10 +55,11 @@ from loaderx._loading.process_workers import (
     StepRecipe,
     default_start_method,
 )
+from loaderx._loading.ragged_batch import Layout, Padding, ragged_layouts
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.step_maker import StepMaker, Transform
 
-__all__ = ["DataLoader", "Batch", "Transform"]
+__all__ = ["DataLoader", "Batch", "Padding", "Transform"]
 
 
 BATCH_SIZE_DEFAULT: Final = 256
@@ -72,20 +74,20 @@ def _check_streams(streams: object) -> int:
     """
     if not isinstance(streams, Mapping):
         kind = type(streams).__name__
-        raise TypeError(f"streams must be a dict of name -> DenseDataset, not {kind}")
+        raise TypeError(
+            f"streams must be a dict of name -> DenseDataset or RaggedDataset, not {kind}"
+        )
     if len(streams) == 0:
         raise ValueError("a DataLoader needs at least one stream")
     lengths: dict[str, int] = {}
     for name, dataset in streams.items():
         if not isinstance(name, str):
             raise TypeError(f"stream names must be str, got {name!r}")
-        if isinstance(dataset, RaggedDataset):
+        if not isinstance(dataset, (DenseDataset, RaggedDataset)):
             raise TypeError(
-                f"stream {name!r} is a RaggedDataset; the loader is dense-only: pad its records "
-                "into a dense dataset first (loaderx.dataset.pad) and load that"
+                f"stream {name!r} must be a DenseDataset or RaggedDataset, not "
+                f"{type(dataset).__name__}"
             )
-        if not isinstance(dataset, DenseDataset):
-            raise TypeError(f"stream {name!r} must be a DenseDataset, not {type(dataset).__name__}")
         lengths[name] = len(dataset)
     distinct = set(lengths.values())
     if len(distinct) != 1:
@@ -109,6 +111,9 @@ _KEYWORD_HINTS: Final[dict[str, str]] = {
     "drop_last": "nothing: the loader is endless and every batch is full",
     "pin_memory": "loaderx.torch.TorchLoader(loader, pin_memory=True)",
     "persistent_workers": "nothing: worker threads live as long as the loader",
+    "pad_to": "ragged=Padding(length) (loaderx.dataloader.Padding)",
+    "padding": "ragged=Padding(...) (loaderx.dataloader.Padding)",
+    "buckets": "ragged=Padding(buckets=...) (loaderx.dataloader.Padding)",
     "epochs": "nothing: the loader is endless; loader.steps_per_epoch converts epochs to steps",
     "num_epochs": "nothing: the loader is endless; loader.steps_per_epoch converts epochs to steps",
     "buffer_size": "prefetch=",
@@ -117,7 +122,7 @@ _KEYWORD_HINTS: Final[dict[str, str]] = {
 }
 _PARAMETERS: Final = (
     "streams", "batch_size", "transform", "mode", "seed", "start_step", "prefetch", "workers",
-    "shard", "reuse_buffers", "worker_type", "start_method",
+    "shard", "reuse_buffers", "worker_type", "start_method", "ragged",
 )
 WORKER_TYPES: Final = ("thread", "process")
 
@@ -138,8 +143,11 @@ def _refuse_keywords(unknown: Mapping[str, object]) -> None:
 class DataLoader(LoaderShell):
     """Endless iteration over dict batches {name: (batch_size, *item_shape) array}.
 
-    streams: name -> DenseDataset, all of the same length; every stream is gathered at the same
-    indices, so record i lines up across them. mode, seed and shard=(index, count) go to the
+    streams: name -> DenseDataset or RaggedDataset, all of the same length; every stream is
+    gathered at the same indices, so record i lines up across them. A ragged stream gives two
+    keys (loaderx._loading.ragged_batch): by default packed, `name` (every record back to back)
+    and `name.cu_seqlens` (int32 row offsets); with ragged=Padding(...) (or a dict name ->
+    "packed" or Padding) padded, `name` (batch_size, L, *item_shape) and `name.mask`. mode, seed and shard=(index, count) go to the
     Sampler (sequential, iid or cyclic; with a shard, batch_size is this host's part of a global
     batch of batch_size * count). transform runs on the worker threads. prefetch bounds how
     many steps are computed ahead of the consumer; workers is the thread count (at most
@@ -159,7 +167,7 @@ class DataLoader(LoaderShell):
 
     def __init__(
         self,
-        streams: Mapping[str, DenseDataset],
+        streams: Mapping[str, DatasetBase],
         batch_size: SupportsIndex = BATCH_SIZE_DEFAULT,
         transform: Transform | None = None,
         mode: Mode = "cyclic",
@@ -171,6 +179,7 @@ class DataLoader(LoaderShell):
         reuse_buffers: bool = False,
         worker_type: str = "thread",
         start_method: str | None = None,
+        ragged: object = None,
         **unknown: Never,
     ) -> None:
         _refuse_keywords(unknown)
@@ -186,6 +195,12 @@ class DataLoader(LoaderShell):
             default_start_method() if start_method is None else start_method
         )
         length = _check_streams(streams)
+        self._layouts: dict[str, Layout] = ragged_layouts(streams, ragged)
+        if self._layouts and worker_type == "process":
+            raise ValueError(
+                "worker_type='process' needs batches of fixed shapes, and ragged streams change "
+                "shape from batch to batch: use worker_type='thread' for them"
+            )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
         # Without a transform a step is native reads only, which the consumer may make itself
@@ -202,7 +217,7 @@ class DataLoader(LoaderShell):
         # The sampler checks and converts batch_size, seed and shard (naming each).
         self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         first_step = as_int("start_step", start_step, got="got")
-        self.streams: dict[str, DenseDataset] = dict(streams)
+        self.streams: dict[str, DatasetBase] = dict(streams)
         self.batch_size: int = self.sampler.batch_size
         self.mode: Mode = mode
         self.seed: int = self.sampler.seed
@@ -213,7 +228,7 @@ class DataLoader(LoaderShell):
         self._transform: Transform | None = transform
         self._maker: StepMaker = StepMaker(
             self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers,
-            first_step,
+            first_step, self._layouts,
         )
         self._produce: partial[Batch] = partial(self._maker.make)
         self._lifetime: set[int] = set()
@@ -230,7 +245,7 @@ class DataLoader(LoaderShell):
         self.seed = seed
         self._maker = StepMaker(
             sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
-            self.reuse_buffers, step,
+            self.reuse_buffers, step, self._layouts,
         )
         self._produce = partial(self._maker.make)
         self._lifetime = set()
@@ -239,8 +254,10 @@ class DataLoader(LoaderShell):
     def _start(self, step: int) -> None:
         """Starts the worker threads (or processes) at `step`."""
         if self.worker_type == "process":
+            # Only dense streams get here (ragged ones are refused with worker processes).
+            dense = {n: d for n, d in self.streams.items() if isinstance(d, DenseDataset)}
             recipe = StepRecipe(
-                self.streams, self._length, self.batch_size, self.mode, self.seed, self.shard,
+                dense, self._length, self.batch_size, self.mode, self.seed, self.shard,
                 self._transform,
             )
             steps = ProcessSteps(

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._data.dense import DenseDataset
+from loaderx._data.dataset_base import DatasetBase
 from loaderx._loading.mixture_sampler import MixtureSampler
 from loaderx._loading.prefetch import Prefetcher
 from loaderx._loading.sampler import Sampler
@@ -46,7 +46,7 @@ SETTLED_POLL_SECONDS: Final = 0.05
 RETRY_SECONDS: Final = 1.0
 
 
-def _remote_sources(streams: Mapping[str, DenseDataset]) -> list[RemoteSource]:
+def _remote_sources(streams: Mapping[str, DatasetBase]) -> list[RemoteSource]:
     found: list[RemoteSource] = []
     for dataset in streams.values():
         remote = dataset._remote
@@ -64,7 +64,7 @@ def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
 
 
 def start_look_ahead(
-    sampler: Sampler, streams: Mapping[str, DenseDataset], prefetcher: Prefetcher[Any]
+    sampler: Sampler, streams: Mapping[str, DatasetBase], prefetcher: Prefetcher[Any]
 ) -> LookAhead | None:
     """A running look-ahead for a DataLoader when a stream reads a remote dataset; else None."""
     sources = _remote_sources(streams)
@@ -80,7 +80,7 @@ def start_look_ahead(
 
 
 def start_mixture_look_ahead(
-    sampler: MixtureSampler, sources: Sequence[Mapping[str, DenseDataset]],
+    sampler: MixtureSampler, sources: Sequence[Mapping[str, DatasetBase]],
     prefetcher: Prefetcher[Any],
 ) -> LookAhead | None:
     """The same for a MixtureLoader: each step's rows go to their own source's datasets."""

@@ -1,9 +1,10 @@
-"""MixtureLoader: an endless, prefetched loader over a weighted mixture of dense datasets.
+"""MixtureLoader: an endless, prefetched loader over a weighted mixture of datasets.
 
 Batch k is a pure function of (seed, k): MixtureSampler (loaderx._loading.mixture_sampler) says
 which source and record each row reads, and the loader gathers them, one gather per source and
 stream, on worker threads (loaderx._loading.prefetch). Rows of a batch come grouped by source,
-in source order.
+in source order. A ragged stream's rows are packed (or padded) across sources as in DataLoader
+(loaderx._loading.ragged_batch), one native gather per source.
 
 Left interpreted: the per-step work is a handful of vectorised NumPy calls plus one gather per
 source and stream.
@@ -19,7 +20,9 @@ from typing import Any, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
+from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.look_ahead import start_mixture_look_ahead
 from loaderx._loading.loader_arguments import as_int, check_count
 from loaderx._loading.loader_shell import Batch, LoaderShell
@@ -33,14 +36,23 @@ from loaderx._loading.prefetch import (
 )
 from loaderx._loading.mixture_sampler import STEP_END_REASON, MixtureSampler
 from loaderx._loading.process_workers import START_METHODS, ProcessSteps, default_start_method
+from loaderx._loading.ragged_batch import Layout, RaggedStream, ragged_layouts
 
 __all__ = ["MixtureLoader"]
 
 
-def _check_sources(sources: Sequence[Mapping[str, DenseDataset]]) -> tuple[list[str], list[int]]:
-    """Stream names and per-source lengths; every source has the same names, dtypes and shapes."""
+# A source's streams: DenseDataset or RaggedDataset (their common base, for callers' dicts of
+# both, which mypy types by that base).
+Source = Mapping[str, DatasetBase]
+
+
+def _check_sources(sources: Sequence[Source]) -> tuple[list[str], list[int]]:
+    """Stream names and per-source lengths; every source has the same names, kinds (dense or
+    ragged), dtypes and item shapes."""
     if isinstance(sources, Mapping) or not isinstance(sources, Sequence) or not sources:
-        raise TypeError("sources must be a non-empty list of dicts name -> DenseDataset")
+        raise TypeError(
+            "sources must be a non-empty list of dicts name -> DenseDataset or RaggedDataset"
+        )
     first = sources[0]
     names = list(first)
     lengths = []
@@ -53,9 +65,16 @@ def _check_sources(sources: Sequence[Mapping[str, DenseDataset]]) -> tuple[list[
         found = set()
         for name in names:
             dataset = source[name]
-            if not isinstance(dataset, DenseDataset):
-                raise TypeError(f"source {position} stream {name!r} must be a DenseDataset")
+            if not isinstance(dataset, (DenseDataset, RaggedDataset)):
+                raise TypeError(
+                    f"source {position} stream {name!r} must be a DenseDataset or RaggedDataset"
+                )
             reference = first[name]
+            if type(dataset) is not type(reference):
+                raise TypeError(
+                    f"source {position} stream {name!r} is a {type(dataset).__name__}, source 0's "
+                    f"is a {type(reference).__name__}"
+                )
             if dataset.dtype != reference.dtype or dataset.item_shape != reference.item_shape:
                 raise ValueError(
                     f"source {position} stream {name!r} holds {dataset.dtype} {dataset.item_shape}"
@@ -80,6 +99,7 @@ class _MixtureMaker:
         self.batch_size = loader.batch_size
         self.transform = loader.transform
         self.source_key = loader.source_key
+        self.layouts = loader.layouts
 
     def maker(self, first_step: int) -> _MixtureMaker:
         return self
@@ -90,13 +110,16 @@ class _MixtureMaker:
         batch: dict[str, npt.NDArray[Any]] = {}
         for name in self.names:
             reference = self.sources[0][name]
+            if isinstance(reference, RaggedDataset):
+                self._gather_ragged(name, reference, counts, indices, batch)
+                continue
             out = np.empty((self.batch_size, *reference.item_shape), dtype=reference.dtype)
             row = 0
             for source, count in enumerate(counts):
                 if count:  # one gather per source, straight into its rows of the batch
-                    self.sources[source][name].gather_into(
-                        indices[row : row + count], out[row : row + count]
-                    )
+                    dataset = self.sources[source][name]
+                    assert isinstance(dataset, DenseDataset)
+                    dataset.gather_into(indices[row : row + count], out[row : row + count])
                     row += count
             batch[name] = out
         if self.source_key is not None:
@@ -110,12 +133,28 @@ class _MixtureMaker:
             )
         return result
 
+    def _gather_ragged(self, name: str, reference: RaggedDataset, counts: list[int],
+                       indices: npt.NDArray[np.int64], batch: dict[str, Any]) -> None:
+        """Ragged stream `name` of a step: one gather per source into one packed buffer, in new
+        arrays (the mixture's batches are always the consumer's)."""
+        parts = []
+        row = 0
+        for source, count in enumerate(counts):
+            if count:
+                dataset = self.sources[source][name]
+                assert isinstance(dataset, RaggedDataset)
+                parts.append((dataset, indices[row : row + count]))
+                row += count
+        stream = RaggedStream(name, reference, self.layouts[name], self.batch_size, 1)
+        stream.gather(parts, 0, False, batch)
+
 
 class MixtureLoader(LoaderShell):
     """An endless loader over a weighted mixture of sources; see loaderx._loading.mixture_sampler.
 
-    sources: a list of dicts name -> DenseDataset, each with the same stream names, dtypes and
-    item shapes. weights: one positive number per source (normalised). Batch k is a pure
+    sources: a list of dicts name -> DenseDataset or RaggedDataset, each with the same stream
+    names, kinds, dtypes and item shapes; ragged= lays out the ragged streams as in DataLoader
+    (packed by default, or a Padding). weights: one positive number per source (normalised). Batch k is a pure
     function of (seed, k); prefetch, workers, transform, shard, worker_type and start_method
     work as in DataLoader, and
     state_dict / load_state_dict checkpoint it. With source_key="source" each batch also holds
@@ -124,7 +163,7 @@ class MixtureLoader(LoaderShell):
 
     def __init__(
         self,
-        sources: Sequence[Mapping[str, DenseDataset]],
+        sources: Sequence[Source],
         weights: Sequence[float],
         batch_size: SupportsIndex = 256,
         transform: Callable[[dict[str, npt.NDArray[Any]]], Batch] | None = None,
@@ -136,6 +175,7 @@ class MixtureLoader(LoaderShell):
         source_key: str | None = None,
         worker_type: str = "thread",
         start_method: str | None = None,
+        ragged: object = None,
     ) -> None:
         if worker_type not in ("thread", "process"):
             raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
@@ -147,6 +187,12 @@ class MixtureLoader(LoaderShell):
         self.worker_type = worker_type
         self.start_method = default_start_method() if start_method is None else start_method
         names, lengths = _check_sources(sources)
+        self.layouts: dict[str, Layout] = ragged_layouts(sources[0], ragged)
+        if self.layouts and worker_type == "process":
+            raise ValueError(
+                "worker_type='process' needs batches of fixed shapes, and ragged streams change "
+                "shape from batch to batch: use worker_type='thread' for them"
+            )
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
         self.sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)

@@ -2,7 +2,8 @@
 
 Shared by the loader's worker threads and its consumer's thread (loaderx._loading.prefetch);
 it decides which slot of the ring a step writes into, when a slot's arrays may be written again,
-and gathers every stream at the step's indices (in one native call when it can).
+and gathers every stream at the step's indices (in one native call when it can). Ragged streams
+(loaderx._loading.ragged_batch) keep their own buffers per slot under the same rules.
 
 Compiled with mypyc: Final constants, plain classes with annotated attributes, no dynamic tricks.
 """
@@ -18,9 +19,12 @@ from typing import Any, Final, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
+from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
+from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_shell import Batch
 from loaderx._loading.prefetch import Prefetcher
+from loaderx._loading.ragged_batch import Layout, RaggedStream
 from loaderx._loading.sampler import Sampler
 from loaderx._native.calls import NativeCalls, StreamsCall, address
 from loaderx._native.library import GATHER_STREAMS_MAX
@@ -99,21 +103,37 @@ class StepMaker:
     def __init__(
         self,
         sampler: Sampler,
-        streams: Mapping[str, DenseDataset],
+        streams: Mapping[str, DatasetBase],
         batch_size: int,
         transform: Transform | None,
         ring_size: int,
         reuse_buffers: bool,
         first_step: int,
+        layouts: Mapping[str, Layout] | None = None,
     ) -> None:
         self._sampler: Sampler = sampler
         self._batch_size: int = batch_size
-        self._names: list[str] = list(streams)
-        self._datasets: list[DenseDataset] = [streams[name] for name in self._names]
+        # The dense streams; the ragged ones are RaggedStreams (layouts: packed or padded).
+        self._names: list[str] = []
+        self._datasets: list[DenseDataset] = []
+        self._ragged: list[RaggedStream] = []
+        # Every stream in the caller's order, for the batch's key order: (name, dense position)
+        # for a dense stream, (name, -1 - ragged position) for a ragged one.
+        self._plan: list[tuple[str, int]] = []
+        for name, dataset in streams.items():
+            if isinstance(dataset, RaggedDataset):
+                layout = None if layouts is None else layouts.get(name)
+                self._plan.append((name, -1 - len(self._ragged)))
+                self._ragged.append(RaggedStream(name, dataset, layout, batch_size, ring_size))
+            else:
+                assert isinstance(dataset, DenseDataset)
+                self._plan.append((name, len(self._names)))
+                self._names.append(name)
+                self._datasets.append(dataset)
         self._shapes: list[tuple[int, ...]] = [
-            (batch_size, *streams[name].item_shape) for name in self._names
+            (batch_size, *dataset.item_shape) for dataset in self._datasets
         ]
-        self._dtypes: list[np.dtype[Any]] = [streams[name].dtype for name in self._names]
+        self._dtypes: list[np.dtype[Any]] = [dataset.dtype for dataset in self._datasets]
         # Typed loosely on purpose: the result is checked below with a clear message.
         self._transform: Callable[[dict[str, npt.NDArray[Any]]], object] | None = transform
         self._reuse_buffers: bool = reuse_buffers
@@ -201,6 +221,9 @@ class StepMaker:
         for slots in self._outputs:
             while len(slots) <= slot:
                 slots.append(None)
+        for stream in self._ragged:
+            while len(stream.outputs[0]) <= slot:
+                stream.grow()
         self._written.append(-1)
 
     def _passed_unseen(self, step: int, taken: int, asked: int) -> bool:
@@ -219,6 +242,16 @@ class StepMaker:
 
     def _slot_released(self, slot: int) -> bool:
         for slots in self._outputs:
+            if not _released(slots, slot):
+                return False
+        for stream in self._ragged:
+            if not self._ragged_released(stream, slot):
+                return False
+        return True
+
+    def _ragged_released(self, stream: RaggedStream, slot: int) -> bool:
+        """Whether nothing but the ring references the arrays `stream` handed out of `slot`."""
+        for slots in stream.outputs:
             if not _released(slots, slot):
                 return False
         return True
@@ -257,13 +290,29 @@ class StepMaker:
             self._sampler.fill(step, indices)  # raises the sampler's error
         names = self._names
         batch: dict[str, npt.NDArray[Any]] = {}
-        for i in range(len(names)):
-            batch[names[i]] = self._output(i, slot, released)
+        if self._ragged:
+            self._gather_ragged(indices, slot, released, batch)
+        else:
+            for i in range(len(names)):
+                batch[names[i]] = self._output(i, slot, released)
         if not self._gather_together(slot):
             datasets = self._datasets
             for i in range(len(names)):
                 datasets[i].gather_into(indices, batch[names[i]])
         return batch
+
+    def _gather_ragged(self, indices: npt.NDArray[np.int64], slot: int, released: bool,
+                       batch: dict[str, npt.NDArray[Any]]) -> None:
+        """The dense streams' arrays of `slot` into batch and every ragged stream gathered, in
+        the streams' order (the dense ones are gathered after, by the caller)."""
+        reuse = self._reuse_buffers or released
+        for name, position in self._plan:
+            if position >= 0:
+                batch[name] = self._output(position, slot, released)
+                continue
+            stream = self._ragged[-1 - position]
+            parts = [(stream.dataset, indices)]
+            stream.gather(parts, slot, reuse or self._ragged_released(stream, slot), batch)
 
     def _gather_together(self, slot: int) -> bool:
         """Every stream of `slot` in one native call (self._together): True once done; False

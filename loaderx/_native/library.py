@@ -27,7 +27,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 14
+ABI_VERSION: Final = 16
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -273,6 +273,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_append_fixed": (st, [vp, vp, u64, u64, u8, c_u64p]),
         "lx_store_gather_fixed": (st, [vp, vp, u64, vp, u64]),
         "lx_store_record_lengths": (st, [vp, vp, u64, vp]),
+        "lx_store_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
+        "lx_store_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_store_gather_streams": (st, [vp, u64, vp, u64]),
         "lx_store_delete": (st, [vp, vp, u64]),
@@ -288,6 +290,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_view_length": (u64, [vp]),
         "lx_view_gather_fixed": (st, [vp, vp, u64, vp, u64]),
         "lx_view_record_lengths": (st, [vp, vp, u64, vp]),
+        "lx_view_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
+        "lx_view_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),

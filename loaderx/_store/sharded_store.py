@@ -232,6 +232,49 @@ class ShardedStore:
 
         return self._shards.read(lambda view: view.gather_ragged(indices), without_shards)
 
+    def gather_packed(
+        self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
+    ) -> bool:
+        """See Zrecord.gather_packed (indices global, in range)."""
+        def without_shards() -> bool:
+            _refuse_any(indices)
+            offsets[0] = 0
+            if rows is not None:
+                rows[0] = 0
+            return True
+
+        return self._shards.read(
+            lambda view: view.gather_packed(indices, row_size, out, offsets, rows), without_shards
+        )
+
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """See Zrecord.record_offsets (indices global, in range)."""
+        def without_shards() -> None:
+            _refuse_any(indices)
+            offsets[0] = 0
+            if rows is not None:
+                rows[0] = 0
+
+        self._shards.read(
+            lambda view: view.record_offsets(indices, row_size, offsets, rows), without_shards
+        )
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
+    ) -> bool:
+        """See Zrecord.gather_ragged_into (indices global, in range)."""
+        def without_shards() -> bool:
+            _refuse_any(indices)
+            return True
+
+        return self._shards.read(
+            lambda view: view.gather_ragged_into(indices, out, offsets), without_shards
+        )
+
     def record_lengths(self, index: object) -> npt.NDArray[np.uint64]:
         """The logical size of each selected record (any index form, as Zrecord takes)."""
         def without_shards() -> npt.NDArray[np.uint64]:

@@ -28,6 +28,7 @@ from loaderx._native.calls import NativeCalls, address
 from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
+from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -462,6 +463,73 @@ class Zrecord(NativeCalls):
             return self._gather_ragged(handle, indices)
         finally:
             self._leave()
+
+    def gather_packed(
+        self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
+    ) -> bool:
+        """One native call, under one hold of the lock: offsets and rows as record_offsets
+        gives them, then, when out has room, record indices[i] into out's bytes
+        [offsets[i], offsets[i + 1]). False, with nothing copied, when out is too small:
+        offsets[-1] is then the bytes it needs."""
+        count = check_packed(indices, out, offsets, rows)
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_gather_packed(
+                handle, address(indices) if count else None, count, row_size,
+                address(out) if out.nbytes else None, out.nbytes, address(offsets),
+                None if rows is None else address(rows),
+            )
+        finally:
+            self._leave()
+        if code == _native.SIZE_MISMATCH:
+            return False
+        if code:
+            _native.check(code, f"gather of {count} records from {self.path!r}")
+        return True
+
+    def record_offsets(
+        self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        """One native call: offsets[i] = the bytes of the first i records of indices (offsets[0]
+        is 0), and with rows, rows[i] = offsets[i] // row_size (a packed batch's cu_seqlens).
+        CorruptStoreError for a record that is not whole rows; nothing written on an error."""
+        count = check_record_offsets(indices, offsets, rows)
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_record_offsets(
+                handle, address(indices) if count else None, count, row_size, address(offsets),
+                None if rows is None else address(rows),
+            )
+        finally:
+            self._leave()
+        if code:
+            _native.check(code, f"record offsets in {self.path!r}")
+
+    def gather_ragged_into(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
+    ) -> bool:
+        """Record indices[i] into out's bytes [offsets[i], offsets[i + 1]), in one native call.
+
+        The offsets come from the caller's own record_lengths; False, with the records that
+        still fit written or not, when one of them no longer has its slot's size (a delete or
+        compaction in between moved it): the caller sizes again (loaderx._store.ragged_into).
+        """
+        count = check_ragged_into(indices, out, offsets)
+        if count == 0:
+            return True
+        handle = self._enter()
+        try:
+            code = _native.lib.lx_store_gather(
+                handle, address(indices), count, address(out), address(offsets)
+            )
+        finally:
+            self._leave()
+        if code == _native.SIZE_MISMATCH:
+            return False
+        _native.check(code, f"gather of {count} records from {self.path!r}")
+        return True
 
     def gather(self, index: object) -> list[bytes]:
         """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""

@@ -759,11 +759,14 @@ def test_streams_must_share_one_length(folder: Path) -> None:
             DataLoader({"data": data, "label": short})
 
 
-def test_a_ragged_stream_is_refused_with_a_pointer_to_pad(tmp_path: Path) -> None:
+def test_a_ragged_stream_is_packed(tmp_path: Path) -> None:
+    """The rest of ragged streams is tested in test_ragged_batches.py."""
     with RaggedDataset(tmp_path / "tokens", dtype=np.int32, item_shape=()) as tokens:
         tokens.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
-        with pytest.raises(TypeError, match="pad"):
-            DataLoader({"tokens": tokens})  # type: ignore[dict-item]
+        with DataLoader({"tokens": tokens}, batch_size=2, mode="sequential") as loader:
+            batch = next(loader)
+        assert batch["tokens"].tolist() == [0, 1, 2, 0, 1, 2, 3, 4]
+        assert batch["tokens.cu_seqlens"].tolist() == [0, 3, 8]
 
 
 def test_bad_arguments_are_refused(streams: dict[str, DenseDataset]) -> None:
@@ -779,7 +782,7 @@ def test_bad_arguments_are_refused(streams: dict[str, DenseDataset]) -> None:
         DataLoader(streams, transform=42)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         DataLoader(streams, mode="shuffled")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="^streams must be a dict of name -> DenseDataset, not list$"):
+    with pytest.raises(TypeError, match="^streams must be a dict of name -> DenseDataset or RaggedDataset, not list$"):
         DataLoader(list(streams.values()))  # type: ignore[arg-type]
     dataset = next(iter(streams.values()))
     with pytest.raises(TypeError, match="^stream names must be str, got 0$"):

@@ -31,14 +31,17 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     doc = json.loads(report.read_text())
     assert {"CPU", "memory", "python"} <= set(doc["machine"])
     layers = [table["layer"] for table in doc["tables"]]
-    assert layers == ["sampler", "store", "store", "sweep", "sweep-overhead", "loader", "scale",
-                      "scale", "memory", "shards", "shards", "shards", "convert", "parquet"]
+    assert layers == ["sampler", "store", "store", "sweep", "sweep-overhead", "loader", "ragged",
+                      "scale", "scale", "memory", "shards", "shards", "shards", "convert",
+                      "parquet"]
     rows = {t["title"].split(":")[0]: {str(r.get("store") or r.get("loader") or r.get("sampler")
                                            or r.get("codec")) for r in t["rows"]}
             for t in doc["tables"]}
     assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (mild)"]
     assert {"loaderx raw", "loaderx zstd", "npy-mmap"} <= rows["Store (smooth)"]
     assert {"loaderx raw", "loaderx bare-gather raw", "loaderx raw + labels"} <= rows["Loader"]
+    assert {f"loaderx {kind} {codec}" for kind in ("dense", "packed", "padded")
+            for codec in ("raw", "zstd")} == rows["Ragged loader"]
     sweep = next(t for t in doc["tables"] if t["layer"] == "sweep")
     assert [r["size_bytes"] for r in sweep["rows"]] == [8, 4096]
     for row in sweep["rows"]:  # every contender was timed at every size

@@ -24,7 +24,7 @@ PUBLIC_API: dict[str, set[str]] = {
                           "resolve_dict_size"},
     "loaderx.dataset": {"DICT_SIZE_MAX", "DICT_SIZE_MIN", "DICT_TIERS", "SHARD_RECORDS_MAX",
                         "DenseDataset", "RaggedDataset", "pad"},
-    "loaderx.dataloader": {"Batch", "DataLoader", "Transform", "WorkerError"},
+    "loaderx.dataloader": {"Batch", "DataLoader", "Padding", "Transform", "WorkerError"},
     "loaderx.zrecord": {"CODECS", "RECORD_COUNT_MAX", "RECORD_SIZE_MAX", "Zrecord",
                         "pool_policy", "set_pool_policy", "set_raise_descriptor_limit", "set_stores_policy", "stores_policy",
                         "POOL_ALWAYS", "POOL_AUTO", "POOL_NEVER", "STORES_AUTO", "STORES_CACHED",

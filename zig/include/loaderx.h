@@ -127,6 +127,21 @@ lx_status lx_store_gather_fixed(lx_store *store, const int64_t *indices, uint64_
 /* Logical (decompressed) length of each record. */
 lx_status lx_store_record_lengths(lx_store *store, const int64_t *indices, uint64_t count,
                                   uint64_t *out_lengths);
+/* A ragged gather's offsets in one call: out_offsets (count + 1 entries) gets 0 and the running
+ * sums of the records' logical lengths, the dst_offsets of lx_store_gather. With out_rows
+ * (count + 1 int32 entries; row_size > 0) it also gets each offset / row_size, the cu_seqlens
+ * of a packed batch; a record that is not a whole number of rows is then LX_CORRUPT, and more
+ * rows than int32 counts LX_INVALID_ARGUMENT, with out_rows untouched. */
+lx_status lx_store_record_offsets(lx_store *store, const int64_t *indices, uint64_t count,
+                                  uint64_t row_size, uint64_t *out_offsets, int32_t *out_rows);
+/* A packed gather in one call (a loader's ragged batch): out_offsets and out_rows as
+ * lx_store_record_offsets gives them, then, when dst_capacity holds the records, every record
+ * back to back in dst, all under one hold of the store's lock (no record changes size in
+ * between). When dst_capacity is too small it is LX_SIZE_MISMATCH with nothing copied, and
+ * out_offsets[count] says how many bytes dst needs. */
+lx_status lx_store_gather_packed(lx_store *store, const int64_t *indices, uint64_t count,
+                                 uint64_t row_size, uint8_t *dst, uint64_t dst_capacity,
+                                 uint64_t *out_offsets, int32_t *out_rows);
 /* Ragged gather: record indices[i] goes to dst + dst_offsets[i]; the slot
  * [dst_offsets[i], dst_offsets[i+1]) must be exactly its logical length. */
 lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t count, uint8_t *dst,
@@ -215,7 +230,8 @@ typedef struct lx_view lx_view;
 lx_status lx_view_open(lx_store *const *stores, uint64_t count, lx_view **out);
 void lx_view_close(lx_view *view);                 /* NULL does nothing */
 uint64_t lx_view_length(const lx_view *view);      /* total records; 0 for NULL */
-/* As lx_store_gather_fixed / lx_store_record_lengths / lx_store_gather, with global indices:
+/* As lx_store_gather_fixed / lx_store_record_lengths / lx_store_record_offsets /
+ * lx_store_gather_packed / lx_store_gather, with global indices:
  * the whole batch is one pool run, each record read by its own store under that store's
  * shared lock. An index past a store that shrank since the view was made is
  * LX_INDEX_OUT_OF_RANGE (with a message naming the shard). */
@@ -223,6 +239,11 @@ lx_status lx_view_gather_fixed(lx_view *view, const int64_t *indices, uint64_t c
                                uint8_t *dst, uint64_t stride);
 lx_status lx_view_record_lengths(lx_view *view, const int64_t *indices, uint64_t count,
                                  uint64_t *out_lengths);
+lx_status lx_view_record_offsets(lx_view *view, const int64_t *indices, uint64_t count,
+                                 uint64_t row_size, uint64_t *out_offsets, int32_t *out_rows);
+lx_status lx_view_gather_packed(lx_view *view, const int64_t *indices, uint64_t count,
+                                uint64_t row_size, uint8_t *dst, uint64_t dst_capacity,
+                                uint64_t *out_offsets, int32_t *out_rows);
 lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, uint8_t *dst,
                          const uint64_t *dst_offsets);
 

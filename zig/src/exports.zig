@@ -28,7 +28,7 @@ const LxGatherStream = abi_types.LxGatherStream;
 const LxSamplerRequest = abi_types.LxSamplerRequest;
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 14;
+pub const abi_version: u32 = 16;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -72,6 +72,7 @@ export fn lx_stores_policy() callconv(.c) u32 {
 // (lx_store_*, lx_after_fork_child: owned by the store work)
 
 const store_mod = @import("store.zig");
+const record_offsets = @import("record_offsets.zig");
 const registry = @import("registry.zig");
 const gather_streams = @import("gather_streams.zig");
 const store_pool = @import("pool.zig");
@@ -139,6 +140,42 @@ fn recordLengths(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64,
     const out_ptr = out_lengths orelse return invalid(function ++ ": out_lengths is NULL", .{});
     if (countOverflows(count, @sizeOf(u64), 0)) return invalid(function ++ ": count {d} overflows the address space", .{count});
     return storeStatus(object.recordLengths(indices_ptr[0..count], out_ptr[0..count]));
+}
+
+/// The lengths of the records, summed into offsets (and rows: record_offsets.zig); the lengths
+/// land in out_offsets[1..] first, so no scratch is needed.
+fn recordOffsets(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, row_size: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_record_offsets";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    const offsets_ptr = out_offsets orelse return invalid(function ++ ": out_offsets is NULL", .{});
+    if (out_rows != null and row_size == 0) return invalid(function ++ ": row_size is 0 (rows need a row size)", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    if (count > 0 and indices == null) return invalid(function ++ ": indices is NULL", .{});
+    const offsets = offsets_ptr[0 .. count + 1];
+    if (count > 0) object.recordLengths(indices.?[0..count], offsets[1..]) catch |err| return coreStatus(err);
+    const rows: ?[]i32 = if (out_rows) |r| r[0 .. count + 1] else null;
+    return storeStatus(record_offsets.accumulate(offsets, row_size, rows));
+}
+
+/// Sizes and copies a packed batch under one hold of the locks (Store.gatherPacked).
+fn gatherPacked(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, row_size: u64, dst: ?[*]u8, dst_capacity: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status {
+    const function = "lx_" ++ comptime nounOf(T) ++ "_gather_packed";
+    const object = openHandle(T, handle, function) orelse return .invalid_argument;
+    const offsets_ptr = out_offsets orelse return invalid(function ++ ": out_offsets is NULL", .{});
+    if (out_rows != null and row_size == 0) return invalid(function ++ ": row_size is 0 (rows need a row size)", .{});
+    if (countOverflows(count, @sizeOf(u64), 1)) return invalid(function ++ ": count {d} overflows the address space", .{count});
+    if (dst == null and dst_capacity > 0) return invalid(function ++ ": dst is NULL", .{});
+    const base = dst orelse @as([*]u8, @ptrFromInt(1));
+    if (@intFromPtr(base) > std.math.maxInt(usize) - dst_capacity) return invalid(function ++ ": dst_capacity {d} runs past the address space", .{dst_capacity});
+    if (count == 0) {
+        offsets_ptr[0] = 0;
+        if (out_rows) |r| r[0] = 0;
+        status.clearMessage();
+        return .ok;
+    }
+    const indices_ptr = indices orelse return invalid(function ++ ": indices is NULL", .{});
+    const rows: ?[]i32 = if (out_rows) |r| r[0 .. count + 1] else null;
+    return storeStatus(object.gatherPacked(indices_ptr[0..count], base, dst_capacity, offsets_ptr[0 .. count + 1], row_size, rows));
 }
 
 fn gatherRagged(comptime T: type, handle: ?*CHandle(T), indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status {
@@ -276,6 +313,30 @@ export fn lx_store_record_lengths(
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
     return recordLengths(Store, store, indices, count, out_lengths);
+}
+
+export fn lx_store_record_offsets(
+    store: ?*LxStore,
+    indices: ?[*]const i64,
+    count: u64,
+    row_size: u64,
+    out_offsets: ?[*]u64,
+    out_rows: ?[*]i32,
+) callconv(.c) Status {
+    return recordOffsets(Store, store, indices, count, row_size, out_offsets, out_rows);
+}
+
+export fn lx_store_gather_packed(
+    store: ?*LxStore,
+    indices: ?[*]const i64,
+    count: u64,
+    row_size: u64,
+    dst: ?[*]u8,
+    dst_capacity: u64,
+    out_offsets: ?[*]u64,
+    out_rows: ?[*]i32,
+) callconv(.c) Status {
+    return gatherPacked(Store, store, indices, count, row_size, dst, dst_capacity, out_offsets, out_rows);
 }
 
 export fn lx_store_gather(
@@ -451,6 +512,30 @@ export fn lx_view_record_lengths(
     out_lengths: ?[*]u64,
 ) callconv(.c) Status {
     return recordLengths(View, view, indices, count, out_lengths);
+}
+
+export fn lx_view_record_offsets(
+    view: ?*LxView,
+    indices: ?[*]const i64,
+    count: u64,
+    row_size: u64,
+    out_offsets: ?[*]u64,
+    out_rows: ?[*]i32,
+) callconv(.c) Status {
+    return recordOffsets(View, view, indices, count, row_size, out_offsets, out_rows);
+}
+
+export fn lx_view_gather_packed(
+    view: ?*LxView,
+    indices: ?[*]const i64,
+    count: u64,
+    row_size: u64,
+    dst: ?[*]u8,
+    dst_capacity: u64,
+    out_offsets: ?[*]u64,
+    out_rows: ?[*]i32,
+) callconv(.c) Status {
+    return gatherPacked(View, view, indices, count, row_size, dst, dst_capacity, out_offsets, out_rows);
 }
 
 export fn lx_view_gather(

@@ -23,6 +23,8 @@ extern fn lx_store_append(store: ?*LxStore, data: ?[*]const u8, offsets: ?[*]con
 extern fn lx_store_append_fixed(store: ?*LxStore, data: ?[*]const u8, stride: u64, count: u64, codec: u8, out_first: ?*u64) Status;
 extern fn lx_store_gather_fixed(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
 extern fn lx_store_record_lengths(store: ?*LxStore, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
+extern fn lx_store_record_offsets(store: ?*LxStore, indices: ?[*]const i64, count: u64, row_size: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
+extern fn lx_store_gather_packed(store: ?*LxStore, indices: ?[*]const i64, count: u64, row_size: u64, dst: ?[*]u8, dst_capacity: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
 extern fn lx_store_gather(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 const LxGatherStream = extern struct { store: ?*LxStore, out: ?[*]u8, record_size: u64, out_bytes: u64 };
 extern fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) Status;
@@ -44,6 +46,8 @@ extern fn lx_view_close(view: ?*LxView) void;
 extern fn lx_view_length(view: ?*const LxView) u64;
 extern fn lx_view_gather_fixed(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, stride: u64) Status;
 extern fn lx_view_record_lengths(view: ?*LxView, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
+extern fn lx_view_record_offsets(view: ?*LxView, indices: ?[*]const i64, count: u64, row_size: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
+extern fn lx_view_gather_packed(view: ?*LxView, indices: ?[*]const i64, count: u64, row_size: u64, dst: ?[*]u8, dst_capacity: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
 extern fn lx_view_gather(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
@@ -229,6 +233,110 @@ test "appends refuse NULLs, decreasing offsets, bad codecs, zero strides and hug
     var one: [1]u64 = .{0};
     try testing.expectEqual(Status.ok, lx_store_append(s, null, &one, 0, 0, null));
     try testing.expectEqual(@as(u64, 10), lx_store_length(s));
+}
+
+test "record offsets: running sums and rows in one call, bad arguments refused before writing" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    var offsets: [5]u64 = @splat(77);
+    var rows: [5]i32 = @splat(-1);
+    try expectRefused(.invalid_argument, lx_store_record_offsets(null, &indices, 4, 2, &offsets, &rows), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_offsets(s, null, 4, 2, &offsets, &rows), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_offsets(s, &indices, 4, 2, null, &rows), "out_offsets is NULL");
+    try expectRefused(.invalid_argument, lx_store_record_offsets(s, &indices, 4, 0, &offsets, &rows), "row_size is 0");
+    try expectRefused(.invalid_argument, lx_store_record_offsets(s, &indices, huge, 2, &offsets, &rows), "overflow");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, lx_store_record_offsets(s, &outside, 4, 2, &offsets, &rows), "out of range");
+    try testing.expectEqualSlices(u64, &@as([5]u64, @splat(77)), &offsets);
+    // Records of 4 bytes are not whole rows of 3: the store's bytes disagree with the rows.
+    try expectRefused(.corrupt, lx_store_record_offsets(s, &indices, 4, 3, &offsets, &rows), "whole number of 3-byte rows");
+    try testing.expectEqualSlices(i32, &@as([5]i32, @splat(-1)), &rows);
+
+    try testing.expectEqual(Status.ok, lx_store_record_offsets(s, &indices, 4, 2, &offsets, &rows));
+    try testing.expectEqualSlices(u64, &.{ 0, 4, 8, 12, 16 }, &offsets);
+    try testing.expectEqualSlices(i32, &.{ 0, 2, 4, 6, 8 }, &rows);
+    // Without rows, any row size; with no records, a lone 0 (indices may be NULL).
+    offsets = @splat(77);
+    try testing.expectEqual(Status.ok, lx_store_record_offsets(s, &indices, 2, 0, &offsets, null));
+    try testing.expectEqualSlices(u64, &.{ 0, 4, 8, 77, 77 }, &offsets);
+    try testing.expectEqual(Status.ok, lx_store_record_offsets(s, null, 0, 4, &offsets, &rows));
+    try testing.expectEqual(@as(u64, 0), offsets[0]);
+    try testing.expectEqual(@as(i32, 0), rows[0]);
+    // The offsets are what lx_store_gather takes.
+    var out: [16]u8 = undefined;
+    try testing.expectEqual(Status.ok, lx_store_record_offsets(s, &indices, 4, 1, &offsets, null));
+    try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+
+    // A view answers the same, with global indices.
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{ s, s };
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 2, &view));
+    defer lx_view_close(view);
+    var global: [3]i64 = .{ 19, 0, 10 };
+    var view_offsets: [4]u64 = undefined;
+    var view_rows: [4]i32 = undefined;
+    try testing.expectEqual(Status.ok, lx_view_record_offsets(view, &global, 3, 4, &view_offsets, &view_rows));
+    try testing.expectEqualSlices(u64, &.{ 0, 4, 8, 12 }, &view_offsets);
+    try testing.expectEqualSlices(i32, &.{ 0, 1, 2, 3 }, &view_rows);
+    try expectRefused(.invalid_argument, lx_view_record_offsets(null, &global, 3, 4, &view_offsets, &view_rows), "view is NULL");
+    var past: [1]i64 = .{20};
+    try expectRefused(.index_out_of_range, lx_view_record_offsets(view, &past, 1, 4, &view_offsets, &view_rows), "out of range");
+}
+
+test "packed gathers: offsets, rows and records in one call; a small dst says what it needs; bad arguments refused" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    var offsets: [5]u64 = @splat(77);
+    var rows: [5]i32 = @splat(-1);
+    var out: [20]u8 = @splat(0xEE);
+    try expectRefused(.invalid_argument, lx_store_gather_packed(null, &indices, 4, 2, &out, 20, &offsets, &rows), "store is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, null, 4, 2, &out, 20, &offsets, &rows), "indices is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, &indices, 4, 2, &out, 20, null, &rows), "out_offsets is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, &indices, 4, 0, &out, 20, &offsets, &rows), "row_size is 0");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, &indices, 4, 2, null, 20, &offsets, &rows), "dst is NULL");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, &indices, 4, 2, &out, huge, &offsets, &rows), "address space");
+    try expectRefused(.invalid_argument, lx_store_gather_packed(s, &indices, huge, 2, &out, 20, &offsets, &rows), "overflow");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, lx_store_gather_packed(s, &outside, 4, 2, &out, 20, &offsets, &rows), "out of range");
+    try testing.expectEqualSlices(u64, &@as([5]u64, @splat(77)), &offsets);
+    try expectRefused(.corrupt, lx_store_gather_packed(s, &indices, 4, 3, &out, 20, &offsets, &rows), "whole number of 3-byte rows");
+    try testing.expectEqualSlices(i32, &@as([5]i32, @splat(-1)), &rows);
+    // Too small a dst: nothing copied, and the offsets say what it needs.
+    try expectRefused(.size_mismatch, lx_store_gather_packed(s, &indices, 4, 2, &out, 15, &offsets, &rows), "need 16");
+    try testing.expectEqual(@as(u64, 16), offsets[4]);
+    try testing.expectEqualSlices(u8, &@as([20]u8, @splat(0xEE)), &out);
+
+    try testing.expectEqual(Status.ok, lx_store_gather_packed(s, &indices, 4, 2, &out, 20, &offsets, &rows));
+    try testing.expectEqualSlices(u64, &.{ 0, 4, 8, 12, 16 }, &offsets);
+    try testing.expectEqualSlices(i32, &.{ 0, 2, 4, 6, 8 }, &rows);
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2, 0xEE, 0xEE, 0xEE, 0xEE }, &out);
+    // No records: a lone 0 whatever the pointers; no rows asked: any row size.
+    try testing.expectEqual(Status.ok, lx_store_gather_packed(s, null, 0, 4, null, 0, &offsets, &rows));
+    try testing.expectEqual(@as(u64, 0), offsets[0]);
+    try testing.expectEqual(@as(i32, 0), rows[0]);
+    try testing.expectEqual(Status.ok, lx_store_gather_packed(s, &indices, 1, 0, &out, 4, &offsets, null));
+
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{ s, s };
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 2, &view));
+    defer lx_view_close(view);
+    var global: [3]i64 = .{ 19, 0, 12 };
+    var view_out: [12]u8 = undefined;
+    try expectRefused(.size_mismatch, lx_view_gather_packed(view, &global, 3, 4, &view_out, 11, &offsets, &rows), "need 12");
+    try testing.expectEqual(Status.ok, lx_view_gather_packed(view, &global, 3, 4, &view_out, 12, &offsets, &rows));
+    try testing.expectEqualSlices(u64, &.{ 0, 4, 8, 12 }, offsets[0..4]);
+    try testing.expectEqualSlices(i32, &.{ 0, 1, 2, 3 }, rows[0..4]);
+    try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 2, 2, 2, 2 }, &view_out);
+    try expectRefused(.invalid_argument, lx_view_gather_packed(null, &global, 3, 4, &view_out, 12, &offsets, &rows), "view is NULL");
+    var past: [1]i64 = .{20};
+    try expectRefused(.index_out_of_range, lx_view_gather_packed(view, &past, 1, 4, &view_out, 12, &offsets, &rows), "out of range");
 }
 
 test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wrong sizes before writing" {

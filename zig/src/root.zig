@@ -45,6 +45,7 @@ test {
     _ = @import("runs.zig");
     _ = @import("lazy_table.zig");
     _ = @import("raw_copy.zig");
+    _ = @import("record_offsets.zig");
     _ = @import("numpy_array.zig");
     _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");

@@ -250,6 +250,7 @@ pub const Store = struct {
 
     pub const append = store_append.append;
     pub const gather = store_gather.gather;
+    pub const gatherPacked = store_gather.gatherPacked;
     pub const recordLengths = store_gather.recordLengths;
     pub const GatherTask = store_gather.GatherTask;
     pub const Sides = store_gather.Sides;

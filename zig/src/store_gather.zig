@@ -14,6 +14,7 @@ const raw_copy = @import("raw_copy.zig");
 const batch = @import("batch.zig");
 const index_check = @import("index_check.zig");
 const store_mod = @import("store.zig");
+const record_offsets = @import("record_offsets.zig");
 const Store = store_mod.Store;
 const Destination = batch.Destination;
 const Failure = batch.Failure;
@@ -51,11 +52,43 @@ pub fn gather(store: *Store, caller_indices: []const i64, destination: Destinati
     const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
     try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
     try store.checkSlots(indices, destination);
+    try copyChecked(store, indices, destination, byte_count);
+}
+
+/// The copy of a gather whose indices and slots are checked, under the shared lock.
+fn copyChecked(store: *Store, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
     const bytes_min = if (indices.len > 0) store.gatherBytesMin(@intCast(indices[0])) else store_mod.runner_bytes_min;
-    const copies_raw = destination.offsets == null and indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
+    const copies_raw = indices.len > 0 and store.copiesRaw(@intCast(indices[0]));
     var task: GatherTask = .{ .store = store, .indices = indices, .destination = destination };
     raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &store.gather_advisor, &store.copy_advisors);
     try task.failure.check();
+}
+
+/// A packed gather: the records of indices back to back in dst. offsets (indices.len + 1) gets
+/// their running byte offsets and, with rows, their running row counts (record_offsets.zig);
+/// then, when dst's `capacity` holds them, the records are copied there, all under one hold
+/// of the shared lock, so that no delete can change a size in between. A capacity too small is
+/// error.SizeMismatch with nothing copied: the caller reads the bytes needed in
+/// offsets[indices.len] and calls again with a larger dst.
+pub fn gatherPacked(store: *Store, caller_indices: []const i64, dst: [*]u8, capacity: u64, offsets: []u64, row_size: u64, rows: ?[]i32) Error!void {
+    assert(offsets.len == caller_indices.len + 1);
+    const io = pool.io();
+    try store.relockIfForked();
+    store.lock.lockSharedUncancelable(io);
+    defer store.lock.unlockShared(io);
+    // Checked on a copy, as gather does.
+    const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
+    defer if (on_heap) |copy| store.allocator.free(copy);
+    const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
+    try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+    for (indices, offsets[1..]) |index, *length| length.* = store.meta.table[@intCast(index)].logic_length;
+    try record_offsets.accumulate(offsets, row_size, rows);
+    const byte_count = offsets[indices.len];
+    if (byte_count > capacity) {
+        diagnostic.note("dst holds {d} bytes; the records need {d}", .{ capacity, byte_count });
+        return error.SizeMismatch;
+    }
+    try copyChecked(store, indices, .{ .base = dst, .offsets = offsets.ptr }, byte_count);
 }
 
 /// Gathers that run beside a GatherTask (gather_streams.zig): the first of its runners to
@@ -106,12 +139,16 @@ pub const GatherTask = struct {
         const store = task.store;
         var i = begin;
         while (i < end) : (i += 1) {
-            // Raw fixed-size records take the pipelined copy; it stops at the first record
-            // that needs more (decompression, a size to check, a chunk not mapped yet),
+            // Raw records take the pipelined copy (fixed-size or ragged); it stops at the
+            // first record that needs more (decompression, a size to check, a chunk not
+            // mapped yet, an empty record),
             // which the general code below handles, with its messages. A handle that
             // checks raw records against their sums sends them all the general way.
-            if (task.destination.offsets == null and store.copiesRawUnchecked()) {
-                i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
+            if (store.copiesRawUnchecked()) {
+                i = if (task.destination.offsets) |offsets|
+                    raw_copy.copyRagged(task, task.destination.base, offsets, i, end, task.stores, task.loads)
+                else
+                    raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
                 if (i == end) break;
             }
             const index: u64 = @intCast(task.indices[i]);

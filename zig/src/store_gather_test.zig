@@ -121,6 +121,53 @@ test "fixed-stride gathers: raw records take the pipelined copy, every other rec
     }
 }
 
+test "ragged gathers: raw records take the pipelined copy, empty and compressed ones the general path" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    // Records 0..299 raw and 300..399 zstd, of sizeSmall's 0 to 2999 bytes (record 0 is empty),
+    // some noisy (they stay raw inside the zstd append) and some compressible.
+    const count = 400;
+    var raw = try Batch.init(0, 300, &sizeSmall, true);
+    defer raw.deinit();
+    _ = try store.append(raw.records(), @intFromEnum(format.Codec.raw));
+    var zstd = try Batch.init(300, 100, &sizeSmall, false);
+    defer zstd.deinit();
+    _ = try store.append(zstd.records(), @intFromEnum(format.Codec.zstd));
+    var indices: [600]i64 = undefined; // longer than a window of sources
+    var prng = std.Random.DefaultPrng.init(38);
+    for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+    indices[0] = 0;
+    indices[300] = 0;
+    indices[1] = 5;
+    var lengths: [indices.len]u64 = undefined;
+    try store.recordLengths(&indices, &lengths);
+    var offsets: [indices.len + 1]u64 = undefined;
+    offsets[0] = 0;
+    for (lengths, 0..) |length, i| offsets[i + 1] = offsets[i] + length;
+    const got = try testing.allocator.alloc(u8, offsets[indices.len]);
+    defer testing.allocator.free(got);
+    const expected = try testing.allocator.alloc(u8, 3000);
+    defer testing.allocator.free(expected);
+    // The first gather maps the chunks on the general path; the second finds them mapped.
+    for (0..2) |_| {
+        @memset(got, 0xAA);
+        try store.gather(&indices, .{ .base = got.ptr, .offsets = &offsets }, got.len);
+        for (indices, 0..) |index, i| {
+            const id: u64 = @intCast(index);
+            try testing.expectEqual(@as(u64, sizeSmall(id)), lengths[i]);
+            fillRecord(expected[0..lengths[i]], id, id < 300);
+            try testing.expectEqualSlices(u8, expected[0..lengths[i]], got[offsets[i]..offsets[i + 1]]);
+        }
+    }
+    // A slot one byte short is refused before any byte moves, by the check of every slot.
+    const short = [_]u64{ 0, lengths[1] - 1 };
+    @memset(got, 0xAA);
+    try testing.expectError(error.SizeMismatch, store.gather(indices[1..2], .{ .base = got.ptr, .offsets = &short }, short[1]));
+    try testing.expect(std.mem.allEqual(u8, got, 0xAA));
+}
+
 test "runs: learned on append and on open, relearned after delete and compact; gathers stay exact" {
     const runs_mod = @import("runs.zig");
     const block = runs_mod.block_records;
@@ -263,6 +310,51 @@ test "a fixed stores policy takes the stores advisor out of large raw gathers, w
             }
         }
         // Only `auto` asks the advisor (and only where streaming stores exist).
+        const asked: u64 = if (policy == .auto and raw_copy.has_streaming_stores) 12 else 0;
+        try testing.expectEqual(asked, store.copy_advisors.stores.tickets.load(.monotonic));
+    }
+}
+
+fn sizeLarge(id: u64) usize {
+    return 1000 + @as(usize, @intCast((id * 7919) % 6000));
+}
+
+test "large ragged gathers stream and fetch as the policies and advisors say, with the same bytes" {
+    var folder = Folder.init();
+    defer folder.deinit();
+    const store = try folder.open();
+    defer store.close();
+    // 1,000 to 6,999-byte records (some under streaming_stride_min): 300 of them make about
+    // 1.2 MiB, a batch that may stream, with odd lengths and odd destination offsets.
+    const count = 400;
+    var records = try Batch.init(0, count, &sizeLarge, true);
+    defer records.deinit();
+    _ = try store.append(records.records(), @intFromEnum(format.Codec.raw));
+    var indices: [300]i64 = undefined;
+    var lengths: [indices.len]u64 = undefined;
+    var offsets: [indices.len + 1]u64 = undefined;
+    const got = try testing.allocator.alloc(u8, indices.len * 7000);
+    defer testing.allocator.free(got);
+    const expected = try testing.allocator.alloc(u8, 7000);
+    defer testing.allocator.free(expected);
+    var prng = std.Random.DefaultPrng.init(44);
+    defer raw_copy.stores_policy.store(.auto, .monotonic);
+    for ([_]raw_copy.StoresPolicy{ .streaming, .cached, .auto }) |policy| {
+        raw_copy.stores_policy.store(policy, .monotonic);
+        for (0..12) |_| {
+            for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
+            try store.recordLengths(&indices, &lengths);
+            offsets[0] = 0;
+            for (lengths, 0..) |length, i| offsets[i + 1] = offsets[i] + length;
+            @memset(got, 0xAA);
+            try store.gather(&indices, .{ .base = got.ptr, .offsets = &offsets }, offsets[indices.len]);
+            for (indices, 0..) |index, i| {
+                const id: u64 = @intCast(index);
+                fillRecord(expected[0..lengths[i]], id, true);
+                try testing.expectEqualSlices(u8, expected[0..lengths[i]], got[offsets[i]..offsets[i + 1]]);
+            }
+            try testing.expect(std.mem.allEqual(u8, got[offsets[indices.len]..], 0xAA));
+        }
         const asked: u64 = if (policy == .auto and raw_copy.has_streaming_stores) 12 else 0;
         try testing.expectEqual(asked, store.copy_advisors.stores.tickets.load(.monotonic));
     }

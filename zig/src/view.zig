@@ -16,6 +16,7 @@ const Store = store_mod.Store;
 const Destination = store_mod.Destination;
 const Failure = store_mod.Failure;
 const raw_copy = @import("raw_copy.zig");
+const record_offsets = @import("record_offsets.zig");
 const registry = @import("registry.zig");
 const lock_order = @import("lock_order.zig");
 const Error = errors.Error;
@@ -353,13 +354,37 @@ pub const View = struct {
             for (scratch.routes, 0..) |r, i| view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i) catch |err|
                 return placeFailure(indices, scratch.routes, i, err);
         }
-        const first = scratch.routes[0];
+        try view.copyRouted(indices, scratch.routes, destination, byte_count);
+    }
+
+    /// The copy of a gather whose routes and slots are checked, its stores locked.
+    fn copyRouted(view: *View, indices: []const i64, routes: []const Route, destination: Destination, byte_count: u64) Error!void {
+        const first = routes[0];
         const first_store = view.stores[first.store_index];
         const bytes_min = first_store.gatherBytesMin(first.local);
-        const copies_raw = destination.offsets == null and first_store.copiesRaw(first.local);
-        var task: GatherTask = .{ .view = view, .routes = scratch.routes, .destination = destination };
+        const copies_raw = first_store.copiesRaw(first.local);
+        var task: GatherTask = .{ .view = view, .routes = routes, .destination = destination };
         raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.copy_advisors);
-        task.failure.check() catch |err| return placeFailure(indices, scratch.routes, task.failure.position, err);
+        task.failure.check() catch |err| return placeFailure(indices, routes, task.failure.position, err);
+    }
+
+    /// A packed gather of global indices, as Store.gatherPacked: offsets (and rows) from the
+    /// records' lengths, then the copy into dst when `capacity` holds them (error.SizeMismatch
+    /// with nothing copied otherwise), with every store touched locked throughout.
+    pub fn gatherPacked(view: *View, indices: []const i64, dst: [*]u8, capacity: u64, offsets: []u64, row_size: u64, rows: ?[]i32) Error!void {
+        assert(indices.len > 0 and offsets.len == indices.len + 1);
+        const scratch = try Scratch.init(view, indices.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
+        for (scratch.routes, offsets[1..]) |r, *size| size.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
+        try record_offsets.accumulate(offsets, row_size, rows);
+        const byte_count = offsets[indices.len];
+        if (byte_count > capacity) {
+            diagnostic.note("dst holds {d} bytes; the records need {d}", .{ capacity, byte_count });
+            return error.SizeMismatch;
+        }
+        try view.copyRouted(indices, scratch.routes, .{ .base = dst, .offsets = offsets.ptr }, byte_count);
     }
 
     /// A store's message names the shard's local index ("record 7"); the caller gave a global
@@ -403,13 +428,14 @@ pub const View = struct {
                 var i = range.begin;
                 while (i < range.end) : (i += 1) {
                     if (task.failure.failed()) return;
-                    // Raw fixed-size records take the pipelined copy, as from one store; the
+                    // Raw records take the pipelined copy (fixed-size or ragged), as from one store; the
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
-                    if (task.destination.offsets == null) {
-                        i = raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
-                        if (i == range.end) break;
-                    }
+                    i = if (task.destination.offsets) |offsets|
+                        raw_copy.copyRagged(task, task.destination.base, offsets, i, range.end, task.stores, task.loads)
+                    else
+                        raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
+                    if (i == range.end) break;
                     const r = task.routes[i];
                     const store = task.view.stores[r.store_index];
                     if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) {
@@ -503,9 +529,13 @@ test "a view routes global indices across stores, empty ones included" {
     try testing.expectEqualSlices(u64, &.{ 5, 1, 3, 2, 5 }, &lengths);
     var offsets: [6]u64 = .{ 0, 0, 0, 0, 0, 0 };
     for (lengths, 0..) |len, i| offsets[i + 1] = offsets[i] + len;
-    var out: [16]u8 = undefined;
-    try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, offsets[5]);
-    try testing.expectEqualSlices(u8, &.{ 4, 4, 4, 4, 4, 0, 2, 2, 2, 1, 1, 4, 4, 4, 4, 4 }, &out);
+    // The first gather maps the chunks on the general path; the second copies the raw records
+    // of the mapped chunk with the pipelined ragged copy.
+    for (0..2) |_| {
+        var out: [16]u8 = @splat(0xAA);
+        try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, offsets[5]);
+        try testing.expectEqualSlices(u8, &.{ 4, 4, 4, 4, 4, 0, 2, 2, 2, 1, 1, 4, 4, 4, 4, 4 }, &out);
+    }
 }
 
 test "a view refuses out-of-range indices before copying, and a stale view every gather, naming the shard" {

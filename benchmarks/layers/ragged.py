@@ -1,0 +1,129 @@
+"""The ragged layer: packed token batches from the loader against the same bytes gathered dense.
+
+Token sequences (int32) of 1 to 2 x MEAN_TOKENS - 1 tokens, uniform, so a record averages
+MEAN_TOKENS tokens; the dense reference holds as many records of exactly MEAN_TOKENS tokens,
+so a dense batch carries the bytes a packed batch carries on average. Both go through the same
+DataLoader (cyclic, default workers, batches dropped after each next()), raw and zstd; the
+ratio compares record bytes per second (the packed records' measured mean), which a batch's own
+length does not skew. A padded row
+(Padding to the longest possible record) shows what padding costs besides; its MiB/s counts the
+record bytes, not the padding.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import report, select, stores, timing
+from .report import Column, Report, Table
+
+MIB = float(1 << 20)
+MEAN_TOKENS = 1024
+RECORD_BYTES = MEAN_TOKENS * 4
+
+
+def token_lengths(count: int, seed: int) -> np.ndarray:
+    """count lengths in 1 .. 2 * MEAN_TOKENS - 1, uniform: their mean is MEAN_TOKENS."""
+    return np.random.default_rng(seed).integers(1, 2 * MEAN_TOKENS, size=count)
+
+
+def build(folder: Path, records: int) -> tuple[dict[str, Path], float]:
+    """The four datasets (packed and dense, raw and zstd) and the ragged records' mean size in
+    bytes."""
+    from loaderx.dataset import DenseDataset, RaggedDataset
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    lengths = token_lengths(records, seed=0)
+    # Tokens of a small vocabulary, as a tokenizer's ids compress.
+    tokens = [rng.integers(0, 32_000, size=int(n), dtype=np.int32) for n in lengths]
+    dense = rng.integers(0, 32_000, size=(records, MEAN_TOKENS), dtype=np.int32)
+    paths: dict[str, Path] = {}
+    for codec in ("raw", "zstd"):
+        for kind in ("packed", "dense"):
+            path = folder / f"{kind}-{codec}"
+            stores.remove(path)
+            if kind == "packed":
+                with RaggedDataset(str(path), dtype=np.int32, codec=codec) as ragged:
+                    ragged.append(tokens)
+            else:
+                with DenseDataset(str(path), dtype=np.int32, item_shape=(MEAN_TOKENS,),
+                                  codec=codec) as flat:
+                    flat.append(dense)
+            paths[f"{kind} {codec}"] = path
+    return paths, float(lengths.mean()) * 4
+
+
+def loop(path: Path, batch: int, kind: str) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """next() of a DataLoader over one stream of `path`; kind is dense, packed or padded."""
+    from loaderx.dataloader import DataLoader, Padding
+    from loaderx.dataset import DenseDataset, RaggedDataset
+
+    dataset: Any = DenseDataset(str(path)) if kind == "dense" else RaggedDataset(str(path))
+    ragged = Padding(2 * MEAN_TOKENS) if kind == "padded" else None
+    loader = DataLoader({"tokens": dataset}, batch_size=batch, mode="cyclic", seed=0,
+                        ragged=ragged)
+    iterator = iter(loader)
+
+    def close() -> None:
+        loader.close()
+        dataset.close()
+
+    return (lambda: next(iterator)), close
+
+
+def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
+    folder = workdir / "ragged"
+    try:
+        paths, ragged_bytes = build(folder, args.records)
+    except Exception as error:  # noqa: BLE001 - reported, the other layers go on
+        rep.skip("ragged layer", f"{type(error).__name__}: {error}")
+        return
+    made: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {}
+    for codec in ("raw", "zstd"):
+        for kind in ("dense", "packed", "padded"):
+            name = f"{kind} {codec}"
+            if select.wanted(f"loaderx {name}", False, args.only, reference=kind == "dense"):
+                store = paths[f"{'dense' if kind == 'dense' else 'packed'} {codec}"]
+                made[name] = loop(store, args.batch, kind)
+    try:
+        timings = timing.interleave({n: step for n, (step, _) in made.items()},
+                                    rounds=args.rounds, block_seconds=args.block * 2.5)
+    finally:
+        for _, close in made.values():
+            close()
+    # Record bytes per batch: exact for dense; the records' mean for packed and padded batches
+    # (cyclic batches cover every record once a cycle).
+    def batch_bytes(name: str) -> float:
+        return args.batch * (RECORD_BYTES if name.startswith("dense") else ragged_bytes)
+
+    table = Table("ragged", f"Ragged loader: batches of {args.batch} int32 token sequences of "
+                  f"1 to {2 * MEAN_TOKENS - 1} tokens (mean {MEAN_TOKENS}), against dense "
+                  f"records of {MEAN_TOKENS} tokens, {args.records} records", [
+                      Column("loader", "loader"),
+                      Column("batches_s", "batches/s", report.per_second),
+                      Column("mib_s", "record MiB/s", report.mib_s),
+                      Column("vs_dense", "vs dense, same bytes", report.ratio),
+                  ])
+    rates = {name: 1.0 / t.median for name, t in timings.items()}
+    speeds = {name: rate * batch_bytes(name) for name, rate in rates.items()}
+    for name, speed in speeds.items():
+        dense = speeds.get(f"dense {name.split()[-1]}")
+        table.add(loader=f"loaderx {name}", batches_s=rates[name], mib_s=speed / MIB,
+                  vs_dense=speed / dense if dense else None, timing=timings[name].as_json())
+    table.notes.append(f"median of {args.rounds} interleaved rounds; MiB/s of record bytes "
+                       "(a packed batch's mean; padding not counted)")
+    table.notes.append(f"padded: Padding({2 * MEAN_TOKENS}), a (batch, {2 * MEAN_TOKENS}) "
+                       "array and mask per batch, twice the record bytes written")
+    rep.emit(table)
+    for codec in ("raw", "zstd"):
+        packed, dense = speeds.get(f"packed {codec}"), speeds.get(f"dense {codec}")
+        if packed and dense:
+            rep.target("issue 38", f"packed token batches vs the same bytes gathered dense, "
+                       f"{codec}", packed / dense, 0.9)
+    stores.remove(folder)

@@ -1,0 +1,361 @@
+"""Ragged streams of a loader: each step's records packed back to back, or padded to a length.
+
+A RaggedDataset stream gives a batch two arrays (docs/decisions.md, "Ragged batches"):
+- packed (the default): `name` is every record of the batch back to back, shape
+  (total_rows, *item_shape) in the dataset's dtype, and `name.cu_seqlens` the int32 row offsets
+  (B + 1 of them, from 0), as variable-length attention kernels take them: record i is
+  `values[cu[i]:cu[i + 1]]`, of shape (cu[i + 1] - cu[i], *item_shape).
+- padded (a Padding): `name` is (B, L, *item_shape), each record in its row's first rows and
+  the padding value after, and `name.mask` the (B, L) bool mask of the record rows.
+
+A step sizes and copies a stream's records in one native call (RaggedDataset.gather_packed,
+which also writes the offsets and cu_seqlens) into a buffer the step's ring slot keeps; the
+slot's reuse rules (loaderx._loading.step_maker) say when a buffer may be written again. A
+buffer too small for a batch makes that call copy nothing and say what it needs; the step then
+makes a buffer that big and a quarter more, and calls again. A mixture's step sizes every source
+first (record_offsets), then gathers each into its part of one buffer.
+
+Left interpreted: the per-step work is a native call and a few NumPy views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._data.dataset_base import DatasetBase
+from loaderx._data.ragged import RaggedDataset, padding_value
+from loaderx.errors import CorruptStoreError
+
+PACKED: Final = "packed"
+CU_SEQLENS_SUFFIX: Final = ".cu_seqlens"
+MASK_SUFFIX: Final = ".mask"
+# How often a gather sizes its records again after a concurrent delete or compaction moved one.
+_GATHER_ATTEMPTS: Final = 8
+_ROWS_MAX: Final = (1 << 31) - 1  # cu_seqlens is int32
+_UINT8: Final = np.dtype(np.uint8)
+_UINT64: Final = np.dtype(np.uint64)
+_INT32: Final = np.dtype(np.int32)
+
+Buffer = npt.NDArray[np.uint8]
+Part = tuple[RaggedDataset, npt.NDArray[np.int64]]
+
+
+def _positive(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return int(value)
+
+
+class Padding:
+    """How a loader pads a ragged stream: to `length` rows, to the smallest of `buckets` that
+    holds the batch's longest record, or (neither given) to the batch's longest record.
+
+    value fills the rows after each record (a value of the stream's dtype). A record longer than
+    the length (or than the largest bucket) is a ValueError from the next() of its batch, unless
+    truncate=True, which keeps its first rows.
+    """
+
+    length: int | None
+    buckets: tuple[int, ...] | None
+    value: Any
+    truncate: bool
+
+    def __init__(
+        self,
+        length: int | None = None,
+        *,
+        buckets: Sequence[int] | None = None,
+        value: Any = 0,
+        truncate: bool = False,
+    ) -> None:
+        if length is not None and buckets is not None:
+            raise ValueError("give Padding a length or buckets, not both")
+        self.length = None if length is None else _positive(length, "length")
+        if buckets is None:
+            self.buckets = None
+        else:
+            if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+                raise TypeError("buckets must be a non-empty sequence of ints, such as (512, 1024)")
+            sizes = tuple(_positive(bucket, "each bucket") for bucket in buckets)
+            if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
+                raise ValueError(f"buckets must increase, got {sizes}")
+            self.buckets = sizes
+        if not isinstance(truncate, bool):
+            raise TypeError(f"truncate must be a bool, not {type(truncate).__name__}")
+        if truncate and self.length is None and self.buckets is None:
+            raise ValueError("truncate=True needs a length or buckets to truncate to")
+        self.value = value
+        self.truncate = truncate
+
+    def target(self, longest: int) -> int:
+        """The padded length of a batch whose longest record has `longest` rows; ValueError
+        when no allowed length holds it and truncation was not asked for."""
+        allowed = (self.length,) if self.length is not None else self.buckets
+        if allowed is None:
+            return longest
+        for size in allowed:
+            if longest <= size:
+                return size
+        if self.truncate:
+            return allowed[-1]
+        raise ValueError(
+            f"a record of this batch has {longest} rows, more than the padding's {allowed[-1]}; "
+            "pass Padding(..., truncate=True) to keep its first rows, or a longer length"
+        )
+
+    def __repr__(self) -> str:
+        size = f"buckets={self.buckets}" if self.buckets is not None else f"length={self.length}"
+        return f"Padding({size}, value={self.value!r}, truncate={self.truncate})"
+
+
+Layout = Padding | None  # None: packed
+
+
+def _layout(entry: object, where: str) -> Layout:
+    if entry is None or entry == PACKED:
+        return None
+    if isinstance(entry, Padding):
+        return entry
+    raise TypeError(f"{where} must be 'packed' or a loaderx.dataloader.Padding, not {entry!r}")
+
+
+def ragged_layouts(streams: Mapping[str, DatasetBase], ragged: object) -> dict[str, Layout]:
+    """The layout of every ragged stream from a loader's `ragged=` argument: None or "packed"
+    (all packed), a Padding (all padded), or a dict stream name -> either (the rest packed).
+    Also refuses a key the batch would hold twice (a stream named "x.mask" beside a padded "x")."""
+    names = [name for name, dataset in streams.items() if isinstance(dataset, RaggedDataset)]
+    if isinstance(ragged, Mapping):
+        for name in ragged:
+            if name not in streams:
+                raise ValueError(f"ragged names {name!r}, which is not a stream")
+            if name not in names:
+                raise ValueError(f"ragged names {name!r}, a dense stream (only ragged ones take a layout)")
+        layouts = {name: _layout(ragged.get(name), f"ragged[{name!r}]") for name in names}
+    else:
+        every = _layout(ragged, "ragged")
+        layouts = {name: every for name in names}
+    keys = set(streams)
+    for name, layout in layouts.items():
+        dataset = streams[name]
+        assert isinstance(dataset, RaggedDataset)
+        if dataset.row_size == 0:
+            raise ValueError(f"stream {name!r} has rows of 0 bytes: its record lengths are unknown")
+        if layout is not None:
+            padding_value(layout.value, dataset.dtype)  # a ValueError naming the value
+        extra = name + (CU_SEQLENS_SUFFIX if layout is None else MASK_SUFFIX)
+        if extra in keys:
+            raise ValueError(f"the batch key {extra!r} of ragged stream {name!r} is also a stream")
+        keys.add(extra)
+    return layouts
+
+
+def _size(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
+          rows: npt.NDArray[np.int32], name: str) -> None:
+    """offsets and rows of the records of every part, back to back: one native call for one
+    part (a DataLoader's step), a call per part and two NumPy ones for several (a mixture's)."""
+    if len(parts) == 1:
+        dataset, indices = parts[0]
+        dataset.record_offsets(indices, offsets, rows)
+        return
+    offsets[0] = 0
+    row = 0
+    for dataset, indices in parts:
+        count = len(indices)
+        part = np.empty(count + 1, dtype=_UINT64)
+        dataset.record_offsets(indices, part)
+        offsets[row + 1 : row + 1 + count] = part[1:] + offsets[row]
+        row += count
+    row_offsets(offsets, parts[0][0].row_size, name, rows)
+
+
+def _gather_one(part: Part, offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32],
+                name: str, buffer_for: Callable[[int], Buffer]) -> Buffer:
+    """One dataset's records in one native call that sizes and copies them (gather_packed);
+    when the buffer buffer_for(0) gives is too small, the call says how much the records need,
+    and a second call with a buffer that big copies them."""
+    dataset, indices = part
+    buffer = buffer_for(0)
+    for _attempt in range(_GATHER_ATTEMPTS):
+        if dataset.gather_packed(indices, buffer, offsets, rows):
+            return buffer
+        buffer = buffer_for(int(offsets[-1]))
+    raise ValueError(
+        f"records of stream {name!r} kept growing while being gathered ({_GATHER_ATTEMPTS} "
+        "attempts): is a delete or compaction running on the dataset?"
+    )
+
+
+def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
+                  rows: npt.NDArray[np.int32], name: str,
+                  buffer_for: Callable[[int], Buffer]) -> Buffer:
+    """The records of every part, back to back, in one buffer: offsets (uint64) get their byte
+    bounds and rows (int32) their row bounds, one more entry than the records; buffer_for(bytes)
+    gives a buffer of at least that many, and each part's records are copied by one native
+    gather (a part per mixture source)."""
+    if len(parts) == 1:
+        return _gather_one(parts[0], offsets, rows, name, buffer_for)
+    for _attempt in range(_GATHER_ATTEMPTS):
+        _size(parts, offsets, rows, name)
+        buffer = buffer_for(int(offsets[-1]))
+        row = 0
+        for dataset, indices in parts:
+            count = len(indices)
+            if not dataset.gather_ragged_into(indices, buffer, offsets[row : row + count + 1]):
+                break
+            row += count
+        else:
+            return buffer
+    raise ValueError(
+        f"records of stream {name!r} kept changing size while being gathered "
+        f"({_GATHER_ATTEMPTS} attempts): a delete or compaction is running on the dataset"
+    )
+
+
+def _fit(held: Buffer | None, size: int) -> Buffer:
+    """held when it has room for size bytes, else a new buffer with a quarter to spare, so that
+    batches a little longer than the last do not allocate again. (A loader's first step asks
+    for 0 bytes with nothing held: an empty buffer, which the native call answers with the
+    size it needs.)"""
+    if held is not None and held.nbytes >= size:
+        return held
+    return np.empty(size + size // 4, dtype=_UINT8)
+
+
+def row_offsets(offsets: npt.NDArray[np.uint64], row_size: int, name: str,
+                out: npt.NDArray[np.int32]) -> None:
+    """The byte offsets as int32 row offsets in out (cu_seqlens); CorruptStoreError for a record
+    that is not whole rows, ValueError past int32."""
+    if row_size > 1 and bool((offsets % np.uint64(row_size)).any()):
+        raise CorruptStoreError(
+            f"a record of stream {name!r} is not a whole number of {row_size}-byte rows"
+        )
+    rows = offsets // np.uint64(row_size)
+    if int(rows[-1]) > _ROWS_MAX:
+        raise ValueError(
+            f"the batch of stream {name!r} has {int(rows[-1])} rows, more than int32 "
+            "cu_seqlens can count: use a smaller batch"
+        )
+    np.copyto(out, rows, casting="unsafe")
+
+
+def pad_into(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], length: int, value: Any,
+             out: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> None:
+    """Record i (values[cu[i]:cu[i + 1]], cut to `length` rows) into out[i], value after it;
+    mask[i, j] is whether row j of out[i] holds a record row."""
+    lengths = np.diff(cu)
+    kept = np.minimum(lengths, length)
+    np.less(np.arange(length), kept[:, None], out=mask)
+    out.fill(value)
+    if bool((lengths > length).any()):
+        starts = np.repeat(cu[:-1], lengths)
+        values = values[(np.arange(len(values)) - starts) < length]
+    out[mask] = values
+
+
+class RaggedStream:
+    """One ragged stream of a DataLoader: its buffers for every ring slot, and its gather.
+
+    In each slot: offsets (never leave the gather, so always reusable), the packed bytes (handed
+    out when packed, the source of the padding otherwise), and the arrays handed out besides
+    (cu_seqlens when packed; the padded bytes and the mask when padded). `outputs` lists the
+    per-slot lists of what is handed out, for the maker's release check.
+    """
+
+    def __init__(self, name: str, dataset: RaggedDataset, layout: Layout, batch_size: int,
+                 ring_size: int) -> None:
+        self.name: str = name
+        self.dataset: RaggedDataset = dataset
+        self.layout: Layout = layout
+        self._batch_size: int = batch_size
+        self._offsets: list[npt.NDArray[np.uint64]] = []
+        self._packed: list[Buffer | None] = []
+        self._cu: list[npt.NDArray[np.int32] | None] = []
+        self._padded: list[Buffer | None] = []
+        self._mask: list[Buffer | None] = []
+        self.outputs: list[list[Any]] = (
+            [self._packed, self._cu] if layout is None else [self._padded, self._mask]
+        )
+        self._value: Any = None if layout is None else padding_value(layout.value, dataset.dtype)
+        # The largest packed buffer made so far: a new one starts that big, so that it usually
+        # holds its first batch without a second native call.
+        self._capacity: int = 0
+        self._dtype: np.dtype[Any] = dataset.dtype
+        self._shape: tuple[int, ...] = (-1, *dataset.item_shape)
+        for _ in range(ring_size):
+            self.grow()
+
+    def grow(self) -> None:
+        """One more ring slot (the maker's _grow)."""
+        self._offsets.append(np.zeros(self._batch_size + 1, dtype=_UINT64))
+        for slots in (self._packed, self._cu, self._padded, self._mask):
+            slots.append(None)
+
+    def gather(self, parts: Sequence[Part], slot: int, reusable: bool,
+               batch: dict[str, Any]) -> None:
+        """The stream's arrays of a step into batch: the records of every part (a dataset of
+        the stream's dtype and item shape, and indices into it) in order, written into slot's
+        buffers when `reusable` (nothing else references them), else into new ones."""
+        offsets = self._offsets[slot]
+        packed = self.layout is None
+        # Padded, the packed bytes and cu_seqlens never leave the step: always reusable.
+        held = self._packed[slot] if reusable or not packed else None
+        cu = self._cu[slot]
+        if cu is None or (packed and not reusable):
+            cu = np.empty(self._batch_size + 1, dtype=_INT32)
+            self._cu[slot] = cu
+
+        def buffer_for(size: int) -> Buffer:
+            if held is not None and held.nbytes >= size:
+                return held
+            return self._fresh(size)
+
+        if len(parts) == 1:  # a DataLoader's step: the call of _gather_one, inline
+            dataset, indices = parts[0]
+            buffer = held if held is not None else self._fresh(0)
+            if not dataset.gather_packed(indices, buffer, offsets, cu):
+                buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
+        else:
+            buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
+        self._packed[slot] = buffer
+        values = buffer[: int(offsets[-1])].view(self._dtype).reshape(self._shape)
+        if self.layout is None:
+            batch[self.name] = values
+            batch[self.name + CU_SEQLENS_SUFFIX] = cu
+            return
+        self._pad(values, cu, slot, reusable, batch)
+
+    def _fresh(self, size: int) -> Buffer:
+        """A new packed buffer of at least size bytes: as big as the largest made so far, or
+        size and a quarter more."""
+        self._capacity = max(self._capacity, size + size // 4)
+        return np.empty(self._capacity, dtype=_UINT8)
+
+    def _pad(self, values: npt.NDArray[Any], cu: npt.NDArray[np.int32], slot: int,
+             reusable: bool, batch: dict[str, Any]) -> None:
+        layout = self.layout
+        assert layout is not None
+        count = self._batch_size
+        length = layout.target(int(np.diff(cu).max()))
+        dataset = self.dataset
+        padded = _fit(self._padded[slot] if reusable else None, count * length * dataset.row_size)
+        self._padded[slot] = padded
+        mask_bytes = _fit(self._mask[slot] if reusable else None, count * length)
+        self._mask[slot] = mask_bytes
+        out = padded[: count * length * dataset.row_size].view(dataset.dtype)
+        out = out.reshape((count, length, *dataset.item_shape))
+        mask = mask_bytes[: count * length].view(np.bool_).reshape(count, length)
+        pad_into(values, cu, length, self._value, out, mask)
+        batch[self.name] = out
+        batch[self.name + MASK_SUFFIX] = mask
+
+
+__all__ = [
+    "CU_SEQLENS_SUFFIX", "MASK_SUFFIX", "PACKED", "Layout", "Padding", "RaggedStream",
+    "gather_packed", "pad_into", "ragged_layouts", "row_offsets",
+]
