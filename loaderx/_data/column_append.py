@@ -13,16 +13,18 @@ a journal folder path/.loaderx-append-<id> holding, per column i, the manifest b
      check the schemas, plan each new manifest (tail sealed, the staged shards as the next
      shard names), and build the journal in the staging folder, fsynced, then rename it into
      path. Nothing visible has changed; every byte the append needs is allocated by now.
-  2. Move the staged shards into the column folders (unlisted, so invisible), then replace
-     each column's shards.msgpack by a symlink to ../.loaderx-append-<id>/current/<i>. It
-     still reads the old manifest, so readers see the same dataset as before.
+  2. Replace each column's shards.msgpack by a symlink to ../.loaderx-append-<id>/current/<i>
+     (it still reads the old manifest, so readers see the same dataset as before), then move
+     the staged shards into the column folders (unlisted, so invisible). In this order a
+     column that had no manifest has one before any shard folder moves in
+     (loaderx._store.manifest, "A lost manifest").
   3. The commit point: one rename turns `current` from "old" to "new"; every column shows
      its new manifest at the same instant.
   4. Detach: rename new/<i> over each column's symlink (same bytes, a regular file again),
      then remove the journal.
 
-An exception before step 3 puts each column's old manifest back (rename old/<i> over the
-symlink, no new bytes needed, so it works on a full disk) and removes the moved shards. A
+An exception before step 3 removes the moved shards, then puts each column's old manifest
+back (rename old/<i> over the symlink, no new bytes needed, so it works on a full disk). A
 killed driver leaves either state consistent for readers (all columns old, or all new); the
 next write_dataset(append=True) into path, or recover_appends(path), finishes the job as the
 journal's `current` says: forward from step 3 on, back before it. Until then the column
@@ -48,7 +50,13 @@ from loaderx._os.paths import PathArg, fs_path
 from loaderx._store.schema import Schema, differences, read_schema, schema_path, write_schema
 from loaderx._os.folder_swap import fsync_folder
 from loaderx._store.layout import META_FILE, SHARD_COUNT_MAX, TOP_LEVEL, manifest_path, shard_name
-from loaderx._store.manifest import Manifest, ShardEntry, parse_manifest, read_manifest
+from loaderx._store.manifest import (
+    Manifest,
+    ShardEntry,
+    parse_manifest,
+    read_manifest,
+    refuse_lost_manifest,
+)
 from loaderx._store.shard_commit import (
     check_staged,
     current_manifest,
@@ -141,6 +149,8 @@ def _plan_column(path: str, relative: str, staged: list[str], schema: Schema) ->
     if found is not None:
         refuse_unfinished_delete(folder, found)
         settle_pending(folder, found)  # a killed sharded append's state, before we build on it
+    else:
+        refuse_lost_manifest(folder)  # its shards are no crash's leftovers: keep them
     old_bytes = _read_bytes(manifest_path(folder))
     old = (parse_manifest(old_bytes, manifest_path(folder)) if old_bytes is not None
            else current_manifest(folder))
@@ -227,6 +237,10 @@ def _finish(path: str, journal: str) -> bool:
             if ours:
                 os.replace(os.path.join(journal, "new", str(index)), manifest)
         else:
+            # The shards this append had moved in go while a manifest is still in place: shard
+            # folders beside no manifest would mean a lost one (refuse_lost_manifest).
+            listed = read_manifest(folder) or Manifest([ShardEntry(TOP_LEVEL, 0)])
+            remove_unlisted(folder, listed)
             if ours and column["had_manifest"]:
                 os.replace(os.path.join(journal, "old", str(index)), manifest)
             elif ours:
@@ -235,8 +249,6 @@ def _finish(path: str, journal: str) -> bool:
                     and not os.path.isfile(os.path.join(folder, META_FILE))):
                 with suppress(FileNotFoundError):
                     os.unlink(schema_path(folder))
-            listed = read_manifest(folder) or Manifest([ShardEntry(TOP_LEVEL, 0)])
-            remove_unlisted(folder, listed)  # the shards this append had moved in
         fsync_folder(folder)
     # No column needs the journal now. Renamed away first, so that a kill during the removal
     # never leaves a journal that lost its record.
@@ -273,12 +285,12 @@ def append_all(path: str, staging: str,
             _build_journal(build, plans)
             os.rename(build, journal)
             fsync_folder(path)
+            for index, plan in enumerate(plans):
+                _link_column(journal, index, plan)
             for plan in plans:
                 for source, target in plan.moves:
                     os.rename(source, target)
                 fsync_folder(plan.folder)
-            for index, plan in enumerate(plans):
-                _link_column(journal, index, plan)
             os.replace(os.path.join(journal, "next"), os.path.join(journal, "current"))
         except BaseException:
             # Back in every column; forward only when interrupted right after the commit point.

@@ -20,9 +20,10 @@ from loaderx._store.schema import (
     write_schema,
 )
 from loaderx._store.sharded_store import ShardedStore
-from loaderx._store.layout import META_FILE, manifest_path, shard_number
+from loaderx._store.layout import META_FILE, manifest_path
+from loaderx._store.manifest import refuse_lost_manifest
 from loaderx._store.zrecord import Zrecord
-from loaderx.errors import ManifestError, SchemaError
+from loaderx.errors import SchemaError
 
 Shape = SupportsIndex | Sequence[SupportsIndex]
 # What a dataset reads and writes through: one store, or the shards of a sharded dataset.
@@ -58,7 +59,7 @@ def open_store(
             require_same(path, found, wanted)
         if os.path.exists(manifest_path(path)):
             return found, ShardedStore.open(path, found, shard_records, readonly, verify)
-        _refuse_lost_manifest(path)
+        refuse_lost_manifest(path)
         create = wanted is not None and not readonly
         # The dataset guards a shard folder opened by itself (_refuse_if_shard), and its
         # own checks (a rollover elsewhere) must come first: its store skips Zrecord's.
@@ -102,25 +103,6 @@ def open_store(
         store.close()
         raise
     return wanted, store
-
-
-def _refuse_lost_manifest(path: str) -> None:
-    """A dataset folder with shard folders but neither a manifest nor a store of its own lost
-    its manifest: say so, rather than "no Zrecord store here, pass create=True"."""
-    if is_file(os.path.join(path, META_FILE)):
-        return
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return
-    shards = sorted(name for name in names if shard_number(name) is not None)
-    if shards:
-        raise ManifestError(
-            f"{path!r} holds shard folders ({', '.join(shards[:3])}"
-            f"{', ...' if len(shards) > 3 else ''}) but its manifest "
-            f"{os.path.basename(manifest_path(path))} is missing: the shards' order and counts "
-            "cannot be known; restore the manifest from a copy of the dataset"
-        )
 
 
 def create_schema(

@@ -22,6 +22,12 @@ writer, under the commit lock, first writes the resolved manifest back
 
 A manifest is written atomically (temporary file, fsync, rename, fsync of the folder), always
 under the commit lock (loaderx._store.shard_locks). Reading one never needs the native library.
+
+A lost manifest. Every commit writes a dataset's manifest before it moves the first shard
+folder in (shard_commit, column_append), so a store folder under a shard's name beside no
+manifest never comes from an interrupted commit: the manifest was lost, and the shards' order
+and counts with it. Opening and committing refuse such a folder (refuse_lost_manifest) rather
+than read its top-level store alone or remove the shards as a crash's leftovers.
 """
 
 from __future__ import annotations
@@ -334,6 +340,31 @@ def _check_top_level(folder: str, manifest: Manifest, path: str) -> None:
             f"{path} does not list the store at the top level of {folder!r} as shard '.': "
             "entries are missing"
         )
+
+
+def refuse_lost_manifest(folder: str) -> None:
+    """Raises ManifestError when `folder` has no manifest but holds shard stores (module doc:
+    the manifest was lost). A folder with a manifest, or with no shard stores, passes."""
+    if os.path.lexists(manifest_path(folder)):
+        return
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return  # no folder (or none we may list): the caller's own open says what is wrong
+    shards = sorted(name for name in names if shard_number(name) is not None
+                    and is_file(os.path.join(folder, name, META_FILE)))
+    if not shards:
+        return
+    top = (" beside its top-level store (shard '.')"
+           if is_file(os.path.join(folder, META_FILE)) else "")
+    raise ManifestError(
+        f"{folder!r} holds shard folders ({', '.join(shards[:3])}"
+        f"{', ...' if len(shards) > 3 else ''}){top} but its manifest "
+        f"{os.path.basename(manifest_path(folder))} is missing: the shards' order and counts "
+        "cannot be known; restore the manifest from a copy of the dataset (a loaderx from "
+        "before this check left the same when a rollover was killed before its first "
+        "manifest write: those shard folders then hold no acknowledged records)"
+    )
 
 
 def write_manifest(folder: str | os.PathLike[str], manifest: Manifest) -> None:

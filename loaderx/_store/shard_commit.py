@@ -4,7 +4,9 @@
 the manifest atomically (loaderx._store.manifest), under the commit lock
 (loaderx._store.shard_locks), so independent jobs may append shards at the same time. A shard
 folder that no manifest lists (a crash between the move and the manifest write) is invisible to
-readers and removed by the next commit (loaderx._store.staging.remove_unlisted).
+readers and removed by the next commit (loaderx._store.staging.remove_unlisted). A dataset with
+no manifest yet (a single store, or a new dataset) gets one before any folder moves in, so
+shard folders beside no manifest always mean a lost manifest, which is refused, never removed.
 
 Before changing a manifest, a writer settles an append in flight that a killed writer left
 (`settle_pending`, see loaderx._store.manifest) and seals the tail's count (`seal_tail`).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from loaderx._os.folder_swap import fsync_folder
 from loaderx._store.layout import (
@@ -29,7 +31,13 @@ from loaderx._store.layout import (
     shard_name,
     shard_number,
 )
-from loaderx._store.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from loaderx._store.manifest import (
+    Manifest,
+    ShardEntry,
+    read_manifest,
+    refuse_lost_manifest,
+    write_manifest,
+)
 from loaderx._store.schema import SCHEMA_FILE, Schema, differences, read_schema, write_schema
 from loaderx._store.shard_locks import commit_lock
 from loaderx._store.staging import release_staging, remove_dead_staging, remove_unlisted
@@ -241,6 +249,9 @@ def _commit_claimed(
     counts: list[int],
 ) -> Manifest:
     """_commit_shards_locked once the staged stores are checked and claimed."""
+    had_manifest = os.path.lexists(manifest_path(folder))
+    if not had_manifest:
+        refuse_lost_manifest(folder)  # its shards are no crash's leftovers: keep them
     manifest = current_manifest(folder, tail_records)
     if len(manifest.shards) + len(staged) > SHARD_COUNT_MAX:
         raise ManifestError(
@@ -253,6 +264,10 @@ def _commit_claimed(
         remove_unlisted(folder, manifest)
         remove_dead_staging(folder)
         seal_tail(folder, manifest, tail_records)
+        if not had_manifest:
+            # Before the first shard folder moves in (manifest module doc, "A lost manifest"):
+            # a kill from here on leaves shard folders only beside a manifest.
+            write_manifest(folder, manifest)
         if appending is not None:
             manifest.shards[-1].records_after = appending
         first = next_shard_number(manifest)
@@ -268,6 +283,9 @@ def _commit_claimed(
     except BaseException:
         for path, target in reversed(moved):
             os.rename(target, path)
+        if not had_manifest:  # the folders are back out: the dataset's old layout again
+            with suppress(FileNotFoundError):
+                os.unlink(manifest_path(folder))
         if created:
             os.unlink(os.path.join(folder, SCHEMA_FILE))
         raise
