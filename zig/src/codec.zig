@@ -14,6 +14,7 @@ extern fn ZSTD_createCCtx() ?*CCtx;
 extern fn ZSTD_freeCCtx(cctx: ?*CCtx) usize;
 extern fn ZSTD_CCtx_reset(cctx: *CCtx, reset: c_int) usize;
 extern fn ZSTD_CCtx_setParameter(cctx: *CCtx, param: c_int, value: c_int) usize;
+extern fn ZSTD_DCtx_setParameter(dctx: *DCtx, param: c_int, value: c_int) usize;
 extern fn ZSTD_CCtx_refCDict(cctx: *CCtx, cdict: ?*const CDict) usize;
 extern fn ZSTD_compress2(cctx: *CCtx, dst: [*]u8, dst_capacity: usize, src: [*]const u8, src_size: usize) usize;
 extern fn ZSTD_createDCtx() ?*DCtx;
@@ -37,6 +38,9 @@ const zstd_error_dst_size_too_small: c_int = 70;
 const zstd_reset_session_and_parameters: c_int = 3;
 const zstd_c_compression_level: c_int = 100;
 const zstd_c_checksum_flag: c_int = 201;
+/// ZSTD_d_forceIgnoreChecksum (ZSTD_d_experimentalParam3 in zstd.h, a stable value since 1.4.7):
+/// 1 skips the frame's content checksum, 0 checks it.
+const zstd_d_force_ignore_checksum: c_int = 1002;
 
 pub const level_zstd: c_int = 3;
 pub const level_zstd_dict: c_int = 19;
@@ -152,8 +156,8 @@ pub const Compressed = union(enum) {
 };
 
 /// Compresses `src` into one frame in `dst` (room for src.len - 1 bytes is enough: anything
-/// larger is stored raw anyway). Frames carry zstd's content checksum, which every
-/// decompression checks.
+/// larger is stored raw anyway). Frames carry zstd's content checksum, which decompression
+/// checks unless the record's stored bytes were just checked against sums.zr.
 pub fn compress(cctx: *CCtx, codec: Codec, cdict: ?*const CDict, src: []const u8, dst: []u8) Compressed {
     std.debug.assert(codec == .zstd or codec == .zstd_dict);
     if (src.len == 0) return .raw;
@@ -186,6 +190,15 @@ fn configure(cctx: *CCtx, codec: Codec, cdict: ?*const CDict) ?[*:0]const u8 {
 /// Decompresses one frame into exactly `dst`. Returns null on success, else why the frame is
 /// corrupt (a frame of any other size than dst.len is corrupt too).
 pub fn decompress(dctx: *DCtx, ddict: ?*const DDict, src: []const u8, dst: []u8) ?[*:0]const u8 {
+    return decompressChecking(dctx, ddict, src, dst, true);
+}
+
+/// `decompress`, checking the frame's content checksum only when `frame_check` is set: a record
+/// whose stored bytes just matched their CRC32C decodes to what was written, and its XXH64 over
+/// the decoded bytes would cost a second pass over them.
+pub fn decompressChecking(dctx: *DCtx, ddict: ?*const DDict, src: []const u8, dst: []u8, frame_check: bool) ?[*:0]const u8 {
+    const set = ZSTD_DCtx_setParameter(dctx, zstd_d_force_ignore_checksum, @intFromBool(!frame_check));
+    if (ZSTD_isError(set) != 0) return ZSTD_getErrorName(set);
     const result = if (ddict) |d|
         ZSTD_decompress_usingDDict(dctx, dst.ptr, dst.len, src.ptr, src.len, d)
     else
@@ -254,9 +267,16 @@ test "compress and decompress round trip, with the raw fallback" {
     try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..100]) != null);
     try std.testing.expect(decompress(dctx, null, compressed[0..size], out[0..0]) != null);
     try std.testing.expect(decompress(dctx, null, src[0..size], &out) != null);
-    // A flipped content checksum is caught.
+    // A flipped content checksum is caught, unless the caller checked the stored bytes itself
+    // (the decoded bytes are still the record's: only the suffix was flipped)...
     compressed[size - 1] ^= 1;
     try std.testing.expect(decompress(dctx, null, compressed[0..size], &out) != null);
+    @memset(&out, 0);
+    try std.testing.expect(decompressChecking(dctx, null, compressed[0..size], &out, false) == null);
+    try std.testing.expectEqualSlices(u8, &src, &out);
+    // ...and the context checks the next frame again.
+    try std.testing.expect(decompress(dctx, null, compressed[0..size], &out) != null);
+    try std.testing.expect(decompressChecking(dctx, null, compressed[0..size], &out, true) != null);
     // Incompressible bytes do not shrink: stored raw.
     var prng = std.Random.DefaultPrng.init(1);
     prng.random().bytes(&src);

@@ -233,7 +233,8 @@ pub fn gatherRecord(
         failure.record(error.OutOfMemory, "out of memory creating a zstd context", .{});
         return false;
     };
-    if (codec.decompress(dctx.*.?, ddict, src, slot)) |detail| {
+    const summed = store.sidecar != null and store.verify.covers(entry);
+    if (codec.decompressChecking(dctx.*.?, ddict, src, slot, !summed)) |detail| {
         failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
         return false;
     }
