@@ -14,6 +14,7 @@ lacks. Examples:
     python3 build.py bench store --shape 256,256,3 --dict-tiers
     python3 build.py bench store --only zarr,h5py-gzip
     python3 build.py bench loader --transform augment --only loaderx,torch,grain
+    python3 build.py bench loader --transform release --workers 2 --only 'loaderx raw,torch'
     python3 build.py bench ragged --report benchmarks/reports/ragged-loader.md
     python3 build.py bench sampler --report benchmarks/reports/sampler-run.md
 """
@@ -61,8 +62,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="store layer without the record-size sweep")
     parser.add_argument("--dict-tiers", action="store_true",
                         help="one zstd_dict row per DICT_TIERS tier")
-    parser.add_argument("--transform", choices=("none", "augment"), default="none",
-                        help="loader transform: none, or a Python-bound per-sample loop")
+    parser.add_argument("--transform", choices=("none", "augment", "release"), default="none",
+                        help="loader transform: none, augment (a Python-bound per-sample loop) "
+                             "or release (whole-batch NumPy calls that release the GIL)")
     parser.add_argument("--workers", type=lambda s: [int(p) for p in s.split(",")],
                         default=[0, 2, 4], help="torch num_workers values (default 0,2,4)")
     parser.add_argument("--big", action="store_true",

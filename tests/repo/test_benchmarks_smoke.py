@@ -66,6 +66,27 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert not (tmp_path / "work").exists(), "the stores written must be removed"
 
 
+def test_the_loader_layer_shows_threads_and_processes_with_a_gil_releasing_transform(
+    tmp_path: Path
+) -> None:
+    """Issue 38: `--transform release` runs the thread loader and worker processes side by side
+    and writes their ratio as a target line."""
+    report = tmp_path / "bench.json"
+    done = subprocess.run(
+        # Not --tiny, which drops every row with workers: small sizes by hand instead.
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "loader", "--here",
+         "--records", "512", "--rounds", "1", "--block", "0.05",
+         "--transform", "release", "--workers", "2", "--only", "loaderx raw",
+         "--workdir", str(tmp_path / "work"), "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(report.read_text())
+    loader = next(t for t in doc["tables"] if t["layer"] == "loader")
+    assert {"loaderx raw", "loaderx raw processes w2"} <= {r["loader"] for r in loader["rows"]}
+    assert "loaderx threads vs processes w2, transform release" in done.stdout
+
+
 def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
     """benchmarks/probes/loader_overhead.py (a README command) at minimal sizes: it checks each
     row's first three batches against the records its sampler names before timing, and exits
