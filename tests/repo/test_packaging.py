@@ -56,8 +56,10 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     # 20 store, sampler and library functions (lx_store_verify among them) + 6 lx_view_* +
     # lx_sampler_batch + lx_pool_set_policy and lx_pool_policy + lx_stores_set_policy and
     # lx_stores_policy + the 4 calls of 32-bit halves + lx_stores_delete +
-    # lx_store_set_maintenance_check + lx_store_gather_streams + lx_record_sums
-    assert len(abi()) == 39
+    # lx_store_set_maintenance_check + lx_store_gather_streams + lx_record_sums +
+    # lx_store_record_offsets, lx_view_record_offsets, lx_store_gather_packed and
+    # lx_view_gather_packed (ragged batches, ABI 15 and 16)
+    assert len(abi()) == 43
 
 
 def test_header_parsing_counts_functions_not_function_pointer_typedefs() -> None:
