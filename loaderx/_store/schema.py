@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import stat
 import zlib
 from collections.abc import Sequence
 from typing import Any, Final, Literal, SupportsIndex
@@ -255,10 +256,16 @@ def has_schema(folder: str) -> bool:
     path = schema_path(folder)
     if is_file(path):
         return True
-    if not os.path.lexists(path):  # is_file has shown that the folder can be searched
+    try:
+        found = os.lstat(path)  # is_file has shown that the folder can be searched
+    except FileNotFoundError:
         return False
-    what = "folder" if os.path.isdir(path) else (
-        "symbolic link to nothing" if os.path.islink(path) else "special file"
+    # A conversion swapping the dataset's folder can put a schema in place between the two
+    # looks: a file found now is one.
+    if stat.S_ISREG(found.st_mode) or is_file(path):
+        return True
+    what = "folder" if stat.S_ISDIR(found.st_mode) else (
+        "symbolic link to nothing" if stat.S_ISLNK(found.st_mode) else "special file"
     )
     raise SchemaError(
         f"{path} is a {what}, not a loaderx schema: the dataset is damaged and does not open; "
