@@ -204,6 +204,11 @@ class S3Server:
             keys.append(key)
         return keys
 
+    def objects(self, bucket: str) -> dict[str, str | None]:
+        """Every object of the bucket with its ETag."""
+        store = s3_store(self.endpoint, bucket)
+        return {meta["path"]: meta["e_tag"] for page in obstore.list(store) for meta in page}
+
     def forget_bucket(self, bucket: str) -> None:
         """Deletes the bucket's objects and the bucket (if the server runs) and stops replaying
         them on restarts."""
