@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
@@ -329,6 +330,16 @@ def test_a_missing_object_raises_at_once_naming_it(
             ds[np.array([1, 2])]
     with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
         DenseDataset(f"s3://{s3_bucket}/elsewhere", cache_dir=tmp_path / "cache")
+
+
+def test_a_missing_bucket_or_container_raises_at_once_naming_it(remote_root: RemoteRoot,
+                                                                tmp_path: Path) -> None:
+    scheme = remote_root.url.split("://")[0]
+    url = f"{scheme}://loaderx-test-missing-{uuid.uuid4().hex[:12]}/ds"
+    reason = {"s3": "NoSuchBucket", "az": "ContainerNotFound"}[scheme]
+    with pytest.raises(FileNotFoundError, match=f"{url}: no such bucket or container "
+                                                f"\\(HTTP 404 Not Found, {reason}\\)"):
+        DenseDataset(url, cache_dir=tmp_path / "cache")
 
 
 def test_without_obstore_a_url_names_the_extra(tmp_path: Path) -> None:
