@@ -14,6 +14,7 @@ Azurite is an npm package; `python3 build.py test` installs the pinned version u
 from __future__ import annotations
 
 import base64
+import datetime
 import email.utils
 import hashlib
 import hmac
@@ -23,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +48,9 @@ ACCOUNT_KEY: Final = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz
                       "K1SZFPTOtr/KBHBeksoGMGw==")
 # The REST version the kit's container calls speak (Azurite also runs with its check skipped).
 API_VERSION: Final = "2021-08-06"
+# The version of the account SAS tokens the kit signs (its string-to-sign has no encryption
+# scope line; 2020-12-06 and later add one).
+SAS_VERSION: Final = "2019-12-12"
 # Azurite starts in about two seconds; a loaded machine can take far longer.
 READY_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 10.0
@@ -70,6 +75,23 @@ def azure_store(endpoint: str, container: str, account_key: str = ACCOUNT_KEY) -
     client: ClientConfig = {"allow_http": True}
     return AzureStore(container, account_name=ACCOUNT_NAME, account_key=account_key,
                       endpoint=f"{endpoint}/{ACCOUNT_NAME}", client_options=client)
+
+
+def account_sas(permissions: str) -> str:
+    """An account SAS token (the query string, no "?") for the emulator's blob service that
+    grants only `permissions` ("r" read, "l" list, "w" write, ...) for an hour: credentials
+    that are valid but may not do everything. Signed with the account key, as Azure's
+    "Create an account SAS" describes: an HMAC-SHA256 over the account name and the token's
+    fields, one a line."""
+    expiry = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+              ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fields = {"sv": SAS_VERSION, "ss": "b", "srt": "sco", "sp": permissions, "se": expiry,
+              "spr": "https,http"}
+    # Account, permissions, services, resource types, start, expiry, IP, protocol, version.
+    text = "\n".join([ACCOUNT_NAME, permissions, "b", "sco", "", expiry, "", "https,http",
+                      SAS_VERSION, ""])
+    mac = hmac.new(base64.b64decode(ACCOUNT_KEY), text.encode(), hashlib.sha256).digest()
+    return urllib.parse.urlencode({**fields, "sig": base64.b64encode(mac).decode()})
 
 
 class AzuriteServer:

@@ -1,6 +1,7 @@
 """A store that refuses access: opening or writing a dataset raises PermissionError at once,
 naming the URL and saying the store refused, never retried for minutes. Real refusals from real
-servers: moto's S3 server with its IAM checks on, and Azurite given a wrong account key."""
+servers: moto's S3 server with its IAM checks on, Azurite given a wrong account key, and Azurite
+given valid credentials (a SAS token) without the permission a request needs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 
-from .azurite_server import AzuriteServer
+from .azurite_server import AzuriteServer, account_sas
 from .conftest import FOREIGN_AWS_VARIABLES
 from .s3_server import REGION, S3Server
 from .test_remote_read import images
@@ -58,18 +59,25 @@ def s3_refusing_env(s3_iam_server: S3Server, monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.fixture
-def az_refusing_env(az_env: AzuriteServer, az_container: str, tmp_path: Path,
-                    monkeypatch: pytest.MonkeyPatch) -> tuple[str, np.ndarray]:
-    """A dense dataset written to Azurite with the account's key, then the environment's key
-    replaced by a wrong one: the URL and the dataset's records."""
+def az_written(az_env: AzuriteServer, az_container: str, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> tuple[str, np.ndarray]:
+    """A dense dataset written to Azurite with the account's key, and read back with it: the
+    URL and the dataset's records."""
     monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
     url, data = f"az://{az_container}/ds", images(50, 32)
     from_numpy(url, data)
     with DenseDataset(url) as ds:  # readable with the right key
         np.testing.assert_array_equal(ds.read(np.arange(50)), data)
-    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", WRONG_KEY)
     return url, data
+
+
+@pytest.fixture
+def az_refusing_env(az_written: tuple[str, np.ndarray],
+                    monkeypatch: pytest.MonkeyPatch) -> tuple[str, np.ndarray]:
+    """az_written's dataset, the environment's key replaced by a wrong one."""
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", WRONG_KEY)
+    return az_written
 
 
 def refused(url: str) -> str:
@@ -106,3 +114,31 @@ def test_azure_with_a_wrong_key_refuses_readers_and_writers(
     with pytest.raises(PermissionError, match=r"/ds.*access refused by the store"):
         from_numpy(url, data[:5], append=True)
     assert time.monotonic() - started < PROMPT_S
+
+
+def test_azure_credentials_without_a_permission_are_refused_at_the_request_that_needs_it(
+        az_written: tuple[str, np.ndarray], az_env: AzuriteServer, az_container: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Valid credentials that may not do everything: the listing passes, and the first object
+    read or write the token does not allow raises PermissionError naming that object (obstore
+    reports these as its PermissionDeniedError, not as the listing's generic error)."""
+    url, data = az_written
+    before = az_env.objects(az_container)
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY")
+    monkeypatch.setenv("AZURE_STORAGE_SAS_KEY", account_sas("rl"))  # read and list only
+    with DenseDataset(url, cache_dir=tmp_path / "read-only") as ds:
+        np.testing.assert_array_equal(ds.read(np.arange(len(data))), data)
+    denied = (r": access refused by the store "
+              r"\(HTTP 403 Forbidden, AuthorizationPermissionMismatch\)")
+    started = time.monotonic()
+    with pytest.raises(PermissionError, match=f"writing {url}/[^:]+{denied}"):
+        from_numpy(url, data[:5], append=True)
+    assert time.monotonic() - started < PROMPT_S
+    assert az_env.objects(az_container) == before  # the refused append changed nothing
+    assert not any((tmp_path / "uploads").glob("*"))  # and left no local build behind
+    monkeypatch.setenv("AZURE_STORAGE_SAS_KEY", account_sas("l"))  # list only: no object reads
+    for reader in (DenseDataset, RaggedDataset):
+        started = time.monotonic()
+        with pytest.raises(PermissionError, match=f"reading {url}/[^:]+{denied}"):
+            reader(url, cache_dir=tmp_path / "list-only")
+        assert time.monotonic() - started < PROMPT_S
