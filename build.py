@@ -441,8 +441,9 @@ def ensure_chromium() -> None:
 # --- Azurite, the Azure Blob Storage emulator of the az:// tests ------------------------------
 
 # npm's azurite, pinned: tests/remote/azurite_server.py starts its blob service on 127.0.0.1 (a
-# real server, never a mocked client). 3.35.0 is the newest release that declares support for
-# Node 20 (3.36 needs Node 21, 3.37 Node 22), the nodejs of current Debian and Ubuntu LTS.
+# real server, never a mocked client). 3.35.0 is the newest release that runs on the nodejs that
+# apt-get installs on Debian 12 and Ubuntu 24.04 (18.x; 3.36.0 declares node >= 21). The az://
+# tests pass with it on Debian 12's nodejs 18.20.4 and on Node 20.
 AZURITE_VERSION = "3.35.0"
 AZURITE_DIR = CACHE / "azurite"
 AZURITE_PROGRAM = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
