@@ -438,6 +438,48 @@ def ensure_chromium() -> None:
              "about 1 to 2 minutes on a first run: about 100 MB of packages", env=env)
 
 
+# --- Azurite, the Azure Blob Storage emulator of the az:// tests ------------------------------
+
+# npm's azurite, pinned: tests/remote/azurite_server.py starts its blob service on 127.0.0.1 (a
+# real server, never a mocked client). 3.35.0 is the newest release that runs on the nodejs that
+# apt-get installs on Debian 12 and Ubuntu 24.04 (18.x; 3.36.0 declares node >= 21). The az://
+# tests pass with it on Debian 12's nodejs 18.20.4 and on Node 20.
+AZURITE_VERSION = "3.35.0"
+AZURITE_DIR = CACHE / "azurite"
+AZURITE_PROGRAM = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
+AZURITE_STAMP = AZURITE_DIR / ".loaderx-version"
+
+
+def ensure_azurite() -> None:
+    """Installs the pinned Azurite with npm into .cache/azurite when it is missing or another
+    version. npm and node come from Debian's nodejs and npm packages, installed here with apt-get
+    when they are missing and this runs as root; anywhere else nothing is installed and the
+    az:// tests fail (under build.py test, where no test may skip), naming what they need."""
+    if AZURITE_PROGRAM.exists() and AZURITE_STAMP.exists() \
+            and AZURITE_STAMP.read_text() == AZURITE_VERSION:
+        return
+    if not (shutil.which("node") and shutil.which("npm")):
+        if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+            log("node and npm are missing and cannot be installed from here (needs root and "
+                "apt-get): the az:// tests in tests/remote/ will fail until they are (Debian: "
+                "apt-get install nodejs npm)")
+            return
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run_long(["apt-get", "update"], "updating apt's package lists to install nodejs and npm",
+                 "10 to 60 seconds", env=env)
+        run_long(["apt-get", "install", "-y", "--no-install-recommends", "nodejs", "npm"],
+                 "installing Debian's nodejs and npm for Azurite", "about a minute", env=env)
+    # A folder of another version (or a half-finished install) is replaced whole.
+    shutil.rmtree(AZURITE_DIR, ignore_errors=True)
+    AZURITE_DIR.mkdir(parents=True)
+    run_long(["npm", "install", "--prefix", str(AZURITE_DIR), "--no-audit", "--no-fund",
+              "--no-update-notifier", "--save-exact", f"azurite@{AZURITE_VERSION}"],
+             f"installing Azurite {AZURITE_VERSION} (Azure's storage emulator) into "
+             f"{AZURITE_DIR.relative_to(ROOT)} for the az:// tests",
+             "under a minute on a first run: about 60 MB from npm's registry")
+    AZURITE_STAMP.write_text(AZURITE_VERSION)
+
+
 # --- commands -------------------------------------------------------------------------------
 
 
@@ -462,6 +504,7 @@ def cmd_test(args: list[str]) -> None:
     zig_tests()
     run([sys.executable, "-m", "mypy", "--strict", "loaderx", "tests"])
     ensure_chromium()
+    ensure_azurite()
     remove_compiled()
     # In CI no test may skip: every optional package the tests need is installed above.
     os.environ["LOADERX_FORBID_SKIPS"] = "1"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -147,12 +148,20 @@ class ObjectStore:
                 "its new version"
             ) from exc
         except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as exc:
-            raise PermissionError(f"{what} {url}: access denied ({_first_line(exc)})") from exc
+            raise _refused(what, url, exc) from exc
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{what} {url}: no such object") from exc
         except exceptions.AlreadyExistsError as exc:
             raise FileExistsError(f"{what} {url}: the object already exists") from exc
         except exceptions.BaseError as exc:
+            # object_store reports a refused listing as a generic error that keeps only the
+            # answer's text (S3 and Azure alike): the status in it says what happened.
+            if _REFUSED_STATUS.search(str(exc)):
+                raise _refused(what, url, exc) from exc
+            if _MISSING_STATUS.search(str(exc)):
+                raise FileNotFoundError(
+                    f"{what} {url}: no such bucket or container ({_answer(exc, _MISSING_STATUS)})"
+                ) from exc
             raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
 
     def list(self) -> list[RemoteObject]:
@@ -228,6 +237,33 @@ def _remote_object(meta: Any) -> RemoteObject:
     modified = meta.get("last_modified")
     return RemoteObject(str(meta["path"]), int(meta["size"]), meta.get("e_tag"),
                         meta.get("version"), modified.timestamp() if modified else 0.0)
+
+
+# How object_store words an HTTP answer of 401 or 403 ("... non-2xx status code: 403 Forbidden")
+# or 404 (a listing of a missing bucket), and the reason S3 and Azure give in its XML body
+# (<Code>InvalidAccessKeyId</Code>).
+_REFUSED_STATUS: Final = re.compile(r"status code: (401|403)\b[^:<]*")
+_MISSING_STATUS: Final = re.compile(r"status code: 404\b[^:<]*")
+_ERROR_CODE: Final = re.compile(r"<Code>(\w+)</Code>")
+
+
+def _answer(exc: BaseException, status_pattern: re.Pattern[str]) -> str:
+    """The HTTP status and the store's reason in obstore's message ("HTTP 403 Forbidden,
+    InvalidAccessKeyId"), else its first line."""
+    text = str(exc)
+    status = status_pattern.search(text)
+    answer = f"HTTP {status.group(0).split(': ', 1)[1].strip()}" if status else _first_line(exc)
+    code = _ERROR_CODE.search(text)
+    return f"{answer}, {code.group(1)}" if code else answer
+
+
+def _refused(what: str, url: str, exc: BaseException) -> PermissionError:
+    """The error for a store that refused a request (401 or 403: at once, never retried)."""
+    return PermissionError(
+        f"{what} {url}: access refused by the store ({_answer(exc, _REFUSED_STATUS)}); check "
+        "the credentials in the environment and that they may read (or write) this bucket or "
+        "container"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -93,12 +93,14 @@ class Upload:
 
 
 class S3Server:
-    """moto's server on 127.0.0.1:`port` (a free one when None), started by `start()` and
-    stopped by `stop()` (`close()` also removes its log); a context manager that closes it.
+    """moto's server on 127.0.0.1:`port` (a free one when None) with `env` added to its
+    environment, started by `start()` and stopped by `stop()` (`close()` also removes its log);
+    a context manager that closes it.
     The kit's buckets and uploads survive `stop()` + `start()` and `restart()`."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self._port_fixed = port is not None
+        self._env = dict(env or {})  # for moto, e.g. INITIAL_NO_AUTH_ACTION_COUNT
         self.port = port if port is not None else free_port()
         self._process: subprocess.Popen[bytes] | None = None
         descriptor, log_name = tempfile.mkstemp(prefix="loaderx-moto-", suffix=".log")
@@ -204,6 +206,11 @@ class S3Server:
             keys.append(key)
         return keys
 
+    def objects(self, bucket: str) -> dict[str, str | None]:
+        """Every object of the bucket with its ETag."""
+        store = s3_store(self.endpoint, bucket)
+        return {meta["path"]: meta["e_tag"] for page in obstore.list(store) for meta in page}
+
     def forget_bucket(self, bucket: str) -> None:
         """Deletes the bucket's objects and the bucket (if the server runs) and stops replaying
         them on restarts."""
@@ -237,7 +244,7 @@ class S3Server:
     def _launch(self) -> None:
         # A test process that dies without its fixtures' teardown (a crash, a SIGKILL) must
         # not leave the server running: Linux stops it with its parent (_die_with_parent).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | self._env
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],

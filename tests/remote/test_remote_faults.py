@@ -93,7 +93,9 @@ def test_processes_evicting_from_one_small_cache_never_read_a_wrong_record(
         deadline = time.monotonic() + 3
         reads = 0
         with DataLoader({{"x": ds}}, batch_size=24, seed=seed, mode="iid") as loader:
-            while time.monotonic() < deadline:
+            # At least 3 s of reads overlapping the other process's, and at least 12 reads
+            # however slow a loaded machine makes them.
+            while time.monotonic() < deadline or reads < 12:
                 idx = rng.integers(0, len(ds), 24)
                 assert (ds[idx] == data[idx]).all(), "a wrong record"
                 step = loader.step

@@ -1,6 +1,7 @@
 """Datasets read from a real S3-protocol server (moto's, started by the fixtures): exact round
 trips for every read, sharded datasets, a cache smaller than the dataset, the loader, several
-processes sharing one cache, and what a damaged, changed or unreachable store does."""
+processes sharing one cache, and what a damaged, changed or unreachable store does. The round
+trips also run against Azurite (az://), through the `remote_root` fixture."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
@@ -20,6 +22,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import RemoteChangedError, RemoteError, UnsupportedURLError
 
+from .conftest import RemoteRoot
 from .s3_server import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +49,18 @@ def dense_url(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> tuple[str, np
     return publish(s3_env, s3_bucket, tmp_path / "local"), data
 
 
-def test_every_dense_read_matches_the_array(dense_url: tuple[str, np.ndarray], tmp_path: Path) -> None:
-    url, data = dense_url
+@pytest.fixture
+def any_dense_url(remote_root: RemoteRoot, tmp_path: Path) -> tuple[str, np.ndarray]:
+    """dense_url's dataset in moto's S3 server, then in Azurite."""
+    data = images()
+    from_numpy(str(tmp_path / "local"), data, codec="zstd")
+    remote_root.upload_tree(tmp_path / "local", "ds")
+    return f"{remote_root.url}/ds", data
+
+
+def test_every_dense_read_matches_the_array(any_dense_url: tuple[str, np.ndarray],
+                                            tmp_path: Path) -> None:
+    url, data = any_dense_url
     with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
         assert ds.path == url and ds.remote and len(ds) == len(data)
         assert ds.dtype == data.dtype and ds.item_shape == data.shape[1:]
@@ -73,7 +86,7 @@ def test_every_dense_read_matches_the_array(dense_url: tuple[str, np.ndarray], t
             again.close()
 
 
-def test_ragged_and_sharded_datasets(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> None:
+def test_ragged_and_sharded_datasets(remote_root: RemoteRoot, tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
     tokens = [rng.integers(0, 50_000, int(n), dtype=np.int32) for n in rng.integers(0, 300, 500)]
     tokens[3] = np.empty(0, dtype=np.int32)
@@ -81,7 +94,8 @@ def test_ragged_and_sharded_datasets(s3_env: S3Server, s3_bucket: str, tmp_path:
     local.append(tokens)
     assert local.sharded
     local.close()
-    url = publish(s3_env, s3_bucket, tmp_path / "tokens", "tokens")
+    remote_root.upload_tree(tmp_path / "tokens", "tokens")
+    url = f"{remote_root.url}/tokens"
     with RaggedDataset(url, cache_dir=tmp_path / "cache") as ds:
         assert ds.sharded and len(ds) == len(tokens)
         order = rng.permutation(len(tokens))[:200]
@@ -92,9 +106,9 @@ def test_ragged_and_sharded_datasets(s3_env: S3Server, s3_bucket: str, tmp_path:
 
 
 def test_a_cache_smaller_than_the_dataset_stays_within_its_bound(
-    dense_url: tuple[str, np.ndarray], tmp_path: Path
+    any_dense_url: tuple[str, np.ndarray], tmp_path: Path
 ) -> None:
-    url, data = dense_url
+    url, data = any_dense_url
     bound = 96 << 10
     cache = tmp_path / "cache"
     rng = np.random.default_rng(2)
@@ -113,8 +127,9 @@ def test_a_cache_smaller_than_the_dataset_stays_within_its_bound(
         assert allocated <= final[1] + 4096 * 2  # what the files hold on disk follows the count
 
 
-def test_the_loader_reads_what_it_reads_locally(dense_url: tuple[str, np.ndarray], tmp_path: Path) -> None:
-    url, data = dense_url
+def test_the_loader_reads_what_it_reads_locally(any_dense_url: tuple[str, np.ndarray],
+                                                tmp_path: Path) -> None:
+    url, data = any_dense_url
     remote = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=200 << 10)
     with DataLoader({"x": remote}, batch_size=16, seed=4, mode="iid") as loader:
         for step, batch in zip(range(40), loader):
@@ -315,6 +330,16 @@ def test_a_missing_object_raises_at_once_naming_it(
             ds[np.array([1, 2])]
     with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
         DenseDataset(f"s3://{s3_bucket}/elsewhere", cache_dir=tmp_path / "cache")
+
+
+def test_a_missing_bucket_or_container_raises_at_once_naming_it(remote_root: RemoteRoot,
+                                                                tmp_path: Path) -> None:
+    scheme = remote_root.url.split("://")[0]
+    url = f"{scheme}://loaderx-test-missing-{uuid.uuid4().hex[:12]}/ds"
+    reason = {"s3": "NoSuchBucket", "az": "ContainerNotFound"}[scheme]
+    with pytest.raises(FileNotFoundError, match=f"{url}: no such bucket or container "
+                                                f"\\(HTTP 404 Not Found, {reason}\\)"):
+        DenseDataset(url, cache_dir=tmp_path / "cache")
 
 
 def test_without_obstore_a_url_names_the_extra(tmp_path: Path) -> None:

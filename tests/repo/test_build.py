@@ -298,6 +298,59 @@ def requirement_name(requirement: str) -> str:
     return re.split(r"[\[<>=!~]", requirement, maxsplit=1)[0].lower()
 
 
+def azurite_steps(build: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                  found: set[str], euid: int) -> list[list[str]]:
+    """The commands ensure_azurite runs when `found` are the programs on PATH; a stand-in npm
+    "installs" by making the program that the real package puts there."""
+    steps: list[list[str]] = []
+    folder = tmp_path / "azurite"
+    program = folder / "node_modules" / ".bin" / "azurite-blob"
+    monkeypatch.setattr(build, "AZURITE_DIR", folder)
+    monkeypatch.setattr(build, "AZURITE_PROGRAM", program)
+    monkeypatch.setattr(build, "AZURITE_STAMP", folder / ".loaderx-version")
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(build.shutil, "which", lambda name: f"/usr/bin/{name}" if name in found
+                        else None)
+    monkeypatch.setattr(build.os, "geteuid", lambda: euid)
+
+    def step(cmd: list[str], *_: object, **__: object) -> None:
+        steps.append(cmd)
+        if cmd[0] == "npm":
+            program.parent.mkdir(parents=True)
+            program.write_text("#!/bin/sh\n")
+
+    monkeypatch.setattr(build, "run_long", step)
+    build.ensure_azurite()
+    return steps
+
+
+def test_azurite_is_installed_pinned_once_and_again_for_another_pin(
+        build: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    npm = ["npm", "install", "--prefix", str(tmp_path / "azurite"), "--no-audit", "--no-fund",
+           "--no-update-notifier", "--save-exact", f"azurite@{build.AZURITE_VERSION}"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", build.AZURITE_VERSION)  # pinned exactly
+    assert azurite_steps(build, monkeypatch, tmp_path, {"node", "npm"}, 1000) == [npm]
+    assert azurite_steps(build, monkeypatch, tmp_path, {"node", "npm"}, 1000) == []
+    monkeypatch.setattr(build, "AZURITE_VERSION", "0.0.1")
+    assert azurite_steps(build, monkeypatch, tmp_path, {"node", "npm"}, 1000)[0][-1] \
+        == "azurite@0.0.1"
+    monkeypatch.setattr(build, "AZURITE_VERSION", "0.0.2")
+    without_node = azurite_steps(build, monkeypatch, tmp_path, {"apt-get"}, 0)
+    assert without_node[:2] == [["apt-get", "update"], ["apt-get", "install", "-y",
+                                                        "--no-install-recommends", "nodejs", "npm"]]
+    assert without_node[2][0] == "npm"
+    monkeypatch.setattr(build, "AZURITE_VERSION", "0.0.3")
+    assert azurite_steps(build, monkeypatch, tmp_path, {"apt-get"}, 1000) == []
+    assert "apt-get install nodejs npm" in capsys.readouterr().out
+
+
+def test_the_azurite_kit_runs_what_build_py_installs(build: ModuleType) -> None:
+    kit = (ROOT / "tests" / "remote" / "azurite_server.py").read_text()
+    where = build.AZURITE_PROGRAM.relative_to(ROOT).parts
+    assert "ROOT / " + " / ".join(f'"{part}"' for part in where) in kit
+
+
 def test_the_demo_installs_only_what_it_needs(build: ModuleType) -> None:
     """`build.py demo` is the first thing a newcomer runs: no test tool, no integration."""
     demo = {requirement_name(r) for r in build.VENV_STAGES["demo"]}
@@ -388,8 +441,8 @@ def test_the_compiled_run_selects_its_tests_by_marker(build: ModuleType,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Test modules move between folders: the compiled run names none of them."""
     runs: list[tuple[list[str], str]] = []
-    for step in ("build_native", "zig_tests", "run", "ensure_chromium", "remove_compiled",
-                 "compile_mypyc", "assert_compiled"):
+    for step in ("build_native", "zig_tests", "run", "ensure_chromium", "ensure_azurite",
+                 "remove_compiled", "compile_mypyc", "assert_compiled"):
         monkeypatch.setattr(build, step, lambda *_, **__: None)
     monkeypatch.setattr(build, "pytest", lambda args, label: runs.append((args, label)))
     monkeypatch.setenv("LOADERX_FORBID_SKIPS", "0")
