@@ -5,7 +5,9 @@ loader's users build it: loaderx's DataLoader over DenseDatasets; torch's DataLo
 map-style Dataset reading a NumPy memmap, per sample (default collate) or per batch (a
 BatchSampler feeding whole index lists to __getitem__); torch's DataLoader over loaderx's own
 adapter (loaderx.torch.TorchDataset, whose __getitems__ gathers a batch at once); grain's DataLoader over a random
-access source. `augment` is the Python-bound per-sample transform used by --transform augment.
+access source. `augment` is the Python-bound per-sample transform used by --transform augment,
+`release` the GIL-releasing one of --transform release; a contender that transforms one sample
+at a time runs the per-sample form of the same transform (`per_sample`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ def release(batch: np.ndarray) -> np.ndarray:
 
 # Rounds of `release`: chosen so that a 12 KiB sample costs about what `augment` costs.
 RELEASE_ROUNDS = 6
+
+
+def per_sample(transform: Transform) -> Transform:
+    """The per-sample form of a batch transform, for contenders that transform one sample at a
+    time: `augment_sample` for `augment`; `release` works element by element, so it is its own."""
+    return augment_sample if transform is augment else transform
 
 
 # --- loaderx ---------------------------------------------------------------------------------
@@ -123,7 +131,8 @@ class MemmapSamples:
     def __init__(self, npy: Path, transform: Transform) -> None:
         self.npy = npy
         self.array = np.load(npy, mmap_mode="r")
-        self.transform = augment_sample if transform is not None else None
+        self.transform = per_sample(transform)
+        self.batch_transform = transform
 
     def __len__(self) -> int:
         return int(self.array.shape[0])
@@ -144,8 +153,8 @@ class MemmapBatches(MemmapSamples):
         import torch
 
         rows = self.array[np.asarray(indices, dtype=np.int64)]
-        if self.transform is not None:
-            rows = augment(rows)
+        if self.batch_transform is not None:
+            rows = self.batch_transform(rows)
         return torch.from_numpy(rows)
 
 
@@ -233,7 +242,8 @@ class GrainSource:
         self.npy = str(npy)
         self.length = int(np.load(npy, mmap_mode="r").shape[0])
         self.array: np.ndarray | None = None
-        self.transform = transform is not None
+        # A module-level function: it pickles by name into grain's worker processes.
+        self.transform = per_sample(transform)
 
     def __len__(self) -> int:
         return self.length
@@ -242,7 +252,7 @@ class GrainSource:
         if self.array is None:
             self.array = np.load(self.npy, mmap_mode="r")
         sample = np.array(self.array[index])
-        return augment_sample(sample) if self.transform else sample
+        return self.transform(sample) if self.transform is not None else sample
 
     def __getstate__(self) -> dict[str, object]:
         return {"npy": self.npy, "length": self.length, "array": None,

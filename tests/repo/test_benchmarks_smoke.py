@@ -9,12 +9,16 @@ checked on one layer: its header's fields, and the tables the run printed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +89,33 @@ def test_the_loader_layer_shows_threads_and_processes_with_a_gil_releasing_trans
     loader = next(t for t in doc["tables"] if t["layer"] == "loader")
     assert {"loaderx raw", "loaderx raw processes w2"} <= {r["loader"] for r in loader["rows"]}
     assert "loaderx threads vs processes w2, transform release" in done.stdout
+
+
+
+def test_the_peer_loaders_run_the_transform_asked_for(tmp_path: Path) -> None:
+    """torch's and grain's datasets in the loader layer apply the --transform chosen (per
+    sample where they transform samples): once they ran `augment` whatever was asked, so a
+    `--transform release` run compared loaderx's release against the peers' augment."""
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "bench_loaders", ROOT / "benchmarks" / "layers" / "loaders.py")
+    assert spec is not None and spec.loader is not None
+    loaders = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaders)
+    array = np.random.default_rng(0).integers(0, 256, size=(4, 8, 6, 3), dtype=np.uint8)
+    npy = tmp_path / "records.npy"
+    np.save(npy, array)
+    rows = list(range(len(array)))
+    for transform in (loaders.augment, loaders.release):
+        wanted = transform(array)
+        assert not np.array_equal(wanted, array)
+        samples = loaders.MemmapSamples(npy, transform)
+        assert np.array_equal(torch.stack([samples[i] for i in rows]).numpy(), wanted)
+        batches = loaders.MemmapBatches(npy, transform)
+        assert np.array_equal(batches[rows].numpy(), wanted)
+        grain_source = loaders.GrainSource(npy, transform)
+        assert np.array_equal(np.stack([grain_source[i] for i in rows]), wanted)
+    assert np.array_equal(loaders.GrainSource(npy, None)[0], array[0])
 
 
 def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
