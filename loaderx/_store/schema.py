@@ -258,7 +258,7 @@ def has_schema(folder: str) -> bool:
         return True
     try:
         found = os.lstat(path)  # is_file has shown that the folder can be searched
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no folder there, or a file
         return False
     # A conversion swapping the dataset's folder can put a schema in place between the two
     # looks: a file found now is one.
