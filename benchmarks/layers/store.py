@@ -6,9 +6,10 @@ logical bytes / bytes on disk), checked to return exactly the array's rows for t
 then all gathers are timed round-robin over the same list of random batches. The reference is
 npy-mmap fancy indexing. A decode-only row, zstd level 3 on one thread through the zstandard
 package over the same records, gives the single-core decompression rate that bounds any
-zstd store on this machine. A copy row, NumPy copying one batch's bytes from the records on two
-threads, gives the two-core copy limit any raw gather works under. Every peer's first batches
-must equal loaderx raw's byte for byte before it is timed.
+zstd store on this machine. Two copy rows, NumPy copying one batch's bytes from the records on
+one thread and on two, give the copy limit any raw gather works under. Every peer's first batches
+must equal loaderx raw's byte for byte before it is timed. MosaicML Streaming and LitData run in
+their own venv (store_peers.py) with the same records and batches.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import data, report, select, stores, sweep, timing
+from . import data, report, select, store_peers, stores, sweep, timing
 from .report import Column, Report, Table
 
 MIB = float(1 << 20)
@@ -62,27 +63,31 @@ def single_core_zstd(array: np.ndarray, batches: list[np.ndarray]) -> Callable[[
     return decode
 
 
-COPY_ROW = "memcpy 2-thread"
-
-
-def two_thread_copy(array: np.ndarray, batch: int) -> tuple[Callable[[], object], Callable[[], None]]:
-    """Copies one batch's bytes (contiguous records, a different stretch each call) into a
-    reused array, half on this thread and half on a helper: the two-core copy limit.
-    Returns the call and a closer for the helper thread."""
+def copy_rows(array: np.ndarray, batch: int) -> tuple[dict[str, Callable[[], object]],
+                                                   Callable[[], None]]:
+    """The copy limit: one batch's bytes (contiguous records, a different stretch each call, so
+    out of the caches as a gather's are) copied by NumPy into a reused array, on this thread
+    alone and split in halves between this thread and a helper (the two-core limit, which a
+    busy second core pulls below the one-thread row). Returns the calls and a closer."""
     source = array.reshape(len(array), -1)
     out = np.empty((batch, source.shape[1]), dtype=source.dtype)
     half = batch // 2
     starts = itertools.cycle(range(0, len(source) - batch + 1, batch))
     helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-copy")
 
-    def copy() -> object:
+    def one_thread() -> object:
+        start = next(starts)
+        np.copyto(out, source[start:start + batch])
+        return out
+
+    def two_threads() -> object:
         start = next(starts)
         other = helper.submit(np.copyto, out[half:], source[start + half:start + batch])
         np.copyto(out[:half], source[start:start + half])
         other.result()
         return out
 
-    return copy, helper.shutdown
+    return {"memcpy 1-thread": one_thread, "memcpy 2-thread": two_threads}, helper.shutdown
 
 
 def reference_batches(calls: dict[str, stores.Gather], array: np.ndarray,
@@ -173,16 +178,25 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
     if decode is not None:
         calls["zstd decode, 1 thread"] = decode
         table.add(store="zstd decode, 1 thread")
-    copy, stop_copy = two_thread_copy(array, len(batches[0]))
-    if select.wanted(COPY_ROW, False, args.only):
-        calls[COPY_ROW] = copy
-        table.add(store=COPY_ROW)
+    copies, stop_copy = copy_rows(array, len(batches[0]))
+    for name, copy in copies.items():
+        if select.wanted(name, False, args.only):
+            calls[name] = copy
+            table.add(store=name)
     try:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
     finally:
         stop_copy()
     batch_bytes = len(batches[0]) * array[0].nbytes
     fill_gather(table, timings, batch_bytes)
+    side = store_peers.wanted(args)
+    if side:
+        loaderx_raw = folder / select.slug("loaderx raw") if "loaderx raw" in gathers else None
+        figures = store_peers.measure(args, rep, array, batches,
+                                      reference_batches(gathers, array, batches), loaderx_raw,
+                                      folder)
+        if figures is not None:
+            store_peers.add_rows(table, rep, figures, side, batch_bytes, array.nbytes)
     table.notes.append(f"data set {kind}: {payload_ratio(opened, array)}")
     table.notes.append("write is one timed pass; gather is the median of "
                        f"{args.rounds} interleaved rounds; on disk = allocated blocks")
