@@ -43,14 +43,20 @@ PEERS: Final[dict[str, str]] = {
     "tensorstore": "tensorstore",
     "zarr": "zarr",
     "lance": "pylance",
-    "array_record": "array-record",
+    "array_record": "array-record==0.8.6",
     "lmdb": "lmdb",
     "torch": "torch==2.13.0",
     "matplotlib": "matplotlib",
     "ray": "ray[data]==2.60.0",
+    # The store layer's newer peers, pinned so a run names the version it measured: DeepMind's
+    # bagz, and Grain (its ArrayRecord data source in the store layer; its loader runs in the
+    # loader layer only with `--only grain`). MosaicML Streaming and LitData are not here:
+    # Streaming wants numpy < 2.2, so both live in remote_peers.PEERS_VENV.
+    "bagz": "bagz==0.3.8",
+    "grain": "grain==0.2.18",
 }
-# Installed only when asked for (`--only grain`): it is heavy and slow to feed.
-OPTIONAL_PEERS: Final[dict[str, str]] = {"grain": "grain"}
+# Installed only when some `--only NAME` asks for them (none at present).
+OPTIONAL_PEERS: Final[dict[str, str]] = {}
 
 
 def venv_python() -> Path:

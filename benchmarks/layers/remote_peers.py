@@ -26,8 +26,10 @@ from . import env, report, stores
 from .report import Column, Report, Table
 
 PEERS_VENV: Final = env.ROOT / ".cache" / "remote-peers-venv"
+# msgpack lets the store layer's side (store_peer_side.py) import loaderx from the working tree
+# and time it in the same process as the peers.
 PEER_REQUIREMENTS: Final = ("torch==2.13.0", "mosaicml-streaming==0.13.0", "litdata==0.2.76",
-                            "numpy==2.1.3", "boto3==1.44.18")
+                            "numpy==2.1.3", "boto3==1.44.18", "msgpack==1.2.4")
 SIDE: Final = Path(__file__).resolve().parent / "remote_peer_side.py"
 SHARD_BYTES: Final = 8 << 20  # MDS shards and LitData chunks: 8 MiB
 PEER_TIMEOUT_S: Final = 900.0

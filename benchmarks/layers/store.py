@@ -6,19 +6,23 @@ logical bytes / bytes on disk), checked to return exactly the array's rows for t
 then all gathers are timed round-robin over the same list of random batches. The reference is
 npy-mmap fancy indexing. A decode-only row, zstd level 3 on one thread through the zstandard
 package over the same records, gives the single-core decompression rate that bounds any
-zstd store on this machine.
+zstd store on this machine. Two copy rows, NumPy copying one batch's bytes from the records on
+one thread and on two, give the copy limit any raw gather works under. Every peer's first batches
+must equal loaderx raw's byte for byte before it is timed. MosaicML Streaming and LitData run in
+their own venv (store_peers.py) with the same records and batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import data, report, select, stores, sweep, timing
+from . import data, report, select, store_peers, stores, sweep, timing
 from .report import Column, Report, Table
 
 MIB = float(1 << 20)
@@ -59,17 +63,53 @@ def single_core_zstd(array: np.ndarray, batches: list[np.ndarray]) -> Callable[[
     return decode
 
 
+def copy_rows(array: np.ndarray, batch: int) -> tuple[dict[str, Callable[[], object]],
+                                                   Callable[[], None]]:
+    """The copy limit: one batch's bytes (contiguous records, a different stretch each call, so
+    out of the caches as a gather's are) copied by NumPy into a reused array, on this thread
+    alone and split in halves between this thread and a helper (the two-core limit, which a
+    busy second core pulls below the one-thread row). Returns the calls and a closer."""
+    source = array.reshape(len(array), -1)
+    out = np.empty((batch, source.shape[1]), dtype=source.dtype)
+    half = batch // 2
+    starts = itertools.cycle(range(0, len(source) - batch + 1, batch))
+    helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-copy")
+
+    def one_thread() -> object:
+        start = next(starts)
+        np.copyto(out, source[start:start + batch])
+        return out
+
+    def two_threads() -> object:
+        start = next(starts)
+        other = helper.submit(np.copyto, out[half:], source[start + half:start + batch])
+        np.copyto(out[:half], source[start:start + half])
+        other.result()
+        return out
+
+    return {"memcpy 1-thread": one_thread, "memcpy 2-thread": two_threads}, helper.shutdown
+
+
+def reference_batches(calls: dict[str, stores.Gather], array: np.ndarray,
+                      batches: list[np.ndarray]) -> list[np.ndarray]:
+    """What every contender must return for the first two batches: loaderx raw's result (itself
+    checked against the array), or the array's rows when loaderx raw did not run."""
+    ours = calls.get("loaderx raw")
+    return [np.array(ours(batch) if ours else array[batch]) for batch in batches[:2]]
+
+
 def prepare(store: stores.Store, folder: Path, array: np.ndarray, batches: list[np.ndarray],
-            table: Table, rep: Report) -> stores.Gather | None:
+            table: Table, rep: Report, expected: list[np.ndarray]) -> stores.Gather | None:
     """Writes, measures and verifies one store; None (with a printed reason) when it fails."""
     path = folder / select.slug(store.name)
     stores.remove(path)
     try:
         seconds = timing.time_once(lambda: store.write(path, array))
         gather = store.open(path, array.shape[1:])
-        for batch in batches[:2]:
-            if not np.array_equal(np.asarray(gather(batch)), array[batch]):
-                raise AssertionError("gathered rows differ from the written array")
+        for batch, want in zip(batches[:2], expected):
+            got = np.asarray(gather(batch))
+            if got.shape != want.shape or got.tobytes() != want.tobytes():
+                raise AssertionError("its batch differs from loaderx raw's (and the array's)")
     except Exception as error:  # noqa: BLE001 - a failing peer is skipped, not fatal
         rep.skip(f"{store.name} ({table.title.split(':')[0]})",
                  f"{type(error).__name__}: {error}")
@@ -107,6 +147,7 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
     table = Table("store", title, columns())
     folder.mkdir(parents=True, exist_ok=True)
     calls: dict[str, Callable[[], object]] = {}
+    gathers: dict[str, stores.Gather] = {}
     opened: list[stores.Store] = []
     left_out: list[str] = []
     for store in stores.contenders(args.dict_tiers):
@@ -118,8 +159,10 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
         if why is not None:
             rep.skip(store.name, why)
             continue
-        gather = prepare(store, folder, array, batches, table, rep)
+        expected = reference_batches(gathers, array, batches)
+        gather = prepare(store, folder, array, batches, table, rep, expected)
         if gather is not None:
+            gathers[store.name] = gather
             calls[store.name] = cycling(gather, batches)
             opened.append(store)
             if isinstance(store, stores.Loaderx) and store.codec in ("raw", "zstd"):
@@ -135,8 +178,25 @@ def run_kind(kind: str, args: argparse.Namespace, rep: Report, folder: Path) -> 
     if decode is not None:
         calls["zstd decode, 1 thread"] = decode
         table.add(store="zstd decode, 1 thread")
-    timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
-    fill_gather(table, timings, len(batches[0]) * array[0].nbytes)
+    copies, stop_copy = copy_rows(array, len(batches[0]))
+    for name, copy in copies.items():
+        if select.wanted(name, False, args.only):
+            calls[name] = copy
+            table.add(store=name)
+    try:
+        timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
+    finally:
+        stop_copy()
+    batch_bytes = len(batches[0]) * array[0].nbytes
+    fill_gather(table, timings, batch_bytes)
+    side = store_peers.wanted(args)
+    if side:
+        loaderx_raw = folder / select.slug("loaderx raw") if "loaderx raw" in gathers else None
+        figures = store_peers.measure(args, rep, array, batches,
+                                      reference_batches(gathers, array, batches), loaderx_raw,
+                                      folder)
+        if figures is not None:
+            store_peers.add_rows(table, rep, figures, side, batch_bytes, array.nbytes)
     table.notes.append(f"data set {kind}: {payload_ratio(opened, array)}")
     table.notes.append("write is one timed pass; gather is the median of "
                        f"{args.rounds} interleaved rounds; on disk = allocated blocks")

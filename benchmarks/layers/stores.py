@@ -305,18 +305,28 @@ class Lance(Store):
 # --- ArrayRecord -----------------------------------------------------------------------------
 
 
+def write_array_record(path: Path, array: np.ndarray) -> None:
+    """One ArrayRecord file, zstd level 3 (the writer's default), one record per chunk."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    # group_size:1 makes every record its own chunk: the random-access layout.
+    writer = ArrayRecordWriter(str(path), "group_size:1")
+    for record in array:
+        writer.write(record.tobytes())
+    writer.close()
+
+
+def joined(records: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    """A batch of record bytes as one (batch, *shape) uint8 array (one copy, as users do)."""
+    return np.frombuffer(b"".join(records), dtype=np.uint8).reshape(len(records), *shape)
+
+
 class ArrayRecord(Store):
     name = "array-record zstd"  # the writer's default codec is zstd level 3
     module = "array_record.python.array_record_module"
 
     def write(self, path: Path, array: np.ndarray) -> None:
-        from array_record.python.array_record_module import ArrayRecordWriter
-
-        # group_size:1 makes every record its own chunk: the random-access layout.
-        writer = ArrayRecordWriter(str(path), "group_size:1")
-        for record in array:
-            writer.write(record.tobytes())
-        writer.close()
+        write_array_record(path, array)
 
     def open(self, path: Path, shape: tuple[int, ...]) -> Gather:
         from array_record.python.array_record_module import ArrayRecordReader
@@ -325,8 +335,7 @@ class ArrayRecord(Store):
         self.reader = reader
 
         def gather(indices: np.ndarray) -> np.ndarray:
-            records = reader.read(indices.tolist())
-            return np.frombuffer(b"".join(records), dtype=np.uint8).reshape(len(indices), *shape)
+            return joined(reader.read(indices.tolist()), shape)
 
         return gather
 
@@ -335,6 +344,79 @@ class ArrayRecord(Store):
         if reader is not None:
             reader.close()
             self.reader = None
+
+
+class GrainArrayRecord(Store):
+    """Grain's ArrayRecordDataSource over the same ArrayRecord layout: what a Grain pipeline
+    reads through. `__getitems__` is the batch call Grain's own batching uses."""
+
+    name = "grain array-record zstd"
+    module = "grain.python"
+
+    def write(self, path: Path, array: np.ndarray) -> None:
+        write_array_record(path, array)
+
+    def open(self, path: Path, shape: tuple[int, ...]) -> Gather:
+        import grain.python as gp
+
+        source = gp.ArrayRecordDataSource([str(path)])
+        self.source = source
+
+        def gather(indices: np.ndarray) -> np.ndarray:
+            return joined(list(source.__getitems__(indices.tolist())), shape)
+
+        return gather
+
+    def close(self) -> None:
+        source = getattr(self, "source", None)
+        if source is not None:
+            del self.source  # the source closes its readers when collected
+
+
+# --- bagz ------------------------------------------------------------------------------------
+
+
+class Bagz(Store):
+    """DeepMind's bagz: one .bag (raw) or .bagz (per-record zstd level 3) file, read through
+    Reader.read_indices, either on one thread or with the reader's default parallelism."""
+
+    module = "bagz"
+
+    def __init__(self, codec: str, one_thread: bool) -> None:
+        self.codec = codec
+        self.one_thread = one_thread
+        self.name = f"bagz {codec}{' 1-thread' if one_thread else ''}"
+
+    def file(self, path: Path) -> Path:
+        # The writer puts a "limits." file beside the data file, so each store gets a folder.
+        return path / ("records.bagz" if self.codec == "zstd" else "records.bag")
+
+    def compression(self) -> object:
+        import bagz
+
+        return bagz.CompressionZstd(level=3) if self.codec == "zstd" else bagz.CompressionNone()
+
+    def write(self, path: Path, array: np.ndarray) -> None:
+        import bagz
+
+        path.mkdir(parents=True)
+        options = bagz.Writer.Options(compression=self.compression())
+        with bagz.Writer(str(self.file(path)), options) as writer:
+            for record in array:
+                writer.write(record.tobytes())
+
+    def open(self, path: Path, shape: tuple[int, ...]) -> Gather:
+        import bagz
+
+        options = bagz.Reader.Options(compression=self.compression())
+        if self.one_thread:
+            options = bagz.Reader.Options(compression=self.compression(), max_parallelism=1)
+        reader = bagz.Reader(str(self.file(path)), options)
+
+        def gather(indices: np.ndarray) -> np.ndarray:
+            return joined(reader.read_indices(indices), shape)
+
+        return gather
 
 
 # --- LMDB ------------------------------------------------------------------------------------
@@ -391,4 +473,6 @@ def contenders(dict_tiers: bool) -> list[Store]:
     else:
         loaderx.append(Loaderx("zstd_dict"))
     return [*loaderx, NpyMmap(), H5py(None), H5py("gzip"), Blosc2(), TensorStore(None),
-            TensorStore("zstd"), Zarr(), Lance(), ArrayRecord(), Lmdb()]
+            TensorStore("zstd"), Zarr(), Lance(), ArrayRecord(), GrainArrayRecord(),
+            Bagz("raw", False), Bagz("raw", True), Bagz("zstd", False), Bagz("zstd", True),
+            Lmdb()]
