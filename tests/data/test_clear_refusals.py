@@ -197,6 +197,7 @@ def test_a_schema_put_in_place_between_two_looks_is_found(
     """A conversion swapping the dataset's folder can put schema.msgpack in place after the
     first look found nothing: a concurrent reader then said the file was "a special file, not
     a loaderx schema" (seen in tests/data/test_parallel.py's concurrent reader)."""
+    from loaderx._os.paths import is_file
     from loaderx._store import schema
 
     source = tmp_path / "ds"
@@ -204,15 +205,14 @@ def test_a_schema_put_in_place_between_two_looks_is_found(
     moved = tmp_path / "aside.msgpack"
     os.rename(source / "schema.msgpack", moved)
     looks = []
-    real = schema.is_file
 
     def swapped_after_first_look(path: str) -> bool:
         looks.append(path)
-        found = real(path)
+        found = is_file(path)
         if len(looks) == 1:
             os.rename(moved, source / "schema.msgpack")  # the swap lands right after it
         return found
 
-    monkeypatch.setattr(schema, "is_file", swapped_after_first_look)
+    monkeypatch.setattr("loaderx._store.schema.is_file", swapped_after_first_look)
     assert schema.has_schema(str(source))  # it used to raise SchemaError ("a special file")
     assert looks[0] == str(source / "schema.msgpack")
