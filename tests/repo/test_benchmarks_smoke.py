@@ -59,7 +59,8 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert {"raw", "zstd"} <= rows["Memory"]
     shards = [t for t in doc["tables"] if t["layer"] == "shards"]
     assert {r["read"] for r in shards[0]["rows"]} >= {"raw gather_into, 64 shards",
-                                                       "zstd ds[idx], 1 store"}
+                                                       "zstd ds[idx], 1 store",
+                                                       "raw gather_into, 1 store again"}
     assert {r["loader"] for r in shards[1]["rows"]} >= {"loader raw, 64 shards"}
     assert [r["records"] for r in shards[2]["rows"]] == ["10,000", "30,000"]
     convert = {str(r["group"]) + " / " + str(r["contender"]) for r in doc["tables"][-2]["rows"]}
