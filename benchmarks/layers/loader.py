@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import data, loaders, report, select, stores, timing
+from . import data, headroom, loaders, report, select, stores, timing
 from .report import Column, Report, Table
 
 MIB = float(1 << 20)
@@ -161,6 +161,14 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
         table.notes.append("release: six rounds of square root and scaling over a float32 copy "
                            "of the whole batch, NumPy calls that release the GIL; bare gather "
                            "rows run without it")
+    gain = None
+    transform = TRANSFORMS.get(args.transform)
+    if transform is not None and "loaderx raw processes w2" in rates:
+        gain = headroom.two_process_gain(transform, array[:args.batch], rounds=5)
+        share = rates["loaderx raw processes w2"] / rates["loaderx raw"] / gain
+        table.notes.append(
+            f"this run's headroom: {args.transform} alone (no loader) ran {gain:.2f}x as fast in "
+            f"two processes as in one; processes/threads above is {share:.2f} of that")
     rep.emit(table)
     loader_targets(rates, best_sample, max(torch_any) if torch_any else None, rep, args)
     stores.remove(folder)

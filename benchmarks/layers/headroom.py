@@ -1,0 +1,53 @@
+"""What a second core gives a transform in this run: the transform alone (no loader) in one
+process against two, each process running the same number of batches.
+
+On a shared machine the other jobs decide how much of the second core is free, and that
+bounds any loader that spreads the transform over processes: a loader's processes-vs-threads
+ratio is read against this figure from the same run (2.0x on an idle 2-core machine).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+# Batches each process transforms per measurement: long enough that fork and exit are small
+# beside it (a GIL-bound transform of 256 samples takes tens of milliseconds).
+BATCHES = 24
+
+
+def _apply(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray) -> None:
+    for _ in range(BATCHES):
+        transform(batch)
+
+
+def _seconds(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray,
+             processes: int) -> float:
+    context = multiprocessing.get_context("fork")
+    started = time.perf_counter()
+    workers = [context.Process(target=_apply, args=(transform, batch)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"a headroom process exited with {worker.exitcode}")
+    return time.perf_counter() - started
+
+
+def two_process_gain(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray,
+                     rounds: int) -> float:
+    """Median over `rounds` of (two processes' work per second) / (one process's)."""
+    gains = []
+    for _ in range(rounds):
+        one = _seconds(transform, batch, 1)
+        two = _seconds(transform, batch, 2)
+        gains.append(2 * one / two)
+    return statistics.median(gains)
+
+
+__all__ = ["two_process_gain"]
