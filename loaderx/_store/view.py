@@ -23,7 +23,8 @@ import numpy.typing as npt
 from loaderx._native import library as _native
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._native.calls import NativeCalls, address
-from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
+from loaderx._store import packed_gather
+from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
@@ -183,21 +184,9 @@ class View(NativeCalls):
         offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
     ) -> bool:
         """See Zrecord.gather_packed (global indices)."""
-        count = check_packed(indices, out, offsets, rows)
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_view_gather_packed(
-                handle, address(indices) if count else None, count, row_size,
-                address(out) if out.nbytes else None, out.nbytes, address(offsets),
-                None if rows is None else address(rows),
-            )
-        finally:
-            self._leave()
-        if code == _native.SIZE_MISMATCH:
-            return False
-        if code:
-            _native.check(code, f"gather of {count} records from {self.name!r}")
-        return True
+        return packed_gather.gather_packed(
+            self, _native.lib.lx_view_gather_packed, repr(self.name), indices, row_size, out,
+            offsets, rows)
 
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],

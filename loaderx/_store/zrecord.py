@@ -28,7 +28,8 @@ from loaderx._native.calls import NativeCalls, address
 from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
-from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
+from loaderx._store import packed_gather
+from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -472,21 +473,9 @@ class Zrecord(NativeCalls):
         gives them, then, when out has room, record indices[i] into out's bytes
         [offsets[i], offsets[i + 1]). False, with nothing copied, when out is too small:
         offsets[-1] is then the bytes it needs."""
-        count = check_packed(indices, out, offsets, rows)
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_store_gather_packed(
-                handle, address(indices) if count else None, count, row_size,
-                address(out) if out.nbytes else None, out.nbytes, address(offsets),
-                None if rows is None else address(rows),
-            )
-        finally:
-            self._leave()
-        if code == _native.SIZE_MISMATCH:
-            return False
-        if code:
-            _native.check(code, f"gather of {count} records from {self.path!r}")
-        return True
+        return packed_gather.gather_packed(
+            self, _native.lib.lx_store_gather_packed, repr(self.path), indices, row_size, out,
+            offsets, rows)
 
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],

@@ -306,6 +306,58 @@ def test_a_packed_gather_into_too_small_a_buffer_says_what_it_needs(tokens: Ragg
         tokens.gather_packed(indices, big, offsets, read_only)
 
 
+
+def test_a_packed_gather_takes_any_array_the_checked_path_takes(
+    tokens: RaggedDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed call's short path (loaderx._store.packed_gather) takes only the arrays a
+    loader passes; read-only indices, non-native byte order, strided or read-only arrays go
+    through the checked path, with the same records or the same clear errors."""
+    from loaderx._store.ragged_into import check_packed as original
+
+    checked: list[int] = []
+
+    def counting(*args: Any) -> int:
+        checked.append(1)
+        return original(*args)
+
+    monkeypatch.setattr("loaderx._store.packed_gather.check_packed", counting)
+    wanted = np.concatenate(tokens[np.array([2, 0, 2, 1], dtype=np.int64)]).tobytes()
+    cases: list[Any] = [
+        np.array([2, 0, 2, 1], dtype=np.int64),                         # the short path
+        np.frombuffer(np.array([2, 0, 2, 1], dtype=np.int64).tobytes(), dtype=np.int64),
+        np.array([2, 0, 2, 1], dtype=">i8"),                            # equal, not identical
+    ]
+    for indices in cases:
+        offsets = np.zeros(5, dtype=np.uint64)
+        rows = np.zeros(5, dtype=np.int32)
+        out = np.full(len(wanted) + 8, 0xAB, dtype=np.uint8)
+        if indices.dtype.byteorder == ">":
+            with pytest.raises(TypeError, match="int64"):
+                tokens.gather_packed(indices, out, offsets, rows)
+            assert (out == 0xAB).all()
+            continue
+        assert tokens.gather_packed(indices, out, offsets, rows)
+        assert out[: int(offsets[-1])].tobytes() == wanted
+        assert (out[int(offsets[-1]):] == 0xAB).all()
+        assert rows.tolist() == (offsets // 4).astype(np.int32).tolist()
+    assert len(checked) == 2  # the read-only and the big-endian indices; not the first call
+    indices = np.array([2, 0, 2, 1], dtype=np.int64)
+    out = np.zeros(len(wanted), dtype=np.uint8)
+    with pytest.raises(ValueError, match="offsets must be a one-dimensional C-contiguous"):
+        tokens.gather_packed(indices, out, np.zeros(10, dtype=np.uint64)[::2], None)
+    with pytest.raises(ValueError, match="offsets has 4 entries"):
+        tokens.gather_packed(indices, out, np.zeros(4, dtype=np.uint64), None)
+    with pytest.raises(ValueError, match="out must be a writable"):
+        tokens.gather_packed(indices, np.frombuffer(bytes(len(wanted)), dtype=np.uint8),
+                             np.zeros(5, dtype=np.uint64), None)
+    with pytest.raises(ValueError, match="out must be a writable"):
+        tokens.gather_packed(indices, np.zeros(2 * len(wanted), dtype=np.uint8)[::2],
+                             np.zeros(5, dtype=np.uint64), None)
+    with pytest.raises(IndexError):
+        tokens.gather_packed(np.array([0, TOKENS], dtype=np.int64), out,
+                             np.zeros(3, dtype=np.uint64), None)
+
 # --- resume, shards, sharded datasets, mixtures --------------------------------------------
 
 

@@ -1,0 +1,94 @@
+"""The packed gather's native call, shared by Zrecord and View (lx_store_gather_packed and
+lx_view_gather_packed take the same arguments).
+
+A ragged loader makes one such call a step, so its Python side is kept short: arrays of the
+exact types a loader passes (native int64 indices, uint64 offsets, int32 rows, writable and
+C-contiguous) go straight to the call, their addresses taken by ctypes' from_buffer, which
+refuses read-only and non-contiguous buffers by itself. Anything else takes check_packed's
+path, which names what is wrong. On the VM with an 8 MiB L3 the checked path cost about 11 us
+a call more than the dense read's (benchmarks/reports/ragged-loader.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._native import library as _native
+from loaderx._native.calls import NativeCalls, address
+from loaderx._store.ragged_into import check_packed
+
+_NDARRAY: Final = np.ndarray
+_INT64: Final = np.dtype(np.int64)
+_UINT64: Final = np.dtype(np.uint64)
+_INT32: Final = np.dtype(np.int32)
+_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
+_addressof: Final = ctypes.addressof
+
+
+def _fast_addresses(
+    indices: object, out: object, offsets: object, rows: object
+) -> tuple[int, int, int, int, int, int | None] | None:
+    """(count, out's bytes, and the addresses of indices, out, offsets and rows) when every
+    array is what a loader passes; None sends the call through the checked path."""
+    if (type(indices) is not _NDARRAY or type(out) is not _NDARRAY
+            or type(offsets) is not _NDARRAY):
+        return None
+    if indices.dtype is not _INT64 or offsets.dtype is not _UINT64 or indices.ndim != 1:
+        return None
+    count = len(indices)
+    size = out.nbytes
+    if not count or not size or offsets.ndim != 1 or len(offsets) != count + 1:
+        return None
+    if rows is not None and (type(rows) is not _NDARRAY or rows.dtype is not _INT32
+                             or rows.ndim != 1 or len(rows) != count + 1):
+        return None
+    try:
+        # from_buffer refuses read-only and non-contiguous buffers: those take the checked
+        # path, which accepts read-only indices and says what is wrong with the rest.
+        return (count, size, _addressof(_first_byte(indices)), _addressof(_first_byte(out)),
+                _addressof(_first_byte(offsets)),
+                None if rows is None else _addressof(_first_byte(rows)))
+    except (TypeError, ValueError, BufferError, NotImplementedError):
+        return None
+
+
+def gather_packed(
+    owner: NativeCalls, native: Callable[..., int], label: str,
+    indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
+    offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None,
+) -> bool:
+    """One packed gather through `native` on `owner`'s handle (see Zrecord.gather_packed):
+    False, with nothing copied, when out is too small; the native error raised with `label`
+    (what the records are "from") otherwise."""
+    fast = _fast_addresses(indices, out, offsets, rows)
+    if fast is not None:
+        count, size, first, second, third, fourth = fast
+        handle = owner._enter()
+        try:
+            code = native(handle, first, count, row_size, second, size, third, fourth)
+        finally:
+            owner._leave()
+    else:
+        count = check_packed(indices, out, offsets, rows)
+        handle = owner._enter()
+        try:
+            code = native(
+                handle, address(indices) if count else None, count, row_size,
+                address(out) if out.nbytes else None, out.nbytes, address(offsets),
+                None if rows is None else address(rows),
+            )
+        finally:
+            owner._leave()
+    if code == _native.SIZE_MISMATCH:
+        return False
+    if code:
+        _native.check(code, f"gather of {count} records from {label}")
+    return True
+
+
+__all__ = ["gather_packed"]
