@@ -266,6 +266,9 @@ class DataLoader(LoaderShell):
             self._prefetcher = steps
             # The processes stop when the loader is collected (the ring's own finaliser).
             self._finalizer = weakref.finalize(self._lifetime, steps.close)
+            # Datasets opened from a URL: this process fetches the steps ahead into the cache
+            # the workers share (loaderx._loading.look_ahead).
+            self._look_ahead = start_look_ahead(self.sampler, dense, steps)
             return
         # Only the loader holds its maker: the threads call it through a weak reference, so a
         # transform that references the loader's owner does not keep the loader alive.
@@ -276,7 +279,7 @@ class DataLoader(LoaderShell):
         self._prefetcher = prefetcher
         self._maker.follow(prefetcher)
         # Datasets opened from a URL: their records for the steps ahead are fetched early.
-        start_look_ahead(self.sampler, self.streams, prefetcher)
+        self._look_ahead = start_look_ahead(self.sampler, self.streams, prefetcher)
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._finalizer = close_when_collected(self._lifetime, prefetcher)

@@ -45,6 +45,13 @@ class Steps(Protocol):
     def close(self) -> None: ...
 
 
+class Stoppable(Protocol):
+    """The look-ahead of a loader over datasets opened from a URL
+    (loaderx._loading.look_ahead.LookAhead)."""
+
+    def stop(self) -> None: ...
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LoaderShell:
     """The iteration, close, context manager and state_dict of a loader over a Prefetcher."""
@@ -53,6 +60,8 @@ class LoaderShell:
     _prefetcher: Steps
     # Stops the prefetcher when the loader is collected without close().
     _finalizer: weakref.finalize[Any, Any]
+    # Fetches the steps ahead into the cache of remote datasets, with threads or processes.
+    _look_ahead: Stoppable | None = None
 
     def _checkpoint_seed(self) -> int:
         """The seed the loader's checkpoint holds (its seed now)."""
@@ -105,9 +114,14 @@ class LoaderShell:
         return next(self._prefetcher)
 
     def close(self) -> None:
-        """Stops and joins every worker thread; idempotent. The datasets stay open."""
+        """Stops and joins every worker thread (or process) and the look-ahead; idempotent.
+        The datasets stay open."""
         self._finalizer.detach()
         self._prefetcher.close()
+        look_ahead = self._look_ahead
+        if look_ahead is not None:
+            self._look_ahead = None
+            look_ahead.stop()
 
     def __enter__(self: L) -> L:
         return self
@@ -121,4 +135,4 @@ class LoaderShell:
         self.close()
 
 
-__all__ = ["Batch", "LoaderShell", "Steps"]
+__all__ = ["Batch", "LoaderShell", "Steps", "Stoppable"]

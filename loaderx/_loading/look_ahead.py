@@ -2,33 +2,47 @@
 before the workers get to them.
 
 Batch k is a pure function of (seed, k), so the loader knows every future step's records. A
-thread follows the consumer's position (the prefetcher's next_step) and keeps the records of
-the steps ahead of it in the cache: as many steps as fit in a byte bound (window_bytes), each
-fetched with the requests of several steps in flight at once. The records of a fetched step
-stay pinned until the consumer has passed it, so eviction never drops what a step ahead still
-needs; the steps after the window are handed to eviction as the known future (Belady's rule,
-loaderx._remote.eviction).
+thread follows the consumer's position (the next_step of the thread Prefetcher, or of the worker
+processes' ProcessSteps) and keeps the records of the steps ahead of it in the cache: as many
+steps as fit in a byte bound (window_bytes), each fetched with the requests of several steps in
+flight at once. The records of a fetched step stay pinned until the consumer has passed it, so
+eviction never drops what a step ahead still needs; the steps after the window are handed to
+eviction as the known future (Belady's rule, loaderx._remote.eviction).
 
 A failed fetch (the server down past its retry budget) is not the look-ahead's to report: the
 worker that makes that step fetches it again and raises in next(). The look-ahead waits and
 tries again, so training that resumes after an outage finds it working.
 
-The thread stops once the prefetcher is closed (by the loader's close() or its finaliser). Left
-interpreted: it runs once per few steps.
+Worker processes (worker_type="process") each open the dataset again, with the same cache
+folder, so the records this thread fetches in the consumer's process are present for them: the
+cache is one set of files for every process on the host. The thread runs in the consumer, not
+in a worker, because only the consumer knows where the steps stand (next_step); it covers the
+steps the workers were already sent as well as those after them. Pins and the known future live
+in the memory of the process that made them, while eviction runs in whichever process needs
+room: a worker whose fetch finds the cache full would drop records in index order, the window
+pinned here included, and fetch them again a step later. So the fetcher publishes the pins and
+future given with set_future to every process of the cache folder
+(loaderx._remote.shared_hints), and any process's eviction keeps what this thread holds and
+ranks the rest by its future. A worker's own pins (a gather in progress) stay its own: the
+steps the workers make are pinned here too, as far as the window reaches, and a record dropped
+between a worker's fetch and its gather is fetched again by that gather (never read as zeros).
+
+The thread stops once the prefetcher is closed (by the loader's close(), which also waits a
+moment for it, or by its finaliser) and withdraws what it published. Left interpreted: it runs
+once per few steps.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from loaderx._data.dataset_base import DatasetBase
 from loaderx._loading.mixture_sampler import MixtureSampler
-from loaderx._loading.prefetch import Prefetcher
 from loaderx._loading.sampler import Sampler
 from loaderx._remote.remote_source import RemoteSource
 
@@ -44,6 +58,18 @@ STEPS_AHEAD_MAX: Final = 256
 POLL_SECONDS: Final = 0.002
 SETTLED_POLL_SECONDS: Final = 0.05
 RETRY_SECONDS: Final = 1.0
+# How long close() waits for the thread (a fetch in flight may finish after that, unused).
+JOIN_SECONDS: Final = 1.0
+
+
+class Position(Protocol):
+    """Where the consumer stands: the thread Prefetcher or ProcessSteps."""
+
+    @property
+    def next_step(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
 
 
 def _remote_sources(streams: Mapping[str, DatasetBase]) -> list[RemoteSource]:
@@ -56,7 +82,7 @@ def _remote_sources(streams: Mapping[str, DatasetBase]) -> list[RemoteSource]:
 
 
 def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
-           prefetcher: Prefetcher[Any]) -> LookAhead:
+           prefetcher: Position) -> LookAhead:
     window = min([WINDOW_BYTES_DEFAULT] + [source.cache_bytes // 2 for source in sources])
     ahead = LookAhead(plan, sources, prefetcher, max(1, window))
     ahead.start()
@@ -64,7 +90,7 @@ def _start(plan: Callable[[int], Reads], sources: list[RemoteSource],
 
 
 def start_look_ahead(
-    sampler: Sampler, streams: Mapping[str, DatasetBase], prefetcher: Prefetcher[Any]
+    sampler: Sampler, streams: Mapping[str, DatasetBase], prefetcher: Position
 ) -> LookAhead | None:
     """A running look-ahead for a DataLoader when a stream reads a remote dataset; else None."""
     sources = _remote_sources(streams)
@@ -81,7 +107,7 @@ def start_look_ahead(
 
 def start_mixture_look_ahead(
     sampler: MixtureSampler, sources: Sequence[Mapping[str, DatasetBase]],
-    prefetcher: Prefetcher[Any],
+    prefetcher: Position,
 ) -> LookAhead | None:
     """The same for a MixtureLoader: each step's rows go to their own source's datasets."""
     remote = [_remote_sources(streams) for streams in sources]
@@ -105,13 +131,13 @@ class LookAhead:
 
     def __init__(
         self, plan: Callable[[int], Reads], sources: list[RemoteSource],
-        prefetcher: Prefetcher[Any], window_bytes: int,
+        prefetcher: Position, window_bytes: int,
     ) -> None:
         self._plan = plan
         self._sources = sources
         # Held strongly: the compiled Prefetcher takes no weak reference. It does not keep the
-        # loader alive (it reaches the loader's maker weakly), and the loader's finaliser
-        # closes it, which ends this thread.
+        # loader alive (it reaches the loader's maker weakly; ProcessSteps holds a recipe, not
+        # the loader), and the loader's finaliser closes it, which ends this thread.
         self._prefetcher = prefetcher
         self._window_bytes = window_bytes
         self._held: dict[int, Reads] = {}  # fetched steps, their records pinned ...
@@ -125,7 +151,15 @@ class LookAhead:
         self._thread.start()
 
     def stop(self) -> None:
+        """Ends the thread: at once when it waits, after its fetch when one is in flight
+        (waited for up to JOIN_SECONDS)."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(JOIN_SECONDS)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def _position(self) -> int | None:
         prefetcher = self._prefetcher
@@ -154,6 +188,9 @@ class LookAhead:
                     self._stop.wait(RETRY_SECONDS)
         finally:
             self._release_before(None)
+            nothing = np.empty(0, np.int64)
+            for source in self._sources:
+                source.fetcher.set_future(nothing, nothing)  # withdraws the published hints
 
     def _release_before(self, position: int | None) -> None:
         """Unpins the steps the consumer has passed (every step when position is None)."""
@@ -213,4 +250,4 @@ class LookAhead:
             source.fetcher.set_future(np.concatenate(parts), numbers)
 
 
-__all__ = ["LookAhead", "start_look_ahead", "start_mixture_look_ahead"]
+__all__ = ["LookAhead", "Position", "start_look_ahead", "start_mixture_look_ahead"]

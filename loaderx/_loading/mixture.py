@@ -217,6 +217,9 @@ class MixtureLoader(LoaderShell):
                 _MixtureMaker(self), step, self.prefetch, self.workers, False, self.start_method
             )
             self._finalizer = weakref.finalize(self, steps.close)
+            # Sources opened from a URL: this process fetches the steps ahead into the cache
+            # the workers share (loaderx._loading.look_ahead).
+            self._look_ahead = start_mixture_look_ahead(self.sampler, self.sources, steps)
             return steps
         # The threads hold a maker, not the loader, and only through a weak reference (the
         # maker holds the transform, which may reference the loader's owner), so a dropped
@@ -229,7 +232,7 @@ class MixtureLoader(LoaderShell):
         )
         self._finalizer = close_when_collected(self, prefetcher)
         # Sources opened from a URL: their records for the steps ahead are fetched early.
-        start_mixture_look_ahead(self.sampler, self.sources, prefetcher)
+        self._look_ahead = start_mixture_look_ahead(self.sampler, self.sources, prefetcher)
         return prefetcher
 
     @property

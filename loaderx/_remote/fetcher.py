@@ -14,6 +14,11 @@ before its blocks are punched; both under the cache gate (cache_gate.py), which 
 shared while it checks presence and copies. Downloads of one store are claimed with an flock
 (`<n>.fetch.lock`), so two processes never download the same record: the second waits, then
 finds it present.
+
+Pins and the known future are per process, but eviction runs in whichever process needs room;
+those a loader's look-ahead gives (set_future) are published to every process of the cache
+folder (shared_hints.py), so a worker process that evicts keeps what the consumer's look-ahead
+holds, and evicts by its known future.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punc
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.record_map import RecordMap, StoreRecords
 from loaderx._remote.replica import Replica
+from loaderx._remote.shared_hints import Hints, SharedHints
 from loaderx.errors import CorruptStoreError, RemoteError
 
 # Two records closer than this in a chunk are fetched by one request (the bytes between are
@@ -136,6 +142,9 @@ class Fetcher:
         self._pins: dict[int, npt.NDArray[np.int64]] = {}
         self._next_pin = 0
         self._future = (np.empty(0, np.int64), np.empty(0, np.int64))
+        # The pins and future given with set_future, published to the other processes of the
+        # cache folder (worker processes evict too), and theirs read before an eviction.
+        self._hints = SharedHints(replica.state)
         self._store_locks = [ForkSafeLock() for _ in records.stores]
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -272,9 +281,17 @@ class Fetcher:
         )
 
     def set_future(self, indices: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> None:
-        """What the loader will read: indices[k] at step steps[k] (eviction's next uses)."""
+        """What the loader will read: indices[k] at step steps[k] (eviction's next uses).
+        Published with the pins held now to every process sharing the cache (shared_hints),
+        unless this cache's bound holds the whole dataset (no process of this loader evicts);
+        an empty future with no pins withdraws them."""
         with self._lock:
             self._future = (indices, steps)
+            held = list(self._pins.values())
+        if self._budget >= self.total_cost:
+            return
+        pinned = np.unique(np.concatenate(held)) if held else np.empty(0, np.int64)
+        self._hints.publish(pinned, indices, steps)
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -476,7 +493,7 @@ class Fetcher:
                 return
             to_free = used + incoming - int(self._budget * LOW_WATER)
             with self._evicting():
-                freed = self._evict(to_free)
+                freed = self._evict(to_free, self._hints.others())
             self._used_guess = used - freed
 
     @contextmanager
@@ -499,12 +516,20 @@ class Fetcher:
             if int(self._epoch[0]) & 1:
                 self._epoch[0] += 1
 
-    def _evict(self, to_free: int) -> int:
-        candidates, costs = self._candidates()
+    def _evict(self, to_free: int, others: Hints) -> int:
+        """Drops records worth to_free bytes; others: the other processes' hints."""
+        other_pinned, other_indices, other_ahead = others
+        candidates, costs = self._candidates(other_pinned)
         if len(candidates) == 0:
             return 0
         with self._lock:
             future_indices, future_steps = self._future
+        # Ours and the other processes' futures, each as steps ahead of its first step.
+        if len(future_steps):
+            future_steps = future_steps - int(future_steps.min())
+        if len(other_indices):
+            future_indices = np.concatenate([future_indices, other_indices])
+            future_steps = np.concatenate([future_steps, other_ahead])
         uses = next_uses(candidates, future_indices, future_steps)
         victims = choose_victims(candidates, costs, uses, to_free)
         route = self._map.route(victims)
@@ -517,11 +542,15 @@ class Fetcher:
             self._punch(number, local, np.asarray(state))
         return freed
 
-    def _candidates(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Present records nobody has pinned (global indices) and their costs."""
+    def _candidates(
+        self, other_pinned: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Present records nobody has pinned, here or in another process (global indices),
+        and their costs."""
         with self._lock:
             held = list(self._pins.values())
-        pinned = np.unique(np.concatenate(held)) if held else np.empty(0, np.int64)
+        held.append(other_pinned)
+        pinned = np.unique(np.concatenate(held))
         found: list[npt.NDArray[np.int64]] = []
         costs: list[npt.NDArray[np.int64]] = []
         for number, state in enumerate(self._states):
@@ -543,6 +572,7 @@ class Fetcher:
         return sum(int(cost[state != 0].sum()) for cost, state in zip(self._costs, self._states))
 
     def close(self) -> None:
+        self._hints.close()
         with self._lock:
             pool, self._pool = self._pool, None
             descriptors, self._descriptors = self._descriptors, {}
