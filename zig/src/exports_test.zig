@@ -11,7 +11,7 @@ const abi_version = @import("exports.zig").abi_version;
 const LxStore = opaque {};
 const LxStats = extern struct { records: u64, live_bytes: u64, chunk_bytes: u64, reclaimable: u64 };
 
-// Declared as a C caller sees loaderx.h; the linker resolves them to exports.zig's symbols.
+// Declared as a C caller sees loaderx.h; the linker resolves them to the export files' symbols.
 extern fn lx_abi_version() u32;
 extern fn lx_status_name(status: c_int) [*:0]const u8;
 extern fn lx_last_error() [*:0]const u8;

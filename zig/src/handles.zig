@@ -1,6 +1,7 @@
 //! The C handles of stores and views, and the checks of the C ABI that write no message:
 //! turning an opaque lx_store or lx_view into its object and back, closing and measuring one,
-//! and the pure tests of a caller's counts and store lists. exports.zig writes every message.
+//! and the pure tests of a caller's counts and store lists. The export files (exports.zig)
+//! write every message.
 const std = @import("std");
 const assert = std.debug.assert;
 const registry = @import("registry.zig");
