@@ -78,18 +78,23 @@ const ArrayGather = struct {
     }
 };
 
-fn gatherArrays(comptime T: type, handle_low: u32, handle_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status {
-    const noun = comptime nounOf(T);
-    const function = "lx_" ++ noun ++ "_gather_arrays";
-    const object = handleAt(T, handle_low, handle_high) orelse return invalid(function ++ ": " ++ noun ++ " is NULL, misaligned or not open", .{});
-    const request = ArrayGather.read(function, indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
-    return storeStatus(object.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+comptime {
+    for (.{ Store, View }) |T| {
+        @export(&GatherArrays(T).call, .{ .name = GatherArrays(T).function });
+    }
 }
 
-export fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    return gatherArrays(Store, store_low, store_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
-}
+/// The dense gather of T from arrays' fields: one function for lx_store_gather_arrays and
+/// lx_view_gather_arrays.
+fn GatherArrays(comptime T: type) type {
+    return struct {
+        const noun = nounOf(T);
+        const function = "lx_" ++ noun ++ "_gather_arrays";
 
-export fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
-    return gatherArrays(View, view_low, view_high, indices_low, indices_high, out_low, out_high, stride, out_bytes);
+        fn call(handle_low: u32, handle_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) callconv(.c) Status {
+            const object = handleAt(T, handle_low, handle_high) orelse return invalid(function ++ ": " ++ noun ++ " is NULL, misaligned or not open", .{});
+            const request = ArrayGather.read(function, indices_low, indices_high, out_low, out_high, stride, out_bytes) orelse return .invalid_argument;
+            return storeStatus(object.gather(request.indices, .{ .base = request.out, .stride = stride }, request.byte_count));
+        }
+    };
 }
