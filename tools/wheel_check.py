@@ -225,7 +225,7 @@ def check_wheel(path: Path, expected: Expected, abi: frozenset[str]) -> Wheel:
 
 SDIST_REQUIRED: Final = ("PKG-INFO", "setup.py", "build.py", "pyproject.toml", "README.md",
                          "LICENSE", "MANIFEST.in", "zig/build.zig", "zig/include/loaderx.h",
-                         "zig/src/root.zig", "zig/src/exports.zig", "loaderx/__init__.py",
+                         "zig/src/root.zig", "zig/src/c_abi/exports.zig", "loaderx/__init__.py",
                          "loaderx/_native/library.py", "loaderx/py.typed",
                          "vendor/zstd/LICENSE", "vendor/zstd/lib/zstd.h")
 SDIST_GENERATED: Final = ("PKG-INFO", "setup.cfg")  # written by setuptools into every sdist

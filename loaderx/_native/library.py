@@ -121,7 +121,7 @@ VERIFY_REASONS: Final[dict[int, str]] = {
 }
 
 
-# Status codes, as in zig/include/loaderx.h (tests/native/test_abi.py and zig/src/abi_test.zig check).
+# Status codes, as in zig/include/loaderx.h (tests/native/test_abi.py and zig/src/c_abi/abi_test.zig check).
 OK: Final = 0
 INVALID_ARGUMENT: Final = 1
 INDEX_OUT_OF_RANGE: Final = 2

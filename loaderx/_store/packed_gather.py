@@ -1,5 +1,6 @@
-"""The packed gather's native call, shared by Zrecord and View (lx_store_gather_packed and
-lx_view_gather_packed take the same arguments).
+"""The native calls of a ragged gather into a caller's buffer, shared by Zrecord and View (the
+lx_store_* and lx_view_* of each take the same arguments): the packed gather, which sizes and
+copies in one call, and record_offsets then gather_ragged_into, which do it in two.
 
 A ragged loader makes one such call a step, so its Python side is kept short: arrays of the
 exact types a loader passes (native int64 indices, uint64 offsets, int32 rows, writable and
@@ -20,7 +21,7 @@ import numpy.typing as npt
 
 from loaderx._native import library as _native
 from loaderx._native.calls import NativeCalls, address
-from loaderx._store.ragged_into import check_packed
+from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
 
 _NDARRAY: Final = np.ndarray
 _INT64: Final = np.dtype(np.int64)
@@ -91,4 +92,45 @@ def gather_packed(
     return True
 
 
-__all__ = ["gather_packed"]
+def record_offsets(
+    owner: NativeCalls, native: Callable[..., int], label: str,
+    indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
+    rows: npt.NDArray[np.int32] | None,
+) -> None:
+    """One record_offsets call through `native` on `owner`'s handle (see
+    Zrecord.record_offsets); the native error raised with `label` (where the records are)."""
+    count = check_record_offsets(indices, offsets, rows)
+    handle = owner._enter()
+    try:
+        code = native(
+            handle, address(indices) if count else None, count, row_size, address(offsets),
+            None if rows is None else address(rows),
+        )
+    finally:
+        owner._leave()
+    if code:
+        _native.check(code, f"record offsets in {label}")
+
+
+def gather_ragged_into(
+    owner: NativeCalls, native: Callable[..., int], label: str,
+    indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64],
+) -> bool:
+    """One gather into given offsets through `native` on `owner`'s handle (see
+    Zrecord.gather_ragged_into): False when a record no longer has its slot's size; the
+    native error raised with `label` (what the records are "from") otherwise."""
+    count = check_ragged_into(indices, out, offsets)
+    if count == 0:
+        return True
+    handle = owner._enter()
+    try:
+        code = native(handle, address(indices), count, address(out), address(offsets))
+    finally:
+        owner._leave()
+    if code == _native.SIZE_MISMATCH:
+        return False
+    _native.check(code, f"gather of {count} records from {label}")
+    return True
+
+
+__all__ = ["gather_packed", "gather_ragged_into", "record_offsets"]

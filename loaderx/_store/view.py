@@ -24,7 +24,6 @@ from loaderx._native import library as _native
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._native.calls import NativeCalls, address
 from loaderx._store import packed_gather
-from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.zrecord import Zrecord
 
 _INT64: Final = np.dtype(np.int64)
@@ -193,37 +192,17 @@ class View(NativeCalls):
         rows: npt.NDArray[np.int32] | None = None,
     ) -> None:
         """See Zrecord.record_offsets (global indices)."""
-        count = check_record_offsets(indices, offsets, rows)
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_view_record_offsets(
-                handle, address(indices) if count else None, count, row_size, address(offsets),
-                None if rows is None else address(rows),
-            )
-        finally:
-            self._leave()
-        if code:
-            _native.check(code, f"record offsets in {self.name!r}")
+        packed_gather.record_offsets(
+            self, _native.lib.lx_view_record_offsets, repr(self.name), indices, row_size, offsets,
+            rows)
 
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
     ) -> bool:
         """Global record indices[i] into out's bytes [offsets[i], offsets[i + 1]); the same
         contract as Zrecord.gather_ragged_into."""
-        count = check_ragged_into(indices, out, offsets)
-        if count == 0:
-            return True
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_view_gather(
-                handle, address(indices), count, address(out), address(offsets)
-            )
-        finally:
-            self._leave()
-        if code == _native.SIZE_MISMATCH:
-            return False
-        _native.check(code, f"gather of {count} records from {self.name!r}")
-        return True
+        return packed_gather.gather_ragged_into(
+            self, _native.lib.lx_view_gather, repr(self.name), indices, out, offsets)
 
 # Every open View, for the fork handler below (weak: never keeps a view alive).
 _OPEN_VIEWS: Final[weakref.WeakSet[View]] = weakref.WeakSet()

@@ -29,7 +29,6 @@ from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
 from loaderx._native.result_buffers import empty_bytes
 from loaderx._store import packed_gather
-from loaderx._store.ragged_into import check_ragged_into, check_record_offsets
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -484,17 +483,9 @@ class Zrecord(NativeCalls):
         """One native call: offsets[i] = the bytes of the first i records of indices (offsets[0]
         is 0), and with rows, rows[i] = offsets[i] // row_size (a packed batch's cu_seqlens).
         CorruptStoreError for a record that is not whole rows; nothing written on an error."""
-        count = check_record_offsets(indices, offsets, rows)
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_store_record_offsets(
-                handle, address(indices) if count else None, count, row_size, address(offsets),
-                None if rows is None else address(rows),
-            )
-        finally:
-            self._leave()
-        if code:
-            _native.check(code, f"record offsets in {self.path!r}")
+        packed_gather.record_offsets(
+            self, _native.lib.lx_store_record_offsets, repr(self.path), indices, row_size, offsets,
+            rows)
 
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], offsets: npt.NDArray[np.uint64]
@@ -505,20 +496,8 @@ class Zrecord(NativeCalls):
         still fit written or not, when one of them no longer has its slot's size (a delete or
         compaction in between moved it): the caller sizes again (loaderx._store.ragged_into).
         """
-        count = check_ragged_into(indices, out, offsets)
-        if count == 0:
-            return True
-        handle = self._enter()
-        try:
-            code = _native.lib.lx_store_gather(
-                handle, address(indices), count, address(out), address(offsets)
-            )
-        finally:
-            self._leave()
-        if code == _native.SIZE_MISMATCH:
-            return False
-        _native.check(code, f"gather of {count} records from {self.path!r}")
-        return True
+        return packed_gather.gather_ragged_into(
+            self, _native.lib.lx_store_gather, repr(self.path), indices, out, offsets)
 
     def gather(self, index: object) -> list[bytes]:
         """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""

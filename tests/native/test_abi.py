@@ -3,7 +3,7 @@
 Statuses, flags, sampler modes and limits are written in the header, in Zig and in Python; this
 test parses the header and compares it with _native.py's constants, its exception table and
 signature table, and with what the library itself answers (status names, the ABI version, the
-size of lx_stats). zig/src/abi_test.zig does the same between the header and the Zig sources.
+size of lx_stats). zig/src/c_abi/abi_test.zig does the same between the header and the Zig sources.
 Everything is derived from the header, so a status or function added there is checked too.
 """
 

@@ -20,20 +20,18 @@ import hashlib
 import hmac
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 import obstore
 from obstore.store import AzureStore
 
-from .s3_server import HOST, ServerError, _die_with_parent, free_port
+from .server_process import HOST, ServerError, ServerProcess, free_port, without_variables
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
@@ -51,13 +49,8 @@ API_VERSION: Final = "2021-08-06"
 # The version of the account SAS tokens the kit signs (its string-to-sign has no encryption
 # scope line; 2020-12-06 and later add one).
 SAS_VERSION: Final = "2019-12-12"
-# Azurite starts in about two seconds; a loaded machine can take far longer.
-READY_TIMEOUT_S: Final = 60.0
-STOP_TIMEOUT_S: Final = 10.0
-START_ATTEMPTS: Final = 3
 # In-memory blobs would otherwise be allowed half of the machine's memory.
 MEMORY_LIMIT_MB: Final = 512
-LOG_TAIL_CHARS: Final = 4000
 
 
 def azurite_program() -> str | None:
@@ -94,76 +87,21 @@ def account_sas(permissions: str) -> str:
     return urllib.parse.urlencode({**fields, "sig": base64.b64encode(mac).decode()})
 
 
-class AzuriteServer:
+class AzuriteServer(ServerProcess):
     """Azurite's blob service on 127.0.0.1 at a free port, started by `start()` and stopped by
-    `stop()` (`close()` also removes its log and work folder); a context manager that closes it."""
+    `stop()` (`close()` also removes its log and work folder); a context manager that closes it.
+    Its endpoint is the blob service's address (the account is the URL's first path segment)."""
+
+    label = "Azurite"
 
     def __init__(self, program: str) -> None:
         self.program = program
-        self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
         self.work_dir = Path(tempfile.mkdtemp(prefix="loaderx-azurite-"))
-        self.log_path = self.work_dir / "azurite.log"
-
-    @property
-    def endpoint(self) -> str:
-        """The blob service's address (the account is the URL's first path segment)."""
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    def __enter__(self) -> AzuriteServer:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.close()
-
-    def start(self) -> None:
-        if self.running:
-            raise ServerError(f"Azurite at {self.endpoint} is already running")
-        for attempt in range(START_ATTEMPTS):
-            self._launch()
-            try:
-                self._wait_ready()
-                return
-            except ServerError:
-                self.stop()
-                if attempt == START_ATTEMPTS - 1:
-                    raise
-                self.port = free_port()  # taken between our probe and Azurite's bind
-
-    def stop(self) -> None:
-        """Stops the server (terminate, then kill if it lingers); its blobs are gone."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        super().__init__(free_port(), self.work_dir / "azurite.log")
 
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def log_tail(self) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-LOG_TAIL_CHARS:]
 
     def create_container(self, container: str) -> None:
         self._container_request("PUT", container)
@@ -214,30 +152,18 @@ class AzuriteServer:
             raise ServerError(f"{method} container {container!r} on Azurite: {exc.code} "
                               f"{exc.reason}") from None
 
-    def _launch(self) -> None:
+    def _command(self) -> Sequence[str]:
         # In-memory persistence writes nothing; the work folder (the cwd) catches anything
         # Azurite writes anyway. Telemetry off: a test never reports to anyone.
-        command = [self.program, "--blobHost", HOST, "--blobPort", str(self.port),
-                   "--inMemoryPersistence", "--extentMemoryLimit", str(MEMORY_LIMIT_MB),
-                   "--disableTelemetry", "--skipApiVersionCheck", "--silent"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "AZURITE_"))}
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                command, cwd=self.work_dir, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        return [self.program, "--blobHost", HOST, "--blobPort", str(self.port),
+                "--inMemoryPersistence", "--extentMemoryLimit", str(MEMORY_LIMIT_MB),
+                "--disableTelemetry", "--skipApiVersionCheck", "--silent"]
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise ServerError(f"Azurite exited with status {self._process.returncode} "
-                                  f"before answering on {self.endpoint}; its log:\n{self.log_tail()}")
-            if self._answers():
-                return
-            time.sleep(0.05)
-        raise ServerError(f"Azurite did not answer on {self.endpoint} within "
-                          f"{READY_TIMEOUT_S:.0f} s; its log:\n{self.log_tail()}")
+    def _environment(self) -> Mapping[str, str]:
+        return without_variables(("AZURE_", "AZURITE_"))
+
+    def _work_dir(self) -> Path | None:
+        return self.work_dir
 
     def _answers(self) -> bool:
         """Whether the blob service answers HTTP (an unsigned request: it refuses it, 403)."""

@@ -11,35 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from .azurite_server import ACCOUNT_KEY, ACCOUNT_NAME, AZURITE_ENV, AzuriteServer, azurite_program
-from .s3_server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, S3Server
-
-# Variables that would point obstore elsewhere than the test server (a developer's profile, a
-# session token) or change how it signs; the fixture removes them for the test.
-FOREIGN_AWS_VARIABLES = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION",
-                         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_WEB_IDENTITY_TOKEN_FILE",
-                         "AWS_ENDPOINT", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "AWS_BUCKET",
-                         "AWS_BUCKET_NAME", "AWS_SKIP_SIGNATURE")
-# The same for Azure: other credentials or endpoints than the emulator's.
-FOREIGN_AZURE_VARIABLES = ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY",
-                           "AZURE_STORAGE_ACCESS_KEY", "AZURE_STORAGE_MASTER_KEY",
-                           "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_SAS_TOKEN",
-                           "AZURE_STORAGE_TOKEN", "AZURE_STORAGE_CLIENT_ID",
-                           "AZURE_STORAGE_CLIENT_SECRET", "AZURE_STORAGE_TENANT_ID",
-                           "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID",
-                           "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "AZURE_CONTAINER_NAME",
-                           "AZURE_USE_FABRIC_ENDPOINT", "AZURE_SKIP_SIGNATURE")
+from .azurite_server import AZURITE_ENV, AzuriteServer, azurite_program
+from .credential_env import point_aws_at, point_azure_at
+from .s3_server import S3Server
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """moto's S3 server for the whole session, stopped at its end whatever happened."""
-    server = S3Server()
-    try:
-        server.start()
+    with S3Server() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -61,13 +42,7 @@ def s3_bucket(s3_server: S3Server) -> Iterator[str]:
 @pytest.fixture
 def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     """Points the standard AWS variables at the test server, plain http allowed, for one test."""
-    for name in FOREIGN_AWS_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
-    monkeypatch.setenv("AWS_REGION", REGION)
-    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    point_aws_at(monkeypatch, s3_server.endpoint)
     return s3_server
 
 
@@ -80,12 +55,8 @@ def azurite_server() -> Iterator[AzuriteServer]:
     if program is None:
         pytest.skip(f"Azurite is not installed: `python3 build.py test` installs it under "
                     f".cache/, or set {AZURITE_ENV} to an azurite-blob program")
-    server = AzuriteServer(program)
-    try:
-        server.start()
+    with AzuriteServer(program) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -103,12 +74,7 @@ def az_container(azurite_server: AzuriteServer) -> Iterator[str]:
 def az_env(azurite_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> AzuriteServer:
     """Points Azure's standard variables at the emulator, for one test: emulator mode (which
     allows its plain http), its address, and its well-known account."""
-    for name in FOREIGN_AZURE_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AZURE_STORAGE_USE_EMULATOR", "true")
-    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", azurite_server.endpoint)
-    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT_NAME)
-    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", ACCOUNT_KEY)
+    point_azure_at(monkeypatch, azurite_server.endpoint)
     return azurite_server
 
 

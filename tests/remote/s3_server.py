@@ -13,48 +13,27 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Final, Protocol
 
 import obstore
 from obstore.store import S3Store
 
+from .server_process import HOST, ServerError, ServerProcess, free_port, without_variables
+
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig
 
-HOST: Final = "127.0.0.1"
 # Fixed test credentials: moto accepts any, obstore needs some to sign with.
 ACCESS_KEY_ID: Final = "loaderx-test"
 SECRET_ACCESS_KEY: Final = "loaderx-test-secret"
 REGION: Final = "us-east-1"
-# moto starts in about a second; a loaded machine (2 cores, several workers) can take far longer.
-READY_TIMEOUT_S: Final = 60.0
-STOP_TIMEOUT_S: Final = 10.0
-# A freely chosen port can be taken between our probe and moto's bind: try a few.
-START_ATTEMPTS: Final = 3
-LOG_TAIL_CHARS: Final = 4000
-
-
-class ServerError(RuntimeError):
-    """The S3 server did not start, or the kit was used wrongly."""
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on right now (the OS picks it for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def s3_store(endpoint: str, bucket: str, *, max_retries: int | None = None,
@@ -92,92 +71,38 @@ class Upload:
         return data
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """moto's server on 127.0.0.1:`port` (a free one when None) with `env` added to its
     environment, started by `start()` and stopped by `stop()` (`close()` also removes its log);
     a context manager that closes it.
     The kit's buckets and uploads survive `stop()` + `start()` and `restart()`."""
 
+    label = "moto's server"
+
     def __init__(self, port: int | None = None, env: dict[str, str] | None = None) -> None:
-        self._port_fixed = port is not None
-        self._env = dict(env or {})  # for moto, e.g. INITIAL_NO_AUTH_ACTION_COUNT
-        self.port = port if port is not None else free_port()
-        self._process: subprocess.Popen[bytes] | None = None
         descriptor, log_name = tempfile.mkstemp(prefix="loaderx-moto-", suffix=".log")
         os.close(descriptor)
-        self.log_path = Path(log_name)
+        super().__init__(port if port is not None else free_port(), Path(log_name))
+        self._port_fixed = port is not None
+        self._env = dict(env or {})  # for moto, e.g. INITIAL_NO_AUTH_ACTION_COUNT
         self._buckets: dict[str, dict[str, Upload]] = {}
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    def __enter__(self) -> S3Server:
-        try:
-            self.start()
-        except BaseException:
-            self.close()  # __exit__ does not run when __enter__ raises
-            raise
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.close()
 
     def start(self) -> None:
         """Starts the server, waits until it answers, then puts back what the kit uploaded."""
         self._start(other_port_allowed=not self._port_fixed)
-
-    def _start(self, *, other_port_allowed: bool) -> None:
-        if self.running:
-            raise ServerError(f"the S3 server at {self.endpoint} is already running")
-        for attempt in range(START_ATTEMPTS):
-            self._launch()
-            try:
-                self._wait_ready()
-                break
-            except ServerError:
-                self.stop()
-                if not other_port_allowed or attempt == START_ATTEMPTS - 1:
-                    raise
-                self.port = free_port()
         self._replay()
-
-    def stop(self) -> None:
-        """Stops the server (terminate, then kill if it lingers); a stopped server stays so."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     def restart(self) -> None:
         """Stops and starts the server on the same port; the kit's buckets and objects return
         with the same bytes and ETags (anything else written to the server is gone)."""
         self.stop()
         self._start(other_port_allowed=False)
+        self._replay()
 
     def close(self) -> None:
         """Stops the server and removes its log file."""
         self.stop()
         self.log_path.unlink(missing_ok=True)
-
-    def log_tail(self) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-LOG_TAIL_CHARS:]
 
     def create_bucket(self, bucket: str) -> None:
         """Creates `bucket` (a valid S3 name) on the server and remembers it for restarts."""
@@ -241,28 +166,11 @@ class S3Server:
             for key, upload in uploads.items():
                 obstore.put(store, key, upload.read(), use_multipart=False)
 
-    def _launch(self) -> None:
-        # A test process that dies without its fixtures' teardown (a crash, a SIGKILL) must
-        # not leave the server running: Linux stops it with its parent (_die_with_parent).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | self._env
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent)
+    def _command(self) -> Sequence[str]:
+        return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)]
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise ServerError(f"moto's server exited with status {self._process.returncode} "
-                                  f"before answering on {self.endpoint}; its log:\n{self.log_tail()}")
-            if self._answers():
-                return
-            time.sleep(0.05)
-        raise ServerError(f"moto's server did not answer on {self.endpoint} within "
-                          f"{READY_TIMEOUT_S:.0f} s; its log:\n{self.log_tail()}")
+    def _environment(self) -> Mapping[str, str]:
+        return without_variables(("AWS_",)) | self._env
 
     def _answers(self) -> bool:
         try:
@@ -290,12 +198,3 @@ class BotoClient(Protocol):
 
     def delete_bucket(self, *, Bucket: str) -> object: ...  # noqa: N803
 
-
-def _die_with_parent() -> None:
-    """In the server's process, before it runs: SIGTERM when the process that started it
-    dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing, and the fixtures' stop() remains)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

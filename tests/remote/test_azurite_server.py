@@ -8,7 +8,7 @@ import pytest
 from obstore.store import from_url
 
 from .azurite_server import AzuriteServer, azure_store, azurite_program
-from .s3_server import ServerError
+from .server_process import ServerError
 from .test_s3_server import accepts_connections, process_exists
 
 

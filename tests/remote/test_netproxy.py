@@ -24,7 +24,8 @@ import pytest
 from obstore.exceptions import GenericError
 from obstore.store import S3Store
 
-from .s3_server import HOST, S3Server, s3_store
+from .s3_server import S3Server, s3_store
+from .server_process import HOST
 
 ROOT = Path(__file__).resolve().parents[2]
 if not (ROOT / "tools" / "netproxy.py").exists():

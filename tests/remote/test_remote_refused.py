@@ -18,8 +18,8 @@ from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 
 from .azurite_server import AzuriteServer, account_sas
-from .conftest import FOREIGN_AWS_VARIABLES
-from .s3_server import REGION, S3Server
+from .credential_env import point_aws_at
+from .s3_server import S3Server
 from .test_remote_read import images
 
 # A refusal is never retried: far below obstore's retry budget (60 s by default), with room for
@@ -33,12 +33,8 @@ def s3_iam_server() -> Iterator[S3Server]:
     """A second moto server with its IAM checks on from the first request (moto skips them
     for the first INITIAL_NO_AUTH_ACTION_COUNT requests): credentials it never issued are
     refused with 403, as AWS refuses them. Stopped at the module's end whatever happened."""
-    server = S3Server(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
-    try:
-        server.start()
+    with S3Server(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -46,13 +42,8 @@ def s3_refusing_env(s3_iam_server: S3Server, monkeypatch: pytest.MonkeyPatch,
                     tmp_path: Path) -> str:
     """The AWS variables pointed at the IAM-checking server with keys it does not know; the
     URL of a dataset there."""
-    for name in FOREIGN_AWS_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_iam_server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTISSUEDBYMOTO0")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-secret-moto-issued")
-    monkeypatch.setenv("AWS_REGION", REGION)
-    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    point_aws_at(monkeypatch, s3_iam_server.endpoint, "AKIANOTISSUEDBYMOTO0",
+                 "not-a-secret-moto-issued")
     monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
     return "s3://refused-bucket/ds"

@@ -15,7 +15,8 @@ import pytest
 from obstore.exceptions import GenericError
 from obstore.store import S3Store
 
-from .s3_server import HOST, S3Server, ServerError, free_port, s3_store
+from .s3_server import S3Server, s3_store
+from .server_process import HOST, ServerError, free_port
 
 
 def process_exists(pid: int) -> bool:

@@ -3,7 +3,8 @@ an import that runs up the layers, and on an import of another module's private 
 
 The layers, lowest first (docs/architecture.md draws them):
 
-    errors < _os < _native < _store < _data < _loading < public modules < integrations < cli
+    errors < _os < _native < _store < _remote < _data < _loading < public modules < integrations
+    < cli (and the demo)
 
 A module may import from its own layer or any lower one. Deferred imports (inside a function)
 count too: a deferred import that dodges a cycle is a cycle all the same. Only `import`

@@ -1,4 +1,4 @@
-/* loaderx.h: the C ABI of libloaderx (the contract between zig/src/exports.zig and
+/* loaderx.h: the C ABI of libloaderx (the contract between zig/src/c_abi/exports.zig and
  * loaderx/_native.py). Everything here is implemented in Zig; this header documents it.
  *
  * Conventions

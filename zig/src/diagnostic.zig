@@ -1,8 +1,9 @@
 //! The core's diagnostic: a sentence saying why the last operation on this thread failed.
 //!
 //! The engine (store, meta, chunk, view, lock, ...) returns an error from errors.Error and notes
-//! its diagnostic here; it never writes what a C caller reads. exports.zig alone turns the pair
-//! into the C ABI's answer: a status and the message lx_last_error() returns (status.zig).
+//! its diagnostic here; it never writes what a C caller reads. exports_status.zig alone turns
+//! the pair into the C ABI's answer: a status and the message lx_last_error() returns
+//! (status.zig).
 const std = @import("std");
 
 const text_size_max = 512;

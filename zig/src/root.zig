@@ -3,12 +3,12 @@ const std = @import("std");
 
 comptime {
     // Referencing the file is what makes its `export fn`s part of the library.
-    _ = @import("exports.zig");
+    _ = @import("c_abi/exports.zig");
 }
 
 test {
     // Every file with tests is listed here so `zig build test` runs them all.
-    _ = @import("exports.zig");
+    _ = @import("c_abi/exports.zig");
     _ = @import("status.zig");
     _ = @import("diagnostic.zig");
     _ = @import("limits.zig");
@@ -50,6 +50,6 @@ test {
     _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");
     _ = @import("sampler_test.zig");
-    _ = @import("exports_test.zig");
-    _ = @import("abi_test.zig");
+    _ = @import("c_abi/exports_test.zig");
+    _ = @import("c_abi/abi_test.zig");
 }

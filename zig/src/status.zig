@@ -1,6 +1,6 @@
 //! Result codes of the C ABI (mirrors `lx_status` in zig/include/loaderx.h) and the thread-local
-//! message that goes with the last failure, which lx_last_error() returns. Only exports.zig
-//! writes it: the core notes its reasons in diagnostic.zig and exports.zig publishes them here.
+//! message that goes with the last failure, which lx_last_error() returns. Only the export files
+//! write it: the core notes its reasons in diagnostic.zig and exports_status.zig publishes them.
 const std = @import("std");
 
 pub const Status = enum(c_int) {

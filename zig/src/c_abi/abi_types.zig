@@ -1,5 +1,5 @@
 //! The flags and extern structs of the C ABI that mirror zig/include/loaderx.h (abi_test.zig
-//! checks that they agree); exports.zig reads and fills them.
+//! checks that they agree); the export files (exports.zig) read and fill them.
 const LxStore = @import("handles.zig").LxStore;
 
 /// Flags of lx_store_open (LX_OPEN_* in loaderx.h).

@@ -1,12 +1,13 @@
 //! The C handles of stores and views, and the checks of the C ABI that write no message:
 //! turning an opaque lx_store or lx_view into its object and back, closing and measuring one,
-//! and the pure tests of a caller's counts and store lists. exports.zig writes every message.
+//! and the pure tests of a caller's counts and store lists. The export files (exports.zig)
+//! write every message.
 const std = @import("std");
 const assert = std.debug.assert;
-const registry = @import("registry.zig");
-const numpy_array = @import("numpy_array.zig");
-const Store = @import("store.zig").Store;
-const View = @import("view.zig").View;
+const registry = @import("../registry.zig");
+const numpy_array = @import("../numpy_array.zig");
+const Store = @import("../store.zig").Store;
+const View = @import("../view.zig").View;
 
 /// What a C caller holds for a Store or a View: an opaque pointer that is really a registry
 /// token (registry.zig), never dereferenced. A handle closed already, a handle of the other
