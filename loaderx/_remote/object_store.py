@@ -46,6 +46,18 @@ class RemoteObject:
     version: str | None
     modified: float = 0.0  # seconds since the epoch (0 when unknown)
 
+    def unchanged(self) -> dict[str, str]:
+        """obstore's put mode "only if the object is still this version": its ETag, and its
+        version where the store reports one. GCS needs the version (the generation): without
+        it object_store refuses a conditional update there ("Version required for conditional
+        update") before sending anything."""
+        if self.etag is None:
+            raise RemoteError(f"{self.name} has no ETag to make a write conditional on")
+        mode = {"e_tag": self.etag}
+        if self.version is not None:
+            mode["version"] = self.version
+        return mode
+
 
 def _float_setting(name: str, default: float) -> float:
     text = os.environ.get(name)

@@ -16,11 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx._os.urls import parse
+from loaderx._remote.object_store import ObjectStore
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import SchemaError, UnsupportedURLError
+from loaderx.errors import RemoteError, SchemaError, UnsupportedURLError
 
 from .conftest import RemoteRoot
+from .gcs_server import GCSServer
 from .s3_server import S3Server
 from .test_remote_read import images
 
@@ -170,3 +173,20 @@ def s3_env_etag(data: bytes) -> str:
 
     return f'"{hashlib.md5(data).hexdigest()}"'
 
+
+def test_a_conditional_write_names_the_generation_gcs_needs(gs_env: GCSServer,
+                                                            gs_bucket: str) -> None:
+    """GCS makes an update conditional on the object's generation (its version): object_store
+    refuses an ETag alone there before sending anything. The manifest's and the writer lock's
+    conditional writes carry both (RemoteObject.unchanged), so they reach the server; this
+    emulator then refuses every upload from obstore (gcs_server.py), so nothing more is checked
+    here."""
+    gs_env.put(gs_bucket, "ds/shards.msgpack", b"v1")
+    store = ObjectStore(parse(f"gs://{gs_bucket}/ds"))
+    found = store.head("shards.msgpack")
+    assert found.etag is not None and found.version is not None
+    with pytest.raises(RemoteError, match="Version required for conditional update"):
+        store.put("shards.msgpack", b"v2", mode={"e_tag": found.etag})
+    assert found.unchanged() == {"e_tag": found.etag, "version": found.version}
+    with pytest.raises(RemoteError, match="400 Bad Request.*invalid uploadType"):
+        store.put("shards.msgpack", b"v2", mode=found.unchanged())
