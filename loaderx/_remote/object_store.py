@@ -174,6 +174,13 @@ class ObjectStore:
                 raise FileNotFoundError(
                     f"{what} {url}: no such bucket or container ({_answer(exc, _MISSING_STATUS)})"
                 ) from exc
+            if "builder error" in str(exc) and not _http_allowed():
+                # The client refuses a plain-http endpoint without saying so (a GCS emulator's
+                # gcs_base_url, say): the S3 case is caught before any request.
+                raise RemoteError(
+                    f"{what} {url} failed: {_first_line(exc)}; if the endpoint is plain http, "
+                    "set AWS_ALLOW_HTTP=true to allow it (meant for a test server on this machine)"
+                ) from exc
             raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
 
     def list(self) -> list[RemoteObject]:

@@ -25,6 +25,7 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import RemoteChangedError, RemoteError, UnsupportedURLError
 
 from .conftest import RemoteRoot
+from .gcs_server import GCSServer
 from .s3_server import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -336,6 +337,15 @@ def test_a_missing_object_raises_at_once_naming_it(
         assert time.monotonic() - started < 10
     with pytest.raises(FileNotFoundError, match="no loaderx dataset"):
         DenseDataset(f"{remote_root.url}/elsewhere", cache_dir=tmp_path / "cache")
+
+
+def test_a_plain_http_gcs_endpoint_names_the_setting_that_allows_it(
+    gs_env: GCSServer, gs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    with pytest.raises(RemoteError, match=f"listing gs://{gs_bucket}/ds failed: .*builder error; "
+                                          "if the endpoint is plain http, set AWS_ALLOW_HTTP=true"):
+        DenseDataset(f"gs://{gs_bucket}/ds", cache_dir=tmp_path / "cache")
 
 
 # Not gs://: fake-gcs-server answers a listing of a missing bucket with 500 "no bucket named ..."
