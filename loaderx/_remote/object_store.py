@@ -46,6 +46,18 @@ class RemoteObject:
     version: str | None
     modified: float = 0.0  # seconds since the epoch (0 when unknown)
 
+    def unchanged(self) -> dict[str, str]:
+        """obstore's put mode "only if the object is still this version": its ETag, and its
+        version where the store reports one. GCS needs the version (the generation): without
+        it object_store refuses a conditional update there ("Version required for conditional
+        update") before sending anything."""
+        if self.etag is None:
+            raise RemoteError(f"{self.name} has no ETag to make a write conditional on")
+        mode = {"e_tag": self.etag}
+        if self.version is not None:
+            mode["version"] = self.version
+        return mode
+
 
 def _float_setting(name: str, default: float) -> float:
     text = os.environ.get(name)
@@ -161,6 +173,13 @@ class ObjectStore:
             if _MISSING_STATUS.search(str(exc)):
                 raise FileNotFoundError(
                     f"{what} {url}: no such bucket or container ({_answer(exc, _MISSING_STATUS)})"
+                ) from exc
+            if "builder error" in str(exc) and not _http_allowed():
+                # The client refuses a plain-http endpoint without saying so (a GCS emulator's
+                # gcs_base_url, say): the S3 case is caught before any request.
+                raise RemoteError(
+                    f"{what} {url} failed: {_first_line(exc)}; if the endpoint is plain http, "
+                    "set AWS_ALLOW_HTTP=true to allow it (meant for a test server on this machine)"
                 ) from exc
             raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
 

@@ -155,7 +155,7 @@ class _WriterLock:
         if age < lease or held.etag is None:
             return False
         try:
-            self._etag = self._store.put(WRITER_LOCK, self._body, mode={"e_tag": held.etag}).etag
+            self._etag = self._store.put(WRITER_LOCK, self._body, mode=held.unchanged()).etag
             return True
         except (RemoteChangedError, FileNotFoundError):
             return False  # another writer took it over first
@@ -175,7 +175,7 @@ def upload_dataset(local: str, store: ObjectStore, append: bool, overwrite: bool
     schema = read_schema(local)
     with _WriterLock(store):
         refuse_existing(store, append, overwrite)
-        manifest, etag = _remote_manifest(store)
+        manifest, found = _remote_manifest(store)
         if manifest is not None:
             remote_schema = parse_schema(store.get(SCHEMA_FILE, None), store.location.child(SCHEMA_FILE))
             require_same(store.location.url, remote_schema, schema)
@@ -191,19 +191,20 @@ def upload_dataset(local: str, store: ObjectStore, append: bool, overwrite: bool
             store.put(SCHEMA_FILE, _read(os.path.join(local, SCHEMA_FILE)))
         generation = 0 if manifest is None else manifest.generation + 1
         data = msgpack.packb(Manifest(listed + added, generation).to_dict(), use_bin_type=True)
-        store.put(MANIFEST_FILE, data, mode="create" if etag is None else {"e_tag": etag})
+        store.put(MANIFEST_FILE, data, mode="create" if found is None else found.unchanged())
 
 
-def _remote_manifest(store: ObjectStore) -> tuple[Manifest | None, str | None]:
-    """The remote manifest and its ETag; a single store uploaded as a folder (no manifest,
-    a top-level meta.zr) becomes shard "." of a manifest written over it."""
+def _remote_manifest(store: ObjectStore) -> tuple[Manifest | None, RemoteObject | None]:
+    """The remote manifest and the version of it that was read (None when there is none yet);
+    a single store uploaded as a folder (no manifest, a top-level meta.zr) becomes shard "." of
+    a manifest written over it."""
     try:
         found = store.head(MANIFEST_FILE)
     except FileNotFoundError:
         found = None
     if found is not None:
         data = store.get(MANIFEST_FILE, found.etag)
-        return parse_manifest(data, store.location.child(MANIFEST_FILE)), found.etag
+        return parse_manifest(data, store.location.child(MANIFEST_FILE)), found
     try:
         meta = store.head("meta.zr")
     except FileNotFoundError:

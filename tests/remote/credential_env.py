@@ -10,6 +10,7 @@ from typing import Final
 import pytest
 
 from .azurite_server import ACCOUNT_KEY, ACCOUNT_NAME
+from .gcs_server import service_account_key
 from .s3_server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
 
 # Variables that would point obstore elsewhere than the test server (a developer's profile, a
@@ -26,6 +27,11 @@ FOREIGN_AZURE_VARIABLES: Final = (
     "AZURE_STORAGE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID",
     "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "AZURE_CONTAINER_NAME",
     "AZURE_USE_FABRIC_ENDPOINT", "AZURE_SKIP_SIGNATURE")
+# The same for Google Cloud Storage.
+FOREIGN_GOOGLE_VARIABLES: Final = (
+    "GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_BUCKET", "GOOGLE_BUCKET_NAME", "GOOGLE_BASE_URL",
+    "GOOGLE_BEARER_TOKEN", "GOOGLE_SKIP_SIGNATURE")
 
 
 def point_aws_at(monkeypatch: pytest.MonkeyPatch, endpoint: str,
@@ -45,6 +51,14 @@ def point_azure_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     _point(monkeypatch, FOREIGN_AZURE_VARIABLES, {
         "AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": endpoint,
         "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME, "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY})
+
+
+def point_google_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Google's standard variables pointed at fake-gcs-server at `endpoint`: a service-account
+    key naming its address with OAuth off, and plain http allowed (loaderx's AWS_ALLOW_HTTP is
+    its switch for every cloud)."""
+    _point(monkeypatch, FOREIGN_GOOGLE_VARIABLES, {
+        "GOOGLE_SERVICE_ACCOUNT_KEY": service_account_key(endpoint), "AWS_ALLOW_HTTP": "true"})
 
 
 def _point(monkeypatch: pytest.MonkeyPatch, foreign: tuple[str, ...],

@@ -9,7 +9,7 @@ from obstore.store import from_url
 
 from .azurite_server import AzuriteServer, azure_store, azurite_program
 from .server_process import ServerError
-from .test_s3_server import accepts_connections, process_exists
+from .kit_checks import assert_leaves_nothing
 
 
 def test_start_and_stop_leave_no_process_no_listener_and_no_folder(
@@ -17,16 +17,7 @@ def test_start_and_stop_leave_no_process_no_listener_and_no_folder(
     program = azurite_program()
     assert program is not None  # the session's server runs, so the kit found Azurite
     server = AzuriteServer(program)
-    with server:
-        pid = server.pid
-        assert pid is not None and server.running and process_exists(pid)
-        assert accepts_connections(server.port)
-        work = server.work_dir
-    assert not server.running and server.pid is None
-    assert not process_exists(pid)
-    assert not accepts_connections(server.port)
-    assert not work.exists()
-    server.stop()  # stopping twice is harmless
+    assert_leaves_nothing(server, server.work_dir)
 
 
 def test_containers_are_made_and_removed_with_their_blobs(azurite_server: AzuriteServer) -> None:

@@ -1,6 +1,6 @@
 """A checkpoint saved over a local dataset resumes over its upload read from a URL (the content
 identity comes from the replica's copy of the checksums), warm or cold, and an upload of other
-records of the same count is refused."""
+records of the same count is refused; on each test server (`remote_root`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.errors import StateMismatchError
 
-from .s3_server import S3Server
+from .conftest import RemoteRoot
 
 
 def test_a_local_state_resumes_over_the_url_and_other_records_are_refused(
-    s3_env: S3Server, s3_bucket: str, tmp_path: Path
+    remote_root: RemoteRoot, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(3)
     data = rng.integers(0, 255, (300, 50), dtype=np.uint8)
@@ -27,19 +27,19 @@ def test_a_local_state_resumes_over_the_url_and_other_records_are_refused(
     other = data.copy()
     other[17, 3] ^= 1
     from_numpy(tmp_path / "other", other, codec="zstd", progress=False)
-    s3_env.upload_tree(tmp_path / "local", s3_bucket, "ds")
-    s3_env.upload_tree(tmp_path / "other", s3_bucket, "other")
+    remote_root.upload_tree(tmp_path / "local", "ds")
+    remote_root.upload_tree(tmp_path / "other", "other")
     with DenseDataset(tmp_path / "local") as ds, DataLoader({"x": ds}, batch_size=20, seed=4) as loader:
         next(loader)
         state = loader.state_dict()
         want = np.array(next(loader)["x"])
     for cache in ("warm", "warm", "cold"):  # the second "warm" opens the filled cache
         folder = tmp_path / ("cache" if cache == "warm" else "cache-cold")
-        with DenseDataset(f"s3://{s3_bucket}/ds", cache_dir=folder) as remote:
+        with DenseDataset(f"{remote_root.url}/ds", cache_dir=folder) as remote:
             with DataLoader({"x": remote}, batch_size=20) as loader:
                 loader.load_state_dict(state)
                 np.testing.assert_array_equal(next(loader)["x"], want)
-    with DenseDataset(f"s3://{s3_bucket}/other", cache_dir=tmp_path / "cache") as remote:
+    with DenseDataset(f"{remote_root.url}/other", cache_dir=tmp_path / "cache") as remote:
         with DataLoader({"x": remote}, batch_size=20) as loader:
             with pytest.raises(StateMismatchError, match="data: saved"):
                 loader.load_state_dict(state)

@@ -1,6 +1,7 @@
 """Datasets written to a real S3 server: every converter's round trip, the manifest as the
 commit point, concurrent appenders, and writers that fail or are killed. The round trips and the
-concurrent appenders also run against Azurite (az://), through the `remote_root` fixture."""
+concurrent appenders also run against Azurite (az://), through the `writable_root` fixture; not
+against fake-gcs-server (gs://), which cannot take obstore's uploads (gcs_server.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx._os.urls import parse
+from loaderx._remote.object_store import ObjectStore
 from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import SchemaError, UnsupportedURLError
+from loaderx.errors import RemoteError, SchemaError, UnsupportedURLError
 
 from .conftest import RemoteRoot
+from .gcs_server import GCSServer
 from .s3_server import S3Server
 from .test_remote_read import images
 
@@ -38,8 +42,8 @@ def upload_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "uploads"
 
 
-def test_from_numpy_to_a_url_then_append(remote_root: RemoteRoot, upload_dir: Path) -> None:
-    url = f"{remote_root.url}/images"
+def test_from_numpy_to_a_url_then_append(writable_root: RemoteRoot, upload_dir: Path) -> None:
+    url = f"{writable_root.url}/images"
     first, more = images(300, 200, seed=1), images(120, 200, seed=2)
     assert from_numpy(url, first, codec="zstd") == len(first)
     with DenseDataset(url) as ds:
@@ -52,17 +56,17 @@ def test_from_numpy_to_a_url_then_append(remote_root: RemoteRoot, upload_dir: Pa
     with DenseDataset(url) as ds:
         assert ds.sharded
         np.testing.assert_array_equal(ds.read(np.arange(len(ds))), np.concatenate([first, more]))
-    assert not [name for name in remote_root.objects() if name.endswith("writer.lock")]
+    assert not [name for name in writable_root.objects() if name.endswith("writer.lock")]
     assert not list(upload_dir.iterdir())  # the local builds are gone
 
 
 def test_from_iterator_with_workers_and_recode_to_urls(
-    remote_root: RemoteRoot, upload_dir: Path, tmp_path: Path
+    writable_root: RemoteRoot, upload_dir: Path, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(4)
     parts = [[rng.integers(0, 99, int(n), dtype=np.int32) for n in rng.integers(0, 50, 40)]
              for _ in range(3)]
-    url = f"{remote_root.url}/tokens"
+    url = f"{writable_root.url}/tokens"
     assert from_iterator(url, parts, workers=2) == 120
     expected = [record for part in parts for record in part]
     with RaggedDataset(url) as ds:
@@ -70,12 +74,12 @@ def test_from_iterator_with_workers_and_recode_to_urls(
             np.testing.assert_array_equal(got, want)
     data = images(90, 64)
     from_numpy(str(tmp_path / "local"), data, codec="raw")
-    assert recode(str(tmp_path / "local"), f"{remote_root.url}/recoded", codec="zstd") == 90
-    with DenseDataset(f"{remote_root.url}/recoded") as ds:
+    assert recode(str(tmp_path / "local"), f"{writable_root.url}/recoded", codec="zstd") == 90
+    with DenseDataset(f"{writable_root.url}/recoded") as ds:
         assert ds.codec == "zstd"
         np.testing.assert_array_equal(ds.read(np.arange(90)), data)
     with pytest.raises(UnsupportedURLError, match="recode's source"):
-        recode(f"{remote_root.url}/recoded", str(tmp_path / "back"))
+        recode(f"{writable_root.url}/recoded", str(tmp_path / "back"))
 
 
 def test_from_arrow_writes_one_dataset_per_column(s3_env: S3Server, s3_bucket: str,
@@ -103,13 +107,13 @@ def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: 
     assert not any(tmp_path.iterdir()) or sorted(p.name for p in tmp_path.iterdir()) == ["uploads"]
 
 
-def test_a_refused_append_changes_nothing(remote_root: RemoteRoot, upload_dir: Path) -> None:
-    url = f"{remote_root.url}/ds"
+def test_a_refused_append_changes_nothing(writable_root: RemoteRoot, upload_dir: Path) -> None:
+    url = f"{writable_root.url}/ds"
     from_numpy(url, images(40, 16))
-    before = remote_root.objects()
+    before = writable_root.objects()
     with pytest.raises(SchemaError):
         from_numpy(url, images(40, 17), append=True)
-    assert remote_root.objects() == before
+    assert writable_root.objects() == before
 
 
 def writer_process(url: str, seed: int, rows: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -127,8 +131,8 @@ def writer_process(url: str, seed: int, rows: int, env: dict[str, str]) -> subpr
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def test_concurrent_appenders_both_land(remote_root: RemoteRoot, upload_dir: Path) -> None:
-    url = f"{remote_root.url}/ds"
+def test_concurrent_appenders_both_land(writable_root: RemoteRoot, upload_dir: Path) -> None:
+    url = f"{writable_root.url}/ds"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     writers = [writer_process(url, seed, 150, env) for seed in (1, 2, 3)]
     for writer in writers:
@@ -168,3 +172,21 @@ def s3_env_etag(data: bytes) -> str:
     import hashlib
 
     return f'"{hashlib.md5(data).hexdigest()}"'
+
+
+def test_a_conditional_write_names_the_generation_gcs_needs(gs_env: GCSServer,
+                                                            gs_bucket: str) -> None:
+    """GCS makes an update conditional on the object's generation (its version): object_store
+    refuses an ETag alone there before sending anything. The manifest's and the writer lock's
+    conditional writes carry both (RemoteObject.unchanged), so they reach the server; this
+    emulator then refuses every upload from obstore (gcs_server.py), so nothing more is checked
+    here."""
+    gs_env.put(gs_bucket, "ds/shards.msgpack", b"v1")
+    store = ObjectStore(parse(f"gs://{gs_bucket}/ds"))
+    found = store.head("shards.msgpack")
+    assert found.etag is not None and found.version is not None
+    with pytest.raises(RemoteError, match="Version required for conditional update"):
+        store.put("shards.msgpack", b"v2", mode={"e_tag": found.etag})
+    assert found.unchanged() == {"e_tag": found.etag, "version": found.version}
+    with pytest.raises(RemoteError, match="400 Bad Request.*invalid uploadType"):
+        store.put("shards.msgpack", b"v2", mode=found.unchanged())

@@ -15,41 +15,14 @@ import pytest
 from obstore.exceptions import GenericError
 from obstore.store import S3Store
 
+from .kit_checks import accepts_connections, assert_leaves_nothing, process_exists
 from .s3_server import S3Server, s3_store
 from .server_process import HOST, ServerError, free_port
 
 
-def process_exists(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie would be one we forgot to wait for)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
-def accepts_connections(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 def test_start_and_stop_leave_no_process_and_no_listener() -> None:
     server = S3Server()
-    with server:
-        pid = server.pid
-        assert pid is not None and server.running and process_exists(pid)
-        assert accepts_connections(server.port)
-        log = server.log_path
-        assert log.exists()
-    assert not server.running and server.pid is None
-    assert not process_exists(pid)
-    assert not accepts_connections(server.port)
-    assert not log.exists()
-    server.stop()  # stopping twice is harmless
+    assert_leaves_nothing(server, server.log_path)
 
 
 def test_a_failing_test_body_still_stops_the_server() -> None:

