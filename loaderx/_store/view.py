@@ -21,14 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
-from loaderx._native.result_buffers import empty_bytes
-from loaderx._native.calls import NativeCalls, address
-from loaderx._store import packed_gather
+from loaderx._native.calls import NativeCalls
+from loaderx._store import shared_calls
 from loaderx._store.zrecord import Zrecord
 
-_INT64: Final = np.dtype(np.int64)
-# How often a ragged gather re-sizes after a concurrent delete moved its records.
-_RAGGED_GATHER_ATTEMPTS: Final = 8
 
 
 class View(NativeCalls):
@@ -108,82 +104,36 @@ class View(NativeCalls):
         The same contract as Zrecord.gather_into: indices a C-contiguous int64 array, out a
         writable C-contiguous array of exactly len(indices) * record_size bytes.
         """
-        if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
-            raise TypeError("indices must be an int64 numpy array (see loaderx._store.indexing)")
-        if type(indices) is not np.ndarray:
-            indices = np.asarray(indices)  # a subclass (np.memmap) as its plain array
-        if not indices.flags.c_contiguous or indices.ndim != 1:
-            raise ValueError("indices must be a one-dimensional C-contiguous array")
-        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a writable C-contiguous numpy array")
-        count = indices.shape[0]
-        if out.nbytes != count * record_size:
-            raise ValueError(
-                f"out holds {out.nbytes} bytes but {count} records of {record_size} bytes "
-                f"need {count * record_size}"
-            )
-        if count == 0:
-            return
-        handle = self._enter()
-        try:
-            first, second = address(indices), address(out)
-            code = _native.read_status(lambda: _native.lib.lx_view_gather_fixed(
-                handle, first, count, second, record_size
-            ))
-            if code:
-                _native.raise_status(code, f"gather of {count} records from {self.name!r}")
-        finally:
-            self._leave()
+        shared_calls.gather_fixed(
+            self, _native.lib.lx_view_gather_fixed, repr(self.name), indices, out, record_size)
 
     def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The logical size of each selected (global, normalised) record."""
         handle = self._enter()
         try:
-            return self._lengths(handle, indices)
+            return shared_calls.record_lengths(
+                _native.lib.lx_view_record_lengths, handle, indices, repr(self.name))
         finally:
             self._leave()
-
-    def _lengths(self, handle: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
-        lengths = np.empty(len(indices), dtype=np.uint64)
-        if len(indices):
-            code = _native.lib.lx_view_record_lengths(
-                handle, indices.ctypes.data, len(indices), lengths.ctypes.data
-            )
-            _native.check(code, f"record lengths in {self.name!r}")
-        return lengths
 
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """The selected (global, normalised) records in one buffer plus count+1 offsets."""
-        count = len(indices)
-        offsets = np.zeros(count + 1, dtype=np.uint64)
         handle = self._enter()
         try:
-            # Sizing and copying are two native calls; a delete in between makes the copy
-            # refuse a slot of the wrong size, and the pair simply runs again.
-            for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
-                np.cumsum(self._lengths(handle, indices), out=offsets[1:])
-                data = empty_bytes(int(offsets[-1]))
-                if not count:
-                    return data, offsets
-                code = _native.read_status(lambda: _native.lib.lx_view_gather(
-                    handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
-                ))
-                if code != _native.SIZE_MISMATCH:
-                    break
-            _native.check(code, f"gather of {count} records from {self.name!r}")
-            return data, offsets
+            return shared_calls.gather_ragged(
+                _native.lib.lx_view_record_lengths, _native.lib.lx_view_gather, handle, indices,
+                repr(self.name))
         finally:
             self._leave()
-
 
     def gather_packed(
         self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
         offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None = None,
     ) -> bool:
         """See Zrecord.gather_packed (global indices)."""
-        return packed_gather.gather_packed(
+        return shared_calls.gather_packed(
             self, _native.lib.lx_view_gather_packed, repr(self.name), indices, row_size, out,
             offsets, rows)
 
@@ -192,7 +142,7 @@ class View(NativeCalls):
         rows: npt.NDArray[np.int32] | None = None,
     ) -> None:
         """See Zrecord.record_offsets (global indices)."""
-        packed_gather.record_offsets(
+        shared_calls.record_offsets(
             self, _native.lib.lx_view_record_offsets, repr(self.name), indices, row_size, offsets,
             rows)
 
@@ -201,7 +151,7 @@ class View(NativeCalls):
     ) -> bool:
         """Global record indices[i] into out's bytes [offsets[i], offsets[i + 1]); the same
         contract as Zrecord.gather_ragged_into."""
-        return packed_gather.gather_ragged_into(
+        return shared_calls.gather_ragged_into(
             self, _native.lib.lx_view_gather, repr(self.name), indices, out, offsets)
 
 # Every open View, for the fork handler below (weak: never keeps a view alive).

@@ -24,11 +24,10 @@ import numpy.typing as npt
 from loaderx._native import library as _native
 from loaderx.errors import ReadOnlyStoreError
 from loaderx._store.indexing import normalize_index
-from loaderx._native.calls import NativeCalls, address
+from loaderx._native.calls import NativeCalls
 from loaderx._os.urls import local_path, refuse_url
 from loaderx._os.paths import PathArg, folder_identity, fs_path, is_file
-from loaderx._native.result_buffers import empty_bytes
-from loaderx._store import packed_gather
+from loaderx._store import shared_calls
 from loaderx._store.maintenance_check import (
     MAINTENANCE_CHECK,
     caller_check,
@@ -44,7 +43,6 @@ from loaderx._store.record_batches import (
     Records,
     codec_id,
     fixed_records,
-    gather_arguments,
     pack_records,
     verify_flags,
 )
@@ -73,8 +71,6 @@ class StoreView(Protocol):
     """What a store needs of a view over it (loaderx._store.view.View): to close it first."""
 
     def close(self) -> None: ...
-# How often a ragged gather re-sizes after a concurrent delete/compact moved its records.
-_RAGGED_GATHER_ATTEMPTS: Final = 8
 
 
 class Zrecord(NativeCalls):
@@ -414,43 +410,21 @@ class Zrecord(NativeCalls):
 
     # --- reading ----------------------------------------------------------------------------
 
-    def _lengths(self, handle: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
-        lengths = np.empty(len(indices), dtype=np.uint64)
-        if len(indices):
-            code = _native.lib.lx_store_record_lengths(
-                handle, indices.ctypes.data, len(indices), lengths.ctypes.data
-            )
-            _native.check(code, f"record lengths in {self.path!r}")
-        return lengths
-
     def _gather_ragged(
         self, handle: int, index: object
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
-        count = len(indices)
-        offsets = np.zeros(count + 1, dtype=np.uint64)
-        # Sizing and copying are two native calls. A delete or compact from another thread may
-        # move records in between (each call is atomic, the pair is not); the copy then finds a
-        # slot of the wrong size and refuses to write, and the pair is simply run again.
-        for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
-            np.cumsum(self._lengths(handle, indices), out=offsets[1:])
-            data = empty_bytes(int(offsets[-1]))
-            if not count:
-                return data, offsets
-            code = _native.read_status(lambda: _native.lib.lx_store_gather(
-                handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
-            ))
-            if code != _native.SIZE_MISMATCH:
-                break
-        _native.check(code, f"gather of {count} records from {self.path!r}")
-        return data, offsets
+        return shared_calls.gather_ragged(
+            _native.lib.lx_store_record_lengths, _native.lib.lx_store_gather, handle, indices,
+            repr(self.path))
 
     def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
         """The logical (decompressed) size of each selected record."""
         handle = self._enter()
         try:
             normal = normalize_index(indices, int(_native.lib.lx_store_length(handle)))
-            return self._lengths(handle, normal)
+            return shared_calls.record_lengths(
+                _native.lib.lx_store_record_lengths, handle, normal, repr(self.path))
         finally:
             self._leave()
 
@@ -472,7 +446,7 @@ class Zrecord(NativeCalls):
         gives them, then, when out has room, record indices[i] into out's bytes
         [offsets[i], offsets[i + 1]). False, with nothing copied, when out is too small:
         offsets[-1] is then the bytes it needs."""
-        return packed_gather.gather_packed(
+        return shared_calls.gather_packed(
             self, _native.lib.lx_store_gather_packed, repr(self.path), indices, row_size, out,
             offsets, rows)
 
@@ -483,7 +457,7 @@ class Zrecord(NativeCalls):
         """One native call: offsets[i] = the bytes of the first i records of indices (offsets[0]
         is 0), and with rows, rows[i] = offsets[i] // row_size (a packed batch's cu_seqlens).
         CorruptStoreError for a record that is not whole rows; nothing written on an error."""
-        packed_gather.record_offsets(
+        shared_calls.record_offsets(
             self, _native.lib.lx_store_record_offsets, repr(self.path), indices, row_size, offsets,
             rows)
 
@@ -496,7 +470,7 @@ class Zrecord(NativeCalls):
         still fit written or not, when one of them no longer has its slot's size (a delete or
         compaction in between moved it): the caller sizes again (loaderx._store.ragged_into).
         """
-        return packed_gather.gather_ragged_into(
+        return shared_calls.gather_ragged_into(
             self, _native.lib.lx_store_gather, repr(self.path), indices, out, offsets)
 
     def gather(self, index: object) -> list[bytes]:
@@ -526,18 +500,8 @@ class Zrecord(NativeCalls):
             raise TypeError(f"record_size must be an int, not {type(record_size).__name__}")
         if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
             return self.gather_into(indices, out, int(record_size))
-        indices, count = gather_arguments(indices, out, record_size)
-        handle = self._enter()
-        try:
-            if count:
-                first, second = address(indices), address(out)
-                code = _native.read_status(lambda: _native.lib.lx_store_gather_fixed(
-                    handle, first, count, second, record_size
-                ))
-                if code:
-                    _native.raise_status(code, f"gather of {count} records from {self.path!r}")
-        finally:
-            self._leave()
+        shared_calls.gather_fixed(
+            self, _native.lib.lx_store_gather_fixed, repr(self.path), indices, out, record_size)
 
     # --- maintenance ------------------------------------------------------------------------
 

@@ -310,7 +310,7 @@ def test_a_packed_gather_into_too_small_a_buffer_says_what_it_needs(tokens: Ragg
 def test_a_packed_gather_takes_any_array_the_checked_path_takes(
     tokens: RaggedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The packed call's short path (loaderx._store.packed_gather) takes only the arrays a
+    """The packed call's short path (loaderx._store.shared_calls) takes only the arrays a
     loader passes; read-only indices, non-native byte order, strided or read-only arrays go
     through the checked path, with the same records or the same clear errors."""
     from loaderx._store.ragged_into import check_packed as original
@@ -321,7 +321,7 @@ def test_a_packed_gather_takes_any_array_the_checked_path_takes(
         checked.append(1)
         return original(*args)
 
-    monkeypatch.setattr("loaderx._store.packed_gather.check_packed", counting)
+    monkeypatch.setattr("loaderx._store.shared_calls.check_packed", counting)
     wanted = np.concatenate(tokens[np.array([2, 0, 2, 1], dtype=np.int64)]).tobytes()
     cases: list[Any] = [
         np.array([2, 0, 2, 1], dtype=np.int64),                         # the short path

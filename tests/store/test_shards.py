@@ -763,7 +763,7 @@ def test_a_ragged_view_gather_that_meets_a_delete_sizes_its_records_again(
     """Sizing and copying are two native calls: a delete between them makes the copy refuse a
     slot of the wrong size (SIZE_MISMATCH), and the pair runs again, up to a limit."""
     from loaderx._native import library as _native
-    from loaderx._store import view as view_module
+    from loaderx._store import shared_calls
     from loaderx._store.view import View
     from loaderx.zrecord import Zrecord
 
@@ -792,7 +792,7 @@ def test_a_ragged_view_gather_that_meets_a_delete_sizes_its_records_again(
         monkeypatch.setattr(_native.lib, "lx_view_gather", refuse_always)
         with pytest.raises(ValueError, match="gather of 1 records from 'one'"):
             view.gather_ragged(np.array([1], dtype=np.int64))
-        assert len(calls) == view_module._RAGGED_GATHER_ATTEMPTS
+        assert len(calls) == shared_calls._RAGGED_GATHER_ATTEMPTS
     finally:
         monkeypatch.undo()
         view.close()

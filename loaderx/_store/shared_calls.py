@@ -1,6 +1,8 @@
-"""The native calls of a ragged gather into a caller's buffer, shared by Zrecord and View (the
-lx_store_* and lx_view_* of each take the same arguments): the packed gather, which sizes and
-copies in one call, and record_offsets then gather_ragged_into, which do it in two.
+"""The reads a Zrecord and a View make the same way, each through its own native function (the
+lx_store_* and lx_view_* of each call take the same arguments): the checked fixed-size gather,
+record lengths, a ragged gather into a new buffer, and the ragged gathers into a caller's buffer
+(the packed gather, which sizes and copies in one call, and record_offsets then
+gather_ragged_into, which do it in two).
 
 A ragged loader makes one such call a step, so its Python side is kept short: arrays of the
 exact types a loader passes (native int64 indices, uint64 offsets, int32 rows, writable and
@@ -21,7 +23,9 @@ import numpy.typing as npt
 
 from loaderx._native import library as _native
 from loaderx._native.calls import NativeCalls, address
+from loaderx._native.result_buffers import empty_bytes
 from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
+from loaderx._store.record_batches import gather_arguments
 
 _NDARRAY: Final = np.ndarray
 _INT64: Final = np.dtype(np.int64)
@@ -29,6 +33,64 @@ _UINT64: Final = np.dtype(np.uint64)
 _INT32: Final = np.dtype(np.int32)
 _first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
 _addressof: Final = ctypes.addressof
+# Sizing and copying a ragged gather are two native calls. A delete or compact from another
+# thread may move records in between (each call is atomic, the pair is not); the copy then finds
+# a slot of the wrong size and refuses to write, and the pair runs again, up to this many times.
+_RAGGED_GATHER_ATTEMPTS: Final = 8
+
+
+def gather_fixed(
+    owner: NativeCalls, native: Callable[..., int], label: str, indices: npt.NDArray[np.int64],
+    out: npt.NDArray[Any], record_size: int,
+) -> None:
+    """Record indices[i] into bytes [i*record_size, (i+1)*record_size) of out through `native`
+    on `owner`'s handle, every argument checked first (record_batches.gather_arguments); the
+    native error raised with `label` (what the records are "from")."""
+    plain, count = gather_arguments(indices, out, record_size)
+    handle = owner._enter()  # also for no records: a closed store or view raises all the same
+    try:
+        if count:
+            first, second = address(plain), address(out)
+            code = _native.read_status(lambda: native(handle, first, count, second, record_size))
+            if code:
+                _native.raise_status(code, f"gather of {count} records from {label}")
+    finally:
+        owner._leave()
+
+
+def record_lengths(
+    native: Callable[..., int], handle: int, indices: npt.NDArray[np.int64], label: str
+) -> npt.NDArray[np.uint64]:
+    """The logical size of each record of `indices` (normalised) by `native` on a handle the
+    caller holds; the native error raised with `label` (where the records are)."""
+    lengths = np.empty(len(indices), dtype=np.uint64)
+    if len(indices):
+        code = native(handle, indices.ctypes.data, len(indices), lengths.ctypes.data)
+        _native.check(code, f"record lengths in {label}")
+    return lengths
+
+
+def gather_ragged(
+    lengths: Callable[..., int], gather: Callable[..., int], handle: int,
+    indices: npt.NDArray[np.int64], label: str,
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+    """The records of `indices` (normalised) in one new uint8 buffer plus count+1 offsets into
+    it, sized by `lengths` and copied by `gather` on a handle the caller holds; sized again
+    when a record moved in between (_RAGGED_GATHER_ATTEMPTS)."""
+    count = len(indices)
+    offsets = np.zeros(count + 1, dtype=np.uint64)
+    for _attempt in range(_RAGGED_GATHER_ATTEMPTS):
+        np.cumsum(record_lengths(lengths, handle, indices, label), out=offsets[1:])
+        data = empty_bytes(int(offsets[-1]))
+        if not count:
+            return data, offsets
+        code = _native.read_status(lambda: gather(
+            handle, indices.ctypes.data, count, data.ctypes.data, offsets.ctypes.data
+        ))
+        if code != _native.SIZE_MISMATCH:
+            break
+    _native.check(code, f"gather of {count} records from {label}")
+    return data, offsets
 
 
 def _fast_addresses(
@@ -133,4 +195,5 @@ def gather_ragged_into(
     return True
 
 
-__all__ = ["gather_packed", "gather_ragged_into", "record_offsets"]
+__all__ = ["gather_fixed", "gather_packed", "gather_ragged", "gather_ragged_into", "record_lengths",
+           "record_offsets"]
