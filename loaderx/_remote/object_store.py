@@ -155,6 +155,13 @@ class ObjectStore:
         try:
             return call(self._store())
         except exceptions.PreconditionError as exc:
+            if name and self._is_missing(name):
+                # Some stores (Azure's emulator among them) answer a read of a deleted object
+                # that names the version seen at open with 412, others with 404: both are
+                # reported as the missing object they are.
+                raise FileNotFoundError(
+                    f"{what} {url}: no such object (deleted after the dataset was opened)"
+                ) from exc
             raise RemoteChangedError(
                 f"{url} changed while it was being read ({what}); reopen the dataset to read "
                 "its new version"
@@ -182,6 +189,16 @@ class ObjectStore:
                     "set AWS_ALLOW_HTTP=true to allow it (meant for a test server on this machine)"
                 ) from exc
             raise RemoteError(f"{what} {url} failed: {_first_line(exc)}") from exc
+
+    def _is_missing(self, name: str) -> bool:
+        """Whether a HEAD of the object answers "no such object" (any other failure: False)."""
+        try:
+            self._obstore.head(self._store(), name)
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return False
 
     def list(self) -> list[RemoteObject]:
         """Every object under the dataset's prefix (one LIST request a thousand objects)."""
