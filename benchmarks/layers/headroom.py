@@ -12,6 +12,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,29 +26,36 @@ def _apply(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray) -> 
         transform(batch)
 
 
-def _seconds(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray,
-             processes: int) -> float:
+def _seconds(work: Callable[..., None], args: tuple[Any, ...], processes: int) -> float:
+    """Wall time of `processes` forked processes each running work(*args), from the first start
+    to the last exit."""
     context = multiprocessing.get_context("fork")
     started = time.perf_counter()
-    workers = [context.Process(target=_apply, args=(transform, batch)) for _ in range(processes)]
+    workers = [context.Process(target=work, args=args) for _ in range(processes)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
         if worker.exitcode != 0:
-            raise RuntimeError(f"a headroom process exited with {worker.exitcode}")
+            raise RuntimeError(f"a measuring process exited with {worker.exitcode}")
     return time.perf_counter() - started
 
 
-def two_process_gain(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray,
-                     rounds: int) -> float:
-    """Median over `rounds` of (two processes' work per second) / (one process's)."""
+def process_gain(work: Callable[..., None], args: tuple[Any, ...], rounds: int) -> float:
+    """Median over `rounds` of how much more of work(*args) two processes get through per second
+    than one: 2 x (one process's time) / (two processes' time), 2.0 on two idle cores."""
     gains = []
     for _ in range(rounds):
-        one = _seconds(transform, batch, 1)
-        two = _seconds(transform, batch, 2)
+        one = _seconds(work, args, 1)
+        two = _seconds(work, args, 2)
         gains.append(2 * one / two)
     return statistics.median(gains)
 
 
-__all__ = ["two_process_gain"]
+def two_process_gain(transform: Callable[[np.ndarray], np.ndarray], batch: np.ndarray,
+                     rounds: int) -> float:
+    """process_gain of BATCHES batches of the transform."""
+    return process_gain(_apply, (transform, batch), rounds)
+
+
+__all__ = ["process_gain", "two_process_gain"]

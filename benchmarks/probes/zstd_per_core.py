@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from layers import data  # noqa: E402
+from layers import data, headroom  # noqa: E402
 from loaderx import zrecord  # noqa: E402
 from loaderx.converter import from_numpy  # noqa: E402
 from loaderx.dataset import DenseDataset  # noqa: E402
@@ -111,24 +110,7 @@ def two_process_scaling(path: str, batches: list[npt.NDArray[np.int64]], rounds:
     """How much faster two processes of bagz on one thread each get through twice the batches
     than one process gets through its share: the machine's own two-core scaling of this very
     work (no threads, no shared state), the ceiling of any two-core reader's gain."""
-    context = multiprocessing.get_context("fork")
-    count = 4 * BLOCK_CALLS
-    ratios = []
-    for _ in range(rounds):
-        seconds = []
-        for processes in (1, 2):
-            started = time.perf_counter()
-            workers = [context.Process(target=_read_batches, args=(path, batches, count))
-                       for _ in range(processes)]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-                if worker.exitcode != 0:
-                    raise RuntimeError(f"a reader process exited with {worker.exitcode}")
-            seconds.append(time.perf_counter() - started)
-        ratios.append(2 * seconds[0] / seconds[1])
-    return statistics.median(ratios)
+    return headroom.process_gain(_read_batches, (path, batches, 4 * BLOCK_CALLS), rounds)
 
 
 def probe(kind: str, work: Path, rounds: int) -> None:

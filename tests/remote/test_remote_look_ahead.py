@@ -78,15 +78,19 @@ def hint_files(cache: Path) -> list[Path]:
     return sorted(cache.rglob("hints/*.npz"))
 
 
+def one_worker_loader(ds: DenseDataset, seed: int, prefetch: int) -> DataLoader:
+    """Batches of 10 from one spawned worker process, `prefetch` steps ahead of the consumer."""
+    return DataLoader({"x": ds}, batch_size=10, seed=seed, worker_type="process", workers=1,
+                      prefetch=prefetch, start_method="spawn")
+
+
 def test_process_workers_find_the_steps_ahead_fetched(
     dense_url: tuple[str, np.ndarray], tmp_path: Path
 ) -> None:
     url, data = dense_url
     cache = tmp_path / "cache"
-    budget = half_cache(url, cache)
-    with DenseDataset(url, cache_dir=cache, cache_bytes=budget) as ds:
-        with DataLoader({"x": ds}, batch_size=10, seed=4, worker_type="process", workers=1,
-                        prefetch=2, start_method="spawn") as loader:
+    with DenseDataset(url, cache_dir=cache, cache_bytes=half_cache(url, cache)) as ds:
+        with one_worker_loader(ds, seed=4, prefetch=2) as loader:
             ahead = look_ahead_of(loader)
             assert ahead.running
             for step in range(3):
@@ -128,10 +132,8 @@ def test_a_collected_process_loader_stops_its_look_ahead(
 ) -> None:
     url, data = dense_url
     cache = tmp_path / "cache"
-    budget = half_cache(url, cache)
-    with DenseDataset(url, cache_dir=cache, cache_bytes=budget) as ds:
-        loader = DataLoader({"x": ds}, batch_size=10, seed=2, worker_type="process", workers=1,
-                            prefetch=1, start_method="spawn")
+    with DenseDataset(url, cache_dir=cache, cache_bytes=half_cache(url, cache)) as ds:
+        loader = one_worker_loader(ds, seed=2, prefetch=1)
         np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(0)])
         ahead = look_ahead_of(loader)
         del loader
