@@ -41,6 +41,7 @@ from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._remote.cache_gate import CacheGate
 from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
 from loaderx._remote.object_store import ObjectStore
+from loaderx._remote.range_writes import adjacent_runs, write_all
 from loaderx._remote.record_map import RecordMap, StoreRecords
 from loaderx._remote.replica import Replica
 from loaderx._remote.shared_hints import Hints, SharedHints
@@ -417,9 +418,8 @@ class Fetcher:
         fd = self._descriptor(piece.store, piece.chunk)
         view = memoryview(data)
         with self._gate.shared():
-            for offset, length in zip(offsets.tolist(), entries["stored"].tolist()):
-                if length:
-                    os.pwrite(fd, view[offset:offset + length], piece.start + offset)
+            for start, stop in adjacent_runs(offsets, entries["stored"]):
+                write_all(fd, view[start:stop], piece.start + start)
             self._states[piece.store][piece.records] = 1
         cost = int(self._costs[piece.store][piece.records].sum())
         with self._lock:
