@@ -249,12 +249,15 @@ def pad_into(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], length: int, v
     """Record i (values[cu[i]:cu[i + 1]], cut to `length` rows) into out[i], value after it;
     mask[i, j] is whether row j of out[i] holds a record row."""
     lengths = np.diff(cu)
-    kept = np.minimum(lengths, length)
-    np.less(np.arange(length), kept[:, None], out=mask)
+    kept = np.minimum(lengths, length).astype(_INT32, copy=False)
+    # Both sides int32: an int64 arange against int32 lengths makes NumPy cast the operands
+    # through buffers, which took three times as long as the comparison (a quarter of a padded
+    # step for batches of 256 records padded to 2,048 rows).
+    np.less(np.arange(length, dtype=_INT32), kept[:, None], out=mask)
     out.fill(value)
     if bool((lengths > length).any()):
         starts = np.repeat(cu[:-1], lengths)
-        values = values[(np.arange(len(values)) - starts) < length]
+        values = values[(np.arange(len(values), dtype=_INT32) - starts) < length]
     out[mask] = values
 
 
