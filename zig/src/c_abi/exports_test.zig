@@ -3,8 +3,8 @@
 //! and a message (no panic, no crash), and refuse before any byte of the caller's moves.
 const std = @import("std");
 const testing = std.testing;
-const Status = @import("../status.zig").Status;
-const limits = @import("../limits.zig");
+const Status = @import("../base/status.zig").Status;
+const limits = @import("../base/limits.zig");
 const abi_types = @import("abi_types.zig");
 const abi_version = @import("exports.zig").abi_version;
 
@@ -55,7 +55,7 @@ extern fn lx_pool_set_policy(policy: u32) Status;
 extern fn lx_pool_policy() u32;
 extern fn lx_stores_set_policy(policy: u32) Status;
 extern fn lx_stores_policy() u32;
-const numpy_array = @import("../numpy_array.zig");
+const numpy_array = @import("../batch/numpy_array.zig");
 
 /// A refusal: the expected status and a non-empty message naming the problem.
 fn expectRefused(expected: Status, got: Status, fragment: []const u8) !void {
@@ -116,7 +116,7 @@ test "every call refuses a handle that is not open: another kind, misaligned, ze
     // one byte off: each refused with a message, nothing read through it, nothing written.
     const as_store: *LxStore = @ptrCast(view.?);
     const as_view: *LxView = @ptrCast(f.store);
-    const StoreStruct = @import("../store.zig").Store;
+    const StoreStruct = @import("../store/store.zig").Store;
     var zeros: [@sizeOf(StoreStruct) / 8 + 1]u64 align(@alignOf(StoreStruct)) = @splat(0);
     const fake: *LxStore = @ptrCast(&zeros);
     const off: *LxStore = @ptrFromInt(@intFromPtr(f.store) + 1);
@@ -799,7 +799,7 @@ fn expectStoreRefused(stale: *LxStore) !void {
 }
 
 test "a stale store handle is refused, and never reaches a store opened since in its memory" {
-    const Store = @import("../store.zig").Store;
+    const Store = @import("../store/store.zig").Store;
     var old: Fixture = undefined;
     try old.init();
     defer old.tmp.cleanup();
@@ -831,7 +831,7 @@ test "a stale store handle is refused, and never reaches a store opened since in
 }
 
 test "a stale view handle is refused, and a view whose store was replaced refuses too" {
-    const View = @import("../view.zig").View;
+    const View = @import("../view/view.zig").View;
     var first: Fixture = undefined;
     try first.init();
     defer first.deinit();
@@ -1028,7 +1028,7 @@ test "multi-store calls lock in one order whatever order they are given: no dead
         thread.* = try std.Thread.spawn(.{}, Racer.run, .{racer});
     }
     // The watchdog: race for a second, then give the racers ten seconds to notice the stop.
-    const io = @import("../pool.zig").io();
+    const io = @import("../os/pool.zig").io();
     io.sleep(.fromSeconds(1), .awake) catch {};
     stop.store(true, .release);
     var waited_ms: u32 = 0;
@@ -1052,8 +1052,8 @@ test "multi-store calls lock in one order whatever order they are given: no dead
 }
 
 test "lx_record_sums gives sums.zr's value for each record and refuses bad ranges, codecs and NULLs, writing nothing" {
-    const checksum = @import("../checksum.zig");
-    const format = @import("../format.zig");
+    const checksum = @import("../codec/checksum.zig");
+    const format = @import("../files/format.zig");
     const bytes = "abcdefghijklmnopqrstuvwxyz";
     const starts = [_]u64{ 0, 3, 26 };
     const stored = [_]u32{ 3, 20, 0 };
