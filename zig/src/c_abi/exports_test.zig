@@ -339,49 +339,74 @@ test "packed gathers: offsets, rows and records in one call; a small dst says wh
     try expectRefused(.index_out_of_range, lx_view_gather_packed(view, &past, 1, 4, &view_out, 12, &offsets, &rows), "out of range");
 }
 
+/// The gathers a store and a view share (exports_reads.zig exports both from one function) and
+/// the noun their messages name a NULL handle by.
+const store_gathers = .{
+    .noun = "store",
+    .gather_fixed = lx_store_gather_fixed,
+    .record_lengths = lx_store_record_lengths,
+    .gather = lx_store_gather,
+};
+const view_gathers = .{
+    .noun = "view",
+    .gather_fixed = lx_view_gather_fixed,
+    .record_lengths = lx_view_record_lengths,
+    .gather = lx_view_gather,
+};
+
+/// Every bad argument to a handle's gathers (the fixture's records, through a store or a view)
+/// is refused before a byte of the destination moves; then the same arguments done right.
+fn expectGathersRefuse(handle: anytype, comptime calls: anytype) !void {
+    const null_handle = calls.noun ++ " is NULL";
+    var out: [16]u8 = @splat(0xEE);
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    try expectRefused(.invalid_argument, calls.gather_fixed(null, &indices, 4, &out, 4), null_handle);
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, null, 4, &out, 4), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, 4, null, 4), "dst is NULL");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, 4, &out, 0), "stride is 0");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, huge / 2, &out, 4), "overflow");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, huge, &out, 1), "overflows the address space");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, calls.gather_fixed(handle, &outside, 4, &out, 4), "out of range");
+    var negative: [4]i64 = .{ 0, 1, 2, -1 };
+    try expectRefused(.index_out_of_range, calls.gather_fixed(handle, &negative, 4, &out, 4), "out of range");
+    try expectRefused(.size_mismatch, calls.gather_fixed(handle, &indices, 2, &out, 8), "destination slot");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+    // Zero records touch nothing, whatever the pointers.
+    try testing.expectEqual(Status.ok, calls.gather_fixed(handle, null, 0, null, 0));
+
+    var lengths: [4]u64 = @splat(77);
+    try expectRefused(.invalid_argument, calls.record_lengths(null, &indices, 4, &lengths), null_handle);
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, null, 4, &lengths), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, &indices, 4, null), "out_lengths is NULL");
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, &indices, huge, &lengths), "overflows the address space");
+    try expectRefused(.index_out_of_range, calls.record_lengths(handle, &outside, 4, &lengths), "out of range");
+    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
+
+    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
+    try expectRefused(.invalid_argument, calls.gather(null, &indices, 4, &out, &offsets), null_handle);
+    try expectRefused(.invalid_argument, calls.gather(handle, null, 4, &out, &offsets), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, &out, null), "dst_offsets is NULL");
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, null, &offsets), "dst is NULL");
+    // Refused before any offset is read: the offsets past the fifth are not the caller's.
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, huge, &out, &offsets), "overflows the address space");
+    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, &out, &decreasing), "decrease");
+    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
+    try expectRefused(.size_mismatch, calls.gather(handle, &indices, 4, &out, &uneven), "destination slot");
+    try expectRefused(.index_out_of_range, calls.gather(handle, &outside, 4, &out, &offsets), "out of range");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    // And the same arguments done right.
+    try testing.expectEqual(Status.ok, calls.gather(handle, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+}
+
 test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wrong sizes before writing" {
     var f: Fixture = undefined;
     try f.init();
     defer f.deinit();
-    const s = f.store;
-    var out: [16]u8 = @splat(0xEE);
-    var indices: [4]i64 = .{ 3, 1, 0, 2 };
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, null, 4, &out, 4), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, null, 4), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, &out, 0), "stride is 0");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge / 2, &out, 4), "overflow");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge, &out, 1), "overflow");
-    var outside: [4]i64 = .{ 0, 1, 2, 10 };
-    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &outside, 4, &out, 4), "out of range");
-    var negative: [4]i64 = .{ 0, 1, 2, -1 };
-    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &negative, 4, &out, 4), "out of range");
-    try expectRefused(.size_mismatch, lx_store_gather_fixed(s, &indices, 2, &out, 8), "destination slot");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-    // Zero records touch nothing, whatever the pointers.
-    try testing.expectEqual(Status.ok, lx_store_gather_fixed(s, null, 0, null, 0));
-
-    var lengths: [4]u64 = @splat(77);
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, null, 4, &lengths), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, 4, null), "out_lengths is NULL");
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, huge, &lengths), "overflow");
-    try expectRefused(.index_out_of_range, lx_store_record_lengths(s, &outside, 4, &lengths), "out of range");
-    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
-
-    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
-    try expectRefused(.invalid_argument, lx_store_gather(s, null, 4, &out, &offsets), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, null), "dst_offsets is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, null, &offsets), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, huge, &out, &offsets), "overflow");
-    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, &decreasing), "decrease");
-    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
-    try expectRefused(.size_mismatch, lx_store_gather(s, &indices, 4, &out, &uneven), "destination slot");
-    try expectRefused(.index_out_of_range, lx_store_gather(s, &outside, 4, &out, &offsets), "out of range");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    // And the same arguments done right.
-    try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
-    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+    try expectGathersRefuse(f.store, store_gathers);
 }
 
 test "view gathers refuse what store gathers refuse, overflowing counts included, before writing" {
@@ -392,47 +417,9 @@ test "view gathers refuse what store gathers refuse, overflowing counts included
     const store_list = [_]*LxStore{f.store};
     try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
     defer lx_view_close(view);
-    const v = view.?;
-    try testing.expectEqual(@as(u64, 10), lx_view_length(v));
+    try testing.expectEqual(@as(u64, 10), lx_view_length(view.?));
     try testing.expectEqual(@as(u64, 0), lx_view_length(null));
-    var out: [16]u8 = @splat(0xEE);
-    var indices: [4]i64 = .{ 3, 1, 0, 2 };
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(null, &indices, 4, &out, 4), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, null, 4, &out, 4), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, null, 4), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, &out, 0), "stride is 0");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge / 2, &out, 4), "overflow");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge, &out, 1), "overflows the address space");
-    var outside: [4]i64 = .{ 0, 1, 2, 10 };
-    try expectRefused(.index_out_of_range, lx_view_gather_fixed(v, &outside, 4, &out, 4), "out of range");
-    try expectRefused(.size_mismatch, lx_view_gather_fixed(v, &indices, 2, &out, 8), "destination slot");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    var lengths: [4]u64 = @splat(77);
-    try expectRefused(.invalid_argument, lx_view_record_lengths(null, &indices, 4, &lengths), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, null, 4, &lengths), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, 4, null), "out_lengths is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, huge, &lengths), "overflows the address space");
-    try expectRefused(.index_out_of_range, lx_view_record_lengths(v, &outside, 4, &lengths), "out of range");
-    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
-
-    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
-    try expectRefused(.invalid_argument, lx_view_gather(null, &indices, 4, &out, &offsets), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, null, 4, &out, &offsets), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, null), "dst_offsets is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, null, &offsets), "dst is NULL");
-    // Refused before any offset is read: the offsets past the fifth are not the caller's.
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, huge, &out, &offsets), "overflows the address space");
-    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, &decreasing), "decrease");
-    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
-    try expectRefused(.size_mismatch, lx_view_gather(v, &indices, 4, &out, &uneven), "destination slot");
-    try expectRefused(.index_out_of_range, lx_view_gather(v, &outside, 4, &out, &offsets), "out of range");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    try testing.expectEqual(Status.ok, lx_view_gather(v, &indices, 4, &out, &offsets));
-    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
-    try testing.expectEqual(Status.ok, lx_view_gather_fixed(v, null, 0, null, 0));
+    try expectGathersRefuse(view.?, view_gathers);
 }
 
 test "delete, stats, sync, compact and train_dict refuse bad arguments, changing nothing" {
