@@ -1,4 +1,4 @@
-/* The cost of the C boundary's handle check (zig/src/registry.zig) on the smallest calls: two
+/* The cost of the C boundary's handle check (zig/src/store/registry.zig) on the smallest calls: two
  * builds of libloaderx loaded side by side, each over its own store of 4096 raw 64-byte
  * records, timed in alternating rounds on the thread's CPU clock (the machines are shared), and
  * the per-round ratio after/before reported.

@@ -21,7 +21,7 @@ ROUNDS: Final = 5
 # Untimed calls of each contender before the rounds: besides first-touch costs, a store spends
 # its first 24 to 32 large gathers trying each way of running them (with or without the pool's
 # helpers, with streaming or cached stores, fetching its records non-temporally or not;
-# zig/src/pool_advice.zig). The tables report the steady state a training run lives in.
+# zig/src/os/pool_advice.zig). The tables report the steady state a training run lives in.
 WARMUP_CALLS: Final = 40
 
 

@@ -3,7 +3,7 @@
 boundary, one row per offset, interleaved in one process.
 
 Why: a copy whose destination lies a little past its source modulo 4096 can make every load
-wait for a store that shares its low 12 bits ("4K aliasing", zig/src/raw_copy.zig). Raw
+wait for a store that shares its low 12 bits ("4K aliasing", zig/src/store/raw_copy.zig). Raw
 records of whole pages lie at page offsets in their chunk, and glibc places large arrays at a
 page plus 16, so offset 16 is the one NumPy's own arrays get. Every row should run at about
 the same rate.

@@ -8,7 +8,7 @@ The demo's batch: 256 random images of 3 KiB (768 KiB) from a 12 MiB set, which 
 hold. On the 2-core VM this was written on, such a batch is copied about 1.6x faster with the
 pool's helper for a while, then for a while about 1.2x slower than by the calling thread alone
 (the two virtual cores then seem to share one physical core), and back, many times a minute.
-The store's gather advisor (zig/src/pool_advice.zig) learns which way is faster as it goes.
+The store's gather advisor (zig/src/os/pool_advice.zig) learns which way is faster as it goes.
 `--record-kib 12 --set-mib 512` shows the usual training case instead: out of the CPU caches,
 where the helper pays all the time.
 

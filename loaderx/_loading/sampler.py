@@ -4,7 +4,7 @@ Every batch is a pure function of (length, batch_size, mode, seed, step, shard):
 carried from one step to the next, so a run resumes exactly by asking for the step it stopped
 at, whatever the number of threads or hosts. One native call writes a whole batch.
 
-Modes (the exact definitions are in zig/src/sampler.zig):
+Modes (the exact definitions are in zig/src/sampler/sampler.zig):
 
 - ``"sequential"``: step k reads the window starting at k * global_batch_size, wrapping around
   the end of the index space.

@@ -26,7 +26,7 @@ import numpy as np
 from loaderx._native import library as _native
 
 # NumPy's NPY_ARRAY_* bits. tests/native/test_array_fields.py checks these against NumPy's own table;
-# zig/src/numpy_array.zig has the same, checked there by which arrays the gathers take and
+# zig/src/batch/numpy_array.zig has the same, checked there by which arrays the gathers take and
 # decline (read-only, strided, misaligned).
 C_CONTIGUOUS: Final = 0x0001
 ALIGNED: Final = 0x0100

@@ -178,7 +178,8 @@ OPEN_READ_ONLY: Final = 4
 OPEN_VERIFY_ALL: Final = 8
 OPEN_VERIFY_NONE: Final = 16
 
-# Limits of a store, as in loaderx.h (zig/src/limits.zig); tests/native/test_abi.py checks all three.
+# Limits of a store, as in loaderx.h (zig/src/base/limits.zig); tests/native/test_abi.py checks all
+# three.
 RECORD_SIZE_MAX: Final = 1 << 20
 RECORD_COUNT_MAX: Final = 1 << 24
 CHUNK_COUNT_MAX: Final = 1 << 12

@@ -1,7 +1,7 @@
 """shards.delete: the record of a delete over several shards, so that a killed one can be finished.
 
 A delete in a sharded dataset runs shard by shard in one native call, and each shard's own
-delete is atomic (its redo log, zig/src/journal.zig). A process killed between two shards
+delete is atomic (its redo log, zig/src/files/journal.zig). A process killed between two shards
 would leave some shards deleted and others not. So before anything moves, the dataset writes
 this journal: for every shard involved, its name, its record count before the delete and the
 local indices it deletes. The manifest then records the new counts (`records_before` in

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from loaderx._native import library as _native
 from loaderx.sampler import MODES, Mode, Sampler
 
-# Fixed expected batches, also pinned in zig/src/sampler_test.zig ("golden sequences"). If one of
-# these changes, every user's stream of batches changed: that must be a deliberate decision.
+# Fixed expected batches, also pinned in zig/src/sampler/sampler_test.zig ("golden sequences"). If
+# one of these changes, every user's stream of batches changed: that must be a deliberate decision.
 GOLDEN: list[tuple[str, int, int, int, int, list[int]]] = [
     # (mode, length, batch_size, seed, step, expected)
     ("iid", 1000, 8, 42, 7, [79, 758, 460, 881, 70, 709, 739, 591]),

@@ -1,6 +1,6 @@
-"""Dense raw reads that find records without their table entries (zig/src/runs.zig): a block of
-4096 raw records of one size, back to back in one chunk, is learned on open and on this handle's
-appends and relearned after delete and compact. These tests check every read against a NumPy
+"""Dense raw reads that find records without their table entries (zig/src/store/runs.zig): a
+block of 4096 raw records of one size, back to back in one chunk, is learned on open and on this
+handle's appends and relearned after delete and compact. These tests check every read against a NumPy
 model through everything that changes the table, and records the runs do not cover (appended
 by another process, other sizes, other codecs)."""
 

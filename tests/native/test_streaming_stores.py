@@ -2,7 +2,7 @@
 are fetched.
 
 A gather of 1 MiB or more of raw records of at least 1 KiB may write its destination with
-streaming stores, and fetch its records non-temporally (zig/src/raw_copy.zig); each store and
+streaming stores, and fetch its records non-temporally (zig/src/store/raw_copy.zig); each store and
 each view of shards learns from its own timings which ways are faster. Its first 16 such
 gathers try each way of writing in turn (8 and 8), its first 24 each way of fetching (16 and
 8). These tests make 40 gathers per path, so every way runs, and compare every byte with NumPy,

@@ -24,7 +24,7 @@ from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
 MIB = 1 << 20
 # A chunk file grows in steps of an eighth of its size, from 1 MiB up to 64 MiB, while a writer
 # appends; at rest (the writer synced or closed) it is its data rounded up to a page
-# (zig/src/chunk.zig).
+# (zig/src/files/chunk.zig).
 GROWTH_MIN = MIB
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

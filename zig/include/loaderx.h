@@ -63,7 +63,8 @@ typedef enum lx_status {
 #define LX_OPEN_VERIFY_ALL 8u  /* every record */
 #define LX_OPEN_VERIFY_NONE 16u /* none (zstd still checks its frames' content checksums) */
 
-/* Limits of a store (zig/src/limits.zig; loaderx/_native.py repeats them, tests check all three). */
+/* Limits of a store (zig/src/base/limits.zig; loaderx/_native.py repeats them, tests check all
+ * three). */
 #define LX_RECORD_SIZE_MAX 1048576u     /* bytes in one record, stored or logical: 2^20 */
 #define LX_RECORD_COUNT_MAX 16777216u   /* records in one store: 2^24 */
 #define LX_CHUNK_COUNT_MAX 4096u        /* chunk files 0.zr .. 4095.zr */

@@ -5,15 +5,15 @@
 //! statuses or constants it gains are checked too; tests/native/test_abi.py checks Python against it.
 const std = @import("std");
 const testing = std.testing;
-const status = @import("../status.zig");
-const limits = @import("../limits.zig");
-const sampler = @import("../sampler.zig");
-const integrity = @import("../integrity.zig");
+const status = @import("../base/status.zig");
+const limits = @import("../base/limits.zig");
+const sampler = @import("../sampler/sampler.zig");
+const integrity = @import("../store/integrity.zig");
 const abi_types = @import("abi_types.zig");
 const LxStore = @import("handles.zig").LxStore;
-const pool_advice = @import("../pool_advice.zig");
-const raw_copy = @import("../raw_copy.zig");
-const gather_streams = @import("../gather_streams.zig");
+const pool_advice = @import("../os/pool_advice.zig");
+const raw_copy = @import("../store/raw_copy.zig");
+const gather_streams = @import("../store/gather_streams.zig");
 
 const header = @embedFile("loaderx.h");
 

@@ -7,19 +7,19 @@
 //! fields (numpy_array.zig). loaderx/_native.py uses them only after lx_join_halves and
 //! lx_read_array_facts have given back what it passed and what NumPy says of its probe arrays.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const c_handles = @import("handles.zig");
 const nounOf = c_handles.nounOf;
 const handleAt = c_handles.handleAt;
 const countOverflows = c_handles.countOverflows;
-const numpy_array = @import("../numpy_array.zig");
+const numpy_array = @import("../batch/numpy_array.zig");
 const LxArrayFacts = @import("abi_types.zig").LxArrayFacts;
 const answer = @import("exports_status.zig");
 const invalid = answer.invalid;
 const storeStatus = answer.storeStatus;
-const Store = @import("../store.zig").Store;
-const View = @import("../view.zig").View;
+const Store = @import("../store/store.zig").Store;
+const View = @import("../view/view.zig").View;
 
 export fn lx_join_halves(low: u32, high: u32) callconv(.c) u64 {
     return numpy_array.join(low, high);

@@ -1,15 +1,15 @@
 //! The C calls that act on the whole library rather than on one handle: the page-cache advice
 //! of the chunk pool, the stores policy of raw copies, and the reset of a forked child.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const answer = @import("exports_status.zig");
 const Status = status.Status;
-const store_pool = @import("../pool.zig");
-const pool_advice = @import("../pool_advice.zig");
-const raw_copy = @import("../raw_copy.zig");
-const registry = @import("../registry.zig");
-const store_mod = @import("../store.zig");
-const view_mod = @import("../view.zig");
+const store_pool = @import("../os/pool.zig");
+const pool_advice = @import("../os/pool_advice.zig");
+const raw_copy = @import("../store/raw_copy.zig");
+const registry = @import("../store/registry.zig");
+const store_mod = @import("../store/store.zig");
+const view_mod = @import("../view/view.zig");
 
 export fn lx_pool_set_policy(policy: u32) callconv(.c) Status {
     const chosen = std.enums.fromInt(pool_advice.Policy, policy) orelse

@@ -2,7 +2,7 @@
 //! or View) and the block at the end exports each under lx_<noun>_<call>, the same name its
 //! messages give, so lx_store_gather_packed and lx_view_gather_packed are one function.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const c_handles = @import("handles.zig");
 const CHandle = c_handles.CHandle;
@@ -13,10 +13,10 @@ const invalid = answer.invalid;
 const storeStatus = answer.storeStatus;
 const coreStatus = answer.coreStatus;
 const openHandle = answer.openHandle;
-const record_offsets = @import("../record_offsets.zig");
-const store_mod = @import("../store.zig");
+const record_offsets = @import("../batch/record_offsets.zig");
+const store_mod = @import("../store/store.zig");
 const Store = store_mod.Store;
-const View = @import("../view.zig").View;
+const View = @import("../view/view.zig").View;
 
 comptime {
     for (.{ Store, View }) |T| {

@@ -1,9 +1,9 @@
 //! The sampler's C calls: lx_sampler_fill, lx_sampler_batch (the same from a request struct),
 //! and the messages of the sampler's refusals.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
-const sampler = @import("../sampler.zig");
+const sampler = @import("../sampler/sampler.zig");
 const LxSamplerRequest = @import("abi_types.zig").LxSamplerRequest;
 
 export fn lx_sampler_fill(

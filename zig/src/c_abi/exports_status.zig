@@ -3,12 +3,12 @@
 //! The export files alone write the message a C caller reads; the core only notes why
 //! (diagnostic.zig) and returns an error.
 const std = @import("std");
-const status = @import("../status.zig");
-const diagnostic = @import("../diagnostic.zig");
-const store_errors = @import("../errors.zig");
+const status = @import("../base/status.zig");
+const diagnostic = @import("../base/diagnostic.zig");
+const store_errors = @import("../base/errors.zig");
 const c_handles = @import("handles.zig");
 const Status = status.Status;
-const Store = @import("../store.zig").Store;
+const Store = @import("../store/store.zig").Store;
 const LxStore = c_handles.LxStore;
 const CHandle = c_handles.CHandle;
 

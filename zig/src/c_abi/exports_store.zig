@@ -2,7 +2,7 @@
 //! compact, the maintenance check, stats, verify, sync and dictionary training, and the gather
 //! of several stores' streams at once. The calls a view shares are in exports_reads.zig.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const c_handles = @import("handles.zig");
 const LxStore = c_handles.LxStore;
@@ -24,11 +24,11 @@ const coreStatus = answer.coreStatus;
 const openHandle = answer.openHandle;
 const outOfMemoryStatus = answer.outOfMemoryStatus;
 const resolveStores = answer.resolveStores;
-const store_mod = @import("../store.zig");
+const store_mod = @import("../store/store.zig");
 const Store = store_mod.Store;
-const gather_streams = @import("../gather_streams.zig");
-const store_limits = @import("../limits.zig");
-const integrity = @import("../integrity.zig");
+const gather_streams = @import("../store/gather_streams.zig");
+const store_limits = @import("../base/limits.zig");
+const integrity = @import("../store/integrity.zig");
 
 export fn lx_store_open(path: ?[*:0]const u8, flags: u32, out: ?*?*LxStore) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_store_open: out is NULL", .{});

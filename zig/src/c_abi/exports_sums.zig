@@ -1,11 +1,11 @@
 //! lx_record_sums: the record checksums of records a caller fetched itself, checked against
 //! their codec bytes and the buffer's bounds before any sum is written.
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const invalid = @import("exports_status.zig").invalid;
-const store_limits = @import("../limits.zig");
-const format = @import("../format.zig");
-const checksum = @import("../checksum.zig");
+const store_limits = @import("../base/limits.zig");
+const format = @import("../files/format.zig");
+const checksum = @import("../codec/checksum.zig");
 
 /// The record checksum (`sums.zr`'s value) of `count` stored records lying in `buffer`: record i
 /// is `stored_lengths[i]` bytes at `starts[i]`, with its logical length and codec byte. Lets a

@@ -3,8 +3,8 @@
 //! and a message (no panic, no crash), and refuse before any byte of the caller's moves.
 const std = @import("std");
 const testing = std.testing;
-const Status = @import("../status.zig").Status;
-const limits = @import("../limits.zig");
+const Status = @import("../base/status.zig").Status;
+const limits = @import("../base/limits.zig");
 const abi_types = @import("abi_types.zig");
 const abi_version = @import("exports.zig").abi_version;
 
@@ -55,7 +55,7 @@ extern fn lx_pool_set_policy(policy: u32) Status;
 extern fn lx_pool_policy() u32;
 extern fn lx_stores_set_policy(policy: u32) Status;
 extern fn lx_stores_policy() u32;
-const numpy_array = @import("../numpy_array.zig");
+const numpy_array = @import("../batch/numpy_array.zig");
 
 /// A refusal: the expected status and a non-empty message naming the problem.
 fn expectRefused(expected: Status, got: Status, fragment: []const u8) !void {
@@ -116,7 +116,7 @@ test "every call refuses a handle that is not open: another kind, misaligned, ze
     // one byte off: each refused with a message, nothing read through it, nothing written.
     const as_store: *LxStore = @ptrCast(view.?);
     const as_view: *LxView = @ptrCast(f.store);
-    const StoreStruct = @import("../store.zig").Store;
+    const StoreStruct = @import("../store/store.zig").Store;
     var zeros: [@sizeOf(StoreStruct) / 8 + 1]u64 align(@alignOf(StoreStruct)) = @splat(0);
     const fake: *LxStore = @ptrCast(&zeros);
     const off: *LxStore = @ptrFromInt(@intFromPtr(f.store) + 1);
@@ -339,49 +339,74 @@ test "packed gathers: offsets, rows and records in one call; a small dst says wh
     try expectRefused(.index_out_of_range, lx_view_gather_packed(view, &past, 1, 4, &view_out, 12, &offsets, &rows), "out of range");
 }
 
+/// The gathers a store and a view share (exports_reads.zig exports both from one function) and
+/// the noun their messages name a NULL handle by.
+const store_gathers = .{
+    .noun = "store",
+    .gather_fixed = lx_store_gather_fixed,
+    .record_lengths = lx_store_record_lengths,
+    .gather = lx_store_gather,
+};
+const view_gathers = .{
+    .noun = "view",
+    .gather_fixed = lx_view_gather_fixed,
+    .record_lengths = lx_view_record_lengths,
+    .gather = lx_view_gather,
+};
+
+/// Every bad argument to a handle's gathers (the fixture's records, through a store or a view)
+/// is refused before a byte of the destination moves; then the same arguments done right.
+fn expectGathersRefuse(handle: anytype, comptime calls: anytype) !void {
+    const null_handle = calls.noun ++ " is NULL";
+    var out: [16]u8 = @splat(0xEE);
+    var indices: [4]i64 = .{ 3, 1, 0, 2 };
+    try expectRefused(.invalid_argument, calls.gather_fixed(null, &indices, 4, &out, 4), null_handle);
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, null, 4, &out, 4), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, 4, null, 4), "dst is NULL");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, 4, &out, 0), "stride is 0");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, huge / 2, &out, 4), "overflow");
+    try expectRefused(.invalid_argument, calls.gather_fixed(handle, &indices, huge, &out, 1), "overflows the address space");
+    var outside: [4]i64 = .{ 0, 1, 2, 10 };
+    try expectRefused(.index_out_of_range, calls.gather_fixed(handle, &outside, 4, &out, 4), "out of range");
+    var negative: [4]i64 = .{ 0, 1, 2, -1 };
+    try expectRefused(.index_out_of_range, calls.gather_fixed(handle, &negative, 4, &out, 4), "out of range");
+    try expectRefused(.size_mismatch, calls.gather_fixed(handle, &indices, 2, &out, 8), "destination slot");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+    // Zero records touch nothing, whatever the pointers.
+    try testing.expectEqual(Status.ok, calls.gather_fixed(handle, null, 0, null, 0));
+
+    var lengths: [4]u64 = @splat(77);
+    try expectRefused(.invalid_argument, calls.record_lengths(null, &indices, 4, &lengths), null_handle);
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, null, 4, &lengths), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, &indices, 4, null), "out_lengths is NULL");
+    try expectRefused(.invalid_argument, calls.record_lengths(handle, &indices, huge, &lengths), "overflows the address space");
+    try expectRefused(.index_out_of_range, calls.record_lengths(handle, &outside, 4, &lengths), "out of range");
+    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
+
+    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
+    try expectRefused(.invalid_argument, calls.gather(null, &indices, 4, &out, &offsets), null_handle);
+    try expectRefused(.invalid_argument, calls.gather(handle, null, 4, &out, &offsets), "indices is NULL");
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, &out, null), "dst_offsets is NULL");
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, null, &offsets), "dst is NULL");
+    // Refused before any offset is read: the offsets past the fifth are not the caller's.
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, huge, &out, &offsets), "overflows the address space");
+    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
+    try expectRefused(.invalid_argument, calls.gather(handle, &indices, 4, &out, &decreasing), "decrease");
+    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
+    try expectRefused(.size_mismatch, calls.gather(handle, &indices, 4, &out, &uneven), "destination slot");
+    try expectRefused(.index_out_of_range, calls.gather(handle, &outside, 4, &out, &offsets), "out of range");
+    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
+
+    // And the same arguments done right.
+    try testing.expectEqual(Status.ok, calls.gather(handle, &indices, 4, &out, &offsets));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+}
+
 test "gathers refuse NULLs, zero strides, overflowing counts, bad indices and wrong sizes before writing" {
     var f: Fixture = undefined;
     try f.init();
     defer f.deinit();
-    const s = f.store;
-    var out: [16]u8 = @splat(0xEE);
-    var indices: [4]i64 = .{ 3, 1, 0, 2 };
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, null, 4, &out, 4), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, null, 4), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, 4, &out, 0), "stride is 0");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge / 2, &out, 4), "overflow");
-    try expectRefused(.invalid_argument, lx_store_gather_fixed(s, &indices, huge, &out, 1), "overflow");
-    var outside: [4]i64 = .{ 0, 1, 2, 10 };
-    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &outside, 4, &out, 4), "out of range");
-    var negative: [4]i64 = .{ 0, 1, 2, -1 };
-    try expectRefused(.index_out_of_range, lx_store_gather_fixed(s, &negative, 4, &out, 4), "out of range");
-    try expectRefused(.size_mismatch, lx_store_gather_fixed(s, &indices, 2, &out, 8), "destination slot");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-    // Zero records touch nothing, whatever the pointers.
-    try testing.expectEqual(Status.ok, lx_store_gather_fixed(s, null, 0, null, 0));
-
-    var lengths: [4]u64 = @splat(77);
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, null, 4, &lengths), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, 4, null), "out_lengths is NULL");
-    try expectRefused(.invalid_argument, lx_store_record_lengths(s, &indices, huge, &lengths), "overflow");
-    try expectRefused(.index_out_of_range, lx_store_record_lengths(s, &outside, 4, &lengths), "out of range");
-    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
-
-    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
-    try expectRefused(.invalid_argument, lx_store_gather(s, null, 4, &out, &offsets), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, null), "dst_offsets is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, null, &offsets), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, huge, &out, &offsets), "overflow");
-    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
-    try expectRefused(.invalid_argument, lx_store_gather(s, &indices, 4, &out, &decreasing), "decrease");
-    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
-    try expectRefused(.size_mismatch, lx_store_gather(s, &indices, 4, &out, &uneven), "destination slot");
-    try expectRefused(.index_out_of_range, lx_store_gather(s, &outside, 4, &out, &offsets), "out of range");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    // And the same arguments done right.
-    try testing.expectEqual(Status.ok, lx_store_gather(s, &indices, 4, &out, &offsets));
-    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
+    try expectGathersRefuse(f.store, store_gathers);
 }
 
 test "view gathers refuse what store gathers refuse, overflowing counts included, before writing" {
@@ -392,47 +417,9 @@ test "view gathers refuse what store gathers refuse, overflowing counts included
     const store_list = [_]*LxStore{f.store};
     try testing.expectEqual(Status.ok, lx_view_open(&store_list, 1, &view));
     defer lx_view_close(view);
-    const v = view.?;
-    try testing.expectEqual(@as(u64, 10), lx_view_length(v));
+    try testing.expectEqual(@as(u64, 10), lx_view_length(view.?));
     try testing.expectEqual(@as(u64, 0), lx_view_length(null));
-    var out: [16]u8 = @splat(0xEE);
-    var indices: [4]i64 = .{ 3, 1, 0, 2 };
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(null, &indices, 4, &out, 4), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, null, 4, &out, 4), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, null, 4), "dst is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, 4, &out, 0), "stride is 0");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge / 2, &out, 4), "overflow");
-    try expectRefused(.invalid_argument, lx_view_gather_fixed(v, &indices, huge, &out, 1), "overflows the address space");
-    var outside: [4]i64 = .{ 0, 1, 2, 10 };
-    try expectRefused(.index_out_of_range, lx_view_gather_fixed(v, &outside, 4, &out, 4), "out of range");
-    try expectRefused(.size_mismatch, lx_view_gather_fixed(v, &indices, 2, &out, 8), "destination slot");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    var lengths: [4]u64 = @splat(77);
-    try expectRefused(.invalid_argument, lx_view_record_lengths(null, &indices, 4, &lengths), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, null, 4, &lengths), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, 4, null), "out_lengths is NULL");
-    try expectRefused(.invalid_argument, lx_view_record_lengths(v, &indices, huge, &lengths), "overflows the address space");
-    try expectRefused(.index_out_of_range, lx_view_record_lengths(v, &outside, 4, &lengths), "out of range");
-    try testing.expectEqualSlices(u64, &@as([4]u64, @splat(77)), &lengths);
-
-    var offsets: [5]u64 = .{ 0, 4, 8, 12, 16 };
-    try expectRefused(.invalid_argument, lx_view_gather(null, &indices, 4, &out, &offsets), "view is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, null, 4, &out, &offsets), "indices is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, null), "dst_offsets is NULL");
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, null, &offsets), "dst is NULL");
-    // Refused before any offset is read: the offsets past the fifth are not the caller's.
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, huge, &out, &offsets), "overflows the address space");
-    var decreasing: [5]u64 = .{ 0, 4, 2, 12, 16 };
-    try expectRefused(.invalid_argument, lx_view_gather(v, &indices, 4, &out, &decreasing), "decrease");
-    var uneven: [5]u64 = .{ 0, 4, 8, 12, 15 };
-    try expectRefused(.size_mismatch, lx_view_gather(v, &indices, 4, &out, &uneven), "destination slot");
-    try expectRefused(.index_out_of_range, lx_view_gather(v, &outside, 4, &out, &offsets), "out of range");
-    try testing.expectEqualSlices(u8, &@as([16]u8, @splat(0xEE)), &out);
-
-    try testing.expectEqual(Status.ok, lx_view_gather(v, &indices, 4, &out, &offsets));
-    try testing.expectEqualSlices(u8, &.{ 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2 }, &out);
-    try testing.expectEqual(Status.ok, lx_view_gather_fixed(v, null, 0, null, 0));
+    try expectGathersRefuse(view.?, view_gathers);
 }
 
 test "delete, stats, sync, compact and train_dict refuse bad arguments, changing nothing" {
@@ -799,7 +786,7 @@ fn expectStoreRefused(stale: *LxStore) !void {
 }
 
 test "a stale store handle is refused, and never reaches a store opened since in its memory" {
-    const Store = @import("../store.zig").Store;
+    const Store = @import("../store/store.zig").Store;
     var old: Fixture = undefined;
     try old.init();
     defer old.tmp.cleanup();
@@ -831,7 +818,7 @@ test "a stale store handle is refused, and never reaches a store opened since in
 }
 
 test "a stale view handle is refused, and a view whose store was replaced refuses too" {
-    const View = @import("../view.zig").View;
+    const View = @import("../view/view.zig").View;
     var first: Fixture = undefined;
     try first.init();
     defer first.deinit();
@@ -1028,7 +1015,7 @@ test "multi-store calls lock in one order whatever order they are given: no dead
         thread.* = try std.Thread.spawn(.{}, Racer.run, .{racer});
     }
     // The watchdog: race for a second, then give the racers ten seconds to notice the stop.
-    const io = @import("../pool.zig").io();
+    const io = @import("../os/pool.zig").io();
     io.sleep(.fromSeconds(1), .awake) catch {};
     stop.store(true, .release);
     var waited_ms: u32 = 0;
@@ -1052,8 +1039,8 @@ test "multi-store calls lock in one order whatever order they are given: no dead
 }
 
 test "lx_record_sums gives sums.zr's value for each record and refuses bad ranges, codecs and NULLs, writing nothing" {
-    const checksum = @import("../checksum.zig");
-    const format = @import("../format.zig");
+    const checksum = @import("../codec/checksum.zig");
+    const format = @import("../files/format.zig");
     const bytes = "abcdefghijklmnopqrstuvwxyz";
     const starts = [_]u64{ 0, 3, 26 };
     const stored = [_]u32{ 3, 20, 0 };

@@ -1,7 +1,7 @@
 //! lx_view_open: several open stores read as one index space. Every other call of a view is
 //! one a store shares (exports_reads.zig, exports_arrays.zig).
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const c_handles = @import("handles.zig");
 const LxStore = c_handles.LxStore;
@@ -11,8 +11,8 @@ const answer = @import("exports_status.zig");
 const invalid = answer.invalid;
 const coreStatus = answer.coreStatus;
 const resolveStores = answer.resolveStores;
-const store_limits = @import("../limits.zig");
-const View = @import("../view.zig").View;
+const store_limits = @import("../base/limits.zig");
+const View = @import("../view/view.zig").View;
 
 export fn lx_view_open(stores: ?[*]const ?*LxStore, count: u64, out: ?*?*LxView) callconv(.c) Status {
     const out_ptr = out orelse return invalid("lx_view_open: out is NULL", .{});

@@ -4,10 +4,10 @@
 //! write every message.
 const std = @import("std");
 const assert = std.debug.assert;
-const registry = @import("../registry.zig");
-const numpy_array = @import("../numpy_array.zig");
-const Store = @import("../store.zig").Store;
-const View = @import("../view.zig").View;
+const registry = @import("../store/registry.zig");
+const numpy_array = @import("../batch/numpy_array.zig");
+const Store = @import("../store/store.zig").Store;
+const View = @import("../view/view.zig").View;
 
 /// What a C caller holds for a Store or a View: an opaque pointer that is really a registry
 /// token (registry.zig), never dereferenced. A handle closed already, a handle of the other

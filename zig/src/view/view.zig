@@ -1,0 +1,693 @@
+//! View: several open stores (the shards of a dataset) read as one index space. Global index g
+//! belongs to the store k with starts[k] <= g < starts[k + 1]; the last store's range is open
+//! and ends at its live length, so appends to it are seen at once. A gather routes every
+//! record to its store and runs the whole batch as one pool job, whatever the stores.
+const std = @import("std");
+const Allocator = std.mem.Allocator;
+const assert = std.debug.assert;
+const limits = @import("../base/limits.zig");
+const codec = @import("../codec/codec.zig");
+const pool = @import("../os/pool.zig");
+const errors = @import("../base/errors.zig");
+const diagnostic = @import("../base/diagnostic.zig");
+const status = @import("../base/status.zig");
+const store_mod = @import("../store/store.zig");
+const Store = store_mod.Store;
+const Destination = store_mod.Destination;
+const Failure = store_mod.Failure;
+const raw_copy = @import("../store/raw_copy.zig");
+const record_offsets = @import("../batch/record_offsets.zig");
+const registry = @import("../store/registry.zig");
+const lock_order = @import("../store/lock_order.zig");
+const Error = errors.Error;
+const outOfMemory = errors.outOfMemory;
+
+/// Where one global index lives.
+const Route = struct {
+    store_index: u32,
+    local: u64,
+};
+
+pub const View = struct {
+    /// Its handle at the C boundary, given by the registry at open and taken back at close.
+    handle: registry.Handle = .none,
+    allocator: Allocator,
+    /// Borrowed: the caller keeps every store open for the view's lifetime.
+    stores: []*Store,
+    /// The stores' handles, taken at open: checkOpen asks the registry whether each is still
+    /// open, without reading a store that may have been freed.
+    store_handles: []registry.Handle,
+    /// starts[k] is the global index of store k's first record (store_count entries). The
+    /// lengths of every store but the last are taken at open; the caller makes a new view
+    /// when one of them changes (a delete).
+    starts: []u64,
+    /// log2 of the length every store but the last has, when that length is one power of two
+    /// (a dataset's shards fill to their capacity, 2^24 by default): global index g is then in
+    /// store min(g >> shift, last), with no search.
+    uniform_shift: ?u6,
+    /// For each position, the first position holding the same store; null when every store
+    /// is distinct (see lockSet).
+    first_positions: ?[]u32,
+    /// The first position of each distinct store, in the library's one lock order
+    /// (lock_order.zig): the order a gather locks the stores it touches in.
+    lock_positions: []u32,
+    /// Decompression contexts of this view's gathers (a context is not tied to a store).
+    contexts: codec.ContextPool = .{},
+    /// Whether this view's gathers currently run faster with the pool's helpers (pool_advice).
+    gather_advisor: pool.Advisor = .{},
+    /// Whether its large raw gathers currently run faster with streaming stores (raw_copy).
+    copy_advisors: raw_copy.CopyAdvisors = .{},
+
+    pub fn open(allocator: Allocator, stores: []const *Store) Error!*View {
+        if (stores.len == 0 or stores.len > limits.view_store_count_max) {
+            diagnostic.note("a view holds 1 to {d} stores, not {d}", .{ limits.view_store_count_max, stores.len });
+            return error.InvalidArgument;
+        }
+        const owned = allocator.dupe(*Store, stores) catch return outOfMemory();
+        errdefer allocator.free(owned);
+        const starts = allocator.alloc(u64, stores.len) catch return outOfMemory();
+        errdefer allocator.free(starts);
+        var total: u64 = 0;
+        for (stores, starts) |store, *start| {
+            start.* = total;
+            total += store.length();
+        }
+        const store_handles = allocator.alloc(registry.Handle, stores.len) catch return outOfMemory();
+        errdefer allocator.free(store_handles);
+        for (stores, store_handles) |store, *handle| handle.* = store.handle;
+        const first_positions = try firstPositions(allocator, stores);
+        errdefer if (first_positions) |positions| allocator.free(positions);
+        const lock_positions = try lock_order.positionsInOrder(allocator, stores);
+        errdefer allocator.free(lock_positions);
+        const view = allocator.create(View) catch return outOfMemory();
+        errdefer allocator.destroy(view);
+        view.* = .{
+            .allocator = allocator,
+            .stores = owned,
+            .store_handles = store_handles,
+            .starts = starts,
+            .uniform_shift = uniformShift(starts),
+            .first_positions = first_positions,
+            .lock_positions = lock_positions,
+        };
+        // Last: from here the view is reachable through its handle (and a fork resets it).
+        view.handle = try registry.add(.view, view);
+        return view;
+    }
+
+    /// For each position, the first position of its store, or null when no store repeats (the
+    /// same store twice is two shards of it: each reads the whole store).
+    fn firstPositions(allocator: Allocator, stores: []const *Store) Error!?[]u32 {
+        const order = allocator.alloc(u32, stores.len) catch return outOfMemory();
+        defer allocator.free(order);
+        for (order, 0..) |*position, k| position.* = @intCast(k);
+        // By store, then by position: each run of one store starts at its first position.
+        std.mem.sortUnstable(u32, order, stores, struct {
+            fn lessThan(context: []const *Store, a: u32, b: u32) bool {
+                const a_store = @intFromPtr(context[a]);
+                const b_store = @intFromPtr(context[b]);
+                return a_store < b_store or (a_store == b_store and a < b);
+            }
+        }.lessThan);
+        var repeats = false;
+        for (order[1..], order[0 .. order.len - 1]) |later, earlier| repeats = repeats or stores[later] == stores[earlier];
+        if (!repeats) return null;
+        const first = allocator.alloc(u32, stores.len) catch return outOfMemory();
+        var run_first = order[0];
+        for (order, 0..) |position, i| {
+            if (i > 0 and stores[position] != stores[order[i - 1]]) run_first = position;
+            first[position] = run_first;
+        }
+        return first;
+    }
+
+    /// Releases the view (not its stores). No other thread may be using it.
+    pub fn close(view: *View) void {
+        // Out of the registry first: its handle is refused from here on.
+        const removed = registry.remove(view.handle, .view);
+        assert(removed == @as(?*anyopaque, view));
+        view.free();
+    }
+
+    /// The C boundary's close: closes the view of an open handle, and does nothing for a
+    /// handle closed already (a second close) or not a view's. Of two threads closing one
+    /// handle at once, one closes it.
+    pub fn closeHandle(handle: registry.Handle) void {
+        const view = fromObject(registry.remove(handle, .view) orelse return);
+        view.free();
+    }
+
+    /// The view of an open handle, or null (see registry.get). Reads no view memory.
+    pub fn fromOpenHandle(handle: registry.Handle) ?*View {
+        return fromObject(registry.get(handle, .view) orelse return null);
+    }
+
+    fn fromObject(object: *anyopaque) *View {
+        return @ptrCast(@alignCast(object));
+    }
+
+    /// close's work once the view is out of the registry.
+    fn free(view: *View) void {
+        if (view.first_positions) |positions| view.allocator.free(positions);
+        view.allocator.free(view.lock_positions);
+        view.allocator.free(view.store_handles);
+        view.contexts.deinit();
+        view.allocator.free(view.starts);
+        view.allocator.free(view.stores);
+        view.allocator.destroy(view);
+    }
+
+    pub fn length(view: *const View) u64 {
+        const last = view.stores.len - 1;
+        return view.starts[last] + view.stores[last].length();
+    }
+
+    /// The store holding global index `global` (any value; the caller checks the local index).
+    /// See `uniform_shift`: null unless starts[k] == k << shift for every k.
+    fn uniformShift(starts: []const u64) ?u6 {
+        // starts[1] is 0 when the first store is empty (a delete emptied it): no shift then,
+        // and isPowerOfTwo must not see a 0.
+        if (starts.len < 2 or starts[1] == 0 or !std.math.isPowerOfTwo(starts[1])) return null;
+        const shift: u6 = @intCast(std.math.log2_int(u64, starts[1]));
+        for (starts, 0..) |start, k| {
+            if (start != @as(u64, k) << shift) return null;
+        }
+        return shift;
+    }
+
+    fn route(view: *const View, global: u64) Route {
+        if (view.uniform_shift) |shift| {
+            const last = view.starts.len - 1;
+            const k = @min(global >> shift, last);
+            assert(view.starts[k] <= global);
+            return .{ .store_index = @intCast(k), .local = global - view.starts[k] };
+        }
+        return view.search(global);
+    }
+
+    fn search(view: *const View, global: u64) Route {
+        // The last k with starts[k] <= global; starts[0] == 0 so one always exists. A search
+        // whose steps select (a conditional move) instead of branch: the indices of a random
+        // batch make every branch a coin toss, and mispredictions were 40% of a small-record
+        // gather over 24 shards.
+        const starts = view.starts;
+        var low: usize = 0;
+        var count: usize = starts.len;
+        while (count > 1) {
+            const half = count / 2;
+            if (starts[low + half] <= global) {
+                @branchHint(.unpredictable); // asks for a conditional move
+                low += half;
+            }
+            count -= half;
+        }
+        assert(starts[low] <= global);
+        assert(low + 1 == starts.len or global < starts[low + 1]);
+        return .{ .store_index = @intCast(low), .local = global - starts[low] };
+    }
+
+    /// Routes every index, checking it against the total and its store's current length.
+    /// Takes the shared lock of every store the batch touches (in the library's one lock
+    /// order, lock_order.zig, so no other multi-store call waits on this one in a cycle) and
+    /// returns the set for `unlockTouched`.
+    fn routeAndLock(view: *View, indices: []const i64, scratch: Scratch) Error!void {
+        const routes = scratch.routes;
+        const touched = scratch.touched;
+        const last = view.stores.len - 1;
+        try view.checkOpen(last);
+        const total = view.length();
+        @memset(touched, 0);
+        // The highest record of the last store the batch reads (its range is open).
+        var last_local_max: u64 = 0;
+        for (indices, routes, 0..) |index, *r, position| {
+            if (index < 0 or @as(u64, @intCast(index)) >= total) {
+                diagnostic.note("index {d} (position {d}) is out of range for a dataset of {d} records", .{ index, position, total });
+                return error.IndexOutOfRange;
+            }
+            r.* = view.route(@intCast(index));
+            touched[r.store_index / 64] |= @as(u64, 1) << @intCast(r.store_index % 64);
+            last_local_max = if (r.store_index == last) @max(last_local_max, r.local) else last_local_max;
+        }
+        view.lockSet(touched, scratch.locked);
+        // In a forked child, each store re-takes its cross-process lock on first use.
+        for (scratch.locked, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                try view.checkOpen(w * 64 + @ctz(bits));
+                try view.stores[w * 64 + @ctz(bits)].relockIfForked();
+            }
+        }
+        view.lockTouched(scratch.locked);
+        errdefer view.unlockTouched(scratch.locked);
+        try view.checkRouting();
+        // One length per touched store, not per record: a store other than the last still
+        // holding the length the view was made with covers every record routed to it.
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                const k = w * 64 + @ctz(bits);
+                const needed = if (k == last) last_local_max + 1 else view.starts[k + 1] - view.starts[k];
+                if (view.stores[k].length() < needed) try view.checkShrunk(indices, routes, k);
+            }
+        }
+    }
+
+    /// Refuses the call when a store other than the last no longer holds the length the view
+    /// was made with: every later store's records then sit at other global indices than the
+    /// view would route to, and a record would be read for an index that never held it (a
+    /// delete through the same handle, while this call waited for the locks it now holds). A
+    /// store this call locked cannot change before it returns; one it did not lock either has
+    /// its final length already (a delete holds every store it changes until it is done) or
+    /// changes nothing this call reads.
+    fn checkRouting(view: *const View) Error!void {
+        const last = view.stores.len - 1;
+        for (view.stores[0..last], 0..) |store, k| {
+            if (store.length() != view.starts[k + 1] - view.starts[k]) {
+                diagnostic.note("shard {d} holds {d} records, not the {d} this view was made with", .{ k, store.length(), view.starts[k + 1] - view.starts[k] });
+                return error.ViewStale;
+            }
+        }
+    }
+
+    /// Refuses a call once store k was closed under the view (the caller broke the borrow; see
+    /// lx_view_open). Asked of the registry by the handle taken at open, so a closed store's
+    /// memory is not read, and a store opened since at the same address is not taken for it.
+    pub fn checkOpen(view: *const View, k: usize) Error!void {
+        if (Store.fromOpenHandle(view.store_handles[k])) |store| {
+            assert(store == view.stores[k]);
+            return;
+        }
+        diagnostic.note("store {d} of the view was closed before the view", .{k});
+        return error.InvalidArgument;
+    }
+
+    /// Refuses the batch when a record routed to store k is past its current length (the
+    /// store shrank since the view was made: a delete through the same handle).
+    fn checkShrunk(view: *const View, indices: []const i64, routes: []const Route, k: usize) Error!void {
+        const store_length = view.stores[k].length();
+        for (indices, routes, 0..) |index, r, position| {
+            if (r.store_index == k and r.local >= store_length) {
+                diagnostic.note("index {d} (position {d}) is record {d} of shard {d}, which now holds {d}; reopen the dataset", .{ index, position, r.local, r.store_index, store_length });
+                return error.IndexOutOfRange;
+            }
+        }
+    }
+
+    /// The positions whose stores a call locks: `touched` itself (the same slice) unless a
+    /// store repeats, then each touched store's first position, once. A store locked shared
+    /// twice by one call deadlocks with a writer (delete, compact) queued between the two.
+    fn lockSet(view: *const View, touched: []const u64, locked: []u64) void {
+        const first = view.first_positions orelse return;
+        @memset(locked, 0);
+        for (touched, 0..) |word, w| {
+            var bits = word;
+            while (bits != 0) : (bits &= bits - 1) {
+                const k = first[w * 64 + @ctz(bits)];
+                locked[k / 64] |= @as(u64, 1) << @intCast(k % 64);
+            }
+        }
+    }
+
+    fn lockTouched(view: *View, touched: []const u64) void {
+        lock_order.lockSharedMarked(view.stores, view.lock_positions, touched);
+    }
+
+    fn unlockTouched(view: *View, touched: []const u64) void {
+        lock_order.unlockSharedMarked(view.stores, view.lock_positions, touched);
+    }
+
+    /// Per-call scratch: a route per index, one bit per store touched and one per store locked
+    /// (lockSet; the same words unless the view repeats a store).
+    const Scratch = struct {
+        routes: []Route,
+        touched: []u64,
+        locked: []u64,
+
+        fn init(view: *const View, index_count: usize) Error!Scratch {
+            const allocator = view.allocator;
+            const words = (view.stores.len + 63) / 64;
+            const routes = allocator.alloc(Route, index_count) catch return outOfMemory();
+            errdefer allocator.free(routes);
+            const touched = allocator.alloc(u64, words) catch return outOfMemory();
+            errdefer allocator.free(touched);
+            const locked = if (view.first_positions == null) touched else allocator.alloc(u64, words) catch return outOfMemory();
+            return .{ .routes = routes, .touched = touched, .locked = locked };
+        }
+
+        fn deinit(scratch: Scratch, allocator: Allocator) void {
+            allocator.free(scratch.routes);
+            if (scratch.locked.ptr != scratch.touched.ptr) allocator.free(scratch.locked);
+            allocator.free(scratch.touched);
+        }
+    };
+
+    /// Writes global record indices[i] (decompressed) into destination slot i, for every i:
+    /// one pool run over the whole batch, each record read by its own store.
+    pub fn gather(view: *View, indices: []const i64, destination: Destination, byte_count: u64) Error!void {
+        const scratch = try Scratch.init(view, indices.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
+        // Every slot's size is checked before any record is copied, so a refusal leaves the
+        // destination as it was.
+        if (!view.slotsMatch(scratch.routes, destination)) {
+            for (scratch.routes, 0..) |r, i| view.stores[r.store_index].checkSlot(r.local, destination.slotLength(i), i) catch |err|
+                return placeFailure(indices, scratch.routes, i, err);
+        }
+        try view.copyRouted(indices, scratch.routes, destination, byte_count);
+    }
+
+    /// The copy of a gather whose routes and slots are checked, its stores locked.
+    fn copyRouted(view: *View, indices: []const i64, routes: []const Route, destination: Destination, byte_count: u64) Error!void {
+        const first = routes[0];
+        const first_store = view.stores[first.store_index];
+        const bytes_min = first_store.gatherBytesMin(first.local);
+        const copies_raw = first_store.copiesRaw(first.local);
+        var task: GatherTask = .{ .view = view, .routes = routes, .destination = destination };
+        raw_copy.runGather(GatherTask, &task, indices.len, pool.plan(indices.len, byte_count, bytes_min), byte_count, copies_raw, &view.gather_advisor, &view.copy_advisors);
+        task.failure.check() catch |err| return placeFailure(indices, routes, task.failure.position, err);
+    }
+
+    /// A packed gather of global indices, as Store.gatherPacked: offsets (and rows) from the
+    /// records' lengths, then the copy into dst when `capacity` holds them (error.SizeMismatch
+    /// with nothing copied otherwise), with every store touched locked throughout.
+    pub fn gatherPacked(view: *View, indices: []const i64, dst: [*]u8, capacity: u64, offsets: []u64, row_size: u64, rows: ?[]i32) Error!void {
+        assert(indices.len > 0 and offsets.len == indices.len + 1);
+        const scratch = try Scratch.init(view, indices.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
+        for (scratch.routes, offsets[1..]) |r, *size| size.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
+        try record_offsets.accumulate(offsets, row_size, rows);
+        const byte_count = offsets[indices.len];
+        if (byte_count > capacity) {
+            diagnostic.note("dst holds {d} bytes; the records need {d}", .{ capacity, byte_count });
+            return error.SizeMismatch;
+        }
+        try view.copyRouted(indices, scratch.routes, .{ .base = dst, .offsets = offsets.ptr }, byte_count);
+    }
+
+    /// A store's message names the shard's local index ("record 7"); the caller gave a global
+    /// one, so say which, and in which shard, before that message.
+    fn placeFailure(indices: []const i64, routes: []const Route, position: ?usize, err: Error) Error {
+        const i = position orelse return err;
+        var buffer: [256]u8 = undefined;
+        const text = diagnostic.text();
+        const message = buffer[0..@min(text.len, buffer.len)];
+        @memcpy(message, text[0..message.len]);
+        diagnostic.note("index {d} (record {d} of shard {d}): {s}", .{ indices[i], routes[i].local, routes[i].store_index, message });
+        return err;
+    }
+
+    /// Whether every slot has its record's logical length, in a loop with no call and no early
+    /// exit so that the table misses of the batch overlap (see Store.slotsMatch).
+    fn slotsMatch(view: *const View, routes: []const Route, destination: Destination) bool {
+        var mismatch: u64 = 0;
+        for (routes, 0..) |r, i| {
+            const store = view.stores[r.store_index];
+            const slot_length = destination.slotLength(i);
+            if (store.runs.covers(r.local, slot_length)) continue;
+            mismatch |= store.meta.table[@intCast(r.local)].logic_length ^ slot_length;
+        }
+        return mismatch == 0;
+    }
+
+    const GatherTask = struct {
+        view: *View,
+        routes: []const Route,
+        destination: Destination,
+        stores: raw_copy.Stores = .cached,
+        loads: raw_copy.Loads = .temporal,
+        failure: Failure = .{},
+
+        pub fn runShard(task: *GatherTask, blocks: *pool.Blocks) void {
+            const io = pool.io();
+            var dctx: ?*codec.DCtx = null;
+            defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
+            while (blocks.next()) |range| {
+                var i = range.begin;
+                while (i < range.end) : (i += 1) {
+                    if (task.failure.failed()) return;
+                    // Raw records take the pipelined copy (fixed-size or ragged), as from one store; the
+                    // first record that needs more stops it and takes Store.gatherRecord, with
+                    // its messages.
+                    i = if (task.destination.offsets) |offsets|
+                        raw_copy.copyRagged(task, task.destination.base, offsets, i, range.end, task.stores, task.loads)
+                    else
+                        raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
+                    if (i == range.end) break;
+                    const r = task.routes[i];
+                    const store = task.view.stores[r.store_index];
+                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) {
+                        task.failure.place(i);
+                        return;
+                    }
+                }
+            }
+        }
+
+        /// Position i's record, for raw_copy.copy.
+        pub fn locate(task: *const GatherTask, i: usize) raw_copy.Located {
+            const r = task.routes[i];
+            return .{ .store = task.view.stores[r.store_index], .index = r.local };
+        }
+    };
+
+    /// The logical length of each global record.
+    pub fn recordLengths(view: *View, indices: []const i64, out: []u64) Error!void {
+        assert(indices.len == out.len);
+        const scratch = try Scratch.init(view, indices.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
+        for (scratch.routes, out) |r, *len| len.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
+    }
+};
+
+// ---- tests -----------------------------------------------------------------------------------
+
+const testing = std.testing;
+
+const Fixture = struct {
+    tmp: testing.TmpDir,
+    stores: [3]*Store,
+    paths: [3][96]u8 = undefined,
+
+    /// Three stores of 2, 0 and 3 records; record g holds the byte g repeated g + 1 times.
+    fn init() !Fixture {
+        var fixture: Fixture = .{ .tmp = testing.tmpDir(.{}), .stores = undefined };
+        errdefer fixture.tmp.cleanup();
+        const io = pool.io();
+        const counts = [_]u8{ 2, 0, 3 };
+        var next: u8 = 0;
+        for (counts, 0..) |count, k| {
+            var name_buffer: [8]u8 = undefined;
+            const name = try std.fmt.bufPrint(&name_buffer, "s{d}", .{k});
+            try fixture.tmp.dir.createDir(io, name, .default_dir);
+            const path = try std.fmt.bufPrint(&fixture.paths[k], ".zig-cache/tmp/{s}/{s}", .{ fixture.tmp.sub_path, name });
+            fixture.stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+            var data: [16]u8 = undefined;
+            var offsets: [4]u64 = .{ 0, 0, 0, 0 };
+            var size: u64 = 0;
+            for (0..count) |i| {
+                @memset(data[size..][0 .. next + 1], next);
+                size += next + 1;
+                offsets[i + 1] = size;
+                next += 1;
+            }
+            if (count > 0) _ = try fixture.stores[k].append(store_mod.Records.fromSlices(data[0..size], offsets[0 .. count + 1]), @intFromEnum(codec_tag(k)));
+        }
+        return fixture;
+    }
+
+    fn codec_tag(k: usize) @import("../files/format.zig").Codec {
+        return if (k == 0) .raw else .zstd;
+    }
+
+    fn deinit(fixture: *Fixture) void {
+        for (fixture.stores) |s| s.close();
+        fixture.tmp.cleanup();
+    }
+};
+
+/// In a forked child: a parent thread may have held a view's context mutex at the moment of
+/// fork. (Its stores are reset by store.afterForkChild.)
+pub fn afterForkChild() void {
+    var walk: registry.Walk = .{ .kind = .view };
+    while (walk.next()) |object| View.fromObject(object).contexts.mutex = .init;
+}
+
+test "a view routes global indices across stores, empty ones included" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    try testing.expectEqual(@as(u64, 5), view.length());
+    const indices = [_]i64{ 4, 0, 2, 1, 4 };
+    var lengths: [5]u64 = undefined;
+    try view.recordLengths(&indices, &lengths);
+    try testing.expectEqualSlices(u64, &.{ 5, 1, 3, 2, 5 }, &lengths);
+    var offsets: [6]u64 = .{ 0, 0, 0, 0, 0, 0 };
+    for (lengths, 0..) |len, i| offsets[i + 1] = offsets[i] + len;
+    // The first gather maps the chunks on the general path; the second copies the raw records
+    // of the mapped chunk with the pipelined ragged copy.
+    for (0..2) |_| {
+        var out: [16]u8 = @splat(0xAA);
+        try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, offsets[5]);
+        try testing.expectEqualSlices(u8, &.{ 4, 4, 4, 4, 4, 0, 2, 2, 2, 1, 1, 4, 4, 4, 4, 4 }, &out);
+    }
+}
+
+test "a view refuses out-of-range indices before copying, and a stale view every gather, naming the shard" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    var out: [8]u8 = @splat(0xAA);
+    try testing.expectError(error.IndexOutOfRange, view.gather(&.{ 0, 5 }, .{ .base = &out, .stride = 1 }, 2));
+    try testing.expectError(error.IndexOutOfRange, view.gather(&.{-1}, .{ .base = &out, .stride = 1 }, 1));
+    try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
+    try fixture.stores[0].delete(&.{0});
+    // A store before the last changed length: every later global index routes elsewhere now,
+    // so the view refuses every gather (nothing copied) until the caller makes a new one.
+    try testing.expectError(error.ViewStale, view.gather(&.{1}, .{ .base = &out, .stride = 2 }, 2));
+    try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "shard 0 holds 1 records, not the 2") != null);
+    try testing.expectError(error.ViewStale, view.gather(&.{0}, .{ .base = &out, .stride = 2 }, 2));
+    try testing.expectEqualSlices(u8, &(@as([8]u8, @splat(0xAA))), &out);
+    // Appends to the last store are seen at once.
+    const fresh = try View.open(testing.allocator, &fixture.stores);
+    defer fresh.close();
+    try testing.expectEqual(@as(u64, 4), fresh.length());
+    _ = try fixture.stores[2].append(.{ .data = "zz", .stride = 2, .count = 1 }, 0);
+    try testing.expectEqual(@as(u64, 5), fresh.length());
+    try fresh.gather(&.{4}, .{ .base = &out, .stride = 2 }, 2);
+    try testing.expectEqualSlices(u8, "zz", out[0..2]);
+    try testing.expectError(error.SizeMismatch, fresh.gather(&.{0}, .{ .base = &out, .stride = 1 }, 1));
+}
+
+test "a view routes by shift when every store but the last holds the same power of two" {
+    var folder = testing.tmpDir(.{});
+    defer folder.cleanup();
+    const io = pool.io();
+    // Three stores of 4, 4 and 3 records (by shift), then 4, 3, 4 (by search); record g holds
+    // the byte g either way.
+    for ([_][3]u8{ .{ 4, 4, 3 }, .{ 4, 3, 4 } }, 0..) |counts, case| {
+        var stores: [3]*Store = undefined;
+        var opened: usize = 0;
+        defer for (stores[0..opened]) |s| s.close();
+        var next: u8 = 0;
+        for (counts, 0..) |count, k| {
+            var name_buffer: [8]u8 = undefined;
+            const name = try std.fmt.bufPrint(&name_buffer, "c{d}s{d}", .{ case, k });
+            try folder.dir.createDir(io, name, .default_dir);
+            var path_buffer: [96]u8 = undefined;
+            const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}/{s}", .{ folder.sub_path, name });
+            stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+            opened += 1;
+            var data: [4]u8 = undefined;
+            for (data[0..count]) |*b| {
+                b.* = next;
+                next += 1;
+            }
+            _ = try stores[k].append(.{ .data = &data, .stride = 1, .count = count }, 0);
+        }
+        const view = try View.open(testing.allocator, &stores);
+        defer view.close();
+        try testing.expectEqual(@as(?u6, if (case == 0) 2 else null), view.uniform_shift);
+        var indices: [11]i64 = undefined;
+        for (&indices, 0..) |*index, i| index.* = @intCast((i * 7) % 11);
+        var out: [11]u8 = undefined;
+        try view.gather(&indices, .{ .base = &out, .stride = 1 }, out.len);
+        for (indices, out) |index, byte| try testing.expectEqual(@as(u8, @intCast(index)), byte);
+        try testing.expectError(error.IndexOutOfRange, view.gather(&.{11}, .{ .base = &out, .stride = 1 }, 1));
+    }
+}
+
+test "an empty first store never routes by shift" {
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0, 10 }));
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0 }));
+    try testing.expectEqual(@as(?u6, null), View.uniformShift(&.{ 0, 0, 0 }));
+    try testing.expectEqual(@as(?u6, 3), View.uniformShift(&.{ 0, 8, 16 }));
+}
+
+test "a view copies raw records of fixed size and decompresses the others, interleaved" {
+    var folder = testing.tmpDir(.{});
+    defer folder.cleanup();
+    const io = pool.io();
+    // Store k holds 200 records of 64 bytes: record j is k 32 times, then j 32 times. Store 1
+    // compresses them, so positions routed there leave the pipelined copy for gatherRecord.
+    const size = 64;
+    var stores: [3]*Store = undefined;
+    var opened: usize = 0;
+    defer for (stores[0..opened]) |s| s.close();
+    for (0..3) |k| {
+        var name_buffer: [8]u8 = undefined;
+        const name = try std.fmt.bufPrint(&name_buffer, "m{d}", .{k});
+        try folder.dir.createDir(io, name, .default_dir);
+        var path_buffer: [96]u8 = undefined;
+        const path = try std.fmt.bufPrint(&path_buffer, ".zig-cache/tmp/{s}/{s}", .{ folder.sub_path, name });
+        stores[k] = try Store.open(testing.allocator, path, .{ .create = true });
+        opened += 1;
+        var data: [200 * size]u8 = undefined;
+        for (0..200) |j| {
+            @memset(data[j * size ..][0 .. size / 2], @intCast(k));
+            @memset(data[j * size + size / 2 ..][0 .. size / 2], @intCast(j));
+        }
+        const codec_tag: @import("../files/format.zig").Codec = if (k == 1) .zstd else .raw;
+        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 200 }, @intFromEnum(codec_tag));
+    }
+    try testing.expectEqual(@import("../files/format.zig").Codec.zstd, stores[1].meta.table[0].codec);
+    const view = try View.open(testing.allocator, &stores);
+    defer view.close();
+    // Positions 0..399 take raw records of stores 0 and 2 in turn (a run longer than a window
+    // of the copy), 400..599 the compressed ones of store 1; then the batch again, shuffled.
+    var indices: [1200]i64 = undefined;
+    for (indices[0..600], 0..) |*index, i| {
+        const j: i64 = @intCast(i / 2);
+        index.* = if (i >= 400) @intCast(200 + i - 400) else if (i % 2 == 0) j else 400 + j;
+    }
+    for (indices[600..], 0..) |*index, i| index.* = @intCast((i * 37) % 600);
+    var out: [1200 * size]u8 = undefined;
+    try view.gather(&indices, .{ .base = &out, .stride = size }, out.len);
+    for (indices, 0..) |index, i| {
+        const slot = out[i * size ..][0..size];
+        for (slot[0 .. size / 2]) |byte| try testing.expectEqual(@as(u8, @intCast(@divTrunc(index, 200))), byte);
+        for (slot[size / 2 ..]) |byte| try testing.expectEqual(@as(u8, @intCast(@mod(index, 200))), byte);
+    }
+}
+
+test "a view of no stores is refused" {
+    try testing.expectError(error.InvalidArgument, View.open(testing.allocator, &.{}));
+}
+
+test "a view of one store twice locks it once per call and reads it at both positions" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const stores = [_]*Store{ fixture.stores[0], fixture.stores[2], fixture.stores[0] };
+    const view = try View.open(testing.allocator, &stores);
+    defer view.close();
+    try testing.expectEqualSlices(u32, &.{ 0, 1, 0 }, view.first_positions.?);
+    var locked: [1]u64 = undefined;
+    view.lockSet(&.{0b101}, &locked);
+    try testing.expectEqual(@as(u64, 0b001), locked[0]);
+    view.lockSet(&.{0b110}, &locked);
+    try testing.expectEqual(@as(u64, 0b011), locked[0]);
+    // Globals 0, 1 and 5, 6 are the first store's records ([0] and [1, 1]) at both its
+    // positions; 2 is the last store's first record ([2, 2, 2]).
+    const indices = [_]i64{ 6, 0, 5, 2 };
+    var lengths: [4]u64 = undefined;
+    try view.recordLengths(&indices, &lengths);
+    try testing.expectEqualSlices(u64, &.{ 2, 1, 1, 3 }, &lengths);
+    var offsets: [5]u64 = .{ 0, 2, 3, 4, 7 };
+    var out: [7]u8 = undefined;
+    try view.gather(&indices, .{ .base = &out, .offsets = &offsets }, out.len);
+    try testing.expectEqualSlices(u8, &.{ 1, 1, 0, 0, 2, 2, 2 }, &out);
+}
+
+test "a view of distinct stores has no first positions" {
+    var fixture = try Fixture.init();
+    defer fixture.deinit();
+    const view = try View.open(testing.allocator, &fixture.stores);
+    defer view.close();
+    try testing.expect(view.first_positions == null);
+}
