@@ -27,7 +27,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 16
+ABI_VERSION: Final = 17
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -296,6 +296,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),
         "lx_record_sums": (st, [vp, u64, vp, vp, vp, vp, u64, vp]),
+        "lx_batch_pad": (st, [vp, u64, vp, u64, u64, vp, u64, vp, u64, vp, u64]),
         **{name: (restype, None) for name, restype in _UNTYPED_CALLS.items()},
     }
     for name, (restype, argtypes) in table.items():

@@ -46,6 +46,7 @@ test {
     _ = @import("lazy_table.zig");
     _ = @import("raw_copy.zig");
     _ = @import("record_offsets.zig");
+    _ = @import("pad_rows.zig");
     _ = @import("numpy_array.zig");
     _ = @import("write_pieces.zig");
     _ = @import("sampler.zig");
