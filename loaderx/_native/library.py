@@ -367,8 +367,9 @@ def read_status(call: Callable[[], int]) -> int:
 
 
 def set_pool_policy(policy: int) -> None:
-    """Whether the pool's helper threads join large gathers, process-wide: POOL_AUTO (the
-    default: each store and view learns it from its own gathers), POOL_ALWAYS or POOL_NEVER.
+    """Whether the pool's helper threads join large gathers (and large padded batches),
+    process-wide: POOL_AUTO (the default: each store and view learns it from its own gathers,
+    padded batches from theirs), POOL_ALWAYS or POOL_NEVER.
     For benchmarks (benchmarks/probes/pool_phases.py) and processes that share a machine; the bytes a
     gather writes are the same under every policy. ValueError for any other value."""
     if type(policy) is not int or not 0 <= policy < 1 << 32:

@@ -178,6 +178,30 @@ def test_pad_into_writes_what_numpy_wrote(dtype: Any, item_shape: tuple[int, ...
         assert out.tobytes() == wanted.tobytes() and mask.tolist() == wanted_mask.tolist()
 
 
+@pytest.mark.parametrize("policy", ["POOL_ALWAYS", "POOL_NEVER", "POOL_AUTO"])
+def test_a_batch_the_pool_helps_with_is_the_same(policy: str) -> None:
+    """A padded batch of a few MiB is split with the pool's helpers (as the policy says): the
+    bytes are the same either way."""
+    from loaderx._native import library as _native
+
+    rng = np.random.default_rng(5)
+    cu = np.concatenate([[0], np.cumsum(rng.integers(0, 3000, size=200))]).astype(np.int32)
+    values = rng.integers(-1000, 1000, size=(int(cu[-1]), 2), dtype=np.int32)
+    out = np.empty((200, 2048, 2), dtype=np.int32)
+    mask = np.empty((200, 2048), dtype=np.bool_)
+    wanted, wanted_mask = out.copy(), mask.copy()
+    pad_reference(values, cu, 2048, -9, wanted, wanted_mask)
+    before = _native.pool_policy()
+    try:
+        _native.set_pool_policy(getattr(_native, policy))
+        for _ in range(10):  # under POOL_AUTO, both ways while the advisor warms up
+            out.fill(1)
+            pad_into(values, cu, 2048, -9, out, mask)
+            assert np.array_equal(out, wanted) and np.array_equal(mask, wanted_mask)
+    finally:
+        _native.set_pool_policy(before)
+
+
 def test_pad_into_refuses_arrays_of_other_shapes() -> None:
     cu = np.array([0, 2, 3], dtype=np.int32)
     values = np.arange(3, dtype=np.int32)

@@ -78,10 +78,11 @@ typedef struct lx_stats {
     uint64_t reclaimable; /* chunk_bytes - live_bytes */
 } lx_stats;
 
-/* Whether the pool's helper threads join a gather large enough for them (lx_pool_set_policy).
- * Process-wide; either way a gather writes the same bytes. */
+/* Whether the pool's helper threads join a gather (or an lx_batch_pad) large enough for them
+ * (lx_pool_set_policy). Process-wide; either way a gather writes the same bytes. */
 #define LX_POOL_AUTO 0u   /* default: each store (and view) learns from its own gathers' timings
-                           * whether helpers make them faster, and keeps checking */
+                           * whether helpers make them faster, and keeps checking (padded
+                           * batches learn it together, process-wide) */
 #define LX_POOL_ALWAYS 1u /* helpers join every such gather */
 #define LX_POOL_NEVER 2u  /* the calling thread alone (processes sharing a machine, benchmarks) */
 
@@ -322,7 +323,8 @@ lx_status lx_record_sums(const uint8_t *buffer, uint64_t buffer_len, const uint6
  * mask[i * length + j] is 1 for a record row, 0 for a padding row: out needs
  * count * length * row_size bytes, mask count * length. A record longer than length keeps its
  * first rows. Refuses (writing nothing) NULLs, sizes that overflow, too small out or mask,
- * bad offsets and writes that overlap a read; values, out and mask may be NULL when empty. */
+ * bad offsets and writes that overlap a read; values, out and mask may be NULL when empty.
+ * A large batch is split with the pool's helpers as LX_POOL_* says. */
 lx_status lx_batch_pad(const uint8_t *values, uint64_t values_size, const int32_t *cu_seqlens,
                        uint64_t count, uint64_t row_size, const uint8_t *pad_row, uint64_t length,
                        uint8_t *out, uint64_t out_capacity, uint8_t *mask, uint64_t mask_capacity);

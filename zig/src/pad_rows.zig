@@ -4,6 +4,7 @@
 //! packed gather, for lx_batch_pad; the export validates every argument, this file asserts.
 const std = @import("std");
 const assert = std.debug.assert;
+const pool = @import("pool.zig");
 
 /// A packed batch: record i is rows cu[i]..cu[i + 1] of `values`, rows of `row_size` bytes.
 pub const Packed = struct {
@@ -50,31 +51,63 @@ pub fn checkOffsets(cu: []const i32, row_count: u64, position: *usize) OffsetsEr
 
 /// Record i into out's rows [i * length, i * length + min(n_i, length)) (its first rows when
 /// longer), `pad_row` into the rest of its block, and mask[i * length + j] = 1 for a record
-/// row, 0 for a padding row. out holds count * length rows, mask count * length bytes.
+/// row, 0 for a padding row. out holds count * length rows, mask count * length bytes. A batch
+/// of more than runner_bytes_min bytes may be split between the caller and the pool's
+/// helpers, as `advisor` learns is faster (and lx_pool_set_policy allows).
 pub fn pad(batch: Packed, pad_row: []const u8, length: usize, out: []u8, mask: []u8) void {
-    const row_size = batch.row_size;
     const count = batch.count();
-    assert(row_size > 0);
-    assert(pad_row.len == row_size);
+    assert(batch.row_size > 0);
+    assert(pad_row.len == batch.row_size);
     assert(mask.len == count * length);
-    assert(out.len == mask.len * row_size);
-    const block_size = length * row_size;
-    const filler: Filler = .init(pad_row);
-    for (0..count) |i| {
-        assert(batch.cu[i] >= 0 and batch.cu[i] <= batch.cu[i + 1]);
-        const start: usize = @intCast(batch.cu[i]);
-        const end: usize = @intCast(batch.cu[i + 1]);
-        assert(end * row_size <= batch.values.len);
-        const kept = @min(end - start, length);
-        const block = out[i * block_size ..][0..block_size];
-        const kept_size = kept * row_size;
-        @memcpy(block[0..kept_size], batch.values[start * row_size ..][0..kept_size]);
-        filler.fill(block[kept_size..]);
-        const flags = mask[i * length ..][0..length];
-        @memset(flags[0..kept], 1);
-        @memset(flags[kept..], 0);
-    }
+    assert(out.len == mask.len * batch.row_size);
+    var task: PadTask = .{ .batch = batch, .filler = .init(pad_row), .length = length, .out = out, .mask = mask };
+    const batch_plan = pool.plan(count, out.len, runner_bytes_min);
+    if (batch_plan.runner_count <= 1) return task.padRecords(0, count);
+    _ = pool.runAdvised(PadTask, &task, count, batch_plan, out.len, &advisor, false);
 }
+
+/// Whether padded batches run faster with the pool's helpers, learned process-wide from their
+/// timings (lock-free atomics, pool_advice.zig): a padded batch is bound by memory, which a
+/// helper adds to when the destination is not in the caches, and only costs it when it is.
+var advisor: pool.Advisor = .{};
+
+/// Bytes of padded batch a runner takes at least (below that, waking a helper costs more
+/// than it saves).
+pub const runner_bytes_min: u64 = 256 * 1024;
+
+const PadTask = struct {
+    batch: Packed,
+    filler: Filler,
+    length: usize,
+    out: []u8,
+    mask: []u8,
+
+    pub fn runShard(task: *PadTask, blocks: *pool.Blocks) void {
+        while (blocks.next()) |range| task.padRecords(range.begin, range.end);
+    }
+
+    /// pad() of records begin..end.
+    fn padRecords(task: *const PadTask, begin: usize, end: usize) void {
+        const row_size = task.batch.row_size;
+        const cu = task.batch.cu;
+        const length = task.length;
+        const block_size = length * row_size;
+        for (begin..end) |i| {
+            assert(cu[i] >= 0 and cu[i] <= cu[i + 1]);
+            const first: usize = @intCast(cu[i]);
+            const last: usize = @intCast(cu[i + 1]);
+            assert(last * row_size <= task.batch.values.len);
+            const kept = @min(last - first, length);
+            const block = task.out[i * block_size ..][0..block_size];
+            const kept_size = kept * row_size;
+            @memcpy(block[0..kept_size], task.batch.values[first * row_size ..][0..kept_size]);
+            task.filler.fill(block[kept_size..]);
+            const flags = task.mask[i * length ..][0..length];
+            @memset(flags[0..kept], 1);
+            @memset(flags[kept..], 0);
+        }
+    }
+};
 
 /// Bytes of the padding rows repeated, copied in one piece per fill.
 const pattern_size_max = 4096;
@@ -211,6 +244,44 @@ test "pad agrees with the row-by-row reference for every kind of padding row and
             for (out[cells * row_size ..]) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
             for (mask[cells..]) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
         }
+    }
+}
+
+test "a batch large enough for the pool's helpers lands as the reference says, under every pool policy" {
+    const allocator = testing.allocator;
+    const count = 64;
+    const length = 2048;
+    const row_size = 4;
+    var prng: std.Random.DefaultPrng = .init(0x900D);
+    const random = prng.random();
+    var cu: [count + 1]i32 = undefined;
+    cu[0] = 0;
+    for (1..count + 1) |i| cu[i] = cu[i - 1] + @as(i32, @intCast(random.uintAtMost(usize, 2 * length)));
+    const values = try allocator.alloc(u8, @as(usize, @intCast(cu[count])) * row_size);
+    defer allocator.free(values);
+    random.bytes(values);
+    const cells = count * length;
+    const out = try allocator.alloc(u8, cells * row_size);
+    defer allocator.free(out);
+    const mask = try allocator.alloc(u8, cells);
+    defer allocator.free(mask);
+    const expected = try allocator.alloc(u8, cells * row_size);
+    defer allocator.free(expected);
+    const expected_mask = try allocator.alloc(u8, cells);
+    defer allocator.free(expected_mask);
+    const batch: Packed = .{ .values = values, .cu = &cu, .row_size = row_size };
+    const pad_row = [_]u8{ 1, 2, 3, 4 };
+    try testing.expect(pool.plan(count, cells * row_size, runner_bytes_min).runner_count == @min(pool.cpus(), 2));
+    padReference(batch, &pad_row, length, expected, expected_mask);
+    const policy_before = pool.policy.load(.monotonic);
+    defer pool.policy.store(policy_before, .monotonic);
+    for ([_]pool.Policy{ .always, .never, .auto, .auto, .auto, .auto, .auto, .auto, .auto, .auto, .auto }) |policy| {
+        pool.policy.store(policy, .monotonic);
+        @memset(out, 0xEE);
+        @memset(mask, 0xEE);
+        pad(batch, &pad_row, length, out, mask);
+        try testing.expectEqualSlices(u8, expected, out);
+        try testing.expectEqualSlices(u8, expected_mask, mask);
     }
 }
 
