@@ -14,6 +14,9 @@ slot's reuse rules (loaderx._loading.step_maker) say when a buffer may be writte
 buffer too small for a batch makes that call copy nothing and say what it needs; the step then
 makes a buffer that big and a quarter more, and calls again. A mixture's step sizes every source
 first (record_offsets), then gathers each into its part of one buffer.
+Padded, a second native call (loaderx._native.padded_batch.pad_rows) copies each record of
+that buffer into its row of the padded array, repeats the padding row after it and writes the
+mask.
 
 Left interpreted: the per-step work is a native call and a few NumPy views.
 """
@@ -28,6 +31,7 @@ import numpy.typing as npt
 
 from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.ragged import RaggedDataset, padding_value
+from loaderx._native.padded_batch import pad_rows
 from loaderx.errors import CorruptStoreError
 
 PACKED: Final = "packed"
@@ -247,18 +251,19 @@ def row_offsets(offsets: npt.NDArray[np.uint64], row_size: int, name: str,
 def pad_into(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], length: int, value: Any,
              out: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> None:
     """Record i (values[cu[i]:cu[i + 1]], cut to `length` rows) into out[i], value after it;
-    mask[i, j] is whether row j of out[i] holds a record row."""
-    lengths = np.diff(cu)
-    kept = np.minimum(lengths, length).astype(_INT32, copy=False)
-    # Both sides int32: an int64 arange against int32 lengths makes NumPy cast the operands
-    # through buffers, which took three times as long as the comparison (a quarter of a padded
-    # step for batches of 256 records padded to 2,048 rows).
-    np.less(np.arange(length, dtype=_INT32), kept[:, None], out=mask)
-    out.fill(value)
-    if bool((lengths > length).any()):
-        starts = np.repeat(cu[:-1], lengths)
-        values = values[(np.arange(len(values), dtype=_INT32) - starts) < length]
-    out[mask] = values
+    mask[i, j] is whether row j of out[i] holds a record row. out (len(cu) - 1, length, *rows)
+    and mask (len(cu) - 1, length) bool are C-contiguous; one native call (pad_rows) writes
+    both. A step pads its packed bytes with pad_rows itself (RaggedStream._pad)."""
+    count = len(cu) - 1
+    if out.shape[:2] != (count, length) or mask.shape != (count, length) or mask.dtype != np.bool_:
+        raise ValueError(f"out must be ({count}, {length}, ...) and mask ({count}, {length}) bool, "
+                         f"not {out.shape} and {mask.shape} {mask.dtype}")
+    if values.shape[1:] != out.shape[2:]:
+        raise ValueError(f"rows of values {values.shape[1:]} are not the rows of out {out.shape[2:]}")
+    row = np.empty(out.shape[2:], dtype=out.dtype)
+    row.fill(value)
+    pad_rows(np.ascontiguousarray(values, dtype=out.dtype), np.ascontiguousarray(cu, dtype=_INT32),
+             row.nbytes, row, length, out, mask)
 
 
 class RaggedStream:
@@ -284,7 +289,12 @@ class RaggedStream:
         self.outputs: list[list[Any]] = (
             [self._packed, self._cu] if layout is None else [self._padded, self._mask]
         )
-        self._value: Any = None if layout is None else padding_value(layout.value, dataset.dtype)
+        # One padding row's bytes (the value in every element of a row), what pad_rows repeats.
+        self._pad_row: Buffer | None = None
+        if layout is not None:
+            row = np.empty(dataset.item_shape, dtype=dataset.dtype)
+            row.fill(padding_value(layout.value, dataset.dtype))
+            self._pad_row = row.reshape(-1).view(_UINT8)
         # The largest packed buffer made so far: a new one starts that big, so that it usually
         # holds its first batch without a second native call.
         self._capacity: int = 0
@@ -326,12 +336,11 @@ class RaggedStream:
         else:
             buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
         self._packed[slot] = buffer
-        values = buffer[: int(offsets[-1])].view(self._dtype).reshape(self._shape)
-        if self.layout is None:
-            batch[self.name] = values
-            batch[self.name + CU_SEQLENS_SUFFIX] = cu
+        if self.layout is not None:
+            self._pad(buffer, cu, slot, reusable, batch)
             return
-        self._pad(values, cu, slot, reusable, batch)
+        batch[self.name] = buffer[: int(offsets[-1])].view(self._dtype).reshape(self._shape)
+        batch[self.name + CU_SEQLENS_SUFFIX] = cu
 
     def _fresh(self, size: int) -> Buffer:
         """A new packed buffer of at least size bytes: as big as the largest made so far, or
@@ -339,23 +348,25 @@ class RaggedStream:
         self._capacity = max(self._capacity, size + size // 4)
         return np.empty(self._capacity, dtype=_UINT8)
 
-    def _pad(self, values: npt.NDArray[Any], cu: npt.NDArray[np.int32], slot: int,
-             reusable: bool, batch: dict[str, Any]) -> None:
+    def _pad(self, packed: Buffer, cu: npt.NDArray[np.int32], slot: int, reusable: bool,
+             batch: dict[str, Any]) -> None:
+        """The step's records (packed, at the rows cu gives) padded into slot's buffers, or new
+        ones, in one native call."""
         layout = self.layout
-        assert layout is not None
+        pad_row = self._pad_row
+        assert layout is not None and pad_row is not None
         count = self._batch_size
         length = layout.target(int(np.diff(cu).max()))
         dataset = self.dataset
-        padded = _fit(self._padded[slot] if reusable else None, count * length * dataset.row_size)
+        size = count * length * dataset.row_size
+        padded = _fit(self._padded[slot] if reusable else None, size)
         self._padded[slot] = padded
         mask_bytes = _fit(self._mask[slot] if reusable else None, count * length)
         self._mask[slot] = mask_bytes
-        out = padded[: count * length * dataset.row_size].view(dataset.dtype)
-        out = out.reshape((count, length, *dataset.item_shape))
-        mask = mask_bytes[: count * length].view(np.bool_).reshape(count, length)
-        pad_into(values, cu, length, self._value, out, mask)
+        pad_rows(packed, cu, dataset.row_size, pad_row, length, padded, mask_bytes)
+        out = padded[:size].view(dataset.dtype).reshape((count, length, *dataset.item_shape))
         batch[self.name] = out
-        batch[self.name + MASK_SUFFIX] = mask
+        batch[self.name + MASK_SUFFIX] = mask_bytes[: count * length].view(np.bool_).reshape(count, length)
 
 
 __all__ = [

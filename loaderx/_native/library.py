@@ -27,7 +27,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 16
+ABI_VERSION: Final = 17
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -297,6 +297,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),
         "lx_record_sums": (st, [vp, u64, vp, vp, vp, vp, u64, vp]),
+        "lx_batch_pad": (st, [vp, u64, vp, u64, u64, vp, u64, vp, u64, vp, u64]),
         **{name: (restype, None) for name, restype in _UNTYPED_CALLS.items()},
     }
     for name, (restype, argtypes) in table.items():
@@ -367,8 +368,9 @@ def read_status(call: Callable[[], int]) -> int:
 
 
 def set_pool_policy(policy: int) -> None:
-    """Whether the pool's helper threads join large gathers, process-wide: POOL_AUTO (the
-    default: each store and view learns it from its own gathers), POOL_ALWAYS or POOL_NEVER.
+    """Whether the pool's helper threads join large gathers (and large padded batches),
+    process-wide: POOL_AUTO (the default: each store and view learns it from its own gathers,
+    padded batches from theirs), POOL_ALWAYS or POOL_NEVER.
     For benchmarks (benchmarks/probes/pool_phases.py) and processes that share a machine; the bytes a
     gather writes are the same under every policy. ValueError for any other value."""
     if type(policy) is not int or not 0 <= policy < 1 << 32:

@@ -79,10 +79,11 @@ typedef struct lx_stats {
     uint64_t reclaimable; /* chunk_bytes - live_bytes */
 } lx_stats;
 
-/* Whether the pool's helper threads join a gather large enough for them (lx_pool_set_policy).
- * Process-wide; either way a gather writes the same bytes. */
+/* Whether the pool's helper threads join a gather (or an lx_batch_pad) large enough for them
+ * (lx_pool_set_policy). Process-wide; either way a gather writes the same bytes. */
 #define LX_POOL_AUTO 0u   /* default: each store (and view) learns from its own gathers' timings
-                           * whether helpers make them faster, and keeps checking */
+                           * whether helpers make them faster, and keeps checking (padded
+                           * batches learn it together, process-wide) */
 #define LX_POOL_ALWAYS 1u /* helpers join every such gather */
 #define LX_POOL_NEVER 2u  /* the calling thread alone (processes sharing a machine, benchmarks) */
 
@@ -314,5 +315,19 @@ lx_status lx_sampler_batch(const lx_sampler_request *request, uint64_t step, int
 lx_status lx_record_sums(const uint8_t *buffer, uint64_t buffer_len, const uint64_t *starts,
                          const uint32_t *stored_lengths, const uint32_t *logic_lengths,
                          const uint8_t *codecs, uint64_t count, uint32_t *out_sums);
+
+/* --- padded batches --------------------------------------------------------------------- */
+/* A packed ragged batch padded to `length` rows a record: record i is rows cu_seqlens[i] to
+ * cu_seqlens[i + 1] of values (rows of row_size bytes; count + 1 offsets, not negative, never
+ * decreasing, within values_size). Its first min(n_i, length) rows go to out's rows
+ * [i * length, ...), pad_row (row_size bytes) fills the rest of its length rows, and
+ * mask[i * length + j] is 1 for a record row, 0 for a padding row: out needs
+ * count * length * row_size bytes, mask count * length. A record longer than length keeps its
+ * first rows. Refuses (writing nothing) NULLs, sizes that overflow, too small out or mask,
+ * bad offsets and writes that overlap a read; values, out and mask may be NULL when empty.
+ * A large batch is split with the pool's helpers as LX_POOL_* says. */
+lx_status lx_batch_pad(const uint8_t *values, uint64_t values_size, const int32_t *cu_seqlens,
+                       uint64_t count, uint64_t row_size, const uint8_t *pad_row, uint64_t length,
+                       uint8_t *out, uint64_t out_capacity, uint8_t *mask, uint64_t mask_capacity);
 
 #endif

@@ -46,6 +46,7 @@ test {
     _ = @import("base/lazy_table.zig");
     _ = @import("store/raw_copy.zig");
     _ = @import("batch/record_offsets.zig");
+    _ = @import("batch/pad_rows.zig");
     _ = @import("batch/numpy_array.zig");
     _ = @import("batch/write_pieces.zig");
     _ = @import("sampler/sampler.zig");

@@ -4,7 +4,7 @@
 //! into the status and the message a caller reads.
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 16;
+pub const abi_version: u32 = 17;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;
@@ -20,4 +20,5 @@ comptime {
     _ = @import("exports_arrays.zig"); // 32-bit halves and NumPy arrays: the binding's fast path
     _ = @import("exports_sampler.zig"); // lx_sampler_fill, lx_sampler_batch
     _ = @import("exports_sums.zig"); // lx_record_sums
+    _ = @import("exports_pad.zig"); // lx_batch_pad
 }

@@ -31,6 +31,7 @@ extern fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?
 extern fn lx_store_delete(store: ?*LxStore, indices: ?[*]const i64, count: u64) Status;
 extern fn lx_store_compact(store: ?*LxStore) Status;
 extern fn lx_record_sums(buffer: ?[*]const u8, buffer_len: u64, starts: ?[*]const u64, stored_lengths: ?[*]const u32, logic_lengths: ?[*]const u32, codecs: ?[*]const u8, count: u64, out_sums: ?[*]u32) Status;
+extern fn lx_batch_pad(values: ?[*]const u8, values_size: u64, cu_seqlens: ?[*]const i32, count: u64, row_size: u64, pad_row: ?[*]const u8, length: u64, out: ?[*]u8, out_capacity: u64, mask: ?[*]u8, mask_capacity: u64) Status;
 extern fn lx_stores_delete(stores: ?[*]const ?*LxStore, count: u64, indices: ?[*]const i64, splits: ?[*]const u64) Status;
 extern fn lx_store_stats(store: ?*LxStore, out: ?*LxStats) Status;
 extern fn lx_store_sync(store: ?*LxStore) Status;
@@ -1064,4 +1065,57 @@ test "lx_record_sums gives sums.zr's value for each record and refuses bad range
     try testing.expectEqualSlices(u32, &.{ 7, 7, 7 }, &out);
     // No records: nothing to check, NULLs included.
     try testing.expectEqual(Status.ok, lx_record_sums(null, 0, null, null, null, null, 0, null));
+}
+
+test "lx_batch_pad pads a packed batch and refuses NULLs, overflows, small buffers, bad offsets and overlaps, writing nothing" {
+    // Rows of 2 bytes: records of 1, 3 and 0 rows padded to 2 rows (the second cut to 2).
+    const values = [_]u8{ 1, 2, 3, 4, 5, 6, 7, 8 };
+    const cu = [_]i32{ 0, 1, 4, 4 };
+    const row = [_]u8{ 0xAB, 0xCD };
+    var out: [3 * 2 * 2]u8 = @splat(0xEE);
+    var mask: [3 * 2]u8 = @splat(0xEE);
+    try testing.expectEqual(Status.ok, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, &out, out.len, &mask, mask.len));
+    try testing.expectEqualSlices(u8, &.{ 1, 2, 0xAB, 0xCD, 3, 4, 5, 6, 0xAB, 0xCD, 0xAB, 0xCD }, &out);
+    try testing.expectEqualSlices(u8, &.{ 1, 0, 1, 1, 0, 0 }, &mask);
+    @memset(&out, 0xEE);
+    @memset(&mask, 0xEE);
+    const big: u64 = 1 << 40;
+    const decreasing = [_]i32{ 0, 3, 1, 4 };
+    const negative = [_]i32{ -1, 1, 4, 4 };
+    const past = [_]i32{ 0, 1, 4, 5 };
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 0, &row, 2, &out, out.len, &mask, mask.len), "row_size is 0");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, null, 2, &out, out.len, &mask, mask.len), "pad_row is NULL");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, null, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "cu_seqlens is NULL");
+    try expectRefused(.invalid_argument, lx_batch_pad(null, values.len, &cu, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "values is NULL");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, null, out.len, &mask, mask.len), "out is NULL");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, &out, out.len, null, mask.len), "mask is NULL");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, std.math.maxInt(u64), 2, &row, 2, &out, out.len, &mask, mask.len), "overflows the address space");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, std.math.maxInt(u64), &out, out.len, &mask, mask.len), "count 3 * length");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, big, &row, big, &out, out.len, &mask, mask.len), "* row_size");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, &out, out.len - 1, &mask, mask.len), "out holds 11 bytes, the padded batch needs 12");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, &out, out.len, &mask, mask.len - 1), "mask holds 5 bytes");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &decreasing, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "decrease at 2 (3 then 1)");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &negative, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "cu_seqlens[0] is -1");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &past, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "cu_seqlens[3] is 5, past the 4 rows");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len - 1, &cu, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "past the 3 rows");
+    const top: [*]const u8 = @ptrFromInt(std.math.maxInt(usize) - 3);
+    try expectRefused(.invalid_argument, lx_batch_pad(top, values.len, &cu, 3, 2, &row, 2, &out, out.len, &mask, mask.len), "runs past the address space");
+    try testing.expectEqualSlices(u8, &@as([12]u8, @splat(0xEE)), &out);
+    try testing.expectEqualSlices(u8, &@as([6]u8, @splat(0xEE)), &mask);
+    // Writes that overlap each other or a read.
+    var scratch: [32]u8 = @splat(0xEE);
+    @memcpy(scratch[0..8], &values);
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, &row, 2, scratch[0..], 12, scratch[8..], 6), "out and mask overlap");
+    try expectRefused(.invalid_argument, lx_batch_pad(scratch[0..], 8, &cu, 3, 2, &row, 2, scratch[4..], 12, &mask, mask.len), "out overlaps values");
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, &cu, 3, 2, scratch[20..], 2, &out, out.len, scratch[16..], 6), "mask overlaps pad_row");
+    var cu_bytes: [16]u8 align(4) = @bitCast(cu);
+    const cu_in_out: [*]const i32 = @ptrCast(&cu_bytes);
+    try expectRefused(.invalid_argument, lx_batch_pad(&values, values.len, cu_in_out, 3, 2, &row, 2, &cu_bytes, 12, &mask, mask.len), "out overlaps cu_seqlens");
+    try testing.expectEqualSlices(u8, &@as([24]u8, @splat(0xEE)), scratch[8..]);
+    try testing.expectEqualSlices(u8, &values, scratch[0..8]);
+    try testing.expectEqualSlices(u8, &@as([6]u8, @splat(0xEE)), &mask);
+    // Nothing to write: empty buffers may be NULL.
+    const empty = [_]i32{ 0, 0 };
+    try testing.expectEqual(Status.ok, lx_batch_pad(null, 0, &empty, 1, 2, &row, 0, null, 0, null, 0));
+    try testing.expectEqual(Status.ok, lx_batch_pad(null, 0, &cu, 0, 2, &row, 5, null, 0, null, 0));
 }

@@ -1,0 +1,83 @@
+"""pad_rows: a packed ragged batch padded to a length of rows, with its mask, in one native call.
+
+A padded stream of a loader (loaderx._loading.ragged_batch) calls it every step, on the packed
+bytes its gather wrote: so the checks here are only those memory safety needs before the call
+(NumPy arrays, C-contiguous, int32 offsets); lx_batch_pad checks everything else (sizes,
+offsets, overlaps) and writes nothing when it refuses.
+
+Left interpreted: it is ctypes glue around one call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loaderx._native import library as _native
+
+_PAD: Final = _native.lib.lx_batch_pad
+_OK: Final = _native.OK
+_INT32: Final = np.dtype(np.int32)
+_NDARRAY: Final = np.ndarray
+# A writable array's address as _addressof(_first_byte(array)): about half the cost of
+# ndarray.ctypes.data; from_buffer refuses read-only, empty and non-contiguous buffers.
+_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
+_addressof: Final = ctypes.addressof
+
+
+def _address(array: Any, name: str) -> int:
+    """The data pointer of array, a C-contiguous ndarray; TypeError or ValueError naming it."""
+    if type(array) is not _NDARRAY:
+        raise TypeError(f"{name} must be a numpy array, not {type(array).__name__}")
+    try:
+        return _addressof(_first_byte(array))
+    except (TypeError, ValueError, BufferError, NotImplementedError):
+        # Read-only, empty, or of a dtype the buffer protocol cannot describe: fine to read
+        # (and an empty one is never touched), as long as its bytes are in one piece.
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous") from None
+        return int(array.ctypes.data)
+
+
+def _writable(array: Any, name: str) -> int:
+    address = _address(array, name)
+    if not array.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return address
+
+
+def pad_rows(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], row_size: int,
+             pad_row: npt.NDArray[Any], length: int, out: npt.NDArray[Any],
+             mask: npt.NDArray[Any]) -> None:
+    """Record i, rows cu[i]..cu[i + 1] of values' bytes (rows of row_size bytes), into the
+    first bytes of out as the (len(cu) - 1, length) rows of a padded batch: its first
+    min(n_i, length) rows, then pad_row's row_size bytes repeated; mask's first
+    (len(cu) - 1) * length bytes are 1 for a record row, 0 for a padding row. A longer record
+    keeps its first rows.
+
+    Every array is a C-contiguous ndarray of any dtype, taken as its bytes (out and mask may be
+    larger than the batch needs; nothing past it is written); cu is int32. TypeError or
+    ValueError, with nothing written, for anything else: offsets that are negative, decrease or
+    run past values, out or mask too small, pad_row not row_size bytes, or buffers that overlap.
+    """
+    if type(cu) is not _NDARRAY or cu.dtype is not _INT32:
+        raise TypeError(f"cu must be an int32 numpy array, not {getattr(cu, 'dtype', type(cu))}")
+    if cu.ndim != 1 or len(cu) == 0:
+        raise ValueError(f"cu must be one-dimensional with at least one offset, not of shape {cu.shape}")
+    row_address = _address(pad_row, "pad_row")
+    if pad_row.nbytes != row_size:
+        raise ValueError(f"pad_row holds {pad_row.nbytes} bytes, not the row's {row_size}")
+    code: int = _PAD(
+        _address(values, "values"), values.nbytes, _address(cu, "cu"), len(cu) - 1, row_size,
+        row_address, length, _writable(out, "out"), out.nbytes, _writable(mask, "mask"),
+        mask.nbytes,
+    )
+    if code != _OK:
+        _native.raise_status(code, "padding a ragged batch")
+
+
+__all__ = ["pad_rows"]
