@@ -26,8 +26,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -311,16 +311,19 @@ class Fetcher:
             if not wanted:
                 return
             self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
-            asked = wanted
-            if self._absorb:
-                wanted = {n: self._neighbourhood(n, local) for n, local in wanted.items()}
-            gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
-            ranges = [r for n, local in wanted.items()
-                      for r in plan_ranges(n, self._map.stores[n], local, gap)]
-            if self._absorb:
-                ranges = [self._whole(piece, asked[piece.store]) for piece in ranges]
-            self._download(ranges)
+            self._download(self._planned(wanted))
         self._note_if_complete()
+
+    def _planned(self, wanted: dict[int, npt.NDArray[np.int64]]) -> Iterator[_Range]:
+        """The requests that fetch the wanted records (local indices by store), one store
+        after another: the first ones leave while the later stores are planned. With a cache
+        that holds the dataset, each range covers the absent records around and between the
+        ones asked for (ranges are disjoint: one range's writes change no other's plan)."""
+        gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
+        for number, asked in wanted.items():
+            local = self._neighbourhood(number, asked) if self._absorb else asked
+            for piece in plan_ranges(number, self._map.stores[number], local, gap):
+                yield self._whole(piece, asked) if self._absorb else piece
 
     @contextmanager
     def _claim(self, number: int) -> Iterator[None]:
@@ -372,13 +375,16 @@ class Fetcher:
                 self._pool_pid = os.getpid()
             return self._pool
 
-    def _download(self, ranges: list[_Range]) -> None:
-        """Fetches the ranges, each checked and written by a pool thread as it arrives; after
-        a failure, waits for the ranges under way (the caller's claims cover their writes),
-        drops those not started, and raises the first failure in the ranges' order."""
+    def _download(self, ranges: Iterable[_Range]) -> None:
+        """Fetches the ranges, each sent as soon as it is planned and checked and written by a
+        pool thread as it arrives; after a failure (or one planning them), waits for the
+        ranges under way (the caller's claims cover their writes), drops those not started,
+        and raises the first failure in the ranges' order."""
         pool = self._executor()
-        futures = [pool.submit(self._fetch_range, piece) for piece in ranges]
+        futures: list[Future[None]] = []
         try:
+            for piece in ranges:
+                futures.append(pool.submit(self._fetch_range, piece))
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
             for future in futures:

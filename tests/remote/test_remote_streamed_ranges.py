@@ -1,16 +1,19 @@
 """A range is checked and written while it arrives (loaderx/_remote/arriving_range.py), against
 moto's S3 server: records of 1 MB, so a range of four crosses 2 MiB steps of the chunk file.
 The pieces reach the fetcher in small slices, and between two of them the test evicts, as
-another thread or process of the cache may."""
+another thread or process of the cache may. And a fetch sends each store's requests before it
+plans the next store's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+import loaderx._remote.fetcher as fetcher_module
 from loaderx._remote.fetcher import Fetcher
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
@@ -109,3 +112,35 @@ def test_a_failed_record_leaves_the_records_checked_before_it_present(
         assert fetcher._states[0][[2, 3, 4, 5]].tolist() == [1, 1, 0, 0]
         np.testing.assert_array_equal(ds[np.array([3, 2])], data[[3, 2]])
     del url
+
+
+
+def test_the_first_store_s_requests_leave_before_the_next_store_is_planned(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = np.random.default_rng(6).integers(0, 256, (60, 500), dtype=np.uint8)
+    with DenseDataset(str(tmp_path / "local"), dtype=np.uint8, item_shape=(500,), codec="raw",
+                      shard_records=20) as local:
+        for start in range(0, 60, 20):
+            local.append(data[start:start + 20])
+    s3_env.upload_tree(tmp_path / "local", s3_bucket, "ds")
+    events: list[str] = []
+    plan = fetcher_module.plan_ranges
+
+    def planning(store: int, *args: Any) -> list[Any]:
+        events.append(f"plan {store}")
+        return plan(store, *args)
+
+    monkeypatch.setattr(fetcher_module, "plan_ranges", planning)
+    with DenseDataset(f"s3://{s3_bucket}/ds", cache_dir=tmp_path / "cache") as ds:
+        fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+        pool = fetcher._executor()
+
+        class Logged:
+            def submit(self, call: Callable[[Any], None], piece: Any) -> Any:
+                events.append(f"send {piece.store}")
+                return pool.submit(call, piece)
+
+        monkeypatch.setattr(fetcher, "_executor", lambda: Logged())
+        np.testing.assert_array_equal(ds[np.array([5, 25, 45])], data[[5, 25, 45]])
+    assert events == ["plan 0", "send 0", "plan 1", "send 1", "plan 2", "send 2"]
