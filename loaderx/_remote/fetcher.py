@@ -26,8 +26,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -41,7 +41,8 @@ from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._remote.cache_gate import CacheGate
 from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
 from loaderx._remote.object_store import ObjectStore
-from loaderx._remote.range_writes import adjacent_runs, write_all
+from loaderx._remote.arriving_range import ArrivingRange
+from loaderx._remote.range_writes import write_all
 from loaderx._remote.record_map import RecordMap, StoreRecords
 from loaderx._remote.replica import Replica
 from loaderx._remote.shared_hints import Hints, SharedHints
@@ -61,6 +62,8 @@ ABSORB_GAP_BYTES: Final = 1 << 20
 # than one record's transfer (50 MB/s and 20 ms per request need ~80 for 12 KiB records).
 REQUESTS_ENV: Final = "LOADERX_REMOTE_REQUESTS"
 REQUESTS_IN_FLIGHT: Final = 96
+# A range's bytes are handed over in pieces of at least this as they arrive (arriving_range.py).
+STREAM_PIECE_BYTES: Final = 256 << 10
 # Eviction frees down to this share of the cache, so that it runs once per many fetches.
 LOW_WATER: Final = 0.9
 
@@ -308,16 +311,19 @@ class Fetcher:
             if not wanted:
                 return
             self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
-            asked = wanted
-            if self._absorb:
-                wanted = {n: self._neighbourhood(n, local) for n, local in wanted.items()}
-            gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
-            ranges = [r for n, local in wanted.items()
-                      for r in plan_ranges(n, self._map.stores[n], local, gap)]
-            if self._absorb:
-                ranges = [self._whole(piece, asked[piece.store]) for piece in ranges]
-            self._download(ranges)
+            self._download(self._planned(wanted))
         self._note_if_complete()
+
+    def _planned(self, wanted: dict[int, npt.NDArray[np.int64]]) -> Iterator[_Range]:
+        """The requests that fetch the wanted records (local indices by store), one store
+        after another: the first ones leave while the later stores are planned. With a cache
+        that holds the dataset, each range covers the absent records around and between the
+        ones asked for (ranges are disjoint: one range's writes change no other's plan)."""
+        gap = ABSORB_GAP_BYTES if self._absorb else GAP_BYTES
+        for number, asked in wanted.items():
+            local = self._neighbourhood(number, asked) if self._absorb else asked
+            for piece in plan_ranges(number, self._map.stores[number], local, gap):
+                yield self._whole(piece, asked) if self._absorb else piece
 
     @contextmanager
     def _claim(self, number: int) -> Iterator[None]:
@@ -369,20 +375,25 @@ class Fetcher:
                 self._pool_pid = os.getpid()
             return self._pool
 
-    def _download(self, ranges: list[_Range]) -> None:
+    def _download(self, ranges: Iterable[_Range]) -> None:
+        """Fetches the ranges, each sent as soon as it is planned and checked and written by a
+        pool thread as it arrives; after a failure (or one planning them), waits for the
+        ranges under way (the caller's claims cover their writes), drops those not started,
+        and raises the first failure in the ranges' order."""
         pool = self._executor()
-        futures: list[tuple[_Range, Future[bytes]]] = []
-        for piece in ranges:
-            name = self._map.stores[piece.store].chunk_object(piece.chunk)
-            etag = self._chunk_etag(name)
-            futures.append((piece, pool.submit(
-                self._objects.get_range, name, piece.start, piece.end, etag)))
+        futures: list[Future[None]] = []
         try:
-            for piece, future in futures:
-                self._store(piece, future.result())
+            for piece in ranges:
+                futures.append(pool.submit(self._fetch_range, piece))
+            wait(futures, return_when=FIRST_EXCEPTION)
         finally:
-            for _, future in futures:
+            for future in futures:
                 future.cancel()
+            wait(futures)
+        for future in futures:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                raise error
 
     def _chunk_etag(self, name: str) -> str | None:
         found = self._replica.chunks.get(name)
@@ -393,40 +404,74 @@ class Fetcher:
             )
         return found.etag
 
-    def _store(self, piece: _Range, data: bytes) -> None:
-        """Checks every record of a fetched range, then writes it and marks it present."""
+    def _fetch_range(self, piece: _Range) -> None:
+        """Downloads a range, checking and writing its records while the rest of it arrives
+        (arriving_range.py), each made present once checked and written."""
         store = self._map.stores[piece.store]
+        name = store.chunk_object(piece.chunk)
+        etag = self._chunk_etag(name)
         entries = store.entries[piece.records]
-        offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
-        if store.sums is not None:
-            sums = record_sums(data, offsets, entries["stored"], entries["logical"], entries["codec"])
-            bad = np.flatnonzero(sums != store.sums[piece.records])
-            if len(bad) and len(piece.extra):
-                # Absorbed records that fail are left out (a read of them fetches and reports).
-                keep = ~np.isin(piece.records, piece.records[bad][np.isin(piece.records[bad], piece.extra)])
-                piece = _Range(piece.store, piece.chunk, piece.start, piece.end,
-                               piece.records[keep], np.empty(0, np.int64))
-                entries, offsets = entries[keep], offsets[keep]
-                bad = np.flatnonzero(sums[keep] != store.sums[piece.records])
-            if len(bad):
-                index = int(piece.records[bad[0]])
-                raise RemoteError(
-                    f"record {index} of {self._objects.location.child(store.chunk_object(piece.chunk))} "
-                    f"does not match its checksum ({len(bad)} of {len(piece.records)} records in "
-                    f"bytes {piece.start}..{piece.end}); the object is damaged or was changed"
-                )
+        arriving = ArrivingRange(piece.start, piece.end - piece.start,
+                                 entries["offset"].astype(np.uint64) - np.uint64(piece.start),
+                                 entries["stored"].astype(np.uint64))
         fd = self._descriptor(piece.store, piece.chunk)
-        view = memoryview(data)
+        first_epoch: int | None = None
+        if arriving.size:
+            for part in self._objects.stream_range(name, piece.start, piece.end, etag,
+                                                   STREAM_PIECE_BYTES):
+                arriving.add(part)
+                stop = arriving.next_stop()
+                if stop is not None:
+                    first_epoch = self._settle(piece, arriving, stop, fd, first_epoch)
+        else:  # records of no bytes: nothing to ask the server for
+            stop = arriving.next_stop()
+            if stop is not None:
+                self._settle(piece, arriving, stop, fd, first_epoch)
+        with self._lock:
+            self.requests += 1 if arriving.size else 0
+            self.bytes_fetched += arriving.size
+
+    def _settle(self, piece: _Range, arriving: ArrivingRange, stop: int, fd: int,
+                first_epoch: int | None) -> int:
+        """One step of an arriving range: checks the records it completes, writes its bytes
+        and marks the records present. Returns the eviction counter at the range's first step
+        (first_epoch: None before it): when it moved, an eviction may have punched bytes
+        written by an earlier step, and completed records are written whole again."""
+        store = self._map.stores[piece.store]
+        completing = arriving.completed_by(stop)
+        good = completing
+        if store.sums is not None and len(completing):
+            records = piece.records[completing]
+            entries = store.entries[records]
+            offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
+            sums = record_sums(arriving.buffer.data, offsets, entries["stored"],
+                               entries["logical"], entries["codec"])
+            bad = sums != store.sums[records]
+            if bad.any():
+                # Absorbed records that fail are left out (a read of them fetches and reports).
+                asked_bad = np.flatnonzero(bad & ~np.isin(records, piece.extra))
+                if len(asked_bad):
+                    index = int(records[asked_bad[0]])
+                    raise RemoteError(
+                        f"record {index} of {self._objects.location.child(store.chunk_object(piece.chunk))} "
+                        f"does not match its checksum ({len(asked_bad)} of {len(piece.records)} "
+                        f"records in bytes {piece.start}..{piece.end}); the object is damaged or "
+                        "was changed"
+                    )
+                good = completing[~bad]
+        view = arriving.buffer.data
         with self._gate.shared():
-            for start, stop in adjacent_runs(offsets, entries["stored"]):
-                write_all(fd, view[start:stop], piece.start + start)
-            self._states[piece.store][piece.records] = 1
-        cost = int(self._costs[piece.store][piece.records].sum())
+            epoch = int(self._epoch[0])
+            rewrite = first_epoch is not None and epoch != first_epoch
+            for start, end in arriving.spans(stop, good, rewrite):
+                write_all(fd, view[start:end], piece.start + start)
+            self._states[piece.store][piece.records[good]] = 1
+        arriving.settle(stop, completing)
+        cost = int(self._costs[piece.store][piece.records[good]].sum())
         with self._lock:
             self._used_guess += cost
-            self.requests += 1
-            self.bytes_fetched += len(data)
-            self.records_fetched += len(piece.records)
+            self.records_fetched += len(good)
+        return epoch if first_epoch is None else first_epoch
 
     def _descriptor(self, store: int, chunk: int) -> int:
         with self._lock:

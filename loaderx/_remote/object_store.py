@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -150,10 +151,16 @@ class ObjectStore:
 
     def _call(self, name: str, what: str, call: Callable[[Any], _T]) -> _T:
         """call(client), with obstore's exceptions turned into loaderx's naming the object."""
+        with self._errors(name, what):
+            return call(self._store())
+
+    @contextmanager
+    def _errors(self, name: str, what: str) -> Iterator[None]:
+        """Turns obstore's exceptions raised inside into loaderx's naming the object."""
         exceptions = self._obstore.exceptions
         url = self.location.child(name) if name else self.location.url
         try:
-            return call(self._store())
+            yield
         except exceptions.PreconditionError as exc:
             if name and self._is_missing(name):
                 # Some stores (Azure's emulator among them) answer a read of a deleted object
@@ -242,6 +249,30 @@ class ObjectStore:
                 f"{len(data)} bytes instead of {end - start} (a truncated answer)"
             )
         return data
+
+    def stream_range(
+        self, name: str, start: int, end: int, etag: str | None, piece_bytes: int
+    ) -> Iterator[memoryview]:
+        """Bytes [start, end) of the object as they arrive, in pieces of at least piece_bytes
+        (the last may be shorter), with get_range's checks: the version etag names, and exactly
+        end - start bytes in all (a truncated answer raises after the pieces that came)."""
+        options: dict[str, Any] = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+        received = 0
+        with self._errors(name, "reading"):
+            answer = self._obstore.get(self._store(), name, options=options)
+            for piece in answer.stream(min_chunk_size=piece_bytes):
+                view = memoryview(piece)
+                received += len(view)
+                if received > end - start:
+                    break
+                yield view
+        if received != end - start:
+            raise RemoteError(
+                f"reading {self.location.child(name)} bytes {start}..{end}: the server sent "
+                f"{received} bytes instead of {end - start} (a truncated answer)"
+            )
 
     def put(self, name: str, data: bytes | memoryview, mode: Any = "overwrite") -> RemoteObject:
         """Writes the object in one request (mode: obstore's "overwrite", "create" or an
