@@ -1,7 +1,7 @@
 //! lx_batch_pad: a packed ragged batch padded to a length of rows, with its mask (batch/pad_rows.zig),
 //! after every argument is checked; a refused call writes nothing.
 const std = @import("std");
-const status = @import("../status.zig");
+const status = @import("../base/status.zig");
 const Status = status.Status;
 const invalid = @import("exports_status.zig").invalid;
 const countOverflows = @import("handles.zig").countOverflows;
