@@ -10,44 +10,35 @@ Left interpreted: it is ctypes glue around one call.
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
+from loaderx._native.calls import address
 
 _PAD: Final = _native.lib.lx_batch_pad
 _OK: Final = _native.OK
 _INT32: Final = np.dtype(np.int32)
 _NDARRAY: Final = np.ndarray
-# A writable array's address as _addressof(_first_byte(array)): about half the cost of
-# ndarray.ctypes.data; from_buffer refuses read-only, empty and non-contiguous buffers.
-_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
-_addressof: Final = ctypes.addressof
 
 
 def _address(array: Any, name: str) -> int:
-    """The data pointer of array, a C-contiguous ndarray; TypeError or ValueError naming it."""
+    """The data pointer of array (calls.address), once it is a C-contiguous ndarray;
+    TypeError or ValueError naming it."""
     if type(array) is not _NDARRAY:
         raise TypeError(f"{name} must be a numpy array, not {type(array).__name__}")
-    try:
-        return _addressof(_first_byte(array))
-    except (TypeError, ValueError, BufferError, NotImplementedError):
-        # Read-only, empty, or of a dtype the buffer protocol cannot describe: fine to read
-        # (and an empty one is never touched), as long as its bytes are in one piece.
-        if not array.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous") from None
-        return int(array.ctypes.data)
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return address(array)
 
 
 def _writable(array: Any, name: str) -> int:
-    address = _address(array, name)
+    pointer = _address(array, name)
     if not array.flags.writeable:
         raise ValueError(f"{name} is read-only")
-    return address
+    return pointer
 
 
 def pad_rows(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], row_size: int,
