@@ -29,6 +29,7 @@ COUNT = 1024
 BATCH = 256
 GATHERS = 40  # beyond the 16 of the warm-up
 POLICIES = (_native.STORES_STREAMING, _native.STORES_CACHED, _native.STORES_AUTO)
+RAGGED_BATCH = 384  # token records of 4 KiB on average: always 1 MiB or more
 
 
 @pytest.fixture(autouse=True)
@@ -133,3 +134,58 @@ def test_every_stores_policy_gives_the_same_bytes_from_a_store_and_from_shards(t
         one.close()
         shards.close()
 
+
+
+def _ragged_records(count: int, seed: int) -> list[npt.NDArray[np.int32]]:
+    """Token records of 1 to 2,047 int32 (4 bytes to 8 KiB at any 4-byte offset: slot
+    boundaries fall inside 16-byte blocks), a few of them longer, with empty ones between."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 2048, size=count)
+    lengths[::97] = 0
+    lengths[5::131] = 6000
+    return [rng.integers(0, 1 << 31, size=int(n), dtype=np.int32) for n in lengths]
+
+
+def test_packed_ragged_batches_round_trip_through_every_stores_policy(tmp_path: Path) -> None:
+    """Packed slots lie back to back at any 4-byte offset: a streamed batch writes the blocks
+    two records share as one (raw_copy.zig, StreamedRun). Every byte against the records, and
+    the bytes around the batch untouched."""
+    from loaderx.dataset import RaggedDataset
+
+    records = _ragged_records(COUNT, 21)
+    rng = np.random.default_rng(22)
+    for shard_records in (None, 300):
+        ds = RaggedDataset(tmp_path / f"ragged-{shard_records}", dtype=np.int32, codec="raw",
+                           shard_records=shard_records)
+        ds.append(records)
+        try:
+            for policy in POLICIES:
+                _native.set_stores_policy(policy)
+                for n in range(GATHERS):
+                    indices = rng.integers(0, COUNT, RAGGED_BATCH)
+                    want = np.concatenate([records[i] for i in indices]).view(np.uint8)
+                    assert want.nbytes >= 1 << 20  # large enough to stream
+                    start = n % 16  # the batch at every offset of a block
+                    buffer = np.full(want.nbytes + 64, 0xAA, dtype=np.uint8)
+                    offsets = np.empty(RAGGED_BATCH + 1, dtype=np.uint64)
+                    assert ds.gather_packed(indices, buffer[start:], offsets)
+                    assert int(offsets[-1]) == want.nbytes
+                    assert np.array_equal(buffer[start : start + want.nbytes], want)
+                    assert (buffer[:start] == 0xAA).all()
+                    assert (buffer[start + want.nbytes :] == 0xAA).all()
+        finally:
+            ds.close()
+
+
+def test_records_of_an_odd_size_round_trip_through_every_stores_policy(tmp_path: Path) -> None:
+    """Fixed-size slots of 4,100 bytes: every slot boundary but every fourth falls inside a
+    16-byte block."""
+    records = np.random.default_rng(23).integers(0, 256, size=(COUNT, RECORD + 4), dtype=np.uint8)
+    ds = DenseDataset(tmp_path / "odd", dtype=np.uint8, item_shape=(RECORD + 4,), codec="raw")
+    ds.append(records)
+    try:
+        for policy in POLICIES:
+            _native.set_stores_policy(policy)
+            _check_gathers(ds, records)
+    finally:
+        ds.close()
