@@ -115,13 +115,13 @@ const pattern_size_max = 4096;
 /// Writes whole padding rows fast: by memset when every byte of the row is the same (zeros,
 /// the common case), else by copies of up to pattern_size_max bytes of repeated rows, else
 /// (rows larger than that) row by row.
-const Filler = struct {
+pub const Filler = struct {
     row: []const u8,
     byte: ?u8,
     pattern: [pattern_size_max]u8,
     pattern_size: usize,
 
-    fn init(row: []const u8) Filler {
+    pub fn init(row: []const u8) Filler {
         assert(row.len > 0);
         var filler: Filler = .{ .row = row, .byte = row[0], .pattern = undefined, .pattern_size = 0 };
         for (row[1..]) |byte| {
@@ -136,7 +136,7 @@ const Filler = struct {
     }
 
     /// Padding rows over all of `target`, a whole number of rows.
-    fn fill(filler: *const Filler, target: []u8) void {
+    pub fn fill(filler: *const Filler, target: []u8) void {
         assert(target.len % filler.row.len == 0);
         if (filler.byte) |byte| return @memset(target, byte);
         if (filler.pattern_size == 0) {
