@@ -257,3 +257,17 @@ def test_a_loader_pads_in_one_call_and_reuses_its_buffers(tmp_path: Path, codec:
                 del batch
             # One call a step, and one more on the steps whose buffers had to grow.
             assert not counting or 10 <= len(calls) <= 10 + 6
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_records_checked_against_their_sums_pad_the_same(tmp_path: Path, codec: str) -> None:
+    """verify=True sends every record, raw ones too, through the checked copy (and the cut
+    records through their checked prefix)."""
+    data = make_records(40, 16, seed=9)
+    dataset(tmp_path, codec, False, data).close()
+    indices = np.arange(40, dtype=np.int64)
+    with RaggedDataset(tmp_path / f"{codec}-False", verify=True) as ds:
+        for lengths, truncate in (((), False), ((6,), True)):
+            length, out, mask = gather(ds, indices, lengths, truncate, value=3)
+            want, want_mask = by_hand(data, length, 3)
+            assert out.tobytes() == want.tobytes() and (mask == want_mask).all()

@@ -1,7 +1,8 @@
 //! Padding a packed ragged batch: each record's rows copied to the start of its own block of
 //! `length` rows, one padding row repeated after them, and the (count, length) mask of the
-//! record rows. What a loader's padded stream (loaderx._loading.ragged_batch) makes of the
-//! packed gather, for lx_batch_pad; the export validates every argument, this file asserts.
+//! record rows. What a mixture's padded stream (loaderx._loading.ragged_batch) makes of its
+//! packed gathers, for lx_batch_pad (a padded gather, padded.zig, fills its rows with the
+//! Filler here); the export validates every argument, this file asserts.
 const std = @import("std");
 const assert = std.debug.assert;
 const pool = @import("../os/pool.zig");
