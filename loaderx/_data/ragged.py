@@ -101,6 +101,25 @@ class RaggedDataset(DatasetBase):
                 return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
         return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
 
+    def gather_padded(
+        self, indices: npt.NDArray[np.int64], pad_row: npt.NDArray[Any],
+        lengths: npt.NDArray[np.uint64], truncate: bool, out: npt.NDArray[Any],
+        mask: npt.NDArray[Any], rows: npt.NDArray[np.uint64],
+    ) -> bool:
+        """The records of indices padded in one native call: rows[i] = record i's rows, rows[-1]
+        the padded length L (picked from lengths as Zrecord.gather_padded says), then, when out
+        and mask hold them, each record's first min(n_i, L) rows in its block of L rows of out
+        (taken as bytes), pad_row (one row's bytes) after them, and the mask's bytes. False,
+        with only rows written, when out or mask is too small for rows[-1] rows a record, or a
+        record is longer than every length and truncate is False (rows[-1] > lengths[-1])."""
+        remote = self._remote
+        if remote is not None:
+            with remote.reading(indices):
+                return self._store.gather_padded(
+                    indices, self.row_size, pad_row, lengths, truncate, out, mask, rows)
+        return self._store.gather_padded(
+            indices, self.row_size, pad_row, lengths, truncate, out, mask, rows)
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

@@ -8,15 +8,20 @@ A RaggedDataset stream gives a batch two arrays (docs/decisions.md, "Ragged batc
 - padded (a Padding): `name` is (B, L, *item_shape), each record in its row's first rows and
   the padding value after, and `name.mask` the (B, L) bool mask of the record rows.
 
-A step sizes and copies a stream's records in one native call (RaggedDataset.gather_packed,
-which also writes the offsets and cu_seqlens) into a buffer the step's ring slot keeps; the
-slot's reuse rules (loaderx._loading.step_maker) say when a buffer may be written again. A
-buffer too small for a batch makes that call copy nothing and say what it needs; the step then
-makes a buffer that big and a quarter more, and calls again. A mixture's step sizes every source
-first (record_offsets), then gathers each into its part of one buffer.
-Padded, a second native call (loaderx._native.padded_batch.pad_rows) copies each record of
-that buffer into its row of the padded array, repeats the padding row after it and writes the
-mask.
+A step sizes and copies a stream's records in one native call into buffers the step's ring
+slot keeps; the slot's reuse rules (loaderx._loading.step_maker) say when a buffer may be
+written again. Packed, that call is RaggedDataset.gather_packed, which also writes the offsets
+and cu_seqlens; padded, RaggedDataset.gather_padded, which reads the records' lengths, picks
+the padded length, copies (or decompresses) each record straight into its row of the padded
+array, repeats the padding row after it and writes the mask. A buffer too small for a batch
+makes either call copy nothing and say what it needs; the step then makes a buffer that big and
+a quarter more, and calls again.
+
+A mixture's step sizes every source first (record_offsets), then gathers each into its part of
+one packed buffer; padded, a second native call (loaderx._native.padded_batch.pad_rows) copies
+each record of that buffer into its row of the padded array. (A call per source into the padded
+array would need the length of the whole batch first: the packed buffer keeps that path one
+sizing and one copy per source.)
 
 Left interpreted: the per-step work is a native call and a few NumPy views.
 """
@@ -289,12 +294,19 @@ class RaggedStream:
         self.outputs: list[list[Any]] = (
             [self._packed, self._cu] if layout is None else [self._padded, self._mask]
         )
-        # One padding row's bytes (the value in every element of a row), what pad_rows repeats.
+        # One padding row's bytes (the value in every element of a row), what the padded
+        # gather and pad_rows repeat, and the lengths the gather may pad to (none: the longest).
         self._pad_row: Buffer | None = None
+        self._lengths: npt.NDArray[np.uint64] = np.empty(0, dtype=_UINT64)
         if layout is not None:
             row = np.empty(dataset.item_shape, dtype=dataset.dtype)
             row.fill(padding_value(layout.value, dataset.dtype))
             self._pad_row = row.reshape(-1).view(_UINT8)
+            allowed = (layout.length,) if layout.length is not None else layout.buckets
+            self._lengths = np.array(allowed or (), dtype=_UINT64)
+        # The largest padded buffer and mask made so far, what a new one starts at.
+        self._padded_capacity: int = 0
+        self._mask_capacity: int = 0
         # The largest packed buffer made so far: a new one starts that big, so that it usually
         # holds its first batch without a second native call.
         self._capacity: int = 0
@@ -314,6 +326,9 @@ class RaggedStream:
         """The stream's arrays of a step into batch: the records of every part (a dataset of
         the stream's dtype and item shape, and indices into it) in order, written into slot's
         buffers when `reusable` (nothing else references them), else into new ones."""
+        if self.layout is not None and len(parts) == 1:
+            self._gather_padded(parts[0], slot, reusable, batch)
+            return
         offsets = self._offsets[slot]
         packed = self.layout is None
         # Padded, the packed bytes and cu_seqlens never leave the step: always reusable.
@@ -347,6 +362,54 @@ class RaggedStream:
         size and a quarter more."""
         self._capacity = max(self._capacity, size + size // 4)
         return np.empty(self._capacity, dtype=_UINT8)
+
+    def _gather_padded(self, part: Part, slot: int, reusable: bool,
+                       batch: dict[str, Any]) -> None:
+        """A DataLoader's padded step: one native call (gather_padded) into slot's buffers, or
+        new ones, that sizes the batch, picks its length and copies every record into its row.
+        When the buffers are too small it copies nothing and says the length; the step then
+        makes buffers that big and a quarter more and calls again."""
+        layout = self.layout
+        pad_row = self._pad_row
+        assert layout is not None and pad_row is not None
+        dataset, indices = part
+        count = len(indices)
+        rows = self._offsets[slot]
+        if len(rows) != count + 1:
+            rows = np.empty(count + 1, dtype=_UINT64)
+        row_size = dataset.row_size
+        lengths = self._lengths
+        out = self._padded[slot] if reusable else None
+        mask = self._mask[slot] if reusable else None
+        if out is None:
+            out = np.empty(self._padded_capacity, dtype=_UINT8)
+        if mask is None:
+            mask = np.empty(self._mask_capacity, dtype=_UINT8)
+        for _attempt in range(_GATHER_ATTEMPTS):
+            if dataset.gather_padded(indices, pad_row, lengths, layout.truncate, out, mask, rows):
+                break
+            length = int(rows[-1])
+            if len(lengths) and length > int(lengths[-1]):
+                layout.target(length)  # the ValueError that says how to pad longer records
+            size = count * length * row_size
+            if out.nbytes < size:
+                self._padded_capacity = max(self._padded_capacity, size + size // 4)
+                out = np.empty(self._padded_capacity, dtype=_UINT8)
+            if mask.nbytes < count * length:
+                self._mask_capacity = max(self._mask_capacity, count * length + count * length // 4)
+                mask = np.empty(self._mask_capacity, dtype=_UINT8)
+        else:
+            raise ValueError(
+                f"records of stream {self.name!r} kept growing while being gathered "
+                f"({_GATHER_ATTEMPTS} attempts): is a delete or compaction running on the dataset?"
+            )
+        self._padded[slot] = out
+        self._mask[slot] = mask
+        length = int(rows[-1])
+        cells = count * length
+        batch[self.name] = out[: cells * row_size].view(dataset.dtype).reshape(
+            (count, length, *dataset.item_shape))
+        batch[self.name + MASK_SUFFIX] = mask[:cells].view(np.bool_).reshape(count, length)
 
     def _pad(self, packed: Buffer, cu: npt.NDArray[np.int32], slot: int, reusable: bool,
              batch: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 17
+ABI_VERSION: Final = 18
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -177,6 +177,8 @@ OPEN_DURABLE: Final = 2
 OPEN_READ_ONLY: Final = 4
 OPEN_VERIFY_ALL: Final = 8
 OPEN_VERIFY_NONE: Final = 16
+# Flag of lx_{store,view}_gather_padded: cut a record longer than the last length to it.
+PAD_TRUNCATE: Final = 1
 
 # Limits of a store, as in loaderx.h (zig/src/base/limits.zig); tests/native/test_abi.py checks all
 # three.
@@ -277,6 +279,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_store_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
         "lx_store_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_store_gather": (st, [vp, vp, u64, vp, vp]),
+        "lx_store_gather_padded": (st, [vp, vp, u64, u64, vp, vp, u64, u32, vp, u64, vp, u64, vp, vp]),
         "lx_store_gather_streams": (st, [vp, u64, vp, u64]),
         "lx_store_delete": (st, [vp, vp, u64]),
         "lx_stores_delete": (st, [vp, u64, vp, vp]),
@@ -294,6 +297,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lx_view_record_offsets": (st, [vp, vp, u64, u64, vp, vp]),
         "lx_view_gather_packed": (st, [vp, vp, u64, u64, vp, u64, vp, vp]),
         "lx_view_gather": (st, [vp, vp, u64, vp, vp]),
+        "lx_view_gather_padded": (st, [vp, vp, u64, u64, vp, vp, u64, u32, vp, u64, vp, u64, vp, vp]),
         "lx_sampler_fill": (st, [u32, u64, u64, u64, u64, u64, u64, vp]),
         "lx_sampler_batch": (st, [vp, u64, vp]),
         "lx_record_sums": (st, [vp, u64, vp, vp, vp, vp, u64, vp]),

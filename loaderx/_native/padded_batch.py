@@ -1,7 +1,9 @@
 """pad_rows: a packed ragged batch padded to a length of rows, with its mask, in one native call.
 
-A padded stream of a loader (loaderx._loading.ragged_batch) calls it every step, on the packed
-bytes its gather wrote: so the checks here are only those memory safety needs before the call
+A padded stream of a MixtureLoader (loaderx._loading.ragged_batch) calls it every step, on the
+packed bytes its gathers wrote (a DataLoader's padded step is one gather_padded call instead),
+and pad_into for arrays in memory: so the checks here are only those memory safety needs
+before the call
 (NumPy arrays, C-contiguous, int32 offsets); lx_batch_pad checks everything else (sizes,
 offsets, overlaps) and writes nothing when it refuses.
 

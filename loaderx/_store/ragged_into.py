@@ -1,5 +1,5 @@
 """The checks of a ragged gather into a caller's buffer (gather_packed; or record_offsets, then
-gather_ragged_into; on Zrecord, View and ShardedStore).
+gather_ragged_into; or gather_padded; on Zrecord, View and ShardedStore).
 
 gather_packed sizes and copies in one native call, into a buffer of any size: when it is too
 small nothing is copied, and the offsets say how many bytes it needs.
@@ -71,4 +71,34 @@ def check_packed(indices: object, out: object, offsets: object, rows: object) ->
     return count
 
 
-__all__ = ["check_packed", "check_ragged_into", "check_record_offsets"]
+def _writable(array: object, name: str) -> npt.NDArray[Any]:
+    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.flags.writeable:
+        raise ValueError(f"{name} must be a writable C-contiguous numpy array")
+    return array
+
+
+def check_padded(indices: object, row_size: int, pad_row: object, lengths: object,
+                 out: object, mask: object, rows: object) -> int:
+    """The record count of a gather_padded call, or TypeError / ValueError naming what is
+    wrong: int64 indices; pad_row a C-contiguous array of row_size bytes; lengths uint64,
+    increasing, each at least 1 (may be empty); out and mask writable and C-contiguous, of
+    any size; rows writable uint64 with one entry more than indices. The native call checks
+    the rest (overlaps, sizes that overflow) and writes nothing when it refuses."""
+    count = len(_one_dimensional(indices, "indices", _INT64))
+    allowed = _one_dimensional(lengths, "lengths", _UINT64)
+    if len(allowed) and (int(allowed[0]) < 1 or bool((allowed[1:] <= allowed[:-1]).any())):
+        raise ValueError(f"lengths must increase from at least 1, got {allowed.tolist()}")
+    if not isinstance(pad_row, np.ndarray) or not pad_row.flags.c_contiguous:
+        raise ValueError("pad_row must be a C-contiguous numpy array")
+    if row_size < 1 or pad_row.nbytes != row_size:
+        raise ValueError(f"pad_row holds {pad_row.nbytes} bytes, not the row's {row_size}")
+    _writable(out, "out")
+    _writable(mask, "mask")
+    counts = _one_dimensional(rows, "rows", _UINT64)
+    if len(counts) != count + 1:
+        raise ValueError(f"rows has {len(counts)} entries; {count} records need {count + 1}")
+    _writable(counts, "rows")
+    return count
+
+
+__all__ = ["check_packed", "check_padded", "check_ragged_into", "check_record_offsets"]

@@ -248,6 +248,23 @@ class ShardedStore:
             lambda view: view.gather_packed(indices, row_size, out, offsets, rows), without_shards
         )
 
+    def gather_padded(
+        self, indices: npt.NDArray[np.int64], row_size: int, pad_row: npt.NDArray[Any],
+        lengths: npt.NDArray[np.uint64], truncate: bool, out: npt.NDArray[Any],
+        mask: npt.NDArray[Any], rows: npt.NDArray[np.uint64],
+    ) -> bool:
+        """See Zrecord.gather_padded (indices global, in range)."""
+        def without_shards() -> bool:
+            _refuse_any(indices)
+            rows[0] = lengths[0] if len(lengths) else 0
+            return True
+
+        return self._shards.read(
+            lambda view: view.gather_padded(
+                indices, row_size, pad_row, lengths, truncate, out, mask, rows),
+            without_shards,
+        )
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

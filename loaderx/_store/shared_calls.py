@@ -24,7 +24,9 @@ import numpy.typing as npt
 from loaderx._native import library as _native
 from loaderx._native.calls import NativeCalls, address
 from loaderx._native.result_buffers import empty_bytes
-from loaderx._store.ragged_into import check_packed, check_ragged_into, check_record_offsets
+from loaderx._store.ragged_into import (
+    check_packed, check_padded, check_ragged_into, check_record_offsets,
+)
 from loaderx._store.record_batches import gather_arguments
 
 _NDARRAY: Final = np.ndarray
@@ -154,6 +156,36 @@ def gather_packed(
     return True
 
 
+def gather_padded(
+    owner: NativeCalls, native: Callable[..., int], label: str,
+    indices: npt.NDArray[np.int64], row_size: int, pad_row: npt.NDArray[Any],
+    lengths: npt.NDArray[np.uint64], truncate: bool, out: npt.NDArray[Any],
+    mask: npt.NDArray[Any], rows: npt.NDArray[np.uint64],
+) -> bool:
+    """One padded gather through `native` on `owner`'s handle (see Zrecord.gather_padded):
+    False, with only rows written, when the batch does not fit out and mask or a record is
+    longer than every allowed length; the native error raised with `label` otherwise."""
+    count = check_padded(indices, row_size, pad_row, lengths, out, mask, rows)
+    rows_address = address(rows)
+    handle = owner._enter()
+    try:
+        code = native(
+            handle, address(indices) if count else None, count, row_size, address(pad_row),
+            address(lengths) if len(lengths) else None, len(lengths),
+            _native.PAD_TRUNCATE if truncate else 0,
+            address(out) if out.nbytes else None, out.nbytes,
+            address(mask) if mask.nbytes else None, mask.nbytes,
+            rows_address if count else None, rows_address + 8 * count,
+        )
+    finally:
+        owner._leave()
+    if code == _native.SIZE_MISMATCH:
+        return False
+    if code:
+        _native.check(code, f"padded gather of {count} records from {label}")
+    return True
+
+
 def record_offsets(
     owner: NativeCalls, native: Callable[..., int], label: str,
     indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
@@ -195,5 +227,5 @@ def gather_ragged_into(
     return True
 
 
-__all__ = ["gather_fixed", "gather_packed", "gather_ragged", "gather_ragged_into", "record_lengths",
+__all__ = ["gather_fixed", "gather_packed", "gather_padded", "gather_ragged", "gather_ragged_into", "record_lengths",
            "record_offsets"]

@@ -137,6 +137,16 @@ class View(NativeCalls):
             self, _native.lib.lx_view_gather_packed, repr(self.name), indices, row_size, out,
             offsets, rows)
 
+    def gather_padded(
+        self, indices: npt.NDArray[np.int64], row_size: int, pad_row: npt.NDArray[Any],
+        lengths: npt.NDArray[np.uint64], truncate: bool, out: npt.NDArray[Any],
+        mask: npt.NDArray[Any], rows: npt.NDArray[np.uint64],
+    ) -> bool:
+        """See Zrecord.gather_padded (global indices)."""
+        return shared_calls.gather_padded(
+            self, _native.lib.lx_view_gather_padded, repr(self.name), indices, row_size,
+            pad_row, lengths, truncate, out, mask, rows)
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

@@ -450,6 +450,25 @@ class Zrecord(NativeCalls):
             self, _native.lib.lx_store_gather_packed, repr(self.path), indices, row_size, out,
             offsets, rows)
 
+    def gather_padded(
+        self, indices: npt.NDArray[np.int64], row_size: int, pad_row: npt.NDArray[Any],
+        lengths: npt.NDArray[np.uint64], truncate: bool, out: npt.NDArray[Any],
+        mask: npt.NDArray[Any], rows: npt.NDArray[np.uint64],
+    ) -> bool:
+        """One native call, under one hold of the lock (lx_store_gather_padded): rows[i] = the
+        rows (of row_size bytes) of record indices[i], rows[-1] = the padded length L (the
+        smallest of lengths, uint64 and increasing, that holds the longest record; the longest
+        record's rows when lengths is empty; the last length when truncate and none does);
+        then, when out and mask (any dtype, taken as bytes) hold count * L rows and count * L
+        bytes, record i's first min(n_i, L) rows at the start of out's block i of L rows,
+        pad_row's bytes after them, and mask's bytes 1 for a record row and 0 for padding.
+        False, with only rows written, when out or mask is too small (rows[-1] is the length
+        they must hold) or a record is longer than every length without truncate (rows[-1] is
+        its rows, past lengths[-1])."""
+        return shared_calls.gather_padded(
+            self, _native.lib.lx_store_gather_padded, repr(self.path), indices, row_size,
+            pad_row, lengths, truncate, out, mask, rows)
+
     def record_offsets(
         self, indices: npt.NDArray[np.int64], row_size: int, offsets: npt.NDArray[np.uint64],
         rows: npt.NDArray[np.int32] | None = None,

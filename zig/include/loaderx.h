@@ -144,6 +144,28 @@ lx_status lx_store_record_offsets(lx_store *store, const int64_t *indices, uint6
 lx_status lx_store_gather_packed(lx_store *store, const int64_t *indices, uint64_t count,
                                  uint64_t row_size, uint8_t *dst, uint64_t dst_capacity,
                                  uint64_t *out_offsets, int32_t *out_rows);
+/* A padded gather in one call (a loader's padded ragged batch): under one hold of the store's
+ * lock, out_rows[i] gets record indices[i]'s length in rows (rows of row_size bytes; a record
+ * that is not whole rows is LX_CORRUPT), the padded length L is picked from the longest, N
+ * rows: the smallest of `lengths` (length_count of them, increasing, each at least 1) that is
+ * at least N, or with length_count 0 N itself; when none is, the last of them with
+ * LX_PAD_TRUNCATE in flags, else LX_SIZE_MISMATCH with *out_length = N (past the last length)
+ * and nothing else written. *out_length gets L. When out holds count * L * row_size bytes and
+ * mask count * L, record i's first min(n_i, L) rows go to out's rows [i * L, ...) (decompressed
+ * straight there; a compressed record cut to L rows is decompressed into a scratch first),
+ * pad_row (row_size bytes) fills the rest of its L rows, and mask[i * L + j] is 1 for a record
+ * row, 0 for a padding row; otherwise LX_SIZE_MISMATCH with only out_rows and *out_length
+ * written: call again with buffers that large. Refuses (writing nothing) NULLs, a zero row_size,
+ * lengths that do not increase, unknown flags, LX_PAD_TRUNCATE without lengths, sizes that
+ * overflow and writes that overlap each other, pad_row or lengths. out and mask may be NULL
+ * when their capacity is 0, indices and out_rows when count is 0 (then *out_length is
+ * lengths[0], or 0). */
+lx_status lx_store_gather_padded(lx_store *store, const int64_t *indices, uint64_t count,
+                                 uint64_t row_size, const uint8_t *pad_row,
+                                 const uint64_t *lengths, uint64_t length_count, uint32_t flags,
+                                 uint8_t *out, uint64_t out_capacity, uint8_t *mask,
+                                 uint64_t mask_capacity, uint64_t *out_rows, uint64_t *out_length);
+#define LX_PAD_TRUNCATE 1u /* flags of lx_{store,view}_gather_padded: cut long records to the last length */
 /* Ragged gather: record indices[i] goes to dst + dst_offsets[i]; the slot
  * [dst_offsets[i], dst_offsets[i+1]) must be exactly its logical length. */
 lx_status lx_store_gather(lx_store *store, const int64_t *indices, uint64_t count, uint8_t *dst,
@@ -233,7 +255,7 @@ lx_status lx_view_open(lx_store *const *stores, uint64_t count, lx_view **out);
 void lx_view_close(lx_view *view);                 /* NULL does nothing */
 uint64_t lx_view_length(const lx_view *view);      /* total records; 0 for NULL */
 /* As lx_store_gather_fixed / lx_store_record_lengths / lx_store_record_offsets /
- * lx_store_gather_packed / lx_store_gather, with global indices:
+ * lx_store_gather_packed / lx_store_gather / lx_store_gather_padded, with global indices:
  * the whole batch is one pool run, each record read by its own store under that store's
  * shared lock. An index past a store that shrank since the view was made is
  * LX_INDEX_OUT_OF_RANGE (with a message naming the shard). */
@@ -248,6 +270,11 @@ lx_status lx_view_gather_packed(lx_view *view, const int64_t *indices, uint64_t 
                                 uint64_t *out_offsets, int32_t *out_rows);
 lx_status lx_view_gather(lx_view *view, const int64_t *indices, uint64_t count, uint8_t *dst,
                          const uint64_t *dst_offsets);
+lx_status lx_view_gather_padded(lx_view *view, const int64_t *indices, uint64_t count,
+                                uint64_t row_size, const uint8_t *pad_row,
+                                const uint64_t *lengths, uint64_t length_count, uint32_t flags,
+                                uint8_t *out, uint64_t out_capacity, uint8_t *mask,
+                                uint64_t mask_capacity, uint64_t *out_rows, uint64_t *out_length);
 
 /* --- the Python binding's fast path ----------------------------------------------------
  * ctypes passes a Python int as a C int far more cheaply than as a typed argument, and the

@@ -47,6 +47,7 @@ test {
     _ = @import("store/raw_copy.zig");
     _ = @import("batch/record_offsets.zig");
     _ = @import("batch/pad_rows.zig");
+    _ = @import("batch/padded.zig");
     _ = @import("batch/numpy_array.zig");
     _ = @import("batch/write_pieces.zig");
     _ = @import("sampler/sampler.zig");

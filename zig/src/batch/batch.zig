@@ -6,6 +6,7 @@ const limits = @import("../base/limits.zig");
 const errors = @import("../base/errors.zig");
 const diagnostic = @import("../base/diagnostic.zig");
 const Error = errors.Error;
+const Padded = @import("padded.zig").Padded;
 
 /// A batch of input records: record i is data[offsets[i] .. offsets[i+1]) or, without offsets,
 /// data[i*stride .. (i+1)*stride).
@@ -54,21 +55,45 @@ pub const Records = struct {
     }
 };
 
-/// A gather destination: slot i is base[offsets[i] .. offsets[i+1]) or, without offsets,
-/// base[i*stride .. (i+1)*stride).
+/// A gather destination: slot i is base[offsets[i] .. offsets[i+1]), or, padded, the first
+/// rows of record i's block (padded.zig), or else base[i*stride .. (i+1)*stride).
 pub const Destination = struct {
     base: [*]u8,
     offsets: ?[*]const u64 = null,
     stride: u64 = 0,
+    /// A padded batch: slot i may be shorter than record i (its first rows), and each range
+    /// of records copied is finished with its padding and mask.
+    padded: ?*const Padded = null,
 
     pub fn slot(destination: Destination, i: u64) []u8 {
         if (destination.offsets) |o| return destination.base[o[i]..o[i + 1]];
+        if (destination.padded) |p| return destination.base[p.slotStart(i)..][0..p.slotLength(i)];
         return destination.base[i * destination.stride ..][0..destination.stride];
     }
 
     pub fn slotLength(destination: Destination, i: u64) u64 {
         if (destination.offsets) |o| return o[i + 1] - o[i];
+        if (destination.padded) |p| return p.slotLength(i);
         return destination.stride;
+    }
+};
+
+/// Slots back to back at running offsets (slot i is [offsets[i], offsets[i + 1])), as the
+/// ragged raw copy takes them (Padded is the other kind).
+pub const Offsets = struct {
+    offsets: [*]const u64,
+
+    pub inline fn slotStart(slots: Offsets, i: usize) u64 {
+        return slots.offsets[i];
+    }
+
+    pub inline fn slotLength(slots: Offsets, i: usize) u64 {
+        return slots.offsets[i + 1] - slots.offsets[i];
+    }
+
+    /// Each slot starts where the one before ends (raw_copy streams them as one run).
+    pub inline fn backToBack(_: Offsets) bool {
+        return true;
     }
 };
 

@@ -1,7 +1,8 @@
 //! Padding a packed ragged batch: each record's rows copied to the start of its own block of
 //! `length` rows, one padding row repeated after them, and the (count, length) mask of the
-//! record rows. What a loader's padded stream (loaderx._loading.ragged_batch) makes of the
-//! packed gather, for lx_batch_pad; the export validates every argument, this file asserts.
+//! record rows. What a mixture's padded stream (loaderx._loading.ragged_batch) makes of its
+//! packed gathers, for lx_batch_pad (a padded gather, padded.zig, fills its rows with the
+//! Filler here); the export validates every argument, this file asserts.
 const std = @import("std");
 const assert = std.debug.assert;
 const pool = @import("../os/pool.zig");
@@ -115,13 +116,13 @@ const pattern_size_max = 4096;
 /// Writes whole padding rows fast: by memset when every byte of the row is the same (zeros,
 /// the common case), else by copies of up to pattern_size_max bytes of repeated rows, else
 /// (rows larger than that) row by row.
-const Filler = struct {
+pub const Filler = struct {
     row: []const u8,
     byte: ?u8,
     pattern: [pattern_size_max]u8,
     pattern_size: usize,
 
-    fn init(row: []const u8) Filler {
+    pub fn init(row: []const u8) Filler {
         assert(row.len > 0);
         var filler: Filler = .{ .row = row, .byte = row[0], .pattern = undefined, .pattern_size = 0 };
         for (row[1..]) |byte| {
@@ -136,7 +137,7 @@ const Filler = struct {
     }
 
     /// Padding rows over all of `target`, a whole number of rows.
-    fn fill(filler: *const Filler, target: []u8) void {
+    pub fn fill(filler: *const Filler, target: []u8) void {
         assert(target.len % filler.row.len == 0);
         if (filler.byte) |byte| return @memset(target, byte);
         if (filler.pattern_size == 0) {

@@ -68,6 +68,7 @@ test "open flags, sampler modes and limits in the header are the Zig ones" {
     try testing.expectEqual(@as(?u64, abi_types.open_read_only), define("LX_OPEN_READ_ONLY"));
     try testing.expectEqual(@as(?u64, abi_types.open_verify_all), define("LX_OPEN_VERIFY_ALL"));
     try testing.expectEqual(@as(?u64, abi_types.open_verify_none), define("LX_OPEN_VERIFY_NONE"));
+    try testing.expectEqual(@as(?u64, abi_types.pad_truncate), define("LX_PAD_TRUNCATE"));
     inline for (@typeInfo(integrity.Reason).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_VERIFY_{s}", .{field});

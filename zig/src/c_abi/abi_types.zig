@@ -10,6 +10,10 @@ pub const open_read_only: u32 = 4;
 pub const open_verify_all: u32 = 8;
 pub const open_verify_none: u32 = 16;
 
+/// Flag of lx_{store,view}_gather_padded (LX_PAD_TRUNCATE): keep the first rows of a record
+/// longer than the last allowed length.
+pub const pad_truncate: u32 = 1;
+
 /// Mirrors lx_stats in loaderx.h.
 pub const LxStats = extern struct {
     records: u64,

@@ -74,22 +74,23 @@ export fn lx_batch_pad(
     return .ok;
 }
 
-/// A caller's buffer as addresses, for the checks made before any byte is written.
-const Span = struct {
+/// A caller's buffer as addresses, for the checks made before any byte is written (here and by
+/// lx_{store,view}_gather_padded).
+pub const Span = struct {
     address: u64,
     size: u64,
 
-    fn of(pointer: anytype, size: u64) Span {
+    pub fn of(pointer: anytype, size: u64) Span {
         return .{ .address = if (pointer) |p| @intFromPtr(p) else 0, .size = size };
     }
 
     /// Whether the buffer would wrap past the end of the address space.
-    fn runsPast(span: Span) bool {
+    pub fn runsPast(span: Span) bool {
         return span.size > std.math.maxInt(usize) or span.address > std.math.maxInt(usize) - span.size;
     }
 
     /// Whether two buffers share a byte (an empty one shares none).
-    fn overlaps(a: Span, b: Span) bool {
+    pub fn overlaps(a: Span, b: Span) bool {
         if (a.size == 0 or b.size == 0) return false;
         return a.address < b.address + b.size and b.address < a.address + a.size;
     }

@@ -25,6 +25,7 @@ extern fn lx_store_gather_fixed(store: ?*LxStore, indices: ?[*]const i64, count:
 extern fn lx_store_record_lengths(store: ?*LxStore, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
 extern fn lx_store_record_offsets(store: ?*LxStore, indices: ?[*]const i64, count: u64, row_size: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
 extern fn lx_store_gather_packed(store: ?*LxStore, indices: ?[*]const i64, count: u64, row_size: u64, dst: ?[*]u8, dst_capacity: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
+extern fn lx_store_gather_padded(store: ?*LxStore, indices: ?[*]const i64, count: u64, row_size: u64, pad_row: ?[*]const u8, lengths: ?[*]const u64, length_count: u64, flags: u32, out: ?[*]u8, out_capacity: u64, mask: ?[*]u8, mask_capacity: u64, out_rows: ?[*]u64, out_length: ?*u64) Status;
 extern fn lx_store_gather(store: ?*LxStore, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 const LxGatherStream = extern struct { store: ?*LxStore, out: ?[*]u8, record_size: u64, out_bytes: u64 };
 extern fn lx_store_gather_streams(indices: ?[*]const i64, count: u64, streams: ?[*]const LxGatherStream, stream_count: u64) Status;
@@ -49,6 +50,7 @@ extern fn lx_view_gather_fixed(view: ?*LxView, indices: ?[*]const i64, count: u6
 extern fn lx_view_record_lengths(view: ?*LxView, indices: ?[*]const i64, count: u64, out_lengths: ?[*]u64) Status;
 extern fn lx_view_record_offsets(view: ?*LxView, indices: ?[*]const i64, count: u64, row_size: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
 extern fn lx_view_gather_packed(view: ?*LxView, indices: ?[*]const i64, count: u64, row_size: u64, dst: ?[*]u8, dst_capacity: u64, out_offsets: ?[*]u64, out_rows: ?[*]i32) Status;
+extern fn lx_view_gather_padded(view: ?*LxView, indices: ?[*]const i64, count: u64, row_size: u64, pad_row: ?[*]const u8, lengths: ?[*]const u64, length_count: u64, flags: u32, out: ?[*]u8, out_capacity: u64, mask: ?[*]u8, mask_capacity: u64, out_rows: ?[*]u64, out_length: ?*u64) Status;
 extern fn lx_view_gather(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
@@ -1118,4 +1120,122 @@ test "lx_batch_pad pads a packed batch and refuses NULLs, overflows, small buffe
     const empty = [_]i32{ 0, 0 };
     try testing.expectEqual(Status.ok, lx_batch_pad(null, 0, &empty, 1, 2, &row, 0, null, 0, null, 0));
     try testing.expectEqual(Status.ok, lx_batch_pad(null, 0, &cu, 0, 2, &row, 5, null, 0, null, 0));
+}
+
+test "padded gathers: records straight into their rows, cut, padded and masked in one call; bad arguments refused, nothing written" {
+    var f: Fixture = undefined;
+    try f.init();
+    defer f.deinit();
+    const s = f.store;
+    // Records 10 and 11: 3 rows and 1 row of 2 bytes, zstd-compressed (10 is cut to 2 rows below).
+    const data = [_]u8{ 1, 2, 3, 4, 5, 6, 7, 8 };
+    var first: u64 = 0;
+    try testing.expectEqual(Status.ok, lx_store_append(s, &data, &[_]u64{ 0, 6, 8 }, 2, 1, &first));
+    var indices: [3]i64 = .{ 10, 2, 11 };
+    const pad_row = [_]u8{ 0xF0, 0x0F };
+    const lengths = [_]u64{ 2, 4 };
+    var out: [3 * 4 * 2]u8 align(8) = @splat(0xEE);
+    var mask: [3 * 4]u8 = @splat(0xEE);
+    var rows: [3]u64 = @splat(77);
+    var length: u64 = 77;
+    const untouched = struct {
+        fn check(o: []const u8, m: []const u8, r: []const u64, l: u64) !void {
+            for (o) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+            for (m) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+            for (r) |row| try testing.expectEqual(@as(u64, 77), row);
+            try testing.expectEqual(@as(u64, 77), l);
+        }
+    }.check;
+    try expectRefused(.invalid_argument, lx_store_gather_padded(null, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "store is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, null, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "indices is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 0, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "row_size is 0");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, null, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "pad_row is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, null, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "lengths is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &[_]u64{ 4, 4 }, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "do not increase");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &[_]u64{0}, 1, 0, &out, out.len, &mask, mask.len, &rows, &length), "lengths[0] is 0");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 6, &out, out.len, &mask, mask.len, &rows, &length), "flags 6");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, null, 0, 1, &out, out.len, &mask, mask.len, &rows, &length), "needs lengths");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, null, out.len, &mask, mask.len, &rows, &length), "out is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, null, mask.len, &rows, &length), "mask is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, null, &length), "out_rows is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, null), "out_length is NULL");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, huge, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "overflow");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &[_]u64{huge}, 1, 0, &out, out.len, &mask, mask.len, &rows, &length), "overflows");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, huge, &mask, mask.len, &rows, &length), "address space");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, out[4..].ptr, 4, &rows, &length), "out overlaps mask");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, @ptrCast(@alignCast(&out)), &length), "out overlaps out_rows");
+    try untouched(&out, &mask, &rows, length);
+    try expectRefused(.invalid_argument, lx_store_gather_padded(s, &indices, 3, 2, out[0..2].ptr, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "out overlaps pad_row");
+    try untouched(&out, &mask, &rows, length);
+    var outside: [3]i64 = .{ 0, 1, 12 };
+    try expectRefused(.index_out_of_range, lx_store_gather_padded(s, &outside, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "out of range");
+    try untouched(&out, &mask, &rows, length);
+    // A record longer than every length without truncation: only the rows and the longest.
+    try expectRefused(.size_mismatch, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 1, 0, &out, out.len, &mask, mask.len, &rows, &length), "more than the longest padded length 2");
+    try testing.expectEqual(@as(u64, 3), length);
+    try testing.expectEqualSlices(u64, &.{ 3, 2, 1 }, &rows);
+    // Buffers too small for the length picked: only the rows and the length.
+    length = 77;
+    try expectRefused(.size_mismatch, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, 23, &mask, mask.len, &rows, &length), "need 24");
+    try testing.expectEqual(@as(u64, 4), length);
+    try untouched(&out, &mask, &.{}, 77);
+    // Rows that do not divide the records: corrupt, nothing but rows written.
+    try expectRefused(.corrupt, lx_store_gather_padded(s, &indices, 3, 4, &[_]u8{ 0, 0, 0, 0 }, null, 0, 0, &out, out.len, &mask, mask.len, &rows, &length), "whole number of 4-byte rows");
+    try untouched(&out, &mask, &.{}, 77);
+
+    // Padded to 4 (the bucket holding 3 rows).
+    try testing.expectEqual(Status.ok, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length));
+    try testing.expectEqual(@as(u64, 4), length);
+    try testing.expectEqualSlices(u8, &.{ 1, 2, 3, 4, 5, 6, 0xF0, 0x0F, 2, 2, 2, 2, 0xF0, 0x0F, 0xF0, 0x0F, 7, 8, 0xF0, 0x0F, 0xF0, 0x0F, 0xF0, 0x0F }, &out);
+    try testing.expectEqualSlices(u8, &.{ 1, 1, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0 }, &mask);
+    // Cut to 2 rows (the compressed record 10 is decompressed aside, its first rows kept), in
+    // a larger buffer: nothing past the batch is written.
+    @memset(&out, 0xEE);
+    @memset(&mask, 0xEE);
+    try testing.expectEqual(Status.ok, lx_store_gather_padded(s, &indices, 3, 2, &pad_row, &lengths, 1, 1, &out, out.len, &mask, mask.len, &rows, &length));
+    try testing.expectEqual(@as(u64, 2), length);
+    try testing.expectEqualSlices(u8, &.{ 1, 2, 3, 4, 2, 2, 2, 2, 7, 8, 0xF0, 0x0F }, out[0..12]);
+    try testing.expectEqualSlices(u8, &.{ 1, 1, 1, 1, 1, 0 }, mask[0..6]);
+    for (out[12..] ++ mask[6..]) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    // A raw record cut to 1 row, padded to the longest without lengths, and no records.
+    var raw_first: [2]i64 = .{ 3, 2 };
+    try testing.expectEqual(Status.ok, lx_store_gather_padded(s, &raw_first, 2, 2, &pad_row, &[_]u64{1}, 1, 1, &out, out.len, &mask, mask.len, &rows, &length));
+    try testing.expectEqualSlices(u8, &.{ 3, 3, 2, 2 }, out[0..4]);
+    try testing.expectEqual(Status.ok, lx_store_gather_padded(s, &raw_first, 2, 1, &[_]u8{9}, null, 0, 0, &out, out.len, &mask, mask.len, &rows, &length));
+    try testing.expectEqual(@as(u64, 4), length);
+    try testing.expectEqual(Status.ok, lx_store_gather_padded(s, null, 0, 2, &pad_row, &lengths, 2, 0, null, 0, null, 0, null, &length));
+    try testing.expectEqual(@as(u64, 2), length);
+
+    // A view over the store twice: global index 22 is record 10 of the second.
+    var view: ?*LxView = null;
+    const store_list = [_]*LxStore{ s, s };
+    try testing.expectEqual(Status.ok, lx_view_open(&store_list, 2, &view));
+    defer lx_view_close(view);
+    var global: [3]i64 = .{ 22, 2, 11 };
+    @memset(&out, 0xEE);
+    try expectRefused(.invalid_argument, lx_view_gather_padded(null, &global, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "view is NULL");
+    try expectRefused(.size_mismatch, lx_view_gather_padded(view, &global, 3, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, 3, &rows, &length), "need 24 and 12");
+    for (out) |byte| try testing.expectEqual(@as(u8, 0xEE), byte);
+    try testing.expectEqual(Status.ok, lx_view_gather_padded(view, &global, 3, 2, &pad_row, &lengths, 2, 1, &out, out.len, &mask, mask.len, &rows, &length));
+    try testing.expectEqual(@as(u64, 4), length);
+    try testing.expectEqualSlices(u8, &.{ 1, 2, 3, 4, 5, 6, 0xF0, 0x0F, 2, 2, 2, 2, 0xF0, 0x0F, 0xF0, 0x0F, 7, 8, 0xF0, 0x0F, 0xF0, 0x0F, 0xF0, 0x0F }, &out);
+    var far: [1]i64 = .{24};
+    try expectRefused(.index_out_of_range, lx_view_gather_padded(view, &far, 1, 2, &pad_row, &lengths, 2, 0, &out, out.len, &mask, mask.len, &rows, &length), "out of range");
 }

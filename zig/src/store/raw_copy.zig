@@ -88,7 +88,8 @@ pub const CopyAdvisors = struct {
 /// time); otherwise the task keeps cached stores and temporal loads.
 pub fn runGather(comptime Task: type, task: *Task, item_count: usize, batch_plan: pool.Plan, byte_count: u64, copies_raw: bool, pool_advisor: *pool.Advisor, advisors: *CopyAdvisors) void {
     // A ragged batch (slots at offsets) streams as fixed-size records of its mean size would.
-    const stride = if (task.destination.offsets != null) byte_count / @max(1, item_count) else task.destination.stride;
+    const ragged = task.destination.offsets != null or task.destination.padded != null;
+    const stride = if (ragged) byte_count / @max(1, item_count) else task.destination.stride;
     const may_stream = copies_raw and streams(stride, byte_count);
     const policy = stores_policy.load(.monotonic);
     const stores: ?StoresAdvisor.Choice = if (may_stream and policy == .auto) advisors.stores.choose() else null;
@@ -116,22 +117,24 @@ pub fn copy(batch: anytype, dst: [*]u8, stride: u64, begin: usize, end: usize, s
 }
 
 /// Copies the raw records of positions begin, begin+1, ... of a ragged batch (slot i is
-/// dst[offsets[i]..offsets[i + 1]]) while each is stored raw at its slot's length and needs no
-/// check beyond Store.rawSource's; returns the first position not copied (`end` when all were),
-/// which the caller gathers with its messages (an empty record, a compressed one, a chunk not
-/// mapped yet). As copy() does for fixed-size records, it finds a window of sources before it
-/// copies any, starts the loads of each group of records before the group before it is
-/// copied, so that their misses overlap, and writes and reads as `stores` and `loads` say
-/// (records below streaming_stride_min keep cached stores). The caller checked every index and
-/// every slot's length, and holds the shared lock of every store `batch.locate` names.
-pub fn copyRagged(batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize, stores: Stores, loads: Loads) usize {
+/// dst[slots.slotStart(i)..][0..slots.slotLength(i)]: batch.Offsets, packed, or a
+/// batch/padded.zig Padded, each slot at the start of its block) while each is stored raw at
+/// its slot's length and needs no check beyond Store.rawSource's; returns the first position
+/// not copied (`end` when all were), which the caller gathers with its messages (an empty
+/// record, a compressed one, a chunk not mapped yet). As copy() does for fixed-size records,
+/// it finds a window of sources before it copies any, starts the loads of each group of
+/// records before the group before it is copied, so that their misses overlap, and writes and
+/// reads as `stores` and `loads` say (padded records below streaming_stride_min keep cached
+/// stores). The caller checked every index and every slot's length, and holds the shared lock
+/// of every store `batch.locate` names.
+pub fn copyRagged(batch: anytype, dst: [*]u8, slots: anytype, begin: usize, end: usize, stores: Stores, loads: Loads) usize {
     assert(begin <= end);
     return switch (loads) {
-        inline else => |way| copyRaggedFetching(way, batch, dst, offsets, begin, end, stores),
+        inline else => |way| copyRaggedFetching(way, batch, dst, slots, begin, end, stores),
     };
 }
 
-fn copyRaggedFetching(comptime loads: Loads, batch: anytype, dst: [*]u8, offsets: [*]const u64, begin: usize, end: usize, stores: Stores) usize {
+fn copyRaggedFetching(comptime loads: Loads, batch: anytype, dst: [*]u8, slots: anytype, begin: usize, end: usize, stores: Stores) usize {
     const streaming = stores == .streaming and has_streaming_stores;
     defer if (streaming) fenceStreamingStores();
     var sources: [window][*]const u8 = undefined;
@@ -140,34 +143,37 @@ fn copyRaggedFetching(comptime loads: Loads, batch: anytype, dst: [*]u8, offsets
         const stop = @min(end, i + window);
         var count: usize = 0;
         for (i..stop) |j| {
-            const length = offsets[j + 1] - offsets[j];
+            const length = slots.slotLength(j);
             const at = batch.locate(j);
             if (length == 0 or !at.store.copiesRawUnchecked()) break;
             sources[count] = at.store.rawSource(at.index, length) orelse break;
             count += 1;
         }
-        copyRaggedSources(loads, dst, offsets + i, sources[0..count], streaming);
+        copyRaggedSources(loads, dst, slots, i, sources[0..count], streaming);
         i += count;
         if (i < stop) return i;
     }
     return end;
 }
 
-/// Copies sources[k] to dst[offsets[k]..offsets[k + 1]] for every k, starting the loads of
-/// each record (every page it reaches) ragged_ahead records before its copy.
-fn copyRaggedSources(comptime loads: Loads, dst: [*]u8, offsets: [*]const u64, sources: []const [*]const u8, streaming: bool) void {
-    // Slots lie back to back: streamed, they are one run of the destination (StreamedRun).
+/// Copies sources[k] to slot first + k of `slots` for every k, starting the loads of each
+/// record (every page it reaches) ragged_ahead records before its copy.
+fn copyRaggedSources(comptime loads: Loads, dst: [*]u8, slots: anytype, first: usize, sources: []const [*]const u8, streaming: bool) void {
+    // Packed slots lie back to back: streamed, they are one run of the destination
+    // (StreamedRun). Padded ones each start a run of their own, and those below
+    // streaming_stride_min keep cached stores (mostly partial lines, next to padding).
+    const back_to_back = slots.backToBack();
     var run: StreamedRun = .{};
     defer if (streaming) run.finish();
-    for (sources[0..@min(sources.len, ragged_ahead)], 0..) |src, k| prefetchPages(loads, src, offsets[k + 1] - offsets[k]);
+    for (sources[0..@min(sources.len, ragged_ahead)], 0..) |src, k| prefetchPages(loads, src, slots.slotLength(first + k));
     var i: usize = 0;
     while (i < sources.len) {
         const stop = @min(sources.len, i + group);
-        for (@min(sources.len, i + ragged_ahead)..@min(sources.len, stop + ragged_ahead)) |k| prefetchPages(loads, sources[k], offsets[k + 1] - offsets[k]);
+        for (@min(sources.len, i + ragged_ahead)..@min(sources.len, stop + ragged_ahead)) |k| prefetchPages(loads, sources[k], slots.slotLength(first + k));
         for (i..stop) |k| {
-            const length = offsets[k + 1] - offsets[k];
-            const to = dst + offsets[k];
-            if (streaming) {
+            const length = slots.slotLength(first + k);
+            const to = dst + slots.slotStart(first + k);
+            if (streaming and (back_to_back or length >= streaming_stride_min)) {
                 run.write(loads, to, sources[k], length);
             } else if (loads == .non_temporal and length >= fetch_ahead) {
                 copyFetchingAhead(to, sources[k], length);

@@ -15,6 +15,7 @@ const batch = @import("../batch/batch.zig");
 const index_check = @import("../batch/index_check.zig");
 const store_mod = @import("store.zig");
 const record_offsets = @import("../batch/record_offsets.zig");
+const padded_mod = @import("../batch/padded.zig");
 const Store = store_mod.Store;
 const Destination = batch.Destination;
 const Failure = batch.Failure;
@@ -91,6 +92,28 @@ pub fn gatherPacked(store: *Store, caller_indices: []const i64, dst: [*]u8, capa
     try copyChecked(store, indices, .{ .base = dst, .offsets = offsets.ptr }, byte_count);
 }
 
+/// A padded gather: record indices[i]'s first min(n_i, L) rows at the start of block i of
+/// request.out (L rows each), the padding row after them, and the mask (batch/padded.zig).
+/// Under one hold of the shared lock the records' lengths go to `rows` (in rows), L is picked
+/// from them and the buffers' sizes checked (layOut's refusals write only rows and
+/// length_out), then every record is copied straight into its block.
+pub fn gatherPadded(store: *Store, caller_indices: []const i64, request: padded_mod.Request, rows: []u64, length_out: *u64) Error!void {
+    assert(rows.len == caller_indices.len and caller_indices.len > 0);
+    const io = pool.io();
+    try store.relockIfForked();
+    store.lock.lockSharedUncancelable(io);
+    defer store.lock.unlockShared(io);
+    // Checked on a copy, as gather does.
+    const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
+    defer if (on_heap) |copy| store.allocator.free(copy);
+    const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
+    try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+    for (indices, rows) |index, *size| size.* = store.meta.table[@intCast(index)].logic_length;
+    const padded = try padded_mod.layOut(rows, request, length_out);
+    const byte_count = rows.len * padded.length * padded.row_size;
+    try copyChecked(store, indices, .{ .base = request.out.ptr, .padded = &padded }, byte_count);
+}
+
 /// Gathers that run beside a GatherTask (gather_streams.zig): the first of its runners to
 /// start runs all of them, then goes on with its own blocks.
 pub const Sides = struct {
@@ -123,9 +146,12 @@ pub const GatherTask = struct {
         // Taken on the first compressed record, then reused for every block of this runner.
         var dctx: ?*codec.DCtx = null;
         defer if (dctx) |d| task.store.contexts.releaseDecompressor(io, d);
+        var scratch: padded_mod.Scratch = .{ .allocator = task.store.allocator };
+        defer scratch.deinit();
         while (blocks.next()) |range| {
             if (task.failure.failed()) return;
-            if (!task.gatherBlock(&dctx, range.begin, range.end)) return;
+            if (!task.gatherBlock(&dctx, &scratch, range.begin, range.end)) return;
+            if (task.destination.padded) |padded| padded.finish(range.begin, range.end);
         }
     }
 
@@ -135,7 +161,7 @@ pub const GatherTask = struct {
     }
 
     /// False after recording a failure.
-    fn gatherBlock(task: *GatherTask, dctx: *?*codec.DCtx, begin: usize, end: usize) bool {
+    fn gatherBlock(task: *GatherTask, dctx: *?*codec.DCtx, scratch: *padded_mod.Scratch, begin: usize, end: usize) bool {
         const store = task.store;
         var i = begin;
         while (i < end) : (i += 1) {
@@ -146,13 +172,20 @@ pub const GatherTask = struct {
             // checks raw records against their sums sends them all the general way.
             if (store.copiesRawUnchecked()) {
                 i = if (task.destination.offsets) |offsets|
-                    raw_copy.copyRagged(task, task.destination.base, offsets, i, end, task.stores, task.loads)
+                    raw_copy.copyRagged(task, task.destination.base, batch.Offsets{ .offsets = offsets }, i, end, task.stores, task.loads)
+                else if (task.destination.padded) |padded|
+                    raw_copy.copyRagged(task, task.destination.base, padded, i, end, task.stores, task.loads)
                 else
                     raw_copy.copy(task, task.destination.base, task.destination.stride, i, end, task.stores, task.loads);
                 if (i == end) break;
             }
             const index: u64 = @intCast(task.indices[i]);
-            if (!store.gatherRecord(index, task.destination.slot(i), &store.contexts, dctx, &task.failure)) return false;
+            const slot = task.destination.slot(i);
+            const gathered = if (task.destination.padded != null)
+                store.gatherRecordPrefix(index, slot, &store.contexts, dctx, scratch, &task.failure)
+            else
+                store.gatherRecord(index, slot, &store.contexts, dctx, &task.failure);
+            if (!gathered) return false;
         }
         return true;
     }
@@ -238,6 +271,39 @@ pub fn gatherRecord(
         failure.record(error.Corrupt, "corrupt store: record {d} does not decompress: {s}", .{ index, detail });
         return false;
     }
+    return true;
+}
+
+/// gatherRecord into a padded block's slot, which holds only the record's first rows when the
+/// record is longer than the block (it was truncated): a raw record's first bytes are copied
+/// from its checked stored bytes, a compressed one is decompressed whole into `scratch` and
+/// its first bytes copied. A slot longer than the record is gatherRecord's size mismatch.
+pub fn gatherRecordPrefix(
+    store: *Store,
+    index: u64,
+    slot: []u8,
+    contexts: *codec.ContextPool,
+    dctx: *?*codec.DCtx,
+    scratch: *padded_mod.Scratch,
+    failure: *Failure,
+) bool {
+    const entry = store.meta.table[index];
+    if (slot.len >= entry.logic_length) return store.gatherRecord(index, slot, contexts, dctx, failure);
+    if (entry.codec == .raw) {
+        const src = checkedBytes(store, index, entry, failure) orelse return false;
+        if (src.len < slot.len) {
+            failure.record(error.Corrupt, "corrupt store: raw record {d} stores {d} bytes, not its {d}", .{ index, src.len, entry.logic_length });
+            return false;
+        }
+        @memcpy(slot, src[0..slot.len]);
+        return true;
+    }
+    const whole = scratch.take(entry.logic_length) orelse {
+        failure.record(error.OutOfMemory, "out of memory decompressing record {d} ({d} bytes) to truncate it", .{ index, entry.logic_length });
+        return false;
+    };
+    if (!store.gatherRecord(index, whole, contexts, dctx, failure)) return false;
+    @memcpy(slot, whole[0..slot.len]);
     return true;
 }
 

@@ -17,6 +17,8 @@ const Destination = store_mod.Destination;
 const Failure = store_mod.Failure;
 const raw_copy = @import("../store/raw_copy.zig");
 const record_offsets = @import("../batch/record_offsets.zig");
+const padded_mod = @import("../batch/padded.zig");
+const batch_mod = @import("../batch/batch.zig");
 const registry = @import("../store/registry.zig");
 const lock_order = @import("../store/lock_order.zig");
 const Error = errors.Error;
@@ -387,6 +389,20 @@ pub const View = struct {
         try view.copyRouted(indices, scratch.routes, .{ .base = dst, .offsets = offsets.ptr }, byte_count);
     }
 
+    /// A padded gather of global indices, as Store.gatherPadded, with every store touched
+    /// locked throughout.
+    pub fn gatherPadded(view: *View, indices: []const i64, request: padded_mod.Request, rows: []u64, length_out: *u64) Error!void {
+        assert(indices.len > 0 and rows.len == indices.len);
+        const scratch = try Scratch.init(view, indices.len);
+        defer scratch.deinit(view.allocator);
+        try view.routeAndLock(indices, scratch);
+        defer view.unlockTouched(scratch.locked);
+        for (scratch.routes, rows) |r, *size| size.* = view.stores[r.store_index].meta.table[@intCast(r.local)].logic_length;
+        const padded = try padded_mod.layOut(rows, request, length_out);
+        const byte_count = rows.len * padded.length * padded.row_size;
+        try view.copyRouted(indices, scratch.routes, .{ .base = request.out.ptr, .padded = &padded }, byte_count);
+    }
+
     /// A store's message names the shard's local index ("record 7"); the caller gave a global
     /// one, so say which, and in which shard, before that message.
     fn placeFailure(indices: []const i64, routes: []const Route, position: ?usize, err: Error) Error {
@@ -424,7 +440,10 @@ pub const View = struct {
             const io = pool.io();
             var dctx: ?*codec.DCtx = null;
             defer if (dctx) |d| task.view.contexts.releaseDecompressor(io, d);
+            var prefix_scratch: padded_mod.Scratch = .{ .allocator = task.view.allocator };
+            defer prefix_scratch.deinit();
             while (blocks.next()) |range| {
+                defer if (task.destination.padded) |padded| if (!task.failure.failed()) padded.finish(range.begin, range.end);
                 var i = range.begin;
                 while (i < range.end) : (i += 1) {
                     if (task.failure.failed()) return;
@@ -432,13 +451,20 @@ pub const View = struct {
                     // first record that needs more stops it and takes Store.gatherRecord, with
                     // its messages.
                     i = if (task.destination.offsets) |offsets|
-                        raw_copy.copyRagged(task, task.destination.base, offsets, i, range.end, task.stores, task.loads)
+                        raw_copy.copyRagged(task, task.destination.base, batch_mod.Offsets{ .offsets = offsets }, i, range.end, task.stores, task.loads)
+                    else if (task.destination.padded) |padded|
+                        raw_copy.copyRagged(task, task.destination.base, padded, i, range.end, task.stores, task.loads)
                     else
                         raw_copy.copy(task, task.destination.base, task.destination.stride, i, range.end, task.stores, task.loads);
                     if (i == range.end) break;
                     const r = task.routes[i];
                     const store = task.view.stores[r.store_index];
-                    if (!store.gatherRecord(r.local, task.destination.slot(i), &task.view.contexts, &dctx, &task.failure)) {
+                    const slot = task.destination.slot(i);
+                    const gathered = if (task.destination.padded != null)
+                        store.gatherRecordPrefix(r.local, slot, &task.view.contexts, &dctx, &prefix_scratch, &task.failure)
+                    else
+                        store.gatherRecord(r.local, slot, &task.view.contexts, &dctx, &task.failure);
+                    if (!gathered) {
                         task.failure.place(i);
                         return;
                     }
