@@ -49,6 +49,19 @@ pub const Locks = struct {
     /// Set in a forked child: the next call locks through fresh descriptions first.
     relock_needed: std.atomic.Value(bool) = .init(false),
 
+    /// Whether this handle holds open.lock shared right now. While it does, no other handle, in
+    /// this process or another, can run a delete or a compaction on the store (they need the
+    /// lock exclusive), so only this handle's own calls can lower its length. Not so for a
+    /// read-only handle without open.lock, a forked child before its first call on the store
+    /// (forgetAfterFork: its parent may delete meanwhile, through a mapping the child shares),
+    /// or a handle whose re-lock failed. Read without the store's lock (View.checkRouting):
+    /// both fields change only under the store's exclusive lock (maintenance, relock) or in a
+    /// forked child, and every change that ends the guard is followed by a bump of the length
+    /// generation (Store.endMaintenance, beginMaintenance's failures, afterForkChild).
+    pub fn guardsLength(locks: *const Locks) bool {
+        return !locks.relock_needed.load(.acquire) and @atomicLoad(bool, &locks.shared_held, .acquire);
+    }
+
     /// Opens (creating it unless read-only) open.lock and takes it shared, waiting up to
     /// shared_wait_ms while another handle holds the store exclusively.
     pub fn acquire(io: Io, dir: Io.Dir, read_only: bool) Error!Locks {
