@@ -44,6 +44,7 @@ pub const Locks = struct {
     maintenance_file: ?Io.File = null,
     read_only: bool,
     /// Whether open_file currently holds the shared lock (false after a fork, until `relock`).
+    /// Written atomically: guardsLength reads it from threads that do not hold the store.
     shared_held: bool = false,
     writer_held: bool = false,
     /// Set in a forked child: the next call locks through fresh descriptions first.
@@ -126,7 +127,7 @@ pub const Locks = struct {
         // flock cannot convert without a gap: the shared lock goes, then exclusivity is tried.
         // The gate above keeps every other handle from converting inside that gap.
         f.unlock(io);
-        locks.shared_held = false;
+        @atomicStore(bool, &locks.shared_held, false, .release);
         const taken = f.tryLock(io, .exclusive) catch |err| {
             refreshed.* = true;
             locks.takeShared(io) catch {};
@@ -150,7 +151,7 @@ pub const Locks = struct {
             locks.takeShared(io) catch locks.relock_needed.store(true, .release);
             return;
         };
-        locks.shared_held = true;
+        @atomicStore(bool, &locks.shared_held, true, .release);
     }
 
     /// In a forked child: the inherited descriptions are the parent's (unlocking them would
@@ -164,7 +165,7 @@ pub const Locks = struct {
         locks.writer_file = null;
         locks.open_file = null;
         locks.writer_held = false;
-        locks.shared_held = false;
+        @atomicStore(bool, &locks.shared_held, false, .release);
         locks.relock_needed.store(true, .release);
     }
 
@@ -188,7 +189,7 @@ pub const Locks = struct {
             io.sleep(.fromMilliseconds(poll_ms), .awake) catch {};
             waited_ms += poll_ms;
         }
-        locks.shared_held = true;
+        @atomicStore(bool, &locks.shared_held, true, .release);
     }
 };
 
