@@ -16,6 +16,7 @@ test {
     _ = @import("base/errors.zig");
     _ = @import("os/mapping.zig");
     _ = @import("files/meta.zig");
+    _ = @import("files/length_generation.zig");
     _ = @import("files/chunk.zig");
     _ = @import("codec/codec.zig");
     _ = @import("os/pool.zig");

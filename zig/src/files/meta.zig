@@ -17,6 +17,7 @@ const no_follow = @import("../os/no_follow.zig");
 const diagnostic = @import("../base/diagnostic.zig");
 const status = @import("../base/status.zig");
 const Mapping = @import("../os/mapping.zig").Mapping;
+const length_generation = @import("length_generation.zig");
 const Error = errors.Error;
 
 pub const file_name = "meta.zr";
@@ -136,10 +137,14 @@ pub const Meta = struct {
         };
     }
 
-    /// Publishes a new length (release: entries below it were written first).
+    /// Publishes a new length (release: entries below it were written first), then bumps the
+    /// process's length generation: every length this process changes (an append, a delete, a
+    /// delete's redo at open) goes through here, so a view that checked the lengths before
+    /// the bump checks them again (see length_generation.zig).
     pub fn publishLength(meta: *Meta, new_length: u32) void {
         std.debug.assert(new_length <= limits.record_count_max);
         @atomicStore(u32, &meta.header.length, new_length, .release);
+        length_generation.bump();
     }
 
     /// Flushes the table entries [first, first + count) to the file.

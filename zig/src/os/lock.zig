@@ -44,10 +44,24 @@ pub const Locks = struct {
     maintenance_file: ?Io.File = null,
     read_only: bool,
     /// Whether open_file currently holds the shared lock (false after a fork, until `relock`).
+    /// Written atomically: guardsLength reads it from threads that do not hold the store.
     shared_held: bool = false,
     writer_held: bool = false,
     /// Set in a forked child: the next call locks through fresh descriptions first.
     relock_needed: std.atomic.Value(bool) = .init(false),
+
+    /// Whether this handle holds open.lock shared right now. While it does, no other handle, in
+    /// this process or another, can run a delete or a compaction on the store (they need the
+    /// lock exclusive), so only this handle's own calls can lower its length. Not so for a
+    /// read-only handle without open.lock, a forked child before its first call on the store
+    /// (forgetAfterFork: its parent may delete meanwhile, through a mapping the child shares),
+    /// or a handle whose re-lock failed. Read without the store's lock (View.checkRouting):
+    /// both fields change only under the store's exclusive lock (maintenance, relock) or in a
+    /// forked child, and every change that ends the guard is followed by a bump of the length
+    /// generation (Store.endMaintenance, beginMaintenance's failures, afterForkChild).
+    pub fn guardsLength(locks: *const Locks) bool {
+        return !locks.relock_needed.load(.acquire) and @atomicLoad(bool, &locks.shared_held, .acquire);
+    }
 
     /// Opens (creating it unless read-only) open.lock and takes it shared, waiting up to
     /// shared_wait_ms while another handle holds the store exclusively.
@@ -113,7 +127,7 @@ pub const Locks = struct {
         // flock cannot convert without a gap: the shared lock goes, then exclusivity is tried.
         // The gate above keeps every other handle from converting inside that gap.
         f.unlock(io);
-        locks.shared_held = false;
+        @atomicStore(bool, &locks.shared_held, false, .release);
         const taken = f.tryLock(io, .exclusive) catch |err| {
             refreshed.* = true;
             locks.takeShared(io) catch {};
@@ -137,7 +151,7 @@ pub const Locks = struct {
             locks.takeShared(io) catch locks.relock_needed.store(true, .release);
             return;
         };
-        locks.shared_held = true;
+        @atomicStore(bool, &locks.shared_held, true, .release);
     }
 
     /// In a forked child: the inherited descriptions are the parent's (unlocking them would
@@ -151,7 +165,7 @@ pub const Locks = struct {
         locks.writer_file = null;
         locks.open_file = null;
         locks.writer_held = false;
-        locks.shared_held = false;
+        @atomicStore(bool, &locks.shared_held, false, .release);
         locks.relock_needed.store(true, .release);
     }
 
@@ -175,7 +189,7 @@ pub const Locks = struct {
             io.sleep(.fromMilliseconds(poll_ms), .awake) catch {};
             waited_ms += poll_ms;
         }
-        locks.shared_held = true;
+        @atomicStore(bool, &locks.shared_held, true, .release);
     }
 };
 

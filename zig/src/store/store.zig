@@ -32,6 +32,7 @@ const store_append = @import("store_append.zig");
 const store_gather = @import("store_gather.zig");
 const store_delete = @import("store_delete.zig");
 const registry = @import("registry.zig");
+const length_generation = @import("../files/length_generation.zig");
 
 pub const dict_file_name = dictionary.file_name;
 
@@ -390,6 +391,10 @@ pub const Store = struct {
         try store.refuseIfReadOnly();
         store.lock.lockUncancelable(io);
         errdefer store.lock.unlock(io);
+        // A refusal below may leave the handle without its shared lock on open.lock (see
+        // Locks.takeExclusive): bumped before the store is let go, so a view that found the
+        // store guarded checks it again (Locks.guardsLength).
+        errdefer length_generation.bump();
         try store.relockHeld();
         // No writer lock is needed: exclusivity means no other handle, so no other writer.
         var refreshed = false;
@@ -431,6 +436,11 @@ pub const Store = struct {
         // gather can run. Whatever the operation left, the scan reads it as it is.
         store.relearnRuns();
         store.locks.releaseExclusive(io);
+        // Whatever the operation did (a delete publishes its lengths itself; releaseExclusive
+        // may have lost the shared lock), a view checks every length again before trusting the
+        // generation: bumped while the store is still held, so the next call that locks it
+        // sees the bump.
+        length_generation.bump();
         store.lock.unlock(io);
     }
 
@@ -470,4 +480,10 @@ pub fn afterForkChild() void {
         store.locks.forgetAfterFork();
         if (store.sidecar) |*sidecar| sidecar.load_mutex = .init;
     }
+    // The child's stores hold no lock on open.lock until their first call: the parent may
+    // delete from them meanwhile, and the child sees the new lengths through the mapping it
+    // shares, with no bump of its own generation (a copy of the parent's). Views copied from
+    // the parent check every store again, and trust the generation again only for stores
+    // re-locked since (Locks.guardsLength).
+    length_generation.bump();
 }
