@@ -38,20 +38,37 @@ comptime {
 /// same thread.
 threadlocal var gather_indices_scratch: [gather_indices_scratch_max]i64 = undefined;
 
+/// A gather's indices, checked against the store's length, on a copy of its own: they are
+/// read again while copying, and the caller's may share memory with the destination (an
+/// `out` that overlaps the index array) or be changed by another thread meanwhile, while an
+/// index read after its check must be the one checked. The copy is the thread's scratch, or
+/// the heap past gather_indices_scratch_max indices. Taken under the store's shared lock.
+const CheckedIndices = struct {
+    indices: []i64,
+    on_heap: bool,
+
+    fn take(store: *Store, caller_indices: []const i64) Error!CheckedIndices {
+        const on_heap = caller_indices.len > gather_indices_scratch_max;
+        const indices: []i64 = if (on_heap) store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory() else gather_indices_scratch[0..caller_indices.len];
+        errdefer if (on_heap) store.allocator.free(indices);
+        try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+        return .{ .indices = indices, .on_heap = on_heap };
+    }
+
+    fn release(checked: CheckedIndices, store: *Store) void {
+        if (checked.on_heap) store.allocator.free(checked.indices);
+    }
+};
+
 /// Writes record indices[i] (decompressed) into destination slot i, for every i.
 pub fn gather(store: *Store, caller_indices: []const i64, destination: Destination, byte_count: u64) Error!void {
     const io = pool.io();
     try store.relockIfForked();
     store.lock.lockSharedUncancelable(io);
     defer store.lock.unlockShared(io);
-    // The indices are checked once and read again while copying, so the gather works on
-    // its own copy of them, made by the check: the caller's may share memory with the
-    // destination (an `out` that overlaps the index array) or be changed by another thread
-    // meanwhile, and an index read after its check must be the one checked.
-    const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
-    defer if (on_heap) |copy| store.allocator.free(copy);
-    const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
-    try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+    const checked = try CheckedIndices.take(store, caller_indices);
+    defer checked.release(store);
+    const indices = checked.indices;
     try store.checkSlots(indices, destination);
     try copyChecked(store, indices, destination, byte_count);
 }
@@ -77,11 +94,9 @@ pub fn gatherPacked(store: *Store, caller_indices: []const i64, dst: [*]u8, capa
     try store.relockIfForked();
     store.lock.lockSharedUncancelable(io);
     defer store.lock.unlockShared(io);
-    // Checked on a copy, as gather does.
-    const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
-    defer if (on_heap) |copy| store.allocator.free(copy);
-    const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
-    try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+    const checked = try CheckedIndices.take(store, caller_indices);
+    defer checked.release(store);
+    const indices = checked.indices;
     for (indices, offsets[1..]) |index, *length| length.* = store.meta.table[@intCast(index)].logic_length;
     try record_offsets.accumulate(offsets, row_size, rows);
     const byte_count = offsets[indices.len];
@@ -103,11 +118,9 @@ pub fn gatherPadded(store: *Store, caller_indices: []const i64, request: padded_
     try store.relockIfForked();
     store.lock.lockSharedUncancelable(io);
     defer store.lock.unlockShared(io);
-    // Checked on a copy, as gather does.
-    const on_heap: ?[]i64 = if (caller_indices.len <= gather_indices_scratch_max) null else store.allocator.alloc(i64, caller_indices.len) catch return outOfMemory();
-    defer if (on_heap) |copy| store.allocator.free(copy);
-    const indices: []i64 = on_heap orelse gather_indices_scratch[0..caller_indices.len];
-    try index_check.copyCheckedIndices(caller_indices, indices, store.meta.length());
+    const checked = try CheckedIndices.take(store, caller_indices);
+    defer checked.release(store);
+    const indices = checked.indices;
     for (indices, rows) |index, *size| size.* = store.meta.table[@intCast(index)].logic_length;
     const padded = try padded_mod.layOut(rows, request, length_out);
     const byte_count = rows.len * padded.length * padded.row_size;
