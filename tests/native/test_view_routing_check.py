@@ -15,25 +15,12 @@ import threading
 from pathlib import Path
 
 from forked_child import run_child, wait_child
+from raw_store_handles import RECORD, open_store
 
 from loaderx._native import library as _native
 
 lib = _native.lib
-RECORD = 4
 COUNT = 10
-
-
-def open_store(folder: Path, first_byte: int, count: int) -> int:
-    """A new store in `folder` whose record i is RECORD bytes of first_byte + i."""
-    folder.mkdir()
-    handle = ctypes.c_void_p()
-    code = lib.lx_store_open(os.fsencode(folder), _native.OPEN_CREATE, ctypes.byref(handle))
-    assert code == _native.OK, lib.lx_last_error()
-    assert handle.value
-    data = bytes(b for i in range(count) for b in [first_byte + i] * RECORD)
-    code = lib.lx_store_append_fixed(handle.value, data, RECORD, count, 0, None)
-    assert code == _native.OK, lib.lx_last_error()
-    return handle.value
 
 
 def gather(handle: int, indices: list[int]) -> tuple[int, bytes]:
