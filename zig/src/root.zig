@@ -42,6 +42,7 @@ test {
     _ = @import("store/store_gather_test.zig");
     _ = @import("store/store_space_test.zig");
     _ = @import("view/view.zig");
+    _ = @import("view/view_test.zig");
     _ = @import("store/lock_order.zig");
     _ = @import("store/runs.zig");
     _ = @import("base/lazy_table.zig");
