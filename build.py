@@ -124,6 +124,7 @@ MYPYC_MODULES = ["loaderx/_data/dataset_base.py", "loaderx/_data/dataset_folder.
                  "loaderx/_data/dense.py", "loaderx/_data/ragged.py",
                  "loaderx/_loading/loader_shell.py", "loaderx/_loading/step_maker.py",
                  "loaderx/_loading/dataloader.py", "loaderx/_loading/prefetch.py",
+                 "loaderx/_loading/ragged_batch.py",
                  "loaderx/_native/calls.py"]
 
 

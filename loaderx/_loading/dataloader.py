@@ -55,7 +55,7 @@ from loaderx._loading.process_workers import (
     StepRecipe,
     default_start_method,
 )
-from loaderx._loading.ragged_batch import Layout, Padding, ragged_layouts
+from loaderx._loading.ragged_layout import Layout, Padding, ragged_layouts
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.step_maker import StepMaker, Transform
 

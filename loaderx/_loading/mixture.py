@@ -36,7 +36,8 @@ from loaderx._loading.prefetch import (
 )
 from loaderx._loading.mixture_sampler import STEP_END_REASON, MixtureSampler
 from loaderx._loading.process_workers import START_METHODS, ProcessSteps, default_start_method
-from loaderx._loading.ragged_batch import Layout, RaggedStream, ragged_layouts
+from loaderx._loading.ragged_batch import RaggedStream
+from loaderx._loading.ragged_layout import Layout, ragged_layouts
 
 __all__ = ["MixtureLoader"]
 

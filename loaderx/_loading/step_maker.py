@@ -24,7 +24,8 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_shell import Batch
 from loaderx._loading.prefetch import Prefetcher
-from loaderx._loading.ragged_batch import Layout, RaggedStream
+from loaderx._loading.ragged_batch import RaggedStream
+from loaderx._loading.ragged_layout import Layout
 from loaderx._loading.sampler import Sampler
 from loaderx._native.calls import NativeCalls, StreamsCall, address
 from loaderx._native.library import GATHER_STREAMS_MAX
