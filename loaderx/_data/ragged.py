@@ -15,10 +15,32 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._data.dataset_base import DatasetBase, check_array
+from loaderx._data.dataset_folder import Store
+from loaderx._native.calls import PACKED_DECLINED, NativeCalls, gather_packed
 from loaderx._store.indexing import normalize_index, normalize_selection
 from loaderx._store.schema import RECORD_SIZE_MAX
 from loaderx._store.sharded_store import ShardedStore
 from loaderx.errors import CorruptStoreError, StoreFullError
+
+
+def _gather_packed(
+    store: Store, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
+    offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None,
+) -> int:
+    """The packed fast path (loaderx._native.calls.gather_packed) on the store's native handle,
+    or on its view for a sharded store: 1 copied, 0 out too small, PACKED_DECLINED sends the
+    caller to the store's own method (as dense.py's _gather_fixed does for fixed-size reads)."""
+    if isinstance(store, NativeCalls):
+        return gather_packed(store, indices, row_size, out, offsets, rows)
+    view = store.view
+    if view is None:
+        return PACKED_DECLINED
+    try:
+        return gather_packed(view, indices, row_size, out, offsets, rows)
+    except ValueError:
+        if view.closed:
+            return PACKED_DECLINED  # a rollover or delete replaced it: the store reads the new one
+        raise
 
 
 class RaggedDataset(DatasetBase):
@@ -99,6 +121,9 @@ class RaggedDataset(DatasetBase):
         if remote is not None:
             with remote.reading(indices):
                 return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+        done = _gather_packed(self._store, indices, self.row_size, out, offsets, rows)
+        if done != PACKED_DECLINED:
+            return done == 1
         return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
 
     def gather_padded(
