@@ -7,7 +7,8 @@ DataLoader (cyclic, default workers, batches dropped after each next()), raw and
 ratio compares record bytes per second (the packed records' measured mean), which a batch's own
 length does not skew. A padded row
 (Padding to the longest possible record) shows what padding costs besides; its MiB/s counts the
-record bytes, not the padding.
+record bytes, not the padding. A second table does the same for short sequences (raw, packed
+against dense), where the cost of each record rather than of its bytes decides.
 """
 
 from __future__ import annotations
@@ -27,24 +28,30 @@ MEAN_TOKENS = 1024
 RECORD_BYTES = MEAN_TOKENS * 4
 
 
-def token_lengths(count: int, seed: int) -> np.ndarray:
-    """count lengths in 1 .. 2 * MEAN_TOKENS - 1, uniform: their mean is MEAN_TOKENS."""
-    return np.random.default_rng(seed).integers(1, 2 * MEAN_TOKENS, size=count)
+# Short sequences (a few dozen tokens, as chat turns or labels are): a batch is mostly the
+# cost of finding and sizing each record, which the long ones hide behind their copies.
+SHORT_MEAN_TOKENS = 32
 
 
-def build(folder: Path, records: int) -> tuple[dict[str, Path], float]:
-    """The four datasets (packed and dense, raw and zstd) and the ragged records' mean size in
-    bytes."""
+def token_lengths(count: int, seed: int, mean: int = MEAN_TOKENS) -> np.ndarray:
+    """count lengths in 1 .. 2 * mean - 1, uniform: their mean is `mean`."""
+    return np.random.default_rng(seed).integers(1, 2 * mean, size=count)
+
+
+def build(folder: Path, records: int, mean: int = MEAN_TOKENS,
+          codecs: tuple[str, ...] = ("raw", "zstd")) -> tuple[dict[str, Path], float]:
+    """The datasets (packed and dense, in each codec) of records of `mean` tokens on average
+    (dense: exactly), and the ragged records' mean size in bytes."""
     from loaderx.dataset import DenseDataset, RaggedDataset
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
-    lengths = token_lengths(records, seed=0)
+    lengths = token_lengths(records, seed=0, mean=mean)
     # Tokens of a small vocabulary, as a tokenizer's ids compress.
     tokens = [rng.integers(0, 32_000, size=int(n), dtype=np.int32) for n in lengths]
-    dense = rng.integers(0, 32_000, size=(records, MEAN_TOKENS), dtype=np.int32)
+    dense = rng.integers(0, 32_000, size=(records, mean), dtype=np.int32)
     paths: dict[str, Path] = {}
-    for codec in ("raw", "zstd"):
+    for codec in codecs:
         for kind in ("packed", "dense"):
             path = folder / f"{kind}-{codec}"
             stores.remove(path)
@@ -52,7 +59,7 @@ def build(folder: Path, records: int) -> tuple[dict[str, Path], float]:
                 with RaggedDataset(str(path), dtype=np.int32, codec=codec) as ragged:
                     ragged.append(tokens)
             else:
-                with DenseDataset(str(path), dtype=np.int32, item_shape=(MEAN_TOKENS,),
+                with DenseDataset(str(path), dtype=np.int32, item_shape=(mean,),
                                   codec=codec) as flat:
                     flat.append(dense)
             paths[f"{kind} {codec}"] = path
@@ -126,4 +133,45 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
         if packed and dense:
             rep.target("issue 38", f"packed token batches vs the same bytes gathered dense, "
                        f"{codec}", packed / dense, 0.9)
+    stores.remove(folder)
+    run_short(args, rep, workdir)
+
+
+def run_short(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
+    """Packed batches of short sequences (SHORT_MEAN_TOKENS on average) against dense records
+    of exactly that many tokens, raw: a table of its own, without a target (issue 38's is for
+    the batches above)."""
+    folder = workdir / "ragged-short"
+    if not select.wanted("loaderx packed raw, short", False, args.only):
+        return
+    try:
+        paths, ragged_bytes = build(folder, args.records, SHORT_MEAN_TOKENS, ("raw",))
+    except Exception as error:  # noqa: BLE001 - reported, the other layers go on
+        rep.skip("ragged layer, short sequences", f"{type(error).__name__}: {error}")
+        return
+    made = {kind: loop(paths[f"{kind} raw"], args.batch, kind) for kind in ("dense", "packed")}
+    try:
+        timings = timing.interleave({n: step for n, (step, _) in made.items()},
+                                    rounds=args.rounds, block_seconds=args.block * 2.5)
+    finally:
+        for _, close in made.values():
+            close()
+    table = Table("ragged", f"Ragged loader, short sequences: batches of {args.batch} "
+                  f"int32 token sequences of 1 to {2 * SHORT_MEAN_TOKENS - 1} tokens (mean "
+                  f"{SHORT_MEAN_TOKENS}), against dense records of {SHORT_MEAN_TOKENS} tokens", [
+                      Column("loader", "loader"),
+                      Column("batches_s", "batches/s", report.per_second),
+                      Column("vs_dense", "vs dense, same bytes", report.ratio),
+                  ])
+    bytes_per_batch = {"dense": args.batch * SHORT_MEAN_TOKENS * 4.0,
+                       "packed": args.batch * ragged_bytes}
+    rates = {name: 1.0 / t.median for name, t in timings.items()}
+    dense_speed = rates["dense"] * bytes_per_batch["dense"]
+    for name, rate in rates.items():
+        table.add(loader=f"loaderx {name} raw", batches_s=rate,
+                  vs_dense=rate * bytes_per_batch[name] / dense_speed,
+                  timing=timings[name].as_json())
+    table.notes.append("a step of short records is mostly finding and sizing each record, "
+                       "not copying it: what this table shows that the one above hides")
+    rep.emit(table)
     stores.remove(folder)

@@ -36,7 +36,7 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert {"CPU", "memory", "python"} <= set(doc["machine"])
     layers = [table["layer"] for table in doc["tables"]]
     assert layers == ["sampler", "store", "store", "sweep", "sweep-overhead", "loader", "ragged",
-                      "scale", "scale", "memory", "shards", "shards", "shards", "convert",
+                      "ragged", "scale", "scale", "memory", "shards", "shards", "shards", "convert",
                       "parquet"]
     rows = {t["title"].split(":")[0]: {str(r.get("store") or r.get("loader") or r.get("sampler")
                                            or r.get("codec")) for r in t["rows"]}
@@ -47,6 +47,7 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert {"loaderx raw", "loaderx bare-gather raw", "loaderx raw + labels"} <= rows["Loader"]
     assert {f"loaderx {kind} {codec}" for kind in ("dense", "packed", "padded")
             for codec in ("raw", "zstd")} == rows["Ragged loader"]
+    assert {"loaderx dense raw", "loaderx packed raw"} == rows["Ragged loader, short sequences"]
     sweep = next(t for t in doc["tables"] if t["layer"] == "sweep")
     assert [r["size_bytes"] for r in sweep["rows"]] == [8, 4096]
     for row in sweep["rows"]:  # every contender was timed at every size
