@@ -84,6 +84,17 @@ def loop(path: Path, batch: int, kind: str) -> tuple[Callable[[], Any], Callable
     return (lambda: next(iterator)), close
 
 
+def time_loops(made: dict[str, tuple[Callable[[], Any], Callable[[], None]]],
+               args: argparse.Namespace) -> dict[str, timing.Timing]:
+    """Each loop's next() timed in interleaved rounds; every loop closed after, timed or not."""
+    try:
+        return timing.interleave({n: step for n, (step, _) in made.items()},
+                                 rounds=args.rounds, block_seconds=args.block * 2.5)
+    finally:
+        for _, close in made.values():
+            close()
+
+
 def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     folder = workdir / "ragged"
     try:
@@ -98,12 +109,7 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
             if select.wanted(f"loaderx {name}", False, args.only, reference=kind == "dense"):
                 store = paths[f"{'dense' if kind == 'dense' else 'packed'} {codec}"]
                 made[name] = loop(store, args.batch, kind)
-    try:
-        timings = timing.interleave({n: step for n, (step, _) in made.items()},
-                                    rounds=args.rounds, block_seconds=args.block * 2.5)
-    finally:
-        for _, close in made.values():
-            close()
+    timings = time_loops(made, args)
     # Record bytes per batch: exact for dense; the records' mean for packed and padded batches
     # (cyclic batches cover every record once a cycle).
     def batch_bytes(name: str) -> float:
@@ -150,12 +156,7 @@ def run_short(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
         rep.skip("ragged layer, short sequences", f"{type(error).__name__}: {error}")
         return
     made = {kind: loop(paths[f"{kind} raw"], args.batch, kind) for kind in ("dense", "packed")}
-    try:
-        timings = timing.interleave({n: step for n, (step, _) in made.items()},
-                                    rounds=args.rounds, block_seconds=args.block * 2.5)
-    finally:
-        for _, close in made.values():
-            close()
+    timings = time_loops(made, args)
     table = Table("ragged", f"Ragged loader, short sequences: batches of {args.batch} "
                   f"int32 token sequences of 1 to {2 * SHORT_MEAN_TOKENS - 1} tokens (mean "
                   f"{SHORT_MEAN_TOKENS}), against dense records of {SHORT_MEAN_TOKENS} tokens", [

@@ -120,7 +120,15 @@ class RaggedDataset(DatasetBase):
         remote = self._remote
         if remote is not None:
             with remote.reading(indices):
-                return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+                return self._gather_packed(indices, out, offsets, rows)
+        return self._gather_packed(indices, out, offsets, rows)
+
+    def _gather_packed(
+        self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None,
+    ) -> bool:
+        """gather_packed on the local store: the compiled short path, else the store's checked
+        method."""
         done = _gather_packed(self._store, indices, self.row_size, out, offsets, rows)
         if done != PACKED_DECLINED:
             return done == 1

@@ -4,17 +4,14 @@ record lengths, a ragged gather into a new buffer, and the ragged gathers into a
 (the packed gather, which sizes and copies in one call, and record_offsets then
 gather_ragged_into, which do it in two).
 
-A ragged loader makes one such call a step, so its Python side is kept short: arrays of the
-exact types a loader passes (native int64 indices, uint64 offsets, int32 rows, writable and
-C-contiguous) go straight to the call, their addresses taken by ctypes' from_buffer, which
-refuses read-only and non-contiguous buffers by itself. Anything else takes check_packed's
-path, which names what is wrong. On the VM with an 8 MiB L3 the checked path cost about 11 us
-a call more than the dense read's (benchmarks/reports/ragged-loader.md).
+A ragged loader makes one packed gather a step. The arrays it passes take a compiled short path
+first (loaderx._native.calls.gather_packed, from RaggedDataset.gather_packed); what that path
+declines comes here, where check_packed names what is wrong before the call
+(benchmarks/reports/ragged-loader.md).
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -29,12 +26,6 @@ from loaderx._store.ragged_into import (
 )
 from loaderx._store.record_batches import gather_arguments
 
-_NDARRAY: Final = np.ndarray
-_INT64: Final = np.dtype(np.int64)
-_UINT64: Final = np.dtype(np.uint64)
-_INT32: Final = np.dtype(np.int32)
-_first_byte: Final[Callable[[Any], ctypes.c_char]] = ctypes.c_char.from_buffer
-_addressof: Final = ctypes.addressof
 # Sizing and copying a ragged gather are two native calls. A delete or compact from another
 # thread may move records in between (each call is atomic, the pair is not); the copy then finds
 # a slot of the wrong size and refuses to write, and the pair runs again, up to this many times.
@@ -95,60 +86,26 @@ def gather_ragged(
     return data, offsets
 
 
-def _fast_addresses(
-    indices: object, out: object, offsets: object, rows: object
-) -> tuple[int, int, int, int, int, int | None] | None:
-    """(count, out's bytes, and the addresses of indices, out, offsets and rows) when every
-    array is what a loader passes; None sends the call through the checked path."""
-    if (type(indices) is not _NDARRAY or type(out) is not _NDARRAY
-            or type(offsets) is not _NDARRAY):
-        return None
-    if indices.dtype is not _INT64 or offsets.dtype is not _UINT64 or indices.ndim != 1:
-        return None
-    count = len(indices)
-    size = out.nbytes
-    if not count or not size or offsets.ndim != 1 or len(offsets) != count + 1:
-        return None
-    if rows is not None and (type(rows) is not _NDARRAY or rows.dtype is not _INT32
-                             or rows.ndim != 1 or len(rows) != count + 1):
-        return None
-    try:
-        # from_buffer refuses read-only and non-contiguous buffers: those take the checked
-        # path, which accepts read-only indices and says what is wrong with the rest.
-        return (count, size, _addressof(_first_byte(indices)), _addressof(_first_byte(out)),
-                _addressof(_first_byte(offsets)),
-                None if rows is None else _addressof(_first_byte(rows)))
-    except (TypeError, ValueError, BufferError, NotImplementedError):
-        return None
-
-
 def gather_packed(
     owner: NativeCalls, native: Callable[..., int], label: str,
     indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
     offsets: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32] | None,
 ) -> bool:
-    """One packed gather through `native` on `owner`'s handle (see Zrecord.gather_packed):
-    False, with nothing copied, when out is too small; the native error raised with `label`
-    (what the records are "from") otherwise."""
-    fast = _fast_addresses(indices, out, offsets, rows)
-    if fast is not None:
-        count, size, first, second, third, fourth = fast
-        handle = owner._enter()
-        try:
-            code = native(handle, first, count, row_size, second, size, third, fourth)
-        finally:
-            owner._leave()
-    else:
-        count = check_packed(indices, out, offsets, rows)
-        handle = owner._enter()
-        try:
-            code = native(
-                handle, address(indices) if count else None, count, row_size,
-                address(out) if out.nbytes else None, out.nbytes, address(offsets),
-                None if rows is None else address(rows),
-            )
-        finally:
-            owner._leave()
+    """One packed gather through `native` on `owner`'s handle (see Zrecord.gather_packed),
+    every argument checked first: False, with nothing copied, when out is too small; the native
+    error raised with `label` (what the records are "from") otherwise. A loader's arrays take
+    the compiled short path before this (loaderx._native.calls.gather_packed, from
+    RaggedDataset.gather_packed)."""
+    count = check_packed(indices, out, offsets, rows)
+    handle = owner._enter()
+    try:
+        code = native(
+            handle, address(indices) if count else None, count, row_size,
+            address(out) if out.nbytes else None, out.nbytes, address(offsets),
+            None if rows is None else address(rows),
+        )
+    finally:
+        owner._leave()
     if code == _native.SIZE_MISMATCH:
         return False
     if code:

@@ -310,7 +310,7 @@ def test_a_packed_gather_into_too_small_a_buffer_says_what_it_needs(tokens: Ragg
 def test_a_packed_gather_takes_any_array_the_checked_path_takes(
     tokens: RaggedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The packed call's short path (loaderx._store.shared_calls) takes only the arrays a
+    """The packed call's short path (loaderx._native.calls.gather_packed) takes only the arrays a
     loader passes; read-only indices, non-native byte order, strided or read-only arrays go
     through the checked path, with the same records or the same clear errors."""
     from loaderx._store.ragged_into import check_packed as original

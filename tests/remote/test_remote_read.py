@@ -106,6 +106,15 @@ def test_ragged_and_sharded_datasets(remote_root: RemoteRoot, tmp_path: Path) ->
             np.testing.assert_array_equal(got, tokens[index])
         assert ds[3].shape == (0,)
         np.testing.assert_array_equal(ds.lengths(np.arange(10)), [len(t) for t in tokens[:10]])
+        # A loader's packed gather (the compiled short path, inside the remote read's pins).
+        picked = np.array([499, 3, 0, 250, 121], dtype=np.int64)
+        wanted = np.concatenate([tokens[i] for i in picked.tolist()])
+        out = np.full(wanted.nbytes + 4, 0xAB, dtype=np.uint8)
+        offsets = np.zeros(len(picked) + 1, dtype=np.uint64)
+        rows = np.zeros(len(picked) + 1, dtype=np.int32)
+        assert ds.gather_packed(picked, out, offsets, rows)
+        assert out[: wanted.nbytes].tobytes() == wanted.tobytes() and out[-4:].tolist() == [0xAB] * 4
+        assert rows.tolist() == np.cumsum([0] + [len(tokens[i]) for i in picked.tolist()]).tolist()
 
 
 def test_a_cache_smaller_than_the_dataset_stays_within_its_bound(
