@@ -31,4 +31,3 @@ pub fn indexOutOfRange(index: i64, position: usize, length: u64) Error {
     diagnostic.note("index {d} (position {d}) is out of range for a store of {d} records", .{ index, position, length });
     return error.IndexOutOfRange;
 }
-

@@ -120,4 +120,3 @@ test "row sizes that are not a power of two divide, and agree with the shifts wh
     }
     for ([_]u64{ 3, 6, 12, 1000 }) |bytes| try testing.expect(RowSize.of(bytes).shift == null);
 }
-

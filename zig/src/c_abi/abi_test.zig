@@ -73,19 +73,19 @@ test "open flags, sampler modes and limits in the header are the Zig ones" {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_VERIFY_{s}", .{field});
         _ = std.ascii.upperString(name[10..], name[10..]);
-        try testing.expectEqual(@as(?u64, @intFromEnum(@field(integrity.Reason, field))), define(name));
+        try testing.expectEqual(@as(?u64, @backingInt(@field(integrity.Reason, field))), define(name));
     }
     inline for (@typeInfo(pool_advice.Policy).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_POOL_{s}", .{field});
         _ = std.ascii.upperString(name[8..], name[8..]);
-        try testing.expectEqual(@as(?u64, @intFromEnum(@field(pool_advice.Policy, field))), define(name));
+        try testing.expectEqual(@as(?u64, @backingInt(@field(pool_advice.Policy, field))), define(name));
     }
     inline for (@typeInfo(raw_copy.StoresPolicy).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;
         const name = try std.fmt.bufPrint(&name_buffer, "LX_STORES_{s}", .{field});
         _ = std.ascii.upperString(name[10..], name[10..]);
-        try testing.expectEqual(@as(?u64, @intFromEnum(@field(raw_copy.StoresPolicy, field))), define(name));
+        try testing.expectEqual(@as(?u64, @backingInt(@field(raw_copy.StoresPolicy, field))), define(name));
     }
     inline for (@typeInfo(sampler.Mode).@"enum".field_names) |field| {
         var name_buffer: [64]u8 = undefined;

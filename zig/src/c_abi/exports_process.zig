@@ -20,7 +20,7 @@ export fn lx_pool_set_policy(policy: u32) callconv(.c) Status {
 }
 
 export fn lx_pool_policy() callconv(.c) u32 {
-    return @intFromEnum(store_pool.policy.load(.monotonic));
+    return @backingInt(store_pool.policy.load(.monotonic));
 }
 
 export fn lx_stores_set_policy(policy: u32) callconv(.c) Status {
@@ -32,7 +32,7 @@ export fn lx_stores_set_policy(policy: u32) callconv(.c) Status {
 }
 
 export fn lx_stores_policy() callconv(.c) u32 {
-    return @intFromEnum(raw_copy.stores_policy.load(.monotonic));
+    return @backingInt(raw_copy.stores_policy.load(.monotonic));
 }
 
 export fn lx_after_fork_child() callconv(.c) void {

@@ -14,7 +14,7 @@ const CHandle = c_handles.CHandle;
 
 export fn lx_status_name(code: c_int) callconv(.c) [*:0]const u8 {
     if (code < 0 or code >= status.status_count) return "unknown";
-    const s: Status = @enumFromInt(code);
+    const s: Status = @fromBackingInt(@intCast(code));
     return s.name().ptr;
 }
 

@@ -35,7 +35,7 @@ export fn lx_record_sums(
     const n: usize = @intCast(count);
     // Every argument is checked before the first sum is written, so a refused call leaves out_sums as it was.
     for (0..n) |i| {
-        const codec: format.Codec = @enumFromInt(codec_bytes[i]);
+        const codec: format.Codec = @fromBackingInt(@intCast(codec_bytes[i]));
         if (!codec.isKnown()) return invalid("lx_record_sums: record {d} has unknown codec {d}", .{ i, codec_bytes[i] });
         if (first[i] > buffer_len or stored[i] > buffer_len - first[i])
             return invalid("lx_record_sums: record {d} ({d} bytes at {d}) ends past the buffer's {d} bytes", .{ i, stored[i], first[i], buffer_len });
@@ -43,7 +43,7 @@ export fn lx_record_sums(
     for (0..n) |i| {
         const start: usize = @intCast(first[i]);
         const piece = bytes[start .. start + stored[i]];
-        out[i] = checksum.recordSum(piece, logic[i], @enumFromInt(codec_bytes[i]));
+        out[i] = checksum.recordSum(piece, logic[i], @fromBackingInt(@intCast(codec_bytes[i])));
     }
     status.clearMessage();
     return .ok;

@@ -748,7 +748,7 @@ test "lx_store_gather_streams gathers every stream at the same indices and refus
 /// Where the library keeps the store or view behind an open handle (null once closed): lets a
 /// test say whether a new object took a closed one's memory.
 fn objectAddress(comptime T: type, handle: anytype) ?usize {
-    const object = T.fromOpenHandle(@enumFromInt(@intFromPtr(handle))) orelse return null;
+    const object = T.fromOpenHandle(@fromBackingInt(@intCast(@intFromPtr(handle)))) orelse return null;
     return @intFromPtr(object);
 }
 

@@ -33,13 +33,13 @@ pub fn nounOf(comptime T: type) []const u8 {
 }
 
 fn tokenOf(handle: anytype) registry.Handle {
-    return @enumFromInt(if (handle) |h| @intFromPtr(h) else 0);
+    return @fromBackingInt(@intCast(if (handle) |h| @intFromPtr(h) else 0));
 }
 
 /// The C handle of an object just opened.
 pub fn handleOf(comptime T: type, object: *T) *CHandle(T) {
     assert(object.handle != .none);
-    return @ptrFromInt(@intFromEnum(object.handle));
+    return @ptrFromInt(@backingInt(object.handle));
 }
 
 /// The object of an open handle of type T, or null (NULL, closed already, another kind, or a
@@ -51,7 +51,7 @@ pub fn resolve(comptime T: type, handle: ?*const CHandle(T)) ?*T {
 /// The open handle whose halves a binding passed, or null for NULL, a misaligned address or
 /// a handle that is not open (resolve).
 pub fn handleAt(comptime T: type, low: u32, high: u32) ?*T {
-    return T.fromOpenHandle(@enumFromInt(numpy_array.join(low, high)));
+    return T.fromOpenHandle(@fromBackingInt(@intCast(numpy_array.join(low, high))));
 }
 
 pub fn closeHandle(comptime T: type, handle: ?*CHandle(T)) void {

@@ -86,7 +86,6 @@ const Crc32cSliced = struct {
     }
 };
 
-
 pub const Header = extern struct {
     magic: [4]u8,
     version: u16,
@@ -112,7 +111,7 @@ pub fn recordSum(stored: []const u8, logic_length: u32, codec: Codec) u32 {
     crc.update(stored);
     var tail: [5]u8 = undefined;
     std.mem.writeInt(u32, tail[0..4], logic_length, .little);
-    tail[4] = @intFromEnum(codec);
+    tail[4] = @backingInt(codec);
     crc.update(&tail);
     return crc.final();
 }

@@ -165,9 +165,7 @@ pub const Chunks = struct {
             grow(io, f, size, target) catch |err| switch (err) {
                 // A full step does not fit: take just what this write needs.
                 error.NoSpaceLeft => if (target > end) grow(io, f, size, end) catch |err2|
-                    return fail(err2, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end })
-                else
-                    return fail(err, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end }),
+                    return fail(err2, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end }) else return fail(err, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), end }),
                 else => return fail(err, "grow chunk {s} to {d} bytes", .{ chunk_name.slice(), target }),
             };
         }

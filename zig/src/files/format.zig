@@ -204,7 +204,7 @@ test "header and entry checks" {
     bad.chunk_id = 2;
     try std.testing.expectEqual(EntryProblem.beyond_tail, checkEntry(bad, tail));
     bad = good;
-    bad.codec = @enumFromInt(7);
+    bad.codec = @fromBackingInt(@intCast(7));
     try std.testing.expectEqual(EntryProblem.bad_codec, checkEntry(bad, tail));
     bad = good;
     bad.chunk_id = 0;

@@ -99,14 +99,14 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
     comptime {
         const names = @typeInfo(Way).@"enum".field_names;
         assert(names.len == 2);
-        assert(@intFromEnum(@field(Way, names[0])) == 0 and @intFromEnum(@field(Way, names[1])) == 1);
+        assert(@backingInt(@field(Way, names[0])) == 0 and @backingInt(@field(Way, names[1])) == 1);
         assert(tuning.warmup_burst % probe_burst == 0);
         assert(warmup_samples % probe_burst == 0);
     }
     return struct {
         const Self = @This();
-        pub const candidate: Way = @enumFromInt(0);
-        pub const default: Way = @enumFromInt(1);
+        pub const candidate: Way = @fromBackingInt(@intCast(0));
+        pub const default: Way = @fromBackingInt(@intCast(1));
 
         /// A batch's way, and its place in the advisor's sequence (which says whether it counts).
         pub const Choice = struct {
@@ -144,8 +144,8 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
         /// Counts a batch of `byte_count` bytes that took `elapsed_ns` in `mode`.
         pub fn recordSample(advisor: *Self, mode: Way, byte_count: u64, elapsed_ns: u64) void {
             if (byte_count == 0 or elapsed_ns == 0) return;
-            const stored = &advisor.costs[@intFromEnum(mode)];
-            const samples = &advisor.samples[@intFromEnum(mode)];
+            const stored = &advisor.costs[@backingInt(mode)];
+            const samples = &advisor.samples[@backingInt(mode)];
             const sample = sampleCost(byte_count, elapsed_ns);
             const old = stored.load(.monotonic);
             const count = samples.load(.monotonic);
@@ -159,7 +159,7 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
 
         /// What takesCandidate() needs to know of `mode`.
         pub fn estimate(advisor: *const Self, mode: Way) Estimate {
-            return .{ .cost = advisor.cost(mode), .samples = advisor.samples[@intFromEnum(mode)].load(.monotonic) };
+            return .{ .cost = advisor.cost(mode), .samples = advisor.samples[@backingInt(mode)].load(.monotonic) };
         }
 
         fn warming(advisor: *const Self) bool {
@@ -168,7 +168,7 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
         }
 
         pub fn cost(advisor: *const Self, mode: Way) u64 {
-            return advisor.costs[@intFromEnum(mode)].load(.monotonic);
+            return advisor.costs[@backingInt(mode)].load(.monotonic);
         }
     };
 }
@@ -274,7 +274,7 @@ fn tallySamples(pooled: u64, alone: u64, samples: u32, count: u64) [2]u64 {
     var modes: [2]u64 = .{ 0, 0 };
     const p: Estimate = .{ .cost = pooled, .samples = samples };
     const a: Estimate = .{ .cost = alone, .samples = samples };
-    for (0..count) |ticket| modes[@intFromEnum(decide(p, a, ticket))] += 1;
+    for (0..count) |ticket| modes[@backingInt(decide(p, a, ticket))] += 1;
     return modes;
 }
 
@@ -318,7 +318,7 @@ test "an advisor follows the machine: it moves to the mode that became cheaper" 
     var modes: [2]u32 = .{ 0, 0 };
     for (0..4096) |_| {
         const choice = advisor.choose();
-        modes[@intFromEnum(choice.mode)] += 1;
+        modes[@backingInt(choice.mode)] += 1;
         advisor.record(choice, bytes, if (choice.mode == .pooled) 10_000 else 20_000);
     }
     try testing.expect(modes[0] > modes[1] * 20);
@@ -327,7 +327,7 @@ test "an advisor follows the machine: it moves to the mode that became cheaper" 
     modes = .{ 0, 0 };
     for (0..4096) |_| {
         const choice = advisor.choose();
-        modes[@intFromEnum(choice.mode)] += 1;
+        modes[@backingInt(choice.mode)] += 1;
         advisor.record(choice, bytes, if (choice.mode == .pooled) 25_000 else 20_000);
     }
     try testing.expect(modes[1] > modes[0] * 4);
@@ -438,7 +438,7 @@ test "a stores advisor warms up and probes out of step with the pool advisor of 
     for (0..4 * probe_burst) |_| {
         const pool_choice = pool_advisor.choose();
         const stores_choice = stores_advisor.choose();
-        met[@intFromEnum(stores_choice.mode)][@intFromEnum(pool_choice.mode)] += 1;
+        met[@backingInt(stores_choice.mode)][@backingInt(pool_choice.mode)] += 1;
         pool_advisor.record(pool_choice, 1 << 20, 10_000);
         stores_advisor.record(stores_choice, 1 << 20, 10_000);
     }
@@ -470,7 +470,7 @@ test "a loads advisor's first way meets both ways of the stores' warm-up, and it
     for (0..8 * probe_burst) |_| {
         const stores_choice = stores_advisor.choose();
         const loads_choice = loads_advisor.choose();
-        met[@intFromEnum(loads_choice.mode)][@intFromEnum(stores_choice.mode)] += 1;
+        met[@backingInt(loads_choice.mode)][@backingInt(stores_choice.mode)] += 1;
         stores_advisor.record(stores_choice, 1 << 20, 10_000);
         loads_advisor.record(loads_choice, 1 << 20, 10_000);
     }

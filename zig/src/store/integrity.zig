@@ -220,7 +220,7 @@ const VerifyTask = struct {
 
     fn report(task: *VerifyTask, index: u64, reason: Reason) void {
         const slot = task.problem_count.fetchAdd(1, .acq_rel);
-        if (slot < task.problems.len) task.problems[slot] = .{ .index = index, .reason = @intFromEnum(reason) };
+        if (slot < task.problems.len) task.problems[slot] = .{ .index = index, .reason = @backingInt(reason) };
     }
 
     /// The reason record `index` is bad, or null when it is intact.

@@ -67,7 +67,7 @@ fn encode(index: u32, generation: u64) Handle {
     assert(generation % 2 == 1);
     const token = (@as(usize, @intCast(generation & generation_mask)) << (slot_index_bits + alignment_bits)) |
         (@as(usize, index) << alignment_bits);
-    return @enumFromInt(token);
+    return @fromBackingInt(@intCast(token));
 }
 
 /// Publishes an open object and returns its handle.
@@ -81,7 +81,7 @@ pub fn add(kind: Kind, object: *anyopaque) Error!Handle {
     assert(generation % 2 == 1);
     // Release stores: a reader that sees the new address sees the generation bump of the
     // removal before it too (see get's second read).
-    slot.kind.store(@intFromEnum(kind), .release);
+    slot.kind.store(@backingInt(kind), .release);
     slot.address.store(@intFromPtr(object), .release);
     slot.generation.store(generation, .release);
     return encode(index, generation);
@@ -111,7 +111,7 @@ fn takeSlot() Error!u32 {
 /// The slot a handle names, and the generation it was given with; null for a value that no
 /// add returned (NULL, misaligned, an address, a slot never used).
 fn decode(handle: Handle) ?struct { slot: *Slot, generation: u64 } {
-    const token = @intFromEnum(handle);
+    const token = @backingInt(handle);
     if (token % (1 << alignment_bits) != 0) return null;
     const generation: u64 = token >> (slot_index_bits + alignment_bits);
     if (generation % 2 == 0) return null;
@@ -130,7 +130,7 @@ pub fn get(handle: Handle, kind: Kind) ?*anyopaque {
     // another object. (A caller closing a handle while using it elsewhere is its own bug; this
     // keeps the answer a refusal rather than the wrong object.)
     if (named.slot.generation.load(.acquire) & generation_mask != named.generation) return null;
-    if (slot_kind != @intFromEnum(kind)) return null;
+    if (slot_kind != @backingInt(kind)) return null;
     assert(address != 0);
     return @ptrFromInt(address);
 }
@@ -145,9 +145,9 @@ pub fn remove(handle: Handle, kind: Kind) ?*anyopaque {
     const named = decode(handle) orelse return null;
     const generation = named.slot.generation.load(.monotonic);
     if (generation & generation_mask != named.generation) return null;
-    if (named.slot.kind.load(.monotonic) != @intFromEnum(kind)) return null;
+    if (named.slot.kind.load(.monotonic) != @backingInt(kind)) return null;
     named.slot.generation.store(generation + 1, .release);
-    const index: u32 = @intCast((@intFromEnum(handle) >> alignment_bits) & slot_index_mask);
+    const index: u32 = @intCast((@backingInt(handle) >> alignment_bits) & slot_index_mask);
     named.slot.next_free = free_head;
     free_head = index + 1;
     return @ptrFromInt(named.slot.address.load(.monotonic));
@@ -181,7 +181,7 @@ pub const Walk = struct {
             const slot = slotAt(walk.index).?;
             walk.index += 1;
             if (slot.generation.load(.monotonic) % 2 == 0) continue;
-            if (slot.kind.load(.monotonic) != @intFromEnum(walk.kind)) continue;
+            if (slot.kind.load(.monotonic) != @backingInt(walk.kind)) continue;
             return @ptrFromInt(slot.address.load(.monotonic));
         }
         return null;
@@ -205,7 +205,7 @@ test "a handle reads as open until removed, then never again, though its slot is
     // The freed slot is the next one taken: the same slot, a new generation, a new handle.
     const second = try add(.store, &b);
     try testing.expect(second != first);
-    try testing.expectEqual(@intFromEnum(first) % (1 << (slot_index_bits + alignment_bits)), @intFromEnum(second) % (1 << (slot_index_bits + alignment_bits)));
+    try testing.expectEqual(@backingInt(first) % (1 << (slot_index_bits + alignment_bits)), @backingInt(second) % (1 << (slot_index_bits + alignment_bits)));
     try testing.expectEqual(@as(?*anyopaque, null), get(first, .store));
     try testing.expectEqual(@as(?*anyopaque, &b), get(second, .store));
     // The same address added again is yet another handle.
@@ -221,8 +221,8 @@ test "values no add returned are refused: NULL, misaligned, even generations, fa
     var a: u64 = 0;
     const handle = try add(.store, &a);
     defer _ = remove(handle, .store);
-    const token = @intFromEnum(handle);
+    const token = @backingInt(handle);
     for ([_]usize{ 0, token + 1, token + 4, token ^ (1 << (slot_index_bits + alignment_bits)), (slot_index_mask << alignment_bits) | (1 << (slot_index_bits + alignment_bits)), @intFromPtr(&a) }) |value| {
-        try testing.expectEqual(@as(?*anyopaque, null), get(@enumFromInt(value), .store));
+        try testing.expectEqual(@as(?*anyopaque, null), get(@fromBackingInt(@intCast(value)), .store));
     }
 }

@@ -200,7 +200,7 @@ inline fn mismatch(entry: RecordLoc, first: RecordLoc, position: usize) u64 {
     const expected = @as(u64, first.offset) + position * @as(u64, first.logic_length);
     // Raw is codec 0.
     return (entry.offset ^ expected) | (entry.phys_length ^ first.logic_length) | (entry.logic_length ^ first.logic_length) |
-        (@as(u64, entry.chunk_id) ^ first.chunk_id) | @intFromEnum(entry.codec);
+        (@as(u64, entry.chunk_id) ^ first.chunk_id) | @backingInt(entry.codec);
 }
 
 // ---- tests -----------------------------------------------------------------------------------

@@ -239,7 +239,7 @@ const WriteTask = struct {
 };
 
 fn checkCodec(tag: u8) Error!Codec {
-    const c: Codec = @enumFromInt(tag);
+    const c: Codec = @fromBackingInt(@intCast(tag));
     if (!c.isKnown()) {
         diagnostic.note("unknown codec {d} (0 raw, 1 zstd, 2 zstd_dict)", .{tag});
         return error.InvalidArgument;

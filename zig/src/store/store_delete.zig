@@ -275,4 +275,3 @@ test "an abandoned delete whose redo log cannot be removed keeps the sums' pendi
         try testing.expectEqualSlices(u8, data[row * 64 ..][0..64], &out);
     }
 }
-

@@ -415,4 +415,3 @@ pub fn recordLengths(store: *Store, indices: []const i64, out: []u64) Error!void
     try index_check.copyCheckedIndices(indices, checked, store.meta.length());
     for (checked, out) |index, *len| len.* = store.meta.table[@intCast(index)].logic_length;
 }
-

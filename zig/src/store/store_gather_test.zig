@@ -97,8 +97,8 @@ test "fixed-stride gathers: raw records take the pipelined copy, every other rec
         defer testing.allocator.free(data);
         for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, id % 3 != 0);
         // Records 0..149 raw, 150..299 zstd (the compressible ones shrink, the noisy stay raw).
-        _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = 150 }, @intFromEnum(format.Codec.raw));
-        _ = try store.append(.{ .data = data[150 * stride ..].ptr, .stride = stride, .count = 150 }, @intFromEnum(format.Codec.zstd));
+        _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = 150 }, @backingInt(format.Codec.raw));
+        _ = try store.append(.{ .data = data[150 * stride ..].ptr, .stride = stride, .count = 150 }, @backingInt(format.Codec.zstd));
         var indices: [257]i64 = undefined;
         var prng = std.Random.DefaultPrng.init(stride);
         for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
@@ -131,10 +131,10 @@ test "ragged gathers: raw records take the pipelined copy, empty and compressed 
     const count = 400;
     var raw = try Batch.init(0, 300, &sizeSmall, true);
     defer raw.deinit();
-    _ = try store.append(raw.records(), @intFromEnum(format.Codec.raw));
+    _ = try store.append(raw.records(), @backingInt(format.Codec.raw));
     var zstd = try Batch.init(300, 100, &sizeSmall, false);
     defer zstd.deinit();
-    _ = try store.append(zstd.records(), @intFromEnum(format.Codec.zstd));
+    _ = try store.append(zstd.records(), @backingInt(format.Codec.zstd));
     var indices: [600]i64 = undefined; // longer than a window of sources
     var prng = std.Random.DefaultPrng.init(38);
     for (&indices) |*index| index.* = prng.random().intRangeLessThan(i64, 0, count);
@@ -187,12 +187,12 @@ test "runs: learned on append and on open, relearned after delete and compact; g
         defer store.close();
         var first: usize = 0;
         for ([_]usize{ 1000, block, count - 1000 - block }) |piece| {
-            _ = try store.append(.{ .data = data[first * stride ..].ptr, .stride = stride, .count = piece }, @intFromEnum(format.Codec.raw));
+            _ = try store.append(.{ .data = data[first * stride ..].ptr, .stride = stride, .count = piece }, @backingInt(format.Codec.raw));
             first += piece;
         }
         for (expected_after_appends, 0..) |s, b| try testing.expectEqual(s, store.runs.stride(b));
         try testing.expectEqual(@as(u32, 100), store.runs.covered(2));
-        _ = try store.append(.{ .data = data[count * stride ..].ptr, .stride = stride, .count = block }, @intFromEnum(format.Codec.zstd));
+        _ = try store.append(.{ .data = data[count * stride ..].ptr, .stride = stride, .count = block }, @backingInt(format.Codec.zstd));
         try testing.expectEqual(@as(u32, block), store.runs.covered(2));
         try testing.expectEqual(@as(u32, 100), store.runs.covered(3));
     }
@@ -247,7 +247,7 @@ test "gathers give the same bytes whether the advisors run them pooled or alone,
     const data = try testing.allocator.alloc(u8, count * stride);
     defer testing.allocator.free(data);
     for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, true);
-    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @intFromEnum(format.Codec.raw));
+    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @backingInt(format.Codec.raw));
     var indices: [256]i64 = undefined;
     const buffer = try testing.allocator.alloc(u8, indices.len * stride + 2);
     defer testing.allocator.free(buffer);
@@ -292,7 +292,7 @@ test "a fixed stores policy takes the stores advisor out of large raw gathers, w
     const data = try testing.allocator.alloc(u8, count * stride);
     defer testing.allocator.free(data);
     for (0..count) |id| fillRecord(data[id * stride ..][0..stride], id, true);
-    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @intFromEnum(format.Codec.raw));
+    _ = try store.append(.{ .data = data.ptr, .stride = stride, .count = count }, @backingInt(format.Codec.raw));
     var indices: [256]i64 = undefined;
     const got = try testing.allocator.alloc(u8, indices.len * stride);
     defer testing.allocator.free(got);
@@ -329,7 +329,7 @@ test "large ragged gathers stream and fetch as the policies and advisors say, wi
     const count = 400;
     var records = try Batch.init(0, count, &sizeLarge, true);
     defer records.deinit();
-    _ = try store.append(records.records(), @intFromEnum(format.Codec.raw));
+    _ = try store.append(records.records(), @backingInt(format.Codec.raw));
     var indices: [300]i64 = undefined;
     var lengths: [indices.len]u64 = undefined;
     var offsets: [indices.len + 1]u64 = undefined;

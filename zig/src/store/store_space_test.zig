@@ -16,7 +16,7 @@ const Folder = store_test.Folder;
 const expectRecord = store_test.expectRecord;
 const sizeSmall = store_test.sizeSmall;
 
-const raw = @intFromEnum(format.Codec.raw);
+const raw = @backingInt(format.Codec.raw);
 
 fn chunkLength(folder: *Folder, chunk_id: u32) !u64 {
     return (try folder.tmp.dir.statFile(pool.io(), chunk.name(chunk_id).slice(), .{})).size;

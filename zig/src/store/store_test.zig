@@ -333,7 +333,7 @@ test "corrupt and foreign stores are refused on open" {
         try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
         try testing.expectError(error.Corrupt, folder.openExisting());
         entry.chunk_id = 0;
-        entry.codec = @enumFromInt(9);
+        entry.codec = @fromBackingInt(@intCast(9));
         try writeAt(&folder, "meta.zr", std.mem.asBytes(&entry), 16 + 16);
         try testing.expectError(error.Corrupt, folder.openExisting());
         entry.codec = .raw;
@@ -406,7 +406,7 @@ test "verify: a checksummed store verifies; a flipped stored byte and a swapped 
     try testing.expectEqual(@as(u64, 2), summary.problem_count);
     try testing.expectEqual(@as(u64, 2), problems[0].index);
     try testing.expectEqual(@as(u64, 5), problems[1].index);
-    try testing.expectEqual(@intFromEnum(integrity.Reason.checksum), problems[0].reason);
+    try testing.expectEqual(@backingInt(integrity.Reason.checksum), problems[0].reason);
     var out: [64]u8 = undefined;
     try testing.expectError(error.Corrupt, store.gather(&.{2}, .{ .base = &out, .stride = 64 }, 64));
     store.verify = .none;
@@ -424,7 +424,7 @@ test "a small store allocates its per-chunk, run and checksum tables a group at 
     {
         const store = try folder.open();
         defer store.close();
-        _ = try store.append(.{ .data = &data, .stride = 16, .count = 10 }, @intFromEnum(format.Codec.raw));
+        _ = try store.append(.{ .data = &data, .stride = 16, .count = 10 }, @backingInt(format.Codec.raw));
         // One chunk, one block of runs, one block of sums: one group each, not the tables of a
         // full store (chunk_count_max slots, 2^24 records' runs and counts).
         try testing.expectEqual(@as(u32, 1), store.chunks.slots.groupsCreated());

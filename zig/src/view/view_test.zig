@@ -38,7 +38,7 @@ const Fixture = struct {
                 offsets[i + 1] = size;
                 next += 1;
             }
-            if (count > 0) _ = try fixture.stores[k].append(store_mod.Records.fromSlices(data[0..size], offsets[0 .. count + 1]), @intFromEnum(codec_tag(k)));
+            if (count > 0) _ = try fixture.stores[k].append(store_mod.Records.fromSlices(data[0..size], offsets[0 .. count + 1]), @backingInt(codec_tag(k)));
         }
         return fixture;
     }
@@ -52,7 +52,6 @@ const Fixture = struct {
         fixture.tmp.cleanup();
     }
 };
-
 
 test "a view routes global indices across stores, empty ones included" {
     var fixture = try Fixture.init();
@@ -171,7 +170,7 @@ test "a view copies raw records of fixed size and decompresses the others, inter
             @memset(data[j * size + size / 2 ..][0 .. size / 2], @intCast(j));
         }
         const codec_tag: @import("../files/format.zig").Codec = if (k == 1) .zstd else .raw;
-        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 200 }, @intFromEnum(codec_tag));
+        _ = try stores[k].append(.{ .data = &data, .stride = size, .count = 200 }, @backingInt(codec_tag));
     }
     try testing.expectEqual(@import("../files/format.zig").Codec.zstd, stores[1].meta.table[0].codec);
     const view = try View.open(testing.allocator, &stores);
