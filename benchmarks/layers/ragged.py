@@ -7,7 +7,9 @@ DataLoader (cyclic, default workers, batches dropped after each next()), raw and
 ratio compares record bytes per second (the packed records' measured mean), which a batch's own
 length does not skew. A padded row
 (Padding to the longest possible record) shows what padding costs besides; its MiB/s counts the
-record bytes, not the padding. A second table does the same for short sequences (raw, packed
+record bytes, not the padding. One more dense row holds records of MEAN_TOKENS + 1 tokens
+(4,100 bytes): no record of it starts on a page boundary, as no packed record can be relied on
+to, so the same run shows how much of the packed gap the dense reference's page alignment is. A second table does the same for short sequences (raw, packed
 against dense), where the cost of each record rather than of its bytes decides.
 """
 
@@ -26,6 +28,9 @@ from .report import Column, Report, Table
 MIB = float(1 << 20)
 MEAN_TOKENS = 1024
 RECORD_BYTES = MEAN_TOKENS * 4
+# Dense records one token longer: 4,100 bytes, so none but the first starts on a page.
+UNALIGNED_TOKENS = MEAN_TOKENS + 1
+UNALIGNED = "dense raw, off pages"
 
 
 # Short sequences (a few dozen tokens, as chat turns or labels are): a batch is mostly the
@@ -39,9 +44,11 @@ def token_lengths(count: int, seed: int, mean: int = MEAN_TOKENS) -> np.ndarray:
 
 
 def build(folder: Path, records: int, mean: int = MEAN_TOKENS,
-          codecs: tuple[str, ...] = ("raw", "zstd")) -> tuple[dict[str, Path], float]:
+          codecs: tuple[str, ...] = ("raw", "zstd"),
+          unaligned: bool = False) -> tuple[dict[str, Path], float]:
     """The datasets (packed and dense, in each codec) of records of `mean` tokens on average
-    (dense: exactly), and the ragged records' mean size in bytes."""
+    (dense: exactly), and the ragged records' mean size in bytes. With `unaligned`, also
+    UNALIGNED: raw dense records of UNALIGNED_TOKENS tokens."""
     from loaderx.dataset import DenseDataset, RaggedDataset
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -63,6 +70,13 @@ def build(folder: Path, records: int, mean: int = MEAN_TOKENS,
                                   codec=codec) as flat:
                     flat.append(dense)
             paths[f"{kind} {codec}"] = path
+    if unaligned:
+        path = folder / "dense-unaligned-raw"
+        stores.remove(path)
+        with DenseDataset(str(path), dtype=np.int32, item_shape=(UNALIGNED_TOKENS,),
+                          codec="raw") as flat:
+            flat.append(rng.integers(0, 32_000, size=(records, UNALIGNED_TOKENS), dtype=np.int32))
+        paths[UNALIGNED] = path
     return paths, float(lengths.mean()) * 4
 
 
@@ -98,7 +112,7 @@ def time_loops(made: dict[str, tuple[Callable[[], Any], Callable[[], None]]],
 def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     folder = workdir / "ragged"
     try:
-        paths, ragged_bytes = build(folder, args.records)
+        paths, ragged_bytes = build(folder, args.records, unaligned=True)
     except Exception as error:  # noqa: BLE001 - reported, the other layers go on
         rep.skip("ragged layer", f"{type(error).__name__}: {error}")
         return
@@ -109,11 +123,15 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
             if select.wanted(f"loaderx {name}", False, args.only, reference=kind == "dense"):
                 store = paths[f"{'dense' if kind == 'dense' else 'packed'} {codec}"]
                 made[name] = loop(store, args.batch, kind)
+    if "dense raw" in made and select.wanted(f"loaderx {UNALIGNED}", False, args.only):
+        made[UNALIGNED] = loop(paths[UNALIGNED], args.batch, "dense")
     timings = time_loops(made, args)
     # Record bytes per batch: exact for dense; the records' mean for packed and padded batches
     # (cyclic batches cover every record once a cycle).
     def batch_bytes(name: str) -> float:
-        return args.batch * (RECORD_BYTES if name.startswith("dense") else ragged_bytes)
+        if name == UNALIGNED:
+            return float(args.batch * UNALIGNED_TOKENS * 4)
+        return float(args.batch * (RECORD_BYTES if name.startswith("dense") else ragged_bytes))
 
     table = Table("ragged", f"Ragged loader: batches of {args.batch} int32 token sequences of "
                   f"1 to {2 * MEAN_TOKENS - 1} tokens (mean {MEAN_TOKENS}), against dense "
@@ -126,13 +144,17 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     rates = {name: 1.0 / t.median for name, t in timings.items()}
     speeds = {name: rate * batch_bytes(name) for name, rate in rates.items()}
     for name, speed in speeds.items():
-        dense = speeds.get(f"dense {name.split()[-1]}")
+        dense = speeds.get(f"dense {name.split(',')[0].split()[-1]}")
         table.add(loader=f"loaderx {name}", batches_s=rates[name], mib_s=speed / MIB,
                   vs_dense=speed / dense if dense else None, timing=timings[name].as_json())
     table.notes.append(f"median of {args.rounds} interleaved rounds; MiB/s of record bytes "
                        "(a packed batch's mean; padding not counted)")
     table.notes.append(f"padded: Padding({2 * MEAN_TOKENS}), a (batch, {2 * MEAN_TOKENS}) "
                        "array and mask per batch, twice the record bytes written")
+    if UNALIGNED in speeds and "packed raw" in speeds:
+        table.notes.append(f"{UNALIGNED}: records of {UNALIGNED_TOKENS} tokens ({UNALIGNED_TOKENS * 4} "
+                           "bytes), none on a page boundary; packed raw against it: "
+                           f"{speeds['packed raw'] / speeds[UNALIGNED]:.3f}x")
     rep.emit(table)
     for codec in ("raw", "zstd"):
         packed, dense = speeds.get(f"packed {codec}"), speeds.get(f"dense {codec}")
