@@ -26,6 +26,10 @@ const Store = @import("store.zig").Store;
 /// 32, a gather of 256 B records ran no faster than NumPy's plain loop; the record-size sweep
 /// with groups of 8 is in README.md ("A raw gather finds its records before it copies them").
 pub const group = 8;
+/// std's false-sharing unit: 128 bytes on x86-64, two of its 64-byte lines, so the prefetches
+/// below start every other line of a record (the copy's own loads bring the rest). Stepping
+/// 64 bytes measured no faster on packed token records (benchmarks/reports/ragged-loader.md,
+/// "The dense reference's page alignment").
 const cache_line = std.atomic.cache_line;
 /// Lines started per record (prefetchRecord).
 const prefetch_lines_max = 4;
