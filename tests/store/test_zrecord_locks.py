@@ -1,74 +1,31 @@
-"""Cross-process and cross-handle locking: one writer, exclusive maintenance, read-only opens.
+"""Cross-process and cross-handle locking: one writer, and exclusive maintenance against open
+handles, readers in other processes, waiting opens and interleaved appends, deletes and
+compactions.
 
 Everything runs for real: second handles in this process, other processes (killed with
-SIGKILL to show the kernel releases their locks), a read-only tmpfs mount and an unprivileged
-user. Records carry their own id, so every check is on exact bytes.
+SIGKILL to show the kernel releases their locks). Records carry their own id, so every check
+is on exact bytes. Read-only opens are in test_zrecord_readonly.py, lock and store files met
+through links in test_zrecord_links.py; lock_cases.py holds what they share.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import pwd
-import re
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
-import textwrap
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import CorruptStoreError, ReadOnlyStoreError, StoreLockedError
+from loaderx.errors import StoreLockedError
 from loaderx._store.schema import Codec
 from loaderx.zrecord import Zrecord
 
-REPO: str = str(Path(__file__).resolve().parents[2])
-
-
-def record(ident: int) -> bytes:
-    """Record `ident`: its id followed by bytes derived from it (so any mix-up shows)."""
-    body = hashlib.sha256(ident.to_bytes(8, "little")).digest() * (1 + ident % 5)
-    return ident.to_bytes(8, "little") + body
-
-
-def ident_of(data: bytes) -> int:
-    ident = int.from_bytes(data[:8], "little")
-    assert data == record(ident), f"record {ident} has wrong bytes"
-    return ident
-
-
-def folder_digest(path: str) -> dict[str, tuple[int, str]]:
-    """Every file's size and the sha256 of its first MiB (the header, the table of the first
-    65,536 records and the start of each chunk: all these small tests use), to prove nothing
-    changed. Reading whole files would read the sparse 4 GiB chunks."""
-    out = {}
-    for name in sorted(os.listdir(path)):
-        with open(os.path.join(path, name), "rb") as f:
-            out[name] = (os.fstat(f.fileno()).st_size, hashlib.sha256(f.read(1 << 20)).hexdigest())
-    return out
-
-
-def python(code: str, *, user: str | None = None) -> subprocess.Popen[str]:
-    """Starts `code` in a fresh interpreter (optionally as another user), pipes on stdin/stdout."""
-    command = [sys.executable, "-c", textwrap.dedent(code)]
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        ids = [f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
-        command = ["setpriv", *ids, *command]
-    env = {**os.environ, "PYTHONPATH": REPO}
-    return subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, cwd="/",
-    )
+from lock_cases import finish, folder_digest, ident_of, python, record
 
 
 def expect_line(process: subprocess.Popen[str], wanted: str) -> None:
@@ -77,15 +34,6 @@ def expect_line(process: subprocess.Popen[str], wanted: str) -> None:
     if line != wanted:
         _, err = process.communicate(timeout=60)
         raise AssertionError(f"expected {wanted!r} from the child, got {line!r}; stderr:\n{err}")
-
-
-def finish(process: subprocess.Popen[str]) -> str:
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, f"child failed ({process.returncode}):\n{err}"
-    return out
-
-
-# ---- one writer ------------------------------------------------------------------------------
 
 
 def test_second_handle_in_one_process_cannot_write(store_path: str) -> None:
@@ -166,9 +114,6 @@ def test_two_processes_appending_never_share_an_index(store_path: str) -> None:
         found = [ident_of(r) for r in store.gather(slice(None))]
     assert sorted(found) == sorted(acked)
     assert len(set(found)) == len(found)
-
-
-# ---- exclusive maintenance -------------------------------------------------------------------
 
 
 def test_maintenance_is_refused_while_another_handle_is_open(tmp_path: Path) -> None:
@@ -349,6 +294,7 @@ APPENDER = """
     print(" ".join(map(str, acked)), flush=True)
 """
 
+
 MAINTAINER = """
     import hashlib, random, sys
     from loaderx.errors import StoreLockedError
@@ -376,6 +322,7 @@ MAINTAINER = """
         print("ok", flush=True)
     print(done, refused, " ".join(map(str, deleted)), flush=True)
 """
+
 
 READER = """
     import hashlib, sys
@@ -431,341 +378,3 @@ def test_append_delete_compact_interleaved_across_processes(store_path: str, cod
         store.compact()  # alone now: it must succeed and keep everything readable
         found = [ident_of(r) for r in store.gather(slice(None))]
     assert sorted(found) == sorted(set(appended) - set(deleted))
-
-
-# ---- read-only opens -------------------------------------------------------------------------
-
-
-def test_readonly_refuses_every_write_before_touching_anything(store_path: str) -> None:
-    with Zrecord(store_path, create=True) as store:
-        store.append([record(i) for i in range(5)])
-    before = folder_digest(store_path)
-    with Zrecord(store_path, readonly=True) as store:
-        assert store.readonly
-        for call in (
-            lambda: store.append([record(9)]),
-            lambda: store.append_fixed(np.zeros(8, np.uint8), 8),
-            lambda: store.delete([0]),
-            lambda: store.compact(),
-            lambda: store.train_dict([b"x" * 100] * 40, 1024),
-            lambda: store.sync(),
-        ):
-            with pytest.raises(ReadOnlyStoreError, match="readonly=True"):
-                call()
-        assert [ident_of(r) for r in store.gather(slice(None))] == list(range(5))
-        assert store.stats()["records"] == 5
-    assert folder_digest(store_path) == before
-
-
-def test_readonly_never_creates(tmp_path: Path) -> None:
-    missing = str(tmp_path / "nothing")
-    with pytest.raises(FileNotFoundError):
-        Zrecord(missing, readonly=True)
-    assert not os.path.exists(missing)
-    with pytest.raises(FileNotFoundError):
-        DenseDataset(missing, readonly=True)
-    assert not os.path.exists(missing)
-
-
-def test_readonly_reader_sees_a_concurrent_writer(store_path: str) -> None:
-    writer = Zrecord(store_path, create=True)
-    writer.append([record(0)])
-    reader = Zrecord(store_path, readonly=True)
-    writer.append([record(1), record(2)])
-    assert [ident_of(r) for r in reader.gather(slice(None))] == [0, 1, 2]
-    reader.close()
-    writer.close()
-
-
-def test_readonly_dataset(tmp_path: Path) -> None:
-    path = str(tmp_path / "ds")
-    data = np.arange(60, dtype=np.int32).reshape(10, 6)
-    with DenseDataset(path, dtype=np.int32, item_shape=(6,)) as ds:
-        ds.append(data)
-    with DenseDataset(path, readonly=True) as ds:
-        assert ds.readonly
-        np.testing.assert_array_equal(ds[:], data)
-        with pytest.raises(ReadOnlyStoreError):
-            ds.append(data[:1])
-        with pytest.raises(ReadOnlyStoreError):
-            ds.delete(0)
-        assert len(ds) == 10
-    # The same schema may be named while opening read-only; nothing is created or changed.
-    with DenseDataset(path, dtype=np.int32, item_shape=(6,), readonly=True) as ds:
-        np.testing.assert_array_equal(ds[[9, 0]], data[[9, 0]])
-    # Where there is none, naming the schema read-only creates nothing, and the message says why
-    # (it used to say "pass dtype= (and item_shape=) to create one", which the caller had done).
-    missing = str(tmp_path / "missing")
-    for cls in (DenseDataset, RaggedDataset):
-        with pytest.raises(FileNotFoundError, match="readonly=True opens an existing one and never"):
-            cls(missing, dtype=np.int32, item_shape=(6,), readonly=True)
-    assert not os.path.exists(missing)
-
-
-@pytest.fixture
-def read_only_mount() -> Iterator[str]:
-    """A small tmpfs, world-readable, that the test fills and then remounts read-only."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tempfile.mkdtemp(prefix="loaderx-ro-")
-    os.chmod(mount_point, 0o755)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", mount_point], check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", mount_point], check=True)
-        os.rmdir(mount_point)
-
-
-def test_readonly_on_a_read_only_filesystem(read_only_mount: str) -> None:
-    path = os.path.join(read_only_mount, "store")
-    old = os.path.join(read_only_mount, "old")
-    with Zrecord(path, create=True) as store:
-        store.append([record(i) for i in range(50)])
-    with Zrecord(old, create=True) as store:
-        store.append([record(i) for i in range(3)])
-    # A store written before lock files existed has none; a read-only open must not need them.
-    os.remove(os.path.join(old, "open.lock"))
-    os.remove(os.path.join(old, "writer.lock"))
-    os.remove(os.path.join(old, "maintenance.lock"))
-    subprocess.run(["mount", "-o", "remount,ro", read_only_mount], check=True)
-    with Zrecord(path, readonly=True) as store:
-        assert [ident_of(r) for r in store.gather(slice(None))] == list(range(50))
-        with pytest.raises(ReadOnlyStoreError):
-            store.append([record(50)])
-    with Zrecord(old, readonly=True) as store:
-        assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1, 2]
-    with pytest.raises(PermissionError, match="readonly=True"):
-        Zrecord(path)
-
-
-def test_recode_reads_its_source_from_a_read_only_filesystem(
-    read_only_mount: str, tmp_path: Path
-) -> None:
-    from loaderx.converter import from_numpy, recode
-    from loaderx.dataset import RaggedDataset
-
-    dense = np.arange(600, dtype=np.int32).reshape(100, 6)
-    ragged = [np.arange(n, dtype=np.int16) for n in (4, 0, 9, 1)]
-    from_numpy(os.path.join(read_only_mount, "dense"), dense, codec="raw")
-    path = os.path.join(read_only_mount, "ragged")
-    with RaggedDataset(path, dtype=np.int16, item_shape=(), codec="zstd") as rs:
-        rs.append(ragged)
-    subprocess.run(["mount", "-o", "remount,ro", read_only_mount], check=True)
-    recode(os.path.join(read_only_mount, "dense"), str(tmp_path / "dense"), codec="zstd")
-    recode(os.path.join(read_only_mount, "ragged"), str(tmp_path / "ragged"), codec="raw")
-    with DenseDataset(tmp_path / "dense", readonly=True) as ds:
-        assert ds.codec == "zstd"
-        np.testing.assert_array_equal(ds[:], dense)
-    with RaggedDataset(tmp_path / "ragged", readonly=True) as rs:
-        assert rs.codec == "raw"
-        for want, have in zip(ragged, rs[:], strict=True):
-            np.testing.assert_array_equal(have, want)
-
-
-def test_readonly_for_a_user_who_cannot_write(
-    tmp_path: Path, others_can_reach: Callable[..., AbstractContextManager[None]]
-) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("switching to an unprivileged user needs root and setpriv")
-    base = tempfile.mkdtemp(prefix="loaderx-nobody-")
-    try:
-        os.chmod(base, 0o755)
-        path = os.path.join(base, "ds")
-        data = np.arange(200, dtype=np.uint16).reshape(20, 10)
-        with DenseDataset(path, dtype=np.uint16, item_shape=(10,)) as ds:
-            ds.append(data)
-        subprocess.run(["chmod", "-R", "a-w", path], check=True)
-        code = f"""
-            import numpy as np
-            from loaderx.dataset import DenseDataset
-            from loaderx.errors import ReadOnlyStoreError
-            with DenseDataset({path!r}, readonly=True) as ds:
-                np.testing.assert_array_equal(ds[:], np.arange(200, dtype=np.uint16).reshape(20, 10))
-                try:
-                    ds.append(ds[:1])
-                except ReadOnlyStoreError:
-                    print("refused", flush=True)
-            try:
-                DenseDataset({path!r})
-            except PermissionError as exc:
-                print("writable open:", exc, flush=True)
-        """
-        with others_can_reach(REPO, sys.prefix):
-            out = finish(python(code, user="nobody"))
-        assert out.splitlines()[0] == "refused"
-        assert out.splitlines()[1].startswith("writable open:")
-        assert "readonly=True" in out.splitlines()[1]
-    finally:
-        subprocess.run(["chmod", "-R", "u+w", base], check=True)
-        shutil.rmtree(base)
-
-
-def test_readonly_sharded_dataset(tmp_path: Path) -> None:
-    path = str(tmp_path / "sharded")
-    data = np.arange(250, dtype=np.int64).reshape(25, 10)
-    with DenseDataset(path, dtype=np.int64, item_shape=(10,), shard_records=10) as ds:
-        ds.append(data)
-        assert ds.sharded
-    names = sorted(os.listdir(path))
-    with DenseDataset(path, readonly=True, shard_records=10) as ds:
-        assert ds.readonly and ds.sharded
-        np.testing.assert_array_equal(ds[:], data)
-        for call in (lambda: ds.append(data[:1]), lambda: ds.delete(0), ds.compact, ds.sync):
-            with pytest.raises(ReadOnlyStoreError, match="readonly=True"):
-                call()
-        np.testing.assert_array_equal(ds[[24, 0, 13]], data[[24, 0, 13]])
-    assert sorted(os.listdir(path)) == names
-
-
-# ---- lock files are never opened through a link -----------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["open.lock", "maintenance.lock", "writer.lock"])
-@pytest.mark.parametrize("target_exists", [False, True])
-def test_a_lock_file_replaced_by_a_link_is_refused_and_nothing_is_made_where_it_points(
-    tmp_path: Path, name: str, target_exists: bool
-) -> None:
-    """The lock files were created (O_CREAT) and flocked through a symlink in their place:
-    opening the store made or locked the file the link named, anywhere outside the store."""
-    store_path = str(tmp_path / "store")
-    with Zrecord(store_path, create=True) as store:
-        store.append([record(0), record(1)])
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    target = outside / "target"
-    if target_exists:
-        target.write_bytes(b"not the store's")
-    os.unlink(os.path.join(store_path, name))
-    os.symlink(target, os.path.join(store_path, name))
-    refused = rf"{name.replace('.', '[.]')} is a symbolic link \(to '.*target'\), not the store's lock file"
-    if name == "writer.lock":
-        # Taken from the first write on: reading needs no writer lock.
-        with Zrecord(store_path) as store:
-            assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1]
-            with pytest.raises(CorruptStoreError, match=refused) as info:
-                store.append([record(2)])
-            assert repr(store_path) in str(info.value)
-            assert store.stats()["records"] == 2
-    else:
-        with pytest.raises(CorruptStoreError, match=refused) as info:
-            Zrecord(store_path)
-        assert repr(store_path) in str(info.value)
-        if name == "open.lock":
-            # A read-only handle does not lock through the link either.
-            with pytest.raises(CorruptStoreError, match=refused):
-                Zrecord(store_path, readonly=True)
-    assert os.listdir(outside) == (["target"] if target_exists else [])
-    if target_exists:
-        assert target.read_bytes() == b"not the store's"
-    os.unlink(os.path.join(store_path, name))
-    with Zrecord(store_path) as store:
-        assert store.append([record(2)]) == 2
-        assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1, 2]
-    assert not os.path.islink(os.path.join(store_path, name))
-
-
-def _create(path: str) -> None:
-    with Zrecord(path, create=True) as store:
-        store.append([record(i) for i in range(8)])
-
-
-def _delete(path: str) -> None:
-    with Zrecord(path) as store:
-        store.delete([0])
-
-
-def _train_dict(path: str) -> None:
-    with Zrecord(path) as store:
-        store.train_dict([record(i) * 40 for i in range(200)], 2048)
-
-
-@pytest.mark.parametrize(
-    ("name", "made_first", "action"),
-    [
-        ("0.zr", False, _create),  # a fresh store's first chunk
-        ("meta.zr.tmp", False, _create),  # written, then renamed to meta.zr
-        ("sums.zr.tmp", False, _create),  # written, then renamed to sums.zr
-        ("redo.zr", True, _delete),  # a delete's log
-        ("dict.zr.tmp", True, _train_dict),  # written, then renamed to dict.zr
-    ],
-)
-def test_a_store_file_it_creates_is_never_made_through_a_link(
-    tmp_path: Path, name: str, made_first: bool, action: Callable[[str], None]
-) -> None:
-    """The files a store creates were created (O_CREAT, some with O_TRUNC) through a symlink
-    in their place: the file the link named, outside the store, was made or emptied and
-    written (a renamed temporary even left meta.zr or sums.zr a link out of the store)."""
-    store_path = str(tmp_path / "store")
-    if made_first:
-        _create(store_path)
-    else:
-        os.mkdir(store_path)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    os.symlink(outside / "target", os.path.join(store_path, name))
-    if name == "0.zr":
-        with pytest.raises(CorruptStoreError, match=r"0[.]zr is a symbolic link \(to '.*target'\), "
-                           "not the store's chunk file"):
-            action(store_path)
-    else:
-        # A temporary or a log is the store's to replace: the link goes, the file is made here.
-        action(store_path)
-    assert os.listdir(outside) == []
-    assert [n for n in os.listdir(store_path) if os.path.islink(os.path.join(store_path, n))] == (
-        ["0.zr"] if name == "0.zr" else []
-    )
-
-
-def test_an_append_does_not_write_a_chunk_through_a_link(tmp_path: Path) -> None:
-    store_path = str(tmp_path / "store")
-    _create(store_path)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    shutil.move(os.path.join(store_path, "0.zr"), outside / "target")
-    os.symlink(outside / "target", os.path.join(store_path, "0.zr"))
-    size = (outside / "target").stat().st_size
-    digest = hashlib.sha256((outside / "target").read_bytes()).hexdigest()
-    with Zrecord(store_path) as store:
-        with pytest.raises(CorruptStoreError, match=r"0[.]zr is a symbolic link"):
-            store.append([record(8)])
-        assert store.stats()["records"] == 8
-    assert (outside / "target").stat().st_size == size
-    assert hashlib.sha256((outside / "target").read_bytes()).hexdigest() == digest
-
-
-@pytest.mark.parametrize(
-    "name, what", [("meta.zr", "table file"), ("sums.zr", "checksum file"), ("0.zr", "chunk file"),
-                   ("dict.zr", "dictionary file"), ("redo.zr", "delete log")],
-)
-@pytest.mark.parametrize("readonly", [False, True])
-def test_an_existing_store_file_is_never_read_or_written_through_a_link(
-    tmp_path: Path, name: str, what: str, readonly: bool
-) -> None:
-    """meta.zr, sums.zr, dict.zr, redo.zr and a chunk being read were opened through a symlink
-    in their place: the store read (and an append wrote) the file the link named, outside."""
-    store_path = str(tmp_path / "store")
-    if name == "dict.zr":
-        with Zrecord(store_path, create=True, codec="zstd_dict") as store:
-            store.train_dict([record(i) for i in range(64)], 1024)
-            store.append([record(i) for i in range(8)])
-    else:
-        _create(store_path)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    inside = os.path.join(store_path, name)
-    if name == "redo.zr":
-        (outside / "target").write_bytes(b"\0" * 64)  # not a log: never read, never replayed
-    else:
-        shutil.move(inside, outside / "target")
-    os.symlink(outside / "target", inside)
-    digest = hashlib.sha256((outside / "target").read_bytes()).hexdigest()
-    refused = rf"{re.escape(name)} is a symbolic link \(to '.*target'\), not the store's {what}"
-    expected: type[Exception] = CorruptStoreError
-    if readonly and name == "redo.zr":  # refused before the log is looked at: it needs a writer
-        expected, refused = ReadOnlyStoreError, "left redo.zr; open the store writable once"
-    with pytest.raises(expected, match=refused):
-        with Zrecord(store_path, readonly=readonly) as store:
-            store.gather(list(range(8)))  # a chunk is opened by its first read
-    assert hashlib.sha256((outside / "target").read_bytes()).hexdigest() == digest
-    assert os.listdir(outside) == ["target"]
