@@ -3,7 +3,7 @@ handle is refused as a NULL handle is, even once a store or view opened since ha
 closed one's memory; the new object keeps working.
 
 Called through loaderx._native.library's declarations, as the library's own wrappers call it.
-zig/src/c_abi/exports_test.zig tests the same from Zig, where it also shows that the new store does
+zig/src/c_abi/exports_handles_test.zig tests the same from Zig, where it also shows that the new store does
 reuse the freed memory.
 """
 

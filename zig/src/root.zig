@@ -55,5 +55,7 @@ test {
     _ = @import("sampler/sampler.zig");
     _ = @import("sampler/sampler_test.zig");
     _ = @import("c_abi/exports_test.zig");
+    _ = @import("c_abi/exports_handles_test.zig");
+    _ = @import("c_abi/exports_batch_test.zig");
     _ = @import("c_abi/abi_test.zig");
 }
