@@ -9,8 +9,9 @@ length does not skew. A padded row
 (Padding to the longest possible record) shows what padding costs besides; its MiB/s counts the
 record bytes, not the padding. One more dense row holds records of MEAN_TOKENS + 1 tokens
 (4,100 bytes): no record of it starts on a page boundary, as no packed record can be relied on
-to, so the same run shows how much of the packed gap the dense reference's page alignment is. A second table does the same for short sequences (raw, packed
-against dense), where the cost of each record rather than of its bytes decides.
+to, so the same run shows how much of the packed gap the dense reference's page alignment is.
+A second table does the same for short sequences (raw, packed against dense), where the cost
+of each record rather than of its bytes decides.
 """
 
 from __future__ import annotations
@@ -152,9 +153,9 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     table.notes.append(f"padded: Padding({2 * MEAN_TOKENS}), a (batch, {2 * MEAN_TOKENS}) "
                        "array and mask per batch, twice the record bytes written")
     if UNALIGNED in speeds and "packed raw" in speeds:
-        table.notes.append(f"{UNALIGNED}: records of {UNALIGNED_TOKENS} tokens ({UNALIGNED_TOKENS * 4} "
-                           "bytes), none on a page boundary; packed raw against it: "
-                           f"{speeds['packed raw'] / speeds[UNALIGNED]:.3f}x")
+        table.notes.append(f"{UNALIGNED}: records of {UNALIGNED_TOKENS} tokens "
+                           f"({UNALIGNED_TOKENS * 4} bytes), none on a page boundary; packed "
+                           f"raw against it: {speeds['packed raw'] / speeds[UNALIGNED]:.3f}x")
     rep.emit(table)
     for codec in ("raw", "zstd"):
         packed, dense = speeds.get(f"packed {codec}"), speeds.get(f"dense {codec}")
