@@ -32,6 +32,9 @@ RECORD_BYTES = MEAN_TOKENS * 4
 # Dense records one token longer: 4,100 bytes, so none but the first starts on a page.
 UNALIGNED_TOKENS = MEAN_TOKENS + 1
 UNALIGNED = "dense raw, off pages"
+# Padding(MEAN_TOKENS, truncate=True): about half the records are longer and keep their first
+# MEAN_TOKENS tokens (a compressed one is still decompressed whole, then cut).
+TRUNCATED = f"padded to {MEAN_TOKENS}, truncated"
 
 
 # Short sequences (a few dozen tokens, as chat turns or labels are): a batch is mostly the
@@ -82,12 +85,14 @@ def build(folder: Path, records: int, mean: int = MEAN_TOKENS,
 
 
 def loop(path: Path, batch: int, kind: str) -> tuple[Callable[[], Any], Callable[[], None]]:
-    """next() of a DataLoader over one stream of `path`; kind is dense, packed or padded."""
+    """next() of a DataLoader over one stream of `path`; kind is dense, packed, padded or
+    truncated (TRUNCATED's Padding)."""
     from loaderx.dataloader import DataLoader, Padding
     from loaderx.dataset import DenseDataset, RaggedDataset
 
     dataset: Any = DenseDataset(str(path)) if kind == "dense" else RaggedDataset(str(path))
-    ragged = Padding(2 * MEAN_TOKENS) if kind == "padded" else None
+    ragged = (Padding(2 * MEAN_TOKENS) if kind == "padded"
+              else Padding(MEAN_TOKENS, truncate=True) if kind == "truncated" else None)
     loader = DataLoader({"tokens": dataset}, batch_size=batch, mode="cyclic", seed=0,
                         ragged=ragged)
     iterator = iter(loader)
@@ -124,14 +129,21 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
             if select.wanted(f"loaderx {name}", False, args.only, reference=kind == "dense"):
                 store = paths[f"{'dense' if kind == 'dense' else 'packed'} {codec}"]
                 made[name] = loop(store, args.batch, kind)
+        name = f"{TRUNCATED} {codec}"
+        if select.wanted(f"loaderx {name}", False, args.only):
+            made[name] = loop(paths[f"packed {codec}"], args.batch, "truncated")
     if "dense raw" in made and select.wanted(f"loaderx {UNALIGNED}", False, args.only):
         made[UNALIGNED] = loop(paths[UNALIGNED], args.batch, "dense")
     timings = time_loops(made, args)
     # Record bytes per batch: exact for dense; the records' mean for packed and padded batches
-    # (cyclic batches cover every record once a cycle).
+    # (cyclic batches cover every record once a cycle), of what truncation keeps when truncated.
+    kept = float(np.minimum(token_lengths(args.records, seed=0), MEAN_TOKENS).mean()) * 4
+
     def batch_bytes(name: str) -> float:
         if name == UNALIGNED:
             return float(args.batch * UNALIGNED_TOKENS * 4)
+        if name.startswith(TRUNCATED):
+            return args.batch * kept
         return float(args.batch * (RECORD_BYTES if name.startswith("dense") else ragged_bytes))
 
     table = Table("ragged", f"Ragged loader: batches of {args.batch} int32 token sequences of "
@@ -145,13 +157,16 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
     rates = {name: 1.0 / t.median for name, t in timings.items()}
     speeds = {name: rate * batch_bytes(name) for name, rate in rates.items()}
     for name, speed in speeds.items():
-        dense = speeds.get(f"dense {name.split(',')[0].split()[-1]}")
+        dense = speeds.get(f"dense {'raw' if name == UNALIGNED else name.split()[-1]}")
         table.add(loader=f"loaderx {name}", batches_s=rates[name], mib_s=speed / MIB,
                   vs_dense=speed / dense if dense else None, timing=timings[name].as_json())
     table.notes.append(f"median of {args.rounds} interleaved rounds; MiB/s of record bytes "
                        "(a packed batch's mean; padding not counted)")
     table.notes.append(f"padded: Padding({2 * MEAN_TOKENS}), a (batch, {2 * MEAN_TOKENS}) "
                        "array and mask per batch, twice the record bytes written")
+    table.notes.append(f"{TRUNCATED}: Padding({MEAN_TOKENS}, truncate=True); MiB/s counts the "
+                       f"tokens kept ({kept / 4:.0f} a record on average), and a compressed "
+                       "record is decompressed whole before it is cut")
     if UNALIGNED in speeds and "packed raw" in speeds:
         table.notes.append(f"{UNALIGNED}: records of {UNALIGNED_TOKENS} tokens "
                            f"({UNALIGNED_TOKENS * 4} bytes), none on a page boundary; packed "

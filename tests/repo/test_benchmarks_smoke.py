@@ -45,7 +45,8 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     assert store_rows <= rows["Store (mild)"]
     assert store_rows <= rows["Store (smooth)"]
     assert {"loaderx raw", "loaderx bare-gather raw", "loaderx raw + labels"} <= rows["Loader"]
-    assert {f"loaderx {kind} {codec}" for kind in ("dense", "packed", "padded")
+    assert {f"loaderx {kind} {codec}" for kind in ("dense", "packed", "padded",
+                                                   "padded to 1024, truncated")
             for codec in ("raw", "zstd")} | {"loaderx dense raw, off pages"} == rows["Ragged loader"]
     assert {"loaderx dense raw", "loaderx packed raw"} == rows["Ragged loader, short sequences"]
     sweep = next(t for t in doc["tables"] if t["layer"] == "sweep")
