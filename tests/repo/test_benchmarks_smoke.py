@@ -146,6 +146,23 @@ def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
     assert rows[0].split()[-2] == "1.00x"
 
 
+def test_packed_step_probe_checks_its_rows_and_prints_every_one() -> None:
+    """benchmarks/probes/packed_step.py (a report's command) at minimal sizes: it compares each
+    row's first batches with `ds[idx]` before timing, and exits non-zero if one differs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / "packed_step.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line[:22].strip() for line in lines[:7]] == [
+        "dense bare", "dense loader", "dense 4100 B bare", "dense 4100 B loader", "packed bare",
+        "packed stream", "packed loader"]
+    assert all(float(line.split()[-4]) > 0 for line in lines[:7])
+    assert lines[-1].startswith("packed stream adds")
+
+
 def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> None:
     """benchmarks/probes/destination_offsets.py (a README command) at minimal sizes: it compares
     each row's last batch with the records before timing, and exits non-zero if one differs."""
