@@ -24,7 +24,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -40,12 +40,18 @@ BATCH = 256
 RING = 5  # the DataLoader's default prefetch (4) + 1
 
 
+def open_loader(dataset: Any, closing: list[Any]) -> tuple[Any, Iterator[dict[str, Any]]]:
+    """A cyclic DataLoader over `dataset` (closed after the run, with it): its sampler, and its
+    batches."""
+    loader = DataLoader({"tokens": dataset}, batch_size=BATCH, mode="cyclic", seed=0)
+    closing += [loader, dataset]
+    return loader.sampler, iter(loader)
+
+
 def dense_rows(path: Path, label: str, calls: dict[str, Callable[[], object]],
                closing: list[Any]) -> None:
     dataset = DenseDataset(str(path))
-    loader = DataLoader({"tokens": dataset}, batch_size=BATCH, mode="cyclic", seed=0)
-    closing += [loader, dataset]
-    sampler, steps = loader.sampler, iter(loader)
+    sampler, steps = open_loader(dataset, closing)
     for step in range(3):
         if not np.array_equal(next(steps)["tokens"], dataset[sampler.batch(step)]):
             raise AssertionError(f"{label} loader: step {step} returned other records")
@@ -67,9 +73,7 @@ def dense_rows(path: Path, label: str, calls: dict[str, Callable[[], object]],
 def packed_rows(path: Path, calls: dict[str, Callable[[], object]],
                 closing: list[Any]) -> None:
     dataset = RaggedDataset(str(path))
-    loader = DataLoader({"tokens": dataset}, batch_size=BATCH, mode="cyclic", seed=0)
-    closing += [loader, dataset]
-    sampler, steps = loader.sampler, iter(loader)
+    sampler, steps = open_loader(dataset, closing)
     for step in range(3):
         got = next(steps)
         want = dataset[sampler.batch(step)]

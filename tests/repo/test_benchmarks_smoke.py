@@ -124,17 +124,24 @@ def test_the_peer_loaders_run_the_transform_asked_for(tmp_path: Path) -> None:
     assert np.array_equal(loaders.GrainSource(npy, None)[0], array[0])
 
 
+def run_probe(name: str, *arguments: str) -> list[str]:
+    """benchmarks/probes/<name>.py at minimal sizes (600 records, one round of 0.02 s blocks,
+    then `arguments`): its output lines, once it exited 0 (each probe checks its rows' records
+    before timing them and exits non-zero if one differs)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "probes" / f"{name}.py"),
+         "--records", "600", "--rounds", "1", "--block", "0.02", *arguments],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
 def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
     """benchmarks/probes/loader_overhead.py (a README command) at minimal sizes: it checks each
     row's first three batches against the records its sampler names before timing, and exits
     non-zero if one differs."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "probes" / "loader_overhead.py"),
-         "--records", "600", "--rounds", "1", "--block", "0.02"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_probe("loader_overhead")
     assert lines[0].startswith("row") and lines[-1].startswith("medians of 1 interleaved round")
     rows = lines[1:-1]
     names = [line[:38].strip() for line in rows]
@@ -149,13 +156,7 @@ def test_loader_overhead_tool_runs_every_row_on_the_right_records() -> None:
 def test_packed_step_probe_checks_its_rows_and_prints_every_one() -> None:
     """benchmarks/probes/packed_step.py (a report's command) at minimal sizes: it compares each
     row's first batches with `ds[idx]` before timing, and exits non-zero if one differs."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "probes" / "packed_step.py"),
-         "--records", "600", "--rounds", "1", "--block", "0.02"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_probe("packed_step")
     assert [line[:22].strip() for line in lines[:7]] == [
         "dense bare", "dense loader", "dense 4100 B bare", "dense 4100 B loader", "packed bare",
         "packed stream", "packed loader"]
@@ -166,13 +167,7 @@ def test_packed_step_probe_checks_its_rows_and_prints_every_one() -> None:
 def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> None:
     """benchmarks/probes/destination_offsets.py (a README command) at minimal sizes: it compares
     each row's last batch with the records before timing, and exits non-zero if one differs."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "probes" / "destination_offsets.py"),
-         "--records", "600", "--rounds", "1", "--block", "0.02", "--offsets", "0,16,2048"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_probe("destination_offsets", "--offsets", "0,16,2048")
     assert lines[0].startswith("ring of 5 arrays")
     assert [int(line.split()[0]) for line in lines[2:]] == [0, 16, 2048]
     assert all(float(line.split()[1].replace(",", "")) > 0 for line in lines[2:])
