@@ -200,6 +200,8 @@ class RaggedStream:
         self._capacity: int = 0
         self._dtype: np.dtype[Any] = dataset.dtype
         self._shape: tuple[int, ...] = (-1, *dataset.item_shape)
+        self._scalar_rows: bool = dataset.item_shape == ()
+        self._cu_key: str = name + CU_SEQLENS_SUFFIX
         for _ in range(ring_size):
             self.grow()
 
@@ -226,24 +228,33 @@ class RaggedStream:
             cu = np.empty(self._batch_size + 1, dtype=_INT32)
             self._cu[slot] = cu
 
+        if len(parts) == 1:  # a DataLoader's step: the call of _gather_one, inline
+            dataset, indices = parts[0]
+            buffer = held if held is not None else self._fresh(0)
+            if not dataset.gather_packed(indices, buffer, offsets, cu):
+                buffer = gather_packed(parts, offsets, cu, self.name, self._buffers_after(held))
+        else:
+            buffer = gather_packed(parts, offsets, cu, self.name, self._buffers_after(held))
+        self._packed[slot] = buffer
+        if self.layout is not None:
+            self._pad(buffer, cu, slot, reusable, batch)
+            return
+        values = buffer[: int(offsets[-1])].view(self._dtype)
+        # Records of single values (tokens) are already (rows,): a reshape would cost a
+        # third of the views' time for nothing.
+        batch[self.name] = values if self._scalar_rows else values.reshape(self._shape)
+        batch[self._cu_key] = cu
+
+    def _buffers_after(self, held: Buffer | None) -> Callable[[int], Buffer]:
+        """buffer_for of gather_packed: `held` while it has room, else a new buffer (_fresh).
+        Made only when a step's first call found its buffer too small, or for a mixture."""
+
         def buffer_for(size: int) -> Buffer:
             if held is not None and held.nbytes >= size:
                 return held
             return self._fresh(size)
 
-        if len(parts) == 1:  # a DataLoader's step: the call of _gather_one, inline
-            dataset, indices = parts[0]
-            buffer = held if held is not None else self._fresh(0)
-            if not dataset.gather_packed(indices, buffer, offsets, cu):
-                buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
-        else:
-            buffer = gather_packed(parts, offsets, cu, self.name, buffer_for)
-        self._packed[slot] = buffer
-        if self.layout is not None:
-            self._pad(buffer, cu, slot, reusable, batch)
-            return
-        batch[self.name] = buffer[: int(offsets[-1])].view(self._dtype).reshape(self._shape)
-        batch[self.name + CU_SEQLENS_SUFFIX] = cu
+        return buffer_for
 
     def _fresh(self, size: int) -> Buffer:
         """A new packed buffer of at least size bytes: as big as the largest made so far, or
