@@ -18,9 +18,6 @@ SKIPPED_PARTS = {"reports", "__pycache__", ".zig-cache", "node_modules", "site"}
 TOP_LEVEL = ("build.py", "README.md", "pyproject.toml", "setup.py")
 
 WAITING = {
-    # Its sharded half shares the round machinery (workers, kills, models) with the rest:
-    # splitting it is a refactor of the stress harness, not a move.
-    "tests/stress/kill_loop.py": "the kill loop's sharded half shares its round machinery",
     # To be split into pages under the docs site's navigation, not cut to fit.
     "docs/guide.md": "the user guide, waiting to become several pages of the docs site",
 }
