@@ -108,6 +108,7 @@ def expected(indices: npt.NDArray[np.int64]) -> tuple[bytes, list[int], list[int
 
 
 BATCH = np.random.default_rng(2).integers(0, COUNT, size=64).astype(np.int64)
+SMALL = BATCH[:9]
 
 
 def test_the_short_path_takes_the_fields_way_here() -> None:
@@ -157,9 +158,8 @@ def test_arrays_the_fields_way_refuses_take_the_older_route(
     dataset: RaggedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fields, typed = fields_and_typed(dataset, monkeypatch)
-    indices = BATCH[:9]
+    indices, count = SMALL, len(SMALL)
     data, offsets_wanted, rows_wanted = expected(indices)
-    count = len(indices)
     # out of another dtype: the data pointers' way copies the same bytes.
     out = np.full(len(data) // 4 + 4, -1, dtype=np.int32)
     _, offsets, rows = loader_arrays(count, 0)
@@ -185,8 +185,8 @@ def test_arrays_no_native_way_takes_get_the_checked_paths_errors(
     dataset: RaggedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fields, typed = fields_and_typed(dataset, monkeypatch)
-    indices = BATCH[:9]
-    data, _, _ = expected(indices)
+    indices = SMALL
+    data = expected(indices)[0]
     # A strided out: refused by both native ways, then the checked method names it.
     wide, offsets, rows = loader_arrays(len(indices), 2 * len(data))
     with pytest.raises(ValueError, match="out must be a writable C-contiguous"):

@@ -53,6 +53,16 @@ const Batch = struct {
         return function(h[0], h[1], i[0], i[1], o[0], o[1], f[0], f[1], r[0], r[1], row_size);
     }
 
+    /// With `field` (one of the batch's fields) set to `value`, the store's and the view's
+    /// gathers refuse with a message holding `fragment`; then the field is put back.
+    fn expectRefusedWith(batch: *Batch, store: *c.LxStore, view: *c.LxView, field: anytype, value: @TypeOf(field.*), fragment: []const u8) !void {
+        const kept = field.*;
+        defer field.* = kept;
+        field.* = value;
+        try c.expectRefused(.invalid_argument, batch.gather(.store, store, true, 2), fragment);
+        try c.expectRefused(.invalid_argument, batch.gather(.view, view, true, 2), fragment);
+    }
+
     fn expectUntouched(batch: *const Batch) !void {
         try testing.expectEqualSlices(u8, &@as([20]u8, @splat(0xEE)), &batch.out);
         try testing.expectEqualSlices(u64, &@as([5]u64, @splat(77)), &batch.offsets);
@@ -161,13 +171,7 @@ test "the packed array gathers refuse every array they cannot prove, writing not
         .{ .field = &batch.offsets_fields.flags, .value = numpy_array.flag_c_contiguous | numpy_array.flag_writeable, .fragment = "offsets is not a writable" },
         .{ .field = &batch.rows_fields.flags, .value = vector_flags, .fragment = "rows is not a writable" },
     };
-    for (flag_cases) |case| {
-        const kept = case.field.*;
-        case.field.* = case.value;
-        try c.expectRefused(.invalid_argument, batch.gather(.store, s, true, 2), case.fragment);
-        try c.expectRefused(.invalid_argument, batch.gather(.view, view.?, true, 2), case.fragment);
-        case.field.* = kept;
-    }
+    for (flag_cases) |case| try batch.expectRefusedWith(s, view.?, case.field, case.value, case.fragment);
     const Extent = struct { field: *isize, value: isize, fragment: []const u8 };
     const extent_cases = [_]Extent{
         .{ .field = &batch.out_strides[0], .value = 4, .fragment = "out is not a writable" }, // int32 out
@@ -182,13 +186,7 @@ test "the packed array gathers refuse every array they cannot prove, writing not
         .{ .field = &batch.index_dims[0], .value = 0, .fragment = "indices is not a non-empty" },
         .{ .field = &batch.index_dims[0], .value = 3, .fragment = "offsets has 5 entries; 3 records need 4" },
     };
-    for (extent_cases) |case| {
-        const kept = case.field.*;
-        case.field.* = case.value;
-        try c.expectRefused(.invalid_argument, batch.gather(.store, s, true, 2), case.fragment);
-        try c.expectRefused(.invalid_argument, batch.gather(.view, view.?, true, 2), case.fragment);
-        case.field.* = kept;
-    }
+    for (extent_cases) |case| try batch.expectRefusedWith(s, view.?, case.field, case.value, case.fragment);
     // Data that is not aligned for its items, whatever the flags say.
     batch.index_fields.data = @as([*]u8, @ptrCast(&batch.indices)) + 4;
     try c.expectRefused(.invalid_argument, batch.gather(.store, s, true, 2), "8-byte aligned");
