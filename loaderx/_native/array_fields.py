@@ -1,5 +1,5 @@
-"""The dense read's cheapest way into native code: NumPy arrays by the address of their fields,
-every 64-bit value as two 32-bit halves, through untyped ctypes calls.
+"""The dense and packed reads' cheapest way into native code: NumPy arrays by the address of
+their fields, every 64-bit value as two 32-bit halves, through untyped ctypes calls.
 
 Why: on the read of 256 small records, the Python side used to cost more than the copy. Asking
 ctypes for an array's data pointer (from_buffer, then addressof) is two Python calls per
@@ -92,7 +92,8 @@ def probe_arrays() -> list[np.ndarray[Any, Any]]:
 
 
 def calls_work(lib: Any) -> bool:
-    """Whether lx_*_gather_arrays may be called here (see the module's docstring)."""
+    """Whether lx_*_gather_arrays and lx_*_gather_packed_arrays may be called here (see the
+    module's docstring)."""
     try:
         return _halves_pass(lib) and all(_facts_agree(lib, a) for a in probe_arrays())
     except (ctypes.ArgumentError, OverflowError, TypeError, ValueError):

@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover - exercised only without mypy installed
         return lambda cls: cls
 
 LOCK_FREE_CALLS: Final = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
-# Whether the dense read passes its arrays by their fields, in 32-bit halves (array_fields.py).
+# Whether the dense and packed reads pass their arrays by their fields, in 32-bit halves
+# (array_fields.py).
 ARRAY_CALLS: Final = array_fields.WORKS
 _LOW: Final = array_fields.LOW
 _FIELDS: Final = array_fields.OFFSET
@@ -72,8 +73,8 @@ def _idle_calls() -> list[None]:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class NativeCalls:
     """The calls in flight on `_handle`; subclasses set `_gather_fixed_native`,
-    `_gather_arrays_native` (the exports gather_fixed calls) and `_gather_packed_native` (the
-    one gather_packed calls) and name themselves for messages:
+    `_gather_arrays_native` (the exports gather_fixed calls), `_gather_packed_arrays_native`
+    and `_gather_packed_native` (the ones gather_packed calls) and name themselves for messages:
     `_describe()` ("Zrecord '/data/x'") and `_label()` ("'/data/x'", what a failed gather is
     "from")."""
 
@@ -86,6 +87,7 @@ class NativeCalls:
     _idle: threading.Condition
     _gather_fixed_native: Any
     _gather_arrays_native: Any
+    _gather_packed_arrays_native: Any
     _gather_packed_native: Any
 
     def _init_calls(self) -> None:
@@ -301,22 +303,65 @@ def gather_packed(
 
     Compiled, where the interpreted path (loaderx._store.shared_calls) cost several
     microseconds a step: with records of a few tokens, a visible share of a loader's step.
+    The dtypes are checked here (the fields do not show them); with ARRAY_CALLS the arrays then
+    go by their fields and the native side checks the rest (lx_*_gather_packed_arrays). What
+    it refuses (an out that is not one-dimensional bytes of at least 2, a read-only or strided
+    array) goes through the data pointers, as before the fields way existed.
     """
     if (type(indices) is not NDARRAY or type(out) is not NDARRAY
             or type(offsets) is not NDARRAY):
         return PACKED_DECLINED
-    if indices.dtype is not _INT64 or offsets.dtype is not _UINT64 or indices.ndim != 1:
+    if indices.dtype is not _INT64 or offsets.dtype is not _UINT64:
+        return PACKED_DECLINED
+    checked_rows: npt.NDArray[Any] | None = None
+    if rows is not None:
+        if type(rows) is not NDARRAY or rows.dtype is not _INT32:
+            return PACKED_DECLINED
+        checked_rows = rows
+    if ARRAY_CALLS and 0 < row_size <= _LOW:
+        code = _packed_by_fields(owner, indices, row_size, out, offsets, checked_rows)
+        if code != _INVALID_ARGUMENT:
+            return _packed_answer(code)
+    return _packed_by_pointers(owner, indices, row_size, out, offsets, checked_rows)
+
+
+def _packed_by_fields(
+    owner: NativeCalls, indices: object, row_size: int, out: object, offsets: object,
+    rows: object,
+) -> int:
+    """The status of lx_*_gather_packed_arrays: each array by the address of its fields
+    (array_fields.fields_address written out), rows' halves both 0 for no rows."""
+    first = id(indices) + _FIELDS
+    second = id(out) + _FIELDS
+    third = id(offsets) + _FIELDS
+    fourth = 0 if rows is None else id(rows) + _FIELDS
+    owner._enter()
+    try:
+        code: int = owner._gather_packed_arrays_native(
+            owner._handle_low, owner._handle_high, first & _LOW, first >> 32,
+            second & _LOW, second >> 32, third & _LOW, third >> 32, fourth & _LOW, fourth >> 32,
+            row_size)
+    finally:
+        owner._leave()
+    return code
+
+
+def _packed_by_pointers(
+    owner: NativeCalls, indices: npt.NDArray[Any], row_size: int, out: npt.NDArray[Any],
+    offsets: npt.NDArray[Any], rows: npt.NDArray[Any] | None,
+) -> int:
+    """gather_packed through the arrays' data pointers, with the shape checks made here."""
+    if indices.ndim != 1 or offsets.ndim != 1:
         return PACKED_DECLINED
     count = len(indices)
     size = out.nbytes
-    if not count or not size or offsets.ndim != 1 or len(offsets) != count + 1:
+    if not count or not size or len(offsets) != count + 1:
         return PACKED_DECLINED
     rows_at: int | None = None
     try:
         # from_buffer refuses read-only and non-contiguous buffers: those are declined too.
         if rows is not None:
-            if (type(rows) is not NDARRAY or rows.dtype is not _INT32 or rows.ndim != 1
-                    or len(rows) != count + 1):
+            if rows.ndim != 1 or len(rows) != count + 1:
                 return PACKED_DECLINED
             rows_at = _addressof(_first_byte(rows))
         first = _addressof(_first_byte(indices))
@@ -330,6 +375,11 @@ def gather_packed(
             handle, first, count, row_size, second, size, third, rows_at)
     finally:
         owner._leave()
+    return _packed_answer(code)
+
+
+def _packed_answer(code: int) -> int:
+    """gather_packed's answer for a native status."""
     if code == _OK:
         return 1
     if code == _SIZE_MISMATCH:

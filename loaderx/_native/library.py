@@ -27,7 +27,7 @@ from loaderx.errors import (
     StoreLockedError,
 )
 
-ABI_VERSION: Final = 18
+ABI_VERSION: Final = 19
 
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
 # lx_maintenance_check: (context, operation, operation_size) -> nonzero to refuse.
@@ -247,6 +247,8 @@ def _load() -> ctypes.CDLL:
 _UNTYPED_CALLS: Final[dict[str, Any]] = {
     "lx_store_gather_arrays": ctypes.c_int,
     "lx_view_gather_arrays": ctypes.c_int,
+    "lx_store_gather_packed_arrays": ctypes.c_int,
+    "lx_view_gather_packed_arrays": ctypes.c_int,
     "lx_join_halves": ctypes.c_uint64,
     "lx_read_array_facts": ctypes.c_int,
 }
@@ -255,7 +257,7 @@ UNTYPED_CALLS: Final = frozenset(_UNTYPED_CALLS)
 
 def _declare(lib: ctypes.CDLL) -> None:
     """argtypes and restype for every exported function (never rely on ctypes' int default,
-    except for the four that take only 32-bit halves, which are checked at import)."""
+    except for those that take only 32-bit halves, which are checked at import)."""
     vp = ctypes.c_void_p
     u8, u32, u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
     st = ctypes.c_int

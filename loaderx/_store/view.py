@@ -54,6 +54,7 @@ class View(NativeCalls):
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_view_gather_fixed
         self._gather_arrays_native = _native.lib.lx_view_gather_arrays
+        self._gather_packed_arrays_native = _native.lib.lx_view_gather_packed_arrays
         self._gather_packed_native = _native.lib.lx_view_gather_packed
         self._closed = False
         _OPEN_VIEWS.add(self)

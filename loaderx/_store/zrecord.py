@@ -182,6 +182,7 @@ class Zrecord(NativeCalls):
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_store_gather_fixed
         self._gather_arrays_native = _native.lib.lx_store_gather_arrays
+        self._gather_packed_arrays_native = _native.lib.lx_store_gather_packed_arrays
         self._gather_packed_native = _native.lib.lx_store_gather_packed
 
     # --- lifetime ---------------------------------------------------------------------------

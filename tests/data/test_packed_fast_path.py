@@ -13,12 +13,17 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from loaderx._native.calls import ARRAY_CALLS
 from loaderx.dataset import RaggedDataset
 
 # ragged.py and calls.py are compiled with mypyc: the compiled run takes this module too.
 pytestmark = pytest.mark.compiled
 
 COUNT = 90
+
+
+class Subclass(np.ndarray):
+    """An ndarray subclass, which the short path leaves to the checked one."""
 
 
 def records() -> list[npt.NDArray[np.int32]]:
@@ -91,14 +96,21 @@ def test_other_arrays_and_refusals_take_the_checked_path(
     indices = np.array([3, 1, 2], dtype=np.int64)
     wanted = b"".join(tokens[int(i)].tobytes() for i in indices)
     out, offsets, rows = loader_arrays(3, len(wanted))
+    # Read-only indices go by their fields (tests/native/test_packed_fields.py), which from_buffer
+    # refuses: without the fields way (LOADERX_ARRAY_CALLS=0) they take the checked path.
     read_only = np.frombuffer(indices.tobytes(), dtype=np.int64)
     assert tokens.gather_packed(read_only, out, offsets, rows)
     assert out.tobytes() == wanted
-    assert len(checked) == 1
+    assert len(checked) == (0 if ARRAY_CALLS else 1)
+    # An ndarray subclass is not the exact type a loader passes: the checked path reads it.
+    out, offsets, rows = loader_arrays(3, len(wanted))
+    assert tokens.gather_packed(indices.view(Subclass), out, offsets, rows)
+    assert out.tobytes() == wanted
+    assert len(checked) == (1 if ARRAY_CALLS else 2)
     # An index out of range: the native call refuses, the checked path names the index.
     with pytest.raises(IndexError, match="90"):
         tokens.gather_packed(np.array([1, 90], dtype=np.int64), *loader_arrays(2, 1024))
-    assert len(checked) == 2
+    assert len(checked) == (2 if ARRAY_CALLS else 3)
     # rows of the wrong type: declined before any byte moves, then a clear error.
     out, offsets, _ = loader_arrays(3, len(wanted))
     with pytest.raises(TypeError, match="int32"):

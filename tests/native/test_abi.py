@@ -223,5 +223,20 @@ def test_every_prototype_agrees_with_its_ctypes_declaration(name: str) -> None:
     assert _agrees(ret.replace("const ", ""), function.restype), f"{name} returns {ret}"
 
 
+def test_every_untyped_call_is_in_the_header_and_every_array_gather_is_untyped() -> None:
+    # The fast paths' gathers (lx_*_gather_arrays, lx_*_gather_packed_arrays) take NumPy
+    # fields in halves: declared untyped, each with the status as its restype; the parameters
+    # are checked against the header by the test above.
+    prototypes = header_prototypes()
+    assert _native.UNTYPED_CALLS <= set(prototypes)
+    gathers = {name for name in prototypes if name.endswith("_arrays")}
+    assert gathers == {f"lx_{noun}_{call}_arrays" for noun in ("store", "view")
+                       for call in ("gather", "gather_packed")}
+    assert gathers <= _native.UNTYPED_CALLS
+    for name in gathers:
+        assert getattr(_native.lib, name).restype is ctypes.c_int, name
+        assert prototypes[name][0] == "lx_status", name
+
+
 def test_the_abi_version_the_library_reports_is_the_one_python_wants() -> None:
     assert _native.lib.lx_abi_version() == _native.ABI_VERSION

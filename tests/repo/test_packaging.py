@@ -59,8 +59,9 @@ def test_header_and_ctypes_table_declare_the_same_functions() -> None:
     # lx_store_set_maintenance_check + lx_store_gather_streams + lx_record_sums +
     # lx_store_record_offsets, lx_view_record_offsets, lx_store_gather_packed and
     # lx_view_gather_packed (ragged batches, ABI 15 and 16) + lx_batch_pad (padded batches,
-    # ABI 17) + lx_store_gather_padded and lx_view_gather_padded (ABI 18)
-    assert len(abi()) == 46
+    # ABI 17) + lx_store_gather_padded and lx_view_gather_padded (ABI 18) +
+    # lx_store_gather_packed_arrays and lx_view_gather_packed_arrays (ABI 19)
+    assert len(abi()) == 48
 
 
 def test_header_parsing_counts_functions_not_function_pointer_typedefs() -> None:

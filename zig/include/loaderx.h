@@ -297,6 +297,25 @@ lx_status lx_store_gather_arrays(uint32_t store_low, uint32_t store_high, uint32
 lx_status lx_view_gather_arrays(uint32_t view_low, uint32_t view_high, uint32_t indices_low,
                                 uint32_t indices_high, uint32_t out_low, uint32_t out_high,
                                 uint32_t stride, uint32_t out_bytes);
+/* The packed gather the same way: `indices` as above; `out` a writable, C-contiguous,
+ * one-dimensional array of bytes (strides[0] == 1) of at least 2 elements, its length the
+ * capacity (a single element's stride proves nothing, so a one-byte out is refused);
+ * `offsets` a writable, C-contiguous, aligned, one-dimensional array of exactly count + 1
+ * elements with strides[0] == 8 and 8-byte aligned data (the caller checks that its dtype is
+ * uint64); `rows`, when its halves are not both 0, the same with strides[0] == 4 (int32) and
+ * a row_size above 0. Any other array is LX_INVALID_ARGUMENT before any byte moves;
+ * otherwise they are lx_store_gather_packed and lx_view_gather_packed (LX_SIZE_MISMATCH with
+ * only offsets and rows written when out is too small). */
+lx_status lx_store_gather_packed_arrays(uint32_t store_low, uint32_t store_high,
+                                        uint32_t indices_low, uint32_t indices_high,
+                                        uint32_t out_low, uint32_t out_high,
+                                        uint32_t offsets_low, uint32_t offsets_high,
+                                        uint32_t rows_low, uint32_t rows_high, uint32_t row_size);
+lx_status lx_view_gather_packed_arrays(uint32_t view_low, uint32_t view_high,
+                                       uint32_t indices_low, uint32_t indices_high,
+                                       uint32_t out_low, uint32_t out_high,
+                                       uint32_t offsets_low, uint32_t offsets_high,
+                                       uint32_t rows_low, uint32_t rows_high, uint32_t row_size);
 /* (high << 32) | low. */
 uint64_t lx_join_halves(uint32_t low, uint32_t high);
 

@@ -57,5 +57,6 @@ test {
     _ = @import("c_abi/exports_test.zig");
     _ = @import("c_abi/exports_handles_test.zig");
     _ = @import("c_abi/exports_batch_test.zig");
+    _ = @import("c_abi/exports_packed_arrays_test.zig");
     _ = @import("c_abi/abi_test.zig");
 }

@@ -92,6 +92,27 @@ pub fn writableRows(fields: *const Fields, rows: u64, row_bytes: u64) ?[*]u8 {
     return fields.data;
 }
 
+/// The elements of a writable, C-contiguous, aligned, one-dimensional array of at least 2
+/// elements whose strides[0] is `@sizeOf(T)` and whose data is aligned for T, or null.
+///
+/// The dtype lies beyond the fields this file reads, so the caller checks its kind (a uint64
+/// array and a float64 one look alike here). Its size is proven the way writableRows proves
+/// a row's: NumPy gives a C-contiguous dimension longer than 1 the element size as its stride,
+/// while a dimension of 1 may have any stride, so a one-element array is refused (the binding
+/// then takes its older path) and so is an empty one.
+pub fn writableSlice(comptime T: type, fields: *const Fields) ?[]T {
+    if (fields.nd != 1 or !has(fields, flag_c_contiguous | flag_aligned | flag_writeable)) return null;
+    const dimensions = fields.dimensions orelse return null;
+    const strides = fields.strides orelse return null;
+    const data = fields.data orelse return null;
+    if (dimensions[0] < 2 or strides[0] != @sizeOf(T)) return null;
+    if (@intFromPtr(data) % @alignOf(T) != 0) return null;
+    const len: u64 = @intCast(dimensions[0]);
+    if (len > (std.math.maxInt(usize) - @intFromPtr(data)) / @sizeOf(T)) return null;
+    const items: [*]T = @ptrCast(@alignCast(data));
+    return items[0..@intCast(len)];
+}
+
 fn has(fields: *const Fields, wanted: c_int) bool {
     return fields.flags & wanted == wanted;
 }
@@ -170,4 +191,54 @@ test "writableRows takes exactly rows x row_bytes of a writable C-contiguous arr
     try std.testing.expectEqual(@as(?[*]u8, data), writableRows(&fields, 4, 24));
     strides[0] = -24;
     try std.testing.expect(writableRows(&fields, 4, 24) == null);
+}
+
+test "writableSlice takes a writable, C-contiguous, aligned vector of at least 2 items of T's stride" {
+    var values: [4]u64 = .{ 1, 2, 3, 4 };
+    const data: [*]u8 = @ptrCast(&values);
+    var dims = [_]isize{4};
+    var strides = [_]isize{8};
+    const writable = flag_c_contiguous | flag_aligned | flag_writeable;
+    var fields: Fields = .{ .data = data, .nd = 1, .dimensions = &dims, .strides = &strides, .base = null, .descr = null, .flags = writable };
+    const items = writableSlice(u64, &fields).?;
+    try std.testing.expectEqual(@as(usize, 4), items.len);
+    try std.testing.expectEqual(@as([*]u64, &values), items.ptr);
+    // The same bytes as 32 bytes of stride 1 are not u64s, nor as u32s of stride 8.
+    try std.testing.expect(writableSlice(u8, &fields) == null);
+    try std.testing.expect(writableSlice(u32, &fields) == null);
+    strides[0] = 1;
+    dims[0] = 32;
+    try std.testing.expectEqual(@as(usize, 32), writableSlice(u8, &fields).?.len);
+    dims[0] = 4;
+    strides[0] = 8;
+    fields.flags = flag_c_contiguous | flag_aligned; // read-only
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    fields.flags = flag_aligned | flag_writeable; // strided
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    fields.flags = flag_c_contiguous | flag_writeable; // NumPy says misaligned
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    fields.flags = writable;
+    fields.data = data + 4; // misaligned for u64 whatever the flags say
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    fields.data = data;
+    // One item (any stride is contiguous), none, or a negative extent: refused.
+    for ([_]isize{ 1, 0, -1 }) |extent| {
+        dims[0] = extent;
+        try std.testing.expect(writableSlice(u64, &fields) == null);
+    }
+    dims[0] = 2;
+    try std.testing.expectEqualSlices(u64, &.{ 1, 2 }, writableSlice(u64, &fields).?);
+    fields.nd = 2; // a (2, 1) array: not one-dimensional
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    fields.nd = 1;
+    strides[0] = -8;
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    strides[0] = 8;
+    fields.data = null;
+    try std.testing.expect(writableSlice(u64, &fields) == null);
+    // A length that would run past the address space.
+    strides[0] = 1;
+    dims[0] = 32;
+    fields.data = @ptrFromInt(std.math.maxInt(usize) - 15);
+    try std.testing.expect(writableSlice(u8, &fields) == null);
 }

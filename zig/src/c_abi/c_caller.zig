@@ -1,9 +1,11 @@
 //! The C ABI as a C caller sees it, for the export tests (exports_test.zig and the
 //! exports_*_test.zig files beside it): loaderx.h's types and functions declared in Zig, which
-//! the linker resolves to the export files' symbols, a refusal check and a store fixture.
+//! the linker resolves to the export files' symbols, a refusal check, a store fixture and NumPy
+//! arrays' fields as the Python binding passes them.
 const std = @import("std");
 const testing = std.testing;
 const Status = @import("../base/status.zig").Status;
+const numpy_array = @import("../batch/numpy_array.zig");
 
 pub const LxStore = opaque {};
 pub const LxStats = extern struct { records: u64, live_bytes: u64, chunk_bytes: u64, reclaimable: u64 };
@@ -51,6 +53,8 @@ pub extern fn lx_view_gather_padded(view: ?*LxView, indices: ?[*]const i64, coun
 pub extern fn lx_view_gather(view: ?*LxView, indices: ?[*]const i64, count: u64, dst: ?[*]u8, dst_offsets: ?[*]const u64) Status;
 pub extern fn lx_store_gather_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
 pub extern fn lx_view_gather_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, stride: u32, out_bytes: u32) Status;
+pub extern fn lx_store_gather_packed_arrays(store_low: u32, store_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, offsets_low: u32, offsets_high: u32, rows_low: u32, rows_high: u32, row_size: u32) Status;
+pub extern fn lx_view_gather_packed_arrays(view_low: u32, view_high: u32, indices_low: u32, indices_high: u32, out_low: u32, out_high: u32, offsets_low: u32, offsets_high: u32, rows_low: u32, rows_high: u32, row_size: u32) Status;
 pub extern fn lx_pool_set_policy(policy: u32) Status;
 pub extern fn lx_pool_policy() u32;
 pub extern fn lx_stores_set_policy(policy: u32) Status;
@@ -92,3 +96,14 @@ pub const Fixture = struct {
 };
 
 pub const huge: u64 = std.math.maxInt(u64);
+
+/// The halves of a pointer, as the Python binding passes them.
+pub fn halves(pointer: anytype) [2]u32 {
+    const address: u64 = @intFromPtr(pointer);
+    return .{ @truncate(address), @intCast(address >> 32) };
+}
+
+/// NumPy's fields of a one-dimensional array of dims[0] items of strides[0] bytes at `data`.
+pub fn arrayFields(data: [*]u8, dims: *const [1]isize, strides: *const [1]isize, flags: c_int) numpy_array.Fields {
+    return .{ .data = data, .nd = 1, .dimensions = dims, .strides = strides, .base = null, .descr = null, .flags = flags };
+}

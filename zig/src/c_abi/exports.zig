@@ -4,7 +4,7 @@
 //! into the status and the message a caller reads.
 
 /// Bumped on every change to loaderx.h; loaderx/_native.py refuses a library with another value.
-pub const abi_version: u32 = 18;
+pub const abi_version: u32 = 19;
 
 export fn lx_abi_version() callconv(.c) u32 {
     return abi_version;

@@ -135,17 +135,6 @@ test "lx_sampler_fill refuses every bad argument with a message" {
     try testing.expectEqualSlices(i64, &@as([4]i64, @splat(-5)), &out);
 }
 
-/// The halves of a pointer, as the Python binding passes them.
-fn halves(pointer: anytype) [2]u32 {
-    const address: u64 = @intFromPtr(pointer);
-    return .{ @truncate(address), @intCast(address >> 32) };
-}
-
-/// NumPy's fields of a one-dimensional array of dims[0] items of strides[0] bytes at `data`.
-fn arrayFields(data: [*]u8, dims: *const [1]isize, strides: *const [1]isize, flags: c_int) numpy_array.Fields {
-    return .{ .data = data, .nd = 1, .dimensions = dims, .strides = strides, .base = null, .descr = null, .flags = flags };
-}
-
 test "the array gathers copy what gather_fixed copies, and refuse bad arrays before writing" {
     var fixture: c.Fixture = undefined;
     try fixture.init();
@@ -158,14 +147,14 @@ test "the array gathers copy what gather_fixed copies, and refuse bad arrays bef
     const out_flags = vector_flags | numpy_array.flag_writeable;
     var indices = [_]i64{ 9, 0, 4 };
     const index_dims = [_]isize{3};
-    var index_fields = arrayFields(@ptrCast(&indices), &index_dims, &.{8}, vector_flags);
+    var index_fields = c.arrayFields(@ptrCast(&indices), &index_dims, &.{8}, vector_flags);
     var out: [12]u8 = @splat(0xEE);
     var out_dims = [_]isize{3};
-    var out_fields = arrayFields(&out, &out_dims, &.{4}, out_flags);
-    const s = halves(fixture.store);
-    const v = halves(view.?);
-    const i = halves(&index_fields);
-    const o = halves(&out_fields);
+    var out_fields = c.arrayFields(&out, &out_dims, &.{4}, out_flags);
+    const s = c.halves(fixture.store);
+    const v = c.halves(view.?);
+    const i = c.halves(&index_fields);
+    const o = c.halves(&out_fields);
     try testing.expectEqual(Status.ok, c.lx_store_gather_arrays(s[0], s[1], i[0], i[1], o[0], o[1], 4, 0));
     try testing.expectEqualSlices(u8, &.{ 9, 9, 9, 9, 0, 0, 0, 0, 4, 4, 4, 4 }, &out);
     out = @splat(0xEE);
