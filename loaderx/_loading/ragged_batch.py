@@ -155,7 +155,7 @@ def pad_into(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], length: int, v
         raise ValueError(f"rows of values {values.shape[1:]} are not the rows of out {out.shape[2:]}")
     row = np.empty(out.shape[2:], dtype=out.dtype)
     row.fill(value)
-    pad_rows(np.ascontiguousarray(values, dtype=out.dtype), np.ascontiguousarray(cu, dtype=_INT32),
+    pad_rows(np.ascontiguousarray(values, dtype=out.dtype), np.require(cu, _INT32, ("C", "A")),
              row.nbytes, row, length, out, mask)
 
 

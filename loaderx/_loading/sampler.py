@@ -242,6 +242,9 @@ class Sampler:
             raise ValueError("out must be C-contiguous")
         if not flags.writeable:
             raise ValueError("out must be writable")
+        if not flags.aligned:
+            # The library writes int64_t, which it may only do at an 8-byte boundary.
+            raise ValueError("out must be aligned to 8 bytes (it is a view at an odd offset)")
         code = self._fill_native(self._request_address, step, _addressof(_first_byte(out)))
         if code:
             self._fail(code, step)

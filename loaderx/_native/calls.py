@@ -209,8 +209,10 @@ def gather_fixed(
 def _gather_by_pointers(
     owner: NativeCalls, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
 ) -> bool:
-    """gather_fixed through the arrays' data pointers, with the shape checks made here."""
-    if indices.ndim != 1:
+    """gather_fixed through the arrays' data pointers, with the shape checks made here. Indices
+    that are not aligned (a view at an odd offset) are the general path's: it copies them, since
+    the library may read int64_t only at an 8-byte boundary."""
+    if indices.ndim != 1 or not indices.flags.aligned:
         return False
     count = len(indices)
     if not count or out.nbytes != count * record_size:
@@ -350,8 +352,13 @@ def _packed_by_pointers(
     owner: NativeCalls, indices: npt.NDArray[Any], row_size: int, out: npt.NDArray[Any],
     offsets: npt.NDArray[Any], rows: npt.NDArray[Any] | None,
 ) -> int:
-    """gather_packed through the arrays' data pointers, with the shape checks made here."""
+    """gather_packed through the arrays' data pointers, with the shape checks made here. An
+    array that is not aligned for its dtype is declined: the library may read and write its
+    elements only at their own alignment, and the checked path names the array."""
     if indices.ndim != 1 or offsets.ndim != 1:
+        return PACKED_DECLINED
+    if not (indices.flags.aligned and offsets.flags.aligned
+            and (rows is None or rows.flags.aligned)):
         return PACKED_DECLINED
     count = len(indices)
     size = out.nbytes

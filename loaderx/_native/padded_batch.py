@@ -61,6 +61,8 @@ def pad_rows(values: npt.NDArray[Any], cu: npt.NDArray[np.int32], row_size: int,
         raise TypeError(f"cu must be an int32 numpy array, not {getattr(cu, 'dtype', type(cu))}")
     if cu.ndim != 1 or len(cu) == 0:
         raise ValueError(f"cu must be one-dimensional with at least one offset, not of shape {cu.shape}")
+    if not cu.flags.aligned:
+        raise ValueError("cu must be aligned to 4 bytes (the library reads it as int32_t)")
     row_address = _address(pad_row, "pad_row")
     if pad_row.nbytes != row_size:
         raise ValueError(f"pad_row holds {pad_row.nbytes} bytes, not the row's {row_size}")

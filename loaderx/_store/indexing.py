@@ -209,7 +209,10 @@ def _from_array(array: npt.NDArray[Any], length: int) -> IndexArray:
         raise IndexError(f"index {high} is out of range for length {length}")
     if low < -length:
         raise IndexError(f"index {low} is out of range for length {length}")
-    if low >= 0 and array.dtype == _INT64 and array.flags.c_contiguous:
+    # A misaligned int64 array (a view at an odd byte offset) is copied: the library reads
+    # indices as int64_t, which C and Zig may only read at an 8-byte boundary.
+    flags = array.flags
+    if low >= 0 and array.dtype == _INT64 and flags.c_contiguous and flags.aligned:
         return array
     result = np.array(array, dtype=np.int64, order="C", copy=True)
     if low < 0:

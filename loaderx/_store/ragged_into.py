@@ -27,6 +27,12 @@ def _one_dimensional(array: object, name: str, dtype: np.dtype[Any]) -> npt.NDAr
         raise TypeError(f"{name} must be a {dtype} numpy array")
     if array.ndim != 1 or not array.flags.c_contiguous:
         raise ValueError(f"{name} must be a one-dimensional C-contiguous array")
+    if not array.flags.aligned:
+        # The library reads and writes these elements as C integers, only at their alignment.
+        raise ValueError(
+            f"{name} is not aligned to its {array.dtype.itemsize}-byte elements (a view at an "
+            f"odd byte offset): pass an aligned array, such as {name}.copy()"
+        )
     return array
 
 

@@ -125,6 +125,8 @@ def gather_arguments(
     plain: npt.NDArray[np.int64] = np.asarray(indices)  # a subclass (np.memmap) as its plain array
     if not plain.flags.c_contiguous or plain.ndim != 1:
         raise ValueError("indices must be a one-dimensional C-contiguous array")
+    if not plain.flags.aligned:
+        plain = plain.copy()  # the library reads int64_t only at an 8-byte boundary
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
     if not out.flags.c_contiguous or not out.flags.writeable:
