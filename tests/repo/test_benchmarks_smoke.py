@@ -173,6 +173,16 @@ def test_destination_offsets_tool_checks_its_bytes_and_prints_every_offset() -> 
     assert all(float(line.split()[1].replace(",", "")) > 0 for line in lines[2:])
 
 
+def test_store_handles_probe_checks_every_handle_and_prints_every_row() -> None:
+    """benchmarks/probes/store_handles.py (a report's command) at minimal sizes: it checks each
+    handle's first batch against the records before timing, and exits non-zero if one differs."""
+    lines = run_probe("store_handles", "--single", "2", "--sharded", "1", "--stores", "cached")
+    assert [line[:22].strip() for line in lines[:3]] == [
+        "1 store, handle 1", "1 store, handle 2", "64 shards, handle 1"]
+    assert all(float(line.split()[-3]) > 0 for line in lines[:3])
+    assert lines[-1].startswith("medians of 1 interleaved rounds, stores cached")
+
+
 def report_header(text: str) -> dict[str, str]:
     """The header block of a Markdown report: its first ```text block, as {field: value}."""
     block = text.split("```text\n", 1)[1].split("```", 1)[0]
