@@ -38,11 +38,13 @@ STORES = {"auto": library.STORES_AUTO, "cached": library.STORES_CACHED,
 
 
 def gather_call(path: Path, batches: list[np.ndarray], array: np.ndarray,
-                opened: list[DenseDataset]) -> Callable[[], object]:
-    """A new handle's gather_into over `batches` in turn, checked once against `array`."""
+                opened: list[DenseDataset], shared: np.ndarray | None) -> Callable[[], object]:
+    """A new handle's gather_into over `batches` in turn, into `shared` or an array of its own,
+    checked once against `array`."""
     dataset = DenseDataset(str(path))
     opened.append(dataset)
-    out = np.empty((len(batches[0]), *array.shape[1:]), dtype=array.dtype)
+    out = np.empty((len(batches[0]), *array.shape[1:]), dtype=array.dtype) if shared is None \
+        else shared
     dataset.gather_into(batches[0], out)
     if not np.array_equal(out, array[batches[0]]):
         raise SystemExit(f"{path}: a handle returned wrong records")
@@ -58,6 +60,8 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=3, help="handles of the one store")
     parser.add_argument("--sharded", type=int, default=2, help="handles of the 64 shards")
     parser.add_argument("--stores", choices=sorted(STORES), default="auto")
+    parser.add_argument("--destination", choices=("own", "shared"), default="own",
+                        help="each handle gathers into an array of its own, or all into one")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--block", type=float, default=0.2, help="seconds of each block")
     args = parser.parse_args()
@@ -72,10 +76,12 @@ def main() -> None:
         from_numpy(str(single), array, codec="raw")
         write_sharded(sharded, array, "raw", records // SHARD_COUNT)
         opened: list[DenseDataset] = []
-        calls = {f"1 store, handle {k + 1}": gather_call(single, batches, array, opened)
+        shared = None if args.destination == "own" else np.empty((256, 64, 64, 3), np.uint8)
+        calls = {f"1 store, handle {k + 1}": gather_call(single, batches, array, opened, shared)
                  for k in range(args.single)}
         calls.update({f"{SHARD_COUNT} shards, handle {k + 1}":
-                      gather_call(sharded, batches, array, opened) for k in range(args.sharded)})
+                      gather_call(sharded, batches, array, opened, shared)
+                      for k in range(args.sharded)})
         try:
             timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
         finally:
@@ -85,7 +91,8 @@ def main() -> None:
                                 for k in range(args.single))
     for name, t in timings.items():
         print(f"{name:22} {t.median * 1e6:9.1f} us  {reference / t.median:6.3f}x")
-    print(f"medians of {args.rounds} interleaved rounds, stores {args.stores}; "
+    print(f"medians of {args.rounds} interleaved rounds, stores {args.stores}, "
+          f"{args.destination} destination; "
           f"x: against the mean of the 1-store handles")
 
 
