@@ -4,10 +4,17 @@ process against two, each process running the same number of batches.
 On a shared machine the other jobs decide how much of the second core is free, and that
 bounds any loader that spreads the transform over processes: a loader's processes-vs-threads
 ratio is read against this figure from the same run (2.0x on an idle 2-core machine).
+
+A worker process also gathers its batch and copies the transform's output into a slot of
+shared memory, while a thread loader gathers on its other thread as the transform runs:
+`worker_share` measures what part of a worker's step is the transform (in runs on the 2-core
+VM, 0.92 to 0.96; processes/threads then still reached 0.85 to 1.03 of the headroom, since
+the thread loader itself falls short of one transform per batch time).
 """
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import statistics
 import time
@@ -59,3 +66,31 @@ def two_process_gain(transform: Callable[[np.ndarray], np.ndarray], batch: np.nd
 
 
 __all__ = ["process_gain", "two_process_gain"]
+
+
+def worker_share(path: str, transform: Callable[[np.ndarray], np.ndarray], records: int,
+                 batch: int, rounds: int) -> float:
+    """Median over rounds x BATCHES steps of transform / (gather + transform + copy into a
+    shared mapping), the three parts of a worker process's step, timed in this process."""
+    from loaderx.dataset import DenseDataset
+
+    rng = np.random.default_rng(3)
+    shares = []
+    with DenseDataset(path) as dataset:
+        out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)
+        slot = mmap.mmap(-1, out.nbytes)  # anonymous and shared, as a slot file's mapping is
+        target = np.frombuffer(slot, dtype=out.dtype).reshape(out.shape)
+        target[...] = 0
+        for _ in range(rounds * BATCHES):
+            indices = rng.choice(records, batch, replace=False).astype(np.int64)
+            started = time.perf_counter()
+            dataset.gather_into(indices, out)
+            gathered = time.perf_counter()
+            result = transform(out)
+            transformed = time.perf_counter()
+            np.copyto(target, result, casting="no")
+            copied = time.perf_counter()
+            shares.append((transformed - gathered) / (copied - started))
+        del target
+        slot.close()
+    return statistics.median(shares)

@@ -169,6 +169,13 @@ def run(args: argparse.Namespace, rep: Report, workdir: Path) -> None:
         table.notes.append(
             f"this run's headroom: {args.transform} alone (no loader) ran {gain:.2f}x as fast in "
             f"two processes as in one; processes/threads above is {share:.2f} of that")
+        if "raw" in paths:
+            part = headroom.worker_share(str(paths["raw"]), transform, args.records, args.batch,
+                                         rounds=3)
+            table.notes.append(
+                f"a worker's step: the transform is {part:.3f} of gather + transform + copy into "
+                "its slot, timed in one process (a thread loader gathers on its other thread "
+                "while the transform runs)")
     rep.emit(table)
     loader_targets(rates, best_sample, max(torch_any) if torch_any else None, rep, args)
     stores.remove(folder)

@@ -95,6 +95,9 @@ def test_the_loader_layer_shows_threads_and_processes_with_a_gil_releasing_trans
     assert "loaderx threads vs processes w2, transform release" in done.stdout
     # The run's own bound on that ratio: the transform alone in two processes against one.
     assert "this run's headroom: release alone (no loader) ran" in done.stdout
+    # And what part of a worker's step is the transform: a share strictly between 0 and 1.
+    share = done.stdout.split("a worker's step: the transform is ", 1)[1].split()[0]
+    assert 0.0 < float(share) < 1.0
 
 
 
