@@ -14,7 +14,6 @@ the thread loader itself falls short of one transform per batch time).
 
 from __future__ import annotations
 
-import mmap
 import multiprocessing
 import statistics
 import time
@@ -65,32 +64,37 @@ def two_process_gain(transform: Callable[[np.ndarray], np.ndarray], batch: np.nd
     return process_gain(_apply, (transform, batch), rounds)
 
 
-__all__ = ["process_gain", "two_process_gain"]
-
-
 def worker_share(path: str, transform: Callable[[np.ndarray], np.ndarray], records: int,
                  batch: int, rounds: int) -> float:
-    """Median over rounds x BATCHES steps of transform / (gather + transform + copy into a
-    shared mapping), the three parts of a worker process's step, timed in this process."""
+    """Median over rounds x BATCHES steps of transform / (gather + transform + write into a
+    slot), the three parts of a worker process's step, timed in this process. The write is the
+    workers' own (a slot file of loaderx._loading.shared_ring and its write_batch)."""
+    from loaderx._loading.shared_ring import Layout, SlotFiles, write_batch
     from loaderx.dataset import DenseDataset
 
     rng = np.random.default_rng(3)
     shares = []
     with DenseDataset(path) as dataset:
         out = np.empty((batch, *dataset.item_shape), dtype=dataset.dtype)
-        slot = mmap.mmap(-1, out.nbytes)  # anonymous and shared, as a slot file's mapping is
-        target = np.frombuffer(slot, dtype=out.dtype).reshape(out.shape)
-        target[...] = 0
-        for _ in range(rounds * BATCHES):
-            indices = rng.choice(records, batch, replace=False).astype(np.int64)
-            started = time.perf_counter()
-            dataset.gather_into(indices, out)
-            gathered = time.perf_counter()
-            result = transform(out)
-            transformed = time.perf_counter()
-            np.copyto(target, result, casting="no")
-            copied = time.perf_counter()
-            shares.append((transformed - gathered) / (copied - started))
-        del target
-        slot.close()
+        dataset.gather_into(np.arange(batch, dtype=np.int64), out)
+        layout = Layout({"x": transform(out)})
+        files = SlotFiles(SlotFiles.new_prefix(), layout.size)
+        slot = files.create(0)
+        try:
+            for _ in range(rounds * BATCHES):
+                indices = rng.choice(records, batch, replace=False).astype(np.int64)
+                started = time.perf_counter()
+                dataset.gather_into(indices, out)
+                gathered = time.perf_counter()
+                result = transform(out)
+                transformed = time.perf_counter()
+                write_batch(layout, slot, {"x": result})
+                written = time.perf_counter()
+                shares.append((transformed - gathered) / (written - started))
+        finally:
+            slot.close()
+            files.unlink(0)
     return statistics.median(shares)
+
+
+__all__ = ["process_gain", "two_process_gain", "worker_share"]
