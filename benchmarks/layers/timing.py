@@ -84,6 +84,28 @@ def interleave(calls: dict[str, Call], *, rounds: int = ROUNDS,
     return timings
 
 
+def paired(reference: Call, contender: Call, *, pairs: int,
+           block_seconds: float) -> list[float]:
+    """The reference's seconds per call over the contender's, once per pair of short blocks
+    timed back to back (reference first in even pairs, contender first in odd ones).
+
+    Why: a shared machine's speed drifts over seconds, so two medians taken from blocks a
+    few seconds apart differ by more than a small gap between the contenders (the shards
+    bench's control, a second handle of the same store, read 0.91x to 1.07x of the first in
+    interleaved rounds). Blocks a few milliseconds apart see the same machine, and the median
+    of many such ratios keeps that drift out. Both calls must be warm.
+    """
+    ratios: list[float] = []
+    for index in range(pairs):
+        order = (reference, contender) if index % 2 == 0 else (contender, reference)
+        seconds: dict[int, float] = {}
+        for call in order:
+            elapsed, count = run_block(call, block_seconds)
+            seconds[id(call)] = elapsed / count
+        ratios.append(seconds[id(reference)] / seconds[id(contender)])
+    return ratios
+
+
 def time_once(call: Call) -> float:
     """Seconds for one call (used for one-time costs such as writing a store)."""
     started = time.perf_counter()
