@@ -85,9 +85,8 @@ pub const average_shift = 3;
 /// warm-up's reasoning), and a stale estimate of a way probed in a burst of four comes down
 /// within that burst.
 pub const fall_shift = 1;
-/// A streak of one way at least this long has a current estimate: a new streak of the other
-/// way is paired with it. A probe burst is probe_burst batches, so a burst of the way in use
-/// between two probes qualifies, and alternating single samples do not.
+/// A streak of one way this long has a current estimate, which the other way's next streak is
+/// paired with (a burst of the way in use qualifies; alternating single samples do not).
 pub const pair_streak_min = probe_burst;
 /// A streak's samples paired with the other way's estimate: its 2nd to 4th (a probe burst's).
 pub const pair_samples_max = probe_burst;
@@ -237,8 +236,8 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
             advisor.paired_at[1 - @backingInt(mode)].store(baseline, .monotonic);
         }
 
-        /// What takesCandidate() weighs: the learned ratio once there is one; before, the two
-        /// estimates, never a clear verdict (so the first pair comes soon).
+        /// What takesCandidate() weighs: the learned ratio, unsettled while the last pair or the
+        /// preferred way has moved by a quarter since; before any pair, the two estimates, unsettled.
         pub fn verdict(advisor: *const Self) Verdict {
             const samples: [2]u32 = .{ advisor.samples[0].load(.monotonic), advisor.samples[1].load(.monotonic) };
             const ratio = advisor.ratio.load(.monotonic);
@@ -298,9 +297,8 @@ const loads_salt: u64 = 0x10AD_5EED_F00D;
 /// A way's estimate and its sample count (what the tests give takesCandidate).
 pub const Estimate = struct { cost: u64, samples: u32 };
 
-/// What takesCandidate() compares: the two ways' costs (or the candidate's over the default's,
-/// against ratio_one), their sample counts, and whether the way preferred has moved by more than
-/// a quarter since the ratio last learned.
+/// What takesCandidate() compares: the two ways' costs (or the ratio, against ratio_one), their
+/// sample counts, and whether the verdict is unsettled (see AdvisorOf.verdict).
 pub const Verdict = struct {
     candidate: u64,
     default: u64,
@@ -521,9 +519,8 @@ test "one descheduled batch does not flip a settled choice" {
 
 test "a slow spell that slows both ways keeps the advisor on the cheaper one, and it stays there after" {
     var advisor = settledAdvisor(10_000, 12_000);
-    // Every batch takes twice as long for 2,048 batches (a busy machine). The pooled estimate
-    // rises while the alone one keeps its figure from before the spell; the probes pair each
-    // alone batch with the pooled estimate of its own moment, and alone is still the dearer.
+    // Every batch takes twice as long for 2,048 batches (a busy machine). The probes pair each
+    // alone batch with the pooled estimate of its moment: alone is still the dearer.
     var wrong: u32 = 0;
     for (0..2048) |_| {
         const choice = advisor.choose();
@@ -553,13 +550,10 @@ test "a slow spell that left the cheaper way's estimate high is corrected within
         wrong += batches;
         worst = @max(worst, batches);
     }
-    // The spell's pairs (cached at 25,000 against streaming at 30,000) set the ratio in favour
-    // of cached stores; the streaming batches after it, paired with the cached estimate the
-    // spell left, turn it toward streaming stores, but their last pair disagrees with the ratio
-    // by more than a quarter, so the verdict is probed as a close call (a burst in 32), and
-    // the first probe's pairs settle it: 3,322 batches in all, 554 at worst. Before the pairs,
-    // with anchors that marked such a verdict stale, 3,287 and 551; with neither, 21,472 and
-    // 2,740.
+    // The streaming batches after the spell, paired with the cached estimate it left, turn the
+    // ratio toward streaming stores, but their last pair disagrees with it by more than a
+    // quarter: probed as a close call (a burst in 32), the first probe settles it. 3,322
+    // batches in all, 554 at worst (with stop 52's anchors, 3,287 and 551; neither, 21,472).
     try testing.expect(wrong < 16 * 300);
     try testing.expect(worst < 800);
 }
