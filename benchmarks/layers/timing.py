@@ -95,14 +95,18 @@ def paired(reference: Call, contender: Call, *, pairs: int,
     interleaved rounds). Blocks a few milliseconds apart see the same machine, and the median
     of many such ratios keeps that drift out. Both calls must be warm.
     """
+    def per_call(call: Call) -> float:
+        elapsed, count = run_block(call, block_seconds)
+        return elapsed / count
+
     ratios: list[float] = []
     for index in range(pairs):
-        order = (reference, contender) if index % 2 == 0 else (contender, reference)
-        seconds: dict[int, float] = {}
-        for call in order:
-            elapsed, count = run_block(call, block_seconds)
-            seconds[id(call)] = elapsed / count
-        ratios.append(seconds[id(reference)] / seconds[id(contender)])
+        if index % 2 == 0:
+            first = per_call(reference)
+            ratios.append(first / per_call(contender))
+        else:
+            first = per_call(contender)
+            ratios.append(per_call(reference) / first)
     return ratios
 
 

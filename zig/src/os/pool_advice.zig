@@ -90,8 +90,7 @@ pub const fall_shift = 1;
 pub const pair_streak_min = probe_burst;
 /// A streak's samples paired with the other way's estimate: its 2nd to 4th (a probe burst's).
 pub const pair_samples_max = probe_burst;
-/// The ratio's unit.
-pub const ratio_one: u64 = 1 << 10;
+pub const ratio_one: u64 = 1 << 10; // the ratio's unit
 const no_way: u8 = 2;
 
 /// Estimates are nanoseconds per 2^cost_scale_shift bytes, so that a batch of a few hundred
@@ -201,16 +200,16 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
             }
         }
 
-        /// Follows the streaks of samples of each way. When a way takes over from a streak of
-        /// the other at least `pair_streak_min` long (a probe burst, or a switch), the other's
-        /// estimate is current: the new streak's samples after its first (which pays for the
-        /// state the other way left: a destination evicted by streaming stores, helpers
+        /// Follows each way's streaks. When a way takes over from a streak of the other at least
+        /// `pair_streak_min` long, that one's estimate is current: the new streak's samples after
+        /// its first (which pays for the state the other way left: a cold destination, helpers
         /// asleep), up to `pair_samples_max`, are each paired with it.
         fn pair(advisor: *Self, mode: Way, sample: u64) void {
             const m = @backingInt(mode);
             const run = advisor.streak.load(.monotonic);
-            if (advisor.streak_way.load(.monotonic) != m) {
-                const current = advisor.streak_way.load(.monotonic) == 1 - m and run >= pair_streak_min and !advisor.warming();
+            const way = advisor.streak_way.load(.monotonic);
+            if (way != m) {
+                const current = way == 1 - m and run >= pair_streak_min and !advisor.warming();
                 advisor.streak_baseline.store(if (current) advisor.costs[1 - m].load(.monotonic) else 0, .monotonic);
                 advisor.streak_way.store(m, .monotonic);
                 advisor.streak.store(1, .monotonic);
@@ -221,8 +220,7 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
             if (baseline != 0 and run < pair_samples_max) advisor.learnPair(mode, sample, baseline);
         }
 
-        /// Moves the ratio a quarter of the way toward what one pair says (at most a quarter
-        /// off the ratio, as a sample is bounded in blend()).
+        /// Moves the ratio toward what one pair says (blendRatio), or sets it from the first.
         fn learnPair(advisor: *Self, mode: Way, sample: u64, baseline: u64) void {
             const c_cost: u128 = if (mode == candidate) sample else baseline;
             const d_cost: u128 = if (mode == candidate) baseline else sample;
@@ -248,7 +246,7 @@ pub fn AdvisorOf(comptime Way: type, comptime tuning: Tuning) type {
                 .default_samples = samples[@backingInt(default)],
                 .drifted = true,
             };
-            const preferred = if (ratio * 16 <= ratio_one * (16 - candidate_gain_min_16ths)) candidate else default;
+            const preferred = if (prefersCandidate(ratio, ratio_one)) candidate else default;
             const now = advisor.cost(preferred);
             const then = advisor.paired_at[@backingInt(preferred)].load(.monotonic);
             const said = advisor.said_last.load(.monotonic);
@@ -297,8 +295,7 @@ const loads_salt: u64 = 0x10AD_5EED_F00D;
 /// A way's estimate and its sample count (what the tests give takesCandidate).
 pub const Estimate = struct { cost: u64, samples: u32 };
 
-/// What takesCandidate() compares: the two ways' costs (or the ratio, against ratio_one), their
-/// sample counts, and whether the verdict is unsettled (see AdvisorOf.verdict).
+/// What takesCandidate() compares (AdvisorOf.verdict: costs or ratio, samples, unsettled).
 pub const Verdict = struct {
     candidate: u64,
     default: u64,
@@ -317,7 +314,7 @@ pub const Verdict = struct {
 /// they were last paired; rarely otherwise.
 fn takesCandidate(verdict: Verdict, ticket: u64, salt: u64) bool {
     assert(verdict.candidate > 0 and verdict.default > 0);
-    const prefer_candidate = verdict.candidate * 16 <= verdict.default * (16 - candidate_gain_min_16ths);
+    const prefer_candidate = prefersCandidate(verdict.candidate, verdict.default);
     const other_samples = if (prefer_candidate) verdict.default_samples else verdict.candidate_samples;
     const cheaper = @min(verdict.candidate, verdict.default);
     const dearer = @max(verdict.candidate, verdict.default);
@@ -325,6 +322,11 @@ fn takesCandidate(verdict: Verdict, ticket: u64, salt: u64) bool {
     const period: u64 = if (clear) probe_period_clear else probe_period_close;
     const probe = mix((ticket / probe_burst) ^ salt) % period == 0;
     return prefer_candidate != probe;
+}
+
+/// Whether a candidate costing `candidate` gains enough over a default costing `default`.
+fn prefersCandidate(candidate: u64, default: u64) bool {
+    return candidate * 16 <= default * (16 - candidate_gain_min_16ths);
 }
 
 /// Whether two figures (both nonzero) differ by more than a quarter.
@@ -588,9 +590,8 @@ fn afterSpell(start: u64) !u32 {
 }
 
 test "a slow spell on the way in use does not send the batches after it the dearer way" {
-    // Cached stores (the default way) cost 10,000 and streaming ones 14,000, and the first
-    // batch of cached stores after streaming ones costs 1.5x (its destination was left cold).
-    // The machine then runs at half speed for 300 batches, then at full speed for 4,096.
+    // Cached stores cost 10,000, streaming ones 14,000, and cached stores 1.5x on their first
+    // batch after streaming ones (a cold destination); 300 batches at half speed, then 4,096.
     const Ways = enum(u1) { streaming, cached };
     const truth: [2]u64 = .{ 14_000, 10_000 };
     var advisor: AdvisorOf(Ways, .{}) = .{};
