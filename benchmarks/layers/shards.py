@@ -77,6 +77,19 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
     out_again = np.empty((args.batch, *args.shape), dtype=np.uint8)
     pool_again = itertools.cycle(batches)
     calls[SAME_STORE] = lambda: again.gather_into(next(pool_again), out_again)
+    # The second control: the same records written again as one store, the same way, read
+    # through its own handle. Its distance from 1.00x is what writing a store again (other
+    # pages, another handle's advisors) does to a ratio here; the shards are written apart too.
+    copy_path = folder / "copy-raw"
+    stores.remove(copy_path)
+    from_numpy(str(copy_path), array, codec="raw")
+    copy = DenseDataset(str(copy_path))
+    opened.append(copy)
+    if not np.array_equal(copy[batches[0]], array[batches[0]]):
+        raise AssertionError(f"{copy_path} returned wrong records")
+    out_copy = np.empty((args.batch, *args.shape), dtype=np.uint8)
+    pool_copy = itertools.cycle(batches)
+    calls[SECOND_COPY] = lambda: copy.gather_into(next(pool_copy), out_copy)
     view = routing_only_view(opened[0], args, batches, calls)
     try:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
@@ -112,6 +125,9 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
                        "beside its 1-store read (timing.paired); the targets use it")
     table.notes.append(f"{SAME_STORE}: the same folder opened a second time, the run's "
                        "control: its distance from 1.00x is the noise in every ratio above")
+    table.notes.append(f"{SECOND_COPY}: the same records written again as one store, the "
+                       "same way: the same code on other pages, so its distance from 1.00x is "
+                       "what writing a store again does to a ratio here")
     table.notes.append(f"{ROUTING_ONLY}: the 1-store records through a view of that store "
                        f"{SHARD_COUNT} times (the same bytes, {SHARD_COUNT}-way routing): "
                        "what routing costs apart from where the shards' pages lie")
@@ -120,6 +136,7 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
 
 ROUTING_ONLY: Final = f"raw gather_into, {SHARD_COUNT}-way view of 1 store"
 SAME_STORE: Final = "raw gather_into, 1 store again"
+SECOND_COPY: Final = "raw gather_into, 1 store, a second copy"
 # Timed in pairs, each pair's two blocks about this many calls long (at least PAIRED_BLOCK_MIN
 # seconds), for about PAIRED_SECONDS_PER_ROUND seconds of pairs per --rounds round.
 PAIRED_CALLS_PER_BLOCK: Final = 8
@@ -129,6 +146,8 @@ PAIRED_SECONDS_PER_ROUND: Final = 0.4
 
 def reference_of(name: str) -> str:
     """The 1-store read a row of the gather table is compared with."""
+    if name in (SAME_STORE, SECOND_COPY, ROUTING_ONLY):
+        return "raw gather_into, 1 store"
     return name.rsplit(", ", 1)[0] + ", 1 store"
 
 
@@ -138,7 +157,7 @@ def paired_ratios(calls: dict[str, Callable[[], object]], timings: dict[str, tim
     (timing.paired): the 1-store read's time over theirs, once per pair."""
     ratios: dict[str, list[float]] = {}
     for name in calls:
-        if not (name.endswith("shards") or name == SAME_STORE):
+        if not (name.endswith("shards") or name in (SAME_STORE, SECOND_COPY)):
             continue
         reference = reference_of(name)
         per_call = max(timings[name].median, timings[reference].median)

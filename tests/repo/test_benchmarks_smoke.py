@@ -66,7 +66,8 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     paired = {r["read"]: r["pair_ratios"] for r in shards[0]["rows"] if r["pair_ratios"]}
     assert set(paired) == {"raw gather_into, 64 shards", "raw ds[idx], 64 shards",
                            "zstd gather_into, 64 shards", "zstd ds[idx], 64 shards",
-                           "raw gather_into, 1 store again"}
+                           "raw gather_into, 1 store again",
+                           "raw gather_into, 1 store, a second copy"}
     assert all(len(ratios) >= 2 and min(ratios) > 0 for ratios in paired.values())
     assert {r["loader"] for r in shards[1]["rows"]} >= {"loader raw, 64 shards"}
     assert [r["records"] for r in shards[2]["rows"]] == ["10,000", "30,000"]
