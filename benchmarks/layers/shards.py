@@ -19,12 +19,15 @@ import itertools
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Final
+from typing import TYPE_CHECKING, Callable, Final
 
 import numpy as np
 
 from . import data, report, stores, timing
 from .report import Column, Report, Table
+
+if TYPE_CHECKING:
+    from loaderx.dataset import DenseDataset
 
 MIB = float(1 << 20)
 SHARD_COUNT: Final = 64
@@ -60,36 +63,21 @@ def gather_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
         from_numpy(str(single_path), array, codec=codec)
         write_sharded(sharded_path, array, codec, per_shard)
         for label, path in (("1 store", single_path), (f"{SHARD_COUNT} shards", sharded_path)):
-            ds = DenseDataset(str(path))
-            opened.append(ds)
-            if not np.array_equal(ds[batches[0]], array[batches[0]]):
-                raise AssertionError(f"{path} returned wrong records")
-            out = np.empty((args.batch, *args.shape), dtype=np.uint8)
+            ds = open_checked(path, array, batches, opened)
+            calls[f"{codec} gather_into, {label}"] = gather_into_call(ds, batches)
             pool = itertools.cycle(batches)
-            calls[f"{codec} gather_into, {label}"] = (
-                lambda d=ds, o=out, p=pool: d.gather_into(next(p), o))  # type: ignore[misc]
-            pool2 = itertools.cycle(batches)
-            calls[f"{codec} ds[idx], {label}"] = lambda d=ds, p=pool2: d[next(p)]  # type: ignore[misc]
+            calls[f"{codec} ds[idx], {label}"] = lambda d=ds, p=pool: d[next(p)]  # type: ignore[misc]
     # The control: the 1-store raw records through a second handle of the same folder, timed
     # like the others. Its distance from 1.00x is what this run's noise alone does to a ratio.
-    again = DenseDataset(str(folder / "one-raw"))
-    opened.append(again)
-    out_again = np.empty((args.batch, *args.shape), dtype=np.uint8)
-    pool_again = itertools.cycle(batches)
-    calls[SAME_STORE] = lambda: again.gather_into(next(pool_again), out_again)
+    again = open_checked(folder / "one-raw", array, batches, opened)
+    calls[SAME_STORE] = gather_into_call(again, batches)
     # The second control: the same records written again as one store, the same way, read
     # through its own handle. Its distance from 1.00x is what writing a store again (other
     # pages, another handle's advisors) does to a ratio here; the shards are written apart too.
     copy_path = folder / "copy-raw"
     stores.remove(copy_path)
     from_numpy(str(copy_path), array, codec="raw")
-    copy = DenseDataset(str(copy_path))
-    opened.append(copy)
-    if not np.array_equal(copy[batches[0]], array[batches[0]]):
-        raise AssertionError(f"{copy_path} returned wrong records")
-    out_copy = np.empty((args.batch, *args.shape), dtype=np.uint8)
-    pool_copy = itertools.cycle(batches)
-    calls[SECOND_COPY] = lambda: copy.gather_into(next(pool_copy), out_copy)
+    calls[SECOND_COPY] = gather_into_call(open_checked(copy_path, array, batches, opened), batches)
     view = routing_only_view(opened[0], args, batches, calls)
     try:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block)
@@ -142,6 +130,25 @@ SECOND_COPY: Final = "raw gather_into, 1 store, a second copy"
 PAIRED_CALLS_PER_BLOCK: Final = 8
 PAIRED_BLOCK_MIN: Final = 0.01
 PAIRED_SECONDS_PER_ROUND: Final = 0.4
+
+
+def open_checked(path: Path, array: np.ndarray, batches: list[np.ndarray],
+                 opened: list[DenseDataset]) -> DenseDataset:
+    """The dataset at path, added to `opened`, once its first batch reads array's records."""
+    from loaderx.dataset import DenseDataset
+
+    ds = DenseDataset(str(path))
+    opened.append(ds)
+    if not np.array_equal(ds[batches[0]], array[batches[0]]):
+        raise AssertionError(f"{path} returned wrong records")
+    return ds
+
+
+def gather_into_call(ds: DenseDataset, batches: list[np.ndarray]) -> Callable[[], object]:
+    """ds.gather_into over the batches in turn, into one array of its own."""
+    out = np.empty_like(ds[batches[0]])
+    pool = itertools.cycle(batches)
+    return lambda: ds.gather_into(next(pool), out)
 
 
 def reference_of(name: str) -> str:
