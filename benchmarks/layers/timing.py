@@ -84,8 +84,8 @@ def interleave(calls: dict[str, Call], *, rounds: int = ROUNDS,
     return timings
 
 
-def paired(reference: Call, contender: Call, *, pairs: int,
-           block_seconds: float) -> list[float]:
+def paired(reference: Call, contender: Call, *, pairs: int, block_seconds: float,
+           settle: Callable[[], None] | None = None) -> list[float]:
     """The reference's seconds per call over the contender's, once per pair of short blocks
     timed back to back (reference first in even pairs, contender first in odd ones).
 
@@ -93,10 +93,13 @@ def paired(reference: Call, contender: Call, *, pairs: int,
     few seconds apart differ by more than a small gap between the contenders (the shards
     bench's control, a second handle of the same store, read 0.91x to 1.07x of the first in
     interleaved rounds). Blocks a few milliseconds apart see the same machine, and the median
-    of many such ratios keeps that drift out. Both calls must be warm.
+    of many such ratios keeps that drift out. Both calls must be warm. `settle()` runs after
+    each block, untimed (a loader's ring refills there, so each block starts as full).
     """
     def per_call(call: Call) -> float:
         elapsed, count = run_block(call, block_seconds)
+        if settle is not None:
+            settle()
         return elapsed / count
 
     ratios: list[float] = []

@@ -47,3 +47,26 @@ def test_pairs_alternate_and_give_the_reference_over_the_contender(
     # contender, 8 of the fast one; the first call of the pair alternates.
     assert "".join(order) == "rrrrcc" "ccrrrr" "rrrrcc" "cccccccc" "rrrr"
     assert ratios == [0.5, 0.5, 0.5, 2.0]
+
+
+def test_settle_runs_after_every_block_and_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    order: list[str] = []
+    unit = 1 / 1024
+
+    def reference() -> None:
+        order.append("r")
+        clock.now += unit
+
+    def contender() -> None:
+        order.append("c")
+        clock.now += 2 * unit
+
+    def settle() -> None:  # a loader refilling its ring: time passes, untimed
+        order.append("|")
+        clock.now += 100 * unit
+
+    ratios = timing.paired(reference, contender, pairs=2, block_seconds=4 * unit, settle=settle)
+    assert "".join(order) == "rrrr|cc|" "cc|rrrr|"
+    assert ratios == [0.5, 0.5]

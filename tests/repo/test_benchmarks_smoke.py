@@ -70,6 +70,9 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
                            "raw gather_into, 1 store, a second copy"}
     assert all(len(ratios) >= 2 and min(ratios) > 0 for ratios in paired.values())
     assert {r["loader"] for r in shards[1]["rows"]} >= {"loader raw, 64 shards"}
+    loader_pairs = {r["loader"]: r["pair_ratios"] for r in shards[1]["rows"] if r["pair_ratios"]}
+    assert set(loader_pairs) == {"loader raw, 64 shards", "loader zstd, 64 shards"}
+    assert all(len(ratios) >= 2 and min(ratios) > 0 for ratios in loader_pairs.values())
     assert [r["records"] for r in shards[2]["rows"]] == ["10,000", "30,000"]
     convert = {str(r["group"]) + " / " + str(r["contender"]) for r in doc["tables"][-2]["rows"]}
     assert {"from_iterator, ~1 ms Python/item / workers=2",
