@@ -213,8 +213,8 @@ def loader_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
         timings = timing.interleave(calls, rounds=args.rounds, block_seconds=args.block * 2.5,
                                     settle=lambda _name: time.sleep(LOADER_SETTLE))
         # Each 64-shard loader also in pairs with its 1-store loader (timing.paired), the ring
-        # refilled after every block: a loader prefetches while the other one is timed, so
-        # blocks are long (a few ring lengths are a fraction of a percent of one).
+        # refilled after every block: a loader prefetches while the other one is timed, so its
+        # blocks are long, and the few batches its ring holds are a fraction of a percent of one.
         paired = {name: timing.paired(calls[name.rsplit(", ", 1)[0] + ", 1 store"], calls[name],
                                       pairs=2 * args.rounds, block_seconds=args.block,
                                       settle=lambda: time.sleep(LOADER_SETTLE))
