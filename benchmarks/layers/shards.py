@@ -152,7 +152,7 @@ def gather_into_call(ds: DenseDataset, batches: list[np.ndarray]) -> Callable[[]
 
 
 def reference_of(name: str) -> str:
-    """The 1-store read a row of the gather table is compared with."""
+    """The 1-store read (or loader) a row of the gather (or loader) table is compared with."""
     if name in (SAME_STORE, SECOND_COPY, ROUTING_ONLY):
         return "raw gather_into, 1 store"
     return name.rsplit(", ", 1)[0] + ", 1 store"
@@ -215,7 +215,7 @@ def loader_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
         # Each 64-shard loader also in pairs with its 1-store loader (timing.paired), the ring
         # refilled after every block: a loader prefetches while the other one is timed, so its
         # blocks are long, and the few batches its ring holds are a fraction of a percent of one.
-        paired = {name: timing.paired(calls[name.rsplit(", ", 1)[0] + ", 1 store"], calls[name],
+        paired = {name: timing.paired(calls[reference_of(name)], calls[name],
                                       pairs=2 * args.rounds, block_seconds=args.block,
                                       settle=lambda: time.sleep(LOADER_SETTLE))
                   for name in calls if name.endswith("shards")}
@@ -232,7 +232,7 @@ def loader_table(args: argparse.Namespace, rep: Report, folder: Path) -> None:
                       Column("paired", "in pairs", report.ratio),
                   ])
     for name, t in timings.items():
-        single = timings[name.rsplit(", ", 1)[0] + ", 1 store"].median
+        single = timings[reference_of(name)].median
         pairs = paired.get(name)
         table.add(loader=name, batches_s=1.0 / t.median, vs_single=single / t.median,
                   paired=None if pairs is None else statistics.median(pairs),
