@@ -77,6 +77,10 @@ def test_compare_runs_every_layer_end_to_end(tmp_path: Path) -> None:
     convert = {str(r["group"]) + " / " + str(r["contender"]) for r in doc["tables"][-2]["rows"]}
     assert {"from_iterator, ~1 ms Python/item / workers=2",
             "from_numpy zstd, in memory / workers=2"} <= convert
+    convert_pairs = {str(r["contender"]): r["pair_ratios"] for r in doc["tables"][-2]["rows"]
+                     if r["pair_ratios"]}
+    assert list(convert_pairs) == ["workers=2"]  # from_numpy's, beside its workers=1
+    assert len(convert_pairs["workers=2"]) >= 2 and min(convert_pairs["workers=2"]) > 0
     parquet = doc["tables"][-1]["rows"]  # each conversion ran in its child and said how it went
     assert [r["codec"] for r in parquet] == ["raw", "zstd"]
     assert all(r["peak"] >= r["baseline"] > 0 and r["rows"] > 0 for r in parquet)
