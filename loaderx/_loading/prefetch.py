@@ -51,7 +51,8 @@ DataLoader builds on:
   is being made (all but one bytecode of the window) also gives the step up, so that another
   consumer thread waiting for it makes it instead. A finished step is taken out of the shared
   state before anything that can be interrupted, so none is left stranded there. Worker threads
-  receive no signals.
+  receive no signals. An interrupt that lands as a `with` takes the lock can leave the lock held
+  (loaderx._os.kept_locks); next() gives back any level its thread holds on the way out.
 
 Fork: a child inherits the Prefetcher but none of its threads, and one of them may have held the
 lock at the moment of fork. In a child, ``next()`` raises RuntimeError (create the loader in the
@@ -71,6 +72,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable, Final, Generic, NoReturn, TypeVar, cast
 
+from loaderx._os.kept_locks import release_kept
 from loaderx.errors import ProducerGone
 
 T = TypeVar("T")
@@ -274,25 +276,32 @@ class Prefetcher(Generic[T]):
         if self.forked:
             self._refuse_forked()
         arrived = True
-        while True:
-            own, value, error = self._take_or_claim(arrived)
-            arrived = False
-            if own < 0:
-                if error is not None:
-                    # Re-raising keeps the producer's traceback and appends this frame to it.
-                    raise error
-                return cast(T, value)
-            # The step is made on this thread: taken at once if it is the consumer's next,
-            # else filed as a worker would.
-            try:
-                taken, value, error = self._make_own(own)
-            except BaseException:
-                self._abandon(own)
-                raise
-            if taken:
-                if error is not None:
-                    raise error
-                return cast(T, value)
+        try:
+            while True:
+                own, value, error = self._take_or_claim(arrived)
+                arrived = False
+                if own < 0:
+                    if error is not None:
+                        # Re-raising keeps the producer's traceback and appends this frame.
+                        raise error
+                    return cast(T, value)
+                # The step is made on this thread: taken at once if it is the consumer's
+                # next, else filed as a worker would.
+                try:
+                    taken, value, error = self._make_own(own)
+                except BaseException:
+                    self._abandon(own)
+                    raise
+                if taken:
+                    if error is not None:
+                        raise error
+                    return cast(T, value)
+        except BaseException:
+            # The consumer holds the lock only inside `with` blocks, but an interrupt can leave
+            # it held on the way in (loaderx._os.kept_locks): every worker would then wait for
+            # it for good.
+            release_kept(self._lock)
+            raise
 
     def _take_or_claim(self, arrived: bool) -> tuple[int, T | None, BaseException | None]:
         """(-1, value, error) taking the consumer's step once it is ready; else (step, None,

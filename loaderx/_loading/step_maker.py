@@ -29,6 +29,7 @@ from loaderx._loading.ragged_layout import Layout
 from loaderx._loading.sampler import Sampler
 from loaderx._native.calls import NativeCalls, StreamsCall, address
 from loaderx._native.library import GATHER_STREAMS_MAX
+from loaderx._os.kept_locks import release_kept
 from loaderx._store.zrecord import Zrecord
 
 Transform = Callable[[dict[str, npt.NDArray[Any]]], Batch]
@@ -155,8 +156,9 @@ class StepMaker:
         self._together: StreamsCall | None = _streams_call(self._datasets, batch_size, ring_size)
         # Guarded by _lock: the step last made (or being made) in each slot, -1 for none; the
         # ring's size is its length. And which slot each such step took, a hint that an
-        # interrupt may leave out or stale (checked against _written before use).
-        self._lock: threading.Lock = threading.Lock()
+        # interrupt may leave out or stale (checked against _written before use). Re-entrant
+        # only so that _free_slot can give back a level an interrupt kept (release_kept).
+        self._lock: threading.RLock = threading.RLock()
         self._written: list[int] = [-1] * ring_size
         self._slot_of_step: dict[int, int] = {}
         # Where the consumer stands: the prefetcher's next_step, once the DataLoader has given
@@ -178,33 +180,41 @@ class StepMaker:
         (after an interrupt stopped its consumer mid-step: loaderx._loading.prefetch, "Interrupts")
         takes back the slot it had. Also returns whether the slot's arrays were just found
         released (_released), which nothing can undo: only this maker references them."""
-        with self._lock:
-            written = self._written
-            slot = self._slot_of_step.get(step, -1)
-            if 0 <= slot < len(written) and written[slot] == step:
-                return slot, False
-            # Read under this lock, after every slot claimed before, so at most prefetch of
-            # the steps held can be ones the consumer has not passed.
-            prefetcher = self._prefetcher
-            first_step = self._first_step
-            taken, asked = (first_step, first_step) if prefetcher is None else prefetcher.position()
-            slot = 0
-            released = False
-            while slot < len(written):
-                held = written[slot]
-                if held < 0 or self._passed_unseen(held, taken, asked):
-                    break
-                if self._held_until_released(held, taken) and self._slot_released(slot):
-                    released = True
-                    break
-                slot += 1
-            if slot == len(written):
-                self._grow()
-            if written[slot] >= 0 and written[slot] in self._slot_of_step:
-                del self._slot_of_step[written[slot]]
-            written[slot] = step  # the claim: one store
-            self._slot_of_step[step] = slot
-            return slot, released
+        try:
+            with self._lock:
+                written = self._written
+                slot = self._slot_of_step.get(step, -1)
+                if 0 <= slot < len(written) and written[slot] == step:
+                    return slot, False
+                # Read under this lock, after every slot claimed before, so at most prefetch of
+                # the steps held can be ones the consumer has not passed.
+                prefetcher = self._prefetcher
+                first_step = self._first_step
+                taken, asked = (
+                    (first_step, first_step) if prefetcher is None else prefetcher.position()
+                )
+                slot = 0
+                released = False
+                while slot < len(written):
+                    held = written[slot]
+                    if held < 0 or self._passed_unseen(held, taken, asked):
+                        break
+                    if self._held_until_released(held, taken) and self._slot_released(slot):
+                        released = True
+                        break
+                    slot += 1
+                if slot == len(written):
+                    self._grow()
+                if written[slot] >= 0 and written[slot] in self._slot_of_step:
+                    del self._slot_of_step[written[slot]]
+                written[slot] = step  # the claim: one store
+                self._slot_of_step[step] = slot
+                return slot, released
+        except BaseException:
+            # No thread holds the lock outside this block, but an interrupt can leave it held
+            # on the way in (loaderx._os.kept_locks): then no step could be made again.
+            release_kept(self._lock)
+            raise
 
     def _grow(self) -> None:
         """Adds a slot at the end of the ring (class docstring: only after an interrupt); the
