@@ -3,12 +3,26 @@ needs around its calls: the calls in flight, so that close() waits for them and 
 raise ValueError; a fresh lock in a forked child; and the dense read's fast path, the hottest
 call of the library, written once for both.
 
-Calls in flight are the items of a list past its placeholders. With a GIL they enter and
-leave without the lock: list.append and list.pop are single atomic operations and every Python
-step is sequentially consistent, so "append, then read _closed" in a call and "set _closed, then read the list" in
-close() can never both miss each other. Free-threaded builds give no such ordering between a
-list and an attribute, so there the lock guards both. A GIL can be re-enabled at run time but
-never disabled, so deciding at import is safe.
+Calls in flight are the items of a list past its placeholders (the dense fast path's, each a
+None) and of a set (every other call's, each an object of the caller's own). With a GIL they
+enter and leave without the lock: list.append and set.add are single atomic operations and
+every Python step is sequentially consistent, so "mark, then read _closed" in a call and "set
+_closed, then count the marks" in close() can never both miss each other. Free-threaded builds
+give no such ordering between a container and an attribute, so there the lock guards the
+marking. A GIL can be re-enabled at run time but never disabled, so deciding at import is safe.
+
+Ctrl-C must not leave a call marked in flight, or close() would wait for it forever. The
+interpreter raises a signal handler's exception only after a call returns or as a Python
+function starts, never before a call runs. So a call's mark is taken as the first call inside
+the `try` whose `finally` takes it back, and taken back by one call of a C method
+(`_marks.discard(mark)`, `_calls.pop()`): an interrupt that lands after the mark is taken lands
+inside the `try`, and the `finally` cannot be cut short before the mark is gone. A mark of the
+caller's own (`mark = object()`, made before the `try`) makes the discard right also when the
+interrupt came before _enter took it (as _enter starts, interpreted): it then removes nothing,
+where removing "a mark" would take another call's. Calls other than the fast path do not
+notify close(); it looks at the marks again every _CLOSE_POLL_SECONDS. Before this, a mark was
+left by an interrupt landing as _enter returned: 289 in 5,000 SIGALRMs raised in a loop of
+len(store), each a close() that waited forever.
 """
 
 from __future__ import annotations
@@ -16,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -66,8 +80,20 @@ _addressof: Final = ctypes.addressof
 _IDLE_LENGTH: Final = 4
 
 
+# How often close() counts the calls in flight again when no call notified it.
+_CLOSE_POLL_SECONDS: Final = 0.01
+
+
 def _idle_calls() -> list[None]:
     return [None] * _IDLE_LENGTH
+
+
+def leave_all(owners: Sequence[NativeCalls], mark: object) -> None:
+    """Takes `mark` back from every owner (from those _enter marked; discard ignores the
+    others): one compiled call, so that no interrupt lands between two owners and leaves a
+    later one's mark (module docstring)."""
+    for owner in owners:
+        owner._marks.discard(mark)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -82,6 +108,7 @@ class NativeCalls:
     _handle_low: object
     _handle_high: object
     _calls: list[None]
+    _marks: set[object]
     _closed: bool
     _lock: threading.Lock
     _idle: threading.Condition
@@ -96,6 +123,7 @@ class NativeCalls:
         self._handle_low = 0
         self._handle_high = 0
         self._calls = _idle_calls()
+        self._marks = set()
         self._closed = True
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -122,39 +150,33 @@ class NativeCalls:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._calls = _idle_calls()
+        self._marks = set()
 
-    def _enter(self) -> int:
-        """Marks one call in flight and returns the handle; ValueError once closed."""
+    def _enter(self, mark: object) -> int:
+        """Marks a call in flight with `mark` (an object of the caller's own) and returns the
+        handle; ValueError once closed. The first call inside the `try` whose `finally` calls
+        `_marks.discard(mark)`, also when this raises (module docstring)."""
         if LOCK_FREE_CALLS:
-            self._calls.append(None)
+            self._marks.add(mark)
             if not self._closed:
                 return self._handle
-            self._leave()
         else:
             with self._lock:
                 if not self._closed:
-                    self._calls.append(None)
+                    self._marks.add(mark)
                     return self._handle
         raise self._closed_error()
 
-    def _leave(self) -> None:
-        if LOCK_FREE_CALLS:
-            self._calls.pop()
-            if self._closed:
-                with self._lock:
-                    self._idle.notify_all()
-            return
-        with self._lock:
-            self._calls.pop()
-            if self._closed and len(self._calls) == _IDLE_LENGTH:
-                self._idle.notify_all()
+    def _in_flight(self) -> int:
+        return len(self._calls) - _IDLE_LENGTH + len(self._marks)
 
     def _close_handle(self, release: Callable[[int], object]) -> None:
         """Marks the object closed, waits for the calls in flight, then releases the handle."""
         with self._lock:
             self._closed = True
-            while len(self._calls) > _IDLE_LENGTH:
-                self._idle.wait()
+            while self._in_flight():
+                # Only the fast path notifies, and an interrupt may cut that short: a timeout.
+                self._idle.wait(_CLOSE_POLL_SECONDS)
             if self._handle:
                 handle = self._handle
                 self._set_handle(0)
@@ -245,24 +267,25 @@ def _gather(
     side reads the count there) and `count` is out's size in bytes, or 0 for the native side to
     prove it; otherwise they are the arrays' data pointers and `count` the number of records."""
     if LOCK_FREE_CALLS:
-        # _enter/_leave written out: two Python frames are a visible share of a small read.
+        # _enter written out, with a None for the mark: a Python frame and an object are a
+        # visible share of a small read. Taken first inside the try (module docstring).
         in_flight = owner._calls
-        in_flight.append(None)
-        if owner._closed:
-            owner._leave()
-            raise owner._closed_error()
         try:
+            in_flight.append(None)
+            if owner._closed:
+                raise owner._closed_error()
             return _call(owner, first, count, second, record_size, by_fields)
         finally:
             in_flight.pop()
             if owner._closed:
                 with owner._lock:
                     owner._idle.notify_all()
-    owner._enter()
+    mark = object()
     try:
+        owner._enter(mark)
         return _call(owner, first, count, second, record_size, by_fields)
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
 
 
 def _call(
@@ -337,14 +360,32 @@ def _packed_by_fields(
     second = id(out) + _FIELDS
     third = id(offsets) + _FIELDS
     fourth = 0 if rows is None else id(rows) + _FIELDS
-    owner._enter()
+    if LOCK_FREE_CALLS:
+        # Marked as _gather marks (a loader's ragged step comes here once per stream).
+        in_flight = owner._calls
+        try:
+            in_flight.append(None)
+            if owner._closed:
+                raise owner._closed_error()
+            code: int = owner._gather_packed_arrays_native(
+                owner._handle_low, owner._handle_high, first & _LOW, first >> 32,
+                second & _LOW, second >> 32, third & _LOW, third >> 32, fourth & _LOW,
+                fourth >> 32, row_size)
+        finally:
+            in_flight.pop()
+            if owner._closed:
+                with owner._lock:
+                    owner._idle.notify_all()
+        return code
+    mark = object()
     try:
-        code: int = owner._gather_packed_arrays_native(
+        owner._enter(mark)
+        code = owner._gather_packed_arrays_native(
             owner._handle_low, owner._handle_high, first & _LOW, first >> 32,
             second & _LOW, second >> 32, third & _LOW, third >> 32, fourth & _LOW, fourth >> 32,
             row_size)
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     return code
 
 
@@ -376,12 +417,13 @@ def _packed_by_pointers(
         third = _addressof(_first_byte(offsets))
     except (TypeError, ValueError, BufferError, NotImplementedError):
         return PACKED_DECLINED
-    handle = owner._enter()
+    mark = object()
     try:
+        handle = owner._enter(mark)
         code: int = owner._gather_packed_native(
             handle, first, count, row_size, second, size, third, rows_at)
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     return _packed_answer(code)
 
 
@@ -458,25 +500,24 @@ class StreamsCall:
         then gathers stream by stream, which raises the documented errors (what this call may
         have written is in the caller's own arrays, which it writes again)."""
         owners = self.owners
-        entered = 0
+        mark = object()
         try:
             for owner in owners:
-                if not _enter_open(owner):
+                if not _enter_open(owner, mark):
                     return False
-                entered += 1
             code: int = _GATHER_STREAMS(
                 indices_address, self._count, self._addresses[slot], len(owners)
             )
         finally:
-            for k in range(entered):
-                owners[k]._leave()
+            leave_all(owners, mark)
         return code == _OK
 
 
-def _enter_open(owner: NativeCalls) -> bool:
-    """Marks a call in flight on `owner`; False (nothing marked) once it is closed."""
+def _enter_open(owner: NativeCalls, mark: object) -> bool:
+    """Marks a call in flight on `owner` with `mark`; False once it is closed (the caller's
+    leave_all takes the mark back all the same)."""
     try:
-        owner._enter()
+        owner._enter(mark)
     except ValueError:
         return False
     return True

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
+from loaderx._native.calls import leave_all
 from loaderx._store.delete_journal import (
     JOURNAL_FILE,
     ShardDelete,
@@ -53,12 +54,11 @@ def delete_unsettled(folder: str, manifest: Manifest) -> bool:
 def delete_each(stores: list[Zrecord], indices: list[npt.NDArray[np.int64]], name: str) -> None:
     """Deletes indices[k] from stores[k] in one native call (lx_stores_delete), refused as a
     whole, with nothing changed, when any of the stores is open elsewhere."""
-    entered: list[Zrecord] = []
+    mark = object()
     try:
         handles = []
         for store in stores:
-            handles.append(store._enter())  # noqa: SLF001 - a call in flight on each store
-            entered.append(store)
+            handles.append(store._enter(mark))  # noqa: SLF001 - a call in flight on each store
         flat = np.ascontiguousarray(np.concatenate(indices), dtype=np.int64)
         splits = np.zeros(len(stores) + 1, dtype=np.uint64)
         splits[1:] = np.cumsum([len(local) for local in indices])
@@ -68,8 +68,7 @@ def delete_each(stores: list[Zrecord], indices: list[npt.NDArray[np.int64]], nam
         )
         _native.check(code, f"delete of {len(flat)} records from {len(stores)} shards of {name!r}")
     finally:
-        for store in entered:
-            store._leave()  # noqa: SLF001
+        leave_all(stores, mark)
 
 
 class ShardDeleter:

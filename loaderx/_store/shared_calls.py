@@ -40,15 +40,16 @@ def gather_fixed(
     on `owner`'s handle, every argument checked first (record_batches.gather_arguments); the
     native error raised with `label` (what the records are "from")."""
     plain, count = gather_arguments(indices, out, record_size)
-    handle = owner._enter()  # also for no records: a closed store or view raises all the same
+    mark = object()
     try:
+        handle = owner._enter(mark)  # also for no records: a closed store or view raises all the same
         if count:
             first, second = address(plain), address(out)
             code = _native.read_status(lambda: native(handle, first, count, second, record_size))
             if code:
                 _native.raise_status(code, f"gather of {count} records from {label}")
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
 
 
 def record_lengths(
@@ -97,15 +98,16 @@ def gather_packed(
     the compiled short path before this (loaderx._native.calls.gather_packed, from
     RaggedDataset.gather_packed)."""
     count = check_packed(indices, out, offsets, rows)
-    handle = owner._enter()
+    mark = object()
     try:
+        handle = owner._enter(mark)
         code = native(
             handle, address(indices) if count else None, count, row_size,
             address(out) if out.nbytes else None, out.nbytes, address(offsets),
             None if rows is None else address(rows),
         )
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     if code == _native.SIZE_MISMATCH:
         return False
     if code:
@@ -124,8 +126,9 @@ def gather_padded(
     longer than every allowed length; the native error raised with `label` otherwise."""
     count = check_padded(indices, row_size, pad_row, lengths, out, mask, rows)
     rows_address = address(rows)
-    handle = owner._enter()
+    mark = object()
     try:
+        handle = owner._enter(mark)
         code = native(
             handle, address(indices) if count else None, count, row_size, address(pad_row),
             address(lengths) if len(lengths) else None, len(lengths),
@@ -135,7 +138,7 @@ def gather_padded(
             rows_address if count else None, rows_address + 8 * count,
         )
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     if code == _native.SIZE_MISMATCH:
         return False
     if code:
@@ -151,14 +154,15 @@ def record_offsets(
     """One record_offsets call through `native` on `owner`'s handle (see
     Zrecord.record_offsets); the native error raised with `label` (where the records are)."""
     count = check_record_offsets(indices, offsets, rows)
-    handle = owner._enter()
+    mark = object()
     try:
+        handle = owner._enter(mark)
         code = native(
             handle, address(indices) if count else None, count, row_size, address(offsets),
             None if rows is None else address(rows),
         )
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     if code:
         _native.check(code, f"record offsets in {label}")
 
@@ -173,11 +177,12 @@ def gather_ragged_into(
     count = check_ragged_into(indices, out, offsets)
     if count == 0:
         return True
-    handle = owner._enter()
+    mark = object()
     try:
+        handle = owner._enter(mark)
         code = native(handle, address(indices), count, address(out), address(offsets))
     finally:
-        owner._leave()
+        owner._marks.discard(mark)
     if code == _native.SIZE_MISMATCH:
         return False
     _native.check(code, f"gather of {count} records from {label}")

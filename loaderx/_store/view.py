@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
-from loaderx._native.calls import NativeCalls
+from loaderx._native.calls import NativeCalls, leave_all
 from loaderx._store import shared_calls
 from loaderx._store.zrecord import Zrecord
 
@@ -42,15 +42,13 @@ class View(NativeCalls):
         self._stores = tuple(stores)
         # Each store counts this as a call in flight until the view is on its list: a close()
         # meanwhile waits, then closes the view with it (never a view over a freed store).
-        entered: list[Zrecord] = []
+        mark = object()
         try:
             for store in self._stores:
-                store._enter()
-                entered.append(store)
+                store._enter(mark)
             self._open()
         finally:
-            for store in entered:
-                store._leave()
+            leave_all(self._stores, mark)
         # Looked up once: the attribute chain costs as much as a small gather's bookkeeping.
         self._gather_fixed_native = _native.lib.lx_view_gather_fixed
         self._gather_arrays_native = _native.lib.lx_view_gather_arrays
@@ -92,11 +90,12 @@ class View(NativeCalls):
         self._stores = ()
 
     def __len__(self) -> int:
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return int(_native.lib.lx_view_length(handle))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def gather_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
@@ -111,24 +110,26 @@ class View(NativeCalls):
 
     def record_lengths(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The logical size of each selected (global, normalised) record."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return shared_calls.record_lengths(
                 _native.lib.lx_view_record_lengths, handle, indices, repr(self.name))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def gather_ragged(
         self, indices: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """The selected (global, normalised) records in one buffer plus count+1 offsets."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return shared_calls.gather_ragged(
                 _native.lib.lx_view_record_lengths, _native.lib.lx_view_gather, handle, indices,
                 repr(self.name))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def gather_packed(
         self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],

@@ -309,11 +309,12 @@ class Zrecord(NativeCalls):
         )
 
     def __len__(self) -> int:
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return int(_native.lib.lx_store_length(handle))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def __repr__(self) -> str:
         if self._closed:
@@ -324,11 +325,12 @@ class Zrecord(NativeCalls):
     @property
     def has_dict(self) -> bool:
         """Whether the store has a trained dictionary (dict.zr) loaded."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return bool(_native.lib.lx_store_has_dict(handle))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -347,11 +349,12 @@ class Zrecord(NativeCalls):
 
     def _claim_writer(self) -> None:
         offsets = np.zeros(1, dtype=np.uint64)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             append_packed(handle, None, offsets, codec_id("raw"), f"append to {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def append(self, records: Records, *, codec: Codec | None = None) -> int:
         """Appends a batch of bytes-like records in one native call; returns the first new index."""
@@ -361,14 +364,15 @@ class Zrecord(NativeCalls):
         count = len(offsets) - 1
         if not self._writes_checked:
             self._check_first_write("append", claim=count > 0)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
             context = f"append of {count} records to {self.path!r}"
             return append_packed(handle, data, offsets, tag, context)
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def append_fixed(
         self, data: npt.NDArray[Any], record_size: int, *, codec: Codec | None = None
@@ -379,14 +383,15 @@ class Zrecord(NativeCalls):
         contiguous, record_size, count = fixed_records(data, record_size)
         if not self._writes_checked:
             self._check_first_write("append", claim=count > 0)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
             context = f"append of {count} records to {self.path!r}"
             return append_rows(handle, contiguous, record_size, count, tag, context)
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def train_dict(self, samples: Records, dict_size: int) -> None:
         """Trains the store's zstd dictionary (dict.zr) from sample records: at most dict_size."""
@@ -401,14 +406,15 @@ class Zrecord(NativeCalls):
             raise ValueError("train_dict needs at least one sample record")
         if not self._writes_checked:
             self._check_first_write("train_dict", claim=False)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             code = _native.lib.lx_store_train_dict(
                 handle, data, offsets.ctypes.data, count, int(dict_size)
             )
             check_maintenance(code, f"dictionary training for {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -422,23 +428,25 @@ class Zrecord(NativeCalls):
 
     def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
         """The logical (decompressed) size of each selected record."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             normal = normalize_index(indices, int(_native.lib.lx_store_length(handle)))
             return shared_calls.record_lengths(
                 _native.lib.lx_store_record_lengths, handle, normal, repr(self.path))
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def gather_ragged(
         self, indices: object
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """The selected records in one uint8 buffer plus count+1 offsets into it."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             return self._gather_ragged(handle, indices)
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def gather_packed(
         self, indices: npt.NDArray[np.int64], row_size: int, out: npt.NDArray[Any],
@@ -496,11 +504,12 @@ class Zrecord(NativeCalls):
 
     def gather(self, index: object) -> list[bytes]:
         """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             data, offsets = self._gather_ragged(handle, index)
         finally:
-            self._leave()
+            self._marks.discard(mark)
         view = data.data
         bounds = offsets.tolist()
         return [bytes(view[bounds[i] : bounds[i + 1]]) for i in range(len(bounds) - 1)]
@@ -531,35 +540,38 @@ class Zrecord(NativeCalls):
         self._refuse_if_readonly("delete")
         if not self._writes_checked:
             self._check_first_write("delete", claim=False)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
             if len(indices):
                 code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
                 check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def compact(self) -> None:
         """Rewrites live records in place to reclaim deleted bytes (takes the store exclusively)."""
         self._refuse_if_readonly("compact")
         if not self._writes_checked:
             self._check_first_write("compact", claim=False)
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
     def stats(self) -> dict[str, int]:
         """records, live_bytes, chunk_bytes and reclaimable (chunk_bytes - live_bytes)."""
         out = _native.Stats()
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             code = _native.lib.lx_store_stats(handle, ctypes.byref(out))
             _native.check(code, f"stats of {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
         return {key: int(getattr(out, key)) for key in _STATS_KEYS}
 
     def verify(self) -> VerifyReport:
@@ -572,8 +584,9 @@ class Zrecord(NativeCalls):
         (loaderx._store.sums_expected) is reported in missing_sums, and the report is not ok.
         Runs beside gathers and appends; never raises for a bad record.
         """
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             capacity = min(int(_native.lib.lx_store_length(handle)), VERIFY_LIST_MAX)
             problems = (_native.VerifyProblem * max(capacity, 1))()
             summary = _native.VerifySummary()
@@ -582,7 +595,7 @@ class Zrecord(NativeCalls):
             ))
             _native.check(code, f"verification of {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
         listed = min(int(summary.problem_count), capacity)
         bad = [
             BadRecord(
@@ -605,11 +618,12 @@ class Zrecord(NativeCalls):
     def sync(self) -> None:
         """Flushes every chunk file and the table to stable storage."""
         self._refuse_if_readonly("sync")
-        handle = self._enter()
+        mark = object()
         try:
+            handle = self._enter(mark)
             _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
         finally:
-            self._leave()
+            self._marks.discard(mark)
 
 
 def _reopen(

@@ -178,8 +178,9 @@ def test_the_native_call_refuses_bad_arguments_itself(tmp_path: Path) -> None:
     mask = np.full(16, FILL, dtype=np.uint8)
     rows = np.full(3, 77, dtype=np.uint64)
     with ds:
-        handle = store._enter()  # type: ignore[union-attr]
+        mark = object()
         try:
+            handle = store._enter(mark)  # type: ignore[union-attr]
             def call(**changes: Any) -> int:
                 args: dict[str, Any] = {
                     "indices": indices.ctypes.data, "count": 2, "row_size": ROW,
@@ -208,7 +209,7 @@ def test_the_native_call_refuses_bad_arguments_itself(tmp_path: Path) -> None:
                 assert (out == FILL).all() and (mask == FILL).all() and rows.tolist() == [77] * 3
             assert call() == _native.OK and int(rows[2]) == 4
         finally:
-            store._leave()  # type: ignore[union-attr]
+            store._marks.discard(mark)  # type: ignore[union-attr]
 
 
 def test_a_record_that_is_not_whole_rows_is_corrupt_with_nothing_written(tmp_path: Path) -> None:

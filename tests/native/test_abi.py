@@ -194,11 +194,12 @@ def test_every_stats_byte_is_written_and_no_more(tmp_path: Path) -> None:
         store.append([b"abc", b"defg"])
         size = ctypes.sizeof(_native.Stats)
         buffer = (ctypes.c_uint8 * (size + 16))(*([0xEE] * (size + 16)))
-        handle = store._enter()
+        mark = object()
         try:
+            handle = store._enter(mark)
             code = _native.lib.lx_store_stats(handle, ctypes.cast(buffer, ctypes.POINTER(_native.Stats)))
         finally:
-            store._leave()
+            store._marks.discard(mark)
         assert code == _native.OK
         stats = _native.Stats.from_buffer(buffer)
         assert (stats.records, stats.live_bytes) == (2, 7)

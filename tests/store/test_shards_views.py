@@ -34,12 +34,12 @@ def _roll_over_when_first_entered(
     fired: list[bool] = []
     enter = View._enter
 
-    def entering(view: View) -> int:
+    def entering(view: View, mark: object) -> int:
         if not fired:
             fired.append(True)
             roll_over()
             assert view.closed and ds.store.view is not view  # type: ignore[union-attr]
-        return enter(view)
+        return enter(view, mark)
 
     monkeypatch.setattr(View, "_enter", entering)
     return fired

@@ -210,13 +210,14 @@ def test_one_mib_plus_one_record_changes_nothing(store_path: str) -> None:
         data = bytes(RECORD_SIZE_MAX + 3)
         offsets = np.array([0, 2, RECORD_SIZE_MAX + 3], dtype=np.uint64)
         first = ctypes.c_uint64()
-        handle = store._enter()
+        mark = object()
         try:
+            handle = store._enter(mark)
             code = _native.lib.lx_store_append(
                 handle, data, offsets.ctypes.data, 2, 1, ctypes.byref(first)
             )
         finally:
-            store._leave()
+            store._marks.discard(mark)
         assert code == _native.RECORD_TOO_LARGE
         assert snapshot(store) == before
     with Zrecord(store_path, create=False) as store:
