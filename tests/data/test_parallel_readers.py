@@ -6,6 +6,7 @@ the new one, never a mix.
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,19 @@ def distributed_rank(rank: int, world: int, path: str, init: str, results: Any) 
         dist.destroy_process_group()
 
 
+def _result_of(ranks: list[Any], results: Any, timeout: float) -> Any:
+    """The first result the ranks put, failing at once when a rank died first (a crashed rank
+    would otherwise cost the whole timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.exitcode for p in ranks if p.exitcode not in (None, 0)]
+            assert not dead, f"a rank exited with {dead} before putting its result"
+    raise AssertionError(f"no result from the ranks in {timeout} s")
+
+
 def test_two_distributed_ranks_split_every_global_batch(tmp_path: Path) -> None:
     path = str(tmp_path / "corpus")
     count = 1000
@@ -73,7 +87,7 @@ def test_two_distributed_ranks_split_every_global_batch(tmp_path: Path) -> None:
              for r in range(2)]
     for process in ranks:
         process.start()
-    gathered = results.get(timeout=300)
+    gathered = _result_of(ranks, results, 300.0)
     for process in ranks:
         process.join(60)
         assert process.exitcode == 0
