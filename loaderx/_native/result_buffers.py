@@ -18,7 +18,12 @@ only reference (counted with sys.getrefcount, as the DataLoader counts its buffe
 Concurrency. One lock guards the free blocks. The weak-reference callback can run anywhere a
 reference is dropped, even inside this module while that lock is held (a garbage collection), so
 it never waits for the lock: it queues the block and settles the queue only if it gets the lock
-at once; whoever holds the lock settles the queue after releasing it. In a forked child every
+at once; whoever holds the lock settles the queue after releasing it. The lock is re-entrant
+only so that a level an interrupt kept can be given back (loaderx._os.kept_locks): a
+KeyboardInterrupt landing just after a callback's acquire(blocking=False) returned left the lock
+held, and the next big read waited for it forever (a loop of ds[idx] interrupted by SIGALRM hung
+on 3.11 and 3.13). The callback still never nests inside a holder on its own thread. In a forked
+child every
 pool (POOL and any other ResultBufferPool) starts empty with a new lock (a thread of the parent
 may have held the old one).
 
@@ -37,6 +42,8 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from loaderx._os.kept_locks import held, release_kept
 
 __all__ = [
     "Limits",
@@ -97,7 +104,7 @@ class ResultBufferPool:
     min_bytes: int
     per_size: int
     max_bytes: int
-    _lock: threading.Lock
+    _lock: threading.RLock
     _free: list[npt.NDArray[np.uint8]]  # oldest first
     _free_bytes: int
     _returned: deque[npt.NDArray[np.uint8]]
@@ -119,7 +126,7 @@ class ResultBufferPool:
 
     def _reset(self) -> None:
         """An empty pool. Leases dropped here never call back: their weak references go."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._free = []
         self._free_bytes = 0
         self._returned = deque()
@@ -134,8 +141,12 @@ class ResultBufferPool:
         size = size_class(nbytes)
         if nbytes < self.min_bytes or nbytes == 0 or size > self.max_bytes:
             return np.empty(shape, dtype=dtype)
-        with self._lock:
-            block = self._take(size)
+        try:
+            with self._lock:
+                block = self._take(size)
+        except BaseException:
+            release_kept(self._lock)  # none is held here by design (kept_locks)
+            raise
         self._settle()
         if block is None:
             block = np.empty(size, dtype=np.uint8)
@@ -176,13 +187,24 @@ class ResultBufferPool:
     def _settle(self) -> None:
         """Moves queued blocks to the free list if the lock is free now; a holder of the lock
         settles after releasing it, so nothing stays queued."""
+        lock = self._lock
         while self._returned:
-            if not self._lock.acquire(blocking=False):
+            # A holder on this thread (a collection inside _take) settles once it releases:
+            # an _absorb nested in another would break the one it interrupts.
+            if held(lock):
                 return
             try:
-                self._absorb()
-            finally:
-                self._lock.release()
+                if not lock.acquire(blocking=False):
+                    return
+                try:
+                    self._absorb()
+                finally:
+                    lock.release()
+            except BaseException:
+                # This thread held no level at the check above; what it holds now, an
+                # interrupt kept (landing as acquire returned, before the inner try).
+                release_kept(lock)
+                raise
 
     def _absorb(self) -> None:
         """Queued blocks join the free list (lock held), the oldest free blocks leaving to
@@ -204,11 +226,15 @@ class ResultBufferPool:
     def release(self) -> int:
         """Frees every free block the pool keeps; returns how many bytes that was. A result
         still alive keeps its block, which comes back to the pool when the result is gone."""
-        with self._lock:
-            self._absorb()
-            released = self._free_bytes
-            self._free = []
-            self._free_bytes = 0
+        try:
+            with self._lock:
+                self._absorb()
+                released = self._free_bytes
+                self._free = []
+                self._free_bytes = 0
+        except BaseException:
+            release_kept(self._lock)
+            raise
         self._settle()
         return released
 
@@ -221,33 +247,41 @@ class ResultBufferPool:
         """Sets the given limits (None keeps one) and returns the previous ones. Free blocks
         over the new limits are freed."""
         _check_limits(min_bytes, per_size, max_bytes)
-        with self._lock:
-            previous = Limits(self.min_bytes, self.per_size, self.max_bytes)
-            self.min_bytes = previous.min_bytes if min_bytes is None else min_bytes
-            self.per_size = previous.per_size if per_size is None else per_size
-            self.max_bytes = previous.max_bytes if max_bytes is None else max_bytes
-            kept = self._free
-            self._free = []
-            self._free_bytes = 0
-            self._returned.extend(kept)
-            self._absorb()
+        try:
+            with self._lock:
+                previous = Limits(self.min_bytes, self.per_size, self.max_bytes)
+                self.min_bytes = previous.min_bytes if min_bytes is None else min_bytes
+                self.per_size = previous.per_size if per_size is None else per_size
+                self.max_bytes = previous.max_bytes if max_bytes is None else max_bytes
+                kept = self._free
+                self._free = []
+                self._free_bytes = 0
+                self._returned.extend(kept)
+                self._absorb()
+        except BaseException:
+            release_kept(self._lock)
+            raise
         self._settle()
         return previous
 
     def stats(self) -> dict[str, int]:
         """free_buffers and free_bytes (memory kept for reuse), leased (pooled results alive),
         reused (results served from recycled memory since the start) and the limits."""
-        with self._lock:
-            self._absorb()
-            found = {
-                "free_buffers": len(self._free),
-                "free_bytes": self._free_bytes,
-                "leased": len(self._leased),
-                "reused": self._reused,
-                "min_bytes": self.min_bytes,
-                "per_size": self.per_size,
-                "max_bytes": self.max_bytes,
-            }
+        try:
+            with self._lock:
+                self._absorb()
+                found = {
+                    "free_buffers": len(self._free),
+                    "free_bytes": self._free_bytes,
+                    "leased": len(self._leased),
+                    "reused": self._reused,
+                    "min_bytes": self.min_bytes,
+                    "per_size": self.per_size,
+                    "max_bytes": self.max_bytes,
+                }
+        except BaseException:
+            release_kept(self._lock)
+            raise
         self._settle()
         return found
 

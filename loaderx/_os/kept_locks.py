@@ -20,11 +20,19 @@ from collections.abc import Callable
 from typing import cast
 
 
+def held(lock: threading.RLock) -> bool:
+    """Whether the calling thread holds `lock` (any number of times)."""
+    return _recursion_count(lock) > 0
+
+
+def _recursion_count(lock: threading.RLock) -> int:
+    # A private method, but one every RLock of 3.11+ has (the C lock and threading's Python
+    # one); typeshed does not list it. It counts the calling thread's levels only.
+    return cast(Callable[[], int], getattr(lock, "_recursion_count"))()
+
+
 def release_kept(lock: threading.RLock) -> None:
     """Releases every level of `lock` the calling thread holds. Call it only where the thread
     holds the lock no times by design: what it holds there, an interrupt kept."""
-    # A private method, but one every RLock of 3.11+ has (the C lock and threading's Python
-    # one); typeshed does not list it.
-    count = cast(Callable[[], int], getattr(lock, "_recursion_count"))()
-    for _ in range(count):
+    for _ in range(_recursion_count(lock)):
         lock.release()

@@ -1,11 +1,15 @@
-"""Ctrl-C during reads never leaves a call marked in flight, so close() never waits forever.
+"""Ctrl-C during reads never leaves a call marked in flight, so close() never waits forever,
+nor the pool of big results locked, so the next big read never waits forever.
 
 Each read kind runs in a loop that a SIGALRM handler interrupts with KeyboardInterrupt a few
 thousand times, at timer delays from 1 to 50 us, so that interrupts land everywhere in the
 Python around the native calls (loaderx._native.calls, "Ctrl-C"). After each one, no store or
 view may count a call in flight; at the end close() must return. Before marks were taken
 inside the `try`, a loop of len(store) left 289 marks in 5,000 interrupts and the close after
-the first one waited forever. A child process runs each kind: a hang ends it, not the suite.
+the first one waited forever. Reads of pooled results (ds[idx] with the pool's threshold
+lowered) hung outright: an interrupt landing in a freed result's callback, just after its
+acquire(blocking=False) of the pool's lock, kept the lock (loaderx._native.result_buffers). A
+child process runs each kind: a hang ends it, not the suite.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import threading
 
 import numpy as np
 
+from loaderx._native import result_buffers
 from loaderx._native.calls import NativeCalls
+from loaderx._os.kept_locks import held
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.zrecord import Zrecord
 
@@ -37,6 +43,11 @@ indices = np.arange(16, dtype=np.int64)
 if kind == "len":
     store = Zrecord(folder + "/plain")
     read = lambda: len(store)
+elif kind == "pooled getitem":
+    result_buffers.configure(min_bytes=1024)  # 256 records of 8 bytes: 2 KiB results
+    store = DenseDataset(folder + "/plain")
+    every = np.arange(256, dtype=np.int64)
+    read = lambda: store[every]
 elif kind in ("gather_into", "sharded gather_into"):
     store = DenseDataset(folder + ("/plain" if kind == "gather_into" else "/sharded"))
     out = np.empty(16, dtype=np.int64)
@@ -74,6 +85,8 @@ for attempt in range(4000):
         interrupts += 1
     left = [o._in_flight() for o in owners]
     assert left == [0] * len(owners), f"calls left in flight after interrupt {interrupts}: {left}"
+    pool = result_buffers.POOL._lock
+    assert not held(pool), f"the result pool's lock was kept by interrupt {interrupts}"
 closing = threading.Thread(target=store.close, daemon=True)
 closing.start()
 closing.join(10.0)
@@ -92,11 +105,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
-@pytest.mark.parametrize("kind", ["len", "gather_into", "sharded gather_into", "gather_packed"])
+@pytest.mark.parametrize(
+    "kind", ["len", "gather_into", "sharded gather_into", "gather_packed", "pooled getitem"]
+)
 def test_interrupted_reads_leave_no_call_in_flight(folder: Path, kind: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", _INTERRUPTED_READS, kind, str(folder)],
-        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "True True\n"
