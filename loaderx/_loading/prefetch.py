@@ -72,7 +72,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable, Final, Generic, NoReturn, TypeVar, cast
 
-from loaderx._os.kept_locks import release_kept
+from loaderx._os.kept_locks import held, release_kept
 from loaderx.errors import ProducerGone
 
 T = TypeVar("T")
@@ -508,13 +508,22 @@ class Prefetcher(Generic[T]):
         IDLE_CHECK_SECONDS). Results not yet taken go with the prefetcher."""
         atexit.unregister(self._close_at_exit)
         self._closed = True
-        if not self._lock.acquire(blocking=False):
-            return
+        lock = self._lock
+        # The collector may run this on a thread that holds the lock (see __init__): only a
+        # level taken here can be one an interrupt kept (loaderx._os.kept_locks).
+        had = held(lock)
         try:
-            self._ready.notify_all()
-            self._space.notify_all()
-        finally:
-            self._lock.release()
+            if not lock.acquire(blocking=False):
+                return
+            try:
+                self._ready.notify_all()
+                self._space.notify_all()
+            finally:
+                lock.release()
+        except BaseException:
+            if not had:
+                release_kept(lock)
+            raise
 
     def _close_at_exit(self) -> None:
         """close() at interpreter exit: waits at most EXIT_JOIN_SECONDS for the workers."""

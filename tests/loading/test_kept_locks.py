@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,48 @@ def test_a_lock_taken_then_interrupted_never_wedges_the_loader(folder: Path) -> 
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "True True True\n"
+
+
+def test_an_interrupt_in_the_collectors_close_keeps_no_lock() -> None:
+    """The finaliser's close (Prefetcher._stop_when_collected) takes the lock with
+    acquire(blocking=False) and a try after it: an interrupt landing in between kept the lock,
+    and the workers, which need it to see the flag, waited for it for good."""
+    from loaderx._loading.prefetch import Prefetcher
+    from loaderx._os.kept_locks import held
+
+    me = threading.get_ident()
+
+    class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
+        armed = False
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            got: bool = super().acquire(blocking, timeout)
+            if got and AcquiredThenInterrupted.armed and threading.get_ident() == me:
+                AcquiredThenInterrupted.armed = False
+                raise KeyboardInterrupt
+            return got
+
+    made = threading.RLock
+    threading.RLock = AcquiredThenInterrupted  # while the lock is made
+    try:
+        prefetcher = Prefetcher(lambda step: step, 0, depth=2, workers=1)
+    finally:
+        threading.RLock = made
+    lock = prefetcher._lock
+    assert isinstance(lock, AcquiredThenInterrupted)
+    try:
+        interrupted = False
+        for _attempt in range(400):  # until the worker is not holding the lock just then
+            AcquiredThenInterrupted.armed = True
+            try:
+                prefetcher._stop_when_collected()
+            except KeyboardInterrupt:
+                interrupted = True
+                break
+            time.sleep(0.005)
+        assert interrupted
+        assert not held(lock)
+    finally:
+        release_kept(lock)  # so that a failure above does not also hang close()
+        prefetcher.close()
+    assert not prefetcher._threads[0].is_alive()
