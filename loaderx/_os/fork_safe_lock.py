@@ -7,6 +7,11 @@ handler gives each a fresh lock in the child. Only for locks that guard state th
 rebuild on its own (a handle's in-process bookkeeping); the files they protect have their own
 cross-process locks.
 
+An interrupt (Ctrl-C) that lands as acquire() returns inside __enter__ would leave the lock
+held with no `with` block to release it, and the next user would wait forever. So the lock
+inside is re-entrant, which lets __enter__ give back a level an interrupt kept
+(loaderx._os.kept_locks); a ForkSafeLock is still meant to be taken once at a time.
+
 This module stays interpreted: compiled (mypyc) classes take no weak references.
 """
 
@@ -18,18 +23,25 @@ import weakref
 from types import TracebackType
 from typing import Final
 
+from loaderx._os.kept_locks import held, release_kept
+
 
 class ForkSafeLock:
-    """threading.Lock's with-statement and locked(), given back unlocked to a forked child."""
+    """A lock's with-statement and locked(), given back unlocked to a forked child."""
 
     __slots__ = ("_lock", "__weakref__")
 
     def __init__(self) -> None:
-        self._lock: threading.Lock = threading.Lock()
+        self._lock: threading.RLock = threading.RLock()
         _ALL.add(self)
 
     def __enter__(self) -> ForkSafeLock:
-        self._lock.acquire()
+        lock = self._lock
+        try:
+            lock.acquire()
+        except BaseException:
+            release_kept(lock)  # taken once at a time: any level held here, an interrupt kept
+            raise
         return self
 
     def __exit__(
@@ -41,10 +53,21 @@ class ForkSafeLock:
         self._lock.release()
 
     def locked(self) -> bool:
-        return self._lock.locked()
+        """Whether any thread holds the lock now (RLock has locked() only from 3.14)."""
+        lock = self._lock
+        if held(lock):
+            return True
+        try:
+            if not lock.acquire(blocking=False):
+                return True
+            lock.release()
+        except BaseException:
+            release_kept(lock)
+            raise
+        return False
 
     def _renew(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 _ALL: Final[weakref.WeakSet[ForkSafeLock]] = weakref.WeakSet()

@@ -1,0 +1,54 @@
+"""ForkSafeLock: an interrupt landing as __enter__'s acquire returns keeps no lock, and locked()
+tells whether any thread holds it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.kept_locks import held
+
+
+class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
+    """Takes the lock, then raises KeyboardInterrupt: a signal landing just after acquire()."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        super().acquire(blocking, timeout)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_as_enter_takes_the_lock_keeps_nothing() -> None:
+    lock = ForkSafeLock()
+    inner = AcquiredThenInterrupted()
+    lock._lock = inner
+    with pytest.raises(KeyboardInterrupt):
+        with lock:
+            pass
+    assert not held(inner)
+    lock._lock = threading.RLock()
+    with lock:  # usable as ever
+        assert lock.locked()
+    assert not lock.locked()
+
+
+def test_locked_sees_a_holder_on_another_thread() -> None:
+    lock = ForkSafeLock()
+    taken = threading.Event()
+    done = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            done.wait(10.0)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    try:
+        assert taken.wait(10.0)
+        assert lock.locked()
+    finally:
+        done.set()
+        other.join()
+    assert not lock.locked()
