@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from loaderx._native import library as _native
 from loaderx._native import array_fields
+from loaderx._os.kept_locks import release_kept
 
 try:  # read by mypyc at compile time; users' environments need not have it
     from mypy_extensions import mypyc_attr
@@ -88,6 +89,17 @@ def _idle_calls() -> list[None]:
     return [None] * _IDLE_LENGTH
 
 
+def _wake_closer(owner: NativeCalls) -> None:
+    """Wakes a close() waiting for the calls in flight on `owner` (it also looks again by
+    itself, so an interrupt that skips this costs it a poll, no more)."""
+    try:
+        with owner._lock:
+            owner._idle.notify_all()
+    except BaseException:
+        release_kept(owner._lock)  # no level is held here by design (kept_locks)
+        raise
+
+
 def leave_all(owners: Sequence[NativeCalls], mark: object) -> None:
     """Takes `mark` back from every owner (from those _enter marked; discard ignores the
     others): one compiled call, so that no interrupt lands between two owners and leaves a
@@ -110,7 +122,7 @@ class NativeCalls:
     _calls: list[None]
     _marks: set[object]
     _closed: bool
-    _lock: threading.Lock
+    _lock: threading.RLock
     _idle: threading.Condition
     _gather_fixed_native: Any
     _gather_arrays_native: Any
@@ -125,7 +137,7 @@ class NativeCalls:
         self._calls = _idle_calls()
         self._marks = set()
         self._closed = True
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
 
     def _set_handle(self, handle: int) -> None:
@@ -147,7 +159,7 @@ class NativeCalls:
     def _reset_after_fork(self) -> None:
         """In a forked child: the parent's threads (and their calls in flight) do not exist here,
         and one of them may have held the lock at the moment of fork."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._calls = _idle_calls()
         self._marks = set()
@@ -161,10 +173,14 @@ class NativeCalls:
             if not self._closed:
                 return self._handle
         else:
-            with self._lock:
-                if not self._closed:
-                    self._marks.add(mark)
-                    return self._handle
+            try:
+                with self._lock:
+                    if not self._closed:
+                        self._marks.add(mark)
+                        return self._handle
+            except BaseException:
+                release_kept(self._lock)  # no level is held here by design (kept_locks)
+                raise
         raise self._closed_error()
 
     def _in_flight(self) -> int:
@@ -172,15 +188,19 @@ class NativeCalls:
 
     def _close_handle(self, release: Callable[[int], object]) -> None:
         """Marks the object closed, waits for the calls in flight, then releases the handle."""
-        with self._lock:
-            self._closed = True
-            while self._in_flight():
-                # Only the fast path notifies, and an interrupt may cut that short: a timeout.
-                self._idle.wait(_CLOSE_POLL_SECONDS)
-            if self._handle:
-                handle = self._handle
-                self._set_handle(0)
-                release(handle)
+        try:
+            with self._lock:
+                self._closed = True
+                while self._in_flight():
+                    # Only the fast path notifies, and an interrupt may cut that short.
+                    self._idle.wait(_CLOSE_POLL_SECONDS)
+                if self._handle:
+                    handle = self._handle
+                    self._set_handle(0)
+                    release(handle)
+        except BaseException:
+            release_kept(self._lock)  # no level is held here by design (kept_locks)
+            raise
 
     def gather_fixed(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any], record_size: int
@@ -278,8 +298,7 @@ def _gather(
         finally:
             in_flight.pop()
             if owner._closed:
-                with owner._lock:
-                    owner._idle.notify_all()
+                _wake_closer(owner)
     mark = object()
     try:
         owner._enter(mark)
@@ -374,8 +393,7 @@ def _packed_by_fields(
         finally:
             in_flight.pop()
             if owner._closed:
-                with owner._lock:
-                    owner._idle.notify_all()
+                _wake_closer(owner)
         return code
     mark = object()
     try:

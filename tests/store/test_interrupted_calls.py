@@ -115,3 +115,32 @@ def test_interrupted_reads_leave_no_call_in_flight(folder: Path, kind: str) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "True True\n"
+
+
+def test_an_interrupt_as_close_takes_the_lock_keeps_nothing(folder: Path) -> None:
+    """close() takes the store's lock with `with`, which an interrupt can leave held on 3.13
+    (loaderx._os.kept_locks): close() then gives the level back, and a second close() works."""
+    import threading
+
+    from loaderx._os.kept_locks import held
+    from loaderx.zrecord import Zrecord
+
+    class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
+        armed = True
+
+        def __enter__(self) -> bool:
+            got: bool = self.acquire()
+            if AcquiredThenInterrupted.armed:
+                AcquiredThenInterrupted.armed = False
+                raise KeyboardInterrupt
+            return got
+
+    store = Zrecord(str(folder / "plain"))
+    lock = AcquiredThenInterrupted()
+    store._lock = lock
+    store._idle = threading.Condition(lock)
+    with pytest.raises(KeyboardInterrupt):
+        store.close()
+    assert not held(lock)
+    store.close()
+    assert store.closed
