@@ -21,6 +21,8 @@ import pytest
 
 from loaderx._os.kept_locks import release_kept
 
+from forked_child import held_by_another_thread
+
 # Fixtures are found by name in the module: imported, pytest uses them.
 from loader_cases import folder
 
@@ -35,27 +37,13 @@ def test_release_kept_gives_back_every_level_of_this_thread_only() -> None:
     assert lock.acquire(blocking=False)  # free now (and taken once by this thread)
     lock.release()
 
-    taken = threading.Event()
-    done = threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            done.wait(10.0)
-
-    other = threading.Thread(target=hold)
-    other.start()
-    try:
-        assert taken.wait(10.0)
+    with held_by_another_thread(lock):
         release_kept(lock)  # this thread holds no level: the other's stays
-        free = threading.Thread(target=lambda: results.append(lock.acquire(blocking=False)))
         results: list[bool] = []
+        free = threading.Thread(target=lambda: results.append(lock.acquire(blocking=False)))
         free.start()
         free.join()
         assert results == [False]
-    finally:
-        done.set()
-        other.join()
 
 
 _KEPT = """

@@ -10,6 +10,8 @@ import pytest
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.kept_locks import held
 
+from forked_child import held_by_another_thread
+
 
 class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
     """Takes the lock, then raises KeyboardInterrupt: a signal landing just after acquire()."""
@@ -35,20 +37,6 @@ def test_an_interrupt_as_enter_takes_the_lock_keeps_nothing() -> None:
 
 def test_locked_sees_a_holder_on_another_thread() -> None:
     lock = ForkSafeLock()
-    taken = threading.Event()
-    done = threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            done.wait(10.0)
-
-    other = threading.Thread(target=hold)
-    other.start()
-    try:
-        assert taken.wait(10.0)
+    with held_by_another_thread(lock):
         assert lock.locked()
-    finally:
-        done.set()
-        other.join()
     assert not lock.locked()
