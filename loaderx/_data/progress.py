@@ -38,6 +38,8 @@ from typing import Final, TextIO, TypeAlias
 
 import numpy as np
 
+from loaderx._os.fork_safe_lock import ForkSafeLock
+
 Callback: TypeAlias = Callable[[int, "int | None", int], None]
 ProgressOption: TypeAlias = "bool | None | Callback"
 
@@ -66,12 +68,12 @@ class _Screen:
     """What every status line of the process shares: the one left open on a terminal, and
     whether drawing was stopped (silence)."""
 
-    lock: threading.Lock
+    lock: ForkSafeLock  # proof against a Ctrl-C as it is taken: the command prints after one
     open_stream: TextIO | None
     silent: bool
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = ForkSafeLock()
         self.open_stream = None
         self.silent = False
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 from collections.abc import Callable
 from typing import BinaryIO, Final, TypeVar, cast
 
+from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx.errors import DescriptorLimitError
 
 try:
@@ -50,7 +50,7 @@ _ENV_OFF: Final = frozenset({"0", "false", "no", "off"})
 
 T = TypeVar("T")
 
-_lock: Final = threading.Lock()
+_lock: Final = ForkSafeLock()  # proof against an interrupt as it is taken, renewed in a child
 # How many times this process raised its soft limit: a call that failed with EMFILE compares
 # the count it saw before the call, so two threads that fail at once raise the limit once.
 _raised_count: int = 0

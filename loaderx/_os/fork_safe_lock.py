@@ -23,7 +23,7 @@ import weakref
 from types import TracebackType
 from typing import Final
 
-from loaderx._os.kept_locks import held, release_kept
+from loaderx._os.kept_locks import acquire, held, release_kept
 
 
 class ForkSafeLock:
@@ -36,12 +36,7 @@ class ForkSafeLock:
         _ALL.add(self)
 
     def __enter__(self) -> ForkSafeLock:
-        lock = self._lock
-        try:
-            lock.acquire()
-        except BaseException:
-            release_kept(lock)  # taken once at a time: any level held here, an interrupt kept
-            raise
+        acquire(self._lock)  # taken once at a time: any level held there, an interrupt kept
         return self
 
     def __exit__(

@@ -10,13 +10,16 @@ only at the first instruction inside the block, where the cleanup is in force.
 
 A re-entrant lock knows how often its owner holds it. Where a thread holds a lock no times by
 design, such as an interrupt leaving a loader's next(), every level it still holds is one an
-interrupt kept, and release_kept gives them back.
+interrupt kept, and release_kept gives them back. `with Entered(lock):` is `with lock:` for a
+lock the thread does not hold yet, except that an acquire which raises after taking the lock
+gives it back.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import TracebackType
 from typing import cast
 
 
@@ -36,3 +39,34 @@ def release_kept(lock: threading.RLock) -> None:
     holds the lock no times by design: what it holds there, an interrupt kept."""
     for _ in range(_recursion_count(lock)):
         lock.release()
+
+
+def acquire(lock: threading.RLock) -> None:
+    """lock.acquire() for a thread that holds no level of `lock`: if the acquire raises after
+    taking the lock (an interrupt), the level is given back before the exception goes on."""
+    try:
+        lock.acquire()
+    except BaseException:
+        release_kept(lock)
+        raise
+
+
+class Entered:
+    """`with Entered(lock):` holds `lock` for the block, taken with acquire() above. For slow
+    paths: it makes an object per use, where `with lock:` makes none."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        acquire(self._lock)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._lock.release()

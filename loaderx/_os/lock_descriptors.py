@@ -14,7 +14,9 @@ two handlers are the lock's own C methods, not Python functions: a Ctrl-C raises
 Python code runs, and one raised in a Python handler between the fork and the release (CPython
 drops exceptions of fork handlers) left the lock held for good, so every later FolderLock
 blocked. It is an RLock so that a release without the acquire (an acquire a Ctrl-C broke off
-while another thread held the lock) raises, dropped, instead of releasing that thread's hold.
+while another thread held the lock) raises, dropped, instead of releasing that thread's hold,
+and so that an acquire a Ctrl-C raised through after taking the lock can give it back
+(loaderx._os.kept_locks).
 
 Left interpreted: it runs once per lock taken.
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from typing import Final
 
 from loaderx._os import descriptors
+from loaderx._os.kept_locks import Entered
 
 _registry_lock: Final = threading.RLock()
 _open_descriptors: set[int] = set()
@@ -34,7 +37,7 @@ _open_descriptors: set[int] = set()
 
 def open_descriptor(path: str, flags: int, mode: int = 0o644) -> int:
     """os.open(path, flags, mode), registered until close_descriptor."""
-    with _registry_lock:
+    with Entered(_registry_lock):
         # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
         fd = descriptors.os_open(path, flags, mode)
         _open_descriptors.add(fd)
@@ -43,14 +46,14 @@ def open_descriptor(path: str, flags: int, mode: int = 0o644) -> int:
 
 def close_descriptor(fd: int) -> None:
     """Closes a descriptor of open_descriptor (releasing its flock when it is the last copy)."""
-    with _registry_lock:
+    with Entered(_registry_lock):
         _open_descriptors.discard(fd)
         os.close(fd)
 
 
 def open_count() -> int:
     """How many lock descriptors this process holds (for tests)."""
-    with _registry_lock:
+    with Entered(_registry_lock):
         return len(_open_descriptors)
 
 

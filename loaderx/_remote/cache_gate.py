@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._os.kept_locks import Entered
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 
 
@@ -30,7 +31,10 @@ class _ProcessGate:
     def __init__(self, path: str) -> None:
         self._shared_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
         self._exclusive_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
-        self._changed = threading.Condition(threading.Lock())
+        # Re-entrant only so that Entered can give back a level a Ctrl-C kept as it was taken
+        # (loaderx._os.kept_locks); nothing here takes it twice.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._readers = 0
         self._evicting = False
         # Evictors waiting for the readers to leave: new readers wait behind them, or a loader
@@ -38,7 +42,7 @@ class _ProcessGate:
         self._evictors_waiting = 0
 
     def enter_shared(self) -> None:
-        with self._changed:
+        with Entered(self._lock):
             while self._evicting or self._evictors_waiting:
                 self._changed.wait()
             if self._readers == 0:
@@ -48,14 +52,14 @@ class _ProcessGate:
             self._readers += 1
 
     def leave_shared(self) -> None:
-        with self._changed:
+        with Entered(self._lock):
             self._readers -= 1
             if self._readers == 0:
                 fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
                 self._changed.notify_all()
 
     def enter_exclusive(self) -> None:
-        with self._changed:
+        with Entered(self._lock):
             self._evictors_waiting += 1
             try:
                 while self._evicting or self._readers:
@@ -74,7 +78,7 @@ class _ProcessGate:
         self._end_eviction()
 
     def _end_eviction(self) -> None:
-        with self._changed:
+        with Entered(self._lock):
             self._evicting = False
             self._changed.notify_all()
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.urls import DatasetURL
 from loaderx.errors import MissingExtraError, RemoteChangedError, RemoteError
 
@@ -124,7 +124,7 @@ class ObjectStore:
         self.location = location
         self._obstore = _obstore()
         _refuse_plain_http(location)
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()  # no lock a Ctrl-C or a fork left held
         self._client: Any = None
         self._client_pid = -1
 

@@ -22,6 +22,7 @@ import pytest
 from loaderx._os.kept_locks import release_kept
 
 from forked_child import held_by_another_thread
+from interrupting_locks import TakenThenInterrupted
 
 # Fixtures are found by name in the module: imported, pytest uses them.
 from loader_cases import folder
@@ -128,28 +129,19 @@ def test_an_interrupt_in_the_collectors_close_keeps_no_lock() -> None:
 
     me = threading.get_ident()
 
-    class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
-        armed = False
-
-        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-            got: bool = super().acquire(blocking, timeout)
-            if got and AcquiredThenInterrupted.armed and threading.get_ident() == me:
-                AcquiredThenInterrupted.armed = False
-                raise KeyboardInterrupt
-            return got
-
     made = threading.RLock
-    threading.RLock = AcquiredThenInterrupted  # while the lock is made
+    # While the lock is made: it interrupts this thread's acquisitions once armed.
+    threading.RLock = lambda: TakenThenInterrupted(interrupts=0, thread=me)  # type: ignore[assignment]
     try:
         prefetcher = Prefetcher(lambda step: step, 0, depth=2, workers=1)
     finally:
         threading.RLock = made
     lock = prefetcher._lock
-    assert isinstance(lock, AcquiredThenInterrupted)
+    assert isinstance(lock, TakenThenInterrupted)
     try:
         interrupted = False
         for _attempt in range(400):  # until the worker is not holding the lock just then
-            AcquiredThenInterrupted.armed = True
+            lock.interrupts = 1
             try:
                 prefetcher._stop_when_collected()
             except KeyboardInterrupt:

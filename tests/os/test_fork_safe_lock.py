@@ -11,19 +11,12 @@ from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.kept_locks import held
 
 from forked_child import held_by_another_thread
-
-
-class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
-    """Takes the lock, then raises KeyboardInterrupt: a signal landing just after acquire()."""
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        super().acquire(blocking, timeout)
-        raise KeyboardInterrupt
+from interrupting_locks import TakenThenInterrupted
 
 
 def test_an_interrupt_as_enter_takes_the_lock_keeps_nothing() -> None:
     lock = ForkSafeLock()
-    inner = AcquiredThenInterrupted()
+    inner = TakenThenInterrupted()
     lock._lock = inner
     with pytest.raises(KeyboardInterrupt):
         with lock:

@@ -125,18 +125,10 @@ def test_an_interrupt_as_close_takes_the_lock_keeps_nothing(folder: Path) -> Non
     from loaderx._os.kept_locks import held
     from loaderx.zrecord import Zrecord
 
-    class AcquiredThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
-        armed = True
-
-        def __enter__(self) -> bool:
-            got: bool = self.acquire()
-            if AcquiredThenInterrupted.armed:
-                AcquiredThenInterrupted.armed = False
-                raise KeyboardInterrupt
-            return got
+    from interrupting_locks import TakenThenInterrupted
 
     store = Zrecord(str(folder / "plain"))
-    lock = AcquiredThenInterrupted()
+    lock = TakenThenInterrupted(interrupts=1)
     store._lock = lock
     store._idle = threading.Condition(lock)
     with pytest.raises(KeyboardInterrupt):
