@@ -129,9 +129,11 @@ def test_an_interrupt_in_the_collectors_close_keeps_no_lock() -> None:
 
     me = threading.get_ident()
 
+    def interrupting() -> TakenThenInterrupted:
+        return TakenThenInterrupted(interrupts=0, thread=me)  # this thread's, once armed
+
     made = threading.RLock
-    # While the lock is made: it interrupts this thread's acquisitions once armed.
-    threading.RLock = lambda: TakenThenInterrupted(interrupts=0, thread=me)  # type: ignore[assignment]
+    threading.RLock = interrupting  # type: ignore[assignment]  # while the lock is made
     try:
         prefetcher = Prefetcher(lambda step: step, 0, depth=2, workers=1)
     finally:

@@ -14,7 +14,7 @@ import pytest
 
 from loaderx._os import lock_descriptors
 from loaderx._os.kept_locks import Entered, held
-from loaderx._remote.cache_gate import _ProcessGate  # private: a gate of one process, its lock swapped
+from loaderx._remote.cache_gate import _ProcessGate  # private: its lock is swapped
 
 from interrupting_locks import TakenThenInterrupted
 
