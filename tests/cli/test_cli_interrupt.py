@@ -84,7 +84,9 @@ def test_ctrl_c_during_dictionary_training_ends_the_command_within_a_second(
     assert text.endswith("\r\n" + INTERRUPTED + "\r\n"), repr(text[-300:])
     before = text[: -len(INTERRUPTED) - 4].rsplit("\r", 1)[-1]
     assert "training dictionary for " in before and "elapsed" in before
-    assert child.stdout is not None and child.stdout.read() == b""
+    assert child.stdout is not None
+    with child.stdout:
+        assert child.stdout.read() == b""
     assert not (tmp_path / "dest").exists()
     # A conversion to the same place afterwards succeeds and leaves nothing else behind.
     done = subprocess.run(

@@ -45,18 +45,21 @@ def test_readers_killed_at_random_leave_a_cache_that_reads_exactly(
         # Half the rounds with a cache too small for the dataset, so that kills land in
         # evictions too; the others fill it.
         bound = 120 << 10 if round_ % 2 else 64 << 20
-        child = subprocess.Popen([sys.executable, "-c", code, str(bound), str(round_)], env=env,
-                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            if round_ % 3 == 0:
-                time.sleep(float(rng.uniform(0.05, 0.6)))  # maybe while the replica is built
-            else:
-                assert child.stdout is not None
-                assert child.stdout.readline() == b"open\n", child.stderr.read() if child.stderr else ""
-                time.sleep(float(rng.uniform(0.02, 0.4)))
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait()
+        with subprocess.Popen(  # leaving the block closes its pipes
+            [sys.executable, "-c", code, str(bound), str(round_)], env=env,
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ) as child:
+            try:
+                if round_ % 3 == 0:
+                    time.sleep(float(rng.uniform(0.05, 0.6)))  # maybe while the replica is built
+                else:
+                    assert child.stdout is not None
+                    opened = child.stdout.readline()
+                    assert opened == b"open\n", child.stderr.read() if child.stderr else ""
+                    time.sleep(float(rng.uniform(0.02, 0.4)))
+            finally:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
     with DenseDataset(url, cache_dir=cache) as ds:
         np.testing.assert_array_equal(ds.read(np.arange(len(data))), data)
 

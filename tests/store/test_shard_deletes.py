@@ -157,20 +157,20 @@ def test_an_open_that_waited_for_a_killed_delete_finishes_it(tmp_path: Path) -> 
 
     path, data = sharded(tmp_path)
     expected = after_delete(tmp_path, path, TARGETS)
-    deleter = subprocess.Popen(
+    with subprocess.Popen(  # leaving the block closes its pipe
         [sys.executable, "-c", KILLED_DELETE, str(path), "held-between-shards",
          ",".join(map(str, TARGETS))],
         stdout=subprocess.PIPE, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    try:
-        assert deleter.stdout is not None and deleter.stdout.readline() == "between\n"
-        with DenseDataset(path, shard_records=CAPACITY) as ds:  # waits, then finishes it
-            assert deleter.poll() == 9
-            assert ds[:].tobytes() == expected.tobytes()
-            assert not (path / JOURNAL_FILE).exists()
-    finally:
-        deleter.wait(60)
+    ) as deleter:
+        try:
+            assert deleter.stdout is not None and deleter.stdout.readline() == "between\n"
+            with DenseDataset(path, shard_records=CAPACITY) as ds:  # waits, then finishes it
+                assert deleter.poll() == 9
+                assert ds[:].tobytes() == expected.tobytes()
+                assert not (path / JOURNAL_FILE).exists()
+        finally:
+            deleter.wait(60)
 
 
 def test_a_refused_delete_never_runs_later(
@@ -224,21 +224,21 @@ def test_a_single_store_writer_elsewhere_is_never_sealed_under(tmp_path: Path) -
         "    sys.stdin.readline()\n"
         "    other.append(np.arange(7, 9, dtype=np.int64))\n"
     )
-    other = subprocess.Popen(
+    with subprocess.Popen(  # leaving the block closes its pipes
         [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    try:
-        assert other.stdout is not None and other.stdout.readline() == "holding\n"
-        with DenseDataset(path, shard_records=10) as mine:
-            with pytest.raises(StoreLockedError):
-                mine.append(np.arange(100, 104, dtype=np.int64))  # 7 + 4 > 10: rolls over
-        assert read_manifest(path) is None
-        assert other.stdin is not None
-        other.stdin.write("go\n")
-        other.stdin.flush()
-    finally:
-        other.wait(60)
+    ) as other:
+        try:
+            assert other.stdout is not None and other.stdout.readline() == "holding\n"
+            with DenseDataset(path, shard_records=10) as mine:
+                with pytest.raises(StoreLockedError):
+                    mine.append(np.arange(100, 104, dtype=np.int64))  # 7 + 4 > 10: rolls over
+            assert read_manifest(path) is None
+            assert other.stdin is not None
+            other.stdin.write("go\n")
+            other.stdin.flush()
+        finally:
+            other.wait(60)
     assert other.returncode == 0
     for readonly in (True, False):
         with DenseDataset(path, readonly=readonly) as reopened:
