@@ -38,6 +38,7 @@ from typing import Final, TextIO, TypeAlias
 
 import numpy as np
 
+from loaderx._os.event_flag import EventFlag
 from loaderx._os.fork_safe_lock import ForkSafeLock
 
 Callback: TypeAlias = Callable[[int, "int | None", int], None]
@@ -118,11 +119,11 @@ def allow() -> None:
 class _Ticker:
     """A daemon thread that calls redraw every `every` seconds until stop()."""
 
-    _stop: threading.Event
+    _stop: EventFlag
     _thread: threading.Thread | None
 
     def __init__(self, every: float, redraw: Callable[[], None]) -> None:
-        self._stop = threading.Event()
+        self._stop = EventFlag()
         self._every = every
         self._redraw = redraw
         self._thread = threading.Thread(target=self._run, name="loaderx-progress", daemon=True)

@@ -44,6 +44,7 @@ import numpy.typing as npt
 from loaderx._data.dataset_base import DatasetBase
 from loaderx._loading.mixture_sampler import MixtureSampler
 from loaderx._loading.sampler import Sampler
+from loaderx._os.event_flag import EventFlag
 from loaderx._remote.remote_source import RemoteSource
 
 # What one step reads from the remote datasets: (dataset's cache, global indices) pairs.
@@ -143,7 +144,7 @@ class LookAhead:
         self._held: dict[int, Reads] = {}  # fetched steps, their records pinned ...
         self._pins: dict[int, list[tuple[RemoteSource, int]]] = {}  # ... by these pins
         self._costs: dict[int, int] = {}
-        self._stop = threading.Event()
+        self._stop = EventFlag()  # a Ctrl-C in close() never leaves it locked
         self._thread = threading.Thread(target=self._run, name="loaderx-look-ahead", daemon=True)
         self.failures = 0
 

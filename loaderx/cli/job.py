@@ -19,6 +19,8 @@ import ctypes
 import threading
 from typing import Final, TextIO
 
+from loaderx._os.event_flag import EventFlag
+
 # How long a command may take to unwind after Ctrl-C before it is abandoned.
 UNWIND_S: Final = 0.5
 # How often the waiting main thread wakes (a signal interrupts the wait in any case).
@@ -30,12 +32,12 @@ class Job:
 
     status: int | None
     error: BaseException | None
-    done: threading.Event
+    done: EventFlag
 
     def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
         self.status = None
         self.error = None
-        self.done = threading.Event()
+        self.done = EventFlag()  # not an Event: Ctrl-C can leave an Event locked (event_flag)
         self._args = args
         self._out = out
         self._thread = threading.Thread(target=self._run, name=f"loaderx {args.command}",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from loaderx._os import lock_descriptors
+from loaderx._os.event_flag import EventFlag
 from loaderx._os.kept_locks import Entered, held
 from loaderx._remote.cache_gate import _ProcessGate  # private: its lock is swapped
 
@@ -103,10 +104,41 @@ def test_the_cache_gate_keeps_no_level(tmp_path: Path) -> None:
         gate.close()
 
 
+def test_an_event_flag_waits_times_out_and_wakes() -> None:
+    flag = EventFlag()
+    assert not flag.is_set() and flag.wait(0.01) is False
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(flag.wait(JOIN_SECONDS)))
+    waiter.start()
+    flag.set()
+    waiter.join(JOIN_SECONDS)
+    assert woken == [True] and flag.is_set() and flag.wait() is True
+
+
+def test_an_event_flag_keeps_no_level() -> None:
+    flag = EventFlag()
+    lock = TakenThenInterrupted(interrupts=1)
+    flag._lock = lock
+    flag._changed = threading.Condition(lock)
+    with pytest.raises(KeyboardInterrupt):
+        flag.set()  # what a loader's close() or the command line's job does as Ctrl-C lands
+    assert not held(lock) and not flag.is_set()
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(flag.wait(JOIN_SECONDS)))
+    waiter.start()
+    flag.set()
+    waiter.join(JOIN_SECONDS)
+    assert not waiter.is_alive(), "the flag's lock was left held"
+    assert woken == [True]
+
+
 def test_the_package_makes_no_plain_lock() -> None:
     """A plain threading.Lock cannot tell whether this thread holds it, so a level an interrupt
-    kept could never be given back: the package makes ForkSafeLocks and RLocks only."""
-    plain = re.compile(r"threading\.Lock\(\)|allocate_lock\(|threading\.Semaphore\(")
+    kept could never be given back: the package makes ForkSafeLocks and RLocks only, and
+    EventFlags where threading.Event would hide a plain lock."""
+    plain = re.compile(
+        r"threading\.(Lock|Event|Semaphore|BoundedSemaphore|Barrier)\(|allocate_lock\("
+    )
     found = [
         f"{path.relative_to(PACKAGE.parent)}:{number}"
         for path in sorted(PACKAGE.rglob("*.py"))
