@@ -29,15 +29,25 @@ def progress_option(args: argparse.Namespace) -> bool | None:
 
 # The first bytes np.load goes by: a .npy's magic, or a zip's (an .npz; an empty zip starts at its
 # end record). Anything else it would unpickle, which it refuses, saying "pickled data".
-NUMPY_PREFIXES: Final = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")
+ZIP_PREFIXES: Final = (b"PK\x03\x04", b"PK\x05\x06")
+NUMPY_PREFIXES: Final = (b"\x93NUMPY", *ZIP_PREFIXES)
+
+
+def _head(source: str) -> bytes:
+    with open(source, "rb") as stream:
+        return stream.read(len(NUMPY_PREFIXES[0]))
 
 
 def is_numpy_file(source: str) -> bool:
     """Whether the file at source starts as a .npy or an .npz does (an empty file counts, so that
     NumPy itself says it holds no data)."""
-    with open(source, "rb") as stream:
-        head = stream.read(len(NUMPY_PREFIXES[0]))
+    head = _head(source)
     return not head or head.startswith(NUMPY_PREFIXES)
+
+
+def is_zip(source: str) -> bool:
+    """Whether the file at source starts as a zip archive (an .npz) does."""
+    return _head(source).startswith(ZIP_PREFIXES)
 
 
 # A Parquet file starts (and ends) with these bytes.
@@ -80,6 +90,10 @@ def load_source(source: str) -> Any:
     if not is_numpy_file(source):
         raise Problem(f"{source}: not a NumPy (.npy/.npz) or Parquet file")
     try:
+        if is_zip(source):
+            # np.load leaks its open file when the archive turns out broken: look first.
+            with zipfile.ZipFile(source):
+                pass
         return np.load(source, mmap_mode="r")
     except (ValueError, EOFError, zipfile.BadZipFile) as error:
         raise Problem(f"{source}: not a .npy or .npz file NumPy can read ({error})") from None

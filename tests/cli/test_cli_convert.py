@@ -5,11 +5,13 @@ named, and npz arrays are converted without being loaded whole."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -117,8 +119,13 @@ def test_convert_refuses_a_source_that_is_no_array_file(
     (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:200])
     np.savez(tmp_path / "none.npz")
     (tmp_path / "table.csv").write_text("a,b\n1,2\n")
-    status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        status, text = run("convert", str(tmp_path / source), str(tmp_path / "dest"), "--quiet")
+        gc.collect()
     assert (status, text) == (EXIT_PROBLEM, "")
+    # np.load left a broken .npz open (a ResourceWarning when it was collected).
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
     message = message.format(folder=tmp_path / source)
     assert capsys.readouterr().err == f"loaderx convert: {tmp_path / source}: {message}\n"
     assert not (tmp_path / "dest").exists()

@@ -119,13 +119,13 @@ def test_a_killed_writer_leaves_the_dataset_as_it_was(
     rng = np.random.default_rng(0)
     kills = 0
     for _ in range(6):
-        writer = writer_process(url, 7, 3000, env)
-        assert writer.stdout is not None
-        assert writer.stdout.readline() == b"start\n"
-        time.sleep(float(rng.uniform(0.05, 0.5)))  # building, uploading or committing
-        kills += writer.poll() is None
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
+        with writer_process(url, 7, 3000, env) as writer:  # leaving it closes the pipes
+            assert writer.stdout is not None
+            assert writer.stdout.readline() == b"start\n"
+            time.sleep(float(rng.uniform(0.05, 0.5)))  # building, uploading or committing
+            kills += writer.poll() is None
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
         with DenseDataset(url) as ds:
             assert len(ds) in (60, 3060)
             np.testing.assert_array_equal(ds.read(np.arange(60)), base)

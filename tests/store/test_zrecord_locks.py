@@ -65,22 +65,23 @@ def test_second_process_cannot_write_until_the_writer_is_killed(store_path: str)
         print("writing", flush=True)
         sys.stdin.readline()
     """)
-    try:
-        expect_line(writer, "writing")
-        with Zrecord(store_path) as store:
-            with pytest.raises(StoreLockedError, match="another handle is writing"):
-                store.append([record(2)])
-            # A reader is never blocked by the writer.
-            assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1]
-            writer.send_signal(signal.SIGKILL)
-            writer.wait(timeout=60)
-            # The kernel released the dead writer's lock: no stale PID file to clean up.
-            assert store.append([record(2)]) == 2
-            assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1, 2]
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+    with writer:  # leaving the block closes its pipes
+        try:
+            expect_line(writer, "writing")
+            with Zrecord(store_path) as store:
+                with pytest.raises(StoreLockedError, match="another handle is writing"):
+                    store.append([record(2)])
+                # A reader is never blocked by the writer.
+                assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1]
+                writer.send_signal(signal.SIGKILL)
+                writer.wait(timeout=60)
+                # The kernel released the dead writer's lock: no stale PID file to clean up.
+                assert store.append([record(2)]) == 2
+                assert [ident_of(r) for r in store.gather(slice(None))] == [0, 1, 2]
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
 
 
 def test_two_processes_appending_never_share_an_index(store_path: str) -> None:
