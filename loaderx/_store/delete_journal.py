@@ -13,12 +13,18 @@ shard's part again is exactly what the killed process would have done: a swap-la
 the same indices from the same records. A journal without a manifest mid-delete is stale (the
 process died before the manifest write, or after settling it) and is removed.
 
+The shards' list is stored as msgpack bytes with a CRC-32 of them (version 2). A journal whose
+indices were damaged but still name records of their shard (a flipped bit in an index) would
+otherwise finish the delete on the wrong records, with nothing to tell; the check refuses it.
+Version 1, written before the check, is still read (a delete killed under an older loaderx).
+
 This module stays interpreted: it runs once per delete or open, never on a read path.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from contextlib import suppress
 from typing import Any, Final
 
@@ -33,7 +39,9 @@ from loaderx._store.layout import DELETE_JOURNAL_FILE
 
 JOURNAL_FILE: Final = DELETE_JOURNAL_FILE
 _FORMAT: Final = "loaderx-delete"
-_VERSION: Final = 1
+_VERSION: Final = 2
+# Version 1 kept the shards' list in the record itself, without a check.
+_UNCHECKED_VERSION: Final = 1
 _INDEX_DTYPE: Final = np.dtype("<i8")
 
 
@@ -60,10 +68,8 @@ def journal_path(folder: str) -> str:
 
 def write_journal(folder: str, parts: list[ShardDelete]) -> None:
     """Writes the journal atomically and durably (temporary file, fsync, rename, fsync)."""
-    record: dict[str, Any] = {
-        "format": _FORMAT,
-        "version": _VERSION,
-        "shards": [
+    shards = msgpack.packb(
+        [
             {
                 "name": part.name,
                 "records_before": part.records_before,
@@ -71,6 +77,13 @@ def write_journal(folder: str, parts: list[ShardDelete]) -> None:
             }
             for part in parts
         ],
+        use_bin_type=True,
+    )
+    record: dict[str, Any] = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "shards": shards,
+        "check": zlib.crc32(shards),
     }
     write_file_atomically(journal_path(folder), msgpack.packb(record, use_bin_type=True))
     fsync_folder(folder)
@@ -88,12 +101,33 @@ def read_journal(folder: str) -> list[ShardDelete] | None:
         raw = msgpack.unpackb(data, raw=False)
     except (ValueError, TypeError) as exc:
         raise ManifestError(f"{path} is not a valid delete journal: {exc}") from exc
-    if not isinstance(raw, dict) or raw.get("format") != _FORMAT or raw.get("version") != _VERSION:
-        raise ManifestError(f"{path} is not a loaderx delete journal of version {_VERSION}")
-    shards = raw.get("shards")
+    if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
+        raise ManifestError(f"{path} is not a loaderx delete journal")
+    version = raw.get("version")
+    if version == _VERSION:
+        shards = _checked_shards(raw, path)
+    elif version == _UNCHECKED_VERSION:
+        shards = raw.get("shards")
+    else:
+        raise ManifestError(f"{path} is a delete journal of version {version!r}, which this "
+                            f"loaderx cannot read (it reads {_UNCHECKED_VERSION} and {_VERSION})")
     if not isinstance(shards, list):
         raise ManifestError(f"{path}: 'shards' must be a list")
     return [_part(item, path) for item in shards]
+
+
+def _checked_shards(raw: dict[str, Any], path: str) -> object:
+    """The shards' list of a version 2 journal, once its bytes match their check."""
+    shards, check = raw.get("shards"), raw.get("check")
+    if not isinstance(shards, bytes) or not isinstance(check, int) or isinstance(check, bool):
+        raise ManifestError(f"{path}: a version {_VERSION} journal needs its shards as bytes "
+                            "and their check")
+    if zlib.crc32(shards) != check:
+        raise ManifestError(f"{path} is damaged: its shards' list does not match its check")
+    try:
+        return msgpack.unpackb(shards, raw=False)
+    except (ValueError, TypeError) as exc:
+        raise ManifestError(f"{path}: its shards' list is not valid msgpack: {exc}") from exc
 
 
 def _part(raw: object, path: str) -> ShardDelete:

@@ -288,6 +288,7 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
     """A journal that is not one, or whose indices fall outside their shard, is refused at the
     writable open that would finish the delete, naming the file; nothing is deleted."""
     import shutil
+    import zlib
 
     import msgpack
     import numpy as np
@@ -307,7 +308,19 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
     write_journal(str(good), [ShardDelete(manifest.shards[0].name, 10, np.array([3]))])
     [part] = read_journal(str(good)) or []
     assert (part.name, part.records_before, part.indices.tolist()) == (manifest.shards[0].name, 10, [3])
+    written = (good / JOURNAL_FILE).read_bytes()
+    record = msgpack.unpackb(written)
+    assert record["version"] == 2 and record["check"] == zlib.crc32(record["shards"])
+    other_index = msgpack.packb([{"name": manifest.shards[0].name, "records_before": 10,
+                                  "indices": np.array([4], "<i8").tobytes()}])
+    flipped = bytearray(written)
+    flipped[written.index(np.array([3], "<i8").tobytes())] ^= 0x01  # index 3 becomes 2
     for name, content in [
+        # Damage that still names a record of the shard: only the check tells.
+        ("other index", msgpack.packb({**record, "shards": other_index})),
+        ("flipped bit", bytes(flipped)),
+        ("no check", msgpack.packb({**record, "check": None})),
+        ("version 3", msgpack.packb({**record, "version": 3})),
         ("garbage", b"\xc1 not msgpack"),
         ("outside", msgpack.packb({"format": "loaderx-delete", "version": 1, "shards": [
             {"name": manifest.shards[0].name, "records_before": 10,
@@ -323,8 +336,14 @@ def test_a_damaged_delete_journal_is_refused_by_name(tmp_path: Path) -> None:
             DenseDataset(broken, shard_records=10)
         with DenseDataset(broken, readonly=True) as reader:  # read-only: nothing half done
             assert reader[:].tolist() == list(range(25))
-    with DenseDataset(good, shard_records=10) as ds:  # the intact journal is finished
-        assert ds[:].tolist() == [0, 1, 2, 9, 4, 5, 6, 7, 8] + list(range(10, 25))
+    # A version 1 journal (no check; a delete killed under an older loaderx) is still finished.
+    older = tmp_path / "older"
+    shutil.copytree(good, older)
+    (older / JOURNAL_FILE).write_bytes(msgpack.packb({
+        "format": "loaderx-delete", "version": 1, "shards": msgpack.unpackb(record["shards"])}))
+    for folder in (good, older):  # the intact journal is finished
+        with DenseDataset(folder, shard_records=10) as ds:
+            assert ds[:].tolist() == [0, 1, 2, 9, 4, 5, 6, 7, 8] + list(range(10, 25))
 
 
 def test_a_damaged_key_never_makes_a_half_done_delete_readable(tmp_path: Path) -> None:

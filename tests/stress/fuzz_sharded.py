@@ -15,7 +15,8 @@ runs trials. A trial copies one dataset and applies one mutation:
                an absolute path, a hidden name, a name of another width); a bad generation,
                version, field or append-in-flight marker
     journal    valid msgpack naming a shard twice, another shard, out-of-range or repeated
-               indices, other counts; or a journal where no delete is in progress
+               indices, other counts, other indices under the old check (damage); or a
+               journal where no delete is in progress
     files      a folder, an empty file, or a symlink to outside the dataset in place of a
                file; a shard folder moved outside and linked back; stray shard and staging
                folders (some of them links to outside); folders under the names of staging
@@ -48,6 +49,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -365,10 +367,21 @@ def _mutate_journal(folder: str, rng: random.Random) -> str:
         else:
             raw.append({"name": "shard-000001", "records_before": 8,
                         "indices": np.array([0], "<i8").tobytes()})
+    shards = msgpack.packb(raw, use_bin_type=True)
+    # Other indices of the same count are what a damaged journal holds (a flipped bit): it keeps
+    # the check it was written with, which refuses it. The other kinds are journals written
+    # wrong, with a check to match, which the journal's own checks must refuse.
+    check = _journal_check(path) if kind == "indices" else zlib.crc32(shards)
     with open(path, "wb") as f:
-        f.write(msgpack.packb({"format": "loaderx-delete", "version": 1, "shards": raw},
-                              use_bin_type=True))
+        f.write(msgpack.packb({"format": "loaderx-delete", "version": 2, "shards": shards,
+                               "check": check}, use_bin_type=True))
     return f"{kind} journal {_JOURNAL}"
+
+
+def _journal_check(path: str) -> int:
+    with open(path, "rb") as f:
+        check: int = msgpack.unpackb(f.read())["check"]
+    return check
 
 
 def _mutate_files(folder: str, outside: str, rng: random.Random) -> str:
