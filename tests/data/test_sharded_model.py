@@ -88,7 +88,8 @@ class Trial:
     def delete(self, ds: Any) -> None:
         total = len(self.model.records())
         if total:
-            targets = [int(t) for t in self.rng.integers(-total, total, int(self.rng.integers(1, 6)))]
+            count = int(self.rng.integers(1, 6))
+            targets = [int(t) for t in self.rng.integers(-total, total, count)]
             ds.delete(targets)
             self.model.delete(targets)
 
