@@ -29,6 +29,7 @@ from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.urls import is_url
 from loaderx._store.schema import Codec
 from loaderx._store.layout import SHARD_RECORDS_MAX
+from loaderx._store.sharded_store import check_shard_records
 
 
 def from_numpy(
@@ -52,9 +53,11 @@ def from_numpy(
     array (about 100x dict_size bytes), so the result is appendable at once. Returns the number
     of records written.
 
-    workers=N > 1 converts with N processes, each writing a contiguous part of the rows as its
-    own shard(s) of at most shard_records records, and publishes them only when all succeeded
-    (loaderx._data.parallel). append=True adds the new records as new shards of the dataset at path
+    shard_records cuts the dataset into shards of at most that many records (in one process it
+    rolls over as appends do). workers=N > 1 converts with N processes, each writing a
+    contiguous part of the rows as its own shard(s), and publishes them only when all
+    succeeded (loaderx._data.parallel); a zstd_dict conversion trains every shard's dictionary
+    on one sample of the whole array. append=True adds the new records as new shards of the dataset at path
     in one atomic commit (creating it if absent). start_method picks how worker processes
     start (default "fork" where available).
     """
@@ -65,7 +68,8 @@ def from_numpy(
             local, array, codec, dict_size, chunk_bytes, False, progress, workers, False,
             shard_records, start_method))
     if workers == 1 and not append:
-        return array_to_dataset(path, array, codec, dict_size, chunk_bytes, overwrite, progress)
+        return array_to_dataset(path, array, codec, dict_size, chunk_bytes, overwrite, progress,
+                                check_shard_records(shard_records))
     check_progress(progress)  # refused as in one process, though the workers show none
     data, schema, block_bytes = check_array(array, codec, dict_size, chunk_bytes)
     return from_numpy_parallel(path, data, schema, workers, append, shard_records,
@@ -110,7 +114,7 @@ def from_iterator(
             False, shard_records, start_method))
     if workers is None and not append:
         return records_to_dataset(path, iterable, codec, dtype, item_shape, chunk_bytes,
-                                  overwrite, progress)
+                                  overwrite, progress, check_shard_records(shard_records))
     check_progress(progress)  # refused as in one process, though the workers show none
     return from_iterator_parallel(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                   overwrite, workers, append, shard_records, start_method)

@@ -37,6 +37,7 @@ from loaderx._data.parallel_parts import (
 from loaderx._data.serial import (
     array_to_dataset,
     check_chunk_bytes,
+    dictionary_sample,
     records_to_dataset,
     refuse_dictionary,
 )
@@ -66,9 +67,13 @@ def from_numpy_parallel(
     count = int(data.shape[0])
     if count == 0 and not append:
         return array_to_dataset(path, data, codec, dict_size, block_bytes, overwrite, False)
-    check_trainable(schema.codec, min(count, per_shard, -(-count // count_workers)))
+    check_trainable(schema.codec, count)
     options: dict[str, Any] = {"codec": codec, "dict_size": dict_size,
                                "chunk_bytes": block_bytes, "progress": False}
+    if schema.codec == "zstd_dict":
+        # Every shard trains its dictionary on this sample of the whole array: a part's own
+        # rows can be too few (a tail shard of three records), and all shards compress alike.
+        options["sample"] = dictionary_sample(data, schema.dict_size)
     return convert_numpy(path, data, schema, count_workers, options, overwrite, append,
                          per_shard, start_method)
 

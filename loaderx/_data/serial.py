@@ -29,7 +29,7 @@ from loaderx._store.schema import (
     check_item_shape,
     make_schema,
 )
-from loaderx._store.layout import RECORD_COUNT_MAX
+from loaderx._store.layout import RECORD_COUNT_MAX, SHARD_RECORDS_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # Marks the end of an iterator (None could be a record, if a wrong one).
@@ -66,26 +66,37 @@ def check_array(
     return data, schema, block_bytes
 
 
+def dictionary_sample(data: npt.NDArray[Any], dict_size: int) -> npt.NDArray[Any]:
+    """The rows of data a zstd_dict dictionary is trained on: evenly strided, about 100x
+    dict_size bytes in all."""
+    record_bytes = data.dtype.itemsize * int(np.prod(data.shape[1:], dtype=np.int64))
+    return np.ascontiguousarray(data[sample_positions(len(data), record_bytes, dict_size)])
+
+
 def array_to_dataset(
     path: str, array: npt.ArrayLike, codec: Codec, dict_size: str | int, chunk_bytes: int,
-    overwrite: bool, progress: ProgressOption,
+    overwrite: bool, progress: ProgressOption, shard_records: int = SHARD_RECORDS_MAX,
+    sample: npt.NDArray[Any] | None = None,
 ) -> int:
-    """from_numpy in this process: array written as a dense dataset at path; the record count."""
+    """from_numpy in this process: array written as a dense dataset at path, rolling over into
+    a new shard every shard_records records; the record count. A zstd_dict dictionary is
+    trained on `sample` when given (a parallel conversion's sample of the whole array, so
+    that a part of a few records gets one too), else on a sample of array."""
     progress = check_progress(progress)
     data, schema, block_bytes = check_array(array, codec, dict_size, chunk_bytes)
     count = int(data.shape[0])
-    check_trainable(schema.codec, count)
+    check_trainable(schema.codec, count if sample is None else len(sample))
 
     def write(staged: str) -> int:
         with DenseDataset(
-            staged, schema.dtype, schema.item_shape, schema.codec, dict_size
+            staged, schema.dtype, schema.item_shape, schema.codec, dict_size,
+            shard_records=shard_records,
         ) as ds:
             if schema.codec == "zstd_dict" and count > 0:
-                positions = sample_positions(count, ds.record_size, schema.dict_size)
-                sample = np.ascontiguousarray(data[positions])
+                trained_on = dictionary_sample(data, schema.dict_size) if sample is None else sample
                 with Elapsed(f"training dictionary for {path}", progress):
-                    ds.train_dict(sample)
-                del sample
+                    ds.train_dict(trained_on)
+                del trained_on
             rows = max(1, block_bytes // ds.record_size)
             with Progress(f"converting to {path}", count, progress) as report:
                 for start in range(0, count, rows):
@@ -155,9 +166,10 @@ def records_to_dataset(
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
     overwrite: bool = False,
     progress: ProgressOption = None,
+    shard_records: int = SHARD_RECORDS_MAX,
 ) -> int:
-    """from_iterator in this process: the records written as a ragged dataset at path; their
-    count."""
+    """from_iterator in this process: the records written as a ragged dataset at path, rolling
+    over into a new shard every shard_records records; their count."""
     progress = check_progress(progress)
     refuse_dictionary(codec)
     check_codec(codec)
@@ -181,7 +193,8 @@ def records_to_dataset(
     total = len(iterable) if isinstance(iterable, Sequence) else None
 
     def write(staged: str) -> int:
-        with RaggedDataset(staged, schema.dtype, schema.item_shape, schema.codec) as ds:
+        with RaggedDataset(staged, schema.dtype, schema.item_shape, schema.codec,
+                           shard_records=shard_records) as ds:
             with Progress(f"converting to {path}", total, progress) as report:
                 _stream_records(ds, first, records, block_bytes, report)
             return len(ds)
@@ -222,4 +235,5 @@ def _stream_records(
 
 
 __all__ = ["CHUNK_BYTES_DEFAULT", "array_to_dataset", "check_array", "check_chunk_bytes",
+           "dictionary_sample",
            "records_to_dataset", "refuse_dictionary"]

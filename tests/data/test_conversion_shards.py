@@ -1,0 +1,80 @@
+"""shard_records= in a conversion: honoured in one process as in several, and a zstd_dict shard
+of a few records (a part's tail) still gets a dictionary.
+
+Before: from_numpy(..., shard_records=100) in one process wrote a single store of every record,
+and with workers=2 a part of 103 records cut into 100 + 3 failed in its worker, since the
+3-record shard could not train a dictionary of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx._store.schema import Codec
+from loaderx.converter import from_iterator, from_numpy
+from loaderx.dataset import DenseDataset, RaggedDataset
+
+
+def rows(count: int) -> np.ndarray:
+    # Compressible rows (values 0 to 3), so a dictionary has something to learn.
+    return np.random.default_rng(7).integers(0, 4, size=(count, 64), dtype=np.uint8)
+
+
+def shard_counts(path: Path) -> list[int]:
+    with DenseDataset(path, readonly=True) as ds:
+        return [entry["records"] for entry in ds.shard_stats()]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+@pytest.mark.parametrize("workers, counts", [
+    (1, [100, 100, 5]),         # one process rolls over every 100 records
+    (2, [100, 2, 100, 3]),      # each worker cuts its part (102 and 103 records) itself
+])
+def test_from_numpy_cuts_shards_of_shard_records(
+    tmp_path: Path, codec: Codec, workers: int, counts: list[int]
+) -> None:
+    data = rows(205)
+    assert from_numpy(tmp_path / "ds", data, codec=codec, shard_records=100,
+                      workers=workers) == 205
+    assert shard_counts(tmp_path / "ds") == counts
+    with DenseDataset(tmp_path / "ds", readonly=True) as ds:
+        assert ds.codec == codec
+        assert ds[:].tobytes() == data.tobytes()
+        picked = np.array([204, 0, 100, 101, 102, 199], dtype=np.int64)
+        assert ds[picked].tobytes() == data[picked].tobytes()
+
+
+def test_parts_too_small_to_train_alone_share_the_whole_arrays_sample(tmp_path: Path) -> None:
+    """12 records in two workers: parts of 6, under the 7 a dictionary needs; the sample of all
+    12 trains each part's dictionary, as it does in one process."""
+    data = rows(12)
+    assert from_numpy(tmp_path / "ds", data, codec="zstd_dict", workers=2) == 12
+    with DenseDataset(tmp_path / "ds", readonly=True) as ds:
+        assert ds.codec == "zstd_dict" and ds[:].tobytes() == data.tobytes()
+
+
+def test_too_few_records_for_a_dictionary_are_refused_before_any_worker(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs at least 7 of them"):
+        from_numpy(tmp_path / "ds", rows(5), codec="zstd_dict", workers=2)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_from_iterator_in_one_process_cuts_shards_of_shard_records(tmp_path: Path) -> None:
+    records = [np.arange(i % 5, dtype=np.int32) * i for i in range(23)]
+    assert from_iterator(tmp_path / "ds", records, codec="zstd", shard_records=10) == 23
+    with RaggedDataset(tmp_path / "ds", readonly=True) as ds:
+        assert [entry["records"] for entry in ds.shard_stats()] == [10, 10, 3]
+        assert len(ds) == 23
+        for index, record in enumerate(records):
+            got = ds[index]
+            assert got.dtype == record.dtype and np.array_equal(got, record)
+
+
+def test_a_bad_shard_records_is_refused_in_one_process_too(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="shard_records must be in 1"):
+        from_numpy(tmp_path / "ds", rows(3), shard_records=0)
+    with pytest.raises(TypeError, match="shard_records must be an int"):
+        from_iterator(tmp_path / "r", [np.arange(3)], shard_records=2.5)  # type: ignore[arg-type]
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "r").exists()
