@@ -56,8 +56,8 @@ def from_numpy(
     shard_records cuts the dataset into shards of at most that many records (in one process it
     rolls over as appends do). workers=N > 1 converts with N processes, each writing a
     contiguous part of the rows as its own shard(s), and publishes them only when all
-    succeeded (loaderx._data.parallel); a zstd_dict conversion trains every shard's dictionary
-    on one sample of the whole array. append=True adds the new records as new shards of the dataset at path
+    succeeded (loaderx._data.parallel); a zstd_dict conversion trains one dictionary on a
+    sample of the whole array, here, and every shard takes a copy. append=True adds the new records as new shards of the dataset at path
     in one atomic commit (creating it if absent). start_method picks how worker processes
     start (default "fork" where available).
     """

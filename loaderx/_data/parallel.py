@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
+from loaderx._data.dense import DenseDataset
 from loaderx._data.destination import check_destination
 from loaderx._data.parallel_parts import (
     Part,
@@ -39,12 +40,14 @@ from loaderx._data.serial import (
     check_chunk_bytes,
     dictionary_sample,
     records_to_dataset,
+    train_dictionary,
     refuse_dictionary,
 )
 from loaderx._data.dictionary_sample import check_trainable
 from loaderx._data.shard_budget import ShardBudget, check_shard_count, shards_held
 from loaderx._os import claims
 from loaderx._os.process_pool import check_workers, pool_context, run_workers
+from loaderx._store.layout import DICT_FILE
 from loaderx._store.schema import Codec, Schema, check_codec, make_schema, read_schema
 from loaderx._store.sharded_store import check_shard_records
 
@@ -70,10 +73,6 @@ def from_numpy_parallel(
     check_trainable(schema.codec, count)
     options: dict[str, Any] = {"codec": codec, "dict_size": dict_size,
                                "chunk_bytes": block_bytes, "progress": False}
-    if schema.codec == "zstd_dict":
-        # Every shard trains its dictionary on this sample of the whole array: a part's own
-        # rows can be too few (a tail shard of three records), and all shards compress alike.
-        options["sample"] = dictionary_sample(data, schema.dict_size)
     return convert_numpy(path, data, schema, count_workers, options, overwrite, append,
                          per_shard, start_method)
 
@@ -139,6 +138,18 @@ class _NumpyJob:
         return written
 
 
+def shared_dictionary(staging: str, data: npt.NDArray[Any], schema: Schema, final: str) -> str:
+    """Trains the dictionary every shard of a zstd_dict conversion takes, once, here, on a
+    sample of the whole array (what one process would train on); returns its file. So a
+    part's last shard of a few records has one too, all shards share it as rollovers do, and
+    data zstd cannot train on is refused before any worker starts."""
+    folder = os.path.join(staging, ".dictionary")
+    with DenseDataset(folder, schema.dtype, schema.item_shape, "zstd_dict",
+                      schema.dict_size) as ds:
+        train_dictionary(ds, dictionary_sample(data, schema.dict_size), folder, final)
+    return os.path.join(folder, DICT_FILE)
+
+
 def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: int,
                   options: dict[str, Any], overwrite: bool, append: bool,
                   shard_records: int, start_method: str | None) -> int:
@@ -153,6 +164,8 @@ def convert_numpy(path: str, data: npt.NDArray[Any], schema: Schema, workers: in
     check_shard_count(final, ranges, shard_records, append)
     staging = make_staging(final)
     try:
+        if schema.codec == "zstd_dict":
+            options = {**options, "dictionary": shared_dictionary(staging, data, schema, final)}
         jobs = [_NumpyJob(staging, i, data[a:b], shard_records, options)
                 for i, (a, b) in enumerate(ranges)]
         results = run_workers(jobs, workers, start_method,

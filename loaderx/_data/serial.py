@@ -8,6 +8,8 @@ a parallel conversion (loaderx._data.parallel) both convert through here.
 
 from __future__ import annotations
 
+import os
+import shutil
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, SupportsIndex
@@ -29,7 +31,7 @@ from loaderx._store.schema import (
     check_item_shape,
     make_schema,
 )
-from loaderx._store.layout import RECORD_COUNT_MAX, SHARD_RECORDS_MAX
+from loaderx._store.layout import DICT_FILE, RECORD_COUNT_MAX, SHARD_RECORDS_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # Marks the end of an iterator (None could be a record, if a wrong one).
@@ -73,30 +75,44 @@ def dictionary_sample(data: npt.NDArray[Any], dict_size: int) -> npt.NDArray[Any
     return np.ascontiguousarray(data[sample_positions(len(data), record_bytes, dict_size)])
 
 
+def train_dictionary(ds: DenseDataset, rows: npt.NDArray[Any], folder: str, path: str) -> None:
+    """ds.train_dict(rows) for the dataset being written in `folder`, a ValueError naming
+    `path` (what the caller asked for), not the hidden folder, when zstd cannot train on them."""
+    try:
+        ds.train_dict(rows)
+    except ValueError as error:
+        raise ValueError(str(error).replace(repr(folder), repr(path))) from None
+
+
 def array_to_dataset(
     path: str, array: npt.ArrayLike, codec: Codec, dict_size: str | int, chunk_bytes: int,
     overwrite: bool, progress: ProgressOption, shard_records: int = SHARD_RECORDS_MAX,
-    sample: npt.NDArray[Any] | None = None,
+    dictionary: str | None = None,
 ) -> int:
     """from_numpy in this process: array written as a dense dataset at path, rolling over into
-    a new shard every shard_records records; the record count. A zstd_dict dictionary is
-    trained on `sample` when given (a parallel conversion's sample of the whole array, so
-    that a part of a few records gets one too), else on a sample of array."""
+    a new shard every shard_records records; the record count. A zstd_dict dataset takes the
+    dictionary file `dictionary` when given (a parallel conversion's, trained once on the
+    whole array), else trains one on a sample of array."""
     progress = check_progress(progress)
     data, schema, block_bytes = check_array(array, codec, dict_size, chunk_bytes)
     count = int(data.shape[0])
-    check_trainable(schema.codec, count if sample is None else len(sample))
+    trains = schema.codec == "zstd_dict" and count > 0 and dictionary is None
+    if dictionary is None:
+        check_trainable(schema.codec, count)
 
     def write(staged: str) -> int:
+        if dictionary is not None:  # before the store is made, as a rollover's new shard
+            os.makedirs(staged, exist_ok=True)
+            shutil.copyfile(dictionary, os.path.join(staged, DICT_FILE))
         with DenseDataset(
             staged, schema.dtype, schema.item_shape, schema.codec, dict_size,
             shard_records=shard_records,
         ) as ds:
-            if schema.codec == "zstd_dict" and count > 0:
-                trained_on = dictionary_sample(data, schema.dict_size) if sample is None else sample
+            if trains:
+                sample = dictionary_sample(data, schema.dict_size)
                 with Elapsed(f"training dictionary for {path}", progress):
-                    ds.train_dict(trained_on)
-                del trained_on
+                    train_dictionary(ds, sample, staged, path)
+                del sample
             rows = max(1, block_bytes // ds.record_size)
             with Progress(f"converting to {path}", count, progress) as report:
                 for start in range(0, count, rows):
@@ -235,5 +251,5 @@ def _stream_records(
 
 
 __all__ = ["CHUNK_BYTES_DEFAULT", "array_to_dataset", "check_array", "check_chunk_bytes",
-           "dictionary_sample",
+           "dictionary_sample", "train_dictionary",
            "records_to_dataset", "refuse_dictionary"]

@@ -30,6 +30,7 @@ from loaderx._os.paths import is_file
 META_FILE: Final = "meta.zr"
 # Per-record checksums; a store written before checksums existed has none.
 SUMS_FILE: Final = "sums.zr"
+DICT_FILE: Final = "dict.zr"  # a zstd_dict store's trained dictionary
 MANIFEST_FILE: Final = "shards.msgpack"
 LOCK_FILE: Final = "shards.lock"
 # Opens hold it shared, deletes exclusively (loaderx._store.shard_locks).

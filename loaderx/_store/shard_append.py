@@ -10,19 +10,17 @@ import os
 import shutil
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Final
 
 from loaderx._store.schema import write_schema
 from loaderx._store.shard_set import ShardSet
 from loaderx._os.folder_swap import fsync_folder
-from loaderx._store.layout import TOP_LEVEL, manifest_path
+from loaderx._store.layout import DICT_FILE, TOP_LEVEL, manifest_path
 from loaderx._store.manifest import Manifest, read_manifest, write_manifest
 from loaderx._store.shard_commit import commit_shards_locked, settle_pending
 from loaderx._store.staging import discard_staging, remove_unlisted, staging_folder
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import StoreFullError, StoreLockedError
 
-_DICT_FILE: Final = "dict.zr"
 
 # Writes records [begin, end) of the caller's batch into a store; returns the first's index.
 RecordWriter = Callable[[Zrecord, int, int], int]
@@ -173,9 +171,9 @@ class ShardAppender:
         try:
             write_schema(staged, shards.schema)
             if tail is not None:
-                dictionary = os.path.join(tail.path, _DICT_FILE)
+                dictionary = os.path.join(tail.path, DICT_FILE)
                 if os.path.isfile(dictionary):
-                    shutil.copyfile(dictionary, os.path.join(staged, _DICT_FILE))
+                    shutil.copyfile(dictionary, os.path.join(staged, DICT_FILE))
             Zrecord(staged, create=True, codec=shards.schema.codec).close()
         except BaseException:
             discard_staging(staged)

@@ -21,12 +21,11 @@ from typing import Any, Final
 
 import msgpack
 
-from loaderx._store.layout import META_FILE
+from loaderx._store.layout import DICT_FILE, META_FILE
 
 SUMS_FILE: Final = "sums.zr"
 _SCHEMA_FILE: Final = "schema.msgpack"
 _SCHEMA_CHECKSUM_FIELD: Final = "checksum"
-_DICT_FILE: Final = "dict.zr"
 _DICT_TRAILER_MAGIC: Final = b"LXDC"
 _DICT_TRAILER_BYTES: Final = 16
 # A schema is a few hundred bytes; anything larger is not one (its reader refuses it).
@@ -45,7 +44,7 @@ def _schema_has_checksum(folder: str) -> bool:
 
 def _dict_has_trailer(folder: str) -> bool:
     try:
-        with open(os.path.join(folder, _DICT_FILE), "rb") as source:
+        with open(os.path.join(folder, DICT_FILE), "rb") as source:
             source.seek(0, os.SEEK_END)
             if source.tell() < _DICT_TRAILER_BYTES:
                 return False

@@ -61,6 +61,32 @@ def test_too_few_records_for_a_dictionary_are_refused_before_any_worker(tmp_path
     assert not (tmp_path / "ds").exists()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_records_zstd_cannot_train_on_are_refused_naming_the_destination(
+    tmp_path: Path, workers: int
+) -> None:
+    """Eight 1-byte records: zstd cannot train on them. With workers=2 that was a WorkerError
+    from inside a worker; both now raise ValueError naming the destination, not a hidden
+    staging folder, and the parallel conversion before any worker starts."""
+    with pytest.raises(ValueError, match="dictionary training") as refused:
+        from_numpy(tmp_path / "ds", np.arange(8, dtype=np.int8), codec="zstd_dict",
+                   workers=workers)
+    assert repr(str(tmp_path / "ds")) in str(refused.value)
+    assert "loaderx-part" not in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_every_shard_of_a_parallel_conversion_shares_one_dictionary(tmp_path: Path) -> None:
+    data = rows(205)
+    from_numpy(tmp_path / "ds", data, codec="zstd_dict", shard_records=100, workers=2)
+    dictionaries = {p.read_bytes() for p in (tmp_path / "ds").rglob("dict.zr")}
+    assert len(list((tmp_path / "ds").rglob("dict.zr"))) == 4 and len(dictionaries) == 1
+    with DenseDataset(tmp_path / "ds", readonly=True) as ds:
+        report = ds.verify()
+        assert report.bad_count == 0 and report.bad == []
+        assert ds[:].tobytes() == data.tobytes()
+
+
 def test_from_iterator_in_one_process_cuts_shards_of_shard_records(tmp_path: Path) -> None:
     records = [np.arange(i % 5, dtype=np.int32) * i for i in range(23)]
     assert from_iterator(tmp_path / "ds", records, codec="zstd", shard_records=10) == 23
