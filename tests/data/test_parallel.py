@@ -354,9 +354,13 @@ def test_append_with_overwrite_is_refused_before_anything_changes(tmp_path: Path
     np.testing.assert_array_equal(read_dense(path), np.arange(10))
 
 
-def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("next_one", ["parallel", "numpy in one process", "iterator"])
+def test_parts_left_by_a_killed_conversion_go_with_the_next_one(
+    tmp_path: Path, next_one: str
+) -> None:
     """A conversion's parts folder is locked while it runs; one whose lock is gone (its
-    process was killed) is removed by the next conversion to the same destination."""
+    process was killed) is removed by the next conversion to the same destination, parallel
+    or not (a conversion in one process left it before stop 57)."""
     from loaderx._os.folder_swap import FolderLock
 
     dead = tmp_path / ".c.loaderx-parts-dead0001"
@@ -375,12 +379,22 @@ def test_parts_left_by_a_killed_conversion_go_with_the_next_one(tmp_path: Path) 
     unmarked.mkdir()
     holder = FolderLock(str(tmp_path / ".c.loaderx-parts-live0001.live"), blocking=True)
     try:
-        assert from_numpy(str(tmp_path / "c"), np.arange(50, dtype=np.int64), workers=2) == 50
+        if next_one == "iterator":
+            records = [np.arange(i, dtype=np.int64) for i in range(50)]
+            assert from_iterator(str(tmp_path / "c"), records) == 50
+        else:
+            workers = 2 if next_one == "parallel" else 1
+            assert from_numpy(str(tmp_path / "c"), np.arange(50, dtype=np.int64),
+                              workers=workers) == 50
         assert not dead.exists()
         assert live.exists() and other.exists() and unmarked.exists()
     finally:
         holder.release()
-    np.testing.assert_array_equal(read_dense(str(tmp_path / "c")), np.arange(50))
+    if next_one == "iterator":
+        with RaggedDataset(str(tmp_path / "c")) as ragged:
+            assert all(np.array_equal(ragged[i], np.arange(i)) for i in range(50))
+    else:
+        np.testing.assert_array_equal(read_dense(str(tmp_path / "c")), np.arange(50))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".c.loaderx-parts-live0001", ".c.loaderx-parts-live0001.live",
         ".c.loaderx-parts-nomark01", ".cc.loaderx-parts-dead0002",

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from loaderx._data.converter import from_numpy
 from loaderx._data.dense import DenseDataset
+from loaderx._store.layout import SHARD_RECORDS_MAX
 from loaderx._store.schema import Codec
 from loaderx._store.zrecord import Zrecord
 
@@ -121,8 +122,13 @@ def work_convert(path: str, log: Log, draw: random.Random, generation: int) -> N
         generation += 1
         codecs: list[Codec] = ["raw", "zstd", "zstd", "zstd_dict"]
         codec = draw.choice(codecs)
+        # One process or two; shards of the default size or of 53 records (each worker's part
+        # then ends in a short shard, which a parallel zstd_dict conversion must handle).
+        workers = draw.choice([1, 1, 2])
+        shard_records = draw.choice([SHARD_RECORDS_MAX, SHARD_RECORDS])
         log.say("V", generation)
-        from_numpy(path, generation_of(generation), codec=codec, dict_size=4096, overwrite=True)
+        from_numpy(path, generation_of(generation), codec=codec, dict_size=4096, overwrite=True,
+                   workers=workers, shard_records=shard_records)
         log.say("v")
 
 
