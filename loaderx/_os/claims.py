@@ -126,8 +126,8 @@ def remove_dead(parent: str, name_prefix: str, claim_prefix: str) -> int:
         return 0
     try:
         names = os.listdir(parent)
-    except FileNotFoundError:
-        return 0
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return 0  # nothing here to clean; what the caller does next says what is wrong
     removed = 0
     for name in names:
         if name.startswith(claim_prefix):
