@@ -9,7 +9,6 @@ failed, interrupted or killed conversion leaves the old or the new destination, 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any, SupportsIndex
 
@@ -18,7 +17,6 @@ from numpy.typing import DTypeLike
 
 from loaderx._data.destination import check_append_or_overwrite
 from loaderx._data.parallel import from_iterator_parallel, from_numpy_parallel
-from loaderx._data.parallel_parts import remove_dead_staging
 from loaderx._data.progress import ProgressOption, check_progress
 from loaderx._data.serial import (
     CHUNK_BYTES_DEFAULT,
@@ -70,7 +68,6 @@ def from_numpy(
             local, array, codec, dict_size, chunk_bytes, False, progress, workers, False,
             shard_records, start_method))
     if workers == 1 and not append:
-        remove_dead_staging(os.path.abspath(path))  # a killed parallel conversion's parts
         return array_to_dataset(path, array, codec, dict_size, chunk_bytes, overwrite, progress,
                                 check_shard_records(shard_records))
     check_progress(progress)  # refused as in one process, though the workers show none
@@ -116,7 +113,6 @@ def from_iterator(
             local, iterable, codec, dtype, item_shape, chunk_bytes, False, progress, workers,
             False, shard_records, start_method))
     if workers is None and not append:
-        remove_dead_staging(os.path.abspath(path))  # a killed parallel conversion's parts
         return records_to_dataset(path, iterable, codec, dtype, item_shape, chunk_bytes,
                                   overwrite, progress, check_shard_records(shard_records))
     check_progress(progress)  # refused as in one process, though the workers show none

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from loaderx._os import claims
 from loaderx._os.folder_swap import StagedFolder
 from loaderx._store.schema import schema_path
 from loaderx._store.layout import META_FILE, manifest_path, shard_number
@@ -91,9 +92,30 @@ def check_destination(path: str, overwrite: bool) -> bool:
     return True
 
 
+def parts_prefix(final: str) -> str:
+    """The name prefix of a parallel conversion's parts folders beside final."""
+    return f".{os.path.basename(final)}.loaderx-parts-"
+
+
+def parts_claim_prefix(final: str) -> str:
+    """The name prefix of the claims those parts folders are taken under."""
+    return f".{os.path.basename(final)}.loaderx-claim-"
+
+
+def remove_dead_parts(final: str) -> int:
+    """Removes the parts folders beside final whose parallel conversion was killed (its claim
+    died with it); returns how many. Every conversion into final calls it, in one process or
+    in parallel, whichever the killed one was: nothing else ever would remove them. Where file
+    locks do not exist (Windows) a live folder looks the same: none is removed."""
+    return claims.remove_dead(os.path.dirname(final), parts_prefix(final),
+                              parts_claim_prefix(final))
+
+
 def stage_conversion(path: str, overwrite: bool) -> tuple[StagedFolder, bool]:
-    """A staging folder for path (after recovering any interrupted earlier conversion) and
-    whether an old store has to be replaced on commit."""
+    """A staging folder for path (after recovering any interrupted earlier conversion and
+    removing a killed parallel one's parts) and whether an old store has to be replaced on
+    commit."""
+    remove_dead_parts(os.path.abspath(path))
     staging = StagedFolder(path)
     try:
         replace = check_destination(staging.final, overwrite)
@@ -123,4 +145,5 @@ def write_in_place(path: str, overwrite: bool, write: Callable[[str], T]) -> T:
 
 
 __all__ = ["check_append_or_overwrite", "check_destination", "commit_conversion",
-           "stage_conversion", "write_in_place"]
+           "parts_claim_prefix", "parts_prefix", "remove_dead_parts", "stage_conversion",
+           "write_in_place"]

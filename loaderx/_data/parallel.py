@@ -40,8 +40,8 @@ from loaderx._data.serial import (
     check_chunk_bytes,
     dictionary_sample,
     records_to_dataset,
-    train_dictionary,
     refuse_dictionary,
+    train_dictionary,
 )
 from loaderx._data.dictionary_sample import check_trainable
 from loaderx._data.shard_budget import ShardBudget, check_shard_count, shards_held

@@ -10,7 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from loaderx._data.destination import write_in_place
+from loaderx._data.destination import (
+    parts_claim_prefix,
+    parts_prefix,
+    remove_dead_parts,
+    write_in_place,
+)
 from loaderx._os import claims
 from loaderx._store.schema import Schema, differences, read_schema
 from loaderx._store.shard_commit import commit_shards
@@ -20,14 +25,6 @@ from loaderx.errors import SchemaError
 Part = tuple[str, int]
 
 
-def _parts_prefix(final: str) -> str:
-    return f".{os.path.basename(final)}.loaderx-parts-"
-
-
-def _claim_prefix(final: str) -> str:
-    return f".{os.path.basename(final)}.loaderx-claim-"
-
-
 def make_staging(final: str) -> str:
     """A private folder beside final (same file system) for the parts of one conversion,
     claimed (loaderx._os.claims) until the conversion ends: end it with claims.discard.
@@ -35,14 +32,8 @@ def make_staging(final: str) -> str:
     The parts folders of conversions that were killed (their claim died with them) are removed
     first: nothing else ever would."""
     parent = os.path.dirname(final)
-    remove_dead_staging(final)
-    return claims.claim_folder(parent, _parts_prefix(final), _claim_prefix(final))
-
-
-def remove_dead_staging(final: str) -> int:
-    """Removes the parts folders beside final whose conversion is gone; returns how many.
-    Where file locks do not exist (Windows) a live folder looks the same: none is removed."""
-    return claims.remove_dead(os.path.dirname(final), _parts_prefix(final), _claim_prefix(final))
+    remove_dead_parts(final)
+    return claims.claim_folder(parent, parts_prefix(final), parts_claim_prefix(final))
 
 
 def part_folder(staging: str, job: int, piece: int) -> str:
@@ -95,4 +86,4 @@ def check_append_target(final: str, schema: Schema | None) -> None:
 
 
 __all__ = ["Part", "check_append_target", "common_schema", "make_staging", "part_folder",
-           "publish", "remove_dead_staging"]
+           "publish"]

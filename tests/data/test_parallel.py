@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import multiprocessing
 import os
 import re
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx.converter import from_iterator, from_numpy
+from loaderx.converter import from_arrow, from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import SchemaError, WorkerError
 from loaderx._data.parallel import split_ranges
@@ -354,48 +355,62 @@ def test_append_with_overwrite_is_refused_before_anything_changes(tmp_path: Path
     np.testing.assert_array_equal(read_dense(path), np.arange(10))
 
 
-@pytest.mark.parametrize("next_one", ["parallel", "numpy in one process", "iterator"])
+def _convert_next(parent: Path, next_one: str) -> None:
+    """Converts 50 records into parent/"c" the way next_one names, checking its count."""
+    c = str(parent / "c")
+    if next_one == "iterator":
+        assert from_iterator(c, [np.arange(i, dtype=np.int64) for i in range(50)]) == 50
+    elif next_one == "recode":
+        source = str(parent.parent / "source")
+        assert from_numpy(source, np.arange(50, dtype=np.int64), codec="raw") == 50
+        assert recode(source, c) == 50
+    elif next_one == "arrow":
+        pa: Any = importlib.import_module("pyarrow")  # the arrow extra, in the test env
+        assert from_arrow(pa.table({"c": np.arange(50, dtype=np.int64)}), str(parent)) == 50
+    else:
+        workers = 2 if next_one == "parallel" else 1
+        assert from_numpy(c, np.arange(50, dtype=np.int64), workers=workers) == 50
+
+
+@pytest.mark.parametrize(
+    "next_one", ["parallel", "numpy in one process", "iterator", "recode", "arrow"])
 def test_parts_left_by_a_killed_conversion_go_with_the_next_one(
     tmp_path: Path, next_one: str
 ) -> None:
     """A conversion's parts folder is locked while it runs; one whose lock is gone (its
-    process was killed) is removed by the next conversion to the same destination, parallel
-    or not (a conversion in one process left it before stop 57)."""
+    process was killed) is removed by the next conversion to the same destination, of
+    whatever kind (a conversion in one process left it before stop 57, a recode or an Arrow
+    conversion before stop 58)."""
     from loaderx._os.folder_swap import FolderLock
 
-    dead = tmp_path / ".c.loaderx-parts-dead0001"
+    parent = tmp_path / "out"  # from_arrow writes column c into parent/c
+    dead = parent / ".c.loaderx-parts-dead0001"
     (dead / "part-000000-000000").mkdir(parents=True)
     (dead / "part-000000-000000" / "0.zr").write_bytes(b"\0" * 4096)
-    (tmp_path / ".c.loaderx-parts-dead0001.live").touch()
-    (tmp_path / ".c.loaderx-parts-gone0001.live").touch()  # killed between marker and folder
-    (tmp_path / ".c.loaderx-claim-dead0003").touch()  # killed before its claim was renamed
-    live = tmp_path / ".c.loaderx-parts-live0001"
+    (parent / ".c.loaderx-parts-dead0001.live").touch()
+    (parent / ".c.loaderx-parts-gone0001.live").touch()  # killed between marker and folder
+    (parent / ".c.loaderx-claim-dead0003").touch()  # killed before its claim was renamed
+    live = parent / ".c.loaderx-parts-live0001"
     live.mkdir()
-    (tmp_path / ".c.loaderx-parts-live0001.live").touch()
-    other = tmp_path / ".cc.loaderx-parts-dead0002"  # another destination's: not ours to judge
+    (parent / ".c.loaderx-parts-live0001.live").touch()
+    other = parent / ".cc.loaderx-parts-dead0002"  # another destination's: not ours to judge
     other.mkdir()
-    (tmp_path / ".cc.loaderx-parts-dead0002.live").touch()
-    unmarked = tmp_path / ".c.loaderx-parts-nomark01"  # made another way: left alone
+    (parent / ".cc.loaderx-parts-dead0002.live").touch()
+    unmarked = parent / ".c.loaderx-parts-nomark01"  # made another way: left alone
     unmarked.mkdir()
-    holder = FolderLock(str(tmp_path / ".c.loaderx-parts-live0001.live"), blocking=True)
+    holder = FolderLock(str(parent / ".c.loaderx-parts-live0001.live"), blocking=True)
     try:
-        if next_one == "iterator":
-            records = [np.arange(i, dtype=np.int64) for i in range(50)]
-            assert from_iterator(str(tmp_path / "c"), records) == 50
-        else:
-            workers = 2 if next_one == "parallel" else 1
-            assert from_numpy(str(tmp_path / "c"), np.arange(50, dtype=np.int64),
-                              workers=workers) == 50
+        _convert_next(parent, next_one)
         assert not dead.exists()
         assert live.exists() and other.exists() and unmarked.exists()
     finally:
         holder.release()
     if next_one == "iterator":
-        with RaggedDataset(str(tmp_path / "c")) as ragged:
+        with RaggedDataset(str(parent / "c")) as ragged:
             assert all(np.array_equal(ragged[i], np.arange(i)) for i in range(50))
     else:
-        np.testing.assert_array_equal(read_dense(str(tmp_path / "c")), np.arange(50))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        np.testing.assert_array_equal(read_dense(str(parent / "c")), np.arange(50))
+    assert sorted(p.name for p in parent.iterdir()) == [
         ".c.loaderx-parts-live0001", ".c.loaderx-parts-live0001.live",
         ".c.loaderx-parts-nomark01", ".cc.loaderx-parts-dead0002",
         ".cc.loaderx-parts-dead0002.live", "c",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loaderx._data.parallel_parts import remove_dead_staging
+from loaderx._data.destination import remove_dead_parts
 from loaderx._os import folder_swap as commit
 from loaderx._data.dense import DenseDataset
 from loaderx._store.delete_journal import JOURNAL_FILE
@@ -128,7 +128,7 @@ def check_conversion(path: str, acknowledged: int, lines: list[list[str]]) -> in
             commit.recover(path)
             # What the next conversion of either kind does first: a killed parallel
             # conversion's parts folder goes.
-            remove_dead_staging(os.path.abspath(path))
+            remove_dead_parts(os.path.abspath(path))
             parent = os.path.dirname(os.path.abspath(path))
             hidden = [n for n in os.listdir(parent) if ".loaderx-" in n]
             if hidden:
