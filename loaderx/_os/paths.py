@@ -81,10 +81,17 @@ def write_file_atomically(path: str, data: bytes) -> None:
     writers never share a temporary file). Syncing the folder is the caller's choice."""
     tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        with descriptors.open_binary(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with descriptors.open_binary(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            if exc.filename is not None or exc.errno is None:
+                raise
+            # A write, flush or fsync error names no file (a full disk says only "No space
+            # left on device"): say which file, keeping the errno and so the subclass.
+            raise OSError(exc.errno, exc.strerror, path) from exc
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -31,6 +31,7 @@ import loaderx._data.column_append
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.ray import LoaderxDatasink, read_dataset, recover_appends, write_dataset
+from small_disks import mounted_tmpfs
 from loaderx.shards import SHARD_RECORDS_MAX, read_manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -297,18 +298,8 @@ def sink_rows(path: str) -> int:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 8 MiB tmpfs (the tests run as root, here and in CI)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs at {mount}: {result.stderr.strip()} -- the "
-                    "full-disk test needs root (mount) and is not skipped")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "size=8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_an_append_on_a_full_disk_lands_in_every_column_or_none(small_disk: Path) -> None:

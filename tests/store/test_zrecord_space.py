@@ -3,7 +3,6 @@ files cut short are corrupt (never a crash), and opening beside a busy writer se
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -20,6 +19,7 @@ import pytest
 from loaderx.dataset import DenseDataset
 from loaderx._store.schema import Codec
 from loaderx.zrecord import RECORD_COUNT_MAX, Zrecord
+from small_disks import leave_free, mounted_tmpfs
 
 MIB = 1 << 20
 # A chunk file grows in steps of an eighth of its size, from 1 MiB up to 64 MiB, while a writer
@@ -256,38 +256,15 @@ def test_a_truncated_chunk_is_corrupt_never_a_signal(tmp_path: Path, codec: Code
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 16 MiB tmpfs (the tests run as root, here and in CI)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        pytest.fail(
-            f"cannot mount a 16 MiB tmpfs at {mount}: {result.stderr.strip()} -- the full-disk "
-            "tests need root (mount) and are not skipped"
-        )
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "size=16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.fixture
 def few_inodes(tmp_path: Path) -> Iterator[Path]:
-    """A real tmpfs with room for bytes but only 64 inodes (files and folders)."""
-    mount = tmp_path / "inodes"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m,nr_inodes=64", "tmpfs", str(mount)],
-        capture_output=True, text=True,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs at {mount}: {result.stderr.strip()} (needs root)")
-    try:
+    """Room for bytes but only 64 inodes (files and folders)."""
+    with mounted_tmpfs(tmp_path / "inodes", "size=16m,nr_inodes=64") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def fill_inodes(folder: Path) -> list[Path]:
@@ -453,7 +430,7 @@ def test_a_delete_over_several_shards_on_a_full_disk_is_all_or_nothing(small_dis
             ds.append(data)
         manifest = Path(manifest_path(str(path))).read_bytes()
         listing = _without_locks(path)
-        filler = _leave_free(small_disk, free)
+        filler = leave_free(small_disk, free)
         try:
             with DenseDataset(path, shard_records=capacity) as ds:
                 try:
@@ -534,16 +511,6 @@ def test_opening_while_another_process_appends(tmp_path: Path, codec: Codec) -> 
         assert np.array_equal(ids, np.arange(len(store), dtype=np.uint64))
 
 
-def _leave_free(mount: Path, free: int) -> Path:
-    """Fills the file system until only about `free` bytes are left; returns the filler."""
-    filler = mount / "filler"
-    stats = os.statvfs(mount)
-    with open(filler, "wb") as out:
-        with contextlib.suppress(OSError):
-            out.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - free))
-    return filler
-
-
 def test_a_delete_that_runs_out_of_space_leaves_no_redo_log(small_disk: Path) -> None:
     """A delete whose redo log cannot be written (a full disk) changes nothing and leaves no
     log behind (one left would make every read-only open refuse the store as if a crash had
@@ -557,7 +524,7 @@ def test_a_delete_that_runs_out_of_space_leaves_no_redo_log(small_disk: Path) ->
         shutil.rmtree(path, ignore_errors=True)
         with DenseDataset(path, dtype=np.int64, codec="raw") as ds:
             ds.append(data)
-        filler = _leave_free(small_disk, free)
+        filler = leave_free(small_disk, free)
         with DenseDataset(path) as ds:
             try:
                 ds.delete(targets)
