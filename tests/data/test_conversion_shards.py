@@ -7,6 +7,10 @@ and with workers=2 a part of 103 records cut into 100 + 3 failed in its worker, 
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +19,8 @@ import pytest
 from loaderx._store.schema import Codec
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import WorkerError
+from small_disks import leave_free, mounted_tmpfs
 
 
 def rows(count: int) -> np.ndarray:
@@ -104,3 +110,49 @@ def test_a_bad_shard_records_is_refused_in_one_process_too(tmp_path: Path) -> No
     with pytest.raises(TypeError, match="shard_records must be an int"):
         from_iterator(tmp_path / "r", [np.arange(3)], shard_records=2.5)  # type: ignore[arg-type]
     assert not (tmp_path / "ds").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted_tmpfs(tmp_path / "disk", "size=16m") as mount:
+        yield mount
+
+
+def _no_space(error: BaseException) -> bool:
+    """Whether error is the disk running out: ENOSPC here, or a worker's, reported by name."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return isinstance(error, WorkerError) and f"[Errno {errno.ENOSPC}]" in str(error)
+
+
+def test_a_parallel_zstd_dict_conversion_on_a_full_disk_is_all_or_nothing(
+    small_disk: Path,
+) -> None:
+    """The shared dictionary is written before any worker starts, then copied into every
+    shard: wherever the disk fills (the dictionary, a worker's shard, a worker's copy of the
+    dictionary) the conversion raises ENOSPC and leaves no destination and no hidden folder;
+    where it fits, every record reads back."""
+    data = np.random.default_rng(11).integers(0, 64, size=(3000, 256), dtype=np.uint8)
+    outcomes = []
+    for free in (0, 8 << 10, 16 << 10, 64 << 10, 192 << 10, 512 << 10, 1 << 20, 2 << 20,
+                 15 << 20):
+        filler = leave_free(small_disk, free)
+        destination = small_disk / "ds"
+        try:
+            count = from_numpy(destination, data, codec="zstd_dict", workers=2,
+                               shard_records=400)
+        except (OSError, WorkerError) as error:
+            assert _no_space(error), f"free {free}: {error!r}"
+            assert sorted(os.listdir(small_disk)) == ["filler"], f"free {free}"
+            outcomes.append(f"refused {type(error).__name__}")
+        else:
+            assert count == 3000
+            with DenseDataset(destination, readonly=True) as ds:
+                np.testing.assert_array_equal(ds[:], data)
+                assert [e["records"] for e in ds.shard_stats()] == [400, 400, 400, 300] * 2
+            shutil.rmtree(destination)
+            outcomes.append("written")
+        filler.unlink()
+    # The sweep fills the disk in the calling process (the store, its schema, the dictionary),
+    # in a worker (a shard, its copy of the dictionary) and not at all: each branch ran.
+    assert set(outcomes) == {"refused OSError", "refused WorkerError", "written"}, outcomes
