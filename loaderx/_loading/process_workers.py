@@ -21,7 +21,8 @@ worker's traceback text), and the step counts as taken. A worker that dies (a si
 is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
 and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
 only; they leave when their pipe closes (the consumer closed, or died). close() and garbage
-collection stop the workers and unlink every slot file.
+collection stop the workers and unlink every slot file, also when a second Ctrl-C cuts close()
+short.
 
 Left interpreted: the per-step work in the consumer is a pipe message and a few NumPy views.
 """
@@ -155,29 +156,39 @@ class _Workers:
     def stop(self) -> None:
         if os.getpid() != self.owner:
             return
-        for pipe in self.pipes:
-            try:
-                pipe.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            pipe.close()
-        # One deadline for all: a worker busy in a long transform is killed, not waited for.
-        deadline = time.monotonic() + _JOIN_SECONDS
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join()
-            process.close()
-        self.processes = []
-        self.pipes = []
-        for slot in range(len(self.maps)):
-            self.files.unlink(slot)
-            try:
-                self.maps[slot].close()
-            except BufferError:
-                pass  # the consumer still holds arrays over it: they stay valid until dropped
-        self.maps = []
+        try:
+            for pipe in self.pipes:
+                try:
+                    pipe.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+            # One deadline for all: a worker busy in a long transform is killed, not waited for.
+            deadline = time.monotonic() + _JOIN_SECONDS
+            for process in self.processes:
+                process.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            # Also when a second Ctrl-C cuts the wait short: the finaliser that called this runs
+            # only once, so whatever is left here would stay (workers until exit, files for
+            # good). What follows does not wait (the kill is a signal, the join then prompt).
+            self.files.unlink_all()
+            for pipe in self.pipes:
+                pipe.close()
+            self.pipes = []
+            for process in self.processes:
+                try:
+                    if process.is_alive():
+                        process.kill()
+                    process.join()
+                    process.close()
+                except ValueError:
+                    pass  # closed by an earlier stop that an interrupt cut short
+            self.processes = []
+            for memory in self.maps:
+                try:
+                    memory.close()
+                except BufferError:
+                    pass  # the consumer still holds arrays over it: they stay valid until dropped
+            self.maps = []
 
 
 def _references(maps: list[Any], slot: int) -> int:

@@ -98,11 +98,15 @@ class SlotFiles:
         finally:
             os.close(fd)
 
-    def unlink(self, slot: int) -> None:
-        try:
-            os.unlink(self.path(slot))
-        except FileNotFoundError:
-            pass
+    def unlink_all(self) -> None:
+        """Removes every slot file of the ring, found by name: also one whose creation an
+        interrupt (Ctrl-C) cut short before the consumer recorded it."""
+        folder, name = os.path.split(self.prefix)
+        for path in Path(folder).glob(f"{name}-*"):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
 
 
 def write_batch(layout: Layout, memory: mmap.mmap, batch: Mapping[str, Any]) -> None:

@@ -289,3 +289,27 @@ def test_forked_child_leaves_the_parents_workers_alone(streams: dict[str, DenseD
         assert "forked child" in answers.get(timeout=1)
         got += [{k: v.copy() for k, v in next(loader).items()} for _ in range(3)]
     assert_same(expected, got)
+
+
+# --- faults found by running the loader harder (each failed before its fix) ---------------
+
+
+def test_interrupted_close_leaves_nothing(streams: dict[str, DenseDataset],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C while close() waits for a busy worker: the finaliser runs only once, and
+    the cut-short close left that worker running and every /dev/shm file in place."""
+    from loaderx._loading import process_workers  # private: to make close() wait long enough
+
+    monkeypatch.setattr(process_workers, "_JOIN_SECONDS", 60.0)
+    loader = DataLoader(streams, batch_size=10, transform=sleeps, worker_type="process",
+                        workers=2)
+    next(loader)
+    previous = signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # lands while close() waits for a worker
+        with pytest.raises(KeyboardInterrupt):
+            loader.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert loader.closed  # and no_leaks finds no process and no file
