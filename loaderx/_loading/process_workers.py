@@ -20,9 +20,11 @@ Faults: an exception in a worker is raised by the next() for its step (WorkerErr
 worker's traceback text), and the step counts as taken. A worker that dies (a signal, os._exit)
 is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
 and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
-only; they leave when their pipe closes (the consumer closed, or died). close() and garbage
-collection stop the workers and unlink every slot file, also when a second Ctrl-C cuts close()
-short.
+only; they leave when their pipe closes (the consumer closed, or died). An interrupt that
+lands while an answer is read or booked may lose it, so the next next() starts new workers at
+the next step rather than wait for it. close() from another thread makes a waiting next()
+raise StopIteration. close() and garbage collection stop the workers and unlink every slot
+file, also when a second Ctrl-C cuts close() short.
 
 Left interpreted: the per-step work in the consumer is a pipe message and a few NumPy views.
 """
@@ -191,6 +193,18 @@ class _Workers:
             self.maps = []
 
 
+class _Rings:
+    """Every ring a ProcessSteps started (a new one after an interrupted next()): what its
+    finaliser stops. Holds nothing of the ProcessSteps, so it can be collected."""
+
+    def __init__(self) -> None:
+        self.all: list[_Workers] = []
+
+    def stop(self) -> None:
+        for workers in self.all:
+            workers.stop()
+
+
 def _references(maps: list[Any], slot: int) -> int:
     return sys.getrefcount(maps[slot])
 
@@ -215,6 +229,8 @@ class ProcessSteps:
         self._recipe = recipe
         self._depth = depth
         self._reuse = reuse_buffers
+        self._count = count
+        self._method = start_method
         self.next_step = first_step
         self._asked = first_step
         self._failed: str | None = None
@@ -222,24 +238,36 @@ class ProcessSteps:
         first = recipe.maker(first_step).make(first_step)
         self._layout = Layout(first)
         self._first: Batch | None = first
+        self._rings = _Rings()
+        self._finalizer = weakref.finalize(self, self._rings.stop)
+        self._unsure = False
+        self._start_workers(first_step + 1)
+
+    def _start_workers(self, step: int) -> None:
+        """A new ring of slots and new workers, sent steps from `step` on."""
         files = SlotFiles(SlotFiles.new_prefix(), self._layout.size)
-        self._workers = _Workers(files)
-        self._finalizer = weakref.finalize(self, self._workers.stop)
+        workers = _Workers(files)
+        self._rings.all.append(workers)  # first: close() stops it, however far this gets
+        self._workers = workers
         self._holding: list[int] = []  # per slot: the step written or being written, -1 none
-        self._issued = first_step + 1  # the next step to send to a worker
+        self._issued = step  # the next step to send to a worker
         self._pending: dict[int, int] = {}  # step -> slot, sent and not yet back
         self._done: dict[int, tuple[int, str | None]] = {}  # step -> (slot, error text)
-        context: Any = multiprocessing.get_context(start_method)
-        for index in range(count):
+        context: Any = multiprocessing.get_context(self._method)
+        for index in range(self._count):
             here, there = context.Pipe()
             process = context.Process(
-                target=_worker_main, args=(recipe, self._layout, files.prefix, there),
+                target=_worker_main, args=(self._recipe, self._layout, files.prefix, there),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
             process.start()
             there.close()
             self._workers.processes.append(process)
             self._workers.pipes.append(here)
+        # True while an answer is taken from a pipe, a step is booked as sent or taken, or
+        # workers start: an exception there (Ctrl-C, or any signal handler's) leaves the books
+        # unsure, and the next next() starts new workers (__next__).
+        self._unsure = False
         self._issue()
 
     # --- the Prefetcher's interface -------------------------------------------------------
@@ -264,25 +292,44 @@ class ProcessSteps:
             raise WorkerError(self._failed)
         if self.closed:
             raise StopIteration
+        if self._unsure:
+            # An exception (Ctrl-C) landed while an answer was read or a step booked: an
+            # answer may be lost or half read, and waiting for it would hang. Start new
+            # workers at the next step instead (the batch being returned may be lost).
+            old = self._workers
+            self._start_workers(self.next_step + (self._first is not None))
+            old.stop()
+            self._rings.all.remove(old)
         step = self.next_step
         self._asked = step
         first = self._first
         if first is not None:
+            self._unsure = True
             self._first = None
             self.next_step = step + 1
+            self._unsure = False
             self._issue()
             return first
         self._issue()
         while step not in self._done:
+            if self.closed:
+                raise StopIteration  # close() from another thread, or a signal handler
             self._receive()
+        self._unsure = True
         slot, error = self._done.pop(step)
         self.next_step = step + 1
+        self._unsure = False
         if error is not None:
             self._holding[slot] = -1
             self._issue()
             raise WorkerError(f"the transform failed in a worker process at step {step}:\n"
                               f"{error}")
-        batch = read_batch(self._layout, self._workers.maps[slot])
+        try:
+            batch = read_batch(self._layout, self._workers.maps[slot])
+        except (IndexError, ValueError):
+            if self.closed:
+                raise StopIteration from None  # closed by another thread meanwhile
+            raise
         self._issue()
         return batch
 
@@ -315,19 +362,35 @@ class ProcessSteps:
     def _issue(self) -> None:
         """Sends steps to the workers, round robin, up to depth steps ahead of the consumer."""
         workers = self._workers
-        while self._issued < self.next_step + self._depth:
+        while self._issued < self.next_step + self._depth and not self.closed:
             step = self._issued
+            pipe = workers.pipes[step % len(workers.pipes)]
+            self._unsure = True
             slot = self._free_slot()
             self._holding[slot] = step
             self._pending[step] = slot
-            workers.pipes[step % len(workers.pipes)].send((step, slot))
+            try:
+                pipe.send((step, slot))
+            except OSError:
+                # Its worker died (or close() ran meanwhile). Not raised here, where next() may
+                # hold a batch to return: the wait for a step this worker owes notices the
+                # death by its sentinel and raises WorkerError.
+                self._unsure = False
+                return
             self._issued = step + 1
+            self._unsure = False
 
     def _receive(self) -> None:
         """Waits for any worker's answer (or death); interruptible by Ctrl-C."""
         workers = self._workers
-        sentinels = {process.sentinel: index for index, process in enumerate(workers.processes)}
-        ready = multiprocessing.connection.wait([*workers.pipes, *sentinels], timeout=0.5)
+        try:
+            sentinels = {process.sentinel: i for i, process in enumerate(workers.processes)}
+            ready = multiprocessing.connection.wait([*workers.pipes, *sentinels], timeout=0.5)
+        except (OSError, ValueError):
+            if self.closed:  # close() from another thread closed the pipes and processes
+                raise StopIteration from None
+            raise
+        self._unsure = True
         for item in ready:
             if isinstance(item, int):
                 continue  # a sentinel: its process's exit code says why, below
@@ -338,9 +401,15 @@ class ProcessSteps:
             step, slot, error = answer
             self._pending.pop(step, None)
             self._done[step] = (slot, error)
-        for process in workers.processes:
-            if process.exitcode is not None:
-                self._die(process)
+        self._unsure = False
+        try:
+            dead = [process for process in workers.processes if process.exitcode is not None]
+        except ValueError:
+            if self.closed:  # close() from another thread closed the process objects
+                raise StopIteration from None
+            raise
+        for process in dead:
+            self._die(process)
 
     def _die(self, process: Any) -> None:
         code = process.exitcode

@@ -294,6 +294,109 @@ def test_forked_child_leaves_the_parents_workers_alone(streams: dict[str, DenseD
 # --- faults found by running the loader harder (each failed before its fix) ---------------
 
 
+def test_worker_dead_before_a_step_is_sent_raises_worker_error(
+        streams: dict[str, DenseDataset]) -> None:
+    """next() that sends a step to a dead worker's closed pipe raised BrokenPipeError (and lost
+    the batch it was returning); now that batch comes back, and the wait for a step the dead
+    worker owes raises WorkerError."""
+    expected = batches(DataLoader(streams, batch_size=10, seed=6), 1)
+    loader = DataLoader(streams, batch_size=10, seed=6, worker_type="process", workers=2,
+                        prefetch=2)
+    victim = loader._prefetcher._workers.processes[0]  # type: ignore[attr-defined]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join()
+    # Step 0 was made here; this next() sends step 2 to worker 0, the dead one.
+    assert_same([next(loader)], expected)
+    with pytest.raises(WorkerError, match="killed by signal SIGKILL"):
+        next(loader)
+    assert loader.closed
+
+
+def _close_while_waiting(loader: DataLoader, outcome: list[str]) -> None:
+    try:
+        next(loader)
+        next(loader)  # its worker sleeps: close() lands while this waits
+        outcome.append("a batch")
+    except StopIteration:
+        outcome.append("StopIteration")
+    except BaseException as error:
+        outcome.append(f"{type(error).__name__}: {error}")
+
+
+def test_close_from_another_thread_ends_a_waiting_next(streams: dict[str, DenseDataset]) -> None:
+    """As with threads, close() from another thread makes a waiting next() raise StopIteration:
+    it raised OSError ('handle is closed') or ValueError, or waited for ever on no pipes."""
+    import threading
+
+    loader = DataLoader(streams, batch_size=10, transform=sleeps, worker_type="process",
+                        workers=2)
+    outcome: list[str] = []
+    consumer = threading.Thread(target=_close_while_waiting, args=(loader, outcome))
+    consumer.start()
+    time.sleep(0.5)  # not a check: lets the consumer reach its wait, where the bug was
+    loader.close()
+    consumer.join(60)
+    assert outcome == ["StopIteration"]
+
+
+class _AnswerThenInterrupt:
+    """A worker's pipe whose first answer is read and then lost to a Ctrl-C, as when an
+    interrupt lands between reading an answer and booking it."""
+
+    def __init__(self, pipe: Any, fired: list[bool]) -> None:
+        self._pipe = pipe
+        self._fired = fired
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def fileno(self) -> int:
+        return int(self._pipe.fileno())
+
+    def recv(self) -> Any:
+        answer = self._pipe.recv()
+        if not self._fired:
+            self._fired.append(True)
+            raise KeyboardInterrupt
+        return answer
+
+
+def test_interrupt_that_loses_an_answer_does_not_hang(streams: dict[str, DenseDataset]) -> None:
+    """Iterating on after a Ctrl-C returns every later batch in step order: an interrupt that
+    lost a worker's answer made the next next() wait for it for ever."""
+    import threading
+
+    args: dict[str, Any] = dict(batch_size=16, transform=augment, seed=8)
+    expected = batches(DataLoader(streams, **args), 12)
+    loader = DataLoader(streams, **args, worker_type="process", workers=2)
+    steps = loader._prefetcher
+    got = [(loader.step, {k: v.copy() for k, v in next(loader).items()}) for _ in range(2)]
+    fired: list[bool] = []
+    workers = steps._workers  # type: ignore[attr-defined]
+    workers.pipes = [_AnswerThenInterrupt(pipe, fired) for pipe in workers.pipes]
+    # Not a check: ends a hang (the bug) with a WorkerError instead of blocking the suite.
+    def kill_workers() -> None:
+        for process in workers.processes:
+            os.kill(process.pid, signal.SIGKILL)
+
+    killer = threading.Timer(60, kill_workers)
+    killer.start()
+    try:
+        while len(got) < 10:
+            step = loader.step
+            try:
+                got.append((step, {k: v.copy() for k, v in next(loader).items()}))
+            except KeyboardInterrupt:
+                pass
+    finally:
+        killer.cancel()
+        loader.close()
+    assert fired
+    assert [step for step, _ in got] == sorted({step for step, _ in got})
+    for step, batch in got:
+        assert_same([batch], [expected[step]])
+
+
 def test_interrupted_close_leaves_nothing(streams: dict[str, DenseDataset],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A second Ctrl-C while close() waits for a busy worker: the finaliser runs only once, and
