@@ -20,11 +20,13 @@ Faults: an exception in a worker is raised by the next() for its step (WorkerErr
 worker's traceback text), and the step counts as taken. A worker that dies (a signal, os._exit)
 is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
 and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
-only; they leave when their pipe closes (the consumer closed, or died). An interrupt that
-lands while an answer is read or booked may lose it, so the next next() starts new workers at
-the next step rather than wait for it. close() from another thread makes a waiting next()
-raise StopIteration. close() and garbage collection stop the workers and unlink every slot
-file, also when a second Ctrl-C cuts close() short.
+only; they leave when their pipe closes (the consumer closed, or died; a worker started with
+fork first closes its copies of the consumer's pipe ends). An interrupt that lands while an
+answer is read or booked may lose it, so the next next() starts new workers at the next step
+rather than wait for it. close() from another thread makes a waiting next() raise
+StopIteration. close() and garbage collection stop the workers and unlink every slot file,
+also when a second Ctrl-C cuts close() short. A child forked from the consumer with os.fork()
+drops the workers from multiprocessing's children, whose exit hook would stop them.
 
 Left interpreted: the per-step work in the consumer is a pipe message and a few NumPy views.
 """
@@ -97,10 +99,16 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any) -> None:
+def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any,
+                 consumer_ends: list[Any]) -> None:
     """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
     text or None) out, until its pipe closes or says None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
+    # With the fork start method this process has copies of the consumer's ends of its own pipe
+    # and of the pipes of the workers started before it. Held here, they would keep those pipes
+    # open after the consumer dies, and the workers would wait on them for ever.
+    for end in consumer_ends:
+        end.close()
     files = SlotFiles(prefix, layout.size)
     maps: dict[int, Any] = {}
     maker = recipe.maker(0)
@@ -193,6 +201,10 @@ class _Workers:
             self.maps = []
 
 
+# The worker processes of every live ring in this process.
+_ALL_WORKERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 class _Rings:
     """Every ring a ProcessSteps started (a new one after an interrupted next()): what its
     finaliser stops. Holds nothing of the ProcessSteps, so it can be collected."""
@@ -203,6 +215,19 @@ class _Rings:
     def stop(self) -> None:
         for workers in self.all:
             workers.stop()
+
+
+def _forget_workers_in_child() -> None:
+    """In a child forked from the consumer (os.fork), drops the parent's workers from
+    multiprocessing's list of children. Left there, that child's exit (multiprocessing's atexit
+    hook) would send them SIGTERM and wait for them, killing the parent's loader."""
+    children: set[Any] = getattr(multiprocessing.process, "_children", set())
+    children.difference_update(_ALL_WORKERS)
+    _ALL_WORKERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
 def _references(maps: list[Any], slot: int) -> int:
@@ -256,12 +281,16 @@ class ProcessSteps:
         context: Any = multiprocessing.get_context(self._method)
         for index in range(self._count):
             here, there = context.Pipe()
+            # A forked worker closes its copies of the consumer's pipe ends (_worker_main);
+            # spawn and forkserver copy none (and could not be sent them).
+            ends = [*self._workers.pipes, here] if self._method == "fork" else []
             process = context.Process(
-                target=_worker_main, args=(self._recipe, self._layout, files.prefix, there),
+                target=_worker_main, args=(self._recipe, self._layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
             process.start()
             there.close()
+            _ALL_WORKERS.add(process)
             self._workers.processes.append(process)
             self._workers.pipes.append(here)
         # True while an answer is taken from a pipe, a step is booked as sent or taken, or

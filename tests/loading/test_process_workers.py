@@ -416,3 +416,86 @@ def test_interrupted_close_leaves_nothing(streams: dict[str, DenseDataset],
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert loader.closed  # and no_leaks finds no process and no file
+
+
+_FORK_CHILD_EXITS = """
+import os, sys
+import numpy as np
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+
+if __name__ == "__main__":
+    streams = {"label": DenseDataset(sys.argv[1])}
+    expected = [next(l)["label"].copy() for l in [DataLoader(streams, batch_size=10)]
+                for _ in range(12)]
+    loader = DataLoader(streams, batch_size=10, worker_type="process", workers=2)
+    got = [next(loader)["label"].copy() for _ in range(2)]
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a normal exit: the interpreter runs its atexit hooks
+    os.waitpid(pid, 0)
+    got += [next(loader)["label"].copy() for _ in range(10)]
+    loader.close()
+    print(all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 12)
+"""
+
+
+def test_os_fork_child_exit_leaves_the_workers_alone(streams: dict[str, DenseDataset]) -> None:
+    """A child forked with os.fork() that exits normally ran multiprocessing's atexit hook,
+    which sent the parent's workers SIGTERM: the parent's next() raised WorkerError."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _FORK_CHILD_EXITS, streams["label"].path],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True\n", result.stderr
+
+
+_FORK_STARTED_CONSUMER = """
+import sys, time
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+
+loader = DataLoader({"label": DenseDataset(sys.argv[1])}, batch_size=10,
+                    worker_type="process", workers=2, start_method="fork")
+next(loader)
+print(*[p.pid for p in loader._prefetcher._workers.processes], flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_fork_started_workers_leave_with_a_killed_consumer(
+        streams: dict[str, DenseDataset]) -> None:
+    """Workers started with fork held copies of the consumer's ends of the pipes, so the
+    consumer's death never closed them: killed, it left its workers running for good."""
+    import subprocess
+    import sys
+
+    consumer = subprocess.Popen([sys.executable, "-c", _FORK_STARTED_CONSUMER,
+                                 streams["label"].path], stdout=subprocess.PIPE, text=True,
+                                cwd=Path(__file__).resolve().parents[2])
+    assert consumer.stdout is not None
+    workers = [int(pid) for pid in consumer.stdout.readline().split()]
+    assert len(workers) == 2
+    consumer.kill()
+    consumer.wait()
+    try:
+        deadline = time.monotonic() + 60  # a bound on the wait, not a check of its length
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_running(pid) for pid in workers)
+    finally:
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        for leftover in SHM.glob(f"loaderx-{consumer.pid}-*"):  # a killed consumer's (docs)
+            leftover.unlink()
