@@ -441,7 +441,14 @@ class ProcessSteps:
             self._die(process)
 
     def _die(self, process: Any) -> None:
-        code = process.exitcode
+        try:
+            code = process.exitcode
+        except ValueError:
+            code = None  # the process object is closed: only close() does that
+        if code is None or self.closed:
+            # close() from another thread killed (and maybe closed) the workers while this
+            # thread waited: an end of iteration, not a worker's death.
+            raise StopIteration
         how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
                else f"exited with code {code} (its own error, if any, is on stderr above)")
         self._failed = (
