@@ -84,14 +84,29 @@ class _Range:
 _COMPLETE_CHECK_EVERY: Final = 256
 
 
-def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
-    """The shared eviction counter (8 bytes, created zero)."""
+def _sized_and_allocated(path: str, size: int, grow_only: bool = False) -> None:
+    """Makes the file `size` bytes long (at least, with grow_only) with every block allocated.
+    The state files are memory-mapped and written through the mapping: a page with no block
+    behind it (ftruncate makes holes) needs one at its first write (and on tmpfs at its first
+    read), and on a full disk the kernel answers that fault with SIGBUS, which kills the
+    process. Allocated here, a full disk is an OSError naming the file, raised at open."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if os.fstat(fd).st_size < 8:
-            os.ftruncate(fd, 8)
+        length = os.fstat(fd).st_size
+        if length < size or (length != size and not grow_only):
+            os.ftruncate(fd, size)
+        if size:
+            os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        raise OSError(exc.errno, f"allocating the cache's state file {path!r}: "
+                      f"{os.strerror(exc.errno or 0)}", path) from exc
     finally:
         os.close(fd)
+
+
+def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
+    """The shared eviction counter (8 bytes, created zero)."""
+    _sized_and_allocated(path, 8, grow_only=True)
     # A plain ndarray view of the mapping: np.memmap's own indexing is a Python method, and
     # this counter is read twice a batch.
     return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,)).view(np.ndarray)
@@ -164,12 +179,7 @@ class Fetcher:
 
     def _state_file(self, number: int, store: StoreRecords) -> npt.NDArray[np.uint8]:
         path = os.path.join(self._replica.state, f"{number}.present")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(fd).st_size != store.length:
-                os.ftruncate(fd, store.length)  # new: all zero, nothing present
-        finally:
-            os.close(fd)
+        _sized_and_allocated(path, store.length)  # new: all zero, nothing present
         if store.length == 0:
             return np.zeros(0, dtype=np.uint8)  # nothing to map (mmap refuses an empty file)
         return np.memmap(path, dtype=np.uint8, mode="r+", shape=(store.length,)).view(np.ndarray)
