@@ -88,7 +88,11 @@ def refuse_existing(store: ObjectStore, append: bool, overwrite: bool) -> None:
 
 
 def _dataset_there(store: ObjectStore) -> bool:
-    for name in (MANIFEST_FILE, SCHEMA_FILE, "meta.zr"):
+    """Whether readers see a dataset: its manifest, or the meta.zr of a single store uploaded
+    as a folder. A schema.msgpack alone is not one: a writer uploads it just before the
+    manifest, so a writer killed or failing between the two leaves it, and the URL must then
+    take a new dataset as if that writer had never run (its upload overwrites the schema)."""
+    for name in (MANIFEST_FILE, "meta.zr"):
         try:
             store.head(name)
             return True

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -156,3 +158,49 @@ def s3_env_get(server: S3Server, bucket: str, key: str) -> bytes:
     import obstore
 
     return bytes(obstore.get(s3_store(server.endpoint, bucket), key).bytes())
+
+
+def test_a_first_writer_killed_before_its_manifest_leaves_the_url_free_for_a_new_dataset(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer uploads schema.msgpack just before the manifest. Killed between the two, it
+    left a schema that the next writer took for a dataset (FileExistsError without append),
+    though readers found none: the URL must be as if the killed writer had never run."""
+    import obstore
+
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"s3://{s3_bucket}/ds"
+    direct = s3_store(s3_env.endpoint, s3_bucket)
+    # Each request waits 0.5 s in the proxy: the kill lands before the manifest's PUT arrives.
+    with NetProxy(s3_env.endpoint, latency_s=0.5) as proxy:
+        code = textwrap.dedent(f"""
+            import numpy as np
+            from loaderx.converter import from_numpy
+            from_numpy({url!r}, np.full((40, 30), 7, np.uint8), codec="raw")
+            """)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=proxy.url)
+        with subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT) as writer:
+            try:
+                deadline = time.monotonic() + 120
+                while writer.poll() is None and time.monotonic() < deadline:
+                    try:
+                        obstore.head(direct, "ds/schema.msgpack")
+                        break
+                    except FileNotFoundError:
+                        time.sleep(0.005)
+            finally:
+                writer.send_signal(signal.SIGKILL)
+                writer.wait()
+    names = set(objects(s3_env, s3_bucket))
+    assert "ds/schema.msgpack" in names and "ds/shards.msgpack" not in names, names
+    with pytest.raises(FileNotFoundError):
+        DenseDataset(url)  # readers see no dataset
+    monkeypatch.setenv("LOADERX_REMOTE_LOCK_LEASE_SECONDS", "0.1")  # the dead writer's lock
+    data = np.arange(50 * 30, dtype=np.uint8).reshape(50, 30)
+    from_numpy(url, data, codec="raw")
+    with DenseDataset(url) as ds:
+        np.testing.assert_array_equal(ds.read(np.arange(len(ds))), data)
+    folders = {name.split("/")[1] for name in objects(s3_env, s3_bucket) if name.count("/") >= 2}
+    assert folders == {"shard-000000"}
+
