@@ -8,8 +8,9 @@ the dataset before a write or after it, never a mix, and a writer killed before 
 leaves the remote dataset as it was, with unlisted objects that the next writer removes.
 
 Writers exclude each other with a lock object (`shards.writer.lock`) made by a conditional
-create (If-None-Match); a lock older than its lease is taken over by a conditional update of
-the lock's version (If-Match), so two writers cannot both take it. Under the lock the
+create (If-None-Match) and renewed while it is held; a lock not renewed for its lease is taken
+over by a conditional update of the lock's version (If-Match), so two writers cannot both take
+it. Under the lock the
 manifest is read with its ETag and written back only if it is unchanged (If-Match), or created
 only if absent: concurrent `append=True` jobs queue on the lock and each adds its shards after
 the others'.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -122,33 +124,58 @@ def _local_stores(folder: str) -> list[_LocalStore]:
 
 
 class _WriterLock:
-    """The remote writer lock (module doc), held for a with block."""
+    """The remote writer lock (module doc), held for a with block.
+
+    While it is held a thread renews it (a conditional rewrite, every quarter of the lease), so
+    that an upload longer than the lease keeps it: another writer takes over only a lock whose
+    writer stopped renewing it (died). A writer that taking over would otherwise find mid-upload
+    removes this one's unlisted objects and uploads its own under the same shard names, and a
+    manifest then lists a mix of both. `held()` raises once the lock may have been lost: it is
+    called before every object written and before the manifest."""
 
     def __init__(self, store: ObjectStore) -> None:
         self._store = store
         self._etag: str | None = None
-        self._body = json.dumps({
-            "writer": f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
-            "since": datetime.now(timezone.utc).isoformat(),
-        }).encode()
+        self._held: RemoteObject | None = None
+        self._writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT)
+        self._renewed = 0.0  # time.monotonic() of the last write of the lock (before it was sent)
+        self._lost: str | None = None
+        self._guard = threading.Lock()  # one renewal at a time (the thread's or held()'s)
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        # Each write differs (renewed), so that each has a new ETag: a writer that read an old
+        # one cannot take the lock over after a renewal (its If-Match fails).
+        return json.dumps({"writer": self._writer,
+                           "renewed": datetime.now(timezone.utc).isoformat()}).encode()
 
     def __enter__(self) -> _WriterLock:
-        lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT)
         deadline = time.monotonic() + _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT)
         while True:
+            sent = time.monotonic()
             try:
-                self._etag = self._store.put(WRITER_LOCK, self._body, mode="create").etag
-                return self
+                self._took(self._store.put(WRITER_LOCK, self._body(), mode="create"), sent)
+                break
             except FileExistsError:
                 pass
-            if self._take_over_stale(lease):
-                return self
+            if self._take_over_stale(self._lease):
+                break
             if time.monotonic() > deadline:
                 raise StoreLockedError(
                     f"another writer holds {self._store.location.child(WRITER_LOCK)}; wait for "
-                    f"it, or remove the lock if no writer runs (it expires after {lease:.0f} s)"
+                    f"it, or remove the lock if no writer runs (it expires after "
+                    f"{self._lease:.0f} s)"
                 )
             time.sleep(_POLL_SECONDS)
+        self._renewer = threading.Thread(target=self._renew_until_stopped, daemon=True,
+                                         name="loaderx-writer-lock")
+        self._renewer.start()
+        return self
+
+    def _took(self, written: RemoteObject, sent: float) -> None:
+        self._held, self._etag, self._renewed = written, written.etag, sent
 
     def _take_over_stale(self, lease: float) -> bool:
         try:
@@ -158,13 +185,51 @@ class _WriterLock:
         age = time.time() - held.modified
         if age < lease or held.etag is None:
             return False
+        sent = time.monotonic()
         try:
-            self._etag = self._store.put(WRITER_LOCK, self._body, mode=held.unchanged()).etag
+            self._took(self._store.put(WRITER_LOCK, self._body(), mode=held.unchanged()), sent)
             return True
         except (RemoteChangedError, FileNotFoundError):
-            return False  # another writer took it over first
+            return False  # another writer took it over first (or it renewed it)
+
+    def _renew(self) -> None:
+        """Rewrites the lock if it is still ours (If-Match); notes it lost otherwise."""
+        with self._guard:
+            if self._lost is not None or self._held is None:
+                return
+            sent = time.monotonic()
+            try:
+                written = self._store.put(WRITER_LOCK, self._body(), mode=self._held.unchanged())
+            except (RemoteChangedError, FileNotFoundError):
+                self._lost = (f"{self._store.location.child(WRITER_LOCK)} was taken over by "
+                              "another writer (this one did not renew it within its lease)")
+                return
+            self._took(written, sent)
+
+    def _renew_until_stopped(self) -> None:
+        while not self._stop.wait(self._lease / 4):
+            try:
+                self._renew()
+            except Exception:
+                pass  # a failed request (server down): held() checks the lease before writes
+
+    def held(self) -> None:
+        """Raises StoreLockedError unless the lock is surely still ours: renewed within half
+        its lease (renewed now when it was not, e.g. the process was paused)."""
+        if time.monotonic() - self._renewed > self._lease / 2:
+            self._renew()
+        if self._lost is None and time.monotonic() - self._renewed > self._lease / 2:
+            self._lost = f"{self._store.location.child(WRITER_LOCK)} could not be renewed"
+        if self._lost is not None:
+            raise StoreLockedError(f"this writer lost its lock: {self._lost}; nothing was "
+                                   "published, write again")
 
     def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        if self._lost is not None:
+            return  # another writer's now
         try:
             held = self._store.head(WRITER_LOCK)
         except FileNotFoundError:
@@ -177,7 +242,7 @@ def upload_dataset(local: str, store: ObjectStore, append: bool, overwrite: bool
     """Publishes the dataset built at `local` under the store's URL (module doc)."""
     stores = _local_stores(local)
     schema = read_schema(local)
-    with _WriterLock(store):
+    with _WriterLock(store) as lock:
         refuse_existing(store, append, overwrite)
         manifest, found = _remote_manifest(store)
         if manifest is not None:
@@ -185,16 +250,18 @@ def upload_dataset(local: str, store: ObjectStore, append: bool, overwrite: bool
             require_same(store.location.url, remote_schema, schema)
         listed = [] if manifest is None else manifest.shards
         first = 0 if not listed else (shard_number(listed[-1].name) or 0) + 1
-        _remove_unlisted(store, {entry.name for entry in listed})
+        _remove_unlisted(store, {entry.name for entry in listed}, lock)
         added: list[ShardEntry] = []
         for offset, local_store in enumerate(stores):
             name = shard_name(first + offset)
-            _upload_store(store, local_store.folder, name)
+            _upload_store(store, local_store.folder, name, lock)
             added.append(ShardEntry(name, local_store.records))
+        lock.held()
         if manifest is None:
             store.put(SCHEMA_FILE, _read(os.path.join(local, SCHEMA_FILE)))
         generation = 0 if manifest is None else manifest.generation + 1
         data = msgpack.packb(Manifest(listed + added, generation).to_dict(), use_bin_type=True)
+        lock.held()
         store.put(MANIFEST_FILE, data, mode="create" if found is None else found.unchanged())
 
 
@@ -217,16 +284,17 @@ def _remote_manifest(store: ObjectStore) -> tuple[Manifest | None, RemoteObject 
     return Manifest([ShardEntry(TOP_LEVEL, length)]), None
 
 
-def _remove_unlisted(store: ObjectStore, listed: set[str]) -> None:
+def _remove_unlisted(store: ObjectStore, listed: set[str], lock: _WriterLock) -> None:
     """Objects of shard folders the manifest does not list: a killed writer's. Only a writer
     holding the lock may remove them (no other writer is uploading)."""
     for item in store.list():
         folder = item.name.split("/", 1)[0] if "/" in item.name else None
         if folder is not None and shard_number(folder) is not None and folder not in listed:
+            lock.held()
             store.delete(item.name)
 
 
-def _upload_store(store: ObjectStore, folder: str, name: str) -> None:
+def _upload_store(store: ObjectStore, folder: str, name: str, lock: _WriterLock) -> None:
     """One local store's files under `name/`: chunks first, the table last, so that even a
     reader that ignored the manifest would find no table pointing at missing chunks."""
     entries = sorted(os.listdir(folder))
@@ -234,6 +302,7 @@ def _upload_store(store: ObjectStore, folder: str, name: str) -> None:
     for entry in chunks + [e for e in _STORE_FILES if e != "meta.zr"] + ["meta.zr"]:
         path = os.path.join(folder, entry)
         if os.path.isfile(path):
+            lock.held()
             store.put_file(f"{name}/{entry}", path)
 
 

@@ -204,3 +204,66 @@ def test_a_first_writer_killed_before_its_manifest_leaves_the_url_free_for_a_new
     folders = {name.split("/")[1] for name in objects(s3_env, s3_bucket) if name.count("/") >= 2}
     assert folders == {"shard-000000"}
 
+
+def _appender(url: str, value: int, rows: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A process appending `rows` rows of `value` to url, ten rows a shard (many objects)."""
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from loaderx.converter import from_numpy
+        from_numpy({url!r}, np.full(({rows}, 50), {value}, np.uint8), codec="raw", append=True,
+                   shard_records=10)
+        """)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_object(server: S3Server, bucket: str, name: str) -> None:
+    deadline = time.monotonic() + 120
+    while not any(key.startswith(name) for key in objects(server, bucket)):
+        assert time.monotonic() < deadline, f"{name} never appeared"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["slow", "paused"])
+def test_an_upload_longer_than_the_lock_lease_is_never_mixed_with_another_writers(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    paused: bool
+) -> None:
+    """The writer lock expires after its lease so that a dead writer blocks nobody for long.
+    It was never renewed, so a live writer uploading for longer than the lease lost it: the
+    next appender took it over, removed the first one's objects and uploaded its own shards
+    under the same names, and the manifest then listed a mix (records failing their
+    checksums). Renewed, it stays with a slow writer (both appends land); a writer paused past
+    its lease loses it and raises, publishing nothing, and the other's append is whole."""
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, np.zeros((10, 50), np.uint8), codec="raw")
+    # A lease of seconds (S3 dates the lock to the second) and a first writer whose 50 or so
+    # requests take 0.2 s each: its upload outlasts the lease.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LOADERX_REMOTE_LOCK_LEASE_SECONDS="4")
+    with NetProxy(s3_env.endpoint, latency_s=0.2) as proxy:
+        slow = _appender(url, 1, 120, dict(env, AWS_ENDPOINT_URL=proxy.url))
+        try:
+            _wait_for_object(s3_env, s3_bucket, "ds/shard-000001/")
+            if paused:
+                slow.send_signal(signal.SIGSTOP)
+            other = _appender(url, 2, 30, env)
+            _, other_err = other.communicate(timeout=300)
+            assert other.returncode == 0, other_err[-2000:]
+            if paused:
+                slow.send_signal(signal.SIGCONT)
+            _, slow_err = slow.communicate(timeout=300)
+        finally:
+            slow.kill()
+            slow.wait()
+    with DenseDataset(url) as ds:
+        rows = ds.read(np.arange(len(ds)))
+    values = dict(zip(*np.unique(rows[:, 0], return_counts=True)))
+    assert (rows == rows[:, :1]).all()  # every row whole, from one writer
+    if paused:
+        assert slow.returncode == 1 and "StoreLockedError" in slow_err, slow_err[-2000:]
+        assert values == {0: 10, 2: 30}
+    else:
+        assert slow.returncode == 0, slow_err[-2000:]
+        assert values == {0: 10, 1: 120, 2: 30}
