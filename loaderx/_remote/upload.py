@@ -23,6 +23,7 @@ killed writer could then see a mix (docs/decisions.md).
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -51,12 +52,18 @@ _POLL_SECONDS: Final = 0.25
 _STORE_FILES: Final = ("schema.msgpack", "meta.zr", "sums.zr", "dict.zr")
 
 
-def _seconds(name: str, default: float) -> float:
+def _seconds(name: str, default: float, zero_allowed: bool) -> float:
+    """A setting in seconds: finite, and positive (or zero, where zero_allowed). A lease of 0
+    (or less) would let every writer take over every lock at once, and renew it without pause."""
     text = os.environ.get(name)
     try:
-        return float(text) if text else default
+        value = float(text) if text else default
     except ValueError:
         raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
+        raise ValueError(f"{name}={text!r} must be a finite number of seconds above 0"
+                         + (" (or 0)" if zero_allowed else ""))
+    return value
 
 
 def open_destination(url: str) -> ObjectStore:
@@ -68,6 +75,9 @@ def open_destination(url: str) -> ObjectStore:
             f"{url}: a dataset at an {location.scheme}:// URL is read only (a web server takes "
             "no uploads); write to s3://, gs:// or az://"
         )
+    # The writer lock's settings, refused before anything is built or sent.
+    _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
+    _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
     return ObjectStore(location)
 
 
@@ -138,7 +148,7 @@ class _WriterLock:
         self._etag: str | None = None
         self._held: RemoteObject | None = None
         self._writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT)
+        self._lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
         self._renewed = 0.0  # time.monotonic() of the last write of the lock (before it was sent)
         self._lost: str | None = None
         self._guard = threading.Lock()  # one renewal at a time (the thread's or held()'s)
@@ -152,7 +162,7 @@ class _WriterLock:
                            "renewed": datetime.now(timezone.utc).isoformat()}).encode()
 
     def __enter__(self) -> _WriterLock:
-        deadline = time.monotonic() + _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT)
+        deadline = time.monotonic() + _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
         while True:
             sent = time.monotonic()
             try:

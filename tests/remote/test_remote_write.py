@@ -107,6 +107,24 @@ def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: 
     assert not any(tmp_path.iterdir()) or sorted(p.name for p in tmp_path.iterdir()) == ["uploads"]
 
 
+@pytest.mark.parametrize("setting", ["LOADERX_REMOTE_LOCK_LEASE_SECONDS=0",
+                                     "LOADERX_REMOTE_LOCK_LEASE_SECONDS=-5",
+                                     "LOADERX_REMOTE_LOCK_LEASE_SECONDS=nan",
+                                     "LOADERX_REMOTE_LOCK_WAIT_SECONDS=-1"])
+def test_a_lock_setting_out_of_range_is_refused_before_anything_is_written(
+    s3_env: S3Server, s3_bucket: str, upload_dir: Path, monkeypatch: pytest.MonkeyPatch,
+    setting: str
+) -> None:
+    """A lease of 0 or less let every writer take over every held lock at once (two appenders
+    then mixed their shards), and the lock's renewal would spin without pause."""
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        from_numpy(f"s3://{s3_bucket}/ds", images(10, 8), codec="raw")
+    assert objects(s3_env, s3_bucket) == {}
+    assert not any(upload_dir.rglob("*.zr"))
+
+
 def test_a_refused_append_changes_nothing(writable_root: RemoteRoot, upload_dir: Path) -> None:
     url = f"{writable_root.url}/ds"
     from_numpy(url, images(40, 16))
