@@ -44,6 +44,7 @@ from loaderx._remote.record_map import SUMS_FILE
 from loaderx._store.layout import DELETE_JOURNAL_FILE, MANIFEST_FILE, META_FILE, TOP_LEVEL
 from loaderx._store.manifest import parse_manifest
 from loaderx._store.schema import SCHEMA_FILE
+from loaderx.errors import RemoteChangedError
 
 # Files every read needs, downloaded whole (at any depth: a sharded dataset has one set per shard).
 METADATA_NAMES: Final = frozenset(
@@ -56,6 +57,8 @@ _STATE: Final = "state"
 _OBJECTS: Final = "objects.msgpack"
 _IN_USE: Final = "in-use.lock"
 _GEN_PREFIX: Final = "gen-"
+# How many times an open lists the dataset again when it changed while it was being opened.
+_OPEN_ATTEMPTS: Final = 5
 # meta.zr's header: magic, version, tail chunk (u16 at 6), tail offset, length (docs/format.md).
 _META_HEADER: Final = 16
 
@@ -94,6 +97,9 @@ class Listing:
     # Objects in shard folders the manifest does not list: a killed writer's uploads, which
     # readers ignore and the next writer removes (loaderx._remote.upload).
     orphans: list[str]
+    # The manifest's bytes as read for the listing (None without one): the replica keeps these
+    # rather than reading it again, when a writer may have replaced it since.
+    manifest: bytes | None = None
 
 
 def _head(store: ObjectStore, name: str) -> RemoteObject | None:
@@ -142,6 +148,7 @@ def list_dataset(store: ObjectStore) -> Listing:
             f"no loaderx dataset at {store.location.url} (no schema.msgpack or meta.zr there)"
         )
     shards: set[str] | None = None
+    data: bytes | None = None
     if MANIFEST_FILE in by_name:
         manifest = by_name[MANIFEST_FILE]
         data = store.get(MANIFEST_FILE, manifest.etag)
@@ -154,7 +161,7 @@ def list_dataset(store: ObjectStore) -> Listing:
         digest.update(f"{item.name}\t{item.size}\t{item.etag}\t{item.version}\n".encode())
     metadata = [item for item in kept if item.name.split("/")[-1] in METADATA_NAMES]
     chunks = [item for item in kept if item.name.split("/")[-1] not in METADATA_NAMES]
-    return Listing(metadata, chunks, digest.hexdigest()[:24], orphans)
+    return Listing(metadata, chunks, digest.hexdigest()[:24], orphans, data)
 
 
 class Replica:
@@ -204,14 +211,31 @@ def open_replica(store: ObjectStore, cache_dir: str) -> Replica:
     with _Flock(os.path.join(base, "setup.lock")):
         with open(os.path.join(base, "url"), "w", encoding="utf-8") as note:
             note.write(url + "\n")
-        listing = list_dataset(store)
-        folder = os.path.join(base, _GEN_PREFIX + listing.key)
-        if not os.path.exists(os.path.join(folder, _OBJECTS)):
-            _build(store, listing, folder)
+        listing, folder = _listed_and_built(store, base)
         lock_fd = open_descriptor(os.path.join(folder, _IN_USE), os.O_RDWR | os.O_CREAT)
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
         _remove_unused_versions(base, keep=folder)
     return Replica(folder, listing, lock_fd)
+
+
+def _listed_and_built(store: ObjectStore, base: str) -> tuple[Listing, str]:
+    """The dataset's current version listed, and its replica folder (built if new). A writer
+    that commits between the listing and the manifest's download (with the listing's ETag)
+    makes it RemoteChangedError: the dataset is then listed again, a few times, rather than
+    failing an open that asked for no version in particular. (The build keeps the manifest
+    read for the listing: read again after the other metadata, it failed most opens made
+    while appends followed each other.)"""
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            listing = list_dataset(store)
+            folder = os.path.join(base, _GEN_PREFIX + listing.key)
+            if not os.path.exists(os.path.join(folder, _OBJECTS)):
+                _build(store, listing, folder)
+            return listing, folder
+        except RemoteChangedError:
+            if attempt == _OPEN_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
@@ -224,7 +248,9 @@ def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
         os.makedirs(os.path.join(building, _STATE))
         os.makedirs(data)
         for item in listing.metadata:
-            _write(os.path.join(data, *item.name.split("/")), store.get(item.name, item.etag))
+            known = listing.manifest if item.name == MANIFEST_FILE else None
+            content = known if known is not None else store.get(item.name, item.etag)
+            _write(os.path.join(data, *item.name.split("/")), content)
         for item in listing.chunks:
             path = os.path.join(data, *item.name.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -208,3 +208,32 @@ def test_a_conditional_write_names_the_generation_gcs_needs(gs_env: GCSServer,
     assert found.unchanged() == {"e_tag": found.etag, "version": found.version}
     with pytest.raises(RemoteError, match="400 Bad Request.*invalid uploadType"):
         store.put("shards.msgpack", b"v2", mode=found.unchanged())
+
+
+def test_a_dataset_opens_while_appends_commit_one_after_another(
+    s3_env: S3Server, s3_bucket: str, upload_dir: Path, tmp_path: Path
+) -> None:
+    """An open lists the objects, then downloads the metadata, the manifest with the ETag the
+    listing gave. An append committing in between made the open fail with RemoteChangedError
+    ("reopen the dataset"), and with appends following each other about half the opens did.
+    Every open now reads one version whole: a prefix of the appends, exactly."""
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, np.zeros((10, 20), np.uint8), codec="raw")
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from loaderx.converter import from_numpy
+        for value in range(1, 16):
+            from_numpy({url!r}, np.full((10, 20), value, np.uint8), codec="raw", append=True)
+        """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    opens = 0
+    with subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
+                          stderr=subprocess.PIPE) as appender:
+        while appender.poll() is None or opens < 3:
+            with DenseDataset(url, cache_dir=tmp_path / "reader") as ds:
+                rows = ds.read(np.arange(len(ds)))
+            assert len(rows) % 10 == 0 and len(rows) <= 160
+            np.testing.assert_array_equal(rows[:, 0], np.arange(len(rows)) // 10)
+            opens += 1
+        _, err = appender.communicate()
+        assert appender.returncode == 0, err.decode()[-2000:]
