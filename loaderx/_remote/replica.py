@@ -44,7 +44,7 @@ from loaderx._remote.record_map import SUMS_FILE
 from loaderx._store.layout import DELETE_JOURNAL_FILE, MANIFEST_FILE, META_FILE, TOP_LEVEL
 from loaderx._store.manifest import parse_manifest
 from loaderx._store.schema import SCHEMA_FILE
-from loaderx.errors import RemoteChangedError
+from loaderx.errors import CorruptStoreError, RemoteChangedError
 
 # Files every read needs, downloaded whole (at any depth: a sharded dataset has one set per shard).
 METADATA_NAMES: Final = frozenset(
@@ -229,6 +229,8 @@ def _listed_and_built(store: ObjectStore, base: str) -> tuple[Listing, str]:
         try:
             listing = list_dataset(store)
             folder = os.path.join(base, _GEN_PREFIX + listing.key)
+            if os.path.exists(os.path.join(folder, _OBJECTS)) and not _intact(folder, listing):
+                _discard_damaged(folder, store.location.url)
             if not os.path.exists(os.path.join(folder, _OBJECTS)):
                 _build(store, listing, folder)
             return listing, folder
@@ -236,6 +238,41 @@ def _listed_and_built(store: ObjectStore, base: str) -> tuple[Listing, str]:
             if attempt == _OPEN_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _intact(folder: str, listing: Listing) -> bool:
+    """Whether a finished replica still has its state folder and every file at the size the
+    object had (a stat each). A file truncated or removed since (by hand, a disk tool) left a
+    cache that failed every later open with CorruptStoreError or FileNotFoundError; such a
+    replica is made again. (Bytes changed in place are not looked for: that costs a read.)"""
+    if not os.path.isdir(os.path.join(folder, _STATE)):
+        return False
+    data = os.path.join(folder, _DATA)
+    for item in listing.metadata + listing.chunks:
+        try:
+            if os.stat(os.path.join(data, *item.name.split("/"))).st_size != item.size:
+                return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _discard_damaged(folder: str, url: str) -> None:
+    """Removes a damaged replica (the caller holds setup.lock), unless a process has it open."""
+    fd = open_descriptor(os.path.join(folder, _IN_USE), os.O_RDWR | os.O_CREAT)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CorruptStoreError(
+                f"the cache's copy of {url} at {folder} is damaged (a file is missing or has the "
+                "wrong size) and another process has it open; close that process, and the next "
+                "open makes the copy again"
+            ) from None
+        os.remove(os.path.join(folder, _OBJECTS))  # first: no process trusts what remains
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        close_descriptor(fd)
 
 
 def _build(store: ObjectStore, listing: Listing, folder: str) -> None:

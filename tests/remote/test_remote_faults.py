@@ -4,11 +4,13 @@ evicting or building a replica): the next reader gets exactly the right records.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +115,42 @@ def test_processes_evicting_from_one_small_cache_never_read_a_wrong_record(
         out, err = child.communicate(timeout=300)
         assert child.returncode == 0, err.decode()[-3000:]
         assert int(out.rsplit(b"READS", 1)[1]) > 10
+
+
+def _damages(folder: Path) -> dict[str, Callable[[], None]]:
+    """Ways a replica's files can be damaged between opens (by hand, a disk tool, a cleaner)."""
+    data = folder / "data"
+    chunk = sorted(data.rglob("0.zr"))[0]
+    meta = sorted(data.rglob("meta.zr"))[0]
+    return {
+        "a chunk copy truncated": lambda: os.truncate(chunk, os.path.getsize(chunk) // 2),
+        "a chunk copy removed": lambda: chunk.unlink(),
+        "meta.zr truncated": lambda: os.truncate(meta, 20),
+        "the state folder removed": lambda: shutil.rmtree(folder / "state"),
+    }
+
+
+@pytest.mark.parametrize("damage", ["a chunk copy truncated", "a chunk copy removed",
+                                    "meta.zr truncated", "the state folder removed"])
+def test_a_replica_damaged_between_opens_is_made_again(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, damage: str
+) -> None:
+    """A replica's file truncated or removed made every later open fail (CorruptStoreError,
+    FileNotFoundError) until the cache folder was removed by hand. An open now finds a file
+    missing or of the wrong size and makes the replica again; while another reader has the
+    damaged one open, it says so instead."""
+    from loaderx.errors import CorruptStoreError
+
+    data = images(300, 500)
+    from_numpy(str(tmp_path / "local"), data, codec="zstd", shard_records=100)
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    cache = tmp_path / "cache"
+    with DenseDataset(url, cache_dir=cache) as ds:
+        np.testing.assert_array_equal(ds.read(np.arange(len(data))), data)
+    (folder,) = cache.glob("*/gen-*")
+    with DenseDataset(url, cache_dir=cache):  # another reader holds the damaged replica
+        _damages(folder)[damage]()
+        with pytest.raises(CorruptStoreError, match="another process has it open"):
+            DenseDataset(url, cache_dir=cache)
+    with DenseDataset(url, cache_dir=cache) as ds:
+        np.testing.assert_array_equal(ds.read(np.arange(len(data))), data)
