@@ -17,7 +17,8 @@ The first step's batch is made in the consumer's own process, to learn the layou
 transform's output (keys, dtypes, shapes), which every later step must keep.
 
 Faults: an exception in a worker is raised by the next() for its step (WorkerError, with the
-worker's traceback text), and the step counts as taken. A worker that dies (a signal, os._exit)
+worker's traceback text; RemoteWorkerError, also a RemoteError, when it was a RemoteError), and
+the step counts as taken. A worker that dies (a signal, os._exit)
 is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
 and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
 only; they leave when their pipe closes (the consumer closed, or died; a worker started with
@@ -50,6 +51,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
 from loaderx._loading.step_maker import StepMaker
+from loaderx.errors import RemoteError
 
 Batch = dict[str, Any]
 START_METHODS = ("spawn", "forkserver", "fork")
@@ -70,6 +72,13 @@ class Recipe(Protocol):
 class WorkerError(RuntimeError):
     """A worker process failed: its transform raised (the message holds its traceback), or
     the process itself died."""
+
+
+class RemoteWorkerError(WorkerError, RemoteError):
+    """A worker process could not read its step from an object store (a RemoteError there: the
+    store down past the retry budget, a record failing its checksum). A RemoteError, as the
+    same read raises with thread workers (docs/remote.md: keep state_dict() and resume once
+    the store is back), and a WorkerError, as any failure of a worker process."""
 
 
 @dataclass
@@ -128,11 +137,11 @@ def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any,
             if memory is None:
                 memory = maps[slot] = files.open(slot)
             write_batch(layout, memory, batch)
-            error = None
-        except Exception:
-            error = traceback.format_exc()
+            error, remote = None, False
+        except Exception as failure:
+            error, remote = traceback.format_exc(), isinstance(failure, RemoteError)
         try:
-            conn.send((step, slot, error))
+            conn.send((step, slot, error, remote))
         except (BrokenPipeError, OSError):
             return
 
@@ -277,7 +286,8 @@ class ProcessSteps:
         self._holding: list[int] = []  # per slot: the step written or being written, -1 none
         self._issued = step  # the next step to send to a worker
         self._pending: dict[int, int] = {}  # step -> slot, sent and not yet back
-        self._done: dict[int, tuple[int, str | None]] = {}  # step -> (slot, error text)
+        # step -> (slot, error text, whether the error was a RemoteError)
+        self._done: dict[int, tuple[int, str | None, bool]] = {}
         context: Any = multiprocessing.get_context(self._method)
         for index in range(self._count):
             here, there = context.Pipe()
@@ -345,12 +355,15 @@ class ProcessSteps:
                 raise StopIteration  # close() from another thread, or a signal handler
             self._receive()
         self._unsure = True
-        slot, error = self._done.pop(step)
+        slot, error, remote = self._done.pop(step)
         self.next_step = step + 1
         self._unsure = False
         if error is not None:
             self._holding[slot] = -1
             self._issue()
+            if remote:
+                raise RemoteWorkerError(f"a worker process could not read step {step} from the "
+                                        f"object store:\n{error}")
             raise WorkerError(f"the transform failed in a worker process at step {step}:\n"
                               f"{error}")
         try:
@@ -424,12 +437,12 @@ class ProcessSteps:
             if isinstance(item, int):
                 continue  # a sentinel: its process's exit code says why, below
             try:
-                answer: tuple[int, int, str | None] = cast(Any, item).recv()
+                answer: tuple[int, int, str | None, bool] = cast(Any, item).recv()
             except (EOFError, OSError):
                 continue  # its sentinel says why
-            step, slot, error = answer
+            step, slot, error, remote = answer
             self._pending.pop(step, None)
-            self._done[step] = (slot, error)
+            self._done[step] = (slot, error, remote)
         self._unsure = False
         try:
             dead = [process for process in workers.processes if process.exitcode is not None]
@@ -461,5 +474,6 @@ class ProcessSteps:
 
 
 __all__ = [
-    "ProcessSteps", "StepRecipe", "WorkerError", "START_METHODS", "default_start_method",
+    "ProcessSteps", "RemoteWorkerError", "StepRecipe", "WorkerError", "START_METHODS",
+    "default_start_method",
 ]

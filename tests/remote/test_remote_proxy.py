@@ -267,3 +267,34 @@ def test_an_upload_longer_than_the_lock_lease_is_never_mixed_with_another_writer
     else:
         assert slow.returncode == 0, slow_err[-2000:]
         assert values == {0: 10, 1: 120, 2: 30}
+
+
+def test_a_server_down_under_process_workers_raises_remote_error_then_resumes(
+    proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path
+) -> None:
+    """A read that failed in a worker process (the store down past the retry budget) was
+    raised as WorkerError("the transform failed ..."), though there was no transform and
+    docs/remote.md promises RemoteError for that step. It is a RemoteError now (and still a
+    WorkerError), and the loader resumes from its state once the store is back."""
+    url, data, proxy = proxied
+    ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=64 << 10)
+    loader = DataLoader({"x": ds}, batch_size=16, seed=6, mode="iid", prefetch=2, workers=1,
+                        worker_type="process")
+    try:
+        for step in range(3):  # the worker process has opened the dataset and read from it
+            np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
+        state = loader.state_dict()
+        proxy.stop()
+        with pytest.raises(RemoteError) as raised:
+            for _ in range(1000):
+                next(loader)
+        assert "transform" not in str(raised.value).split("\n", 1)[0]
+        proxy.start()
+        loader.load_state_dict(state)
+        for step in range(3, 8):
+            np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
+    finally:
+        if not proxy.running:
+            proxy.start()
+        loader.close()
+        ds.close()
