@@ -473,8 +473,14 @@ class Fetcher:
         with self._gate.shared():
             epoch = int(self._epoch[0])
             rewrite = first_epoch is not None and epoch != first_epoch
-            for start, end in arriving.spans(stop, good, rewrite):
-                write_all(fd, view[start:end], piece.start + start)
+            try:
+                for start, end in arriving.spans(stop, good, rewrite):
+                    write_all(fd, view[start:end], piece.start + start)
+            except OSError as exc:
+                # A full disk said only "No space left on device": name the cache file.
+                path = os.path.join(store.folder, f"{piece.chunk}.zr")
+                raise OSError(exc.errno, f"{exc.strerror or exc} (writing fetched records into "
+                              "the cache)", path) from exc
             self._states[piece.store][piece.records[good]] = 1
         arriving.settle(stop, completing)
         cost = int(self._costs[piece.store][piece.records[good]].sum())

@@ -209,8 +209,7 @@ def open_replica(store: ObjectStore, cache_dir: str) -> Replica:
     base = os.path.join(cache_dir, hashlib.sha256(url.encode()).hexdigest()[:24])
     os.makedirs(base, exist_ok=True)
     with _Flock(os.path.join(base, "setup.lock")):
-        with open(os.path.join(base, "url"), "w", encoding="utf-8") as note:
-            note.write(url + "\n")
+        _write(os.path.join(base, "url"), (url + "\n").encode())
         listing, folder = _listed_and_built(store, base)
         lock_fd = open_descriptor(os.path.join(folder, _IN_USE), os.O_RDWR | os.O_CREAT)
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
@@ -303,8 +302,12 @@ def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
 
 def _write(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as target:
-        target.write(data)
+    try:
+        with open(path, "wb") as target:
+            target.write(data)
+    except OSError as exc:
+        # A full disk said only "No space left on device": name the cache file.
+        raise OSError(exc.errno, f"{exc.strerror or exc} (writing into the cache)", path) from exc
 
 
 def _remove_unused_versions(base: str, keep: str) -> None:

@@ -3,6 +3,8 @@ OSError (never a crash), and once there is room again the records read exactly."
 
 from __future__ import annotations
 
+import errno
+import gc
 import os
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
@@ -63,3 +66,30 @@ def test_a_disk_too_full_for_the_state_files_is_an_oserror_not_a_crash(
         child = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
                                capture_output=True, text=True, timeout=300)
         assert child.returncode == 0 and "READ" in child.stdout, child.stderr[-2000:]
+
+
+def test_a_disk_that_fills_while_records_are_fetched_names_the_cache_file(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A fetch or a replica's metadata meeting a full disk said only "[Errno 28] No space left
+    on device"; the OSError now names the cache file, and reads are exact once there is room."""
+    data = np.random.default_rng(3).integers(0, 256, (400, 4000), dtype=np.uint8)
+    from_numpy(str(tmp_path / "local"), data, codec="raw")
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    with mounted_tmpfs(tmp_path / "mnt", "size=4m") as mount:
+        filler = leave_free(mount, 0)
+        with pytest.raises(OSError, match="No space left") as building:
+            DenseDataset(url, cache_dir=mount / "cache")
+        assert building.value.errno == errno.ENOSPC and str(mount) in str(building.value)
+        filler.unlink()
+        with DenseDataset(url, cache_dir=mount / "cache") as ds:
+            filler = leave_free(mount, 0)
+            with pytest.raises(OSError, match="No space left") as fetching:
+                ds.read(np.arange(len(ds)))
+            assert fetching.value.errno == errno.ENOSPC
+            assert str(fetching.value.filename).endswith(".zr")
+            filler.unlink()
+            np.testing.assert_array_equal(ds.read(np.arange(len(ds))), data)
+        # A closed dataset's state files stay mapped until it is collected: let the tmpfs go.
+        del ds, building, fetching
+        gc.collect()
