@@ -168,7 +168,14 @@ class Fetcher:
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
-        self._used_guess = self.total_cost if cache_bytes >= self.total_cost else 0
+        # What the present records cost, shared by every process of the cache folder: each
+        # adds what it fetches, eviction sets it to its own count. Counting only this process's
+        # fetches (from 0 at open) let processes sharing a cache, or one reopening a full one,
+        # fill it to the sum of their bounds before any evicted. Counted again at open.
+        self._used = _epoch_file(os.path.join(replica.state, "used"))
+        self._used_lock = os.path.join(replica.state, "used.lock")
+        if cache_bytes < self.total_cost:
+            self._used[0] = self.cached_bytes()
         self._absorb = cache_bytes >= self.total_cost
         # Figures for reports and tests: requests sent, bytes received, records fetched.
         self.requests = 0
@@ -482,12 +489,23 @@ class Fetcher:
                 raise OSError(exc.errno, f"{exc.strerror or exc} (writing fetched records into "
                               "the cache)", path) from exc
             self._states[piece.store][piece.records[good]] = 1
+            if self._budget < self.total_cost:  # inside the gate: eviction sets the count
+                self._count_used(int(self._costs[piece.store][piece.records[good]].sum()))
         arriving.settle(stop, completing)
-        cost = int(self._costs[piece.store][piece.records[good]].sum())
         with self._lock:
-            self._used_guess += cost
             self.records_fetched += len(good)
         return epoch if first_epoch is None else first_epoch
+
+    def _count_used(self, cost: int) -> None:
+        """Adds to the shared cost of the present records: an flock orders the read-modify-
+        writes of the processes, the lock those of this process's threads."""
+        with self._lock:
+            fd = open_descriptor(self._used_lock, os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._used[0] += np.uint64(cost)
+            finally:
+                close_descriptor(fd)
 
     def _descriptor(self, store: int, chunk: int) -> int:
         with self._lock:
@@ -545,17 +563,17 @@ class Fetcher:
 
     def _make_room(self, incoming: int) -> None:
         """Frees cache space for `incoming` bytes by Belady's rule (eviction.py)."""
-        if self._budget >= self.total_cost or self._used_guess + incoming <= self._budget:
+        if self._budget >= self.total_cost or int(self._used[0]) + incoming <= self._budget:
             return
-        with self._gate.exclusive():
-            used = sum(int(cost[state != 0].sum()) for cost, state in zip(self._costs, self._states))
+        with self._gate.exclusive():  # no fetch adds to the count meanwhile
+            used = self.cached_bytes()
             if used + incoming <= self._budget:
-                self._used_guess = used
+                self._used[0] = used
                 return
             to_free = used + incoming - int(self._budget * LOW_WATER)
             with self._evicting():
                 freed = self._evict(to_free, self._hints.others())
-            self._used_guess = used - freed
+            self._used[0] = used - freed
 
     @contextmanager
     def _evicting(self) -> Iterator[None]:

@@ -139,6 +139,36 @@ def test_a_cache_smaller_than_the_dataset_stays_within_its_bound(
         assert allocated <= final[1] + 4096 * 2  # what the files hold on disk follows the count
 
 
+def test_readers_sharing_a_cache_or_reopening_a_full_one_keep_its_bound(
+    dense_url: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """Each reader counted only its own fetches (from 0 at open) against the bound, so two
+    readers of one cache folder (two processes, or two opens in one), or one reopening a cache
+    an earlier run filled, let it grow to the sum of their bounds (1.8x, measured with two
+    processes) before either evicted. The count is now shared in the cache folder."""
+    url, data = dense_url
+    bound = 96 << 10
+    cache = tmp_path / "cache"
+    rng = np.random.default_rng(7)
+
+    def read_some(ds: DenseDataset) -> None:
+        for _ in range(12):
+            idx = rng.integers(0, len(data), 8)
+            np.testing.assert_array_equal(ds[idx], data[idx])
+            usage = ds.remote_usage()  # the whole cache's, whoever fetched
+            assert usage is not None
+            assert usage[1] <= bound + 8 * 2 * 4096  # a pinned batch (see the test above)
+
+    with DenseDataset(url, cache_dir=cache, cache_bytes=bound) as first:
+        read_some(first)
+        with DenseDataset(url, cache_dir=cache, cache_bytes=bound) as second:
+            for _ in range(3):
+                read_some(second)
+                read_some(first)
+    with DenseDataset(url, cache_dir=cache, cache_bytes=bound) as again:
+        read_some(again)
+
+
 def test_the_loader_reads_what_it_reads_locally(any_dense_url: tuple[str, np.ndarray],
                                                 tmp_path: Path) -> None:
     url, data = any_dense_url
