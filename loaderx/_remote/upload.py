@@ -35,6 +35,8 @@ from typing import Final
 
 import msgpack
 
+from loaderx._os.event_flag import EventFlag
+from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.urls import READ_ONLY_SCHEMES, parse
 from loaderx._remote.object_store import ObjectStore, RemoteObject
 from loaderx._store.layout import MANIFEST_FILE, TOP_LEVEL, shard_folder, shard_name, shard_number
@@ -151,8 +153,8 @@ class _WriterLock:
         self._lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
         self._renewed = 0.0  # time.monotonic() of the last write of the lock (before it was sent)
         self._lost: str | None = None
-        self._guard = threading.Lock()  # one renewal at a time (the thread's or held()'s)
-        self._stop = threading.Event()
+        self._guard = ForkSafeLock()  # one renewal at a time (the thread's or held()'s)
+        self._stop = EventFlag()
         self._renewer: threading.Thread | None = None
 
     def _body(self) -> bytes:
