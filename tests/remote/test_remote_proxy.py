@@ -78,25 +78,34 @@ def test_a_truncated_answer_is_never_short_data(
         assert proxy.faults().truncate_next == 0
 
 
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_a_server_killed_mid_read_raises_then_the_loader_resumes(
-    proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path
+    proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path, worker_type: str
 ) -> None:
+    """The endpoint dies with requests in flight: next() raises RemoteError within the retry
+    budget, never hangs, and the loader resumes from its state once the store is back. With
+    worker processes the failed read happens in a worker: it was raised as WorkerError("the
+    transform failed ...") though there was no transform; it is a RemoteError now (and still a
+    WorkerError)."""
     url, data, proxy = proxied
     proxy.set_latency(0.05)  # requests in flight when the endpoint dies
     ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=64 << 10)
-    loader = DataLoader({"x": ds}, batch_size=16, seed=6, mode="iid", prefetch=2, workers=1)
+    loader = DataLoader({"x": ds}, batch_size=16, seed=6, mode="iid", prefetch=2, workers=1,
+                        worker_type=worker_type)
     try:
-        np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(0)])
+        for step in range(3):  # a worker process has opened the dataset and read from it
+            np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
         state = loader.state_dict()
         threading.Timer(0.02, proxy.stop).start()
         started = time.monotonic()
-        with pytest.raises(RemoteError):
+        with pytest.raises(RemoteError) as raised:
             for _ in range(1000):
                 next(loader)
         assert time.monotonic() - started < 60  # the retry budget, never a hang
+        assert "transform" not in str(raised.value).split("\n", 1)[0]
         proxy.start()
         loader.load_state_dict(state)
-        for step in range(1, 8):
+        for step in range(3, 8):
             np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
     finally:
         if not proxy.running:
@@ -267,34 +276,3 @@ def test_an_upload_longer_than_the_lock_lease_is_never_mixed_with_another_writer
     else:
         assert slow.returncode == 0, slow_err[-2000:]
         assert values == {0: 10, 1: 120, 2: 30}
-
-
-def test_a_server_down_under_process_workers_raises_remote_error_then_resumes(
-    proxied: tuple[str, np.ndarray, NetProxy], tmp_path: Path
-) -> None:
-    """A read that failed in a worker process (the store down past the retry budget) was
-    raised as WorkerError("the transform failed ..."), though there was no transform and
-    docs/remote.md promises RemoteError for that step. It is a RemoteError now (and still a
-    WorkerError), and the loader resumes from its state once the store is back."""
-    url, data, proxy = proxied
-    ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=64 << 10)
-    loader = DataLoader({"x": ds}, batch_size=16, seed=6, mode="iid", prefetch=2, workers=1,
-                        worker_type="process")
-    try:
-        for step in range(3):  # the worker process has opened the dataset and read from it
-            np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
-        state = loader.state_dict()
-        proxy.stop()
-        with pytest.raises(RemoteError) as raised:
-            for _ in range(1000):
-                next(loader)
-        assert "transform" not in str(raised.value).split("\n", 1)[0]
-        proxy.start()
-        loader.load_state_dict(state)
-        for step in range(3, 8):
-            np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
-    finally:
-        if not proxy.running:
-            proxy.start()
-        loader.close()
-        ds.close()
