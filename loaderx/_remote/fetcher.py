@@ -44,6 +44,7 @@ from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.arriving_range import ArrivingRange
 from loaderx._remote.range_writes import write_all
 from loaderx._remote.record_map import RecordMap, StoreRecords
+from loaderx._remote.settings import count_setting
 from loaderx._remote.replica import Replica
 from loaderx._remote.shared_hints import Hints, SharedHints
 from loaderx.errors import CorruptStoreError, RemoteError
@@ -168,6 +169,7 @@ class Fetcher:
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
+        self._requests = count_setting(REQUESTS_ENV, REQUESTS_IN_FLIGHT, minimum=1)  # at open
         # What the present records cost, shared by every process of the cache folder: each
         # adds what it fetches, eviction sets it to its own count. Counting only this process's
         # fetches (from 0 at open) let processes sharing a cache, or one reopening a full one,
@@ -387,8 +389,7 @@ class Fetcher:
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None or self._pool_pid != os.getpid():
-                workers = int(os.environ.get(REQUESTS_ENV) or REQUESTS_IN_FLIGHT)
-                self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="loaderx-fetch")
+                self._pool = ThreadPoolExecutor(self._requests, thread_name_prefix="loaderx-fetch")
                 self._pool_pid = os.getpid()
             return self._pool
 

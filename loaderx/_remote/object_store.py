@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.urls import DatasetURL
+from loaderx._remote.settings import count_setting, seconds_setting
 from loaderx.errors import MissingExtraError, RemoteChangedError, RemoteError
 
 _T = TypeVar("_T")
@@ -60,22 +61,9 @@ class RemoteObject:
         return mode
 
 
-def _float_setting(name: str, default: float) -> float:
-    text = os.environ.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"{name}={text!r} must be positive")
-    return value
-
-
 def _retry_config() -> dict[str, Any]:
-    seconds = _float_setting(RETRY_SECONDS_ENV, RETRY_SECONDS_DEFAULT)
-    retries = int(_float_setting(RETRIES_ENV, RETRIES_DEFAULT))
+    seconds = seconds_setting(RETRY_SECONDS_ENV, RETRY_SECONDS_DEFAULT)
+    retries = count_setting(RETRIES_ENV, RETRIES_DEFAULT, minimum=0)  # 0: no retries
     return {
         "max_retries": retries,
         "retry_timeout": datetime.timedelta(seconds=seconds),
@@ -124,6 +112,9 @@ class ObjectStore:
         self.location = location
         self._obstore = _obstore()
         _refuse_plain_http(location)
+        # The client is made at the first request; its settings are checked now, before any.
+        _retry_config()
+        seconds_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
         self._lock = ForkSafeLock()  # no lock a Ctrl-C or a fork left held
         self._client: Any = None
         self._client_pid = -1
@@ -131,7 +122,7 @@ class ObjectStore:
     def _store(self) -> Any:
         with self._lock:
             if self._client is None or self._client_pid != os.getpid():
-                timeout = _float_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
+                timeout = seconds_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
                 options: dict[str, Any] = {
                     "timeout": datetime.timedelta(seconds=timeout),
                     "connect_timeout": datetime.timedelta(seconds=min(timeout, 10.0)),

@@ -23,7 +23,6 @@ killed writer could then see a mix (docs/decisions.md).
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import threading
@@ -39,6 +38,7 @@ from loaderx._os.event_flag import EventFlag
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.urls import READ_ONLY_SCHEMES, parse
 from loaderx._remote.object_store import ObjectStore, RemoteObject
+from loaderx._remote.settings import seconds_setting
 from loaderx._store.layout import MANIFEST_FILE, TOP_LEVEL, shard_folder, shard_name, shard_number
 from loaderx._store.manifest import Manifest, ShardEntry, parse_manifest, read_manifest
 from loaderx._store.schema import SCHEMA_FILE, parse_schema, read_schema, require_same
@@ -54,20 +54,6 @@ _POLL_SECONDS: Final = 0.25
 _STORE_FILES: Final = ("schema.msgpack", "meta.zr", "sums.zr", "dict.zr")
 
 
-def _seconds(name: str, default: float, zero_allowed: bool) -> float:
-    """A setting in seconds: finite, and positive (or zero, where zero_allowed). A lease of 0
-    (or less) would let every writer take over every lock at once, and renew it without pause."""
-    text = os.environ.get(name)
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
-        raise ValueError(f"{name}={text!r} must be a finite number of seconds above 0"
-                         + (" (or 0)" if zero_allowed else ""))
-    return value
-
-
 def open_destination(url: str) -> ObjectStore:
     """The object store a write goes to; refuses a read-only scheme (https://) and names the
     missing extra, before any work is done."""
@@ -78,8 +64,8 @@ def open_destination(url: str) -> ObjectStore:
             "no uploads); write to s3://, gs:// or az://"
         )
     # The writer lock's settings, refused before anything is built or sent.
-    _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
-    _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
+    seconds_setting(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
+    seconds_setting(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
     return ObjectStore(location)
 
 
@@ -150,7 +136,7 @@ class _WriterLock:
         self._etag: str | None = None
         self._held: RemoteObject | None = None
         self._writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._lease = _seconds(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
+        self._lease = seconds_setting(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
         self._renewed = 0.0  # time.monotonic() of the last write of the lock (before it was sent)
         self._lost: str | None = None
         self._guard = ForkSafeLock()  # one renewal at a time (the thread's or held()'s)
@@ -164,7 +150,8 @@ class _WriterLock:
                            "renewed": datetime.now(timezone.utc).isoformat()}).encode()
 
     def __enter__(self) -> _WriterLock:
-        deadline = time.monotonic() + _seconds(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
+        wait = seconds_setting(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
+        deadline = time.monotonic() + wait
         while True:
             sent = time.monotonic()
             try:

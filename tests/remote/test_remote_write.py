@@ -110,13 +110,18 @@ def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: 
 @pytest.mark.parametrize("setting", ["LOADERX_REMOTE_LOCK_LEASE_SECONDS=0",
                                      "LOADERX_REMOTE_LOCK_LEASE_SECONDS=-5",
                                      "LOADERX_REMOTE_LOCK_LEASE_SECONDS=nan",
-                                     "LOADERX_REMOTE_LOCK_WAIT_SECONDS=-1"])
-def test_a_lock_setting_out_of_range_is_refused_before_anything_is_written(
+                                     "LOADERX_REMOTE_LOCK_WAIT_SECONDS=-1",
+                                     "LOADERX_REMOTE_RETRIES=-1",
+                                     "LOADERX_REMOTE_RETRIES=2.5",
+                                     "LOADERX_REMOTE_RETRY_SECONDS=inf",
+                                     "LOADERX_REMOTE_TIMEOUT_SECONDS=nan"])
+def test_a_setting_out_of_range_is_refused_before_anything_is_written(
     s3_env: S3Server, s3_bucket: str, upload_dir: Path, monkeypatch: pytest.MonkeyPatch,
     setting: str
 ) -> None:
     """A lease of 0 or less let every writer take over every held lock at once (two appenders
-    then mixed their shards), and the lock's renewal would spin without pause."""
+    then mixed their shards), and the lock's renewal would spin without pause; nan or inf
+    seconds of retrying passed as valid, and 2.5 retries became 2."""
     name, value = setting.split("=")
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=name):
@@ -237,3 +242,25 @@ def test_a_dataset_opens_while_appends_commit_one_after_another(
             opens += 1
         _, err = appender.communicate()
         assert appender.returncode == 0, err.decode()[-2000:]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("LOADERX_REMOTE_REQUESTS=abc", "not a whole number"),
+    ("LOADERX_REMOTE_REQUESTS=0", "at least 1"),
+    ("LOADERX_REMOTE_RETRIES=ten", "not a whole number"),
+])
+def test_a_reader_setting_out_of_range_is_refused_at_open(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    setting: str, message: str
+) -> None:
+    """LOADERX_REMOTE_REQUESTS=abc was a bare int() error at the first read (naming no
+    setting), and 0 quietly meant 1."""
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, images(10, 8), codec="raw")
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"{name}={value!r} .*{message}"):
+        DenseDataset(url, cache_dir=tmp_path / "cache")
+    monkeypatch.delenv(name)
+    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        np.testing.assert_array_equal(ds[:], images(10, 8))
