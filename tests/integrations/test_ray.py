@@ -393,7 +393,8 @@ def test_a_driver_killed_at_any_step_leaves_every_column_old_or_every_column_new
 ) -> None:
     # Its own process: the loop forks a driver per kill, which wants a parent without Ray's
     # threads.
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    # The child imports this module, which imports tests/small_disks.py.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])}
     done = subprocess.run(
         [sys.executable, "-c", KILL_LOOP, str(tmp_path), os.path.dirname(__file__),
          str(shard_records)],
