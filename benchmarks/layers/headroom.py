@@ -93,7 +93,7 @@ def worker_share(path: str, transform: Callable[[np.ndarray], np.ndarray], recor
                 shares.append((transformed - gathered) / (written - started))
         finally:
             slot.close()
-            files.unlink(0)
+            files.unlink_all()
     return statistics.median(shares)
 
 
