@@ -108,8 +108,29 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _worker_main(recipe: Recipe, layout: Layout, prefix: str, conn: Any,
-                 consumer_ends: list[Any]) -> None:
+def _adopt_environment(variables: dict[str, str]) -> None:
+    """In a worker: the consumer's environment as it was when the loader started its workers."""
+    os.environ.clear()
+    os.environ.update(variables)
+
+
+class ConsumerEnvironment:
+    """The consumer's os.environ, applied in a worker while its arguments are unpickled: before
+    the recipe, the next argument, reopens the datasets. A forkserver's children inherit the
+    environment the server started with, not the consumer's now, so an object store's
+    credentials set since were missing and a worker reopening an s3:// dataset asked the cloud's
+    metadata endpoint instead. Children of fork and spawn have the consumer's environment
+    already; with this, every start method gives the workers the same one."""
+
+    def __init__(self) -> None:
+        self.variables = dict(os.environ)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, str]]]:
+        return (_adopt_environment, (self.variables,))
+
+
+def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe, layout: Layout,
+                 prefix: str, conn: Any, consumer_ends: list[Any]) -> None:
     """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
     text or None) out, until its pipe closes or says None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
@@ -295,7 +316,8 @@ class ProcessSteps:
             # spawn and forkserver copy none (and could not be sent them).
             ends = [*self._workers.pipes, here] if self._method == "fork" else []
             process = context.Process(
-                target=_worker_main, args=(self._recipe, self._layout, files.prefix, there, ends),
+                target=_worker_main,
+                args=(ConsumerEnvironment(), self._recipe, self._layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
             process.start()

@@ -54,6 +54,11 @@ def sleeps(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
     return batch
 
 
+def adds_the_environments_offset(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """Adds LOADERX_TEST_OFFSET (read where the transform runs) to every label."""
+    return {"label": batch["label"] + int(os.environ.get("LOADERX_TEST_OFFSET", "0"))}
+
+
 def children() -> list[int]:
     """The live child processes of this process (the forkserver, once started, stays)."""
     found: list[int] = []
@@ -508,3 +513,24 @@ def test_fork_started_workers_leave_with_a_killed_consumer(
                 os.kill(pid, signal.SIGKILL)
         for leftover in SHM.glob(f"loaderx-{consumer.pid}-*"):  # a killed consumer's (docs)
             leftover.unlink()
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_workers_see_the_consumers_environment_of_now(
+    streams: dict[str, DenseDataset], method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forkserver started before a variable was set (by an earlier loader) gave later workers
+    its own, older environment: an object store's credentials set since were missing in the
+    workers (found in CI: a worker reopening an s3:// dataset asked the metadata endpoint).
+    Every start method now gives the workers the consumer's environment at their start."""
+    monkeypatch.delenv("LOADERX_TEST_OFFSET", raising=False)
+    first = DataLoader(streams, batch_size=8, seed=3, workers=1, worker_type="process",
+                       start_method=method, transform=adds_the_environments_offset)
+    batches(first, 2)  # the forkserver, if that is the method, runs from here on
+    monkeypatch.setenv("LOADERX_TEST_OFFSET", "1000")
+    loader = DataLoader(streams, batch_size=8, seed=3, workers=2, worker_type="process",
+                        start_method=method, transform=adds_the_environments_offset)
+    with loader:
+        for step in range(6):  # step 0 is made by the consumer, the rest by the workers
+            expected = loader.indices(step) + 1000
+            np.testing.assert_array_equal(next(loader)["label"], expected)
