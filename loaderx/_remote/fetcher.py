@@ -105,11 +105,12 @@ def _sized_and_allocated(path: str, size: int, grow_only: bool = False) -> None:
         os.close(fd)
 
 
-def _epoch_file(path: str) -> npt.NDArray[np.uint64]:
-    """The shared eviction counter (8 bytes, created zero)."""
+def _shared_counter(path: str) -> npt.NDArray[np.uint64]:
+    """A uint64 every process of the cache folder maps (8 bytes, created zero): the eviction
+    epoch, and the cost of the present records."""
     _sized_and_allocated(path, 8, grow_only=True)
     # A plain ndarray view of the mapping: np.memmap's own indexing is a Python method, and
-    # this counter is read twice a batch.
+    # the epoch is read twice a batch.
     return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,)).view(np.ndarray)
 
 
@@ -150,7 +151,7 @@ class Fetcher:
         self._costs = [store.blocks() for store in records.stores]
         self.total_cost = int(sum(int(cost.sum()) for cost in self._costs))
         self._gate = CacheGate(os.path.join(replica.state, "gate.lock"))
-        self._epoch = _epoch_file(os.path.join(replica.state, "epoch"))
+        self._epoch = _shared_counter(os.path.join(replica.state, "epoch"))
         self._complete_at = -1  # the epoch at which every record was found present
         self._checks = 0
         if int(self._epoch[0]) & 1:
@@ -174,7 +175,7 @@ class Fetcher:
         # adds what it fetches, eviction sets it to its own count. Counting only this process's
         # fetches (from 0 at open) let processes sharing a cache, or one reopening a full one,
         # fill it to the sum of their bounds before any evicted. Counted again at open.
-        self._used = _epoch_file(os.path.join(replica.state, "used"))
+        self._used = _shared_counter(os.path.join(replica.state, "used"))
         self._used_lock = os.path.join(replica.state, "used.lock")
         if cache_bytes < self.total_cost:
             self._used[0] = self.cached_bytes()
