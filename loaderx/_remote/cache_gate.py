@@ -95,12 +95,16 @@ class CacheGate:
         self._made = ForkSafeLock()
         self._pid = os.getpid()
         self._gate: _ProcessGate | None = _ProcessGate(path)
+        self._closed = False
 
     def _current(self) -> _ProcessGate:
         gate = self._gate
         if gate is not None and self._pid == os.getpid():
             return gate
         with self._made:
+            if self._closed:
+                # A closed gate opens no descriptor again (the dataset released the folder).
+                raise ValueError(f"the cache gate {self._path!r} is closed")
             if self._gate is None or self._pid != os.getpid():
                 # The parent's descriptors are closed in the child; a new pair is ours.
                 self._gate = _ProcessGate(self._path)
@@ -128,6 +132,7 @@ class CacheGate:
     def close(self) -> None:
         with self._made:
             gate, self._gate = self._gate, None
+            self._closed = True
         if gate is not None and self._pid == os.getpid():
             gate.close()
 

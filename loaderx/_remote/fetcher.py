@@ -9,7 +9,8 @@ are read and thrown away), so a sequential pass still reads large ranges.
 
 Each store of the dataset has a state file, one byte per record (1: its bytes are in the chunk
 copy and matched their checksum), shared through the page cache by every process using the
-cache folder. A record becomes present only after its bytes are written; it stops being present
+cache folder. The files are mapped by state_maps.py and unmapped by close(): every use of
+them holds its lock and checks that the fetcher is not closed. A record becomes present only after its bytes are written; it stops being present
 before its blocks are punched; both under the cache gate (cache_gate.py), which a gather holds
 shared while it checks presence and copies. Downloads of one store are claimed with an flock
 (`<n>.fetch.lock`), so two processes never download the same record: the second waits, then
@@ -25,11 +26,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
@@ -42,19 +41,15 @@ from loaderx._remote.cache_gate import CacheGate
 from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.arriving_range import ArrivingRange
+from loaderx._remote.range_plan import GAP_BYTES, Range as _Range, plan_ranges
 from loaderx._remote.range_writes import write_all
 from loaderx._remote.record_map import RecordMap, StoreRecords
 from loaderx._remote.settings import count_setting
 from loaderx._remote.replica import Replica
 from loaderx._remote.shared_hints import Hints, SharedHints
+from loaderx._remote.state_maps import StateMaps
 from loaderx.errors import CorruptStoreError, RemoteError
 
-# Two records closer than this in a chunk are fetched by one request (the bytes between are
-# read and dropped). Small, because requests run many at once: their latency overlaps, while
-# every byte read and dropped costs bandwidth. It merges neighbours, as a sequential pass has.
-GAP_BYTES: Final = 32 << 10
-# A request never spans more than this (large ranges stream and retry poorly).
-RANGE_BYTES_MAX: Final = 16 << 20
 # With a cache that holds the whole dataset, records this close are fetched together and
 # every record the range holds is kept: a pass over the data then costs few large requests
 # (a request costs a server far more than its bytes), and no byte is read twice.
@@ -69,72 +64,8 @@ STREAM_PIECE_BYTES: Final = 256 << 10
 LOW_WATER: Final = 0.9
 
 
-@dataclass
-class _Range:
-    store: int
-    chunk: int
-    start: int
-    end: int
-    records: npt.NDArray[np.int64]  # local indices of the records to store from it
-    # Of those, the ones nobody asked for (absorbed: they lay in the range's bytes): one that
-    # fails its checksum is left out, not an error of the read that fetched the range.
-    extra: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
-
-
 # How often begin() looks whether every record is present (a scan of the state files).
 _COMPLETE_CHECK_EVERY: Final = 256
-
-
-def _sized_and_allocated(path: str, size: int, grow_only: bool = False) -> None:
-    """Makes the file `size` bytes long (at least, with grow_only) with every block allocated.
-    The state files are memory-mapped and written through the mapping: a page with no block
-    behind it (ftruncate makes holes) needs one at its first write (and on tmpfs at its first
-    read), and on a full disk the kernel answers that fault with SIGBUS, which kills the
-    process. Allocated here, a full disk is an OSError naming the file, raised at open."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        length = os.fstat(fd).st_size
-        if length < size or (length != size and not grow_only):
-            os.ftruncate(fd, size)
-        if size:
-            os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        raise OSError(exc.errno, f"allocating the cache's state file {path!r}: "
-                      f"{os.strerror(exc.errno or 0)}", path) from exc
-    finally:
-        os.close(fd)
-
-
-def _shared_counter(path: str) -> npt.NDArray[np.uint64]:
-    """A uint64 every process of the cache folder maps (8 bytes, created zero): the eviction
-    epoch, and the cost of the present records."""
-    _sized_and_allocated(path, 8, grow_only=True)
-    # A plain ndarray view of the mapping: np.memmap's own indexing is a Python method, and
-    # the epoch is read twice a batch.
-    return np.memmap(path, dtype=np.uint64, mode="r+", shape=(1,)).view(np.ndarray)
-
-
-def plan_ranges(
-    store: int, records: StoreRecords, local: npt.NDArray[np.int64], gap: int = GAP_BYTES
-) -> list[_Range]:
-    """The requests that fetch `local` (distinct local indices) of one store: neighbours
-    closer than `gap` bytes share one."""
-    entries = records.entries[local]
-    order = np.lexsort((entries["offset"], entries["chunk"]))
-    local, entries = local[order], entries[order]
-    chunks = entries["chunk"].astype(np.int64)
-    starts = entries["offset"].astype(np.int64)
-    ends = starts + entries["stored"].astype(np.int64)
-    ranges: list[_Range] = []
-    first = 0
-    for i in range(1, len(local) + 1):
-        if i < len(local) and chunks[i] == chunks[first] and starts[i] - ends[i - 1] <= gap \
-                and ends[i] - starts[first] <= RANGE_BYTES_MAX:
-            continue
-        end = int(ends[first:i].max())
-        ranges.append(_Range(store, int(chunks[first]), int(starts[first]), end, local[first:i]))
-        first = i
-    return ranges
 
 
 class Fetcher:
@@ -147,14 +78,23 @@ class Fetcher:
         self._replica = replica
         self._map = records
         self._budget = cache_bytes
-        self._states = [self._state_file(n, store) for n, store in enumerate(records.stores)]
         self._costs = [store.blocks() for store in records.stores]
         self.total_cost = int(sum(int(cost.sum()) for cost in self._costs))
-        self._gate = CacheGate(os.path.join(replica.state, "gate.lock"))
-        self._epoch = _shared_counter(os.path.join(replica.state, "epoch"))
+        # The state files (presence, epoch, used count), unmapped by close(): every use holds
+        # its lock and checks that it is not closed (state_maps.py).
+        self._maps = StateMaps(replica.state, [store.length for store in records.stores])
+        try:
+            self._gate = CacheGate(os.path.join(replica.state, "gate.lock"))
+        except BaseException:
+            self._maps.close()
+            raise
+        # Set first by close(): no new pool, claim or request starts, streams stop.
+        self._closing = False
         self._complete_at = -1  # the epoch at which every record was found present
         self._checks = 0
-        if int(self._epoch[0]) & 1:
+        with self._maps.lock:
+            repair = int(self._maps.epoch[0]) & 1
+        if repair:
             self._repair_epoch()
         self._note_if_complete()  # a cache filled by an earlier run
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
@@ -175,10 +115,10 @@ class Fetcher:
         # adds what it fetches, eviction sets it to its own count. Counting only this process's
         # fetches (from 0 at open) let processes sharing a cache, or one reopening a full one,
         # fill it to the sum of their bounds before any evicted. Counted again at open.
-        self._used = _shared_counter(os.path.join(replica.state, "used"))
         self._used_lock = os.path.join(replica.state, "used.lock")
         if cache_bytes < self.total_cost:
-            self._used[0] = self.cached_bytes()
+            with self._maps.lock:
+                self._maps.used[0] = self._cached_bytes()
         self._absorb = cache_bytes >= self.total_cost
         # Figures for reports and tests: requests sent, bytes received, records fetched.
         self.requests = 0
@@ -187,12 +127,20 @@ class Fetcher:
 
     # --- presence ---------------------------------------------------------------------------
 
-    def _state_file(self, number: int, store: StoreRecords) -> npt.NDArray[np.uint8]:
-        path = os.path.join(self._replica.state, f"{number}.present")
-        _sized_and_allocated(path, store.length)  # new: all zero, nothing present
-        if store.length == 0:
-            return np.zeros(0, dtype=np.uint8)  # nothing to map (mmap refuses an empty file)
-        return np.memmap(path, dtype=np.uint8, mode="r+", shape=(store.length,)).view(np.ndarray)
+    def _closed_error(self) -> ValueError:
+        return ValueError(f"dataset {self._objects.location.url!r} is closed")
+
+    def _check_open(self) -> None:
+        """Refuses a use of the state maps once closed (hold their lock)."""
+        if self._maps.closed:
+            raise self._closed_error()
+
+    def _absent(self, number: int, local: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The records of local (local indices of store number) that are not present."""
+        with self._maps.lock:
+            self._check_open()
+            absent: npt.NDArray[np.int64] = local[self._maps.present[number][local] == 0]
+            return absent
 
     def _valid(self, indices: npt.NDArray[np.int64]) -> bool:
         """Whether every index is in range (otherwise the gather itself refuses them)."""
@@ -200,15 +148,22 @@ class Fetcher:
 
     def missing(self, indices: npt.NDArray[np.int64]) -> dict[int, npt.NDArray[np.int64]]:
         """The local indices of `indices` (global, valid) that are not present, by store."""
+        with self._maps.lock:
+            self._check_open()
+            return self._missing(indices)
+
+    def _missing(self, indices: npt.NDArray[np.int64]) -> dict[int, npt.NDArray[np.int64]]:
+        """missing(), holding the maps' lock."""
         stores = self._map.stores
+        present = self._maps.present
         if len(stores) == 1:
-            local = indices[self._states[0][indices] == 0]
+            local = indices[present[0][indices] == 0]
             return {0: np.unique(local)} if len(local) else {}
         found: dict[int, npt.NDArray[np.int64]] = {}
         route = self._map.route(indices)
         for number in np.unique(route).tolist():
             local = indices[route == number] - self._map.starts[number]
-            absent = local[self._states[number][local] == 0]
+            absent = local[present[number][local] == 0]
             if len(absent):
                 found[number] = np.unique(absent)
         return found
@@ -225,19 +180,23 @@ class Fetcher:
 
     def begin(self, indices: npt.NDArray[np.int64]) -> int:
         """A token for a read of indices without the gate, or -1 when it must take reading()."""
-        epoch = int(self._epoch[0])
-        if epoch & 1:
-            return -1
-        if self._complete_at == epoch:
-            return epoch
-        try:
-            if len(self._states) == 1:
-                if not self._states[0][indices].all():
-                    return -1
-            elif not self._valid(indices) or self.missing(indices):
+        maps = self._maps
+        with maps.lock:
+            if maps.closed:
+                return -1  # reading() raises
+            epoch = int(maps.epoch[0])
+            if epoch & 1:
                 return -1
-        except IndexError:
-            return -1  # reading() leaves the refusal to the gather
+            if self._complete_at == epoch:
+                return epoch
+            try:
+                if len(maps.present) == 1:
+                    if not maps.present[0][indices].all():
+                        return -1
+                elif not self._valid(indices) or self._missing(indices):
+                    return -1
+            except IndexError:
+                return -1  # reading() leaves the refusal to the gather
         self._checks += 1
         if self._checks % _COMPLETE_CHECK_EVERY == 0:
             self._note_if_complete()
@@ -246,17 +205,25 @@ class Fetcher:
     def _note_if_complete(self) -> None:
         """Remembers the epoch at which every record is present: begin() then checks nothing
         until an eviction moves the epoch (another process may share the cache)."""
-        epoch = int(self._epoch[0])
-        if not epoch & 1 and all(state.all() for state in self._states):
-            self._complete_at = epoch
+        maps = self._maps
+        with maps.lock:
+            if maps.closed:
+                return
+            epoch = int(maps.epoch[0])
+            if not epoch & 1 and all(bool(present.all()) for present in maps.present):
+                self._complete_at = epoch
 
     def unchanged(self, token: int) -> bool:
         """Whether no eviction started since begin() gave token (the read stands)."""
-        return int(self._epoch[0]) == token
+        maps = self._maps
+        with maps.lock:
+            return not maps.closed and int(maps.epoch[0]) == token
 
     @contextmanager
     def reading(self, indices: npt.NDArray[np.int64]) -> Iterator[None]:
         """Holds the gate shared with every record of indices present, fetching what is not."""
+        if self._maps.closed:
+            raise self._closed_error()  # before the gate: a closed one opens nothing again
         if not self._valid(indices):
             yield  # the gather refuses the indices itself, before reading a byte
             return
@@ -291,7 +258,9 @@ class Fetcher:
     def settled(self) -> bool:
         """Whether every record is cached and nothing was evicted since that was seen (the
         look-ahead then has nothing to do)."""
-        return self._complete_at == int(self._epoch[0])
+        maps = self._maps
+        with maps.lock:
+            return maps.closed or self._complete_at == int(maps.epoch[0])
 
     def cost(self, indices: npt.NDArray[np.int64]) -> int:
         """What the records of indices (global, valid) take in the cache (repeats counted once
@@ -348,6 +317,8 @@ class Fetcher:
     @contextmanager
     def _claim(self, number: int) -> Iterator[None]:
         with self._store_locks[number]:
+            if self._closing:
+                raise self._closed_error()
             fd = open_descriptor(os.path.join(self._replica.state, f"{number}.fetch.lock"),
                                  os.O_RDWR | os.O_CREAT)
             try:
@@ -369,14 +340,14 @@ class Fetcher:
             start = max(0, int(entries["offset"][mine].min()) - ABSORB_GAP_BYTES)
             end = int((entries["offset"][mine].astype(np.int64) + entries["stored"][mine]).max())
             inside = holes.within(chunk, start, end + ABSORB_GAP_BYTES)
-            found.append(inside[self._states[number][inside] == 0])
+            found.append(self._absent(number, inside))
         return np.unique(np.concatenate(found))
 
     def _whole(self, piece: _Range, asked: npt.NDArray[np.int64]) -> _Range:
         """piece with every absent record lying wholly inside its bytes (module doc); the ones
         not in asked are its extra records."""
         inside = self._store_holes(piece.store).within(piece.chunk, piece.start, piece.end)
-        absent = inside[self._states[piece.store][inside] == 0]
+        absent = self._absent(piece.store, inside)
         records = np.union1d(piece.records, absent)
         extra = np.setdiff1d(records, asked)
         return _Range(piece.store, piece.chunk, piece.start, piece.end, records, extra)
@@ -389,6 +360,8 @@ class Fetcher:
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
+            if self._closing:
+                raise self._closed_error()
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(self._requests, thread_name_prefix="loaderx-fetch")
                 self._pool_pid = os.getpid()
@@ -438,6 +411,8 @@ class Fetcher:
         if arriving.size:
             for part in self._objects.stream_range(name, piece.start, piece.end, etag,
                                                    STREAM_PIECE_BYTES):
+                if self._closing:
+                    raise self._closed_error()  # close() waits for this thread
                 arriving.add(part)
                 stop = arriving.next_stop()
                 if stop is not None:
@@ -479,8 +454,11 @@ class Fetcher:
                     )
                 good = completing[~bad]
         view = arriving.buffer.data
+        maps = self._maps
         with self._gate.shared():
-            epoch = int(self._epoch[0])
+            with maps.lock:
+                self._check_open()
+                epoch = int(maps.epoch[0])
             rewrite = first_epoch is not None and epoch != first_epoch
             try:
                 for start, end in arriving.spans(stop, good, rewrite):
@@ -490,9 +468,11 @@ class Fetcher:
                 path = os.path.join(store.folder, f"{piece.chunk}.zr")
                 raise OSError(exc.errno, f"{exc.strerror or exc} (writing fetched records into "
                               "the cache)", path) from exc
-            self._states[piece.store][piece.records[good]] = 1
-            if self._budget < self.total_cost:  # inside the gate: eviction sets the count
-                self._count_used(int(self._costs[piece.store][piece.records[good]].sum()))
+            with maps.lock:
+                self._check_open()
+                maps.present[piece.store][piece.records[good]] = 1
+                if self._budget < self.total_cost:  # inside the gate: eviction sets the count
+                    self._count_used(int(self._costs[piece.store][piece.records[good]].sum()))
         arriving.settle(stop, completing)
         with self._lock:
             self.records_fetched += len(good)
@@ -500,12 +480,13 @@ class Fetcher:
 
     def _count_used(self, cost: int) -> None:
         """Adds to the shared cost of the present records: an flock orders the read-modify-
-        writes of the processes, the lock those of this process's threads."""
+        writes of the processes, the lock those of this process's threads. Holds the maps'
+        lock."""
         with self._lock:
             fd = open_descriptor(self._used_lock, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                self._used[0] += np.uint64(cost)
+                self._maps.used[0] += np.uint64(cost)
             finally:
                 close_descriptor(fd)
 
@@ -565,40 +546,51 @@ class Fetcher:
 
     def _make_room(self, incoming: int) -> None:
         """Frees cache space for `incoming` bytes by Belady's rule (eviction.py)."""
-        if self._budget >= self.total_cost or int(self._used[0]) + incoming <= self._budget:
+        maps = self._maps
+        if self._budget >= self.total_cost:
             return
-        with self._gate.exclusive():  # no fetch adds to the count meanwhile
-            used = self.cached_bytes()
-            if used + incoming <= self._budget:
-                self._used[0] = used
+        with maps.lock:
+            self._check_open()
+            if int(maps.used[0]) + incoming <= self._budget:
                 return
-            to_free = used + incoming - int(self._budget * LOW_WATER)
-            with self._evicting():
-                freed = self._evict(to_free, self._hints.others())
-            self._used[0] = used - freed
+        with self._gate.exclusive():  # no fetch adds to the count meanwhile
+            others = self._hints.others()
+            with maps.lock:  # close() waits for the eviction: it leaves no half-punched record
+                self._check_open()
+                used = self._cached_bytes()
+                if used + incoming <= self._budget:
+                    maps.used[0] = used
+                    return
+                to_free = used + incoming - int(self._budget * LOW_WATER)
+                with self._evicting():
+                    freed = self._evict(to_free, others)
+                maps.used[0] = used - freed
 
     @contextmanager
     def _evicting(self) -> Iterator[None]:
-        """The epoch odd while records may disappear (begin()); only under the exclusive gate.
-        An odd epoch found here was left by an evictor that died: made even first."""
-        if int(self._epoch[0]) & 1:
-            self._epoch[0] += 1
-        self._epoch[0] += 1
+        """The epoch odd while records may disappear (begin()); only under the exclusive gate,
+        holding the maps' lock. An odd epoch found here was left by an evictor that died: made
+        even first."""
+        epoch = self._maps.epoch
+        if int(epoch[0]) & 1:
+            epoch[0] += 1
+        epoch[0] += 1
         try:
             yield
         finally:
-            self._epoch[0] += 1
+            epoch[0] += 1
 
     def _repair_epoch(self) -> None:
         """An odd epoch with nobody evicting (the exclusive gate is ours): an evictor died
         mid-eviction; its records are absent or present as the state files say, and the
         epoch becomes even so that reads take the warm path again."""
-        with self._gate.exclusive():
-            if int(self._epoch[0]) & 1:
-                self._epoch[0] += 1
+        with self._gate.exclusive(), self._maps.lock:
+            if not self._maps.closed and int(self._maps.epoch[0]) & 1:
+                self._maps.epoch[0] += 1
 
     def _evict(self, to_free: int, others: Hints) -> int:
-        """Drops records worth to_free bytes; others: the other processes' hints."""
+        """Drops records worth to_free bytes; others: the other processes' hints. Holds the
+        maps' lock."""
         other_pinned, other_indices, other_ahead = others
         candidates, costs = self._candidates(other_pinned)
         if len(candidates) == 0:
@@ -617,10 +609,9 @@ class Fetcher:
         freed = 0
         for number in np.unique(route).tolist():
             local = victims[route == number] - self._map.starts[number]
-            state = self._states[number]
-            state[local] = 0
+            self._maps.present[number][local] = 0
             freed += int(self._costs[number][local].sum())
-            self._punch(number, local, np.asarray(state))
+            self._punch(number, local, self._maps.present[number])
         return freed
 
     def _candidates(
@@ -634,8 +625,8 @@ class Fetcher:
         pinned = np.unique(np.concatenate(held))
         found: list[npt.NDArray[np.int64]] = []
         costs: list[npt.NDArray[np.int64]] = []
-        for number, state in enumerate(self._states):
-            local = np.flatnonzero(state).astype(np.int64)
+        for number in range(len(self._maps.present)):
+            local = np.flatnonzero(self._maps.present[number]).astype(np.int64)
             found.append(local + self._map.starts[number])
             costs.append(self._costs[number][local])
         candidates = np.concatenate(found) if found else np.empty(0, np.int64)
@@ -649,22 +640,36 @@ class Fetcher:
             punch_hole(self._descriptor(number, chunk), start, end, path)
 
     def cached_bytes(self) -> int:
-        """What the present records cost in the cache now (blocks, see record_map)."""
-        return sum(int(cost[state != 0].sum()) for cost, state in zip(self._costs, self._states))
+        """What the present records cost in the cache now (blocks, see record_map); 0 once
+        closed."""
+        with self._maps.lock:
+            return 0 if self._maps.closed else self._cached_bytes()
+
+    def _cached_bytes(self) -> int:
+        """cached_bytes(), holding the maps' lock."""
+        present = self._maps.present
+        return sum(int(cost[present[n] != 0].sum()) for n, cost in enumerate(self._costs))
 
     def close(self) -> None:
-        self._hints.close()
+        """Stops every fetch of this process and releases the cache folder's files: nothing
+        stays mapped or open. A look-ahead still running finds the fetcher closed."""
         with self._lock:
+            self._closing = True  # no new pool, claim or request; streams stop at a piece
             pool, self._pool = self._pool, None
-            descriptors, self._descriptors = self._descriptors, {}
+        self._hints.close()
         if pool is not None and self._pool_pid == os.getpid():
             pool.shutdown(wait=True, cancel_futures=True)
+        for lock in self._store_locks:
+            with lock:  # waits for the fetches holding claims (their flock descriptors)
+                pass
+        self._maps.close()
+        with self._lock:
+            descriptors, self._descriptors = self._descriptors, {}
         for fd in descriptors.values():
             try:
                 os.close(fd)
             except OSError:
                 pass
         self._gate.close()
-
 
 __all__ = ["Fetcher", "GAP_BYTES", "plan_ranges"]

@@ -50,12 +50,12 @@ def sliced(fetcher: Fetcher, between: Callable[[int], None]) -> None:
 
 
 def evict(fetcher: Fetcher, index: int) -> None:
-    """Drops record `index` as Fetcher._evict does: under the exclusive gate, the eviction
-    counter odd meanwhile, its blocks punched (the blocks it shares with no present record)."""
-    with fetcher._gate.exclusive(), fetcher._evicting():
-        state = fetcher._states[0]
-        state[index] = 0
-        fetcher._punch(0, np.array([index], dtype=np.int64), np.asarray(state))
+    """Drops record `index` as Fetcher._evict does: under the exclusive gate and the state
+    maps' lock, the eviction counter odd meanwhile, its blocks punched (the blocks it shares
+    with no present record)."""
+    with fetcher._gate.exclusive(), fetcher._maps.lock, fetcher._evicting():
+        fetcher._maps.present[0][index] = 0
+        fetcher._punch(0, np.array([index], dtype=np.int64), fetcher._maps.present[0])
 
 
 def publish(server: S3Server, bucket: str, folder: Path, data: np.ndarray) -> str:
@@ -80,7 +80,7 @@ def test_a_record_whose_first_bytes_an_eviction_punched_is_written_whole(
             # Once the first step wrote record 2's first bytes (it is still absent), record 1
             # is evicted: the block they share holds no present record, so it is punched.
             if received > boundary and not evicted:
-                assert not fetcher._states[0][2]
+                assert not fetcher._maps.present[0][2]
                 evict(fetcher, 1)
                 evicted.append(1)
 
@@ -109,7 +109,7 @@ def test_a_failed_record_leaves_the_records_checked_before_it_present(
         with pytest.raises(RemoteError, match="record 5 .* does not match its checksum"):
             ds[np.array([2, 3, 4, 5])]
         # Records 2 and 3 were checked and written by steps before record 5 arrived.
-        assert fetcher._states[0][[2, 3, 4, 5]].tolist() == [1, 1, 0, 0]
+        assert fetcher._maps.present[0][[2, 3, 4, 5]].tolist() == [1, 1, 0, 0]
         np.testing.assert_array_equal(ds[np.array([3, 2])], data[[3, 2]])
     del url
 

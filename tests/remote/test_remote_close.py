@@ -1,0 +1,112 @@
+"""A closed remote dataset lets go of its cache folder at close(), against moto's S3 server:
+no mapping (/proc/self/maps) and no descriptor (/proc/self/fd) of the folder stays in the
+process after close() or the context manager's exit, with or without a loader and its
+look-ahead still running, and a read after close raises as a closed local dataset does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset, RaggedDataset
+
+from .s3_server import S3Server
+from .test_remote_read import images, publish
+
+
+def held_in(folder: Path) -> list[str]:
+    """The mappings and open descriptors of this process under folder."""
+    prefix = os.path.realpath(folder) + os.sep
+    found = [line.split(None, 5)[-1].strip() for line in open("/proc/self/maps")
+             if prefix in line]
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue  # the descriptor listdir itself used
+        if target.startswith(prefix):
+            found.append(f"fd {fd}: {target}")
+    return found
+
+
+@pytest.fixture
+def dense(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> tuple[str, np.ndarray]:
+    data = images(400, 500)
+    from_numpy(str(tmp_path / "local"), data, codec="zstd")
+    return publish(s3_env, s3_bucket, tmp_path / "local"), data
+
+
+def test_close_releases_every_mapping_and_descriptor(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = dense
+    cache = tmp_path / "cache"
+    ds = DenseDataset(url, cache_dir=cache, cache_bytes=100 * 4096)  # evicts as it reads
+    for start in range(0, len(data), 50):
+        idx = np.arange(start, start + 50, dtype=np.int64)
+        np.testing.assert_array_equal(ds[idx], data[idx])
+    assert held_in(cache)  # the state files are mapped while it is open
+    ds.close()
+    assert held_in(cache) == []
+    local = DenseDataset(str(tmp_path / "local"), readonly=True)
+    local.close()
+    for closed in (local, ds):
+        with pytest.raises(ValueError, match="is closed"):
+            closed[np.array([1, 2], dtype=np.int64)]
+        with pytest.raises(ValueError, match="is closed"):
+            closed.gather_into(np.array([1], dtype=np.int64), np.empty((1, 500), np.uint8))
+    ds.close()  # a second close does nothing
+    assert held_in(cache) == []
+
+
+def test_the_context_managers_release_the_cache_with_a_loader(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = dense
+    cache = tmp_path / "cache"
+    with DenseDataset(url, cache_dir=cache, cache_bytes=150 * 4096) as ds:
+        with DataLoader({"x": ds}, batch_size=16, seed=3, mode="iid", workers=2) as loader:
+            for step in range(8):
+                np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(step)])
+    assert held_in(cache) == []
+
+
+def test_a_dataset_closed_under_a_running_look_ahead_is_released(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The dataset closes while its loader's look-ahead may still be fetching (the loader is
+    closed after it): the look-ahead finds the cache closed, and nothing touches the
+    unmapped state files (a use after the unmap would be a SIGSEGV)."""
+    url, data = dense
+    cache = tmp_path / "cache"
+    ds = DenseDataset(url, cache_dir=cache, cache_bytes=150 * 4096)
+    loader = DataLoader({"x": ds}, batch_size=16, seed=4, mode="iid", workers=2)
+    try:
+        np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(0)])
+        ds.close()
+        assert held_in(cache) == []
+    finally:
+        loader.close()
+    assert held_in(cache) == []
+
+
+def test_a_closed_ragged_dataset_is_released(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    rows = [np.full((n % 7 + 1, 3), n, dtype=np.int32) for n in range(120)]
+    local = tmp_path / "local"
+    with RaggedDataset(str(local), dtype=np.int32, item_shape=(3,)) as made:
+        made.append(rows)
+    url = publish(s3_env, s3_bucket, local)
+    cache = tmp_path / "cache"
+    with RaggedDataset(url, cache_dir=cache) as ds:
+        for got, want in zip(ds[np.arange(len(rows), dtype=np.int64)], rows):
+            np.testing.assert_array_equal(got, want)
+    assert held_in(cache) == []
+    with pytest.raises(ValueError, match="is closed"):
+        ds[np.array([0], dtype=np.int64)]
