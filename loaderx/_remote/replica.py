@@ -20,8 +20,10 @@ Cache folder layout (one per dataset URL, shared by every process on the host):
             in-use.lock      held shared by every process that has this version open
 
 A replica is built in a hidden temporary folder and renamed into place, so a process killed
-while making one leaves nothing another process would trust. A version nobody has open is
-removed when a newer one is made.
+while making one leaves nothing another process would trust. A new version takes over the
+chunk files and record presence an older version nobody has open holds for unchanged objects
+(version_reuse.py), and that version is removed; any other version nobody has open is removed
+when a newer one is made.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._os.urls import READ_ONLY_SCHEMES
 from loaderx._remote.object_store import ObjectStore, RemoteObject
 from loaderx._remote.record_map import SUMS_FILE
+from loaderx._remote.version_reuse import Donor, take_donor
 from loaderx._store.layout import DELETE_JOURNAL_FILE, MANIFEST_FILE, META_FILE, TOP_LEVEL
 from loaderx._store.manifest import parse_manifest
 from loaderx._store.schema import SCHEMA_FILE
@@ -275,11 +278,14 @@ def _discard_damaged(folder: str, url: str) -> None:
 
 
 def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
-    """Downloads the metadata and lays out sparse chunks in a temporary folder, then renames
-    it into place (the objects file, written last, marks a finished replica)."""
+    """Downloads the metadata and lays out the chunks in a temporary folder, then renames it
+    into place (the objects file, written last, marks a finished replica). A chunk object
+    an older version nobody has open already holds unchanged is taken over from it with the
+    presence of its records (version_reuse.py); the others start sparse."""
     building = f"{folder}.building-{uuid.uuid4().hex[:8]}"
     shutil.rmtree(folder, ignore_errors=True)  # an unfinished one (no objects file)
     data = os.path.join(building, _DATA)
+    donor: Donor | None = None
     try:
         os.makedirs(os.path.join(building, _STATE))
         os.makedirs(data)
@@ -287,17 +293,30 @@ def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
             known = listing.manifest if item.name == MANIFEST_FILE else None
             content = known if known is not None else store.get(item.name, item.etag)
             _write(os.path.join(data, *item.name.split("/")), content)
+        donor = take_donor(os.path.dirname(folder), folder, listing.chunks)
         for item in listing.chunks:
             path = os.path.join(data, *item.name.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            if donor is not None and donor.gives(item) and donor.link(item, path):
+                continue
             with open(path, "wb") as chunk:
                 chunk.truncate(item.size)  # sparse: no block until a record is fetched
+        if donor is not None:
+            for number, present in enumerate(donor.presence(data)):
+                if present.any():
+                    _write(os.path.join(building, _STATE, f"{number}.present"), present.tobytes())
         objects = [[o.name, o.size, o.etag, o.version] for o in listing.metadata + listing.chunks]
         _write(os.path.join(building, _OBJECTS), msgpack.packb(objects))
+        if donor is not None:
+            donor.retire()  # it shares files with this version from now on: never trusted again
         os.rename(building, folder)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
+        if donor is not None:
+            donor.release()
         raise
+    if donor is not None:
+        donor.remove()
 
 
 def _write(path: str, data: bytes) -> None:
