@@ -78,6 +78,7 @@ class Fetcher:
         self._replica = replica
         self._map = records
         self._budget = cache_bytes
+        self._requests = count_setting(REQUESTS_ENV, REQUESTS_IN_FLIGHT, minimum=1)  # at open
         self._costs = [store.blocks() for store in records.stores]
         self.total_cost = int(sum(int(cost.sum()) for cost in self._costs))
         # The state files (presence, epoch, used count), unmapped by close(): every use holds
@@ -92,11 +93,6 @@ class Fetcher:
         self._closing = False
         self._complete_at = -1  # the epoch at which every record was found present
         self._checks = 0
-        with self._maps.lock:
-            repair = int(self._maps.epoch[0]) & 1
-        if repair:
-            self._repair_epoch()
-        self._note_if_complete()  # a cache filled by an earlier run
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
         self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
         # Pinned index arrays by token (pin() gives one); eviction skips their union.
@@ -110,20 +106,29 @@ class Fetcher:
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
-        self._requests = count_setting(REQUESTS_ENV, REQUESTS_IN_FLIGHT, minimum=1)  # at open
         # What the present records cost, shared by every process of the cache folder: each
         # adds what it fetches, eviction sets it to its own count. Counting only this process's
         # fetches (from 0 at open) let processes sharing a cache, or one reopening a full one,
         # fill it to the sum of their bounds before any evicted. Counted again at open.
         self._used_lock = os.path.join(replica.state, "used.lock")
-        if cache_bytes < self.total_cost:
-            with self._maps.lock:
-                self._maps.used[0] = self._cached_bytes()
         self._absorb = cache_bytes >= self.total_cost
         # Figures for reports and tests: requests sent, bytes received, records fetched.
         self.requests = 0
         self.bytes_fetched = 0
         self.records_fetched = 0
+        try:
+            with self._maps.lock:
+                repair = int(self._maps.epoch[0]) & 1
+            if repair:
+                self._repair_epoch()
+            self._note_if_complete()  # a cache filled by an earlier run
+            if cache_bytes < self.total_cost:
+                with self._maps.lock:
+                    self._maps.used[0] = self._cached_bytes()
+        except BaseException:
+            self._maps.close()  # a failed open keeps nothing mapped either
+            self._gate.close()
+            raise
 
     # --- presence ---------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ reads every record exactly."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -111,23 +110,28 @@ def test_an_object_rewritten_in_place_is_downloaded_again(
 
 
 def test_a_version_still_open_gives_nothing_and_stays_whole(
-    appended: tuple[str, np.ndarray, np.ndarray], tmp_path: Path
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, first, both = appended
+    """A handle opened before the append keeps reading the older version while a new open
+    builds the newer one: that one downloads every record (sharing the files would let the
+    older version's eviction punch records it holds), and the older one is left whole."""
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    url = f"s3://{s3_bucket}/images"
+    first, more = images(300, 600, seed=5), images(60, 600, seed=6)
+    from_numpy(url, first, codec="zstd")
     cache = tmp_path / "cache"
-    full = new_records_bytes(url, tmp_path / "cold", 0, both)
-    # Held as a process still reading it would: its in-use lock, shared (an open of the URL
-    # would list the appended dataset, a newer version).
-    (older,) = versions(cache)
-    (base,) = [entry for entry in cache.iterdir() if entry.is_dir()]
-    fd = os.open(base / older / "in-use.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+    with DenseDataset(url, cache_dir=cache) as older:
+        everything = np.arange(len(first), dtype=np.int64)
+        np.testing.assert_array_equal(older[everything], first)
+        fetcher = older._remote.fetcher  # type: ignore[union-attr]
+        fetched = fetcher.bytes_fetched
+        from_numpy(url, more, append=True)
+        both = np.concatenate([first, more])
+        full = new_records_bytes(url, tmp_path / "cold", 0, both)
         assert read_all(url, cache, both) == full  # every record fetched again
-        assert older in versions(cache)  # untouched: its reader may go on
-        assert (base / older / "objects.msgpack").exists()
-    finally:
-        os.close(fd)
+        assert len(versions(cache)) == 2
+        np.testing.assert_array_equal(older[everything], first)
+        assert fetcher.bytes_fetched == fetched  # still present in its own files
     assert read_all(url, cache, both) == 0
 
 
