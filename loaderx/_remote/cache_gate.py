@@ -12,6 +12,10 @@ thread would not add a hold, and its LOCK_UN would drop the first thread's): the
 in takes it, the last one out releases it, and the evictor waits for no reader of its own
 before taking LOCK_EX on a second descriptor. A forked child makes its own gate (its copies of
 the parent's descriptors are closed by loaderx._os.lock_descriptors).
+
+close() (the dataset's) refuses new entries and waits for the threads inside to leave before it
+closes the descriptors: closed under a holder, that holder's release would unlock whatever file
+the process had given the descriptor's number to since.
 """
 
 from __future__ import annotations
@@ -40,11 +44,20 @@ class _ProcessGate:
         # Evictors waiting for the readers to leave: new readers wait behind them, or a loader
         # whose workers always have a gather running would never let eviction in.
         self._evictors_waiting = 0
+        # Set by close(): nobody enters any more, and the descriptors close once the threads
+        # inside have left (closed under a holder, its release would act on a number the
+        # process may have given to another file meanwhile).
+        self._closing = False
+
+    def _refuse_if_closing(self) -> None:
+        if self._closing:
+            raise ValueError("the cache gate is closed (its dataset was closed)")
 
     def enter_shared(self) -> None:
         with Entered(self._lock):
-            while self._evicting or self._evictors_waiting:
+            while (self._evicting or self._evictors_waiting) and not self._closing:
                 self._changed.wait()
+            self._refuse_if_closing()
             if self._readers == 0:
                 # Held with the condition's lock, so no other thread of ours can see
                 # readers > 0 before the process really holds the shared lock.
@@ -62,10 +75,11 @@ class _ProcessGate:
         with Entered(self._lock):
             self._evictors_waiting += 1
             try:
-                while self._evicting or self._readers:
+                while (self._evicting or self._readers) and not self._closing:
                     self._changed.wait()
             finally:
                 self._evictors_waiting -= 1
+            self._refuse_if_closing()
             self._evicting = True
         try:
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
@@ -83,6 +97,12 @@ class _ProcessGate:
             self._changed.notify_all()
 
     def close(self) -> None:
+        """Refuses new entries, waits for the threads inside to leave, closes the descriptors."""
+        with Entered(self._lock):
+            self._closing = True
+            self._changed.notify_all()  # waiting entries give up
+            while self._readers or self._evicting:
+                self._changed.wait()
         close_descriptor(self._shared_fd)
         close_descriptor(self._exclusive_fd)
 

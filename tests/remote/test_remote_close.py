@@ -6,6 +6,7 @@ look-ahead still running, and a read after close raises as a closed local datase
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +111,38 @@ def test_a_closed_ragged_dataset_is_released(
     assert held_in(cache) == []
     with pytest.raises(ValueError, match="is closed"):
         ds[np.array([0], dtype=np.int64)]
+
+
+def test_close_waits_for_a_read_inside_the_cache_gate(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """A read holds the cache gate while the native gather copies; a close from another thread
+    closes the gate's descriptors only once it has left (closed under it, its release would
+    unlock whatever file got the descriptor's number since)."""
+    url, _ = dense
+    cache = tmp_path / "cache"
+    ds = DenseDataset(url, cache_dir=cache)
+    fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+    inside, leave = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            with fetcher._gate.shared():  # as reading() holds it around a gather
+                inside.set()
+                leave.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    holder = threading.Thread(target=reader)
+    holder.start()
+    inside.wait()
+    closer = threading.Thread(target=ds.close)
+    closer.start()
+    while not fetcher._maps.closed:  # the close got as far as the gate (no timing involved)
+        closer.join(0.01)
+    assert closer.is_alive()  # it waits for the reader
+    leave.set()
+    holder.join()
+    closer.join()
+    assert errors == [] and held_in(cache) == []
