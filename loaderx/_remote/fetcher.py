@@ -32,6 +32,10 @@ from contextlib import ExitStack, contextmanager
 from typing import Final
 
 import numpy as np
+# np.unique (missing(), below) imports numpy.ma at its first call. Imported with the fetcher,
+# a forked child's first read imports nothing: an import lock that a thread of the parent held
+# at the fork stays held in the child for ever.
+import numpy.ma  # noqa: F401
 import numpy.typing as npt
 
 from loaderx._native.record_sums import record_sums

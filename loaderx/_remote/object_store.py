@@ -37,6 +37,14 @@ RETRIES_DEFAULT: Final = 10
 REQUEST_TIMEOUT_ENV: Final = "LOADERX_REMOTE_TIMEOUT_SECONDS"
 REQUEST_TIMEOUT_DEFAULT: Final = 30.0
 
+# The process whose obstore runtime (one per process, started by its first request) serves this
+# one's requests: set when this process makes its first client. A forked child inherits it, and
+# with it a copy of the parent's runtime whose threads the fork did not copy and whose event
+# queue (epoll) it shares with the parent: a request made there hangs, and its events reach the
+# parent's runtime, which then crashes (a segfault, found with torch's DataLoader, whose
+# workers fork by default on Linux). So a forked child refuses to make any (_refuse_forked).
+_runtime_pid = -1
+
 
 @dataclass(frozen=True)
 class RemoteObject:
@@ -120,8 +128,10 @@ class ObjectStore:
         self._client_pid = -1
 
     def _store(self) -> Any:
+        global _runtime_pid
         with self._lock:
             if self._client is None or self._client_pid != os.getpid():
+                _refuse_forked(self.location.url)
                 timeout = seconds_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
                 options: dict[str, Any] = {
                     "timeout": datetime.timedelta(seconds=timeout),
@@ -137,7 +147,7 @@ class ObjectStore:
                     )
                 except Exception as exc:
                     raise RemoteError(f"cannot reach {self.location.url}: {exc}") from exc
-                self._client_pid = os.getpid()
+                self._client_pid = _runtime_pid = os.getpid()
             return self._client
 
     def _call(self, name: str, what: str, call: Callable[[Any], _T]) -> _T:
@@ -289,6 +299,20 @@ class ObjectStore:
 
     def names(self) -> Iterator[str]:
         return (found.name for found in self.list())
+
+
+def _refuse_forked(url: str) -> None:
+    """RemoteError in a process forked from one that had made requests (see _runtime_pid),
+    before this one makes any. Records already in the cache are read without requests."""
+    if _runtime_pid not in (-1, os.getpid()):
+        raise RemoteError(
+            f"cannot fetch from {url} in this process: it was forked from process "
+            f"{_runtime_pid}, which had already used the object-store client, and that client "
+            "does not survive fork (a request here would hang, and could crash the parent). "
+            "Start worker processes with 'forkserver' or 'spawn' (torch: DataLoader(..., "
+            "multiprocessing_context='forkserver'); multiprocessing.set_start_method), or fork "
+            "before the dataset is opened"
+        )
 
 
 def _remote_object(meta: Any) -> RemoteObject:
