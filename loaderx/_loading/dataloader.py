@@ -54,6 +54,7 @@ from loaderx._loading.process_workers import (
     ProcessSteps,
     StepRecipe,
     default_start_method,
+    refuse_fork_over_urls,
 )
 from loaderx._loading.ragged_layout import Layout, Padding, ragged_layouts
 from loaderx._loading.sampler import Mode, Sampler
@@ -201,6 +202,8 @@ class DataLoader(LoaderShell):
                 "worker_type='process' needs batches of fixed shapes, and ragged streams change "
                 "shape from batch to batch: use worker_type='thread' for them"
             )
+        if worker_type == "process":
+            refuse_fork_over_urls(self.start_method, streams.values())
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
         # Without a transform a step is native reads only, which the consumer may make itself

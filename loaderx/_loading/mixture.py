@@ -35,7 +35,12 @@ from loaderx._loading.prefetch import (
     default_workers,
 )
 from loaderx._loading.mixture_sampler import STEP_END_REASON, MixtureSampler
-from loaderx._loading.process_workers import START_METHODS, ProcessSteps, default_start_method
+from loaderx._loading.process_workers import (
+    START_METHODS,
+    ProcessSteps,
+    default_start_method,
+    refuse_fork_over_urls,
+)
 from loaderx._loading.ragged_batch import RaggedStream
 from loaderx._loading.ragged_layout import Layout, ragged_layouts
 
@@ -194,6 +199,9 @@ class MixtureLoader(LoaderShell):
                 "worker_type='process' needs batches of fixed shapes, and ragged streams change "
                 "shape from batch to batch: use worker_type='thread' for them"
             )
+        if worker_type == "process":
+            refuse_fork_over_urls(self.start_method,
+                                  [d for source in sources for d in source.values()])
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
         self.sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)

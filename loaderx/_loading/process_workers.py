@@ -18,7 +18,10 @@ transform's output (keys, dtypes, shapes), which every later step must keep.
 
 Faults: an exception in a worker is raised by the next() for its step (WorkerError, with the
 worker's traceback text; RemoteWorkerError, also a RemoteError, when it was a RemoteError), and
-the step counts as taken. A worker that dies (a signal, os._exit)
+the step counts as taken. That includes the worker's loading of the recipe, at its first step:
+reopening the datasets (an object store out of reach, a folder gone) fails the step, and the
+worker tries again at its next one, as a thread loader's reads fail and go on. Workers are not
+forked from a consumer reading a URL (refuse_fork_over_urls). A worker that dies (a signal, os._exit)
 is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
 and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
 only; they leave when their pipe closes (the consumer closed, or died; a worker started with
@@ -43,7 +46,7 @@ import sys
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -101,6 +104,25 @@ class StepRecipe:
                          first_step)
 
 
+def refuse_fork_over_urls(method: str, datasets: Iterable[object]) -> None:
+    """ValueError when worker processes would be forked from a consumer reading a dataset
+    opened from a URL. The object-store client (obstore) runs its requests on one runtime per
+    process whose threads a fork does not copy, while the child shares the parent's epoll
+    instance: a forked worker's requests hung, and their events crashed the consumer (a
+    segfault in its runtime's thread). forkserver and spawn workers start a runtime of their
+    own."""
+    if method != "fork":
+        return
+    for dataset in datasets:
+        if getattr(dataset, "remote", False):
+            raise ValueError(
+                f"start_method='fork' cannot read {getattr(dataset, 'path', 'a dataset')} "
+                "(opened from a URL): the object-store client does not survive fork (a forked "
+                "worker's requests hang and crash this process). Use start_method='forkserver' "
+                "(the default where there is one) or 'spawn'"
+            )
+
+
 def default_start_method() -> str:
     """forkserver where there is one (Linux), else spawn: never fork, since the consumer's
     process may run threads (its own or a thread loader's) that a fork would copy mid-step."""
@@ -129,10 +151,18 @@ class ConsumerEnvironment:
         return (_adopt_environment, (self.variables,))
 
 
-def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe, layout: Layout,
-                 prefix: str, conn: Any, consumer_ends: list[Any]) -> None:
+def _load(recipe: Recipe | bytes) -> Recipe:
+    """The recipe a worker was sent: pickled (spawn, forkserver), so that loading it, which
+    reopens the datasets, happens here where its failure can be reported; or the consumer's own
+    objects (fork), whose datasets the worker inherits open."""
+    return cast(Recipe, pickle.loads(recipe)) if isinstance(recipe, bytes) else recipe
+
+
+def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe | bytes,
+                 layout: Layout, prefix: str, conn: Any, consumer_ends: list[Any]) -> None:
     """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
-    text or None) out, until its pipe closes or says None."""
+    text or None, whether it was a RemoteError, whether the recipe failed to load) out, until
+    its pipe closes or says None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
     # With the fork start method this process has copies of the consumer's ends of its own pipe
     # and of the pipes of the workers started before it. Held here, they would keep those pipes
@@ -141,7 +171,12 @@ def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe, layout
         end.close()
     files = SlotFiles(prefix, layout.size)
     maps: dict[int, Any] = {}
-    maker = recipe.maker(0)
+    # Made at the first step, not at the start: loading the recipe reopens the datasets, which
+    # for one opened from a URL asks the object store. Failing there (the store down) killed
+    # the process, and the loader closed, where thread workers raise the read's error from
+    # next() and go on once the store is back. Now it fails the step it was for, as a read
+    # would, and the next step tries again.
+    maker: Maker | None = None
     while True:
         try:
             message = conn.recv()
@@ -150,7 +185,11 @@ def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe, layout
         if message is None:
             return
         step, slot = message
+        loading = maker is None
         try:
+            if maker is None:
+                maker = _load(recipe).maker(0)
+            loading = False
             # A StepMaker's own ring of two slots is free again for every new step.
             setattr(maker, "_first_step", step)
             batch = maker.make(step)
@@ -162,16 +201,16 @@ def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe, layout
         except Exception as failure:
             error, remote = traceback.format_exc(), isinstance(failure, RemoteError)
         try:
-            conn.send((step, slot, error, remote))
+            conn.send((step, slot, error, remote, loading))
         except (BrokenPipeError, OSError):
             return
 
 
-def check_picklable(recipe: Recipe, method: str) -> None:
-    """TypeError before any process starts when the recipe (the transform, mostly) cannot be
-    sent to a worker process."""
+def check_picklable(recipe: Recipe, method: str) -> bytes:
+    """The recipe pickled, as the workers are sent it; TypeError before any process starts
+    when it (the transform, mostly) cannot be sent to a worker process."""
     try:
-        pickle.dumps(recipe)
+        return pickle.dumps(recipe)
     except Exception as error:
         raise TypeError(
             f"worker_type='process' ({method} start method) sends the transform and datasets "
@@ -260,6 +299,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
+def _step_error(step: int, error: str, remote: bool, loading: bool) -> WorkerError:
+    """What next() raises for a step a worker failed to make, the worker's traceback text in
+    it: a RemoteWorkerError when that was a RemoteError (a read, or the datasets' reopening,
+    failing on the object store), else a WorkerError."""
+    if loading:
+        what = ("could not reopen the datasets from the object store" if remote else
+                "could not load the loader's recipe (reopen the datasets, unpickle the "
+                "transform)")
+        text = (f"a worker process {what} for step {step}; it tries again for its next "
+                f"step:\n{error}")
+    elif remote:
+        text = f"a worker process could not read step {step} from the object store:\n{error}"
+    else:
+        text = f"the transform failed in a worker process at step {step}:\n{error}"
+    return RemoteWorkerError(text) if remote else WorkerError(text)
+
+
 def _references(maps: list[Any], slot: int) -> int:
     return sys.getrefcount(maps[slot])
 
@@ -280,8 +336,10 @@ class ProcessSteps:
         reuse_buffers: bool,
         start_method: str,
     ) -> None:
-        check_picklable(recipe, start_method)
+        pickled = check_picklable(recipe, start_method)
         self._recipe = recipe
+        # What a worker is sent (_load): with fork its own copy of the consumer's objects.
+        self._sent: Recipe | bytes = recipe if start_method == "fork" else pickled
         self._depth = depth
         self._reuse = reuse_buffers
         self._count = count
@@ -307,8 +365,9 @@ class ProcessSteps:
         self._holding: list[int] = []  # per slot: the step written or being written, -1 none
         self._issued = step  # the next step to send to a worker
         self._pending: dict[int, int] = {}  # step -> slot, sent and not yet back
-        # step -> (slot, error text, whether the error was a RemoteError)
-        self._done: dict[int, tuple[int, str | None, bool]] = {}
+        # step -> (slot, error text, whether the error was a RemoteError, whether the worker
+        # failed to load the recipe: to reopen the datasets or unpickle the transform)
+        self._done: dict[int, tuple[int, str | None, bool, bool]] = {}
         context: Any = multiprocessing.get_context(self._method)
         for index in range(self._count):
             here, there = context.Pipe()
@@ -317,7 +376,7 @@ class ProcessSteps:
             ends = [*self._workers.pipes, here] if self._method == "fork" else []
             process = context.Process(
                 target=_worker_main,
-                args=(ConsumerEnvironment(), self._recipe, self._layout, files.prefix, there, ends),
+                args=(ConsumerEnvironment(), self._sent, self._layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
             process.start()
@@ -377,17 +436,13 @@ class ProcessSteps:
                 raise StopIteration  # close() from another thread, or a signal handler
             self._receive()
         self._unsure = True
-        slot, error, remote = self._done.pop(step)
+        slot, error, remote, loading = self._done.pop(step)
         self.next_step = step + 1
         self._unsure = False
         if error is not None:
             self._holding[slot] = -1
             self._issue()
-            if remote:
-                raise RemoteWorkerError(f"a worker process could not read step {step} from the "
-                                        f"object store:\n{error}")
-            raise WorkerError(f"the transform failed in a worker process at step {step}:\n"
-                              f"{error}")
+            raise _step_error(step, error, remote, loading)
         try:
             batch = read_batch(self._layout, self._workers.maps[slot])
         except (IndexError, ValueError):
@@ -459,12 +514,12 @@ class ProcessSteps:
             if isinstance(item, int):
                 continue  # a sentinel: its process's exit code says why, below
             try:
-                answer: tuple[int, int, str | None, bool] = cast(Any, item).recv()
+                answer: tuple[int, int, str | None, bool, bool] = cast(Any, item).recv()
             except (EOFError, OSError):
                 continue  # its sentinel says why
-            step, slot, error, remote = answer
+            step, slot, error, remote, loading = answer
             self._pending.pop(step, None)
-            self._done[step] = (slot, error, remote)
+            self._done[step] = (slot, error, remote, loading)
         self._unsure = False
         try:
             dead = [process for process in workers.processes if process.exitcode is not None]
@@ -497,5 +552,5 @@ class ProcessSteps:
 
 __all__ = [
     "ProcessSteps", "RemoteWorkerError", "StepRecipe", "WorkerError", "START_METHODS",
-    "default_start_method",
+    "default_start_method", "refuse_fork_over_urls",
 ]

@@ -534,3 +534,41 @@ def test_workers_see_the_consumers_environment_of_now(
         for step in range(6):  # step 0 is made by the consumer, the rest by the workers
             expected = loader.indices(step) + 1000
             np.testing.assert_array_equal(next(loader)["label"], expected)
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_dataset_folder_gone_fails_each_step_clearly_until_it_is_back(
+    tmp_path: Path, method: str
+) -> None:
+    """Workers started with forkserver or spawn reopen the datasets by path. The folder gone
+    (moved away after the consumer opened it), the reopening raised in the worker while its
+    arguments were unpickled: it exited with code 1 and the loader closed. Now each step sent
+    to it raises WorkerError with the worker's FileNotFoundError, the loader stays open and
+    hangs nowhere, and once the folder is back the steps come again, in order and exact."""
+    from_numpy(tmp_path / "label", np.arange(100, dtype=np.int64), codec="raw")
+    away = tmp_path / "away"
+    with DenseDataset(tmp_path / "label") as ds:
+        (tmp_path / "label").rename(away)  # the consumer's open dataset still reads
+        with DataLoader({"label": ds}, batch_size=10, mode="sequential", worker_type="process",
+                        workers=1, prefetch=1, start_method=method) as loader:
+            assert next(loader)["label"].tolist() == list(range(10))  # made by the consumer
+            with pytest.raises(WorkerError) as failed:
+                next(loader)
+            text = str(failed.value)
+            assert text.startswith("a worker process could not load the loader's recipe "
+                                   "(reopen the datasets, unpickle the transform) for step 1")
+            assert "FileNotFoundError" in text and str(tmp_path / "label") in text
+            assert not loader.closed and loader.step == 2
+            away.rename(tmp_path / "label")
+            outcomes: list[tuple[int, str]] = []
+            while len(outcomes) < 6:
+                step = loader.step
+                try:
+                    label = next(loader)["label"]
+                    assert label.tolist() == list(range(step * 10 % 100, step * 10 % 100 + 10))
+                    outcomes.append((step, "batch"))
+                except WorkerError as error:  # step 2 was sent while the folder was away
+                    assert "FileNotFoundError" in str(error)
+                    outcomes.append((step, "error"))
+            assert [step for step, _ in outcomes] == list(range(2, 8))
+            assert [what for _, what in outcomes][1:] == ["batch"] * 5
