@@ -14,7 +14,10 @@ _released), with reuse_buffers once next() has asked for a later step. A consume
 batches makes the ring grow by a slot instead, as the thread loader allocates new arrays.
 
 The first step's batch is made in the consumer's own process, to learn the layout of the
-transform's output (keys, dtypes, shapes), which every later step must keep.
+transform's output (keys, dtypes, shapes), which every later step must keep. When making it
+fails (the transform raises, a read fails), the constructor keeps the error and the first
+next() raises it, as the thread loader would from that step's next(); until a step is made,
+each next() makes its step here, and the workers start once one is (_make_here).
 
 Faults: an exception in a worker is raised by the next() for its step (WorkerError, with the
 worker's traceback text; RemoteWorkerError, also a RemoteError, when it was a RemoteError), and
@@ -299,11 +302,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
-def _step_error(step: int, error: str, remote: bool, loading: bool) -> WorkerError:
-    """What next() raises for a step a worker failed to make, the worker's traceback text in
-    it: a RemoteWorkerError when that was a RemoteError (a read, or the datasets' reopening,
-    failing on the object store), else a WorkerError."""
-    if loading:
+def _step_error(step: int, error: str, remote: bool, loading: bool,
+                here: bool = False) -> WorkerError:
+    """What next() raises for a step a worker (or, `here`, the consumer, before any step was
+    made) failed to make, the traceback text in it: a RemoteWorkerError when that was a
+    RemoteError (a read, or the datasets' reopening, failing on the object store), else a
+    WorkerError."""
+    if here:
+        how = ("could not be read from the object store" if remote else
+               "failed: the transform (or a read) raised")
+        text = (f"step {step} {how} in the loader's own process, which makes steps itself until "
+                f"one gives the layout of the workers' batches:\n{error}")
+    elif loading:
         what = ("could not reopen the datasets from the object store" if remote else
                 "could not load the loader's recipe (reopen the datasets, unpickle the "
                 "transform)")
@@ -347,18 +357,33 @@ class ProcessSteps:
         self.next_step = first_step
         self._asked = first_step
         self._failed: str | None = None
-        # The first step, made here: its arrays fix the layout every slot has.
-        first = recipe.maker(first_step).make(first_step)
-        self._layout = Layout(first)
-        self._first: Batch | None = first
+        self._owner = os.getpid()
         self._rings = _Rings()
         self._finalizer = weakref.finalize(self, self._rings.stop)
         self._unsure = False
+        self._workers: _Workers | None = None
+        # Set once a step made here gave the layout every slot has; until then no worker runs.
+        self._layout: Layout | None = None
+        self._first: Batch | None = None
+        # The first step's failure (traceback text, whether a RemoteError), for the first next().
+        self._first_failure: tuple[str, bool] | None = None
+        try:
+            first = recipe.maker(first_step).make(first_step)
+        except Exception as failure:
+            # Raised by next() for this step, as the thread loader would: a constructor that
+            # raised left nothing to iterate on (and load_state_dict, which starts over here,
+            # left the loader closed).
+            self._first_failure = (traceback.format_exc(), isinstance(failure, RemoteError))
+            return
+        self._layout = Layout(first)  # an output no slot can hold is refused at once
+        self._first = first
         self._start_workers(first_step + 1)
 
     def _start_workers(self, step: int) -> None:
         """A new ring of slots and new workers, sent steps from `step` on."""
-        files = SlotFiles(SlotFiles.new_prefix(), self._layout.size)
+        layout = self._layout
+        assert layout is not None
+        files = SlotFiles(SlotFiles.new_prefix(), layout.size)
         workers = _Workers(files)
         self._rings.all.append(workers)  # first: close() stops it, however far this gets
         self._workers = workers
@@ -373,17 +398,17 @@ class ProcessSteps:
             here, there = context.Pipe()
             # A forked worker closes its copies of the consumer's pipe ends (_worker_main);
             # spawn and forkserver copy none (and could not be sent them).
-            ends = [*self._workers.pipes, here] if self._method == "fork" else []
+            ends = [*workers.pipes, here] if self._method == "fork" else []
             process = context.Process(
                 target=_worker_main,
-                args=(ConsumerEnvironment(), self._sent, self._layout, files.prefix, there, ends),
+                args=(ConsumerEnvironment(), self._sent, layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
             process.start()
             there.close()
             _ALL_WORKERS.add(process)
-            self._workers.processes.append(process)
-            self._workers.pipes.append(here)
+            workers.processes.append(process)
+            workers.pipes.append(here)
         # True while an answer is taken from a pipe, a step is booked as sent or taken, or
         # workers start: an exception there (Ctrl-C, or any signal handler's) leaves the books
         # unsure, and the next next() starts new workers (__next__).
@@ -403,7 +428,7 @@ class ProcessSteps:
         return self
 
     def __next__(self) -> Batch:
-        if os.getpid() != self._workers.owner:
+        if os.getpid() != self._owner:
             raise RuntimeError(
                 "this loader's worker processes belong to the process that made it; in a "
                 f"forked child make a new loader (start_step={self.next_step})"
@@ -412,14 +437,18 @@ class ProcessSteps:
             raise WorkerError(self._failed)
         if self.closed:
             raise StopIteration
-        if self._unsure:
+        if self._layout is None:
+            self._make_here()
+        elif self._unsure:
             # An exception (Ctrl-C) landed while an answer was read or a step booked: an
             # answer may be lost or half read, and waiting for it would hang. Start new
             # workers at the next step instead (the batch being returned may be lost).
-            old = self._workers
+            # Every ring before (one an interrupt cut short before it was the current one too).
+            stale = list(self._rings.all)
             self._start_workers(self.next_step + (self._first is not None))
-            old.stop()
-            self._rings.all.remove(old)
+            for old in stale:
+                old.stop()
+                self._rings.all.remove(old)
         step = self.next_step
         self._asked = step
         first = self._first
@@ -436,6 +465,8 @@ class ProcessSteps:
                 raise StopIteration  # close() from another thread, or a signal handler
             self._receive()
         self._unsure = True
+        layout = self._layout
+        assert layout is not None  # workers run only once a layout is known
         slot, error, remote, loading = self._done.pop(step)
         self.next_step = step + 1
         self._unsure = False
@@ -444,7 +475,7 @@ class ProcessSteps:
             self._issue()
             raise _step_error(step, error, remote, loading)
         try:
-            batch = read_batch(self._layout, self._workers.maps[slot])
+            batch = read_batch(layout, self._ring().maps[slot])
         except (IndexError, ValueError):
             if self.closed:
                 raise StopIteration from None  # closed by another thread meanwhile
@@ -454,6 +485,38 @@ class ProcessSteps:
 
     def close(self) -> None:
         self._finalizer()
+
+    def _make_here(self) -> None:
+        """Before any step was made (the first one failed): the next step made here, as the
+        constructor makes the first. Its failure is raised, the step counting as taken, as a
+        worker's would be; made, it gives the layout, and the workers start after it (the
+        caller's next() then returns it as the first step)."""
+        step = self.next_step
+        self._asked = step
+        failure = self._first_failure
+        if failure is None:
+            try:
+                batch = self._recipe.maker(step).make(step)
+            except Exception as error:
+                failure = (traceback.format_exc(), isinstance(error, RemoteError))
+            else:
+                layout = Layout(batch)  # TypeError: no slot can hold this output
+                # An interrupt from here on leaves _unsure, and the next next() starts the
+                # workers again after this step (which it returns: _first).
+                self._unsure = True
+                self._layout = layout
+                self._first = batch
+                self._start_workers(step + 1)
+                return
+        self._first_failure = None
+        self.next_step = step + 1
+        text, remote = failure
+        raise _step_error(step, text, remote, False, here=True)
+
+    def _ring(self) -> _Workers:
+        workers = self._workers
+        assert workers is not None  # set before any step is sent to a worker
+        return workers
 
     # --- the ring ---------------------------------------------------------------------------
 
@@ -465,7 +528,7 @@ class ProcessSteps:
             return False  # being made, or made and not yet taken
         if self._reuse:
             return held < self._asked
-        maps = self._workers.maps
+        maps = self._ring().maps
         return _references(maps, slot) == _REFERENCES_ALONE and weakref.getweakrefcount(
             maps[slot]) == 0
 
@@ -474,13 +537,14 @@ class ProcessSteps:
             if self._slot_free(slot):
                 return slot
         slot = len(self._holding)
-        self._workers.maps.append(self._workers.files.create(slot))
+        workers = self._ring()
+        workers.maps.append(workers.files.create(slot))
         self._holding.append(-1)
         return slot
 
     def _issue(self) -> None:
         """Sends steps to the workers, round robin, up to depth steps ahead of the consumer."""
-        workers = self._workers
+        workers = self._ring()
         while self._issued < self.next_step + self._depth and not self.closed:
             step = self._issued
             pipe = workers.pipes[step % len(workers.pipes)]
@@ -501,7 +565,7 @@ class ProcessSteps:
 
     def _receive(self) -> None:
         """Waits for any worker's answer (or death); interruptible by Ctrl-C."""
-        workers = self._workers
+        workers = self._ring()
         try:
             sentinels = {process.sentinel: i for i, process in enumerate(workers.processes)}
             ready = multiprocessing.connection.wait([*workers.pipes, *sentinels], timeout=0.5)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import multiprocessing.forkserver  # children() reads it: also in a run that started no process
+import multiprocessing.resource_tracker
 import os
 import signal
 import time
@@ -572,3 +574,89 @@ def test_a_dataset_folder_gone_fails_each_step_clearly_until_it_is_back(
                     outcomes.append((step, "error"))
             assert [step for step, _ in outcomes] == list(range(2, 8))
             assert [what for _, what in outcomes][1:] == ["batch"] * 5
+
+
+# --- a first step that fails: the thread loader's outcomes, step by step -------------------
+
+
+def fails_below_20(batch: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """Fails for the batches that hold a record below 20: steps 0 and 1 of a sequential
+    loader by 10 (made by the consumer itself with worker processes, to learn the layout)."""
+    if (batch["label"] < 20).any():
+        raise ValueError(f"records below 20 are cursed (got {int(batch['label'].min())})")
+    return augment(batch)
+
+
+def outcomes(loader: DataLoader | MixtureLoader, count: int,
+             ) -> list[tuple[int, str, dict[str, npt.NDArray[Any]] | None]]:
+    """(step, "batch" or the error's message's first transform line, the batch copied) for
+    `count` next()s: what a consumer that catches the errors and goes on sees."""
+    seen: list[tuple[int, str, dict[str, npt.NDArray[Any]] | None]] = []
+    for _ in range(count):
+        step = loader.step
+        try:
+            batch = {k: v.copy() for k, v in next(loader).items()}
+            seen.append((step, "batch", batch))
+        except Exception as error:  # the thread loader's ValueError, the processes' WorkerError
+            cursed = [line for line in str(error).splitlines() if "cursed" in line]
+            seen.append((step, cursed[-1].split("ValueError: ")[-1] if cursed else repr(error),
+                         None))
+    return seen
+
+
+def assert_same_outcomes(threads: list[Any], processes: list[Any]) -> None:
+    assert [(step, what) for step, what, _ in threads] == [
+        (step, what) for step, what, _ in processes]
+    for (_, _, a), (_, _, b) in zip(threads, processes):
+        if a is not None:
+            assert_same([a], [b])
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_a_first_step_that_fails_is_raised_by_next_as_with_threads(
+    streams: dict[str, DenseDataset], method: str
+) -> None:
+    """The first step is made in the consumer (to learn the layout): when the transform failed
+    there, the process loader's constructor raised, where the thread loader constructs and
+    raises from that step's next(). Now both give the same outcomes, step by step: the errors
+    (a WorkerError with the traceback text, for processes), then the same batches, and
+    load_state_dict back to a failing step does the same again."""
+    args: dict[str, Any] = dict(batch_size=10, mode="sequential", transform=fails_below_20,
+                                seed=2, prefetch=2)
+    seen: dict[str, list[Any]] = {}
+    for worker_type in ("thread", "process"):
+        with DataLoader(streams, **args, worker_type=worker_type, workers=2,
+                        start_method=method) as loader:
+            state = loader.state_dict()
+            seen[worker_type] = outcomes(loader, 6)
+            loader.load_state_dict(state)  # the processes' restart makes step 0 here again
+            seen[worker_type] += outcomes(loader, 4)
+            if worker_type == "process":
+                with pytest.raises(WorkerError) as raised:
+                    loader.load_state_dict(state)
+                    next(loader)
+                assert "fails_below_20" in str(raised.value)  # the traceback's text
+                assert "step 0" in str(raised.value)
+    threads, processes = seen["thread"], seen["process"]
+    assert [what for _, what, _ in threads] == (
+        ["records below 20 are cursed (got 0)", "records below 20 are cursed (got 10)"]
+        + ["batch"] * 4
+        + ["records below 20 are cursed (got 0)", "records below 20 are cursed (got 10)"]
+        + ["batch"] * 2)
+    assert [step for step, _, _ in threads] == [*range(6), *range(4)]
+    assert_same_outcomes(threads, processes)
+
+
+def test_a_mixture_whose_first_step_fails_goes_on_as_with_threads(
+        streams: dict[str, DenseDataset]) -> None:
+    """The same for a MixtureLoader (seed 14: step 0 draws record 12, the next steps none
+    below 20 until later ones do)."""
+    args: dict[str, Any] = dict(batch_size=10, transform=fails_below_20, seed=14, prefetch=2)
+    seen: dict[str, list[Any]] = {}
+    for worker_type in ("thread", "process"):
+        with MixtureLoader([streams, streams], [0.5, 0.5], **args, worker_type=worker_type,
+                           workers=2) as loader:
+            seen[worker_type] = outcomes(loader, 30)
+    assert seen["thread"][0][1] == "records below 20 are cursed (got 12)"
+    assert seen["thread"][1][1] == "batch"
+    assert_same_outcomes(seen["thread"], seen["process"])

@@ -177,3 +177,56 @@ def test_fork_over_a_url_is_refused(served: tuple[str, np.ndarray, NetProxy],
                         start_method="fork") as threads:  # threads do not fork
             assert_batch(next(threads), {"x": data[:BATCH]})
     assert leftovers() == ([], [])
+
+
+@pytest.mark.parametrize(("worker_type", "method"), MODES, ids=MODE_IDS)
+def test_a_loader_made_while_the_store_is_down_raises_from_next_then_goes_on(
+    served: tuple[str, np.ndarray, NetProxy], tmp_path: Path, worker_type: str,
+    method: str | None
+) -> None:
+    """Nothing cached and the endpoint cut: the process loader makes its first step itself (to
+    learn the layout), and its RemoteError came out of the constructor; so did it out of
+    load_state_dict, which left the loader closed. Now, as with threads, the loader is made,
+    next() raises the RemoteError for step 0, and once the endpoint is back the steps come,
+    once each and in order, byte-identical; load_state_dict with the endpoint cut does the
+    same."""
+    url, data, proxy = served
+    ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=60_000)
+    try:
+        proxy.stop()
+        with DataLoader({"x": ds}, batch_size=BATCH, transform=scaled, mode="sequential",
+                        prefetch=1, workers=1, worker_type=worker_type,
+                        start_method=method) as loader:
+            start = 0
+            while True:
+                step, failed = take(loader)
+                assert step == start and isinstance(failed, RemoteError)
+                assert "127.0.0.1" in str(failed) and not loader.closed
+                proxy.start()
+                outcomes: list[tuple[int, dict[str, Any] | RemoteError]] = [(step, failed)]
+                while len(outcomes) < 8:
+                    outcomes.append(take(loader))
+                assert [step for step, _ in outcomes] == list(range(start, start + 8))
+                errors = [step for step, got in outcomes if isinstance(got, RemoteError)]
+                assert errors == list(range(start, start + len(errors)))
+                assert len(errors) <= 2 + loader.prefetch
+                for step, got in outcomes:
+                    if isinstance(got, dict):
+                        assert_batch(got, expected(data, step))
+                if start:
+                    break
+                # Again from a step none of whose records has been fetched, through
+                # load_state_dict with the endpoint cut (the processes' restart makes the
+                # step here, as the constructor did).
+                start = 25
+                proxy.stop()
+                assert ds._remote is not None  # private: which records the cache holds
+                rows = np.arange(start * BATCH, (start + 1) * BATCH, dtype=np.int64)
+                assert ds._remote.fetcher.missing(rows)
+                loader.load_state_dict(dict(loader.state_dict(), step=start))
+                assert loader.step == start
+        assert leftovers() == ([], [])
+    finally:
+        if not proxy.running:
+            proxy.start()
+        ds.close()
