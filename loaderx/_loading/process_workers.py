@@ -24,9 +24,9 @@ worker's traceback text; RemoteWorkerError, also a RemoteError, when it was a Re
 the step counts as taken. That includes the worker's loading of the recipe, at its first step:
 reopening the datasets (an object store out of reach, a folder gone) fails the step, and the
 worker tries again at its next one, as a thread loader's reads fail and go on. Workers are not
-forked from a consumer reading a URL (refuse_fork_over_urls). A worker that dies (a signal, os._exit)
-is noticed by its process sentinel: next() raises WorkerError naming the worker, its exit code
-and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
+forked from a consumer reading a URL (refuse_fork_over_urls). A worker that dies (a signal,
+os._exit) is noticed by its process sentinel: next() raises WorkerError naming the worker, its
+exit code and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
 only; they leave when their pipe closes (the consumer closed, or died; a worker started with
 fork first closes its copies of the consumer's pipe ends). An interrupt that lands while an
 answer is read or booked may lose it, so the next next() starts new workers at the next step
@@ -141,11 +141,11 @@ def _adopt_environment(variables: dict[str, str]) -> None:
 
 class ConsumerEnvironment:
     """The consumer's os.environ, applied in a worker while its arguments are unpickled: before
-    the recipe, the next argument, reopens the datasets. A forkserver's children inherit the
-    environment the server started with, not the consumer's now, so an object store's
-    credentials set since were missing and a worker reopening an s3:// dataset asked the cloud's
-    metadata endpoint instead. Children of fork and spawn have the consumer's environment
-    already; with this, every start method gives the workers the same one."""
+    the recipe (loaded at the worker's first step) reopens the datasets. A forkserver's children
+    inherit the environment the server started with, not the consumer's now, so an object
+    store's credentials set since were missing and a worker reopening an s3:// dataset asked
+    the cloud's metadata endpoint instead. Children of fork and spawn have the consumer's
+    environment already; with this, every start method gives the workers the same one."""
 
     def __init__(self) -> None:
         self.variables = dict(os.environ)
