@@ -26,9 +26,11 @@ reopening the datasets (an object store out of reach, a folder gone) fails the s
 worker tries again at its next one, as a thread loader's reads fail and go on. Workers are not
 forked from a consumer reading a URL (refuse_fork_over_urls). A worker that dies (a signal,
 os._exit) is noticed by its process sentinel: next() raises WorkerError naming the worker, its
-exit code and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the consumer
-only; they leave when their pipe closes (the consumer closed, or died; a worker started with
-fork first closes its copies of the consumer's pipe ends). An interrupt that lands while an
+exit code and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the
+consumer only, which holds it back while it starts a worker (sigint_deferred: an interrupt in
+multiprocessing's start killed the forkserver) and raises it once the worker is booked. Workers
+leave when their pipe closes (the consumer closed, or died; a worker started with fork first
+closes its copies of the consumer's pipe ends). An interrupt that lands while an
 answer is read or booked may lose it, so the next next() starts new workers at the next step
 rather than wait for it. close() from another thread makes a waiting next() raise
 StopIteration. close() and garbage collection stop the workers and unlink every slot file,
@@ -57,6 +59,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
 from loaderx._loading.step_maker import StepMaker
+from loaderx._os.deferred_interrupt import sigint_deferred
 from loaderx.errors import RemoteError
 
 Batch = dict[str, Any]
@@ -404,11 +407,15 @@ class ProcessSteps:
                 args=(ConsumerEnvironment(), self._sent, layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
-            process.start()
-            there.close()
-            _ALL_WORKERS.add(process)
-            workers.processes.append(process)
-            workers.pipes.append(here)
+            # Ctrl-C waits until the process is started and booked (loaderx._os
+            # .deferred_interrupt): cut short in multiprocessing's start, it killed the
+            # forkserver or left a child that close() did not know of.
+            with sigint_deferred():
+                process.start()
+                there.close()
+                _ALL_WORKERS.add(process)
+                workers.processes.append(process)
+                workers.pipes.append(here)
         # True while an answer is taken from a pipe, a step is booked as sent or taken, or
         # workers start: an exception there (Ctrl-C, or any signal handler's) leaves the books
         # unsure, and the next next() starts new workers (__next__).
