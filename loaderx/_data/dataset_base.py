@@ -21,7 +21,7 @@ from numpy.typing import DTypeLike
 from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
-from loaderx._remote.remote_source import RemoteSource
+from loaderx._remote.remote_source import RemoteSource, opening_version
 from loaderx._os.urls import is_url, local_path
 from loaderx._store.content_identity import content_identity
 from loaderx._store.indexing import normalize_index
@@ -159,7 +159,7 @@ class DatasetBase:
         if remote is not None:
             return reopen_dataset, (
                 type(self), self.path, True, self.shard_records, self._store.verify_reads,
-                remote.cache_dir, remote.cache_bytes_asked,
+                remote.cache_dir, remote.cache_bytes_asked, remote.version,
             )
         return reopen_dataset, (
             type(self),
@@ -424,13 +424,16 @@ def reopen_dataset(
     verify: bool | None,
     cache_dir: str | None = None,
     cache_bytes: int | None = None,
+    version: str | None = None,
 ) -> DatasetBase:
     """Unpickles a dataset: opens the existing one at path with its class (kind); one from a
-    URL with the same cache folder and bound."""
+    URL with the same cache folder and bound, at the version the sender had open (or raises
+    RemoteChangedError: remote_source.opening_version)."""
     if cache_dir is None and cache_bytes is None:
         return kind(path, readonly=readonly, shard_records=shard_records, verify=verify)
-    return kind(path, readonly=readonly, shard_records=shard_records, verify=verify,
-                cache_dir=cache_dir, cache_bytes=cache_bytes)
+    with opening_version(version):
+        return kind(path, readonly=readonly, shard_records=shard_records, verify=verify,
+                    cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
 __all__ = ["DatasetBase", "check_array", "reopen_dataset"]

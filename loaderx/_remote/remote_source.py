@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Final, SupportsIndex
 
 import numpy as np
@@ -23,12 +25,31 @@ from loaderx._store.layout import TOP_LEVEL
 from loaderx._store.sums_expected import SUMS_FILE, missing_sums
 from loaderx._remote.replica import default_cache_dir, open_replica
 from loaderx._os.urls import parse
+from loaderx.errors import RemoteChangedError
 
 # Without cache_bytes=, a cache may hold the whole dataset, but never more than this share of
 # the free space its filesystem had at open (the rest stays for everything else on the disk).
 FREE_SPACE_SHARE: Final = 0.8
 # verify downloads this many bytes at a time (requests in flight together), keeping none.
 VERIFY_WINDOW_BYTES: Final = 64 << 20
+
+
+# The version an unpickled dataset asks for, on the thread that reopens it (opening_version).
+_opening = threading.local()
+
+
+@contextmanager
+def opening_version(version: str | None) -> Iterator[None]:
+    """Datasets opened from a URL in the with block, on this thread, open that version of
+    their dataset (RemoteSource.version) or raise RemoteChangedError: a worker process reopens
+    what its consumer has open, never a version an append or a rewrite made since (its batches
+    would mix two versions), and from the cache alone, as the consumer's reads do."""
+    previous = getattr(_opening, "version", None)
+    _opening.version = version
+    try:
+        yield
+    finally:
+        _opening.version = previous
 
 
 def _cache_budget(cache_bytes: SupportsIndex | None, folder: str, needed: int) -> int:
@@ -55,8 +76,16 @@ class RemoteSource:
         self.cache_bytes_asked = None if cache_bytes is None else int(cache_bytes.__index__())
         os.makedirs(self.cache_dir, exist_ok=True)
         self._objects = ObjectStore(location)
-        self._replica = open_replica(self._objects, self.cache_dir)
+        wanted: str | None = getattr(_opening, "version", None)
+        self._replica = open_replica(self._objects, self.cache_dir, wanted)
         try:
+            if wanted is not None and self._replica.key != wanted:
+                raise RemoteChangedError(
+                    f"{self.url} changed since the process that sent this dataset opened it "
+                    f"(version {wanted}, now {self._replica.key}), and the cache no longer has "
+                    "that version: reopen the dataset there to read the new one"
+                )
+            self.version = self._replica.key
             self.local_path = self._replica.data
             records = RecordMap(self.local_path)
             self._records = records

@@ -174,6 +174,7 @@ class Replica:
         self.folder = folder
         self.data = os.path.join(folder, _DATA)
         self.state = os.path.join(folder, _STATE)
+        self.key = listing.key  # the version: its listing's hash, the folder's name
         self.chunks: dict[str, RemoteObject] = {item.name: item for item in listing.chunks}
         # The dataset's size in the object store (what a full download moves).
         self.remote_bytes = sum(item.size for item in listing.metadata + listing.chunks)
@@ -206,14 +207,18 @@ class _Flock:
         close_descriptor(self._fd)
 
 
-def open_replica(store: ObjectStore, cache_dir: str) -> Replica:
-    """The cached replica of the dataset's current version, made first if needed."""
+def open_replica(store: ObjectStore, cache_dir: str, version: str | None = None) -> Replica:
+    """The cached replica of the dataset's current version, made first if needed; or, given a
+    version (Replica.key) that the cache holds finished and whole, that one, without a request
+    (a worker process reopening the version its consumer has open). The caller compares
+    Replica.key with the version it asked for: another means the cache no longer had it."""
     url = store.location.url
     base = os.path.join(cache_dir, hashlib.sha256(url.encode()).hexdigest()[:24])
     os.makedirs(base, exist_ok=True)
     with _Flock(os.path.join(base, "setup.lock")):
         _write(os.path.join(base, "url"), (url + "\n").encode())
-        listing, folder = _listed_and_built(store, base)
+        cached = None if version is None else _cached_version(base, version)
+        listing, folder = cached if cached is not None else _listed_and_built(store, base)
         lock_fd = open_descriptor(os.path.join(folder, _IN_USE), os.O_RDWR | os.O_CREAT)
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
         _remove_unused_versions(base, keep=folder)
@@ -240,6 +245,23 @@ def _listed_and_built(store: ObjectStore, base: str) -> tuple[Listing, str]:
             if attempt == _OPEN_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _cached_version(base: str, key: str) -> tuple[Listing, str] | None:
+    """The listing a finished, whole replica of version key was made from (its objects file),
+    and its folder; None when the cache has no such replica. Without a listing its orphans
+    are not known: none are reported (a dataset opened by its URL reports them)."""
+    folder = os.path.join(base, _GEN_PREFIX + key)
+    try:
+        with open(os.path.join(folder, _OBJECTS), "rb") as source:
+            listed = msgpack.unpackb(source.read())
+        items = [RemoteObject(str(o[0]), int(o[1]), o[2], o[3]) for o in listed]
+    except (OSError, ValueError, TypeError, IndexError):  # msgpack's errors are ValueErrors
+        return None
+    metadata = [item for item in items if item.name.split("/")[-1] in METADATA_NAMES]
+    chunks = [item for item in items if item.name.split("/")[-1] not in METADATA_NAMES]
+    listing = Listing(metadata, chunks, key, [])
+    return (listing, folder) if _intact(folder, listing) else None
 
 
 def _intact(folder: str, listing: Listing) -> bool:
