@@ -17,17 +17,7 @@ from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 from loaderx.torch import TorchDataset
 
-from .s3_server import S3Server
-from .test_remote_read import images, publish
-
-
-@pytest.fixture
-def remote_images(s3_env: S3Server, s3_bucket: str, tmp_path: Path) -> tuple[str, np.ndarray]:
-    from loaderx.converter import from_numpy
-
-    data = images(60, 64)
-    from_numpy(str(tmp_path / "local"), data, codec="zstd")
-    return publish(s3_env, s3_bucket, tmp_path / "local"), data
+from .test_remote_integrations import remote_images  # noqa: F401  (a fixture)
 
 
 def test_a_forked_child_reads_the_cache_and_refuses_requests(
@@ -46,10 +36,10 @@ def test_a_forked_child_reads_the_cache_and_refuses_requests(
 
         wait_child(run_child(cold_child))
         # The parent's client is untouched: it fetches and reads exactly as before.
-        np.testing.assert_array_equal(ds[np.arange(60)], data)
+        np.testing.assert_array_equal(ds[np.arange(len(data))], data)
 
         def warm_child() -> None:
-            assert np.array_equal(ds[np.arange(60)], data)  # no request needed
+            assert np.array_equal(ds[np.arange(len(data))], data)  # no request needed
 
         wait_child(run_child(warm_child))
 
@@ -65,7 +55,7 @@ def test_torch_fork_workers_over_a_url_raise_instead_of_crashing(
         )
         with pytest.raises(RemoteError, match="multiprocessing_context='forkserver'"):
             list(loader)
-        np.testing.assert_array_equal(ds[np.arange(60)], data)
+        np.testing.assert_array_equal(ds[np.arange(len(data))], data)
 
 
 def test_torch_spawn_workers_over_a_url_read_every_sample(
