@@ -388,9 +388,10 @@ class Fetcher:
                 futures.append(pool.submit(self._fetch_range, piece))
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
-            for future in futures:
-                future.cancel()
-            wait(futures)
+            # A future cancel() stopped never runs, and wait() would not count it as done:
+            # concurrent.futures tells waiters of a cancellation only when a pool thread
+            # dequeues the item. Only the ones that could not be stopped are waited for.
+            wait([future for future in futures if not future.cancel()])
         for future in futures:
             error = None if future.cancelled() else future.exception()
             if error is not None:
@@ -408,6 +409,8 @@ class Fetcher:
     def _fetch_range(self, piece: _Range) -> None:
         """Downloads a range, checking and writing its records while the rest of it arrives
         (arriving_range.py), each made present once checked and written."""
+        if self._closing:
+            raise self._closed_error()  # queued before close(): it sends no request
         store = self._map.stores[piece.store]
         name = store.chunk_object(piece.chunk)
         etag = self._chunk_etag(name)
@@ -667,7 +670,11 @@ class Fetcher:
             pool, self._pool = self._pool, None
         self._hints.close()
         if pool is not None and self._pool_pid == os.getpid():
-            pool.shutdown(wait=True, cancel_futures=True)
+            # Not cancel_futures: a future cancelled there never tells the thread waiting for
+            # it in _download (concurrent.futures wakes waiters of a cancelled future only
+            # from a pool thread), which then waits for ever. The queued ranges run instead
+            # and each raises the closed error before its request (_fetch_range).
+            pool.shutdown(wait=True)
         for lock in self._store_locks:
             with lock:  # waits for the fetches holding claims (their flock descriptors)
                 pass

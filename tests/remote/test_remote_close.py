@@ -6,7 +6,9 @@ look-ahead still running, and a read after close raises as a closed local datase
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,12 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 
 from .s3_server import S3Server
 from .test_remote_read import images, publish
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.netproxy import NetProxy  # noqa: E402
 
 
 def held_in(folder: Path) -> list[str]:
@@ -146,3 +154,44 @@ def test_close_waits_for_a_read_inside_the_cache_gate(
     holder.join()
     closer.join()
     assert errors == [] and held_in(cache) == []
+
+
+def test_close_while_ranges_wait_in_the_request_pool(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read waits for its ranges while all but the first are still queued in the request
+    pool (one request at a time, each held a second by the proxy), and another thread closes
+    the dataset: both return, the read with the closed error. concurrent.futures does not wake
+    a thread waiting for a future that the pool's shutdown cancelled, so a close that cancelled
+    the queued ranges left that read, and the close waiting for its claim, blocked for ever."""
+    rng = np.random.default_rng(8)
+    data = rng.integers(0, 256, (64, 40_000), dtype=np.uint8)
+    from_numpy(str(tmp_path / "local"), data, codec="raw")
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    with NetProxy(s3_env.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        monkeypatch.setenv("LOADERX_REMOTE_REQUESTS", "1")
+        # Smaller than the dataset: each far-apart record is a range of its own.
+        ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=1_000_000)
+        proxy.set_latency(1.0)
+        sent = proxy.stats().requests
+        outcome: list[BaseException | np.ndarray] = []
+
+        def read() -> None:
+            try:
+                outcome.append(ds[np.arange(0, 64, 4, dtype=np.int64)])
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                outcome.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        while proxy.stats().requests == sent:  # the first range is at the proxy
+            time.sleep(0.01)
+        closer = threading.Thread(target=ds.close, daemon=True)
+        closer.start()
+        closer.join(60)
+        reader.join(60)
+        assert not closer.is_alive() and not reader.is_alive(), "close() or the read hung"
+    assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
+    assert "is closed" in str(outcome[0])
+    assert held_in(tmp_path / "cache") == []
