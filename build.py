@@ -50,7 +50,7 @@ DEMO_REQUIREMENTS = [
 # What the tests and the release tools add on top of the demo's.
 TEST_REQUIREMENTS = [
     "wheel",
-    "pytest>=8",
+    "pytest>=9.0",  # faulthandler_exit_on_timeout (pyproject.toml)
     "hypothesis>=6.100",
     # asv: `build.py asv`, and the tests of its offline dashboard read asv's own pages.
     "asv==0.6.6",
