@@ -37,11 +37,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
-
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._os.urls import READ_ONLY_SCHEMES
 from loaderx._remote.object_store import ObjectStore, RemoteObject
+from loaderx._remote.objects_file import OBJECTS_FILE, objects_bytes, read_objects
 from loaderx._remote.record_map import SUMS_FILE
 from loaderx._remote.version_reuse import Donor, take_donor
 from loaderx._store.layout import DELETE_JOURNAL_FILE, MANIFEST_FILE, META_FILE, TOP_LEVEL
@@ -57,7 +56,7 @@ _CHUNK_NAME: Final = re.compile(r"[0-9]+\.zr")
 CACHE_DIR_ENV: Final = "LOADERX_CACHE_DIR"
 _DATA: Final = "data"
 _STATE: Final = "state"
-_OBJECTS: Final = "objects.msgpack"
+_OBJECTS: Final = OBJECTS_FILE
 _IN_USE: Final = "in-use.lock"
 _GEN_PREFIX: Final = "gen-"
 # How many times an open lists the dataset again when it changed while it was being opened.
@@ -252,11 +251,8 @@ def _cached_version(base: str, key: str) -> tuple[Listing, str] | None:
     and its folder; None when the cache has no such replica. Without a listing its orphans
     are not known: none are reported (a dataset opened by its URL reports them)."""
     folder = os.path.join(base, _GEN_PREFIX + key)
-    try:
-        with open(os.path.join(folder, _OBJECTS), "rb") as source:
-            listed = msgpack.unpackb(source.read())
-        items = [RemoteObject(str(o[0]), int(o[1]), o[2], o[3]) for o in listed]
-    except (OSError, ValueError, TypeError, IndexError):  # msgpack's errors are ValueErrors
+    items = read_objects(folder)
+    if items is None:
         return None
     metadata = [item for item in items if item.name.split("/")[-1] in METADATA_NAMES]
     chunks = [item for item in items if item.name.split("/")[-1] not in METADATA_NAMES]
@@ -327,8 +323,7 @@ def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
             for number, present in enumerate(donor.presence(data)):
                 if present.any():
                     _write(os.path.join(building, _STATE, f"{number}.present"), present.tobytes())
-        objects = [[o.name, o.size, o.etag, o.version] for o in listing.metadata + listing.chunks]
-        _write(os.path.join(building, _OBJECTS), msgpack.packb(objects))
+        _write(os.path.join(building, _OBJECTS), objects_bytes(listing.metadata + listing.chunks))
         if donor is not None:
             donor.retire()  # it shares files with this version from now on: never trusted again
         os.rename(building, folder)

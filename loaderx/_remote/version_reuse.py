@@ -30,16 +30,16 @@ import os
 import shutil
 from typing import Final
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._remote.object_store import RemoteObject
+from loaderx._remote.objects_file import OBJECTS_FILE, read_objects
 from loaderx._remote.record_map import RecordMap, StoreRecords
 from loaderx.errors import CorruptStoreError
 
-_OBJECTS: Final = "objects.msgpack"
+_OBJECTS: Final = OBJECTS_FILE
 _IN_USE: Final = "in-use.lock"
 
 
@@ -177,13 +177,14 @@ def _held(folder: str) -> Donor | None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with open(os.path.join(folder, _OBJECTS), "rb") as source:
-            listed = msgpack.unpackb(source.read())
-        objects = {(str(o[0]), int(o[1]), o[2], o[3]) for o in listed}
-    except (OSError, ValueError, TypeError, IndexError):  # msgpack's errors are ValueErrors
-        close_descriptor(fd)  # another process reads it, or it is unfinished or damaged
+    except OSError:
+        close_descriptor(fd)  # another process has it open
         return None
-    return Donor(folder, fd, objects)
+    listed = read_objects(folder)
+    if listed is None:
+        close_descriptor(fd)  # unfinished or damaged
+        return None
+    return Donor(folder, fd, {_key(item) for item in listed})
 
 
 __all__ = ["Donor", "take_donor"]
