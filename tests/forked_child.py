@@ -31,8 +31,10 @@ def run_child(body: Callable[[], None]) -> int:
         return pid
     code = 1
     try:
-        # Where a hung child was, on stderr, before its alarm kills it.
-        faulthandler.dump_traceback_later(CHILD_ALARM_SECONDS - 5, exit=False)
+        # Where a hung child was, on stderr, as its alarm kills it. Not dump_traceback_later:
+        # that first cancels the watchdog the parent's pytest armed (faulthandler_timeout),
+        # waiting for a watchdog thread the fork did not copy, so the child hung right there.
+        faulthandler.register(signal.SIGALRM, chain=True)
         signal.alarm(CHILD_ALARM_SECONDS)
         modules_at_fork = set(sys.modules)
         body()
