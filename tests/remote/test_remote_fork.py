@@ -57,18 +57,3 @@ def test_torch_fork_workers_over_a_url_raise_instead_of_crashing(
             list(loader)
         np.testing.assert_array_equal(ds[np.arange(len(data))], data)
 
-
-def test_torch_spawn_workers_over_a_url_read_every_sample(
-    remote_images: tuple[str, np.ndarray], tmp_path: Path
-) -> None:
-    url, data = remote_images
-    with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
-        ds[np.arange(5)]  # the consumer has used the client before its workers start
-        loader = torch.utils.data.DataLoader(
-            TorchDataset({"x": ds}), batch_size=None, num_workers=2,
-            # spawn, not forkserver: a forkserver an earlier test started would give the
-            # workers its own environment, without this test's credentials (remote.md).
-            multiprocessing_context="spawn", timeout=120,
-        )
-        got = [sample["x"].numpy() for sample in loader]
-    np.testing.assert_array_equal(np.stack(got), data)

@@ -31,9 +31,14 @@ def test_torch_workers_reopen_the_dataset_from_its_url(
 ) -> None:
     url, data = remote_images
     with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
+        # The consumer has used the client before its workers start: spawned workers make
+        # their own (a forked one could not; test_remote_fork.py).
+        ds[np.arange(5)]
         loader = torch.utils.data.DataLoader(
             TorchDataset({"x": ds}), batch_size=None, num_workers=2,
-            multiprocessing_context="spawn",
+            # spawn, not forkserver: a forkserver an earlier test started would give the
+            # workers its own environment, without this test's credentials (remote.md).
+            multiprocessing_context="spawn", timeout=120,
         )
         got = [sample["x"].numpy() for sample in loader]
     np.testing.assert_array_equal(np.stack(got), data)
