@@ -6,7 +6,6 @@ look-ahead still running, and a read after close raises as a closed local datase
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,14 +17,9 @@ from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 
+from .proxied import NetProxy
 from .s3_server import S3Server
 from .test_remote_read import images, publish
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tools.netproxy import NetProxy  # noqa: E402
 
 
 def held_in(folder: Path) -> list[str]:

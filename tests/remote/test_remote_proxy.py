@@ -21,32 +21,20 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 
+from .proxied import ROOT, NetProxy, proxied_images
 from .s3_server import S3Server, s3_store
 from .test_remote_write import objects, writer_process
-from .test_remote_read import images, publish
+from .test_remote_read import images
 
-ROOT = Path(__file__).resolve().parents[2]
-if not (ROOT / "tools" / "netproxy.py").exists():
-    pytest.skip("the repository's tools/ is not beside these tests", allow_module_level=True)
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tools.netproxy import NetProxy  # noqa: E402
 
 
 @pytest.fixture
 def proxied(s3_env: S3Server, s3_bucket: str, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, np.ndarray, NetProxy]]:
     """A dataset on the server, reached through the fault-injecting proxy."""
-    data = images(300, 500)
-    from_numpy(str(tmp_path / "local"), data, codec="zstd")
-    url = publish(s3_env, s3_bucket, tmp_path / "local")
-    with NetProxy(s3_env.endpoint) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-        monkeypatch.setenv("LOADERX_REMOTE_RETRY_SECONDS", "3")
-        monkeypatch.setenv("LOADERX_REMOTE_TIMEOUT_SECONDS", "2")
-        yield url, data, proxy
+    with proxied_images(s3_env, s3_bucket, tmp_path, monkeypatch,
+                        retry_seconds=3, timeout_seconds=2) as found:
+        yield found
 
 
 def test_injected_500s_are_retried_and_reads_stay_exact(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,21 +21,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 
+from .proxied import NetProxy, proxied_images
 from .s3_server import S3Server
-from .test_remote_read import images, publish
-
-ROOT = Path(__file__).resolve().parents[2]
-if not (ROOT / "tools" / "netproxy.py").exists():
-    pytest.skip("the repository's tools/ is not beside these tests", allow_module_level=True)
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tools.netproxy import NetProxy  # noqa: E402
 
 BATCH = 10
 # (worker_type, start_method): the thread loader, and worker processes with the start methods
@@ -78,14 +68,9 @@ def served(s3_env: S3Server, s3_bucket: str, tmp_path: Path,
     """A dataset on the server, reached through the proxy; a short retry budget, so that a read
     or an open fails within seconds once the proxy stops (the workers take the environment when
     they start)."""
-    data = images(300, 500)
-    from_numpy(str(tmp_path / "local"), data, codec="zstd")
-    url = publish(s3_env, s3_bucket, tmp_path / "local")
-    with NetProxy(s3_env.endpoint) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-        monkeypatch.setenv("LOADERX_REMOTE_RETRY_SECONDS", "1")
-        monkeypatch.setenv("LOADERX_REMOTE_TIMEOUT_SECONDS", "1")
-        yield url, data, proxy
+    with proxied_images(s3_env, s3_bucket, tmp_path, monkeypatch,
+                        retry_seconds=1, timeout_seconds=1) as found:
+        yield found
 
 
 def take(loader: DataLoader) -> tuple[int, dict[str, Any] | RemoteError]:
