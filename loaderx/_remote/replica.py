@@ -297,9 +297,10 @@ def _discard_damaged(folder: str, url: str) -> None:
 
 def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
     """Downloads the metadata and lays out the chunks in a temporary folder, then renames it
-    into place (the objects file, written last, marks a finished replica). A chunk object
-    an older version nobody has open already holds unchanged is taken over from it with the
-    presence of its records (version_reuse.py); the others start sparse."""
+    into place (the objects file, written last, marks a finished replica). An object that an
+    older version nobody has open already holds unchanged is taken over from it: a metadata
+    file as it is, a chunk with the presence of its records (version_reuse.py). The other
+    metadata is downloaded, the other chunks start sparse."""
     building = f"{folder}.building-{uuid.uuid4().hex[:8]}"
     shutil.rmtree(folder, ignore_errors=True)  # an unfinished one (no objects file)
     data = os.path.join(building, _DATA)
@@ -307,11 +308,15 @@ def _build(store: ObjectStore, listing: Listing, folder: str) -> None:
     try:
         os.makedirs(os.path.join(building, _STATE))
         os.makedirs(data)
+        donor = take_donor(os.path.dirname(folder), folder, listing.metadata + listing.chunks)
         for item in listing.metadata:
             known = listing.manifest if item.name == MANIFEST_FILE else None
-            content = known if known is not None else store.get(item.name, item.etag)
-            _write(os.path.join(data, *item.name.split("/")), content)
-        donor = take_donor(os.path.dirname(folder), folder, listing.chunks)
+            path = os.path.join(data, *item.name.split("/"))
+            if known is None and donor is not None and donor.gives(item):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                if donor.link(item, path):
+                    continue  # an unchanged shard's tables: not downloaded again
+            _write(path, known if known is not None else store.get(item.name, item.etag))
         for item in listing.chunks:
             path = os.path.join(data, *item.name.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)

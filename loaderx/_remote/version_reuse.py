@@ -4,8 +4,9 @@ An append (or any new upload) changes the dataset's listing, so the cache makes 
 (replica.py), which started empty: the next open downloaded every record again although most
 objects were the same. When the new version is built, an older finished version of the same
 URL that no process has open (its in-use lock taken exclusively here, under setup.lock) gives
-it its chunk files for every object whose name, size, ETag and version are unchanged, as hard
-links, and the presence of the records that lie in them.
+it its files for every object whose name, size, ETag and version are unchanged, as hard links:
+the chunks with the presence of the records that lie in them, and the metadata (an unchanged
+shard's tables), which the cache only reads.
 
 Why this keeps "present means checked": a record is present in the new version only where the
 older version had it present (its bytes written and matched against its checksum) at the same
@@ -62,7 +63,7 @@ class Donor:
         return item.etag is not None and _key(item) in self._objects
 
     def link(self, item: RemoteObject, target: str) -> bool:
-        """Hard-links the donor's copy of the chunk object to target; False when it cannot
+        """Hard-links the donor's copy of the object to target; False when it cannot
         (no such file, the wrong size: a damaged donor; a filesystem without hard links)."""
         source = os.path.join(self.folder, "data", *item.name.split("/"))
         try:
@@ -146,9 +147,9 @@ def _carried(new: StoreRecords, old: StoreRecords, old_present: npt.NDArray[np.u
     return bits
 
 
-def take_donor(base: str, target: str, chunks: list[RemoteObject]) -> Donor | None:
+def take_donor(base: str, target: str, objects: list[RemoteObject]) -> Donor | None:
     """The finished older version (other than target) that no process has open and that
-    holds the most bytes of unchanged chunk objects, held exclusively; None if there is none.
+    holds the most bytes of the objects unchanged, held exclusively; None if there is none.
     The caller holds setup.lock, so no process opens a version meanwhile."""
     best: Donor | None = None
     best_bytes = 0
@@ -159,7 +160,7 @@ def take_donor(base: str, target: str, chunks: list[RemoteObject]) -> Donor | No
         donor = _held(folder)
         if donor is None:
             continue
-        given = sum(item.size for item in chunks if donor.gives(item))
+        given = sum(item.size for item in objects if donor.gives(item))
         if given > best_bytes:
             if best is not None:
                 best.release()

@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx._remote.object_store import ObjectStore  # private: a spy on the real client's get
+from loaderx._remote.replica import METADATA_NAMES  # private: which objects are metadata
+from loaderx._store.layout import MANIFEST_FILE
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
 
@@ -72,6 +75,40 @@ def test_a_reopen_after_an_append_downloads_only_the_new_shard(
     assert read_all(url, tmp_path / "cache", both) == expected
     assert len(versions(tmp_path / "cache")) == 1  # the older version gave its files and went
     assert read_all(url, tmp_path / "cache", both) == 0  # and the new one is warm
+
+
+def test_a_reopen_after_an_append_downloads_only_the_changed_metadata(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unchanged shard's tables come from the older version too: the reopen downloads the
+    metadata objects the append added or rewrote, and no other (the listing reads the manifest
+    at every open)."""
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    url = f"s3://{s3_bucket}/images"
+    first, more = images(400, 600, seed=1), images(90, 600, seed=2)
+    from_numpy(url, first, codec="zstd")
+    read_all(url, tmp_path / "cache", first)
+    before = set(s3_env.objects(s3_bucket).items())
+    from_numpy(url, more, append=True)
+    metadata = {name: etag for name, etag in s3_env.objects(s3_bucket).items()
+                if name.split("/")[-1] in METADATA_NAMES - {MANIFEST_FILE}}
+    changed = sorted(name for name, etag in metadata.items() if (name, etag) not in before)
+    assert changed and len(changed) < len(metadata)  # the new shard's, not the first one's
+    fetched: list[str] = []
+    get = ObjectStore.get
+
+    def spy(store: ObjectStore, name: str, etag: str | None) -> bytes:
+        if name != MANIFEST_FILE:
+            fetched.append(name)
+        return get(store, name, etag)
+
+    monkeypatch.setattr(ObjectStore, "get", spy)
+    both = np.concatenate([first, more])
+    read_all(url, tmp_path / "cache", both)  # every byte checked
+    assert sorted(f"images/{name}" for name in fetched) == changed
+    fetched.clear()
+    read_all(url, tmp_path / "cold", both)  # a cold cache downloads all of it
+    assert sorted(f"images/{name}" for name in fetched) == sorted(metadata)
 
 
 def test_a_smaller_cache_evicts_the_records_it_took_over(
