@@ -17,6 +17,7 @@ loop runs in a background thread, so a test drives it with plain calls:
         proxy.set_faults(fail_next=2)          # the next two GETs get an S3-style 500
         proxy.stop(); proxy.restart()          # the endpoint dies, then returns on its port
         proxy.stats()                          # requests and bytes forwarded so far
+        proxy.hold_after("schema"); proxy.release()  # hold what follows a request, then free it
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ PIECE_SIZE: Final = 64 * 1024  # bytes written per bandwidth grant: connections 
 HEAD_SIZE_MAX: Final = 64 * 1024
 BODILESS_STATUSES: Final = frozenset({204, 304})
 STOP_TIMEOUT_S: Final = 10.0
+HOLD_POLL_S: Final = 0.005  # how often a held request looks whether release() was called
 ERROR_BODY: Final = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
                      "<Message>We encountered an internal error. Please try again.</Message>"
                      "<RequestId>netproxy-{number}</RequestId></Error>\n")
@@ -133,6 +135,24 @@ class Controls:
         self._faults = Faults()
         self._matched = 0  # requests of the fault methods since the faults were set
         self._stats = ProxyStats()
+        # hold_after: once a request whose target contains this was answered, later requests
+        # wait (holding) until release(); the test then acts between two requests for sure.
+        self._hold_after: str | None = None
+        self._holding = False
+
+    def hold_after(self, target: str | None) -> None:
+        with self._lock:
+            self._hold_after, self._holding = target, False
+
+    def note_answered(self, request: Request) -> None:
+        """Starts holding when request is the one hold_after names."""
+        with self._lock:
+            if self._hold_after is not None and self._hold_after in request_target(request):
+                self._holding = True
+
+    def holding(self) -> bool:
+        with self._lock:
+            return self._holding
 
     def set_faults(self, faults: Faults) -> None:
         with self._lock:
@@ -190,6 +210,12 @@ class Controls:
     def count_response(self, size: int) -> None:
         with self._lock:
             self._stats.response_bytes += size
+
+
+def request_target(request: Request) -> str:
+    """The request line's target (path and query)."""
+    parts = request.head.split(b"\r\n", 1)[0].split(b" ")
+    return parts[1].decode("latin-1") if len(parts) > 1 else ""
 
 
 def parse_upstream(url: str) -> tuple[str, int]:
@@ -355,12 +381,16 @@ class Exchange:
         if request is None:
             return False
         number = self.controls.count_request()
+        while self.controls.holding():
+            await asyncio.sleep(HOLD_POLL_S)
         if self.controls.latency_s > 0:
             await asyncio.sleep(self.controls.latency_s)
         if self.controls.take_failure(request.method):
             await self._pass(error_response(number, request.close))
             return not request.close
-        return await self._forward(request)
+        keep_alive = await self._forward(request)
+        self.controls.note_answered(request)
+        return keep_alive
 
     async def _forward(self, request: Request) -> bool:
         head = await self._send_and_read_head(request)
@@ -532,6 +562,16 @@ class NetProxy:
     def faults(self) -> Faults:
         """The faults still to inject (fail_next and truncate_next count down)."""
         return self.controls.faults()
+
+    def hold_after(self, target: str) -> None:
+        """Once a request whose target (path and query) contains `target` has been answered,
+        every later request waits in the proxy until release(): a test can act between that
+        request and the next one however slow the machine is."""
+        self.controls.hold_after(target)
+
+    def release(self) -> None:
+        """Lets held requests go on, and holds no more."""
+        self.controls.hold_after(None)
 
     def set_latency(self, latency_s: float) -> None:
         """The delay added to each request from now on."""

@@ -107,6 +107,25 @@ def test_counts_requests_and_bytes_and_resets_them(proxy: NetProxy, s3_bucket: s
     assert proxy.stats().requests == 0 and proxy.stats().response_bytes == 0
 
 
+def test_requests_after_the_named_one_wait_until_release(proxy: NetProxy, s3_bucket: str,
+                                                         data: bytes) -> None:
+    store = through(proxy, s3_bucket)
+    proxy.hold_after("/marker")
+    obstore.put(store, "before", b"b")
+    obstore.put(store, "marker", b"m")  # answered: what follows waits
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(bytes(obstore.get(store, "before").bytes())),
+                              daemon=True)
+    reader.start()
+    while proxy.stats().requests < 3:  # the GET has reached the proxy
+        time.sleep(0.005)
+    reader.join(0.3)
+    assert reader.is_alive() and proxy.stats().forwarded == 2  # held, not sent on
+    proxy.release()
+    reader.join(60)
+    assert got == [b"b"] and proxy.stats().forwarded == 3
+
+
 def test_latency_is_added_to_every_request(s3_server: S3Server, s3_bucket: str,
                                            data: bytes) -> None:
     with NetProxy(s3_server.endpoint, latency_s=0.05) as slow:

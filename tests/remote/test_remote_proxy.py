@@ -169,8 +169,10 @@ def test_a_first_writer_killed_before_its_manifest_leaves_the_url_free_for_a_new
     monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
     url = f"s3://{s3_bucket}/ds"
     direct = s3_store(s3_env.endpoint, s3_bucket)
-    # Each request waits 0.5 s in the proxy: the kill lands before the manifest's PUT arrives.
-    with NetProxy(s3_env.endpoint, latency_s=0.5) as proxy:
+    # The proxy holds every request after the schema's PUT: the kill lands before the
+    # manifest's PUT reaches the server, however slow the machine.
+    with NetProxy(s3_env.endpoint) as proxy:
+        proxy.hold_after("/ds/schema.msgpack")  # the dataset's, not its shard's
         code = textwrap.dedent(f"""
             import numpy as np
             from loaderx.converter import from_numpy
@@ -189,6 +191,7 @@ def test_a_first_writer_killed_before_its_manifest_leaves_the_url_free_for_a_new
             finally:
                 writer.send_signal(signal.SIGKILL)
                 writer.wait()
+                proxy.release()
     names = set(objects(s3_env, s3_bucket))
     assert "ds/schema.msgpack" in names and "ds/shards.msgpack" not in names, names
     with pytest.raises(FileNotFoundError):
