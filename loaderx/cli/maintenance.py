@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TextIO
 
-from loaderx._os.urls import is_url
+from loaderx._os.urls import refuse_url
 from loaderx._store.layout import sharded_dataset_of
 from loaderx.cli.exits import EXIT_OK, Problem
 from loaderx.cli.sizes import size_text
@@ -16,9 +16,10 @@ from loaderx.cli.stores import open_store
 def refuse_shard(path: str) -> None:
     """The refusal compact documents for a shard folder (its manifest lists the shard's
     records), said before the store is opened: the library raises it as a plain ValueError,
-    which the command must not catch (a bug raises those too)."""
-    if is_url(path):
-        return
+    which the command must not catch (a bug raises those too). A URL is refused before the
+    dataset is opened (opening it would fill the cache to then refuse a read-only dataset)."""
+    refuse_url(path, "compact", "compact a local copy, then write it to a new URL (a dataset "
+               "at a URL takes appends only)")
     dataset = sharded_dataset_of(path)
     if dataset is not None and dataset != os.path.realpath(path):
         raise Problem(f"{path}: a shard of the sharded dataset {dataset}; compact the dataset, "

@@ -442,3 +442,10 @@ def test_the_cli_reads_a_url(dense_url: tuple[str, np.ndarray], s3_env: S3Server
     s3_env.put(s3_bucket, "ds/0.zr", bytes(chunk[:100]) + bytes([chunk[100] ^ 1]) + bytes(chunk[101:]))
     assert main(["verify", url]) == 1
     assert "1 bad record" in capsys.readouterr().out
+    # compact refuses a URL before opening it: nothing more lands in the cache.
+    cached = sorted(str(p) for p in (tmp_path / "cache").rglob("*"))
+    assert main(["compact", url]) == 1
+    assert "compact works on local folders and cannot take the URL" in capsys.readouterr().err
+    assert sorted(str(p) for p in (tmp_path / "cache").rglob("*")) == cached
+    assert main(["compact", "s3://elsewhere/never-opened"]) == 1
+    assert "write it to a new URL" in capsys.readouterr().err
