@@ -385,7 +385,15 @@ class Fetcher:
         futures: list[Future[None]] = []
         try:
             for piece in ranges:
-                futures.append(pool.submit(self._fetch_range, piece))
+                try:
+                    futures.append(pool.submit(self._fetch_range, piece))
+                except RuntimeError:
+                    # close() shut the pool down while the later ranges were being planned:
+                    # the pool refuses them ("cannot schedule new futures after shutdown"),
+                    # which is the closed dataset's error for the read.
+                    if self._closing:
+                        raise self._closed_error() from None
+                    raise
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
             # A future cancel() stopped never runs, and wait() would not count it as done:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -188,4 +189,58 @@ def test_close_while_ranges_wait_in_the_request_pool(
         assert not closer.is_alive() and not reader.is_alive(), "close() or the read hung"
     assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
     assert "is closed" in str(outcome[0])
+    assert held_in(tmp_path / "cache") == []
+
+
+def test_close_while_a_read_is_still_planning_its_ranges(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read sends each range as soon as it is planned; another thread closes the dataset
+    after the first was sent and before the next one is: the read raises the closed error (it
+    raised the request pool's RuntimeError, 'cannot schedule new futures after shutdown')."""
+    rng = np.random.default_rng(9)
+    data = rng.integers(0, 256, (64, 40_000), dtype=np.uint8)
+    from_numpy(str(tmp_path / "local"), data, codec="raw")
+    url = publish(s3_env, s3_bucket, tmp_path / "local")
+    # Smaller than the dataset: each far-apart record is a range of its own.
+    ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=1_000_000)
+    fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+    planned = fetcher._planned
+    sent_one, shut = threading.Event(), threading.Event()
+
+    def planning(wanted: dict[int, np.ndarray]) -> Iterator[object]:
+        pieces = iter(planned(wanted))
+        yield next(pieces)
+        pool = fetcher._pool
+        assert pool is not None
+        shutdown = pool.shutdown
+
+        def shutting(*args: object, **kwargs: object) -> None:
+            shutdown(*args, **kwargs)  # type: ignore[arg-type]
+            shut.set()
+
+        monkeypatch.setattr(pool, "shutdown", shutting)
+        sent_one.set()
+        shut.wait()  # the next range is planned once close() has shut the pool down
+        yield from pieces
+
+    monkeypatch.setattr(fetcher, "_planned", planning)
+    outcome: list[BaseException | np.ndarray] = []
+
+    def read() -> None:
+        try:
+            outcome.append(ds[np.arange(0, 64, 4, dtype=np.int64)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    sent_one.wait(60)
+    closer = threading.Thread(target=ds.close, daemon=True)
+    closer.start()
+    closer.join(60)
+    reader.join(60)
+    assert not closer.is_alive() and not reader.is_alive(), "close() or the read hung"
+    assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
+    assert str(outcome[0]) == f"dataset {url!r} is closed"
     assert held_in(tmp_path / "cache") == []
