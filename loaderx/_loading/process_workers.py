@@ -60,6 +60,7 @@ from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
 from loaderx._loading.step_maker import StepMaker
 from loaderx._os.deferred_interrupt import sigint_deferred
+from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx.errors import RemoteError
 
 Batch = dict[str, Any]
@@ -237,6 +238,12 @@ class _Workers:
         self.processes: list[Any] = []
         self.pipes: list[Any] = []
         self.maps: list[Any] = []
+        # Held by the consumer while it sends to, waits on or reads from the pipes and asks the
+        # processes how they are (ProcessSteps._issue, _receive), and by stop() while it closes
+        # them: a close() from another thread closed a pipe under the consumer's recv(), which
+        # then read from no descriptor (TypeError) or from whatever file had been given its
+        # number since (a read that could wait for ever).
+        self.using = ForkSafeLock()
 
     def stop(self) -> None:
         if os.getpid() != self.owner:
@@ -254,26 +261,38 @@ class _Workers:
         finally:
             # Also when a second Ctrl-C cuts the wait short: the finaliser that called this runs
             # only once, so whatever is left here would stay (workers until exit, files for
-            # good). What follows does not wait (the kill is a signal, the join then prompt).
+            # good). The files go and the workers are killed first, without waiting: a consumer
+            # waiting in _receive wakes at their deaths and gives up `using` (at most its
+            # poll's timeout later), which the closing of the pipes and processes waits for.
             self.files.unlink_all()
-            for pipe in self.pipes:
-                pipe.close()
-            self.pipes = []
             for process in self.processes:
                 try:
                     if process.is_alive():
                         process.kill()
-                    process.join()
-                    process.close()
                 except ValueError:
                     pass  # closed by an earlier stop that an interrupt cut short
-            self.processes = []
-            for memory in self.maps:
-                try:
-                    memory.close()
-                except BufferError:
-                    pass  # the consumer still holds arrays over it: they stay valid until dropped
-            self.maps = []
+            with self.using:
+                self.files.unlink_all()  # also a slot file _issue made meanwhile
+                self._close_ends()
+
+    def _close_ends(self) -> None:
+        """Closes the pipes, reaps and closes the (killed) processes and unmaps the slots."""
+        for pipe in self.pipes:
+            pipe.close()
+        self.pipes = []
+        for process in self.processes:
+            try:
+                process.join()
+                process.close()
+            except ValueError:
+                pass  # closed by an earlier stop that an interrupt cut short
+        self.processes = []
+        for memory in self.maps:
+            try:
+                memory.close()
+            except BufferError:
+                pass  # the consumer still holds arrays over it: they stay valid until dropped
+        self.maps = []
 
 
 # The worker processes of every live ring in this process.
@@ -553,51 +572,58 @@ class ProcessSteps:
         """Sends steps to the workers, round robin, up to depth steps ahead of the consumer."""
         workers = self._ring()
         while self._issued < self.next_step + self._depth and not self.closed:
-            step = self._issued
-            pipe = workers.pipes[step % len(workers.pipes)]
-            self._unsure = True
-            slot = self._free_slot()
-            self._holding[slot] = step
-            self._pending[step] = slot
-            try:
-                pipe.send((step, slot))
-            except OSError:
-                # Its worker died (or close() ran meanwhile). Not raised here, where next() may
-                # hold a batch to return: the wait for a step this worker owes notices the
-                # death by its sentinel and raises WorkerError.
+            with workers.using:  # stop() closes nothing meanwhile (_Workers.using)
+                if self.closed:
+                    return  # closed from another thread: no slot file is made after its unlink
+                step = self._issued
+                pipe = workers.pipes[step % len(workers.pipes)]
+                self._unsure = True
+                slot = self._free_slot()
+                self._holding[slot] = step
+                self._pending[step] = slot
+                try:
+                    pipe.send((step, slot))
+                except OSError:
+                    # Its worker died. Not raised here, where next() may hold a batch to
+                    # return: the wait for a step this worker owes notices the death by its
+                    # sentinel and raises WorkerError.
+                    self._unsure = False
+                    return
+                self._issued = step + 1
                 self._unsure = False
-                return
-            self._issued = step + 1
-            self._unsure = False
 
     def _receive(self) -> None:
         """Waits for any worker's answer (or death); interruptible by Ctrl-C."""
         workers = self._ring()
-        try:
-            sentinels = {process.sentinel: i for i, process in enumerate(workers.processes)}
-            ready = multiprocessing.connection.wait([*workers.pipes, *sentinels], timeout=0.5)
-        except (OSError, ValueError):
-            if self.closed:  # close() from another thread closed the pipes and processes
-                raise StopIteration from None
-            raise
-        self._unsure = True
-        for item in ready:
-            if isinstance(item, int):
-                continue  # a sentinel: its process's exit code says why, below
+        with workers.using:  # stop() closes no pipe under a recv (_Workers.using)
+            if self.closed:  # close() from another thread, or a signal handler
+                raise StopIteration
             try:
-                answer: tuple[int, int, str | None, bool, bool] = cast(Any, item).recv()
-            except (EOFError, OSError):
-                continue  # its sentinel says why
-            step, slot, error, remote, loading = answer
-            self._pending.pop(step, None)
-            self._done[step] = (slot, error, remote, loading)
-        self._unsure = False
-        try:
-            dead = [process for process in workers.processes if process.exitcode is not None]
-        except ValueError:
-            if self.closed:  # close() from another thread closed the process objects
-                raise StopIteration from None
-            raise
+                sentinels = {process.sentinel: i for i, process in enumerate(workers.processes)}
+                ready = multiprocessing.connection.wait([*workers.pipes, *sentinels],
+                                                        timeout=0.5)
+            except (OSError, ValueError):
+                if self.closed:  # closed by a signal handler on this thread (`using` re-enters)
+                    raise StopIteration from None
+                raise
+            self._unsure = True
+            for item in ready:
+                if isinstance(item, int):
+                    continue  # a sentinel: its process's exit code says why, below
+                try:
+                    answer: tuple[int, int, str | None, bool, bool] = cast(Any, item).recv()
+                except (EOFError, OSError):
+                    continue  # its sentinel says why
+                step, slot, error, remote, loading = answer
+                self._pending.pop(step, None)
+                self._done[step] = (slot, error, remote, loading)
+            self._unsure = False
+            try:
+                dead = [process for process in workers.processes if process.exitcode is not None]
+            except ValueError:
+                if self.closed:  # the process objects closed by a signal handler's close()
+                    raise StopIteration from None
+                raise
         for process in dead:
             self._die(process)
 

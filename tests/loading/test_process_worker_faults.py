@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from test_process_workers import assert_same, augment, no_leaks, streams
+from test_process_workers import assert_same, augment, batches, no_leaks, streams
 
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, WorkerError
@@ -219,3 +221,95 @@ def test_a_sigint_storm_while_workers_start_leaves_nothing(
     assert result.returncode == 0, result.stderr[-3000:]
     assert "BrokenPipeError" not in result.stderr and "EOFError" not in result.stderr
     assert result.stdout == "True [] []\n", result.stderr[-3000:]
+
+
+class _HeldInRecv:
+    """A worker's pipe whose recv() stops where Connection.recv() has checked that the pipe is
+    open and not yet read from it, until `go` is set: where a close() from another thread
+    closed the pipe under the consumer."""
+
+    def __init__(self, pipe: Any, inside: threading.Event, go: threading.Event) -> None:
+        self._pipe = pipe
+        self._inside = inside
+        self._go = go
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def fileno(self) -> int:
+        return int(self._pipe.fileno())
+
+    def recv(self) -> Any:
+        pipe = self._pipe
+        pipe._check_closed()  # as Connection.recv starts
+        pipe._check_readable()
+        self._inside.set()
+        self._go.wait(60)
+        return ForkingPickler.loads(pipe._recv_bytes().getbuffer())
+
+
+class _Noticed:
+    """A lock that sets `reached` when `thread` comes to take it (the closer, below)."""
+
+    def __init__(self, lock: Any, thread: list[threading.Thread], reached: threading.Event
+                 ) -> None:
+        self._lock = lock
+        self._thread = thread
+        self._reached = reached
+
+    def __enter__(self) -> None:
+        if threading.current_thread() in self._thread:
+            self._reached.set()
+        self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+
+def test_close_from_another_thread_never_closes_a_pipe_under_a_recv(
+    streams: dict[str, DenseDataset]
+) -> None:
+    """A close() from another thread while the consumer reads a worker's answer: the consumer
+    returns that step's batch or StopIteration. close() closed the pipe under the read, which
+    then raised TypeError ('NoneType' object cannot be interpreted as an integer: the read had
+    no descriptor left), or read from whatever file had been given its number since."""
+    expected = batches(DataLoader(streams, batch_size=10, seed=6), 2)
+    loader = DataLoader(streams, batch_size=10, seed=6, worker_type="process", workers=1,
+                        prefetch=1)
+    workers = loader._prefetcher._workers  # type: ignore[attr-defined]
+    inside, go, closing = threading.Event(), threading.Event(), threading.Event()
+    closer: list[threading.Thread] = []
+    workers.pipes = [_HeldInRecv(pipe, inside, go) for pipe in workers.pipes]
+    workers.using = _Noticed(getattr(workers, "using", None), closer, closing)
+    outcome: list[Any] = []
+
+    def consume() -> None:
+        try:
+            outcome.append({k: v.copy() for k, v in next(loader).items()})
+            outcome.append({k: v.copy() for k, v in next(loader).items()})  # held in recv
+        except StopIteration:
+            outcome.append("StopIteration")
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            outcome.append(f"{type(error).__name__}: {error}")
+
+    def close() -> None:
+        try:
+            loader.close()
+        finally:
+            closing.set()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    assert inside.wait(60)
+    closer.append(threading.Thread(target=close, daemon=True))
+    closer[0].start()
+    closing.wait(60)  # the close is done, or waits for the consumer to leave the pipes
+    go.set()
+    consumer.join(60)
+    closer[0].join(60)
+    assert not consumer.is_alive() and not closer[0].is_alive(), "next() or close() hung"
+    assert_same(outcome[:1], expected[:1])
+    assert len(outcome) == 2 and (outcome[1] == "StopIteration" or isinstance(outcome[1], dict)), \
+        outcome[1:]
+    if outcome[1] != "StopIteration":  # the answer was read before close() got the pipes
+        assert_same(outcome[1:], expected[1:])
