@@ -35,3 +35,23 @@ class TakenThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,mis
 
     def _counts_here(self) -> bool:
         return self.thread is None or self.thread == threading.get_ident()
+
+
+class ReleasedThenInterrupted(threading._PyRLock):  # type: ignore[name-defined,misc]
+    """threading's Python RLock whose release() gives the lock back and then raises
+    KeyboardInterrupt, on the next `interrupts` releases by `thread`: what a signal landing as
+    a `with` block's release returns does on every CPython (the handler runs after the call)."""
+
+    def __init__(self, interrupts: int = 0, thread: int | None = None) -> None:
+        super().__init__()
+        self.interrupts = interrupts
+        self.thread = thread
+
+    def release(self) -> None:
+        super().release()
+        if self.interrupts > 0 and (self.thread is None or self.thread == threading.get_ident()):
+            self.interrupts -= 1
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -25,10 +25,17 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 from loaderx._os.fork_safe_lock import ForkSafeLock
-from loaderx._os.kept_locks import Entered
+from loaderx._os.kept_locks import Entered, release_kept
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+
+
+# How long a wait for the gate goes before it looks at its state again unwoken: a Ctrl-C can
+# cut a notify_all short (Condition.notify wakes its waiters one by one), and a waiter it
+# skipped waited for good, taking every later entry with it.
+_RECHECK_SECONDS: Final = 0.05
 
 
 class _ProcessGate:
@@ -54,42 +61,67 @@ class _ProcessGate:
             raise ValueError("the cache gate is closed (its dataset was closed)")
 
     def enter_shared(self) -> None:
-        with Entered(self._lock):
-            while (self._evicting or self._evictors_waiting) and not self._closing:
-                self._changed.wait()
-            self._refuse_if_closing()
-            if self._readers == 0:
-                # Held with the condition's lock, so no other thread of ours can see
-                # readers > 0 before the process really holds the shared lock.
-                fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
-            self._readers += 1
+        counted = False
+        try:
+            with Entered(self._lock):
+                while (self._evicting or self._evictors_waiting) and not self._closing:
+                    self._changed.wait(_RECHECK_SECONDS)
+                self._refuse_if_closing()
+                if self._readers == 0:
+                    # Held with the condition's lock, so no other thread of ours can see
+                    # readers > 0 before the process really holds the shared lock.
+                    fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+                self._readers += 1
+                counted = True  # no call since the count: nothing can be raised in between
+        except BaseException:
+            # A Ctrl-C as the lock is given back (the with's exit) comes after the count: the
+            # caller never entered, and never leaves. Counted for good, every evictor and
+            # close() waited for this reader for ever. A level of the lock that exit kept
+            # (kept_locks) is given back first: here this thread holds it no times by design.
+            release_kept(self._lock)
+            if counted:
+                self.leave_shared()
+            raise
 
     def leave_shared(self) -> None:
         with Entered(self._lock):
             self._readers -= 1
             if self._readers == 0:
-                fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
-                self._changed.notify_all()
+                try:
+                    fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+                finally:
+                    self._changed.notify_all()  # also after a Ctrl-C as the unlock returned
 
     def enter_exclusive(self) -> None:
-        with Entered(self._lock):
-            self._evictors_waiting += 1
-            try:
-                while (self._evicting or self._readers) and not self._closing:
-                    self._changed.wait()
-            finally:
-                self._evictors_waiting -= 1
-            self._refuse_if_closing()
-            self._evicting = True
+        marked = False
         try:
+            with Entered(self._lock):
+                self._evictors_waiting += 1
+                try:
+                    while (self._evicting or self._readers) and not self._closing:
+                        self._changed.wait(_RECHECK_SECONDS)
+                finally:
+                    self._evictors_waiting -= 1
+                self._refuse_if_closing()
+                self._evicting = True
+                marked = True  # no call since the mark: nothing can be raised in between
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
         except BaseException:
-            self._end_eviction()
+            # As in enter_shared: a Ctrl-C after the mark (the with's exit, or as the flock
+            # returned) left every reader, evictor and close() waiting for this eviction.
+            release_kept(self._lock)
+            if marked:
+                try:
+                    fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
+                finally:
+                    self._end_eviction()
             raise
 
     def leave_exclusive(self) -> None:
-        fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
-        self._end_eviction()
+        try:
+            fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
+        finally:
+            self._end_eviction()  # also after a Ctrl-C as the unlock returned
 
     def _end_eviction(self) -> None:
         with Entered(self._lock):
@@ -102,7 +134,7 @@ class _ProcessGate:
             self._closing = True
             self._changed.notify_all()  # waiting entries give up
             while self._readers or self._evicting:
-                self._changed.wait()
+                self._changed.wait(_RECHECK_SECONDS)
         close_descriptor(self._shared_fd)
         close_descriptor(self._exclusive_fd)
 

@@ -1,0 +1,129 @@
+"""A Ctrl-C at any point of the cache gate's entries and exits leaves no reader counted, no
+eviction marked and no waiter asleep: a later reader and evictor get in, and close() returns.
+Before, a KeyboardInterrupt raised as enter_shared() gave its lock back left a reader counted
+that never left (close() and every eviction waited for it for ever); one raised as
+enter_exclusive() gave it back, or as leave_exclusive()'s unlock returned, left the gate marked
+evicting for good; and one raised as leave_shared()'s unlock returned skipped the wake-up of an
+evictor waiting for the last reader, which then waited for ever, and every reader behind it."""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from interrupting_locks import ReleasedThenInterrupted
+
+from loaderx._remote.cache_gate import CacheGate  # private: the gate itself is under test
+
+
+def in_thread(work: Callable[[], None]) -> list[BaseException]:
+    """Runs work on a daemon thread: [] when it returned, [its exception] when it raised. A
+    hang fails the test (join(60), then the thread is alive) instead of hanging the suite."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            raised.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "it waited for ever"
+    return raised
+
+
+def interrupting_gate(path: Path) -> tuple[CacheGate, ReleasedThenInterrupted]:
+    gate = CacheGate(str(path / "gate.lock"))
+    inner = gate._current()
+    lock = ReleasedThenInterrupted(thread=threading.get_ident())
+    inner._lock = lock
+    inner._changed = threading.Condition(lock)
+    return gate, lock
+
+
+def enter_and_pass(enter: Callable[[], object]) -> Callable[[], None]:
+    def work() -> None:
+        with enter():  # type: ignore[attr-defined]
+            pass
+    return work
+
+
+@pytest.mark.parametrize("entry", ["shared", "exclusive"])
+def test_an_interrupt_as_an_entry_gives_its_lock_back_leaves_nothing_held(
+    tmp_path: Path, entry: str
+) -> None:
+    gate, lock = interrupting_gate(tmp_path)
+    lock.interrupts = 1  # the release that ends the entry's locked section
+    with pytest.raises(KeyboardInterrupt):
+        enter_and_pass(getattr(gate, entry))()
+    assert in_thread(enter_and_pass(gate.exclusive)) == []
+    assert in_thread(enter_and_pass(gate.shared)) == []
+    assert in_thread(gate.close) == []
+
+
+def test_an_interrupt_as_an_eviction_unlocks_leaves_nothing_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = CacheGate(str(tmp_path / "gate.lock"))
+    interrupt = [True]
+    flock = fcntl.flock
+
+    def unlock_then_interrupt(fd: int, operation: int) -> None:
+        flock(fd, operation)
+        if operation == fcntl.LOCK_UN and interrupt:
+            interrupt.clear()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(fcntl, "flock", unlock_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        enter_and_pass(gate.exclusive)()
+    assert in_thread(enter_and_pass(gate.shared)) == []
+    assert in_thread(gate.close) == []
+
+
+def test_an_interrupt_as_the_last_reader_unlocks_still_wakes_the_evictor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = CacheGate(str(tmp_path / "gate.lock"))
+    inner = gate._current()
+    interrupt = [True]
+    flock = fcntl.flock
+
+    def unlock_then_interrupt(fd: int, operation: int) -> None:
+        flock(fd, operation)
+        if operation == fcntl.LOCK_UN and interrupt and threading.current_thread() is reader:
+            interrupt.clear()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(fcntl, "flock", unlock_then_interrupt)
+    reader = threading.current_thread()
+    evictor_waits = threading.Event()
+    changed = inner._changed
+    wait = changed.wait
+
+    def noted_wait(timeout: float | None = None) -> bool:
+        if inner._evictors_waiting:
+            evictor_waits.set()
+        return wait(timeout)
+
+    monkeypatch.setattr(changed, "wait", noted_wait)
+    evicted = threading.Event()
+
+    def evict() -> None:
+        with gate.exclusive():
+            evicted.set()
+
+    with pytest.raises(KeyboardInterrupt):
+        with gate.shared():
+            evictor = threading.Thread(target=evict, daemon=True)
+            evictor.start()
+            assert evictor_waits.wait(60)  # the evictor waits for this reader to leave
+    evictor.join(60)
+    assert not evictor.is_alive(), "the evictor waited for ever"
+    assert evicted.is_set()
+    assert in_thread(gate.close) == []
