@@ -13,13 +13,23 @@ design, such as an interrupt leaving a loader's next(), every level it still hol
 interrupt kept, and release_kept gives them back. `with Entered(lock):` is `with lock:` for a
 lock the thread does not hold yet, except that an acquire which raises after taking the lock
 gives it back.
+
+The way out has a window on every version: an __exit__ written in Python runs the handler as it
+starts, before it releases, and the lock stays held (on 3.11, 891 of 6,265 SIGALRMs raised in a
+loop of `with` blocks over a ForkSafeLock). So Entered and ForkSafeLock hand the `with` the
+lock's own compiled __exit__ (LockExit), which releases before any handler runs.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import TracebackType
 from typing import cast
+
+
+# A lock's __exit__: (exception type, exception, traceback) -> None.
+LockExit = Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], None]
 
 
 def held(lock: threading.RLock) -> bool:
@@ -62,5 +72,8 @@ class Entered:
     def __enter__(self) -> None:
         acquire(self._lock)
 
-    def __exit__(self, *exception: object) -> None:
-        self._lock.release()
+    @property
+    def __exit__(self) -> LockExit:
+        """The lock's own __exit__ (compiled: no Ctrl-C lands before it releases), looked up
+        by the `with` before it enters (ForkSafeLock.__exit__)."""
+        return self._lock.__exit__

@@ -1,14 +1,17 @@
-"""ForkSafeLock: an interrupt landing as __enter__'s acquire returns keeps no lock, and locked()
-tells whether any thread holds it."""
+"""ForkSafeLock: an interrupt landing as __enter__'s acquire returns, or as the with block ends,
+keeps no lock, and locked() tells whether any thread holds it."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
+from types import FrameType
 
 import pytest
 
 from loaderx._os.fork_safe_lock import ForkSafeLock
-from loaderx._os.kept_locks import held
+from loaderx._os.kept_locks import Entered, held
 
 from forked_child import held_by_another_thread
 from interrupting_locks import TakenThenInterrupted
@@ -33,3 +36,38 @@ def test_locked_sees_a_holder_on_another_thread() -> None:
     with held_by_another_thread(lock):
         assert lock.locked()
     assert not lock.locked()
+
+
+def _interrupt_as_exit_starts(frame: FrameType, event: str, arg: object) -> None:
+    """A trace function that raises KeyboardInterrupt where an __exit__ written in Python starts
+    (one taking the exception's arguments, not a property's getter): where a signal's handler
+    runs on every CPython (the function's first instruction)."""
+    code = frame.f_code
+    if event == "call" and code.co_name == "__exit__" and (
+            code.co_argcount > 1 or code.co_flags & inspect.CO_VARARGS):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("kind", ["ForkSafeLock", "Entered"])
+def test_an_interrupt_as_the_with_block_ends_keeps_nothing(kind: str) -> None:
+    """A Ctrl-C as a `with` block over the lock ends: the lock is given back. With an __exit__
+    written in Python the interrupt landed before its release, and the lock stayed held: a
+    Ctrl-C storm over a remote loader's reads kept its state maps' lock, and the next fetch's
+    request thread waited for it for ever."""
+    lock = ForkSafeLock()
+    inner = threading.RLock()
+    held_in: list[bool] = []
+    sys.settrace(_interrupt_as_exit_starts)
+    try:
+        if kind == "ForkSafeLock":
+            with lock:
+                held_in.append(held(lock._lock))
+        else:
+            with Entered(inner):
+                held_in.append(held(inner))
+    except KeyboardInterrupt:
+        pass  # the old __exit__: the interrupt came before the release
+    finally:
+        sys.settrace(None)
+    assert held_in == [True]
+    assert not held(lock._lock) and not held(inner)
