@@ -46,8 +46,12 @@ class _ProcessGate:
         # (loaderx._os.kept_locks); nothing here takes it twice.
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._readers = 0
-        self._evicting = False
+        # The readers inside: thread ident -> the mark of its entry (nothing enters twice on
+        # one thread: a reading leaves before it fetches). And the evictor: (ident, mark).
+        # By entry, so that a thread that comes back finds what an interrupt left of its last
+        # entry (_forget_kept), and a late leave of that entry finds it gone and does nothing.
+        self._inside: dict[int, object] = {}
+        self._evictor: tuple[int, object] | None = None
         # Evictors waiting for the readers to leave: new readers wait behind them, or a loader
         # whose workers always have a gather running would never let eviction in.
         self._evictors_waiting = 0
@@ -60,50 +64,68 @@ class _ProcessGate:
         if self._closing:
             raise ValueError("the cache gate is closed (its dataset was closed)")
 
-    def enter_shared(self) -> None:
+    def _forget_kept(self, me: int) -> None:
+        """Ends an entry of thread `me` that is still here as `me` enters again or closes
+        (holding the lock): it nests none, so that entry is one a Ctrl-C kept, whose leave never
+        ran (its with block's exit was cut short, or its context manager is waiting in a
+        traceback for the collector). Kept, every evictor and close() waited for it for ever."""
+        mark = self._inside.get(me)
+        if mark is not None:
+            self._leave_shared(me, mark)
+        evictor = self._evictor
+        if evictor is not None and evictor[0] == me:
+            self._leave_exclusive(me, evictor[1])
+
+    def enter_shared(self, me: int, mark: object) -> None:
         counted = False
         try:
             with Entered(self._lock):
-                while (self._evicting or self._evictors_waiting) and not self._closing:
+                self._forget_kept(me)
+                while (self._evictor or self._evictors_waiting) and not self._closing:
                     self._changed.wait(_RECHECK_SECONDS)
                 self._refuse_if_closing()
-                if self._readers == 0:
+                if not self._inside:
                     # Held with the condition's lock, so no other thread of ours can see
-                    # readers > 0 before the process really holds the shared lock.
+                    # a reader inside before the process really holds the shared lock.
                     fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
-                self._readers += 1
-                counted = True  # no call since the count: nothing can be raised in between
+                self._inside[me] = mark
+                counted = True  # no call since the entry: nothing can be raised in between
         except BaseException:
-            # A Ctrl-C as the lock is given back (the with's exit) comes after the count: the
-            # caller never entered, and never leaves. Counted for good, every evictor and
-            # close() waited for this reader for ever. A level of the lock that exit kept
+            # A Ctrl-C as the lock is given back (the with's exit) comes after the entry: the
+            # caller never entered, and never leaves. A level of the lock that exit kept
             # (kept_locks) is given back first: here this thread holds it no times by design.
             release_kept(self._lock)
             if counted:
-                self.leave_shared()
+                self.leave_shared(me, mark)
             raise
 
-    def leave_shared(self) -> None:
+    def leave_shared(self, me: int, mark: object) -> None:
         with Entered(self._lock):
-            self._readers -= 1
-            if self._readers == 0:
-                try:
-                    fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
-                finally:
-                    self._changed.notify_all()  # also after a Ctrl-C as the unlock returned
+            self._leave_shared(me, mark)
 
-    def enter_exclusive(self) -> None:
+    def _leave_shared(self, me: int, mark: object) -> None:
+        if self._inside.get(me) is not mark:
+            return  # ended already (_forget_kept)
+        del self._inside[me]
+        if not self._inside:
+            try:
+                fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+            finally:
+                self._changed.notify_all()  # also after a Ctrl-C as the unlock returned
+
+    def enter_exclusive(self, me: int, mark: object) -> None:
         marked = False
         try:
             with Entered(self._lock):
+                self._forget_kept(me)
                 self._evictors_waiting += 1
                 try:
-                    while (self._evicting or self._readers) and not self._closing:
+                    while (self._evictor or self._inside) and not self._closing:
                         self._changed.wait(_RECHECK_SECONDS)
                 finally:
                     self._evictors_waiting -= 1
                 self._refuse_if_closing()
-                self._evicting = True
+                self._evictor = (me, mark)
                 marked = True  # no call since the mark: nothing can be raised in between
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
         except BaseException:
@@ -111,21 +133,21 @@ class _ProcessGate:
             # returned) left every reader, evictor and close() waiting for this eviction.
             release_kept(self._lock)
             if marked:
-                try:
-                    fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
-                finally:
-                    self._end_eviction()
+                self.leave_exclusive(me, mark)
             raise
 
-    def leave_exclusive(self) -> None:
+    def leave_exclusive(self, me: int, mark: object) -> None:
+        with Entered(self._lock):
+            self._leave_exclusive(me, mark)
+
+    def _leave_exclusive(self, me: int, mark: object) -> None:
+        evictor = self._evictor
+        if evictor is None or evictor[0] != me or evictor[1] is not mark:
+            return  # ended already (_forget_kept)
         try:
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_UN)
         finally:
-            self._end_eviction()  # also after a Ctrl-C as the unlock returned
-
-    def _end_eviction(self) -> None:
-        with Entered(self._lock):
-            self._evicting = False
+            self._evictor = None  # also after a Ctrl-C as the unlock returned
             self._changed.notify_all()
 
     def close(self) -> None:
@@ -133,7 +155,8 @@ class _ProcessGate:
         with Entered(self._lock):
             self._closing = True
             self._changed.notify_all()  # waiting entries give up
-            while self._readers or self._evicting:
+            self._forget_kept(threading.get_ident())
+            while self._inside or self._evictor:
                 self._changed.wait(_RECHECK_SECONDS)
         close_descriptor(self._shared_fd)
         close_descriptor(self._exclusive_fd)
@@ -166,20 +189,22 @@ class CacheGate:
     @contextmanager
     def shared(self) -> Iterator[None]:
         gate = self._current()
-        gate.enter_shared()
+        me, mark = threading.get_ident(), object()
+        gate.enter_shared(me, mark)
         try:
             yield
         finally:
-            gate.leave_shared()
+            gate.leave_shared(me, mark)  # on a collector's thread, for one kept in a traceback
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         gate = self._current()
-        gate.enter_exclusive()
+        me, mark = threading.get_ident(), object()
+        gate.enter_exclusive(me, mark)
         try:
             yield
         finally:
-            gate.leave_exclusive()
+            gate.leave_exclusive(me, mark)
 
     def close(self) -> None:
         with self._made:

@@ -79,7 +79,7 @@ def test_the_cache_gate_keeps_no_level(tmp_path: Path) -> None:
         for enter in (gate.enter_shared, gate.enter_exclusive):
             lock.interrupts = 1
             with pytest.raises(KeyboardInterrupt):
-                enter()
+                enter(threading.get_ident(), object())
             assert not held(lock)
 
         # Neither interrupt let anyone in or left a count behind: a reader on another thread
@@ -87,11 +87,12 @@ def test_the_cache_gate_keeps_no_level(tmp_path: Path) -> None:
         passed: list[str] = []
 
         def read_then_evict() -> None:
-            gate.enter_shared()
-            gate.leave_shared()
+            me, mark = threading.get_ident(), object()
+            gate.enter_shared(me, mark)
+            gate.leave_shared(me, mark)
             passed.append("shared")
-            gate.enter_exclusive()
-            gate.leave_exclusive()
+            gate.enter_exclusive(me, mark)
+            gate.leave_exclusive(me, mark)
             passed.append("exclusive")
 
         other = threading.Thread(target=read_then_evict)
@@ -99,7 +100,7 @@ def test_the_cache_gate_keeps_no_level(tmp_path: Path) -> None:
         other.join(JOIN_SECONDS)
         assert not other.is_alive(), "the gate's lock was left held"
         assert passed == ["shared", "exclusive"]
-        assert (gate._readers, gate._evicting, gate._evictors_waiting) == (0, False, 0)
+        assert (gate._inside, gate._evictor, gate._evictors_waiting) == ({}, None, 0)
     finally:
         gate.close()
 

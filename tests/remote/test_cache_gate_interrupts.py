@@ -127,3 +127,49 @@ def test_an_interrupt_as_the_last_reader_unlocks_still_wakes_the_evictor(
     assert not evictor.is_alive(), "the evictor waited for ever"
     assert evicted.is_set()
     assert in_thread(gate.close) == []
+
+
+def test_a_reader_entry_an_interrupt_kept_ends_when_its_thread_enters_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader whose leave never ran (its context manager kept alive by an interrupt's
+    traceback, or its exit cut short) while an evictor waits for it: the same thread's next
+    entry ends it, the evictor gets in and then the reader. Before, the thread's next read
+    waited behind the evictor, which waited for that reader: a Ctrl-C storm over a remote
+    loader's reads hung there (the look-ahead evicting, the main thread and a worker reading).
+    The kept entry's late leave then does nothing."""
+    gate = CacheGate(str(tmp_path / "gate.lock"))
+    inner = gate._current()
+    evictor_waits = threading.Event()
+    changed = inner._changed
+    wait = changed.wait
+
+    def noted_wait(timeout: float | None = None) -> bool:
+        if inner._evictors_waiting:
+            evictor_waits.set()
+        return wait(timeout)
+
+    monkeypatch.setattr(changed, "wait", noted_wait)
+    order: list[str] = []
+    kept: list[object] = []
+
+    def evict() -> None:
+        with gate.exclusive():
+            order.append("evicted")
+
+    def reader() -> None:
+        entry = gate.shared()
+        entry.__enter__()  # never left, as after the interrupt
+        kept.append(entry)
+        evictor = threading.Thread(target=evict, daemon=True)
+        evictor.start()
+        assert evictor_waits.wait(60)
+        with gate.shared():
+            order.append("read")
+        evictor.join(60)
+
+    assert in_thread(reader) == []
+    assert order == ["evicted", "read"]
+    kept.clear()  # the kept entry's generator closes: its leave finds the entry ended
+    assert (inner._inside, inner._evictor) == ({}, None)
+    assert in_thread(gate.close) == []
