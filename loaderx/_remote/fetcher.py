@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Final
 
 import numpy as np
@@ -42,6 +43,7 @@ from loaderx._native.record_sums import record_sums
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._remote.cache_gate import CacheGate
+from loaderx._remote.fetch_claims import StoreClaims
 from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.arriving_range import ArrivingRange
@@ -106,7 +108,7 @@ class Fetcher:
         # The pins and future given with set_future, published to the other processes of the
         # cache folder (worker processes evict too), and theirs read before an eviction.
         self._hints = SharedHints(replica.state)
-        self._store_locks = [ForkSafeLock() for _ in records.stores]
+        self._claims = StoreClaims(replica.state, len(records.stores), self._refuse_if_closing)
         self._descriptors: dict[tuple[int, int], int] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
@@ -138,6 +140,10 @@ class Fetcher:
 
     def _closed_error(self) -> ValueError:
         return ValueError(f"dataset {self._objects.location.url!r} is closed")
+
+    def _refuse_if_closing(self) -> None:
+        if self._closing:
+            raise self._closed_error()
 
     def _check_open(self) -> None:
         """Refuses a use of the state maps once closed (hold their lock)."""
@@ -302,14 +308,15 @@ class Fetcher:
         wanted = self.missing(indices)
         if not wanted:
             return
-        with ExitStack() as held:
-            for number in sorted(wanted):  # one order for every process: no deadlock
-                held.enter_context(self._claim(number))
+        try:
+            self._claims.take(sorted(wanted))
             wanted = self.missing(indices)  # another thread or process may have fetched some
             if not wanted:
                 return
             self._make_room(sum(int(self._costs[n][local].sum()) for n, local in wanted.items()))
             self._download(self._planned(wanted))
+        finally:
+            self._claims.drop(threading.get_ident())
         self._note_if_complete()
 
     def _planned(self, wanted: dict[int, npt.NDArray[np.int64]]) -> Iterator[_Range]:
@@ -322,19 +329,6 @@ class Fetcher:
             local = self._neighbourhood(number, asked) if self._absorb else asked
             for piece in plan_ranges(number, self._map.stores[number], local, gap):
                 yield self._whole(piece, asked) if self._absorb else piece
-
-    @contextmanager
-    def _claim(self, number: int) -> Iterator[None]:
-        with self._store_locks[number]:
-            if self._closing:
-                raise self._closed_error()
-            fd = open_descriptor(os.path.join(self._replica.state, f"{number}.fetch.lock"),
-                                 os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                close_descriptor(fd)
 
     def _neighbourhood(self, number: int, local: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """local and every absent record between them, or within ABSORB_GAP_BYTES of them, in
@@ -683,9 +677,7 @@ class Fetcher:
             # from a pool thread), which then waits for ever. The queued ranges run instead
             # and each raises the closed error before its request (_fetch_range).
             pool.shutdown(wait=True)
-        for lock in self._store_locks:
-            with lock:  # waits for the fetches holding claims (their flock descriptors)
-                pass
+        self._claims.wait_idle()  # the fetches holding claims (their flock descriptors)
         self._maps.close()
         with self._lock:
             descriptors, self._descriptors = self._descriptors, {}

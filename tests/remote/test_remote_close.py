@@ -244,3 +244,45 @@ def test_close_while_a_read_is_still_planning_its_ranges(
     assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
     assert str(outcome[0]) == f"dataset {url!r} is closed"
     assert held_in(tmp_path / "cache") == []
+
+
+def test_a_claim_an_interrupt_kept_is_given_back_by_the_threads_next_read(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """A fetch's claim on a store (its lock and its flock on `<n>.fetch.lock`) that a Ctrl-C
+    kept: the same thread's next read fetches (and returns the exact records), and its close()
+    releases the cache folder. Before, a Ctrl-C as the fetch's ExitStack took the claim left it
+    in a suspended generator: the thread's next fetch re-entered the store's lock and then
+    waited for ever for the flock its own kept descriptor held, and every other thread's fetch
+    and close() waited for the lock (a Ctrl-C storm over a remote loader's reads hung so)."""
+    url, data = dense
+    cache = tmp_path / "cache"
+    ds = DenseDataset(url, cache_dir=cache, cache_bytes=100 * 4096)
+    fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+    indices = np.arange(0, 400, 7, dtype=np.int64)
+    outcome: list[object] = []
+
+    def interrupted_then_reading() -> None:
+        try:
+            # The state a Ctrl-C leaves as the claim was taken: held, its release never run.
+            claims = getattr(fetcher, "_claims", None)
+            if claims is not None:
+                claims.take([0])
+            else:  # the generator of before, kept as the interrupt's traceback kept it
+                kept = getattr(fetcher, "_claim")(0)
+                kept.__enter__()
+                outcome.append(kept)
+            outcome.append(ds[indices])
+            ds.close()
+            outcome.append(held_in(cache))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    reader = threading.Thread(target=interrupted_then_reading, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the read waited for ever for the claim its thread kept"
+    got, released = outcome[-2:]
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, data[indices])
+    assert released == []
