@@ -87,7 +87,13 @@ class _ProcessGate:
                 if not self._inside:
                     # Held with the condition's lock, so no other thread of ours can see
                     # a reader inside before the process really holds the shared lock.
-                    fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+                    try:
+                        fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+                    except BaseException:
+                        # A Ctrl-C as it returned: taken, with no reader inside to give it
+                        # back, and our own evictor's LOCK_EX waited for it for ever.
+                        self._unlock_shared()
+                        raise
                 self._inside[me] = mark
                 counted = True  # no call since the entry: nothing can be raised in between
         except BaseException:
@@ -98,6 +104,13 @@ class _ProcessGate:
             if counted:
                 self.leave_shared(me, mark)
             raise
+
+    def _unlock_shared(self) -> None:
+        """Drops the process's shared flock (holding the lock, no reader inside)."""
+        try:
+            fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+        except OSError:
+            pass  # not held after all: nothing to give back
 
     def leave_shared(self, me: int, mark: object) -> None:
         with Entered(self._lock):
@@ -127,6 +140,9 @@ class _ProcessGate:
                 self._refuse_if_closing()
                 self._evictor = (me, mark)
                 marked = True  # no call since the mark: nothing can be raised in between
+                # No reader of ours is inside: a shared hold left (enter_shared) is an
+                # interrupt's, and the LOCK_EX below would wait for it for ever.
+                self._unlock_shared()
             fcntl.flock(self._exclusive_fd, fcntl.LOCK_EX)
         except BaseException:
             # As in enter_shared: a Ctrl-C after the mark (the with's exit, or as the flock

@@ -173,3 +173,27 @@ def test_a_reader_entry_an_interrupt_kept_ends_when_its_thread_enters_again(
     kept.clear()  # the kept entry's generator closes: its leave finds the entry ended
     assert (inner._inside, inner._evictor) == ({}, None)
     assert in_thread(gate.close) == []
+
+
+def test_an_interrupt_as_the_first_reader_takes_the_flock_leaves_no_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C as the first reader's LOCK_SH returned: nobody was inside to give the hold
+    back, and this process's own evictor waited in LOCK_EX for it for ever (the readers then
+    waited behind the evictor: a Ctrl-C storm over a remote loader's reads hung so)."""
+    gate = CacheGate(str(tmp_path / "gate.lock"))
+    interrupt = [True]
+    flock = fcntl.flock
+
+    def lock_then_interrupt(fd: int, operation: int) -> None:
+        flock(fd, operation)
+        if operation == fcntl.LOCK_SH and interrupt:
+            interrupt.clear()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(fcntl, "flock", lock_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        enter_and_pass(gate.shared)()
+    assert in_thread(enter_and_pass(gate.exclusive)) == []
+    assert in_thread(enter_and_pass(gate.shared)) == []
+    assert in_thread(gate.close) == []
