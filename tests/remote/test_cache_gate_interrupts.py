@@ -14,27 +14,49 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from background import Background
 from interrupting_locks import ReleasedThenInterrupted
 
 from loaderx._remote.cache_gate import CacheGate  # private: the gate itself is under test
 
 
 def in_thread(work: Callable[[], None]) -> list[BaseException]:
-    """Runs work on a daemon thread: [] when it returned, [its exception] when it raised. A
-    hang fails the test (join(60), then the thread is alive) instead of hanging the suite."""
-    raised: list[BaseException] = []
+    """[] when work returned on a daemon thread, [its exception] when it raised (a hang fails
+    the test)."""
+    outcome = Background(work).result()
+    return [outcome] if isinstance(outcome, BaseException) else []
 
-    def run() -> None:
-        try:
-            work()
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            raised.append(error)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "it waited for ever"
-    return raised
+def interrupt_after_flock(monkeypatch: pytest.MonkeyPatch, operation: int) -> None:
+    """The next flock with this operation does its work, then raises KeyboardInterrupt (a
+    Ctrl-C as it returned)."""
+    interrupt = [True]
+    flock = fcntl.flock
+
+    def flock_then_interrupt(fd: int, done: int) -> None:
+        flock(fd, done)
+        if done == operation and interrupt:
+            interrupt.clear()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(fcntl, "flock", flock_then_interrupt)
+
+
+def noting_evictors_waiting(gate: CacheGate, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once a wait on the gate's condition finds an evictor waiting (then the
+    evictor is inside enter_exclusive, waiting for the readers to leave)."""
+    inner = gate._current()
+    evictor_waits = threading.Event()
+    changed = inner._changed
+    wait = changed.wait
+
+    def noted_wait(timeout: float | None = None) -> bool:
+        if inner._evictors_waiting:
+            evictor_waits.set()
+        return wait(timeout)
+
+    monkeypatch.setattr(changed, "wait", noted_wait)
+    return evictor_waits
 
 
 def interrupting_gate(path: Path) -> tuple[CacheGate, ReleasedThenInterrupted]:
@@ -70,16 +92,7 @@ def test_an_interrupt_as_an_eviction_unlocks_leaves_nothing_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = CacheGate(str(tmp_path / "gate.lock"))
-    interrupt = [True]
-    flock = fcntl.flock
-
-    def unlock_then_interrupt(fd: int, operation: int) -> None:
-        flock(fd, operation)
-        if operation == fcntl.LOCK_UN and interrupt:
-            interrupt.clear()
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(fcntl, "flock", unlock_then_interrupt)
+    interrupt_after_flock(monkeypatch, fcntl.LOCK_UN)
     with pytest.raises(KeyboardInterrupt):
         enter_and_pass(gate.exclusive)()
     assert in_thread(enter_and_pass(gate.shared)) == []
@@ -90,7 +103,6 @@ def test_an_interrupt_as_the_last_reader_unlocks_still_wakes_the_evictor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = CacheGate(str(tmp_path / "gate.lock"))
-    inner = gate._current()
     interrupt = [True]
     flock = fcntl.flock
 
@@ -102,16 +114,7 @@ def test_an_interrupt_as_the_last_reader_unlocks_still_wakes_the_evictor(
 
     monkeypatch.setattr(fcntl, "flock", unlock_then_interrupt)
     reader = threading.current_thread()
-    evictor_waits = threading.Event()
-    changed = inner._changed
-    wait = changed.wait
-
-    def noted_wait(timeout: float | None = None) -> bool:
-        if inner._evictors_waiting:
-            evictor_waits.set()
-        return wait(timeout)
-
-    monkeypatch.setattr(changed, "wait", noted_wait)
+    evictor_waits = noting_evictors_waiting(gate, monkeypatch)
     evicted = threading.Event()
 
     def evict() -> None:
@@ -139,17 +142,7 @@ def test_a_reader_entry_an_interrupt_kept_ends_when_its_thread_enters_again(
     loader's reads hung there (the look-ahead evicting, the main thread and a worker reading).
     The kept entry's late leave then does nothing."""
     gate = CacheGate(str(tmp_path / "gate.lock"))
-    inner = gate._current()
-    evictor_waits = threading.Event()
-    changed = inner._changed
-    wait = changed.wait
-
-    def noted_wait(timeout: float | None = None) -> bool:
-        if inner._evictors_waiting:
-            evictor_waits.set()
-        return wait(timeout)
-
-    monkeypatch.setattr(changed, "wait", noted_wait)
+    evictor_waits = noting_evictors_waiting(gate, monkeypatch)
     order: list[str] = []
     kept: list[object] = []
 
@@ -171,6 +164,7 @@ def test_a_reader_entry_an_interrupt_kept_ends_when_its_thread_enters_again(
     assert in_thread(reader) == []
     assert order == ["evicted", "read"]
     kept.clear()  # the kept entry's generator closes: its leave finds the entry ended
+    inner = gate._current()
     assert (inner._inside, inner._evictor) == ({}, None)
     assert in_thread(gate.close) == []
 
@@ -182,16 +176,7 @@ def test_an_interrupt_as_the_first_reader_takes_the_flock_leaves_no_hold(
     back, and this process's own evictor waited in LOCK_EX for it for ever (the readers then
     waited behind the evictor: a Ctrl-C storm over a remote loader's reads hung so)."""
     gate = CacheGate(str(tmp_path / "gate.lock"))
-    interrupt = [True]
-    flock = fcntl.flock
-
-    def lock_then_interrupt(fd: int, operation: int) -> None:
-        flock(fd, operation)
-        if operation == fcntl.LOCK_SH and interrupt:
-            interrupt.clear()
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(fcntl, "flock", lock_then_interrupt)
+    interrupt_after_flock(monkeypatch, fcntl.LOCK_SH)
     with pytest.raises(KeyboardInterrupt):
         enter_and_pass(gate.shared)()
     assert in_thread(enter_and_pass(gate.exclusive)) == []

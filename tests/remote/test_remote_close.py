@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from background import Background
 
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
@@ -170,25 +171,12 @@ def test_close_while_ranges_wait_in_the_request_pool(
         ds = DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=1_000_000)
         proxy.set_latency(1.0)
         sent = proxy.stats().requests
-        outcome: list[BaseException | np.ndarray] = []
-
-        def read() -> None:
-            try:
-                outcome.append(ds[np.arange(0, 64, 4, dtype=np.int64)])
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                outcome.append(exc)
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        reader = Background(lambda: ds[np.arange(0, 64, 4, dtype=np.int64)])
         while proxy.stats().requests == sent:  # the first range is at the proxy
             time.sleep(0.01)
-        closer = threading.Thread(target=ds.close, daemon=True)
-        closer.start()
-        closer.join(60)
-        reader.join(60)
-        assert not closer.is_alive() and not reader.is_alive(), "close() or the read hung"
-    assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
-    assert "is closed" in str(outcome[0])
+        assert Background(ds.close).result() is None
+        read = reader.result()
+    assert isinstance(read, ValueError) and str(read) == f"dataset {url!r} is closed", read
     assert held_in(tmp_path / "cache") == []
 
 
@@ -225,24 +213,11 @@ def test_close_while_a_read_is_still_planning_its_ranges(
         yield from pieces
 
     monkeypatch.setattr(fetcher, "_planned", planning)
-    outcome: list[BaseException | np.ndarray] = []
-
-    def read() -> None:
-        try:
-            outcome.append(ds[np.arange(0, 64, 4, dtype=np.int64)])
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            outcome.append(exc)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    reader = Background(lambda: ds[np.arange(0, 64, 4, dtype=np.int64)])
     sent_one.wait(60)
-    closer = threading.Thread(target=ds.close, daemon=True)
-    closer.start()
-    closer.join(60)
-    reader.join(60)
-    assert not closer.is_alive() and not reader.is_alive(), "close() or the read hung"
-    assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
-    assert str(outcome[0]) == f"dataset {url!r} is closed"
+    assert Background(ds.close).result() is None
+    read = reader.result()
+    assert isinstance(read, ValueError) and str(read) == f"dataset {url!r} is closed", read
     assert held_in(tmp_path / "cache") == []
 
 
@@ -260,29 +235,15 @@ def test_a_claim_an_interrupt_kept_is_given_back_by_the_threads_next_read(
     ds = DenseDataset(url, cache_dir=cache, cache_bytes=100 * 4096)
     fetcher = ds._remote.fetcher  # type: ignore[union-attr]
     indices = np.arange(0, 400, 7, dtype=np.int64)
-    outcome: list[object] = []
 
-    def interrupted_then_reading() -> None:
-        try:
-            # The state a Ctrl-C leaves as the claim was taken: held, its release never run.
-            claims = getattr(fetcher, "_claims", None)
-            if claims is not None:
-                claims.take([0])
-            else:  # the generator of before, kept as the interrupt's traceback kept it
-                kept = getattr(fetcher, "_claim")(0)
-                kept.__enter__()
-                outcome.append(kept)
-            outcome.append(ds[indices])
-            ds.close()
-            outcome.append(held_in(cache))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            outcome.append(exc)
+    def interrupted_then_reading() -> tuple[np.ndarray, list[str]]:
+        fetcher._claims.take([0])  # what a Ctrl-C leaves as the claim was taken: held
+        got = ds[indices]
+        ds.close()
+        return got, held_in(cache)
 
-    reader = threading.Thread(target=interrupted_then_reading, daemon=True)
-    reader.start()
-    reader.join(60)
-    assert not reader.is_alive(), "the read waited for ever for the claim its thread kept"
-    got, released = outcome[-2:]
-    assert isinstance(got, np.ndarray)
+    outcome = Background(interrupted_then_reading).result()
+    assert not isinstance(outcome, BaseException), outcome
+    got, released = outcome
     np.testing.assert_array_equal(got, data[indices])
     assert released == []
