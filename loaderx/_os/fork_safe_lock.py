@@ -22,7 +22,7 @@ import threading
 import weakref
 from typing import Final
 
-from loaderx._os.kept_locks import LockExit, acquire, held, release_kept
+from loaderx._os.kept_locks import ExitThroughLock, acquire, held, release_kept
 
 
 class ForkSafeLock:
@@ -38,14 +38,12 @@ class ForkSafeLock:
         acquire(self._lock)  # taken once at a time: any level held there, an interrupt kept
         return self
 
-    @property
-    def __exit__(self) -> LockExit:
-        """The lock's own (compiled) __exit__, which a `with` looks up before it enters: a
-        Python __exit__ lets a Ctrl-C in as that function starts, before it releases, and the
-        lock then stayed held (kept_locks). Seen once in seven interrupts of a `with` loop,
-        and as a Ctrl-C storm over a remote loader's reads left its state maps' lock held and
-        the next fetch waited for ever."""
-        return self._lock.__exit__
+    # The lock's own (compiled) __exit__, which a `with` looks up before it enters: a Python
+    # __exit__ lets a Ctrl-C in as that function starts, before it releases, and the lock then
+    # stayed held (kept_locks). Seen once in seven interrupts of a `with` loop, and as a Ctrl-C
+    # storm over a remote loader's reads left its state maps' lock held and the next fetch
+    # waited for ever. A descriptor, so that mypyc-compiled code gets a callable too.
+    __exit__ = ExitThroughLock()
 
     def locked(self) -> bool:
         """Whether any thread holds the lock now (RLock has locked() only from 3.14)."""

@@ -17,7 +17,13 @@ gives it back.
 The way out has a window on every version: an __exit__ written in Python runs the handler as it
 starts, before it releases, and the lock stays held (on 3.11, 891 of 6,265 SIGALRMs raised in a
 loop of `with` blocks over a ForkSafeLock). So Entered and ForkSafeLock hand the `with` the
-lock's own compiled __exit__ (LockExit), which releases before any handler runs.
+lock's own compiled __exit__ (ExitThroughLock), which releases before any handler runs.
+
+That __exit__ is a descriptor, not a method: the interpreter's `with` asks the instance for it
+(the lock's bound C method). Code compiled by mypyc asks the class instead and calls what it
+gets with the manager as first argument; a property answered that with itself ("'property'
+object is not callable", so every compiled `with` over a ForkSafeLock raised), the descriptor
+with a function that releases the manager's lock (a Python function: there the window stays).
 """
 
 from __future__ import annotations
@@ -25,11 +31,38 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import cast
+from typing import Protocol, cast, overload
 
 
 # A lock's __exit__: (exception type, exception, traceback) -> None.
 LockExit = Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], None]
+
+
+class _HoldsLock(Protocol):
+    @property
+    def _lock(self) -> threading.RLock: ...
+
+
+def _exit_through_lock(manager: _HoldsLock, *exception: object) -> None:
+    """__exit__ as a function of the manager (what mypyc-compiled code calls)."""
+    manager._lock.release()
+
+
+class ExitThroughLock:
+    """The __exit__ of a context manager whose `_lock` it holds: the lock's own C __exit__ for
+    an instance (the interpreter's `with`), _exit_through_lock for the class (a compiled one);
+    module doc."""
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Callable[..., None]: ...
+
+    @overload
+    def __get__(self, instance: _HoldsLock, owner: type) -> LockExit: ...
+
+    def __get__(self, instance: _HoldsLock | None, owner: type) -> Callable[..., None]:
+        if instance is None:
+            return _exit_through_lock
+        return instance._lock.__exit__
 
 
 def held(lock: threading.RLock) -> bool:
@@ -72,8 +105,6 @@ class Entered:
     def __enter__(self) -> None:
         acquire(self._lock)
 
-    @property
-    def __exit__(self) -> LockExit:
-        """The lock's own __exit__ (compiled: no Ctrl-C lands before it releases), looked up
-        by the `with` before it enters (ForkSafeLock.__exit__)."""
-        return self._lock.__exit__
+    # The lock's own __exit__ (compiled: no Ctrl-C lands before it releases), looked up by the
+    # `with` before it enters (module doc).
+    __exit__ = ExitThroughLock()

@@ -7,6 +7,7 @@ import inspect
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,21 @@ def test_an_interrupt_as_the_with_block_ends_keeps_nothing(kind: str) -> None:
         sys.settrace(None)
     assert held_in == [True]
     assert not held(lock._lock) and not held(inner)
+
+
+@pytest.mark.parametrize("kind", ["ForkSafeLock", "Entered"])
+def test_a_with_block_as_mypyc_compiles_it_releases(kind: str) -> None:
+    """mypyc-compiled code runs `with m:` as type(m).__enter__(m) ... type(m).__exit__(m, ...):
+    it looks __exit__ up on the class. A property there was not callable, so every compiled
+    `with` over a ForkSafeLock (DatasetBase's rollover lock) raised TypeError."""
+    inner = threading.RLock()
+    manager: Any = ForkSafeLock() if kind == "ForkSafeLock" else Entered(inner)
+    lock = manager._lock if kind == "ForkSafeLock" else inner
+    kind_of = type(manager)
+    kind_of.__enter__(manager)
+    assert held(lock)
+    kind_of.__exit__(manager, None, None, None)
+    assert not held(lock)
+    kind_of.__enter__(manager)
+    kind_of.__exit__(manager, KeyError, KeyError("x"), None)  # an exception leaving the block
+    assert not held(lock)
