@@ -28,7 +28,8 @@ steps the workers make are pinned here too, as far as the window reaches, and a 
 between a worker's fetch and its gather is fetched again by that gather (never read as zeros).
 
 The thread stops once the prefetcher is closed (by the loader's close(), which also waits a
-moment for it, or by its finaliser) and withdraws what it published. Left interpreted: it runs
+moment for it, or by its finaliser), or once one of its datasets is closed, and withdraws what
+it published. Left interpreted: it runs
 once per few steps.
 """
 
@@ -172,7 +173,9 @@ class LookAhead:
         try:
             while not self._stop.is_set():
                 position = self._position()
-                if position is None:
+                if position is None or any(source.fetcher.closed for source in self._sources):
+                    # A closed dataset fetches nothing again, and the steps that read it
+                    # raise in next(): the thread ends rather than poll it until close().
                     return
                 self._release_before(position)
                 if all(source.fetcher.settled() for source in self._sources):

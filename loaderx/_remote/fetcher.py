@@ -141,6 +141,11 @@ class Fetcher:
     def _closed_error(self) -> ValueError:
         return ValueError(f"dataset {self._objects.location.url!r} is closed")
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() has begun: no read or fetch will work again."""
+        return self._closing or self._maps.closed
+
     def _refuse_if_closing(self) -> None:
         if self._closing:
             raise self._closed_error()
@@ -250,7 +255,10 @@ class Fetcher:
                         yield
                         return
                 if token < 0:
-                    token = self.pin(indices)
+                    # The token is ours before the pin is made, so an interrupt as pin()
+                    # returns cannot leave a pin that nothing unpins (never evicted again).
+                    token = self.new_pin_token()
+                    self.pin(indices, token)
                 self.fetch(indices)
         finally:
             if token >= 0:
@@ -258,13 +266,21 @@ class Fetcher:
 
     # --- pins and the known future ----------------------------------------------------------
 
-    def pin(self, indices: npt.NDArray[np.int64]) -> int:
-        """Keeps the records of indices from eviction until unpin(token)."""
+    def new_pin_token(self) -> int:
+        """A token no pin has used (a number only: dropping it leaves nothing held)."""
         with self._lock:
             token = self._next_pin
             self._next_pin += 1
-            self._pins[token] = indices
             return token
+
+    def pin(self, indices: npt.NDArray[np.int64], token: int | None = None) -> int:
+        """Keeps the records of indices from eviction until unpin(token); token, when given,
+        is one new_pin_token() made."""
+        if token is None:
+            token = self.new_pin_token()
+        with self._lock:
+            self._pins[token] = indices
+        return token
 
     def unpin(self, token: int) -> None:
         with self._lock:
@@ -363,8 +379,7 @@ class Fetcher:
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
-            if self._closing:
-                raise self._closed_error()
+            self._refuse_if_closing()
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(self._requests, thread_name_prefix="loaderx-fetch")
                 self._pool_pid = os.getpid()
@@ -411,8 +426,7 @@ class Fetcher:
     def _fetch_range(self, piece: _Range) -> None:
         """Downloads a range, checking and writing its records while the rest of it arrives
         (arriving_range.py), each made present once checked and written."""
-        if self._closing:
-            raise self._closed_error()  # queued before close(): it sends no request
+        self._refuse_if_closing()  # queued before close(): it sends no request
         store = self._map.stores[piece.store]
         name = store.chunk_object(piece.chunk)
         etag = self._chunk_etag(name)
@@ -425,8 +439,7 @@ class Fetcher:
         if arriving.size:
             for part in self._objects.stream_range(name, piece.start, piece.end, etag,
                                                    STREAM_PIECE_BYTES):
-                if self._closing:
-                    raise self._closed_error()  # close() waits for this thread
+                self._refuse_if_closing()  # close() waits for this thread
                 arriving.add(part)
                 stop = arriving.next_stop()
                 if stop is not None:

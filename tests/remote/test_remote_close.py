@@ -10,11 +10,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from background import Background
 
+from loaderx._loading.look_ahead import LookAhead  # private: whether its thread ended
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -93,11 +95,44 @@ def test_a_dataset_closed_under_a_running_look_ahead_is_released(
     loader = DataLoader({"x": ds}, batch_size=16, seed=4, mode="iid", workers=2)
     try:
         np.testing.assert_array_equal(next(loader)["x"], data[loader.indices(0)])
+        ahead = loader._look_ahead
+        assert isinstance(ahead, LookAhead) and ahead.running
         ds.close()
         assert held_in(cache) == []
+        # The look-ahead ends by itself (before, it polled the closed cache until the loader
+        # closed). Its polls come every 50 ms: a generous wait, not a timing.
+        deadline = time.monotonic() + 30
+        while ahead.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not ahead.running
     finally:
         loader.close()
     assert held_in(cache) == []
+
+
+def test_an_interrupt_as_a_read_pins_its_records_leaves_no_pin(
+    dense: tuple[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C as pin() returns, in a read that fetches (Fetcher.reading): the read's finally
+    still unpins, so the records can be evicted again. Before, the token was lost with the
+    interrupt and the pin stayed for the dataset's life."""
+    url, data = dense
+    with DenseDataset(url, cache_dir=tmp_path / "cache", cache_bytes=100 * 4096) as ds:
+        fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+        pin = fetcher.pin
+
+        def pin_then_interrupt(*arguments: Any) -> int:
+            pin(*arguments)
+            raise KeyboardInterrupt  # as the pin is made, before the caller has the token
+
+        monkeypatch.setattr(fetcher, "pin", pin_then_interrupt)
+        indices = np.arange(0, 400, 9, dtype=np.int64)
+        with pytest.raises(KeyboardInterrupt):
+            ds[indices]
+        assert fetcher._pins == {}
+        monkeypatch.undo()
+        np.testing.assert_array_equal(ds[indices], data[indices])
+        assert fetcher._pins == {}
 
 
 def test_a_closed_ragged_dataset_is_released(
