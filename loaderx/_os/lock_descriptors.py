@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Final
 
@@ -49,6 +50,24 @@ def close_descriptor(fd: int) -> None:
     with Entered(_registry_lock):
         _open_descriptors.discard(fd)
         os.close(fd)
+
+
+def close_when_dropped(owner: object, *fds: int) -> Callable[[], object]:
+    """A call that closes fds (descriptors of open_descriptor) once: the owner's close() makes
+    it, or the collection of an owner dropped unclosed does. Without it, a remote dataset
+    that was dropped kept its flocks (the version's in-use lock, its published hints) for as
+    long as the process lived. Not run at interpreter exit, where daemon threads may still
+    hold the locks (the kernel releases them then), nor in a forked child (its copies were
+    closed at the fork, and the numbers may name other files since)."""
+    closer = weakref.finalize(owner, _close_owned, os.getpid(), fds)
+    closer.atexit = False
+    return closer
+
+
+def _close_owned(pid: int, fds: tuple[int, ...]) -> None:
+    if os.getpid() == pid:
+        for fd in fds:
+            close_descriptor(fd)
 
 
 def open_count() -> int:

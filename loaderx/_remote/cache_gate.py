@@ -29,7 +29,7 @@ from typing import Final
 
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.kept_locks import Entered, release_kept
-from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._os.lock_descriptors import close_descriptor, close_when_dropped, open_descriptor
 
 
 # How long a wait for the gate goes before it looks at its state again unwoken: a Ctrl-C can
@@ -41,7 +41,12 @@ _RECHECK_SECONDS: Final = 0.05
 class _ProcessGate:
     def __init__(self, path: str) -> None:
         self._shared_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
-        self._exclusive_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
+        try:
+            self._exclusive_fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
+        except BaseException:
+            close_descriptor(self._shared_fd)
+            raise
+        self._release = close_when_dropped(self, self._shared_fd, self._exclusive_fd)
         # Re-entrant only so that Entered can give back a level a Ctrl-C kept as it was taken
         # (loaderx._os.kept_locks); nothing here takes it twice.
         self._lock = threading.RLock()
@@ -174,8 +179,7 @@ class _ProcessGate:
             self._forget_kept(threading.get_ident())
             while self._inside or self._evictor:
                 self._changed.wait(_RECHECK_SECONDS)
-        close_descriptor(self._shared_fd)
-        close_descriptor(self._exclusive_fd)
+        self._release()
 
 
 class CacheGate:

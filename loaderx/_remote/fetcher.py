@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -109,7 +110,10 @@ class Fetcher:
         # cache folder (worker processes evict too), and theirs read before an eviction.
         self._hints = SharedHints(replica.state)
         self._claims = StoreClaims(replica.state, len(records.stores), self._refuse_if_closing)
-        self._descriptors: dict[tuple[int, int], int] = {}
+        self._descriptors: dict[tuple[int, int], int] = {}  # chunk files, for writing
+        # Closed by close(), or when a dataset dropped unclosed is collected.
+        self._close_writers = weakref.finalize(self, _close_all, self._descriptors)
+        self._close_writers.atexit = False
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         # What the present records cost, shared by every process of the cache folder: each
@@ -693,12 +697,16 @@ class Fetcher:
         self._claims.wait_idle()  # the fetches holding claims (their flock descriptors)
         self._maps.close()
         with self._lock:
-            descriptors, self._descriptors = self._descriptors, {}
-        for fd in descriptors.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            self._close_writers()
         self._gate.close()
+
+
+def _close_all(descriptors: dict[tuple[int, int], int]) -> None:
+    """Closes the chunk files a Fetcher opened for writing (its close(), or its collection)."""
+    while descriptors:
+        try:
+            os.close(descriptors.popitem()[1])
+        except OSError:
+            pass
 
 __all__ = ["Fetcher", "GAP_BYTES", "plan_ranges"]

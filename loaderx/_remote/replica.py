@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
+from loaderx._os.lock_descriptors import close_descriptor, close_when_dropped, open_descriptor
 from loaderx._os.urls import READ_ONLY_SCHEMES
 from loaderx._remote.object_store import ObjectStore, RemoteObject
 from loaderx._remote.objects_file import OBJECTS_FILE, objects_bytes, read_objects
@@ -178,12 +178,10 @@ class Replica:
         # The dataset's size in the object store (what a full download moves).
         self.remote_bytes = sum(item.size for item in listing.metadata + listing.chunks)
         self.orphans = listing.orphans
-        self._lock_fd = lock_fd
+        self._release = close_when_dropped(self, lock_fd)  # the in-use lock
 
     def close(self) -> None:
-        if self._lock_fd >= 0:
-            fd, self._lock_fd = self._lock_fd, -1
-            close_descriptor(fd)
+        self._release()
 
 
 class _Flock:
@@ -219,8 +217,12 @@ def open_replica(store: ObjectStore, cache_dir: str, version: str | None = None)
         cached = None if version is None else _cached_version(base, version)
         listing, folder = cached if cached is not None else _listed_and_built(store, base)
         lock_fd = open_descriptor(os.path.join(folder, _IN_USE), os.O_RDWR | os.O_CREAT)
-        fcntl.flock(lock_fd, fcntl.LOCK_SH)
-        _remove_unused_versions(base, keep=folder)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_SH)
+            _remove_unused_versions(base, keep=folder)
+        except BaseException:
+            close_descriptor(lock_fd)
+            raise
     return Replica(folder, listing, lock_fd)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import os
 import uuid
+import weakref
 import zipfile
 from typing import Final
 
@@ -58,6 +59,8 @@ class SharedHints:
         self._fd = -1
         self._lock = ForkSafeLock()  # publish (the look-ahead's thread) against withdraw (close)
         self._closed = False
+        # What a dataset dropped without close() runs: a withdraw (_own).
+        self._dropped: weakref.finalize[[str, str, int, int], SharedHints] | None = None
 
     def _own(self) -> str:
         """The name of this process's files, their lock held (a forked child makes its own)."""
@@ -66,7 +69,14 @@ class SharedHints:
         if not self._name:
             os.makedirs(self._folder, exist_ok=True)
             name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            if self._dropped is not None:
+                self._dropped()  # files an interrupt left unnamed here (none in a child)
             fd = open_descriptor(os.path.join(self._folder, name + _LOCK), os.O_RDWR | os.O_CREAT)
+            # A dataset dropped without close() withdraws too, or its lock (and so its pins,
+            # in every other process's eviction) would last as long as this process.
+            self._dropped = weakref.finalize(self, _withdraw_dropped, self._folder, name, fd,
+                                             os.getpid())
+            self._dropped.atexit = False  # as lock_descriptors.close_when_dropped
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._name, self._fd, self._pid = name, fd, os.getpid()
         return self._name
@@ -99,11 +109,10 @@ class SharedHints:
         with self._lock:
             if not self._name or self._pid != os.getpid():
                 return
-            name, fd = self._name, self._fd
             self._name, self._fd = "", -1
-            _unlink(os.path.join(self._folder, name + _DATA))
-            _unlink(os.path.join(self._folder, name + _LOCK))
-            close_descriptor(fd)
+            dropped, self._dropped = self._dropped, None
+            if dropped is not None:
+                dropped()
 
     def close(self) -> None:
         """Withdraws the hints for good (the fetcher closed)."""
@@ -158,6 +167,17 @@ class SharedHints:
         _unlink(os.path.join(self._folder, name + _DATA))
         _unlink(lock)
         return False
+
+
+def _withdraw_dropped(folder: str, name: str, fd: int, pid: int) -> None:
+    """Removes a publisher's files and closes its lock (withdraw, and the finaliser of a
+    SharedHints collected unclosed). Not in a forked child: the parent's files are its own,
+    and the child's copy of the descriptor was closed at the fork (lock_descriptors)."""
+    if os.getpid() != pid:
+        return
+    _unlink(os.path.join(folder, name + _DATA))
+    _unlink(os.path.join(folder, name + _LOCK))
+    close_descriptor(fd)
 
 
 def _unlink(path: str) -> None:

@@ -5,6 +5,7 @@ look-ahead still running, and a read after close raises as a closed local datase
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -133,6 +134,34 @@ def test_an_interrupt_as_a_read_pins_its_records_leaves_no_pin(
         monkeypatch.undo()
         np.testing.assert_array_equal(ds[indices], data[indices])
         assert fetcher._pins == {}
+
+
+def test_a_dataset_dropped_unclosed_lets_go_of_the_cache(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """A remote dataset collected without close() releases what it held in the cache folder:
+    the version's in-use flock, the cache gate's descriptors, the chunk files it wrote
+    fetched records into, and its published eviction hints (files and lock). Before, they
+    stayed open until the process exited: the in-use lock kept the version from being
+    reclaimed, the hints kept pinning records in other processes' evictions, and a process
+    that opened and dropped datasets in a loop ran out of descriptors."""
+    url, data = dense
+    cache = tmp_path / "cache"
+    ds = DenseDataset(url, cache_dir=cache, cache_bytes=100 * 4096)
+    held = np.arange(0, 400, 11, dtype=np.int64)
+    np.testing.assert_array_equal(ds[held], data[held])
+    fetcher = ds._remote.fetcher  # type: ignore[union-attr]
+    fetcher.pin(held)
+    fetcher.set_future(held, held)  # published: the cache is smaller than the dataset
+    assert len(list(cache.rglob("hints/*.npz"))) == 1
+    assert any(path.endswith("in-use.lock") for path in held_in(cache))
+    del ds, fetcher
+    gc.collect()
+    assert held_in(cache) == []
+    assert list(cache.rglob("hints/*")) == []
+    with DenseDataset(url, cache_dir=cache, cache_bytes=100 * 4096) as again:
+        np.testing.assert_array_equal(again[held], data[held])
+    assert held_in(cache) == []
 
 
 def test_a_closed_ragged_dataset_is_released(
