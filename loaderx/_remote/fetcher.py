@@ -27,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import weakref
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from loaderx._native.record_sums import record_sums
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 from loaderx._remote.cache_gate import CacheGate
+from loaderx._remote.chunk_writers import ChunkWriters
 from loaderx._remote.fetch_claims import StoreClaims
 from loaderx._remote.eviction import StoreHoles, choose_victims, next_uses, punch_hole
 from loaderx._remote.object_store import ObjectStore
@@ -101,7 +101,7 @@ class Fetcher:
         self._complete_at = -1  # the epoch at which every record was found present
         self._checks = 0
         self._holes: list[StoreHoles | None] = [None] * len(records.stores)
-        self._lock = ForkSafeLock()  # guards pins, the future, descriptors, the pool
+        self._lock = ForkSafeLock()  # guards pins, the future, the pool
         # Pinned index arrays by token (pin() gives one); eviction skips their union.
         self._pins: dict[int, npt.NDArray[np.int64]] = {}
         self._next_pin = 0
@@ -110,10 +110,7 @@ class Fetcher:
         # cache folder (worker processes evict too), and theirs read before an eviction.
         self._hints = SharedHints(replica.state)
         self._claims = StoreClaims(replica.state, len(records.stores), self._refuse_if_closing)
-        self._descriptors: dict[tuple[int, int], int] = {}  # chunk files, for writing
-        # Closed by close(), or when a dataset dropped unclosed is collected.
-        self._close_writers = weakref.finalize(self, _close_all, self._descriptors)
-        self._close_writers.atexit = False
+        self._writers = ChunkWriters([store.folder for store in records.stores])
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         # What the present records cost, shared by every process of the cache folder: each
@@ -438,7 +435,7 @@ class Fetcher:
         arriving = ArrivingRange(piece.start, piece.end - piece.start,
                                  entries["offset"].astype(np.uint64) - np.uint64(piece.start),
                                  entries["stored"].astype(np.uint64))
-        fd = self._descriptor(piece.store, piece.chunk)
+        fd = self._writers.descriptor(piece.store, piece.chunk)
         first_epoch: int | None = None
         if arriving.size:
             for part in self._objects.stream_range(name, piece.start, piece.end, etag,
@@ -520,15 +517,6 @@ class Fetcher:
                 self._maps.used[0] += np.uint64(cost)
             finally:
                 close_descriptor(fd)
-
-    def _descriptor(self, store: int, chunk: int) -> int:
-        with self._lock:
-            fd = self._descriptors.get((store, chunk))
-            if fd is None:
-                path = os.path.join(self._map.stores[store].folder, f"{chunk}.zr")
-                fd = os.open(path, os.O_WRONLY)
-                self._descriptors[(store, chunk)] = fd
-            return fd
 
     # --- verify ---------------------------------------------------------------------------
 
@@ -668,7 +656,7 @@ class Fetcher:
     def _punch(self, number: int, local: npt.NDArray[np.int64], state: npt.NDArray[np.uint8]) -> None:
         for chunk, start, end in self._store_holes(number).freed(local, state):
             path = os.path.join(self._map.stores[number].folder, f"{chunk}.zr")
-            punch_hole(self._descriptor(number, chunk), start, end, path)
+            punch_hole(self._writers.descriptor(number, chunk), start, end, path)
 
     def cached_bytes(self) -> int:
         """What the present records cost in the cache now (blocks, see record_map); 0 once
@@ -696,17 +684,7 @@ class Fetcher:
             pool.shutdown(wait=True)
         self._claims.wait_idle()  # the fetches holding claims (their flock descriptors)
         self._maps.close()
-        with self._lock:
-            self._close_writers()
+        self._writers.close()
         self._gate.close()
-
-
-def _close_all(descriptors: dict[tuple[int, int], int]) -> None:
-    """Closes the chunk files a Fetcher opened for writing (its close(), or its collection)."""
-    while descriptors:
-        try:
-            os.close(descriptors.popitem()[1])
-        except OSError:
-            pass
 
 __all__ = ["Fetcher", "GAP_BYTES", "plan_ranges"]
