@@ -10,7 +10,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, SupportsIndex, TypeVar
 
@@ -150,6 +150,30 @@ class DatasetBase:
 
     def __len__(self) -> int:
         return len(self._store)
+
+    # Iteration is spelled out: a mypyc-compiled class with __getitem__ and __len__ does not
+    # get Python's fallback sequence protocol, so the shipped (compiled) datasets were not
+    # iterable while the interpreted ones were. Records are read a block at a time.
+
+    def __iter__(self) -> Iterator[Any]:
+        """The records in order, each as ds[i] gives it (read a block of them per gather)."""
+        count = len(self)
+        block = self._records_per_block()
+        for start in range(0, count, block):
+            yield from self[start:min(start + block, count)]
+
+    def __reversed__(self) -> Iterator[Any]:
+        """The records from the last to the first, each as ds[i] gives it."""
+        block = self._records_per_block()
+        for stop in range(len(self), 0, -block):
+            yield from reversed(self[max(0, stop - block):stop])
+
+    def __getitem__(self, index: object) -> Any:
+        raise NotImplementedError
+
+    def _records_per_block(self) -> int:
+        """How many records iteration reads at a time."""
+        raise NotImplementedError
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A dataset pickles as its path (made absolute, in case the receiver changes directory)

@@ -13,6 +13,7 @@ from typing import Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import DTypeLike
 
 from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._data.dataset_folder import Store
@@ -24,6 +25,8 @@ from loaderx._store.sharded_store import ShardedStore
 from loaderx.errors import StoreFullError
 
 _INT64: Final = np.dtype(np.int64)
+# Iterating over a dataset reads about this many bytes of records per gather.
+_ITERATION_BLOCK_BYTES: Final = 1 << 20
 
 
 def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
@@ -92,6 +95,21 @@ class DenseDataset(DatasetBase):
         if result.ndim == 0:
             return result[()]
         return result
+
+    def __array__(self, dtype: DTypeLike | None = None,
+                  copy: bool | None = None) -> npt.NDArray[Any]:
+        """np.asarray(ds) and np.array(ds): every record, in one (len, *item_shape) array.
+        Without it the compiled class gave NumPy an object it wrapped in a 0-d array."""
+        if copy is False:
+            raise ValueError(
+                "np.asarray(ds, copy=False): a dataset's records are read from its files, so "
+                "the array is always a new one; leave copy= out"
+            )
+        records = self.read(slice(None))
+        return records if dtype is None else records.astype(dtype, copy=False)
+
+    def _records_per_block(self) -> int:
+        return max(1, _ITERATION_BLOCK_BYTES // max(1, self.record_size))
 
     def read(self, index: object, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """The selected samples, gathered in one native call (into out when given).

@@ -9,10 +9,11 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import DTypeLike
 
 from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._data.dataset_folder import Store
@@ -43,6 +44,10 @@ def _gather_packed(
         raise
 
 
+# Iterating over a dataset reads this many records per gather (their lengths are not known
+# before: a fixed count, small enough for long records).
+_ITERATION_BLOCK_RECORDS: Final = 64
+
 class RaggedDataset(DatasetBase):
     """A dataset of variable-length records: record i has shape (L_i, *item_shape).
 
@@ -60,6 +65,18 @@ class RaggedDataset(DatasetBase):
 
     def __getitem__(self, index: object) -> Any:
         return self.read(index)
+
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> Any:
+        """Refused: the records differ in length (module doc). Without it the compiled class
+        gave NumPy an object it wrapped in a 0-d array."""
+        raise TypeError(
+            "a RaggedDataset's records differ in length, so they make no single array: read "
+            "them as a list (ds[:]), packed (gather_packed), or padded by a DataLoader "
+            "(ragged=Padding(length))"
+        )
+
+    def _records_per_block(self) -> int:
+        return _ITERATION_BLOCK_RECORDS
 
     def read(self, index: object) -> Any:
         """One array for an int index, else a list of arrays in index order.

@@ -1,0 +1,85 @@
+"""Python's and NumPy's protocols over a dataset, the same whether its class is compiled or not:
+`for record in ds`, reversed(ds), list/enumerate/zip, np.asarray(ds) and np.array(ds).
+
+The mypyc-compiled classes (what the wheels ship) used to be neither iterable nor reversible,
+and NumPy wrapped them in a 0-d object array, while the interpreted ones got Python's fallback
+sequence protocol from __getitem__ and __len__. These tests run in both builds (`compiled`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx.dataset import DenseDataset, RaggedDataset
+
+pytestmark = pytest.mark.compiled
+
+
+def dense_of(path: Path, records: np.ndarray) -> DenseDataset:
+    ds = DenseDataset(str(path), dtype=records.dtype, item_shape=records.shape[1:])
+    if len(records):
+        ds.append(records)
+    return ds
+
+
+def test_iteration_gives_each_record_as_indexing_does(tmp_path: Path) -> None:
+    # 4 KiB records: iteration reads 256 a block, so 600 records cross two block boundaries.
+    records = np.random.default_rng(3).integers(0, 1 << 30, (600, 1024), dtype=np.int32)
+    with dense_of(tmp_path / "d", records) as ds:
+        got = list(ds)
+        assert len(got) == 600
+        for index, record in enumerate(got):
+            np.testing.assert_array_equal(record, records[index])
+            assert record.dtype == records.dtype and record.shape == (1024,)
+        backwards = list(reversed(ds))
+        assert len(backwards) == 600
+        for index, record in enumerate(backwards):
+            np.testing.assert_array_equal(record, records[599 - index])
+        assert [int(a[0]) for a, _ in zip(ds, range(3))] == records[:3, 0].tolist()
+
+
+def test_records_of_scalars_iterate_as_numpy_scalars(tmp_path: Path) -> None:
+    values = np.arange(10, dtype=np.float64) / 4
+    with dense_of(tmp_path / "d", values) as ds:
+        got = list(ds)
+        assert got == values.tolist()
+        assert all(type(value) is np.float64 for value in got)
+        assert [float(v) for v in reversed(ds)] == values[::-1].tolist()
+        assert sum(ds) == values.sum()
+
+
+def test_an_empty_dataset_iterates_over_nothing(tmp_path: Path) -> None:
+    with dense_of(tmp_path / "d", np.empty((0, 3), np.uint8)) as ds:
+        assert list(ds) == [] and list(reversed(ds)) == []
+        assert np.asarray(ds).shape == (0, 3)
+
+
+def test_numpy_makes_one_array_of_a_dense_dataset(tmp_path: Path) -> None:
+    records = np.arange(60, dtype=np.int16).reshape(10, 2, 3)
+    with dense_of(tmp_path / "d", records) as ds:
+        for made in (np.asarray(ds), np.array(ds)):
+            assert made.dtype == np.int16 and made.shape == (10, 2, 3)
+            np.testing.assert_array_equal(made, records)
+        widened = np.asarray(ds, dtype=np.float32)
+        assert widened.dtype == np.float32
+        np.testing.assert_array_equal(widened, records.astype(np.float32))
+        np.testing.assert_array_equal(np.stack(list(ds)), records)
+        with pytest.raises(ValueError, match="always a new one"):
+            np.asarray(ds, copy=False)
+
+
+def test_a_ragged_dataset_iterates_and_numpy_refuses_it(tmp_path: Path) -> None:
+    rows = [np.arange(n % 9, dtype=np.int32).reshape(-1, 1) * n for n in range(150)]
+    with RaggedDataset(str(tmp_path / "r"), dtype=np.int32, item_shape=(1,)) as ds:
+        ds.append(rows)
+        got = list(ds)  # 150 records: three blocks of 64
+        assert len(got) == 150
+        for record, row in zip(got, rows):
+            assert record.dtype == np.int32 and record.shape == row.shape
+            np.testing.assert_array_equal(record, row)
+        for record, row in zip(reversed(ds), rows[::-1]):
+            np.testing.assert_array_equal(record, row)
+        with pytest.raises(TypeError, match="differ in length"):
+            np.asarray(ds)
