@@ -123,6 +123,30 @@ class LoaderShell:
             self._look_ahead = None
             look_ahead.stop()
 
+    def __bool__(self) -> bool:
+        """True: an endless loader refuses len() (DataLoader.__len__), and `if loader:` would
+        otherwise raise that refusal."""
+        return True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(self._not_copied())
+
+    def __copy__(self) -> Any:
+        raise TypeError(self._not_copied())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise TypeError(self._not_copied())
+
+    def _not_copied(self) -> str:
+        # Before, pickle failed on a ctypes pointer or a weakref deep inside, and copy.copy
+        # gave an interpreted loader sharing the original's threads and buffers.
+        return (
+            f"a loaderx {type(self).__name__} cannot be pickled or copied: it owns threads "
+            "(or worker processes) and buffers. Pickle its datasets (they pickle by path) and "
+            "its state_dict() instead, then make a loader with the same arguments and call "
+            "load_state_dict()"
+        )
+
     def __enter__(self: L) -> L:
         return self
 

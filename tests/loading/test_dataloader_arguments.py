@@ -4,6 +4,8 @@ the spec's collate example, steps_per_epoch and len(), and a misspelt keyword.""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
+from loaderx.mixture import MixtureLoader
 from loaderx._loading.prefetch import default_workers
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import Sampler
@@ -169,6 +172,33 @@ def test_steps_per_epoch_and_len(streams: dict[str, DenseDataset]) -> None:
         assert len(np.unique(seen)) == 15 * 64
     with DataLoader(streams, batch_size=10, shard=(1, 4), mode="iid") as loader:
         assert loader.steps_per_epoch == RECORDS // 40
+
+
+
+@pytest.mark.parametrize("kind", ["DataLoader", "MixtureLoader"])
+def test_a_loader_is_true_and_refuses_pickling_and_copies_by_name(
+    streams: dict[str, DenseDataset], kind: str
+) -> None:
+    """bool() of an endless loader is True rather than len()'s refusal; pickle and copy
+    refuse with what to do instead (before: a ctypes or weakref error from deep inside, and
+    an interpreted copy.copy that shared the loader's threads)."""
+    loader: DataLoader | MixtureLoader = (
+        DataLoader(streams, batch_size=8, seed=2) if kind == "DataLoader"
+        else MixtureLoader([streams, streams], weights=[0.5, 0.5], batch_size=8, seed=2))
+    with loader:
+        assert bool(loader) is True
+        first = next(loader)
+        refusal = rf"a loaderx {kind} cannot be pickled or copied.*state_dict\(\)"
+        for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=refusal):
+                attempt(loader)
+        assert loader.step == 1 and not loader.closed  # the refusals changed nothing
+        again = (DataLoader(streams, batch_size=8, seed=2) if kind == "DataLoader"
+                 else MixtureLoader([streams, streams], weights=[0.5, 0.5], batch_size=8,
+                                    seed=2))
+        with again:
+            for key, value in next(again).items():
+                np.testing.assert_array_equal(value, first[key])
 
 
 @pytest.mark.parametrize(
