@@ -6,6 +6,7 @@ opened from a URL crashed the training process with a segfault."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,31 @@ def test_torch_fork_workers_over_a_url_raise_instead_of_crashing(
             list(loader)
         np.testing.assert_array_equal(ds[np.arange(len(data))], data)
 
+
+
+def test_a_forked_child_closing_the_dataset_leaves_its_own_files_alone(
+    remote_images: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The child's copies of the dataset's lock descriptors are closed at the fork
+    (lock_descriptors), so their numbers may name the child's own files by the time it closes
+    the dataset it inherited. close() there must close none of them. Before, the replica
+    closed its in-use lock's number again: a file the child had opened since was closed
+    under it (or close() raised EBADF)."""
+    url, data = remote_images
+    ds = DenseDataset(url, cache_dir=tmp_path / "cache")
+    mine = tmp_path / "mine"
+    mine.write_bytes(b"the child's own file")
+    try:
+
+        def child() -> None:
+            # The lowest free numbers include the ones freed at the fork: take a few.
+            held = [os.open(mine, os.O_RDONLY) for _ in range(8)]
+            ds.close()
+            for fd in held:
+                assert os.pread(fd, 5, 0) == b"the c"
+                os.close(fd)
+
+        wait_child(run_child(child))
+        np.testing.assert_array_equal(ds[np.arange(len(data))], data)  # the parent's is open
+    finally:
+        ds.close()
