@@ -264,16 +264,23 @@ class _Workers:
             # good). The files go and the workers are killed first, without waiting: a consumer
             # waiting in _receive wakes at their deaths and gives up `using` (at most its
             # poll's timeout later), which the closing of the pipes and processes waits for.
-            self.files.unlink_all()
-            for process in self.processes:
-                try:
-                    if process.is_alive():
-                        process.kill()
-                except ValueError:
-                    pass  # closed by an earlier stop that an interrupt cut short
-            with self.using:
-                self.files.unlink_all()  # also a slot file _issue made meanwhile
-                self._close_ends()
+            # That part itself holds Ctrl-C back (in the main thread): a SIGINT storm cut it
+            # short in _close_ends' reaping, after which nothing ran it again.
+            with sigint_deferred():
+                self._release()
+
+    def _release(self) -> None:
+        """Unlinks the slot files, kills the workers, then closes the pipes and processes."""
+        self.files.unlink_all()
+        for process in self.processes:
+            try:
+                if process.is_alive():
+                    process.kill()
+            except ValueError:
+                pass  # closed by an earlier stop that an interrupt cut short
+        with self.using:
+            self.files.unlink_all()  # also a slot file _issue made meanwhile
+            self._close_ends()
 
     def _close_ends(self) -> None:
         """Closes the pipes, reaps and closes the (killed) processes and unmaps the slots."""
@@ -307,8 +314,17 @@ class _Rings:
         self.all: list[_Workers] = []
 
     def stop(self) -> None:
+        """Stops every ring, the later ones also when an interrupt cut an earlier one's wait
+        short: the finaliser runs once, so a ring skipped here kept its slot files for good
+        (a SIGINT storm left four)."""
+        interrupted: BaseException | None = None
         for workers in self.all:
-            workers.stop()
+            try:
+                workers.stop()
+            except BaseException as error:
+                interrupted = interrupted or error
+        if interrupted is not None:
+            raise interrupted
 
 
 def _forget_workers_in_child() -> None:

@@ -5,6 +5,7 @@ leak check after every test) are test_process_workers'."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -15,8 +16,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from test_process_workers import assert_same, augment, batches, no_leaks, streams
+from test_process_workers import (assert_same, augment, batches, children, no_leaks, shm_files,
+                                  streams)
 
+from loaderx._loading.process_workers import _Rings  # private: the finaliser's loop itself
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, WorkerError
 from loaderx.dataset import DenseDataset
@@ -313,3 +316,53 @@ def test_close_from_another_thread_never_closes_a_pipe_under_a_recv(
         outcome[1:]
     if outcome[1] != "StopIteration":  # the answer was read before close() got the pipes
         assert_same(outcome[1:], expected[1:])
+
+
+def test_a_ctrl_c_as_a_ring_is_released_still_releases_all_of_it(
+    streams: dict[str, DenseDataset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGINT as close() starts to remove the slot files: the removal, the workers'
+    kill and the reaping still run (the interrupt is raised after them), and nothing is left.
+    Before, the KeyboardInterrupt cut that part short and, the finaliser having run, nothing
+    ever ran it again: the files stayed for good and the workers until exit. (A SIGINT storm
+    in CI left four slot files so.)"""
+    loader = DataLoader(streams, batch_size=10, worker_type="process", workers=2,
+                        start_method="fork")
+    assert_same([{k: v.copy() for k, v in next(loader).items()} for _ in range(2)],
+                batches(DataLoader(streams, batch_size=10, worker_type="thread", workers=1), 2))
+    ring = loader._prefetcher._rings.all[0]  # type: ignore[attr-defined]
+    files = type(ring.files)
+    unlink_all = files.unlink_all
+    interrupts = [signal.SIGINT]
+
+    def interrupted_then_unlinking(self: Any) -> None:
+        if interrupts:
+            signal.raise_signal(interrupts.pop())  # Python's handler runs at the next line
+        unlink_all(self)
+
+    monkeypatch.setattr(files, "unlink_all", interrupted_then_unlinking)
+    with pytest.raises(KeyboardInterrupt):
+        loader.close()
+    assert loader.closed and not interrupts
+    assert shm_files() == [] and children() == []
+
+
+def test_every_ring_is_stopped_when_stopping_an_earlier_one_was_interrupted() -> None:
+    """The finaliser of a ProcessSteps stops every ring it started (a new one after an
+    interrupted next()). Before, an interrupt out of the first ring's stop skipped the rest."""
+    stopped: list[str] = []
+
+    class Ring:
+        def __init__(self, name: str, interrupted: bool) -> None:
+            self.name, self.interrupted = name, interrupted
+
+        def stop(self) -> None:
+            stopped.append(self.name)
+            if self.interrupted:
+                raise KeyboardInterrupt
+
+    rings = _Rings()
+    rings.all = [Ring("first", True), Ring("second", False), Ring("third", True)]  # type: ignore[list-item]
+    with pytest.raises(KeyboardInterrupt):
+        rings.stop()
+    assert stopped == ["first", "second", "third"]
