@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -57,7 +59,26 @@ def traversable_by_others(*paths: str) -> Iterator[None]:
             os.chmod(folder, mode)
 
 
+def interpreter_folders() -> list[str]:
+    """The folders a child running sys.executable reads before it runs a line: the venv
+    (sys.prefix), the installation the venv was made from (sys.base_prefix: the standard
+    library, the real executable) and, when libpython is a shared library, its folder (the
+    executable's RUNPATH). pyenv installs all of these under /root, which is 0700: a child as
+    nobody then cannot load libpython, or on a machine that has a system libpython of the same
+    minor version (Debian's 3.11) loads that one instead and runs another patch release."""
+    folders = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and isinstance(libdir, str):
+        folders.append(libdir)
+    return folders
+
+
 @pytest.fixture
 def others_can_reach() -> Callable[..., contextlib.AbstractContextManager[None]]:
-    """traversable_by_others, for tests that run a child as an unprivileged user."""
-    return traversable_by_others
+    """traversable_by_others, for tests that run sys.executable as an unprivileged user: the
+    paths given (the checkout) and every folder that interpreter needs (interpreter_folders)."""
+
+    def reach(*paths: str) -> contextlib.AbstractContextManager[None]:
+        return traversable_by_others(*paths, *interpreter_folders())
+
+    return reach

@@ -197,7 +197,7 @@ def test_convert_into_a_folder_it_cannot_create_names_the_destination(
         os.chmod(parent, 0o555)
         prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with others_can_reach(str(ROOT), sys.prefix):
+        with others_can_reach(str(ROOT)):
             done = subprocess.run(
                 [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
                  "convert", os.path.join(parent, "images.npy"), os.path.join(parent, "ds")],

@@ -147,7 +147,7 @@ def test_a_store_the_user_may_not_read_is_a_permission_error_not_no_store(
                    "check the folder's permissions): 'ds'"),
             ("locked/ds", "Permission denied: 'locked/ds'"),
         ):
-            with others_can_reach(str(ROOT), sys.prefix):
+            with others_can_reach(str(ROOT)):
                 done = subprocess.run(
                     [*(prefix if os.geteuid() == 0 else []), sys.executable, "-m", "loaderx",
                      "info", store], cwd=parent,

@@ -113,7 +113,7 @@ def test_a_shard_folder_the_user_may_not_read_is_a_permission_error(
         os.chmod(shard, 0o000)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
-        with others_can_reach(root, sys.prefix):
+        with others_can_reach(root):
             done = subprocess.run(
                 [*prefix, sys.executable, "-c", _OPEN_SHARDED_AS_NOBODY.format(root=root, path=path)],
                 capture_output=True, text=True, timeout=120,

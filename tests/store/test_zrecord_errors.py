@@ -387,7 +387,7 @@ def test_a_store_folder_without_permissions_is_a_permission_error(
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
         script = _OPEN_AS_NOBODY.format(root=root, path=folder)
-        with others_can_reach(root, sys.prefix):
+        with others_can_reach(root):
             done = subprocess.run(
                 [*prefix, sys.executable, "-c", script], capture_output=True, text=True,
                 timeout=120,

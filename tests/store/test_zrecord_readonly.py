@@ -179,7 +179,7 @@ def test_readonly_for_a_user_who_cannot_write(
             except PermissionError as exc:
                 print("writable open:", exc, flush=True)
         """
-        with others_can_reach(REPO, sys.prefix):
+        with others_can_reach(REPO):
             out = finish(python(code, user="nobody"))
         assert out.splitlines()[0] == "refused"
         assert out.splitlines()[1].startswith("writable open:")
