@@ -37,18 +37,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @contextlib.contextmanager
 def traversable_by_others(*paths: str) -> Iterator[None]:
-    """Lets an unprivileged user reach paths (the checkout, the venv) for the duration: every
-    ancestor folder without the others' search bit gets it, and gets its old mode back after.
-    A checkout made with `mktemp -d` is 0700, so `nobody` could not import loaderx from it."""
+    """Lets an unprivileged user reach paths (the checkout, the venv) for the duration: each
+    path gets the others' search and read bits (imports list the folders they search), every
+    ancestor only the search bit (a home folder such as /root stays unlistable), and each
+    folder changed gets its old mode back after. A checkout made with `mktemp -d` is 0700, so
+    `nobody` could not import loaderx from it."""
     changed: list[tuple[str, int]] = []
     try:
         for path in paths:
             folder = os.path.realpath(path)
+            wanted = stat.S_IXOTH | stat.S_IROTH
             while True:
                 mode = stat.S_IMODE(os.stat(folder).st_mode)
-                if not mode & stat.S_IXOTH:
-                    os.chmod(folder, mode | stat.S_IXOTH | stat.S_IROTH)
+                if mode & wanted != wanted:
+                    os.chmod(folder, mode | wanted)
                     changed.append((folder, mode))
+                wanted = stat.S_IXOTH
                 parent = os.path.dirname(folder)
                 if parent == folder:
                     break

@@ -4,6 +4,7 @@ tests/cli, tests/data and tests/store): the child must run the very interpreter 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -40,7 +41,13 @@ def test_an_unprivileged_child_runs_the_suites_own_interpreter(
         pytest.fail("setpriv (util-linux) is needed to run this test as an unprivileged user")
     prefix = _UNPRIVILEGED if os.geteuid() == 0 else []
     before = _ancestor_modes(sys.base_prefix)
+    # The installation's own folder is listed by imports; its ancestors (pyenv's /root among
+    # them) only need the search bit, and get no more: nobody may not list /root meanwhile.
+    top = os.path.realpath(sys.base_prefix)
+    opened = {folder: mode | stat.S_IXOTH | (stat.S_IROTH if folder == top else 0)
+              for folder, mode in before.items()}
     with others_can_reach(ROOT):
+        assert _ancestor_modes(sys.base_prefix) == opened
         done = subprocess.run(
             [*prefix, sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd="/",
             env={**os.environ, "PYTHONPATH": ROOT}, timeout=120, check=False,
