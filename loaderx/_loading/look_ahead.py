@@ -171,7 +171,9 @@ class LookAhead:
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                if self._stop.is_set():
+                    break
                 position = self._position()
                 if position is None or any(source.fetcher.closed for source in self._sources):
                     # A closed dataset fetches nothing again, and the steps that read it

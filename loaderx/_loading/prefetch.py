@@ -390,11 +390,13 @@ class Prefetcher(Generic[T]):
         """Returns the next step for this worker to compute, or -1 once closed."""
         stand_aside = STAND_ASIDE_FIRST_SECONDS
         with self._lock:
-            while not self._closed and (
-                self._claim_step - self._take_step >= self._depth
-                or self._claim_step >= self._step_end
-                or self._consumer_making()
-            ):
+            while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                if self._closed or not (
+                    self._claim_step - self._take_step >= self._depth
+                    or self._claim_step >= self._step_end
+                    or self._consumer_making()
+                ):
+                    break
                 if self._unwoken or self._consumer_making():
                     self._space.wait(stand_aside)
                     stand_aside = min(2.0 * stand_aside, STAND_ASIDE_MAX_SECONDS)

@@ -195,7 +195,9 @@ class StepMaker:
                 )
                 slot = 0
                 released = False
-                while slot < len(written):
+                while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                    if slot >= len(written):
+                        break
                     held = written[slot]
                     if held < 0 or self._passed_unseen(held, taken, asked):
                         break

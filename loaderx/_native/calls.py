@@ -191,7 +191,9 @@ class NativeCalls:
         try:
             with self._lock:
                 self._closed = True
-                while self._in_flight():
+                while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                    if not self._in_flight():
+                        break
                     # Only the fast path notifies, and an interrupt may cut that short.
                     self._idle.wait(_CLOSE_POLL_SECONDS)
                 if self._handle:

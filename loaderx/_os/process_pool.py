@@ -149,8 +149,12 @@ def run_workers(jobs: Sequence[Callable[[], Any]], workers: int, start_method: s
     pending = list(range(len(jobs)))
     running: dict[int, _Running] = {}
     try:
-        while pending or running:
-            while pending and len(running) < workers:
+        while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+            if not (pending or running):
+                break
+            while True:
+                if not (pending and len(running) < workers):
+                    break
                 index = pending.pop(0)
                 receive, send = ctx.Pipe(duplex=False)
                 process = ctx.Process(target=_worker_main, args=(send, jobs[index]),

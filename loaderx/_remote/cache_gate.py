@@ -86,7 +86,9 @@ class _ProcessGate:
         try:
             with Entered(self._lock):
                 self._forget_kept(me)
-                while (self._evictor or self._evictors_waiting) and not self._closing:
+                while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                    if not (self._evictor or self._evictors_waiting) or self._closing:
+                        break
                     self._changed.wait(_RECHECK_SECONDS)
                 self._refuse_if_closing()
                 if not self._inside:
@@ -138,7 +140,9 @@ class _ProcessGate:
                 self._forget_kept(me)
                 self._evictors_waiting += 1
                 try:
-                    while (self._evictor or self._inside) and not self._closing:
+                    while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                        if not (self._evictor or self._inside) or self._closing:
+                            break
                         self._changed.wait(_RECHECK_SECONDS)
                 finally:
                     self._evictors_waiting -= 1
@@ -177,7 +181,9 @@ class _ProcessGate:
             self._closing = True
             self._changed.notify_all()  # waiting entries give up
             self._forget_kept(threading.get_ident())
-            while self._inside or self._evictor:
+            while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                if not (self._inside or self._evictor):
+                    break
                 self._changed.wait(_RECHECK_SECONDS)
         self._release()
 

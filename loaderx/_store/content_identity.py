@@ -44,7 +44,9 @@ def _add_store(digest: hashlib.blake2b, folder: str, count: int) -> None:
     with source:
         source.seek(_SUMS_HEADER_BYTES)
         left = count
-        while left:
+        while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+            if not left:
+                break
             wanted = min(left, _SUMS_PER_READ) * _SUM_BYTES
             block = source.read(wanted)
             if len(block) != wanted:

@@ -65,8 +65,9 @@ class Job:
         unwind, and raises KeyboardInterrupt here whether it did or not (see abandoned)."""
         self._thread.start()
         try:
-            while not self.done.wait(_WAIT_S):
-                pass
+            while True:  # CPython gh-130279: tests/repo/test_interruptible_loops.py
+                if self.done.wait(_WAIT_S):
+                    break
         except KeyboardInterrupt:
             self.interrupt()
             self.done.wait(UNWIND_S)
