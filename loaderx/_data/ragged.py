@@ -48,6 +48,7 @@ def _gather_packed(
 # before: a fixed count, small enough for long records).
 _ITERATION_BLOCK_RECORDS: Final = 64
 
+
 class RaggedDataset(DatasetBase):
     """A dataset of variable-length records: record i has shape (L_i, *item_shape).
 
