@@ -76,6 +76,11 @@ def open_store(
                 "to put it in place"
             )
         if is_file(os.path.join(path, META_FILE)):
+            if has_schema(path):
+                # The whole folder came into place between the two looks (renamed back, or a
+                # conversion's swap finishing): open what is there now, rather than call a
+                # dataset a bare store because its schema was looked for first.
+                return open_store(path, kind, wanted, shard_records, readonly, verify)
             raise SchemaError(
                 f"{path!r} is a Zrecord store without {os.path.basename(schema_path(path))}: "
                 "open it with loaderx._store.zrecord.Zrecord, or pass dtype= (and item_shape=) to "

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx._data import dataset_folder  # private: its look for the schema is raced
+from loaderx._store.schema import has_schema  # private: the look it makes
 from loaderx.cli import EXIT_PROBLEM, main
 from loaderx.converter import from_numpy, recode
 from loaderx.dataset import DenseDataset
@@ -216,3 +218,35 @@ def test_a_schema_put_in_place_between_two_looks_is_found(
     monkeypatch.setattr("loaderx._store.schema.is_file", swapped_after_first_look)
     assert schema.has_schema(str(source))  # it used to raise SchemaError ("a special file")
     assert looks[0] == str(source / "schema.msgpack")
+
+
+@pytest.mark.parametrize("readonly", [True, False])
+def test_a_folder_that_comes_back_while_it_is_opened_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readonly: bool
+) -> None:
+    """The folder away when the open looked for its schema and back when it looked for a bare
+    store: the open reads the dataset now there. Before, it raised SchemaError ("a Zrecord
+    store without schema.msgpack"), a worker process reopening a folder renamed back did so in
+    CI (test_process_worker_faults), and so could a reader racing a conversion's swap."""
+    folder = tmp_path / "label"
+    from_numpy(str(folder), np.arange(10, dtype=np.int64), codec="raw")
+    away = tmp_path / "away"
+    look = has_schema
+    # The look that decides between a dataset and the rest: a writable open looks once before
+    # (for a conversion's interrupted swap to put back).
+    looks = [False] * (1 if readonly else 2)
+    looks[-1] = True
+
+    def away_for_the_deciding_look(path: str) -> bool:
+        if not looks or not looks.pop(0):
+            return look(path)
+        folder.rename(away)
+        try:
+            return look(path)
+        finally:
+            away.rename(folder)
+
+    monkeypatch.setattr(dataset_folder, "has_schema", away_for_the_deciding_look)
+    with DenseDataset(str(folder), readonly=readonly) as ds:
+        assert not looks
+        assert ds[:].tolist() == list(range(10))
