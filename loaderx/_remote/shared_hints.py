@@ -56,7 +56,6 @@ class SharedHints:
         self._folder = os.path.join(state, _FOLDER)
         self._name = ""  # this process's file name (no suffix), made on the first publish
         self._pid = -1
-        self._fd = -1
         self._lock = ForkSafeLock()  # publish (the look-ahead's thread) against withdraw (close)
         self._closed = False
         # What a dataset dropped without close() runs: a withdraw (_own).
@@ -65,7 +64,7 @@ class SharedHints:
     def _own(self) -> str:
         """The name of this process's files, their lock held (a forked child makes its own)."""
         if self._pid != os.getpid():
-            self._name, self._fd = "", -1  # the parent's: its lock copy was closed at fork
+            self._name = ""  # the parent's: its lock copy was closed at fork
         if not self._name:
             os.makedirs(self._folder, exist_ok=True)
             name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -78,7 +77,7 @@ class SharedHints:
                                              os.getpid())
             self._dropped.atexit = False  # as lock_descriptors.close_when_dropped
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._name, self._fd, self._pid = name, fd, os.getpid()
+            self._name, self._pid = name, os.getpid()
         return self._name
 
     def publish(self, pinned: npt.NDArray[np.int64], indices: npt.NDArray[np.int64],
@@ -109,7 +108,7 @@ class SharedHints:
         with self._lock:
             if not self._name or self._pid != os.getpid():
                 return
-            self._name, self._fd = "", -1
+            self._name = ""
             dropped, self._dropped = self._dropped, None
             if dropped is not None:
                 dropped()
