@@ -57,13 +57,13 @@ def check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[A
 class DatasetBase:
     """What dense and ragged datasets share: the schema, the store and its maintenance."""
 
-    path: str
-    schema: Schema
-    dtype: np.dtype[Any]
-    item_shape: tuple[int, ...]
-    codec: str
-    dict_size: int
-    shard_records: int
+    _path: str
+    _schema: Schema
+    _dtype: np.dtype[Any]
+    _item_shape: tuple[int, ...]
+    _codec: str
+    _dict_size: int
+    _shard_records: int
     _store: Store
     # A dataset opened from a URL: the cache its reads go through (None for a local one).
     _remote: RemoteSource | None
@@ -90,7 +90,7 @@ class DatasetBase:
         kind = self._kind()
         wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records
-        self.shard_records = check_shard_records(capacity)
+        self._shard_records = check_shard_records(capacity)
         # Assigned once, from the returned value: mypyc would trust a narrowing to None made
         # before a method assigned the attribute.
         folder, remote = self._open_remote(path, cache_dir, cache_bytes)
@@ -99,16 +99,16 @@ class DatasetBase:
             readonly = True  # a remote dataset is written by the converters (docs/remote.md)
         try:
             schema, store = open_store(
-                folder, kind, wanted, self.shard_records, readonly, verify
+                folder, kind, wanted, self._shard_records, readonly, verify
             )
         except BaseException:
             self._close_remote()
             raise
-        self.schema = schema
-        self.dtype = schema.dtype
-        self.item_shape = schema.item_shape
-        self.codec = schema.codec
-        self.dict_size = schema.dict_size
+        self._schema = schema
+        self._dtype = schema.dtype
+        self._item_shape = schema.item_shape
+        self._codec = schema.codec
+        self._dict_size = schema.dict_size
         self._store = store
         # A child forked while another thread rolls over must not find it held for good.
         self._sharding = ForkSafeLock()
@@ -118,22 +118,22 @@ class DatasetBase:
     def _open_remote(
         self, path: PathArg, cache_dir: PathArg | None, cache_bytes: SupportsIndex | None
     ) -> tuple[str, RemoteSource | None]:
-        """Sets self.path; for a URL opens its cache. Returns the folder the store opens (the
+        """Sets self._path; for a URL opens its cache. Returns the folder the store opens (the
         path itself, or the cache's replica of the remote dataset) and the cache."""
         if is_url(path):
             assert isinstance(path, str)
             remote = RemoteSource(
                 path, None if cache_dir is None else fs_path(cache_dir), cache_bytes
             )
-            self.path = remote.url
+            self._path = remote.url
             return remote.local_path, remote
         if cache_dir is not None or cache_bytes is not None:
             raise TypeError(
                 "cache_dir= and cache_bytes= apply to a dataset opened from a URL "
                 f"(s3://, gs://, az://, https://), not to the local path {fs_path(path)!r}"
             )
-        self.path = local_path(fs_path(path))
-        return self.path, None
+        self._path = local_path(fs_path(path))
+        return self._path, None
 
     def _close_remote(self) -> None:
         remote = self._remote
@@ -182,16 +182,53 @@ class DatasetBase:
         remote = self._remote
         if remote is not None:
             return reopen_dataset, (
-                type(self), self.path, True, self.shard_records, self._store.verify_reads,
+                type(self), self._path, True, self._shard_records, self._store.verify_reads,
                 remote.cache_dir, remote.cache_bytes_asked, remote.version,
             )
         return reopen_dataset, (
             type(self),
-            os.path.abspath(self.path),
+            os.path.abspath(self._path),
             self.readonly,
-            self.shard_records,
+            self._shard_records,
             self._store.verify_reads,
         )
+
+    # The schema's facts are read-only: assigning one (ds.dtype = np.float64, hoping for a
+    # cast) would leave reads and appends disagreeing with the store on disk.
+    @property
+    def path(self) -> str:
+        """The dataset's folder (absolute), or the URL it was opened from."""
+        return self._path
+
+    @property
+    def schema(self) -> Schema:
+        """The schema read from schema.msgpack (kind, dtype, item shape, codec)."""
+        return self._schema
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The dtype of every record's values."""
+        return self._dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """A record's shape (dense), or its trailing dimensions after the length (ragged)."""
+        return self._item_shape
+
+    @property
+    def codec(self) -> str:
+        """How each record is stored: "raw", "zstd" or "zstd_dict"."""
+        return self._codec
+
+    @property
+    def dict_size(self) -> int:
+        """The zstd_dict dictionary's size in bytes, as the schema records it."""
+        return self._dict_size
+
+    @property
+    def shard_records(self) -> int:
+        """The most records a shard of this dataset holds before appends start another."""
+        return self._shard_records
 
     @property
     def store(self) -> Store:
@@ -235,12 +272,12 @@ class DatasetBase:
         store = self._store
         if store.readonly:
             raise ReadOnlyStoreError(
-                f"append refused: dataset {self.path!r} was opened with readonly=True"
+                f"append refused: dataset {self._path!r} was opened with readonly=True"
             )
         if isinstance(store, Zrecord):
             if self._writer_pid != os.getpid():
                 self._claim_single_store(store)
-            if len(store) + count > self.shard_records:
+            if len(store) + count > self._shard_records:
                 return self._become_sharded()
         return store
 
@@ -250,9 +287,9 @@ class DatasetBase:
         seals the store, and claims its writer lock to do so, so none can from now on)."""
         self._refuse_if_shard("append")
         store.claim_writer()
-        if is_file(manifest_path(self.path)):
+        if is_file(manifest_path(self._path)):
             raise StoreLockedError(
-                f"append refused: {self.path!r} became a sharded dataset in another process "
+                f"append refused: {self._path!r} became a sharded dataset in another process "
                 "after this handle opened it as a single store; open it again"
             )
         self._writer_pid = os.getpid()
@@ -266,16 +303,16 @@ class DatasetBase:
         store = self._store
         if isinstance(store, Zrecord):
             store.refuse_if_moved(operation)
-        dataset = sharded_dataset_of(self.path)
+        dataset = sharded_dataset_of(self._path)
         if dataset is None:
             return
-        if dataset == os.path.realpath(self.path):
+        if dataset == os.path.realpath(self._path):
             raise StoreLockedError(
-                f"{operation} refused: {self.path!r} became a sharded dataset in another "
+                f"{operation} refused: {self._path!r} became a sharded dataset in another "
                 "process or handle after this handle opened it as a single store; open it again"
             )
         raise ValueError(
-            f"{operation} refused: {self.path!r} is a shard of the sharded dataset "
+            f"{operation} refused: {self._path!r} is a shard of the sharded dataset "
             f"{dataset!r}; open that dataset and {operation} through it"
         )
 
@@ -303,7 +340,7 @@ class DatasetBase:
             store = self._store
             if isinstance(store, ShardedStore):
                 return store
-            sharded = ShardedStore.adopt(self.path, store, self.schema, self.shard_records)
+            sharded = ShardedStore.adopt(self._path, store, self._schema, self._shard_records)
             self._store = sharded
             return sharded
 
@@ -395,39 +432,39 @@ class DatasetBase:
             raise ValueError(f"length must be in [0, {len(self)}], got {count}")
         store = self._store
         parts = store.parts() if isinstance(store, ShardedStore) else [(store.path, len(store))]
-        schema = self.schema
+        schema = self._schema
         description = f"{schema.kind} {schema.dtype.str} {tuple(schema.item_shape)}"
         return content_identity(description, parts, count)
 
     def _verify_remote(self, remote: RemoteSource) -> VerifyReport:
         checked, wrong = remote.check_records()
         bad = [BadRecord(index, "checksum") for index in wrong]
-        return VerifyReport(self.path, len(self._store), checked > 0, checked, bad, len(bad),
+        return VerifyReport(self._path, len(self._store), checked > 0, checked, bad, len(bad),
                             remote.missing_sums())
 
     def _wrong_sizes(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         """Indices of records whose logical size the schema does not allow."""
-        size = self.schema.row_size
-        if self.schema.kind == "dense":
+        size = self._schema.row_size
+        if self._schema.kind == "dense":
             return np.flatnonzero(lengths != size)
         return np.flatnonzero(lengths % size != 0)
 
     def _check_appendable(self) -> None:
-        if self.codec == "zstd_dict" and not self._store.has_dict:
+        if self._codec == "zstd_dict" and not self._store.has_dict:
             raise DictionaryError(
-                f"{self.path!r} is a zstd_dict dataset without a dictionary yet; call "
+                f"{self._path!r} is a zstd_dict dataset without a dictionary yet; call "
                 "train_dict(samples) with representative samples before the first append"
             )
 
     def _train(
         self, records: list[npt.NDArray[np.uint8]], dict_size: str | SupportsIndex | None
     ) -> None:
-        if self.codec != "zstd_dict":
+        if self._codec != "zstd_dict":
             raise ValueError(
-                f"train_dict applies to a zstd_dict dataset; {self.path!r} uses {self.codec!r} "
+                f"train_dict applies to a zstd_dict dataset; {self._path!r} uses {self._codec!r} "
                 "(loaderx.converter.recode rewrites a store with another codec)"
             )
-        size = self.dict_size if dict_size is None else resolve_dict_size(dict_size)
+        size = self._dict_size if dict_size is None else resolve_dict_size(dict_size)
         if not records:
             raise ValueError("train_dict needs at least one sample")
         self._single_store_write("train_dict", lambda store: store.train_dict(records, size))
@@ -435,8 +472,8 @@ class DatasetBase:
     def __repr__(self) -> str:
         name = type(self).__name__
         return (
-            f"{name}({self.path!r}, dtype={self.dtype}, item_shape={self.item_shape}, "
-            f"codec={self.codec!r})"
+            f"{name}({self._path!r}, dtype={self._dtype}, item_shape={self._item_shape}, "
+            f"codec={self._codec!r})"
         )
 
 

@@ -74,13 +74,18 @@ class DenseDataset(DatasetBase):
     chooses which records reads check against their checksum (see Zrecord).
     """
 
-    record_size: int
+    _record_size: int
 
     def _kind(self) -> str:
         return "dense"
 
     def _take_record_layout(self) -> None:
-        self.record_size = self.schema.row_size
+        self._record_size = self._schema.row_size
+
+    @property
+    def record_size(self) -> int:
+        """The bytes of one record (its item shape times its dtype's size)."""
+        return self._record_size
 
     def __getitem__(self, index: object) -> Any:
         """ds[index] as NumPy would index an array: read(index), except that an int index into
@@ -109,7 +114,7 @@ class DenseDataset(DatasetBase):
         return records if dtype is None else records.astype(dtype, copy=False)
 
     def _records_per_block(self) -> int:
-        return max(1, _ITERATION_BLOCK_BYTES // max(1, self.record_size))
+        return max(1, _ITERATION_BLOCK_BYTES // max(1, self._record_size))
 
     def read(self, index: object, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """The selected samples, gathered in one native call (into out when given).
@@ -148,17 +153,17 @@ class DenseDataset(DatasetBase):
             if fast is not None:
                 return fast
         indices, selection = normalize_selection(index, len(self._store))
-        shape = (*selection, *self.item_shape)
+        shape = (*selection, *self._item_shape)
         if out is None:
-            result = _new_result(shape, self.dtype, len(indices) * self.record_size)
+            result = _new_result(shape, self._dtype, len(indices) * self._record_size)
         else:
-            result = check_array(out, "out", self.dtype)
+            result = check_array(out, "out", self._dtype)
             if result.shape != shape:
                 raise ValueError(f"out has shape {result.shape}, the selection needs {shape}")
             if not result.flags.c_contiguous or not result.flags.writeable:
                 raise ValueError("out must be a writable C-contiguous array")
         if len(indices):
-            self._store.gather_into(indices, result, self.record_size)
+            self._store.gather_into(indices, result, self._record_size)
         return result
 
     def _read_plain(
@@ -174,14 +179,14 @@ class DenseDataset(DatasetBase):
         if index.dtype is not _INT64 or index.ndim != 1:
             return None
         count = len(index)
-        shape = (count,) + self.item_shape
+        shape = (count,) + self._item_shape
         if out is None:
-            result = _new_result(shape, self.dtype, count * self.record_size)
-        elif type(out) is NDARRAY and _same_dtype(out.dtype, self.dtype) and out.shape == shape:
+            result = _new_result(shape, self._dtype, count * self._record_size)
+        elif type(out) is NDARRAY and _same_dtype(out.dtype, self._dtype) and out.shape == shape:
             result = out
         else:
             return None
-        if _gather_fixed(store, index, result, self.record_size):
+        if _gather_fixed(store, index, result, self._record_size):
             return result
         return None
 
@@ -195,18 +200,18 @@ class DenseDataset(DatasetBase):
         # The common case first, with exact type checks (cheaper than isinstance); a subclass
         # or anything else is checked below, and a declined fast path takes the general one.
         # A remote dataset fetches first (_gather_into_remote).
-        if type(out) is NDARRAY and type(indices) is NDARRAY and _same_dtype(out.dtype, self.dtype):
+        if type(out) is NDARRAY and type(indices) is NDARRAY and _same_dtype(out.dtype, self._dtype):
             remote = self._remote
             if remote is not None:
                 self._gather_into_remote(remote, indices, out)
                 return
-            if _gather_fixed(self._store, indices, out, self.record_size):
+            if _gather_fixed(self._store, indices, out, self._record_size):
                 return
         else:
             self._check_into(indices, out)
         if indices.dtype != _INT64:
             raise TypeError(f"indices must be int64, not {indices.dtype}")
-        self._store.gather_into(indices, out, self.record_size)
+        self._store.gather_into(indices, out, self._record_size)
 
     def _gather_into_remote(
         self, remote: RemoteSource, indices: npt.NDArray[np.int64], out: npt.NDArray[Any]
@@ -215,39 +220,40 @@ class DenseDataset(DatasetBase):
             raise TypeError(f"indices must be int64, not {indices.dtype}")
         token = remote.begin(indices)
         if token >= 0:
-            if not _gather_fixed(self._store, indices, out, self.record_size):
-                self._store.gather_into(indices, out, self.record_size)
+            if not _gather_fixed(self._store, indices, out, self._record_size):
+                self._store.gather_into(indices, out, self._record_size)
             if remote.unchanged(token):
                 return
         with remote.reading(indices):
-            if not _gather_fixed(self._store, indices, out, self.record_size):
-                self._store.gather_into(indices, out, self.record_size)
+            if not _gather_fixed(self._store, indices, out, self._record_size):
+                self._store.gather_into(indices, out, self._record_size)
 
     def _check_into(self, indices: object, out: object) -> None:
         """gather_into's TypeErrors, for arguments that are not both arrays of the right dtype."""
         # isinstance first: anything else (a bytearray, a list) has no .dtype to compare.
         if not isinstance(out, NDARRAY):
             raise TypeError(
-                f"out must be a numpy array of dtype {self.dtype}, not {type(out).__name__}"
+                f"out must be a numpy array of dtype {self._dtype}, not {type(out).__name__}"
             )
         if not isinstance(indices, NDARRAY):
             raise TypeError(
                 f"indices must be an int64 numpy array, not {type(indices).__name__} "
-                "(normalise it with loaderx._store.indexing.normalize_index)"
+                "(pass np.asarray(indices, dtype=np.int64); read(indices, out=out) takes any "
+                "index form)"
             )
-        if not _same_dtype(out.dtype, self.dtype):
-            raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self.dtype}")
+        if not _same_dtype(out.dtype, self._dtype):
+            raise TypeError(f"out has dtype {out.dtype}, the dataset holds {self._dtype}")
 
     def _batch(self, batch: object, what: str) -> npt.NDArray[Any]:
         """batch validated as (B, *item_shape) of the dataset's dtype, made C-contiguous."""
-        array = check_array(batch, what, self.dtype)
-        if array.ndim != len(self.item_shape) + 1 or array.shape[1:] != self.item_shape:
+        array = check_array(batch, what, self._dtype)
+        if array.ndim != len(self._item_shape) + 1 or array.shape[1:] != self._item_shape:
             hint = ""
-            if array.shape == self.item_shape:
+            if array.shape == self._item_shape:
                 hint = " (one sample is a batch of one: pass sample[None])"
             raise ValueError(
                 f"{what} has shape {array.shape}; this dataset takes batches of shape "
-                f"(B, *{self.item_shape}){hint}"
+                f"(B, *{self._item_shape}){hint}"
             )
         return np.ascontiguousarray(array)
 
@@ -264,12 +270,12 @@ class DenseDataset(DatasetBase):
             return len(self._store)
         store = self._store_for(data.shape[0])
         try:
-            return store.append_fixed(data, self.record_size)
+            return store.append_fixed(data, self._record_size)
         except StoreFullError:
             if isinstance(store, ShardedStore) or len(store) == 0:
                 raise
         # The single store ran out of chunk space before its record limit: roll over.
-        return self._become_sharded().append_fixed(data, self.record_size)
+        return self._become_sharded().append_fixed(data, self._record_size)
 
     def train_dict(
         self, samples: npt.NDArray[Any], dict_size: str | SupportsIndex | None = None
@@ -280,7 +286,7 @@ class DenseDataset(DatasetBase):
         """
         data = self._batch(samples, "samples")
         flat = data.reshape(-1).view(np.uint8)
-        size = self.record_size
+        size = self._record_size
         records = [flat[i * size : (i + 1) * size] for i in range(data.shape[0])]
         self._train(records, dict_size)
 

@@ -56,13 +56,18 @@ class RaggedDataset(DatasetBase):
     int); append takes a sequence of arrays whose trailing dimensions equal item_shape.
     """
 
-    row_size: int
+    _row_size: int
 
     def _kind(self) -> str:
         return "ragged"
 
     def _take_record_layout(self) -> None:
-        self.row_size = self.schema.row_size
+        self._row_size = self._schema.row_size
+
+    @property
+    def row_size(self) -> int:
+        """The bytes of one row of a record (its trailing dimensions times the dtype's size)."""
+        return self._row_size
 
     def __getitem__(self, index: object) -> Any:
         return self.read(index)
@@ -105,18 +110,18 @@ class RaggedDataset(DatasetBase):
         else:
             data, offsets = self._store.gather_ragged(indices)
         bounds: list[int] = offsets.tolist()
-        row = self.row_size
-        shape = (-1, *self.item_shape)
+        row = self._row_size
+        shape = (-1, *self._item_shape)
         records: list[npt.NDArray[Any]] = []
         for i in range(len(bounds) - 1):
             start = bounds[i]
             stop = bounds[i + 1]
             if (stop - start) % row:
                 raise CorruptStoreError(
-                    f"record {int(indices[i])} of {self.path!r} has {stop - start} bytes, not a "
+                    f"record {int(indices[i])} of {self._path!r} has {stop - start} bytes, not a "
                     f"whole number of {row}-byte rows of the schema"
                 )
-            records.append(data[start:stop].view(self.dtype).reshape(shape))
+            records.append(data[start:stop].view(self._dtype).reshape(shape))
         return records
 
     def lengths(self, index: object) -> npt.NDArray[np.int64]:
@@ -125,7 +130,7 @@ class RaggedDataset(DatasetBase):
         if len(indices) == 0:
             return np.empty(0, dtype=np.int64)
         sizes = self._store.record_lengths(indices)
-        return (sizes // np.uint64(self.row_size)).astype(np.int64)
+        return (sizes // np.uint64(self._row_size)).astype(np.int64)
 
     def gather_packed(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
@@ -147,10 +152,10 @@ class RaggedDataset(DatasetBase):
     ) -> bool:
         """gather_packed on the local store: the compiled short path, else the store's checked
         method."""
-        done = _gather_packed(self._store, indices, self.row_size, out, offsets, rows)
+        done = _gather_packed(self._store, indices, self._row_size, out, offsets, rows)
         if done != PACKED_DECLINED:
             return done == 1
-        return self._store.gather_packed(indices, self.row_size, out, offsets, rows)
+        return self._store.gather_packed(indices, self._row_size, out, offsets, rows)
 
     def gather_padded(
         self, indices: npt.NDArray[np.int64], pad_row: npt.NDArray[Any],
@@ -167,9 +172,9 @@ class RaggedDataset(DatasetBase):
         if remote is not None:
             with remote.reading(indices):
                 return self._store.gather_padded(
-                    indices, self.row_size, pad_row, lengths, truncate, out, mask, rows)
+                    indices, self._row_size, pad_row, lengths, truncate, out, mask, rows)
         return self._store.gather_padded(
-            indices, self.row_size, pad_row, lengths, truncate, out, mask, rows)
+            indices, self._row_size, pad_row, lengths, truncate, out, mask, rows)
 
     def record_offsets(
         self, indices: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64],
@@ -179,7 +184,7 @@ class RaggedDataset(DatasetBase):
         C-contiguous int64 array) and, with rows, rows[i] = the rows of the first i records
         (int32: a packed batch's cu_seqlens); each array has one entry more than indices. What
         a loader sizes its buffer by before gather_ragged_into."""
-        self._store.record_offsets(indices, self.row_size, offsets, rows)
+        self._store.record_offsets(indices, self._row_size, offsets, rows)
 
     def gather_ragged_into(
         self, indices: npt.NDArray[np.int64], out: npt.NDArray[Any],
@@ -202,14 +207,14 @@ class RaggedDataset(DatasetBase):
                 f"{type(records).__name__}; wrap a single record as [record]"
             )
         checked: list[npt.NDArray[Any]] = []
-        ndim = len(self.item_shape) + 1
+        ndim = len(self._item_shape) + 1
         for position, record in enumerate(records):
             name = f"{what}[{position}]"
-            array = check_array(record, name, self.dtype)
-            if array.ndim != ndim or array.shape[1:] != self.item_shape:
+            array = check_array(record, name, self._dtype)
+            if array.ndim != ndim or array.shape[1:] != self._item_shape:
                 raise ValueError(
                     f"{name} has shape {array.shape}; records of this dataset have shape "
-                    f"(L, *{self.item_shape})"
+                    f"(L, *{self._item_shape})"
                 )
             if array.nbytes > RECORD_SIZE_MAX:
                 raise ValueError(

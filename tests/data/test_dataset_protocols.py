@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx.converter import from_iterator
 from loaderx.dataset import DenseDataset, RaggedDataset
 
 pytestmark = pytest.mark.compiled
@@ -83,3 +84,29 @@ def test_a_ragged_dataset_iterates_and_numpy_refuses_it(tmp_path: Path) -> None:
             np.testing.assert_array_equal(record, row)
         with pytest.raises(TypeError, match="differ in length"):
             np.asarray(ds)
+
+
+def test_the_schema_facts_are_read_only(tmp_path: Path) -> None:
+    # Assigning ds.dtype (hoping for a cast) or ds.item_shape used to be accepted, in both
+    # builds, and left reads and appends failing later with messages about byte counts.
+    records = np.arange(24, dtype=np.float32).reshape(8, 3)
+    with dense_of(tmp_path / "d", records) as ds:
+        from_iterator(str(tmp_path / "r"), [np.arange(n, dtype=np.int16) for n in (2, 0, 5)])
+        with RaggedDataset(str(tmp_path / "r")) as ragged:
+            facts = {
+                ds: ("path", "schema", "dtype", "item_shape", "codec", "dict_size",
+                     "shard_records", "record_size"),
+                ragged: ("path", "schema", "dtype", "item_shape", "codec", "dict_size",
+                         "shard_records", "row_size"),
+            }
+            for dataset, names in facts.items():
+                for name in names:
+                    before = getattr(dataset, name)
+                    with pytest.raises(AttributeError):
+                        setattr(dataset, name, np.dtype(np.float64))
+                    assert getattr(dataset, name) == before
+            assert ds.dtype == np.float32 and ds.item_shape == (3,) and ds.record_size == 12
+            assert ds.path == str(tmp_path / "d") and ds.codec == "zstd"
+            np.testing.assert_array_equal(ds[[7, 0]], records[[7, 0]])
+            assert ragged.dtype == np.int16 and ragged.item_shape == () and ragged.row_size == 2
+            assert [r.tolist() for r in ragged[[2, 1, 0]]] == [[0, 1, 2, 3, 4], [], [0, 1]]
