@@ -191,8 +191,8 @@ class DataLoader(LoaderShell):
                 f"start_method must be one of {', '.join(START_METHODS)} or None, not "
                 f"{start_method!r}"
             )
-        self.worker_type: str = worker_type
-        self.start_method: str = (
+        self._worker_type: str = worker_type
+        self._start_method: str = (
             default_start_method() if start_method is None else start_method
         )
         length = _check_streams(streams)
@@ -203,7 +203,7 @@ class DataLoader(LoaderShell):
                 "shape from batch to batch: use worker_type='thread' for them"
             )
         if worker_type == "process":
-            refuse_fork_over_urls(self.start_method, streams.values())
+            refuse_fork_over_urls(self._start_method, streams.values())
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, not {type(transform).__name__}")
         # Without a transform a step is native reads only, which the consumer may make itself
@@ -218,37 +218,95 @@ class DataLoader(LoaderShell):
         self._length: int = length
         self._identities: dict[str, str] | None = None
         # The sampler checks and converts batch_size, seed and shard (naming each).
-        self.sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
+        self._sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         first_step = as_int("start_step", start_step, got="got")
-        self.streams: dict[str, DatasetBase] = dict(streams)
-        self.batch_size: int = self.sampler.batch_size
-        self.mode: Mode = mode
-        self.seed: int = self.sampler.seed
-        self.shard: tuple[int, int] | None = None if shard is None else self.sampler.shard
-        self.prefetch: int = depth
-        self.workers: int = threads
-        self.reuse_buffers: bool = reuse_buffers
+        self._streams: dict[str, DatasetBase] = dict(streams)
+        self._batch_size: int = self._sampler.batch_size
+        self._mode: Mode = mode
+        self._seed: int = self._sampler.seed
+        self._shard: tuple[int, int] | None = None if shard is None else self._sampler.shard
+        self._prefetch: int = depth
+        self._workers: int = threads
+        self._reuse_buffers: bool = reuse_buffers
         self._transform: Transform | None = transform
         self._maker: StepMaker = StepMaker(
-            self.sampler, self.streams, self.batch_size, transform, depth + 1, reuse_buffers,
+            self._sampler, self._streams, self._batch_size, transform, depth + 1, reuse_buffers,
             first_step, self._layouts,
         )
         self._produce: partial[Batch] = partial(self._maker.make)
         self._lifetime: set[int] = set()
         self._start(first_step)
 
+    # The loader's settings are read-only: its threads, buffers and checkpoint were made from
+    # them, so an assigned one would be ignored by the batches and believed by state_dict()
+    # (torch's DataLoader likewise refuses batch_size or sampler once it is made).
+    @property
+    def streams(self) -> dict[str, DatasetBase]:
+        """The streams by name (the datasets stay the caller's)."""
+        return self._streams
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler of each step's indices (load_state_dict replaces it)."""
+        return self._sampler
+
+    @property
+    def batch_size(self) -> int:
+        """This host's batch size."""
+        return self._batch_size
+
+    @property
+    def mode(self) -> Mode:
+        """The sampler's mode: "sequential", "iid" or "cyclic"."""
+        return self._mode
+
+    @property
+    def seed(self) -> int:
+        """The seed of the batches (load_state_dict may change it)."""
+        return self._seed
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        """(index, count) among the hosts, or None."""
+        return self._shard
+
+    @property
+    def prefetch(self) -> int:
+        """How many steps are made ahead of the consumer."""
+        return self._prefetch
+
+    @property
+    def workers(self) -> int:
+        """How many worker threads (or processes) make steps."""
+        return self._workers
+
+    @property
+    def reuse_buffers(self) -> bool:
+        """Whether a batch is valid only until the next next()."""
+        return self._reuse_buffers
+
+    @property
+    def worker_type(self) -> str:
+        """"thread" or "process"."""
+        return self._worker_type
+
+    @property
+    def start_method(self) -> str:
+        """How worker processes are started (with worker_type="process")."""
+        return self._start_method
+
     def _restart(self, seed: int, step: int) -> None:
         """Stops the threads and starts over at (seed, step) (what load_state_dict does). The
         new sampler is made first: a seed it refuses leaves this loader running as it was."""
         sampler = Sampler(
-            self._length, self.batch_size, mode=self.mode, seed=seed, shard=self.shard
+            self._length, self._batch_size, mode=self._mode, seed=seed, shard=self._shard
         )
         self.close()
-        self.sampler = sampler
-        self.seed = seed
+        self._sampler = sampler
+        self._seed = seed
         self._maker = StepMaker(
-            sampler, self.streams, self.batch_size, self._transform, self.prefetch + 1,
-            self.reuse_buffers, step, self._layouts,
+            sampler, self._streams, self._batch_size, self._transform, self._prefetch + 1,
+            self._reuse_buffers, step, self._layouts,
         )
         self._produce = partial(self._maker.make)
         self._lifetime = set()
@@ -256,39 +314,40 @@ class DataLoader(LoaderShell):
 
     def _start(self, step: int) -> None:
         """Starts the worker threads (or processes) at `step`."""
-        if self.worker_type == "process":
+        if self._worker_type == "process":
             # Only dense streams get here (ragged ones are refused with worker processes).
-            dense = {n: d for n, d in self.streams.items() if isinstance(d, DenseDataset)}
+            dense = {n: d for n, d in self._streams.items() if isinstance(d, DenseDataset)}
             recipe = StepRecipe(
-                dense, self._length, self.batch_size, self.mode, self.seed, self.shard,
+                dense, self._length, self._batch_size, self._mode, self._seed, self._shard,
                 self._transform,
             )
             steps = ProcessSteps(
-                recipe, step, self.prefetch, self.workers, self.reuse_buffers, self.start_method
+                recipe, step, self._prefetch, self._workers, self._reuse_buffers,
+                self._start_method,
             )
             self._prefetcher = steps
             # The processes stop when the loader is collected (the ring's own finaliser).
             self._finalizer = weakref.finalize(self._lifetime, steps.close)
             # Datasets opened from a URL: this process fetches the steps ahead into the cache
             # the workers share (loaderx._loading.look_ahead).
-            self._look_ahead = start_look_ahead(self.sampler, dense, steps)
+            self._look_ahead = start_look_ahead(self._sampler, dense, steps)
             return
         # Only the loader holds its maker: the threads call it through a weak reference, so a
         # transform that references the loader's owner does not keep the loader alive.
         prefetcher = Prefetcher(
-            WeakProducer(self._produce), step, self.prefetch, self.workers,
+            WeakProducer(self._produce), step, self._prefetch, self._workers,
             name="loaderx-prefetch", consumer_helps=self._consumer_helps,
         )
         self._prefetcher = prefetcher
         self._maker.follow(prefetcher)
         # Datasets opened from a URL: their records for the steps ahead are fetched early.
-        self._look_ahead = start_look_ahead(self.sampler, self.streams, prefetcher)
+        self._look_ahead = start_look_ahead(self._sampler, self._streams, prefetcher)
         # Native classes take no weak references, so the finaliser watches a set that only this
         # loader holds: when the loader is collected the set goes too, and the threads stop.
         self._finalizer = close_when_collected(self._lifetime, prefetcher)
 
     def _checkpoint_seed(self) -> int:
-        return self.seed
+        return self._seed
 
     def fingerprint(self) -> dict[str, Any]:
         """What the index stream depends on besides (seed, step); see
@@ -296,9 +355,9 @@ class DataLoader(LoaderShell):
         return {
             # The length sampled from (fixed when the loader was made), not the datasets'
             # lengths now: a dataset that grew since would otherwise pass for the one sampled.
-            "lengths": {name: self._length for name in self.streams},
-            "global_batch_size": self.sampler.global_batch_size,
-            "mode": self.mode,
+            "lengths": {name: self._length for name in self._streams},
+            "global_batch_size": self._sampler.global_batch_size,
+            "mode": self._mode,
             # What those records hold: a dataset rewritten with as many records is other data.
             "data": self._data_identities(),
         }
@@ -310,7 +369,7 @@ class DataLoader(LoaderShell):
         if self._identities is None:
             self._identities = {
                 name: dataset.content_identity(self._length)
-                for name, dataset in self.streams.items()
+                for name, dataset in self._streams.items()
             }
         return dict(self._identities)
 
@@ -321,7 +380,7 @@ class DataLoader(LoaderShell):
         In cyclic mode this is exactly one cycle (every record once, length mod global batch
         left out, a different set each cycle); in sequential and iid mode it is the same count.
         """
-        return max(1, self._length // self.sampler.global_batch_size)
+        return max(1, self._length // self._sampler.global_batch_size)
 
     def __len__(self) -> int:
         raise TypeError(
@@ -339,8 +398,9 @@ class DataLoader(LoaderShell):
         return self._maker.indices(step)
 
     def __repr__(self) -> str:
-        names = ", ".join(self.streams)
+        names = ", ".join(self._streams)
         return (
-            f"DataLoader(streams=[{names}], batch_size={self.batch_size}, mode={self.mode!r}, "
-            f"seed={self.seed}, step={self.step}, prefetch={self.prefetch}, workers={self.workers})"
+            f"DataLoader(streams=[{names}], batch_size={self._batch_size}, mode={self._mode!r}, "
+            f"seed={self._seed}, step={self.step}, prefetch={self._prefetch}, "
+            f"workers={self._workers})"
         )

@@ -190,29 +190,29 @@ class MixtureLoader(LoaderShell):
                 f"start_method must be one of {', '.join(START_METHODS)} or None, not "
                 f"{start_method!r}"
             )
-        self.worker_type = worker_type
-        self.start_method = default_start_method() if start_method is None else start_method
+        self._worker_type = worker_type
+        self._start_method = default_start_method() if start_method is None else start_method
         names, lengths = _check_sources(sources)
-        self.layouts: dict[str, Layout] = ragged_layouts(sources[0], ragged)
-        if self.layouts and worker_type == "process":
+        self._layouts: dict[str, Layout] = ragged_layouts(sources[0], ragged)
+        if self._layouts and worker_type == "process":
             raise ValueError(
                 "worker_type='process' needs batches of fixed shapes, and ragged streams change "
                 "shape from batch to batch: use worker_type='thread' for them"
             )
         if worker_type == "process":
-            refuse_fork_over_urls(self.start_method,
+            refuse_fork_over_urls(self._start_method,
                                   [d for source in sources for d in source.values()])
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
-        self.sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)
-        self.sources = [dict(source) for source in sources]
+        self._sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)
+        self._sources = [dict(source) for source in sources]
         self._identities: list[dict[str, str]] | None = None
-        self.names = names
-        self.transform = transform
-        self.source_key = source_key
-        self.batch_size = self.sampler.batch_size
-        self.prefetch = check_count("prefetch", prefetch, DEPTH_MAX)
-        self.workers = (
+        self._names = names
+        self._transform = transform
+        self._source_key = source_key
+        self._batch_size = self._sampler.batch_size
+        self._prefetch = check_count("prefetch", prefetch, DEPTH_MAX)
+        self._workers = (
             default_workers(transform is None and worker_type == "thread")
             if workers is None
             else check_count("workers", workers, WORKERS_MAX)
@@ -220,38 +220,94 @@ class MixtureLoader(LoaderShell):
         self._prefetcher = self._start(as_int("start_step", start_step, got="got"))
 
     def _start(self, step: int) -> Prefetcher[Batch] | ProcessSteps:
-        if self.worker_type == "process":
+        if self._worker_type == "process":
             # reuse_buffers=False: the mixture loader's batches are always the consumer's.
             steps = ProcessSteps(
-                _MixtureMaker(self), step, self.prefetch, self.workers, False, self.start_method
+                _MixtureMaker(self), step, self._prefetch, self._workers, False, self._start_method
             )
             self._finalizer = weakref.finalize(self, steps.close)
             # Sources opened from a URL: this process fetches the steps ahead into the cache
             # the workers share (loaderx._loading.look_ahead).
-            self._look_ahead = start_mixture_look_ahead(self.sampler, self.sources, steps)
+            self._look_ahead = start_mixture_look_ahead(self._sampler, self._sources, steps)
             return steps
         # The threads hold a maker, not the loader, and only through a weak reference (the
         # maker holds the transform, which may reference the loader's owner), so a dropped
         # loader can be collected.
         self._produce: partial[Batch] = partial(_MixtureMaker(self).make)
         prefetcher: Prefetcher[Batch] = Prefetcher(
-            WeakProducer(self._produce), step, self.prefetch, self.workers,
-            name="loaderx-mixture", consumer_helps=self.transform is None,
-            step_end=self.sampler.step_end, step_end_reason=STEP_END_REASON,
+            WeakProducer(self._produce), step, self._prefetch, self._workers,
+            name="loaderx-mixture", consumer_helps=self._transform is None,
+            step_end=self._sampler.step_end, step_end_reason=STEP_END_REASON,
         )
         self._finalizer = close_when_collected(self, prefetcher)
         # Sources opened from a URL: their records for the steps ahead are fetched early.
-        self._look_ahead = start_mixture_look_ahead(self.sampler, self.sources, prefetcher)
+        self._look_ahead = start_mixture_look_ahead(self._sampler, self._sources, prefetcher)
         return prefetcher
+
+    # Read-only, as DataLoader's: the workers and the checkpoint were made from these.
+    @property
+    def sources(self) -> list[dict[str, DatasetBase]]:
+        """The sources, each a dict name -> dataset (the datasets stay the caller's)."""
+        return self._sources
+
+    @property
+    def names(self) -> list[str]:
+        """The stream names every source has."""
+        return self._names
+
+    @property
+    def sampler(self) -> MixtureSampler:
+        """The sampler of each step's sources and indices (load_state_dict replaces it)."""
+        return self._sampler
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        """How each ragged stream is laid out (packed or a Padding)."""
+        return self._layouts
+
+    @property
+    def transform(self) -> Callable[[dict[str, npt.NDArray[Any]]], Batch] | None:
+        """The transform run on each batch, or None."""
+        return self._transform
+
+    @property
+    def source_key(self) -> str | None:
+        """The batch key of each row's source, or None."""
+        return self._source_key
+
+    @property
+    def batch_size(self) -> int:
+        """This host's batch size."""
+        return self._batch_size
+
+    @property
+    def prefetch(self) -> int:
+        """How many steps are made ahead of the consumer."""
+        return self._prefetch
+
+    @property
+    def workers(self) -> int:
+        """How many worker threads (or processes) make steps."""
+        return self._workers
+
+    @property
+    def worker_type(self) -> str:
+        """"thread" or "process"."""
+        return self._worker_type
+
+    @property
+    def start_method(self) -> str:
+        """How worker processes are started (with worker_type="process")."""
+        return self._start_method
 
     @property
     def seed(self) -> int:
-        return self.sampler.seed
+        return self._sampler.seed
 
     @property
     def steps_per_epoch(self) -> int:
         """Steps per pass over all sources' records: total records // global batch (at least 1)."""
-        return max(1, sum(self.sampler.lengths) // self.sampler.global_batch_size)
+        return max(1, sum(self._sampler.lengths) // self._sampler.global_batch_size)
 
     def make(self, step: int) -> Batch:
         """The batch of any step (what the worker threads compute)."""
@@ -262,10 +318,10 @@ class MixtureLoader(LoaderShell):
             # The lengths sampled from (fixed when the loader was made), not the datasets'
             # lengths now: a dataset that grew since would otherwise pass for the one sampled.
             "lengths": [
-                {name: length for name in self.names} for length in self.sampler.lengths
+                {name: length for name in self._names} for length in self._sampler.lengths
             ],
-            "shares": list(self.sampler.shares),
-            "global_batch_size": self.sampler.global_batch_size,
+            "shares": list(self._sampler.shares),
+            "global_batch_size": self._sampler.global_batch_size,
             "mode": "mixture",
             # What those records hold: a source rewritten with as many records is other data.
             "data": self._data_identities(),
@@ -276,8 +332,8 @@ class MixtureLoader(LoaderShell):
         (4 bytes a record) and kept, as DataLoader does."""
         if self._identities is None:
             self._identities = [
-                {name: source[name].content_identity(length) for name in self.names}
-                for source, length in zip(self.sources, self.sampler.lengths)
+                {name: source[name].content_identity(length) for name in self._names}
+                for source, length in zip(self._sources, self._sampler.lengths)
             ]
         return [dict(identities) for identities in self._identities]
 
@@ -285,7 +341,7 @@ class MixtureLoader(LoaderShell):
         return self.seed
 
     def _restart(self, seed: int, step: int) -> None:
-        sampler = self.sampler
+        sampler = self._sampler
         # Made first: a state it refuses leaves this loader running as it was.
         restarted = MixtureSampler(
             sampler.lengths, sampler.weights, sampler.batch_size, seed, sampler.shard
@@ -296,7 +352,7 @@ class MixtureLoader(LoaderShell):
                 f"got {step}"
             )
         self.close()
-        self.sampler = restarted
+        self._sampler = restarted
         self._prefetcher = self._start(step)
 
     def __len__(self) -> int:

@@ -111,14 +111,14 @@ class Sampler:
     [0, 2**64); reduce larger or negative seeds yourself (for example ``seed % 2**64``).
     """
 
-    length: Final[int]
-    batch_size: Final[int]
-    mode: Final[str]
-    seed: Final[int]
-    shard_index: Final[int]
-    shard_count: Final[int]
-    global_batch_size: Final[int]
-    steps_per_cycle: Final[int | None]
+    _length: Final[int]
+    _batch_size: Final[int]
+    _mode: Final[str]
+    _seed: Final[int]
+    _shard_index: Final[int]
+    _shard_count: Final[int]
+    _global_batch_size: Final[int]
+    _steps_per_cycle: Final[int | None]
 
     def __init__(
         self,
@@ -164,14 +164,14 @@ class Sampler:
                 )
             steps_per_cycle = length // global_batch_size
 
-        self.length = length
-        self.batch_size = batch_size
-        self.mode = mode
-        self.seed = seed
-        self.shard_index = shard_index
-        self.shard_count = shard_count
-        self.global_batch_size = global_batch_size
-        self.steps_per_cycle = steps_per_cycle
+        self._length = length
+        self._batch_size = batch_size
+        self._mode = mode
+        self._seed = seed
+        self._shard_index = shard_index
+        self._shard_count = shard_count
+        self._global_batch_size = global_batch_size
+        self._steps_per_cycle = steps_per_cycle
         # The call's constant arguments, prepared once in one struct: a batch passes only its
         # address, the step and the output (each argument costs ctypes a conversion).
         self._request = _native.SamplerRequest(
@@ -183,20 +183,63 @@ class Sampler:
         self._batch_native = _native.typed_pointer("lx_sampler_batch", 2, self._buffer_type)
         self._fill_native = _native.lib.lx_sampler_batch
 
+    # Read-only: the native request was made from these values, so a changed one would only
+    # be believed by the Python side (fill() would check `out` against a batch size the native
+    # sampler does not write).
+    @property
+    def length(self) -> int:
+        """The number of records sampled from (indices are in [0, length))."""
+        return self._length
+
+    @property
+    def batch_size(self) -> int:
+        """This host's batch size (its share of the global batch)."""
+        return self._batch_size
+
+    @property
+    def mode(self) -> str:
+        """"sequential", "iid" or "cyclic"."""
+        return self._mode
+
+    @property
+    def seed(self) -> int:
+        """The seed every batch is a function of, with its step."""
+        return self._seed
+
+    @property
+    def shard_index(self) -> int:
+        """This host's index among shard_count hosts."""
+        return self._shard_index
+
+    @property
+    def shard_count(self) -> int:
+        """How many hosts share each global batch."""
+        return self._shard_count
+
+    @property
+    def global_batch_size(self) -> int:
+        """batch_size * shard_count: the batch all hosts draw together."""
+        return self._global_batch_size
+
+    @property
+    def steps_per_cycle(self) -> int | None:
+        """Steps per pass over every record in cyclic mode (None in the other modes)."""
+        return self._steps_per_cycle
+
     @property
     def shard(self) -> tuple[int, int]:
         """(index, count): this host's place among the hosts sharing each global batch."""
-        return self.shard_index, self.shard_count
+        return self._shard_index, self._shard_count
 
     def __repr__(self) -> str:
         return (
-            f"Sampler(length={self.length}, batch_size={self.batch_size}, mode={self.mode!r}, "
-            f"seed={self.seed}, shard={self.shard!r})"
+            f"Sampler(length={self._length}, batch_size={self._batch_size}, mode={self._mode!r}, "
+            f"seed={self._seed}, shard={self.shard!r})"
         )
 
     def __reduce__(self) -> tuple[type[Sampler], tuple[int, int, str, int, tuple[int, int]]]:
         # Pickles by its arguments (the ctypes fields are rebuilt), e.g. for worker processes.
-        return Sampler, (self.length, self.batch_size, self.mode, self.seed, self.shard)
+        return Sampler, (self._length, self._batch_size, self._mode, self._seed, self.shard)
 
     def filler(self) -> Callable[[int, int], int]:
         """fill without its checks, as a call (step, address) -> native status, for a caller
@@ -235,8 +278,8 @@ class Sampler:
             raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
         if out.dtype != _INT64:
             raise TypeError(f"out must have dtype int64, not {out.dtype}")
-        if out.shape != (self.batch_size,):
-            raise ValueError(f"out must have shape ({self.batch_size},), got {out.shape}")
+        if out.shape != (self._batch_size,):
+            raise ValueError(f"out must have shape ({self._batch_size},), got {out.shape}")
         flags = out.flags
         if not flags.c_contiguous:
             raise ValueError("out must be C-contiguous")

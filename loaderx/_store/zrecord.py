@@ -95,11 +95,11 @@ class Zrecord(NativeCalls):
     slip between the check and the change.
     """
 
-    path: str
-    codec: str
-    durable: bool
-    readonly: bool
-    verify_reads: bool | None
+    _path: str
+    _codec: str
+    _durable: bool
+    _readonly: bool
+    _verify_reads: bool | None
     _codec_id: int
     # Whether writes skip the shard-folder check (_refuse_if_shard): the handle is loaderx's
     # own dataset layer's, or it is the store's writer and passed the check when it claimed.
@@ -133,46 +133,46 @@ class Zrecord(NativeCalls):
         (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
         must not take (loaderx._data.dataset_base)."""
         refuse_url(path, "Zrecord", "open a dataset at a URL with DenseDataset or RaggedDataset")
-        self.path = local_path(fs_path(path))
+        self._path = local_path(fs_path(path))
         self._codec_id = codec_id(codec)
-        self.codec = codec
-        self.durable = bool(durable)
-        self.readonly = bool(readonly)
-        if self.readonly:
+        self._codec = codec
+        self._durable = bool(durable)
+        self._readonly = bool(readonly)
+        if self._readonly:
             create = False
         verify_flag = verify_flags(verify)
-        self.verify_reads = verify
+        self._verify_reads = verify
         self._dataset_owned = bool(_dataset_owned)
         self._writes_checked = self._dataset_owned
         self._init_calls()
         self._views = weakref.WeakSet()
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
-            raise NotADirectoryError(f"{self.path!r} is a file; a Zrecord store is a folder")
+        if os.path.exists(self._path) and not os.path.isdir(self._path):
+            raise NotADirectoryError(f"{self._path!r} is a file; a Zrecord store is a folder")
         if create:
-            os.makedirs(self.path, exist_ok=True)
-        elif not is_file(os.path.join(self.path, META_FILE)):
+            os.makedirs(self._path, exist_ok=True)
+        elif not is_file(os.path.join(self._path, META_FILE)):
             raise FileNotFoundError(
-                f"no Zrecord store at {self.path!r} (meta.zr is missing); pass create=True to "
+                f"no Zrecord store at {self._path!r} (meta.zr is missing); pass create=True to "
                 "create one"
             )
         flags = (
             (_native.OPEN_CREATE if create else 0)
             | (_native.OPEN_DURABLE if durable else 0)
-            | (_native.OPEN_READ_ONLY if self.readonly else 0)
+            | (_native.OPEN_READ_ONLY if self._readonly else 0)
             | verify_flag
         )
-        handle = open_store_handle(self.path, flags)
-        if not self.readonly:
+        handle = open_store_handle(self._path, flags)
+        if not self._readonly:
             # Every writable handle: the dataset layer's handles run their dataset's check.
             code = _native.lib.lx_store_set_maintenance_check(
                 handle, MAINTENANCE_CHECK, register(self)
             )
             if code != _native.OK:
                 _native.lib.lx_store_close(handle)
-                _native.raise_status(code, f"cannot open Zrecord store {self.path!r}")
+                _native.raise_status(code, f"cannot open Zrecord store {self._path!r}")
         self._set_handle(handle)
         self._closed = False
-        self._folder_absolute = os.path.abspath(self.path)
+        self._folder_absolute = os.path.abspath(self._path)
         self._folder_identity = folder_identity(self._folder_absolute)
         # Closes the native store if this object is collected without close(). Not at exit:
         # daemon threads may still be inside a call then, and the OS releases everything anyway.
@@ -188,15 +188,15 @@ class Zrecord(NativeCalls):
     # --- lifetime ---------------------------------------------------------------------------
 
     def _describe(self) -> str:
-        return f"Zrecord {self.path!r}"
+        return f"Zrecord {self._path!r}"
 
     def _label(self) -> str:
-        return repr(self.path)
+        return repr(self._path)
 
     def _refuse_if_readonly(self, operation: str) -> None:
-        if self.readonly:
+        if self._readonly:
             raise ReadOnlyStoreError(
-                f"{operation} refused: Zrecord {self.path!r} was opened with readonly=True; "
+                f"{operation} refused: Zrecord {self._path!r} was opened with readonly=True; "
                 "open it without readonly to change it"
             )
 
@@ -212,7 +212,7 @@ class Zrecord(NativeCalls):
         else:
             what = "a shard of the sharded dataset"
         raise ValueError(
-            f"{operation} refused: Zrecord {self.path!r} is {what} {dataset!r}, whose manifest "
+            f"{operation} refused: Zrecord {self._path!r} is {what} {dataset!r}, whose manifest "
             f"lists its record count; open that dataset with DenseDataset or RaggedDataset and "
             f"{operation} through it"
         )
@@ -223,7 +223,7 @@ class Zrecord(NativeCalls):
         place, and a commit_shards may have renamed it into a sharded dataset as a shard."""
         if folder_identity(self._folder_absolute) != self._folder_identity:
             raise ValueError(
-                f"{operation} refused: the folder of Zrecord {self.path!r} was moved or "
+                f"{operation} refused: the folder of Zrecord {self._path!r} was moved or "
                 "replaced since this handle opened it (a commit_shards makes a staged folder a "
                 "shard that way); open the store where it is now"
             )
@@ -287,7 +287,7 @@ class Zrecord(NativeCalls):
         close() closes first)."""
         with self._lock:
             if self._closed:
-                raise ValueError(f"Zrecord {self.path!r} is closed")
+                raise ValueError(f"Zrecord {self._path!r} is closed")
             return self._handle
 
     def __enter__(self) -> Zrecord:
@@ -305,7 +305,8 @@ class Zrecord(NativeCalls):
         # The handle belongs to this process: the copy reopens the same folder by its absolute
         # path (the receiver may run in another directory), with the same options.
         return _reopen, (
-            os.path.abspath(self.path), self.codec, self.durable, self.readonly, self.verify_reads
+            os.path.abspath(self._path), self._codec, self._durable, self._readonly,
+            self._verify_reads,
         )
 
     def __len__(self) -> int:
@@ -316,11 +317,38 @@ class Zrecord(NativeCalls):
         finally:
             self._marks.discard(mark)
 
+    # Read-only: the native handle was opened with these, so a changed one would describe a
+    # store other than the one this handle reads and writes.
+    @property
+    def path(self) -> str:
+        """The store's folder (absolute)."""
+        return self._path
+
+    @property
+    def codec(self) -> str:
+        """The codec appends use: "raw", "zstd" or "zstd_dict"."""
+        return self._codec
+
+    @property
+    def durable(self) -> bool:
+        """Whether each write is synced to disk before it returns (fsync)."""
+        return self._durable
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the store was opened read-only (every write is refused)."""
+        return self._readonly
+
+    @property
+    def verify_reads(self) -> bool | None:
+        """Which reads check their checksums: None the default, True all, False none."""
+        return self._verify_reads
+
     def __repr__(self) -> str:
         if self._closed:
-            return f"Zrecord({self.path!r}, closed)"
-        mode = ", readonly" if self.readonly else ""
-        return f"Zrecord({self.path!r}, records={len(self)}, codec={self.codec!r}{mode})"
+            return f"Zrecord({self._path!r}, closed)"
+        mode = ", readonly" if self._readonly else ""
+        return f"Zrecord({self._path!r}, records={len(self)}, codec={self._codec!r}{mode})"
 
     @property
     def has_dict(self) -> bool:
@@ -352,7 +380,7 @@ class Zrecord(NativeCalls):
         mark = object()
         try:
             handle = self._enter(mark)
-            append_packed(handle, None, offsets, codec_id("raw"), f"append to {self.path!r}")
+            append_packed(handle, None, offsets, codec_id("raw"), f"append to {self._path!r}")
         finally:
             self._marks.discard(mark)
 
@@ -369,7 +397,7 @@ class Zrecord(NativeCalls):
             handle = self._enter(mark)
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
-            context = f"append of {count} records to {self.path!r}"
+            context = f"append of {count} records to {self._path!r}"
             return append_packed(handle, data, offsets, tag, context)
         finally:
             self._marks.discard(mark)
@@ -388,7 +416,7 @@ class Zrecord(NativeCalls):
             handle = self._enter(mark)
             if count == 0:
                 return int(_native.lib.lx_store_length(handle))
-            context = f"append of {count} records to {self.path!r}"
+            context = f"append of {count} records to {self._path!r}"
             return append_rows(handle, contiguous, record_size, count, tag, context)
         finally:
             self._marks.discard(mark)
@@ -412,7 +440,7 @@ class Zrecord(NativeCalls):
             code = _native.lib.lx_store_train_dict(
                 handle, data, offsets.ctypes.data, count, int(dict_size)
             )
-            check_maintenance(code, f"dictionary training for {self.path!r}")
+            check_maintenance(code, f"dictionary training for {self._path!r}")
         finally:
             self._marks.discard(mark)
 
@@ -424,7 +452,7 @@ class Zrecord(NativeCalls):
         indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
         return shared_calls.gather_ragged(
             _native.lib.lx_store_record_lengths, _native.lib.lx_store_gather, handle, indices,
-            repr(self.path))
+            repr(self._path))
 
     def record_lengths(self, indices: object) -> npt.NDArray[np.uint64]:
         """The logical (decompressed) size of each selected record."""
@@ -433,7 +461,7 @@ class Zrecord(NativeCalls):
             handle = self._enter(mark)
             normal = normalize_index(indices, int(_native.lib.lx_store_length(handle)))
             return shared_calls.record_lengths(
-                _native.lib.lx_store_record_lengths, handle, normal, repr(self.path))
+                _native.lib.lx_store_record_lengths, handle, normal, repr(self._path))
         finally:
             self._marks.discard(mark)
 
@@ -457,7 +485,7 @@ class Zrecord(NativeCalls):
         [offsets[i], offsets[i + 1]). False, with nothing copied, when out is too small:
         offsets[-1] is then the bytes it needs."""
         return shared_calls.gather_packed(
-            self, _native.lib.lx_store_gather_packed, repr(self.path), indices, row_size, out,
+            self, _native.lib.lx_store_gather_packed, repr(self._path), indices, row_size, out,
             offsets, rows)
 
     def gather_padded(
@@ -476,7 +504,7 @@ class Zrecord(NativeCalls):
         they must hold) or a record is longer than every length without truncate (rows[-1] is
         its rows, past lengths[-1])."""
         return shared_calls.gather_padded(
-            self, _native.lib.lx_store_gather_padded, repr(self.path), indices, row_size,
+            self, _native.lib.lx_store_gather_padded, repr(self._path), indices, row_size,
             pad_row, lengths, truncate, out, mask, rows)
 
     def record_offsets(
@@ -487,7 +515,7 @@ class Zrecord(NativeCalls):
         is 0), and with rows, rows[i] = offsets[i] // row_size (a packed batch's cu_seqlens).
         CorruptStoreError for a record that is not whole rows; nothing written on an error."""
         shared_calls.record_offsets(
-            self, _native.lib.lx_store_record_offsets, repr(self.path), indices, row_size, offsets,
+            self, _native.lib.lx_store_record_offsets, repr(self._path), indices, row_size, offsets,
             rows)
 
     def gather_ragged_into(
@@ -500,7 +528,7 @@ class Zrecord(NativeCalls):
         compaction in between moved it): the caller sizes again (loaderx._store.ragged_into).
         """
         return shared_calls.gather_ragged_into(
-            self, _native.lib.lx_store_gather, repr(self.path), indices, out, offsets)
+            self, _native.lib.lx_store_gather, repr(self._path), indices, out, offsets)
 
     def gather(self, index: object) -> list[bytes]:
         """The selected records as bytes (int, slice, integer sequence/array or bool mask)."""
@@ -531,7 +559,7 @@ class Zrecord(NativeCalls):
         if type(record_size) is not int:  # a NumPy integer, as append_fixed takes it
             return self.gather_into(indices, out, int(record_size))
         shared_calls.gather_fixed(
-            self, _native.lib.lx_store_gather_fixed, repr(self.path), indices, out, record_size)
+            self, _native.lib.lx_store_gather_fixed, repr(self._path), indices, out, record_size)
 
     # --- maintenance ------------------------------------------------------------------------
 
@@ -546,7 +574,7 @@ class Zrecord(NativeCalls):
             indices = normalize_index(index, int(_native.lib.lx_store_length(handle)))
             if len(indices):
                 code = _native.lib.lx_store_delete(handle, indices.ctypes.data, len(indices))
-                check_maintenance(code, f"delete of {len(indices)} records from {self.path!r}")
+                check_maintenance(code, f"delete of {len(indices)} records from {self._path!r}")
         finally:
             self._marks.discard(mark)
 
@@ -558,7 +586,7 @@ class Zrecord(NativeCalls):
         mark = object()
         try:
             handle = self._enter(mark)
-            check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self.path!r}")
+            check_maintenance(_native.lib.lx_store_compact(handle), f"compaction of {self._path!r}")
         finally:
             self._marks.discard(mark)
 
@@ -569,7 +597,7 @@ class Zrecord(NativeCalls):
         try:
             handle = self._enter(mark)
             code = _native.lib.lx_store_stats(handle, ctypes.byref(out))
-            _native.check(code, f"stats of {self.path!r}")
+            _native.check(code, f"stats of {self._path!r}")
         finally:
             self._marks.discard(mark)
         return {key: int(getattr(out, key)) for key in _STATS_KEYS}
@@ -593,7 +621,7 @@ class Zrecord(NativeCalls):
             code = _native.read_status(lambda: _native.lib.lx_store_verify(
                 handle, ctypes.addressof(problems), capacity, ctypes.byref(summary)
             ))
-            _native.check(code, f"verification of {self.path!r}")
+            _native.check(code, f"verification of {self._path!r}")
         finally:
             self._marks.discard(mark)
         listed = min(int(summary.problem_count), capacity)
@@ -606,13 +634,13 @@ class Zrecord(NativeCalls):
         ]
         has_checksums = bool(summary.has_checksums)
         return VerifyReport(
-            self.path,
+            self._path,
             int(summary.records),
             has_checksums,
             int(summary.checksummed),
             bad,
             int(summary.problem_count),
-            [] if has_checksums else missing_sums(self.path),
+            [] if has_checksums else missing_sums(self._path),
         )
 
     def sync(self) -> None:
@@ -621,7 +649,7 @@ class Zrecord(NativeCalls):
         mark = object()
         try:
             handle = self._enter(mark)
-            _native.check(_native.lib.lx_store_sync(handle), f"sync of {self.path!r}")
+            _native.check(_native.lib.lx_store_sync(handle), f"sync of {self._path!r}")
         finally:
             self._marks.discard(mark)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -544,3 +546,22 @@ def test_training_on_samples_too_small_for_zstd_is_refused(store_path: str, size
     ]
     with Zrecord(store_path) as store:
         assert not store.has_dict and not os.path.exists(os.path.join(store_path, "dict.zr"))
+
+
+def test_a_stores_options_are_read_only(tmp_path: Path) -> None:
+    # They were plain attributes: `store.codec = "raw"` was accepted and appends went on
+    # compressing; `store.path = ...` changed the repr and what a pickle reopened.
+    path = str(tmp_path / "store")
+    with Zrecord(path, create=True, codec="zstd") as store:
+        store.append([b"abc" * 10])
+        for name in ("path", "codec", "durable", "readonly", "verify_reads"):
+            before = getattr(store, name)
+            with pytest.raises(AttributeError):
+                setattr(store, name, "raw")
+            assert getattr(store, name) == before
+        assert (store.path, store.codec, store.durable, store.readonly) == (
+            path, "zstd", False, False,
+        )
+        store.append([b"def" * 10])
+        assert store.gather([0, 1]) == [b"abc" * 10, b"def" * 10]
+        assert pickle.loads(pickle.dumps(store)).gather([1]) == [b"def" * 10]
