@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -72,10 +73,25 @@ def choose_columns(names: Sequence[str], columns: Columns) -> dict[str, str]:
     missing = [name for name in chosen if name not in names]
     if missing:
         raise ValueError(f"columns {missing} are not in the source (it has {list(names)})")
+    # Arrow allows two columns of one name; a column is found by its name, which then names
+    # neither of them.
+    counts = Counter(names)
+    for name in chosen:
+        if counts[name] > 1:
+            raise ValueError(f"the source has {counts[name]} columns named {name!r}, so that "
+                             "name picks none of them: rename them first "
+                             "(Table.rename_columns), or leave them out with columns=")
+    writer_of: dict[str, str] = {}
     for column, folder in chosen.items():
         if not _plain_folder(folder):
             raise ValueError(f"column {column!r} would be written to folder {folder!r}, which is "
                              "not a plain visible folder name: pass columns={column: folder}")
+        # Refused here, not found out when the second column is moved into place, by then
+        # after the first one was.
+        if folder in writer_of:
+            raise ValueError(f"columns {writer_of[folder]!r} and {column!r} would both be "
+                             f"written to folder {folder!r}: give each column its own folder")
+        writer_of[folder] = column
     return chosen
 
 

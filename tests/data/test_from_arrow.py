@@ -282,6 +282,27 @@ def test_an_existing_column_needs_overwrite_and_then_is_replaced(tmp_path: Path)
     assert column_values(tmp_path / "out" / "a") == [7, 8]
 
 
+def test_two_columns_given_one_folder_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    table = pa.table({"a": [1, 2], "b": [3, 4]})
+    with pytest.raises(ValueError, match=r"columns 'a' and 'b' would both be written to "
+                                         r"folder 'x'"):
+        from_arrow(table, tmp_path / "out", columns={"a": "x", "b": "x"})
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_column_name_the_source_holds_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    table = pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4]), pa.array([5, 6])],
+                                 names=["x", "x", "y"])
+    with pytest.raises(ValueError, match=r"the source has 2 columns named 'x'"):
+        from_arrow(table, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # The other columns can still be picked.
+    assert from_arrow(table, tmp_path / "out", columns=["y"]) == 2
+    assert column_values(tmp_path / "out" / "y") == [5, 6]
+
+
 # --- Hugging Face datasets --------------------------------------------------------------------
 
 
