@@ -117,8 +117,11 @@ def _hugging_face_table(dataset: Any) -> Any:
 
 
 def _is_hugging_face(source: object) -> bool:
+    """Whether source is a datasets.Dataset: of that package, with an Arrow table under it (a
+    DatasetDict has a dict of them as its data, and gets from_arrow's TypeError)."""
     module = type(source).__module__
-    return module.startswith("datasets.") and hasattr(source, "data")
+    return module.startswith("datasets.") and \
+        isinstance(getattr(getattr(source, "data", None), "table", None), pa.Table)
 
 
 # --- Parquet ----------------------------------------------------------------------------------

@@ -348,6 +348,14 @@ def test_a_shuffled_hugging_face_dataset_asks_for_flatten_indices(tmp_path: Path
     assert column_values(tmp_path / "out" / "x") == ds["x"]
 
 
+def test_a_dataset_dict_is_refused_asking_for_a_split(tmp_path: Path, hf_datasets: Any) -> None:
+    splits = hf_datasets.DatasetDict({"train": hf_datasets.Dataset.from_dict({"x": [1, 2]})})
+    with pytest.raises(TypeError, match="pick a split of a DatasetDict.*got DatasetDict"):
+        from_arrow(splits, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert from_arrow(splits["train"], tmp_path / "out") == 2
+
+
 def test_without_batch_rows_a_batch_holds_about_four_mib(tmp_path: Path) -> None:
     """Rows of 64 KiB come 64 to a batch, rows of 8 bytes 65,536 (the cap): memory follows the
     data's size, not a row count."""
