@@ -10,6 +10,7 @@ process started with "spawn" can read its own share.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
@@ -73,9 +74,17 @@ class ParquetPart:
         for path, row_groups in self.groups:
             # Column chunks are read a buffer at a time, not whole: a row group of 64 MiB then
             # costs its decoded batch, not also its compressed bytes.
-            with pq.ParquetFile(path, buffer_size=_READ_BUFFER_BYTES, pre_buffer=False) as parquet:
-                yield from parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups,
-                                                columns=list(columns), use_threads=False)
+            with _reading(path):
+                parquet = pq.ParquetFile(path, buffer_size=_READ_BUFFER_BYTES, pre_buffer=False)
+            with parquet:
+                batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups,
+                                               columns=list(columns), use_threads=False)
+                while True:
+                    with _reading(path):
+                        batch = next(batches, None)
+                    if batch is None:
+                        break
+                    yield batch
 
 
 Part = TablePart | ReaderPart | ParquetPart
@@ -125,6 +134,20 @@ def _is_hugging_face(source: object) -> bool:
 
 
 # --- Parquet ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """Names path in what reading it raises: pyarrow's messages for a broken file ("Parquet
+    magic bytes not found in footer", "Corrupt snappy compressed data") name none, and a folder
+    holds many. The exception keeps its class (and errno)."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as exc:
+        message = f"Parquet file {path!r} cannot be read: {exc}"
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise type(exc)(exc.errno, message) from exc
+        raise type(exc)(message) from exc
 
 
 def _parquet_files(path: str) -> list[str]:
@@ -179,7 +202,9 @@ def _parquet_parts(path: str, workers: int) -> OpenedSource:
     schemas = []
     column_bytes: dict[str, int] = {}
     for file in files:
-        with pq.ParquetFile(file) as parquet:
+        with _reading(file):
+            parquet = pq.ParquetFile(file)
+        with parquet:
             schemas.append(parquet.schema_arrow)
             meta = parquet.metadata
             units += [(file, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]

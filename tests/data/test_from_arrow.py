@@ -196,6 +196,28 @@ def test_parquet_files_of_different_schemas_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_an_unreadable_parquet_file_is_named_and_nothing_is_written(tmp_path: Path) -> None:
+    """pyarrow's own messages ("Parquet magic bytes not found in footer", "Corrupt snappy
+    compressed data") name no file: in a folder of many the error must say which one."""
+    table = pa.table({"a": pa.array(np.arange(3000) % 7, pa.int64())})
+    (tmp_path / "p").mkdir()
+    pq.write_table(table, tmp_path / "p" / "0.parquet", row_group_size=1000)
+    whole = (tmp_path / "p" / "0.parquet").read_bytes()
+    (tmp_path / "p" / "1.parquet").write_bytes(whole[: len(whole) // 2])  # truncated
+    with pytest.raises(ValueError, match=r"1\.parquet'.*magic bytes"):
+        from_arrow(tmp_path / "p", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # The footer is intact, the end of row group 1's compressed page is not.
+    chunk = pq.ParquetFile(tmp_path / "p" / "0.parquet").metadata.row_group(1).column(0)
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    broken = bytearray(whole)
+    broken[end - 12 : end] = bytes(b ^ 0xFF for b in broken[end - 12 : end])
+    (tmp_path / "p" / "1.parquet").write_bytes(bytes(broken))
+    with pytest.raises((OSError, ValueError), match=r"1\.parquet'.*[Cc]orrupt"):
+        from_arrow(tmp_path / "p", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 # --- refusals ---------------------------------------------------------------------------------
 
 
