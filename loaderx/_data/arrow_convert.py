@@ -27,9 +27,8 @@ from loaderx._data.destination import (
     check_destination,
     commit_conversion,
     stage_conversion,
-    write_in_place,
 )
-from loaderx._data.parallel_parts import Part, common_schema, make_staging, part_folder, publish
+from loaderx._data.parallel_parts import Part, common_schema, make_staging, part_folder
 from loaderx._data.progress import Progress, ProgressOption, check_progress
 from loaderx._data.remote_write import write_columns_to_url
 from loaderx._os.urls import is_url
@@ -39,6 +38,7 @@ from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.process_pool import JobRefused, check_workers, run_workers
 from loaderx._store.layout import SHARD_RECORDS_MAX
 from loaderx._store.schema import Codec, check_codec, make_schema
+from loaderx._store.shard_commit import commit_shards
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._store.zrecord import Zrecord
 
@@ -215,13 +215,21 @@ def _join_bytes(parts: list[Part], folder: str, codec: Codec) -> int:
         return len(joined)
 
 
-def _publish_column(final: str, plan: Any, parts: list[Part], codec: Codec,
-                    overwrite: bool) -> None:
-    if plan.kind == "bytes":
-        write_in_place(final, overwrite, lambda staged: _join_bytes(parts, staged, codec))
-        return
-    schema = common_schema(parts, lambda p: f"part {p}")
-    publish(final, parts, schema, overwrite, False)
+def _stage_column(final: str, plan: Any, parts: list[Part], codec: Codec,
+                  overwrite: bool) -> tuple[StagedFolder, bool]:
+    """A column's complete dataset built from its parts in a staging folder for final, not yet
+    in place (with whether an old store is replaced on commit)."""
+    staging, replace = stage_conversion(final, overwrite)
+    try:
+        if plan.kind == "bytes":
+            _join_bytes(parts, staging.path, codec)
+        else:
+            schema = common_schema(parts, lambda p: f"part {p}")
+            commit_shards(staging.path, [folder for folder, _ in parts], schema)
+    except BaseException:
+        staging.abort()
+        raise
+    return staging, replace
 
 
 def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
@@ -229,6 +237,7 @@ def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
                         start_method: str | None) -> int:
     finals = [os.path.abspath(os.path.join(path, plan.folder)) for plan in plans]
     stagings: list[str] = []
+    staged: list[tuple[StagedFolder, bool]] = []
     try:
         for final in finals:
             os.makedirs(os.path.dirname(final), exist_ok=True)
@@ -237,12 +246,20 @@ def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
                 for i, part in enumerate(opened.parts)]
         results = run_workers(jobs, workers, start_method,
                               lambda i: f"rows from {opened.parts[i].start}")
+        # Every column complete (a bytes column's parts copied into one Zrecord, which can run
+        # out of disk) before the first is moved into place, as in one process.
         for column, (plan, final) in enumerate(zip(plans, finals)):
             parts = [part for written in results for part in written[column]]
-            _publish_column(final, plan, parts, codec, overwrite)
+            staged.append(_stage_column(final, plan, parts, codec, overwrite))
+        for staging, replace in staged:
+            commit_conversion(staging, replace)
+    except BaseException:
+        for staging, _ in staged:
+            staging.abort()
+        raise
     finally:
-        for staging in stagings:
-            claims.discard(staging)
+        for staging_folder in stagings:
+            claims.discard(staging_folder)
     return sum(count for written in results for _, count in written[0])
 
 

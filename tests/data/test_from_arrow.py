@@ -3,6 +3,7 @@ store is refused before anything is written."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.zrecord import Zrecord
 from loaderx._store.manifest import read_manifest
 from loaderx._store.schema import read_schema
+from small_disks import leave_free, mounted_tmpfs
 
 pa: Any = pytest.importorskip("pyarrow")
 pq: Any = pytest.importorskip("pyarrow.parquet")
@@ -145,6 +147,27 @@ def test_workers_write_each_column_as_the_shards_of_one_dataset(tmp_path: Path) 
     manifest = read_manifest(tmp_path / "out" / "vector")
     assert manifest is not None  # 500 rows a worker, at most 300 a shard
     assert [shard.records for shard in manifest.shards] == [300, 200, 300, 200]
+
+
+def test_a_full_disk_while_workers_join_a_bytes_column_leaves_every_column_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """With workers, a bytes column's parts are copied into one Zrecord after every worker is
+    done. The disk filling during that copy must leave no column published: 'a' comes before
+    'b', so it would be in place already if the columns were published one by one."""
+    rng = np.random.default_rng(12)
+    blobs = [rng.bytes(64 << 10) for _ in range(64)]  # 4 MiB that do not compress
+    table = pa.table({"a": pa.array(range(64), pa.int64()), "b": pa.array(blobs, pa.binary())})
+    with mounted_tmpfs(tmp_path / "disk", "size=32m") as disk:
+        filler = leave_free(disk, 7 << 20)  # the parts fit, their joined copy does not
+        (disk / "out").mkdir()
+        with pytest.raises(OSError) as failure:
+            from_arrow(table, disk / "out", codec="raw", workers=2)
+        assert failure.value.errno == errno.ENOSPC
+        assert os.listdir(disk / "out") == []
+        filler.unlink()
+        assert from_arrow(table, disk / "out", codec="raw", workers=2) == 64
+        assert_round_trip(table, disk / "out")
 
 
 # --- Parquet ----------------------------------------------------------------------------------
