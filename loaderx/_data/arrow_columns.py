@@ -80,6 +80,28 @@ def _is_variable_list(arrow_type: Any) -> bool:
     return bool(pat.is_list(arrow_type) or pat.is_large_list(arrow_type))
 
 
+def _array_cast_target(arrow_type: Any) -> Any | None:
+    """For an extension type with a `shape` over nested variable-length lists of numbers (a
+    Hugging Face Array2D to Array5D; its storage alone would be refused as lists of lists), the
+    type that stores it: those lists made fixed_size_lists of the shape's sizes, the first one
+    left variable when the shape starts with None. None for any other type."""
+    shape = getattr(arrow_type, "shape", None)
+    leaf = arrow_type.storage_type
+    depth = 0
+    while _is_variable_list(leaf):
+        leaf = leaf.value_type
+        depth += 1
+    if not isinstance(shape, tuple) or depth == 0 or len(shape) != depth:
+        return None
+    sized = all(isinstance(size, int) for size in shape[1:])
+    if not sized or not isinstance(shape[0], (int, type(None))) or _scalar_dtype(leaf) is None:
+        return None
+    target = leaf
+    for size in reversed(shape[1:]):
+        target = pa.list_(target, size)
+    return pa.list_(target) if shape[0] is None else pa.list_(target, shape[0])
+
+
 def _advice(arrow_type: Any) -> str:
     """What to do with a column of a type loaderx does not store."""
     if pat.is_struct(arrow_type):
@@ -97,7 +119,12 @@ def _advice(arrow_type: Any) -> str:
     if _is_variable_list(arrow_type) or pat.is_fixed_size_list(arrow_type):
         return ("a list whose items are not numbers or fixed-size lists of numbers; pad inner "
                 "lists to one length (fixed_size_list) or write each level as its own column")
-    if isinstance(arrow_type, pa.ExtensionType):
+    if isinstance(arrow_type, pa.BaseExtensionType):
+        target = _array_cast_target(arrow_type)
+        if target is not None:
+            return (f"an array of shape {arrow_type.shape} (a Hugging Face Array2D to Array5D) "
+                    f"stored as lists of any length ({arrow_type.storage_type}); cast it to "
+                    f"{target} first (table.column(name).cast(...)): those lists carry the shape")
         return f"an extension type; convert its storage ({arrow_type.storage_type}) instead"
     return "not a number, a list of numbers, binary or a string; convert it to one of those"
 

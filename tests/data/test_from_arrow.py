@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +400,30 @@ def test_a_dataset_dict_is_refused_asking_for_a_split(tmp_path: Path, hf_dataset
         from_arrow(splits, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert from_arrow(splits["train"], tmp_path / "out") == 2
+
+
+@pytest.mark.parametrize(("shape", "target"), [
+    ((2, 3), "fixed_size_list<item: fixed_size_list<item: float>[3]>[2]"),
+    ((None, 3), "list<item: fixed_size_list<item: float>[3]>"),
+])
+def test_a_hugging_face_array2d_is_refused_naming_the_type_to_cast_it_to(
+    tmp_path: Path, hf_datasets: Any, shape: tuple[int | None, int], target: str
+) -> None:
+    """An Array2D's Arrow storage is a list of variable-length lists, which is refused too:
+    the advice must name the type that stores it (nested fixed_size_lists of its shape)."""
+    rows = [np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 0.5, np.float32)]
+    features = hf_datasets.Features({"m": hf_datasets.Array2D(shape=shape, dtype="float32")})
+    ds = hf_datasets.Dataset.from_dict({"m": rows}, features=features)
+    with pytest.raises(TypeError, match=r"column 'm' .*cast it to " + re.escape(target)):
+        from_arrow(ds, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # What the message says works, and every value reads back.
+    table = ds.data.table
+    row_type = pa.list_(pa.float32(), 3)
+    fixed = pa.list_(row_type, 2) if shape[0] else pa.list_(row_type)
+    assert str(fixed) == target
+    from_arrow(table.set_column(0, "m", table.column("m").cast(fixed)), tmp_path / "out")
+    assert column_values(tmp_path / "out" / "m") == [row.tolist() for row in rows]
 
 
 def test_without_batch_rows_a_batch_holds_about_four_mib(tmp_path: Path) -> None:
