@@ -14,7 +14,9 @@ jax stays optional: it is imported here only, and `import loaderx.dataset` never
   first copied on the host: ``device_put`` may alias the NumPy batch (it does on CPU) or read
   it after returning (its copy is asynchronous, even with ``may_alias=False``), and device
   arrays already yielded would change when the loader writes a later step there. Without
-  reuse_buffers nothing is copied beyond the transfer.
+  reuse_buffers nothing is copied beyond the transfer. An array in non-native byte order (a
+  dataset stored as ``'>f4'`` on a little-endian host), which JAX refuses, is converted to the
+  native dtype with the same values (one copy), as the torch adapters do.
 - Leaving its ``with`` block (``close()``) drops the batches in flight and never closes the
   loader, which the caller made and may go on using. A loaderx loader that is still open is
   first moved back to the first batch not yielded (``load_state_dict``), so iterating it on, or
@@ -88,6 +90,23 @@ def _leaf(path: tuple[Any, ...], leaf: object, function: str) -> Any:
     return array
 
 
+def _native(value: Any) -> Any:
+    """value in native byte order. A dataset stored in the other one (dtype '>f4' on a
+    little-endian host) gives such arrays, and JAX refuses them ("Dtype >f4 is not a valid JAX
+    array type"); they are converted once, keeping their values, as the torch adapters do.
+    Anything else is returned as it is."""
+    if isinstance(value, np.ndarray) and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
+
+
+def _host_copy(value: Any) -> Any:
+    """A new host array with value's values, in native byte order: one copy, also for a swapped
+    array (astype swaps as it copies)."""
+    array = np.asarray(value)
+    return array.astype(array.dtype.newbyteorder("="), copy=True)
+
+
 def _leaves_mapped(batch: Any, function: str, place: Callable[[Any], Any]) -> Any:
     """batch with place applied to each of its leaves, every leaf checked (_leaf) before the
     first is placed."""
@@ -106,7 +125,7 @@ def global_batch(batch: Any, sharding: jax.sharding.Sharding) -> Any:
     return _leaves_mapped(
         batch, "global_batch",
         lambda value: jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
-            sharding, np.asarray(value)
+            sharding, _native(np.asarray(value))
         ),
     )
 
@@ -121,12 +140,14 @@ def _place(batch: Any, sharding: jax.sharding.Sharding | None, copy: bool) -> An
     device_put returned, when the loader may already be writing the next step into it.
     """
     if copy:
-        batch = _leaves_mapped(batch, "device_prefetch", lambda value: np.array(value, copy=True))
+        batch = _leaves_mapped(batch, "device_prefetch", _host_copy)
     if sharding is not None and jax.process_count() > 1:
         return global_batch(batch, sharding)
     if sharding is None:
-        return _leaves_mapped(batch, "device_prefetch", jax.device_put)
-    return _leaves_mapped(batch, "device_prefetch", lambda value: jax.device_put(value, sharding))
+        return _leaves_mapped(batch, "device_prefetch", lambda value: jax.device_put(_native(value)))
+    return _leaves_mapped(
+        batch, "device_prefetch", lambda value: jax.device_put(_native(value), sharding)
+    )
 
 
 class _Unplaced:

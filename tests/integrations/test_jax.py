@@ -155,6 +155,55 @@ def test_only_loaders_that_reuse_buffers_are_copied(wide: dict[str, DenseDataset
     assert not device_prefetch(iter([{"a": np.zeros(2)}])).copy
 
 
+def swapped_values(labels: Any) -> Any:
+    """Record i of the swapped float stream: two floats whose bytes differ from their swapped
+    reading, so a missing or doubled swap cannot go unnoticed."""
+    return (labels[:, None] * np.float32(1.5) + np.array([-3.25, 1e30], np.float32)).astype(
+        np.float32)
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DenseDataset]]:
+    """Streams stored in the byte order opposite to this machine's ('>f4' and '>i4' on a
+    little-endian host), which jax.device_put refuses as they are."""
+    base = tmp_path_factory.mktemp("jax_swapped")
+    labels = np.arange(RECORDS, dtype=np.int32)
+    f4 = np.dtype(np.float32).newbyteorder()
+    i4 = np.dtype(np.int32).newbyteorder()
+    made = {"x": DenseDataset(base / "x", dtype=f4, item_shape=(2,)),
+            "y": DenseDataset(base / "y", dtype=i4, item_shape=())}
+    made["x"].append(swapped_values(labels).astype(f4))
+    made["y"].append((labels * 1000).astype(i4))
+    assert not made["x"].dtype.isnative and not made["y"].dtype.isnative
+    yield made
+    for dataset in made.values():
+        dataset.close()
+
+
+@pytest.mark.parametrize("reuse_buffers", [False, True])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_non_native_byte_order_is_placed_in_native_order(
+    swapped: dict[str, DenseDataset], reuse_buffers: bool, sharded: bool,
+) -> None:
+    """A dataset stored in non-native byte order is placed with the same values in the native
+    dtype, as the torch adapters and the Ray reader give it (jax.device_put alone refuses it)."""
+    sharding = None
+    if sharded:
+        mesh = Mesh(np.array(jax.devices()), ("data",))
+        sharding = NamedSharding(mesh, PartitionSpec("data"))  # type: ignore[no-untyped-call]
+    with DataLoader(swapped, batch_size=8, seed=4, reuse_buffers=reuse_buffers) as loader, \
+            device_prefetch(loader, size=2, sharding=sharding) as batches:
+        kept = [next(batches) for _ in range(4)]
+        expected = [loader.indices(step) for step in range(4)]
+    for batch, indices in zip(kept, expected, strict=True):
+        assert batch["x"].dtype == jnp.float32 and batch["y"].dtype == jnp.int32
+        assert np.array_equal(np.asarray(batch["x"]), swapped_values(indices))
+        assert np.asarray(batch["y"]).tolist() == (indices * 1000).tolist()
+    if sharded:
+        made = global_batch({"y": np.arange(8).astype(">i4")}, sharding)  # type: ignore[arg-type]
+        assert made["y"].dtype == jnp.int32 and np.asarray(made["y"]).tolist() == list(range(8))
+
+
 def test_state_names_the_next_batch_yielded(streams: dict[str, DenseDataset]) -> None:
     with DataLoader(streams, batch_size=8, seed=3) as loader:
         batches = device_prefetch(loader, size=2)
