@@ -416,7 +416,8 @@ class TorchLoader:
     pin_memory=True each batch is copied into page-locked memory reused across ``ring`` steps;
     this needs an accelerator backend (CUDA, ROCm, XPU...), and asking for it without one
     raises RuntimeError at construction. ``device`` (e.g. "cuda") moves each batch there with
-    non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader.
+    non_blocking=True. state_dict, load_state_dict, steps_per_epoch and close go to the loader;
+    len() is refused as the endless loader refuses it.
     ``copy`` is true when the loader has reuse_buffers set and pin_memory is off: each array is
     then copied (once), since the loader writes later steps into the arrays it handed out.
     A stream stored in non-native byte order comes out in native order (one copy per batch).
@@ -451,6 +452,15 @@ class TorchLoader:
 
     def __iter__(self) -> Iterator[TensorBatch]:
         return self
+
+    def __len__(self) -> int:
+        """Refused as the loader refuses it (endless), with its pointer to steps_per_epoch:
+        torch users reach for len(loader) to size an epoch or a scheduler."""
+        return len(self.loader)
+
+    def __bool__(self) -> bool:
+        """True, as the loader is: `if loader:` would otherwise meet len()'s refusal."""
+        return True
 
     def __next__(self) -> TensorBatch:
         batch = next(self.loader)

@@ -193,6 +193,17 @@ def test_torch_loader_shares_the_loaders_arrays(folder: Path) -> None:
         check(next(resumed), loader.indices(3))
 
 
+def test_torch_loader_len_points_to_steps_per_epoch(folder: Path) -> None:
+    """len() of the endless TorchLoader is refused as the wrapped loader refuses it, naming
+    steps_per_epoch (what a torch user wants for a scheduler's total steps), and `if loader:`
+    stays true rather than meet that refusal."""
+    loader = DataLoader({"label": DenseDataset(folder / "label")}, batch_size=16)
+    with TorchLoader(loader) as tensors:
+        with pytest.raises(TypeError, match=rf"endless.*steps_per_epoch \({RECORDS // 16} steps"):
+            len(tensors)
+        assert bool(tensors)
+
+
 def test_torch_loader_copies_batches_of_reused_buffers(folder: Path) -> None:
     """A loader made with reuse_buffers=True writes step k + 2 into step k's arrays (prefetch=1:
     a ring of two); tensors already yielded must keep their values, byte for byte."""
