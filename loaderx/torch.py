@@ -130,6 +130,30 @@ def _same_scalar_tensors(items: list[Any] | tuple[Any, ...]) -> bool:
     return len({item.dtype for item in items}) == 1
 
 
+def _torch_holds(dtype: np.dtype[Any]) -> bool:
+    """True for the dtypes torch.from_numpy takes (in either byte order): bool, integers,
+    float16/32/64 and complex64/128; not strings, objects, records, long double or
+    ml_dtypes' bfloat16 (a 'V' kind)."""
+    if dtype.kind in "biu":
+        return True
+    if dtype.kind == "f":
+        return dtype.itemsize in (2, 4, 8)
+    return dtype.kind == "c" and dtype.itemsize in (8, 16)
+
+
+def _held(value: Any, where: str) -> npt.NDArray[Any]:
+    """value as the array its tensor is made of. torch.from_numpy's own TypeError for a dtype
+    it lacks names the NumPy type alone; this one says where the value sits (`where`, e.g.
+    "the batch's 'tag'") and what it is. (An ndarray comes back as itself.)"""
+    array = np.asarray(value)
+    if not _torch_holds(array.dtype):
+        raise TypeError(
+            f"{where} is of dtype {array.dtype} ({type(value).__name__}); torch tensors hold "
+            "bool, integer, float16/32/64 and complex64/128 arrays"
+        )
+    return array
+
+
 def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """array itself in native byte order, else a copy converted to it (same values)."""
     if array.dtype.isnative:
@@ -295,7 +319,8 @@ class TorchDataset(torch.utils.data.Dataset[S]):
                 dataset.gather_into(indices, out)
             arrays[name] = out
         if self.transform is not None:
-            arrays = self._transformed(arrays)
+            arrays = {name: _held(value, f"the transform's {self._label(name)}")
+                      for name, value in self._transformed(arrays).items()}
         return {
             name: self._stream_tensor(name, value, gathered, shared)
             for name, value in arrays.items()
@@ -314,6 +339,9 @@ class TorchDataset(torch.utils.data.Dataset[S]):
                 f"arrays, not {type(result).__name__}"
             )
         return dict(result)
+
+    def _label(self, name: str) -> str:
+        return "array" if self.single else f"stream {name!r}"
 
     def _shaped(self, tensors: TensorBatch) -> S:
         """What the caller gets for these tensors: the tensor of a single DenseDataset, else
@@ -463,7 +491,8 @@ class TorchLoader:
         return True
 
     def __next__(self) -> TensorBatch:
-        batch = next(self.loader)
+        batch = {name: _held(value, f"the batch's {name!r}")
+                 for name, value in next(self.loader).items()}
         if self._ring is not None:
             tensors = self._ring.stage(batch)
         else:

@@ -533,6 +533,30 @@ def test_a_transform_that_breaks_the_batch_into_samples_is_refused(folder: Path)
     assert isinstance(batch, dict) and batch["label"].tolist() == [1]
 
 
+def test_values_torch_cannot_hold_are_named(folder: Path) -> None:
+    """A transform that returns strings, a nested dict or long doubles: torch.from_numpy's own
+    TypeError named only the NumPy type, not which stream held it; both adapters now name it."""
+    streams = {"image": DenseDataset(folder / "image"), "label": DenseDataset(folder / "label")}
+    named = TorchDataset(streams,
+                         transform=lambda b: {**b, "name": np.full(len(b["label"]), "cat")})
+    with pytest.raises(TypeError, match=r"the transform's stream 'name' is of dtype <U3 "
+                                        r"\(ndarray\); torch tensors hold"):
+        named.__getitems__([1, 2])
+    nested = TorchDataset(streams, transform=lambda b: {"inputs": {"image": b["image"]}},
+                          collated=True)
+    with pytest.raises(TypeError, match=r"stream 'inputs' is of dtype object \(dict\)"):
+        nested.__getitems__([1, 2])
+    single = TorchDataset(streams["label"], transform=lambda b: b.astype(np.longdouble))
+    if np.dtype(np.longdouble).itemsize > 8:  # an 80-bit long double, which torch lacks
+        with pytest.raises(TypeError, match=r"the transform's array is of dtype float"):
+            single[3]
+    with DataLoader(streams, batch_size=4, transform=lambda b: {**b, "tag": np.array(["a"] * 4)}
+                    ) as loader, TorchLoader(loader) as tensors:
+        with pytest.raises(TypeError, match=r"the batch's 'tag' is of dtype <U1 \(ndarray\); "
+                                            r"torch tensors hold"):
+            next(tensors)
+
+
 def test_collate_says_which_path_it_belongs_to(samples_adapter: TorchDataset[TensorBatch]) -> None:
     with pytest.raises(TypeError, match="got a list of samples: make the TorchDataset with "
                                         "collated=True"):
