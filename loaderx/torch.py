@@ -28,6 +28,9 @@ torch stays optional: it is imported here only, and `import loaderx.dataset` nev
   With ``pin_memory=True`` every batch is copied once into page-locked buffers that are reused
   across steps, ready for ``.to(device, non_blocking=True)``; a batch is then valid until
   ``ring`` more batches have been taken (over reuse_buffers too: that copy is the only one).
+  With ``device=`` as well, each batch is copied into fresh page-locked buffers from torch's
+  caching host allocator instead, which keeps a block until the asynchronous copy to the device
+  that reads it is done: a reused buffer could be rewritten while that copy is still queued.
 - Datasets stored with a non-native byte order (say dtype ``'>f4'`` on a little-endian host),
   which torch refuses, become tensors of the native dtype with the same values: each such
   batch is byte-swapped in one copy (so those tensors do not share the loader's arrays). Other
@@ -410,16 +413,24 @@ class TorchDataset(torch.utils.data.Dataset[S]):
 
 
 class _PinnedRing:
-    """Page-locked buffers per stream, reused in rotation: batch k is copied into slot k % size."""
+    """Page-locked buffers per stream, reused in rotation: batch k is copied into slot k % size.
 
-    def __init__(self, size: int, pin: bool) -> None:
+    With `fresh`, every batch gets new buffers instead. That is the ring of a loader that moves
+    each batch to a device with non_blocking=True: the copy runs when the device's stream
+    reaches it, which may be after `size` more batches were staged, so a reused buffer could
+    be overwritten before it was read. torch's caching host allocator, which fresh buffers come
+    from, reuses a block only once the copies recorded on it are done (what torch's own
+    pin_memory relies on)."""
+
+    def __init__(self, size: int, pin: bool, fresh: bool = False) -> None:
         self._size = size
         self._pin = pin
+        self._fresh = fresh
         self._slots: list[dict[str, torch.Tensor]] = [{} for _ in range(size)]
         self._next = 0
 
     def stage(self, batch: Mapping[str, Any]) -> TensorBatch:
-        slot = self._slots[self._next]
+        slot = {} if self._fresh else self._slots[self._next]
         self._next = (self._next + 1) % self._size
         staged: TensorBatch = {}
         for name, value in batch.items():
@@ -474,7 +485,11 @@ class TorchLoader:
         self.loader = loader
         self.pin_memory = pin_memory
         self.device = None if device is None else torch.device(device)
-        self._ring = _PinnedRing(ring, pin_memory) if pin_memory else None
+        # Moved to a device, a batch's buffers are fresh (_PinnedRing): its copy may still be
+        # queued when the ring would come round to them again.
+        self._ring = (
+            _PinnedRing(ring, pin_memory, fresh=self.device is not None) if pin_memory else None
+        )
         # The staging ring already copies each batch before the loader is asked for the next.
         self.copy: bool = loader.reuse_buffers and not pin_memory
 

@@ -567,3 +567,14 @@ def test_collate_says_which_path_it_belongs_to(samples_adapter: TorchDataset[Ten
     pairs = samples_adapter.loader(4, collate_fn=lambda samples: len(samples))
     assert next(iter(pairs)) == 4
     assert "collated=False" in repr(samples_adapter)
+
+
+def test_a_ring_for_a_device_stages_each_batch_in_fresh_buffers() -> None:
+    # TorchLoader(pin_memory=True, device=...) moves each batch with non_blocking=True; the
+    # copy may still be queued `ring` batches later, so its buffers must not be written again.
+    ring = _PinnedRing(2, pin=False, fresh=True)
+    batches = [{"x": np.full((3, 2), k, dtype=np.int32)} for k in range(5)]
+    staged = [ring.stage(b) for b in batches]
+    assert len({tensors["x"].data_ptr() for tensors in staged}) == 5
+    for k, tensors in enumerate(staged):
+        assert torch.equal(tensors["x"], torch.full((3, 2), k, dtype=torch.int32))
