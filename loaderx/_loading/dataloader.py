@@ -191,8 +191,8 @@ class DataLoader(LoaderShell):
                 f"start_method must be one of {', '.join(START_METHODS)} or None, not "
                 f"{start_method!r}"
             )
-        self._worker_type: str = worker_type
-        self._start_method: str = (
+        self._worker_type = worker_type
+        self._start_method = (
             default_start_method() if start_method is None else start_method
         )
         length = _check_streams(streams)
@@ -221,12 +221,12 @@ class DataLoader(LoaderShell):
         self._sampler: Sampler = Sampler(length, batch_size, mode=mode, seed=seed, shard=shard)
         first_step = as_int("start_step", start_step, got="got")
         self._streams: dict[str, DatasetBase] = dict(streams)
-        self._batch_size: int = self._sampler.batch_size
+        self._batch_size = self._sampler.batch_size
         self._mode: Mode = mode
         self._seed: int = self._sampler.seed
         self._shard: tuple[int, int] | None = None if shard is None else self._sampler.shard
-        self._prefetch: int = depth
-        self._workers: int = threads
+        self._prefetch = depth
+        self._workers = threads
         self._reuse_buffers: bool = reuse_buffers
         self._transform: Transform | None = transform
         self._maker: StepMaker = StepMaker(
@@ -251,11 +251,6 @@ class DataLoader(LoaderShell):
         return self._sampler
 
     @property
-    def batch_size(self) -> int:
-        """This host's batch size."""
-        return self._batch_size
-
-    @property
     def mode(self) -> Mode:
         """The sampler's mode: "sequential", "iid" or "cyclic"."""
         return self._mode
@@ -271,29 +266,9 @@ class DataLoader(LoaderShell):
         return self._shard
 
     @property
-    def prefetch(self) -> int:
-        """How many steps are made ahead of the consumer."""
-        return self._prefetch
-
-    @property
-    def workers(self) -> int:
-        """How many worker threads (or processes) make steps."""
-        return self._workers
-
-    @property
     def reuse_buffers(self) -> bool:
         """Whether a batch is valid only until the next next()."""
         return self._reuse_buffers
-
-    @property
-    def worker_type(self) -> str:
-        """"thread" or "process"."""
-        return self._worker_type
-
-    @property
-    def start_method(self) -> str:
-        """How worker processes are started (with worker_type="process")."""
-        return self._start_method
 
     def _restart(self, seed: int, step: int) -> None:
         """Stops the threads and starts over at (seed, step) (what load_state_dict does). The

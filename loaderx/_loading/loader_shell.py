@@ -62,6 +62,13 @@ class LoaderShell:
     _finalizer: weakref.finalize[Any, Any]
     # Fetches the steps ahead into the cache of remote datasets, with threads or processes.
     _look_ahead: Stoppable | None = None
+    # The settings every loader has, set by its __init__ and read-only to its users (the
+    # threads, buffers and checkpoint were made from them).
+    _batch_size: int
+    _prefetch: int
+    _workers: int
+    _worker_type: str
+    _start_method: str
 
     def _checkpoint_seed(self) -> int:
         """The seed the loader's checkpoint holds (its seed now)."""
@@ -94,6 +101,31 @@ class LoaderShell:
         """
         seed, step = read_state(state, self.fingerprint())
         self._restart(seed, step)
+
+    @property
+    def batch_size(self) -> int:
+        """This host's batch size."""
+        return self._batch_size
+
+    @property
+    def prefetch(self) -> int:
+        """How many steps are made ahead of the consumer."""
+        return self._prefetch
+
+    @property
+    def workers(self) -> int:
+        """How many worker threads (or processes) make steps."""
+        return self._workers
+
+    @property
+    def worker_type(self) -> str:
+        """"thread" or "process"."""
+        return self._worker_type
+
+    @property
+    def start_method(self) -> str:
+        """How worker processes are started (with worker_type="process")."""
+        return self._start_method
 
     @property
     def step(self) -> int:

@@ -276,31 +276,6 @@ class MixtureLoader(LoaderShell):
         return self._source_key
 
     @property
-    def batch_size(self) -> int:
-        """This host's batch size."""
-        return self._batch_size
-
-    @property
-    def prefetch(self) -> int:
-        """How many steps are made ahead of the consumer."""
-        return self._prefetch
-
-    @property
-    def workers(self) -> int:
-        """How many worker threads (or processes) make steps."""
-        return self._workers
-
-    @property
-    def worker_type(self) -> str:
-        """"thread" or "process"."""
-        return self._worker_type
-
-    @property
-    def start_method(self) -> str:
-        """How worker processes are started (with worker_type="process")."""
-        return self._start_method
-
-    @property
     def seed(self) -> int:
         return self._sampler.seed
 
