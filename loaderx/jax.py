@@ -87,7 +87,31 @@ def _leaf(path: tuple[Any, ...], leaf: object, function: str) -> Any:
             f"dict, a tuple, nested dicts); the leaf at batch{jax.tree_util.keystr(path)} is "
             f"{type(leaf).__name__}{detail}"
         )
+    _check_range(path, array, function)
     return array
+
+
+def _check_range(path: tuple[Any, ...], array: Any, function: str) -> None:
+    """Refuses 64-bit integers that JAX would wrap. With jax_enable_x64 off (JAX's default)
+    device_put stores int64 as int32 and uint64 as uint32 without a word, so 2**40 + 5 arrives
+    as 5: a label set or ids past 2**31 would train on other values. Values that fit pass (the
+    usual int64 labels from np.arange); the check reads only 64-bit integer leaves."""
+    dtype = np.dtype(array.dtype).newbyteorder("=")
+    if dtype.kind not in "iu" or dtype.itemsize != 8 or np.size(array) == 0:
+        return
+    device = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if device == dtype:
+        return  # jax_enable_x64 is on: nothing narrows
+    low, high = np.iinfo(device).min, np.iinfo(device).max
+    smallest, largest = np.min(array), np.max(array)
+    if smallest < low or largest > high:
+        raise OverflowError(
+            f"{function}: the leaf at batch{jax.tree_util.keystr(path)} is {dtype} with values "
+            f"in [{smallest}, {largest}], and with jax_enable_x64 off JAX stores it as {device} "
+            f"([{low}, {high}]), wrapping the rest without a word. Turn on "
+            "jax.config.update('jax_enable_x64', True), or map the values into range in the "
+            "loader's transform."
+        )
 
 
 def _native(value: Any) -> Any:

@@ -413,6 +413,40 @@ def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
         global_batch((b"ab", np.zeros(2)), sharding)
 
 
+def test_64_bit_integers_jax_would_wrap_are_refused_naming_the_leaf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With jax_enable_x64 off, device_put stored int64 2**40 + 5 as int32 5 without a word.
+    Such a batch is refused before any of its arrays moves; 64-bit values that fit, and every
+    value once x64 is on, are placed exactly."""
+    assert jax.dtypes.canonicalize_dtype(np.int64) == np.int32  # x64 off, as by default
+    placed: list[Any] = []
+    put = jax.device_put
+
+    def recorded(*args: Any) -> Any:
+        placed.append(args)
+        return put(*args)
+
+    monkeypatch.setattr(jax, "device_put", recorded)
+    fits = np.array([-(2**31), 0, 2**31 - 1], dtype=np.int64)
+    bad: Any = iter([{"a": np.zeros(2), "ids": np.array([1, 2**40 + 5], dtype=np.int64)},
+                     {"u": np.array([2**32], dtype=">u8")},
+                     {"labels": fits, "small": np.array([2**32 - 1], dtype=np.uint64)}])
+    with device_prefetch(bad, size=1) as batches:
+        with pytest.raises(OverflowError, match=r"the leaf at batch\['ids'\] is int64 with "
+                                                r"values in \[1, 1099511627781\].*int32"):
+            next(batches)
+        with pytest.raises(OverflowError, match=r"batch\['u'\] is uint64 .*uint32"):
+            next(batches)
+        assert len(placed) == 0
+        last = next(batches)
+        assert np.asarray(last["labels"]).tolist() == fits.tolist()
+        assert np.asarray(last["small"]).tolist() == [2**32 - 1]
+    with jax.enable_x64(True):
+        with device_prefetch(iter([{"ids": np.array([2**40 + 5], dtype=np.int64)}])) as wide:
+            assert np.asarray(next(wide)["ids"]).tolist() == [2**40 + 5]
+
+
 def test_leaving_the_block_leaves_the_loader_open_where_the_caller_left_off(
     streams: dict[str, DenseDataset],
 ) -> None:
