@@ -67,12 +67,12 @@ def _refuse_any(indices: npt.NDArray[np.int64]) -> None:
 class ShardedStore:
     """The shards listed by a dataset's manifest, in order, as one store."""
 
-    path: str
-    schema: Schema
-    shard_records: int
-    readonly: bool
+    _path: str
+    _schema: Schema
+    _shard_records: int
+    _readonly: bool
     # Which records gathers check against their checksum, for every shard (see Zrecord).
-    verify_reads: bool | None
+    _verify_reads: bool | None
     _shards: ShardSet
     _appender: ShardAppender
     _deleter: ShardDeleter
@@ -88,15 +88,41 @@ class ShardedStore:
         readonly: bool = False,
         verify: bool | None = None,
     ) -> None:
-        self.path = path
-        self.verify_reads = verify
-        self.schema = schema
-        self.shard_records = check_shard_records(shard_records)
-        self.readonly = readonly
+        self._path = path
+        self._verify_reads = verify
+        self._schema = schema
+        self._shard_records = check_shard_records(shard_records)
+        self._readonly = readonly
         self._shards = ShardSet(path, schema, readonly, verify)
-        self._appender = ShardAppender(self._shards, self.shard_records)
+        self._appender = ShardAppender(self._shards, self._shard_records)
         self._deleter = ShardDeleter(self._shards)
         self._guard = ForkSafeLock()
+
+    # Read-only, as Zrecord's: the shards were opened with these.
+    @property
+    def path(self) -> str:
+        """The dataset's folder (absolute)."""
+        return self._path
+
+    @property
+    def schema(self) -> Schema:
+        """The dataset's schema, which every shard shares."""
+        return self._schema
+
+    @property
+    def shard_records(self) -> int:
+        """The most records a shard holds before appends start another."""
+        return self._shard_records
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the dataset was opened read-only (every write is refused)."""
+        return self._readonly
+
+    @property
+    def verify_reads(self) -> bool | None:
+        """Which reads check their checksums, in every shard (see Zrecord)."""
+        return self._verify_reads
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -180,9 +206,9 @@ class ShardedStore:
 
     def _refuse_if_readonly(self, operation: str) -> None:
         self._shards.check_open()
-        if self.readonly:
+        if self._readonly:
             raise ReadOnlyStoreError(
-                f"{operation} refused: sharded dataset {self.path!r} was opened with readonly=True"
+                f"{operation} refused: sharded dataset {self._path!r} was opened with readonly=True"
             )
 
     # --- reading ---------------------------------------------------------------------------
@@ -324,7 +350,7 @@ class ShardedStore:
 
     def _append(self, count: int, write: RecordWriter) -> int:
         """ShardAppender.append, under the commit lock, caught up with the manifest."""
-        with self._guard, commit_lock(self.path):
+        with self._guard, commit_lock(self._path):
             self._deleter.catch_up()
             return self._appender.append(count, write)
 
@@ -332,7 +358,7 @@ class ShardedStore:
         """Deletes the selected global records (see loaderx._store.shard_delete for where the
         survivors go)."""
         self._refuse_if_readonly("delete")
-        with self._guard, commit_lock(self.path):
+        with self._guard, commit_lock(self._path):
             self._deleter.catch_up()
             self._deleter.delete(indices)
 
@@ -341,7 +367,7 @@ class ShardedStore:
         self._refuse_if_readonly("train_dict")
         with self._guard:
             if not self._shards.stores:
-                with commit_lock(self.path):
+                with commit_lock(self._path):
                     self._appender.roll_over()
             self._shards.stores[-1].train_dict(records, dict_size)
 
@@ -393,7 +419,7 @@ class ShardedStore:
             bad.extend(BadRecord(before + b.index, b.reason) for b in report.bad)
             before += report.records
         return VerifyReport(
-            self.path,
+            self._path,
             before,
             all(report.has_checksums for report in reports),
             sum(report.checksummed for report in reports),

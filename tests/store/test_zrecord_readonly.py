@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ReadOnlyStoreError
 from loaderx.zrecord import Zrecord
@@ -204,3 +205,31 @@ def test_readonly_sharded_dataset(tmp_path: Path) -> None:
                 call()
         np.testing.assert_array_equal(ds[[24, 0, 13]], data[[24, 0, 13]])
     assert sorted(os.listdir(path)) == names
+
+
+def test_a_sharded_stores_options_are_read_only(tmp_path: Path) -> None:
+    # ds.store of a sharded dataset: `ds.store.readonly = False` used to be accepted, then an
+    # append went as far as a shard's own refusal; `ds.store.path = ...` changed its repr.
+    from_numpy(tmp_path / "sh", np.arange(100, dtype=np.int64), shard_records=30)
+    before_open = sharded_digest(tmp_path / "sh")
+    with DenseDataset(tmp_path / "sh", readonly=True) as ds:
+        store = ds.store
+        assert type(store).__name__ == "ShardedStore"
+        for name in ("path", "schema", "shard_records", "readonly", "verify_reads"):
+            before = getattr(store, name)
+            with pytest.raises(AttributeError):
+                setattr(store, name, False)
+            assert getattr(store, name) == before
+        assert store.readonly and getattr(store, "shard_records") == ds.shard_records
+        with pytest.raises(ReadOnlyStoreError):
+            ds.append(np.array([5], np.int64))
+        assert len(ds) == 100 and ds[[0, 99]].tolist() == [0, 99]
+    assert sharded_digest(tmp_path / "sh") == before_open
+
+
+def sharded_digest(root: Path) -> dict[str, object]:
+    """folder_digest of the dataset's folder and of each shard's."""
+    return {
+        entry.name: folder_digest(str(entry)) if entry.is_dir() else entry.read_bytes()
+        for entry in sorted(root.iterdir())
+    }
