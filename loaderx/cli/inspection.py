@@ -254,40 +254,67 @@ def verdict(report: VerifyReport) -> str:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """Checks every record (table entries against the chunks, checksums, frames); exit 1 and
-    the list of bad records if anything is wrong."""
-    opened = open_store(args.path)
+    the list of bad records if anything is wrong. A folder holding stores rather than being one
+    (what `convert` of an .npz or a Parquet file writes) has each of them checked in turn, as
+    `info` lists them: a user checks what a conversion wrote with the path it was given."""
+    names = stores_inside(args.path)
+    if not names:
+        found = verify_one(args.path, args, out)
+        if args.json:
+            json.dump(found, out, indent=2)
+            print(file=out)
+        return EXIT_OK if found["ok"] else EXIT_PROBLEM
+    results = [verify_one(os.path.join(args.path, name), args, out) for name in names]
+    if args.json:
+        json.dump(results, out, indent=2)
+        print(file=out)
+    else:
+        bad = [name for name, found in zip(names, results) if not found["ok"]]
+        print(f"{args.path}: {count_text(len(names), 'store')} checked; "
+              + (f"problems in {', '.join(bad)}" if bad else "OK"), file=out)
+    return EXIT_OK if all(found["ok"] for found in results) else EXIT_PROBLEM
+
+
+def verify_one(path: str, args: argparse.Namespace, out: TextIO) -> dict[str, Any]:
+    """Verifies the store at path, printing its report (unless --json), and returns what
+    --json prints for it."""
+    opened = open_store(path)
     try:
         count = len(opened)
         shown = True if args.progress else (False if args.json else None)
         started = time.perf_counter()
-        with Elapsed(f"verifying {count_text(count, 'record')} of {args.path}", shown):
+        with Elapsed(f"verifying {count_text(count, 'record')} of {path}", shown):
             report = opened.verify()
         elapsed = time.perf_counter() - started
         orphans = [] if isinstance(opened, Zrecord) else opened.remote_orphans()
     finally:
         opened.close()
-    if args.json:
-        json.dump({
-            "path": args.path, "records": report.records, "has_checksums": report.has_checksums,
-            "checksummed": report.checksummed, "bad_count": report.bad_count,
-            "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
-            "missing_sums": report.missing_sums, "ok": report.ok, "orphans": orphans,
-        }, out, indent=2)
-        print(file=out)
-    else:
-        print(f"{args.path}: {count_text(report.records, 'record')} checked in {elapsed:.1f} s "
-              f"({sums_text(report)})", file=out)
-        for path in report.missing_sums:
-            print(f"  missing checksums: {path} is gone, but this store was written with "
-                  "checksums; its records were checked without them", file=out)
-        for bad in report.bad:
-            print(f"  bad record {bad.index}: {bad.reason}", file=out)
-        if report.bad_count > len(report.bad):
-            print(f"  ... {count_text(report.bad_count, 'bad record')} in all", file=out)
-        if orphans:
-            print(f"  note: {count_text(len(orphans), 'object')} in shard folders the manifest "
-                  "does not list (a killed writer's uploads; readers ignore them and the next "
-                  f"writer removes them): {', '.join(orphans[:5])}"
-                  + (" ..." if len(orphans) > 5 else ""), file=out)
-        print(verdict(report), file=out)
-    return EXIT_OK if report.ok else EXIT_PROBLEM
+    if not args.json:
+        print_verify_report(path, report, elapsed, orphans, out)
+    return {
+        "path": path, "records": report.records, "has_checksums": report.has_checksums,
+        "checksummed": report.checksummed, "bad_count": report.bad_count,
+        "bad": [{"index": bad.index, "reason": bad.reason} for bad in report.bad],
+        "missing_sums": report.missing_sums, "ok": report.ok, "orphans": orphans,
+    }
+
+
+def print_verify_report(
+    path: str, report: VerifyReport, elapsed: float, orphans: list[str], out: TextIO
+) -> None:
+    """verify's lines for one store: what was checked, each problem, and the verdict."""
+    print(f"{path}: {count_text(report.records, 'record')} checked in {elapsed:.1f} s "
+          f"({sums_text(report)})", file=out)
+    for gone in report.missing_sums:
+        print(f"  missing checksums: {gone} is gone, but this store was written with "
+              "checksums; its records were checked without them", file=out)
+    for bad in report.bad:
+        print(f"  bad record {bad.index}: {bad.reason}", file=out)
+    if report.bad_count > len(report.bad):
+        print(f"  ... {count_text(report.bad_count, 'bad record')} in all", file=out)
+    if orphans:
+        print(f"  note: {count_text(len(orphans), 'object')} in shard folders the manifest "
+              "does not list (a killed writer's uploads; readers ignore them and the next "
+              f"writer removes them): {', '.join(orphans[:5])}"
+              + (" ..." if len(orphans) > 5 else ""), file=out)
+    print(verdict(report), file=out)

@@ -93,3 +93,27 @@ def test_one_shard_without_its_sums_is_named(tmp_path: Path) -> None:
     without = [shard["records"] for shard in manifest["shards"] if shard["name"] == "shard-000001"]
     assert (f"({100 - without[0]} against their checksums, the rest by table entries and frames "
             "only") in text
+
+
+def test_verify_checks_every_store_a_conversion_wrote_into_one_folder(tmp_path: Path) -> None:
+    # `convert x.npz out` (or a Parquet file) writes one store per array under out/; `info out`
+    # listed them, but `verify out` refused the folder as "not a loaderx dataset".
+    out = tmp_path / "out"
+    from_numpy(out / "images", DATA, codec="raw")
+    from_numpy(out / "labels", np.arange(100, dtype=np.int64), codec="raw")
+    status, text = run("verify", str(out))
+    assert status == EXIT_OK, text
+    assert f"{out / 'images'}: 100 records checked" in text
+    assert f"{out / 'labels'}: 100 records checked" in text
+    assert text.rstrip().endswith(f"{out}: 2 stores checked; OK")
+    with open(out / "labels" / "0.zr", "r+b") as chunk:  # raw int64 records in index order
+        chunk.seek(8 * 7)
+        chunk.write(b"\xff")
+    status, text = run("verify", str(out))
+    assert status == EXIT_PROBLEM
+    assert "bad record 7: checksum" in text
+    assert text.rstrip().endswith(f"{out}: 2 stores checked; problems in labels")
+    reports = json.loads(run("verify", str(out), "--json")[1])
+    assert [report["path"] for report in reports] == [str(out / "images"), str(out / "labels")]
+    assert [report["ok"] for report in reports] == [True, False]
+    assert reports[1]["bad"] == [{"index": 7, "reason": "checksum"}]
