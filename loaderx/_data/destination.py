@@ -73,14 +73,16 @@ def check_destination(path: str, overwrite: bool) -> bool:
         return False
     if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
         return False
-    if not overwrite:
-        raise FileExistsError(
-            f"{path!r} already exists; pass overwrite=True to replace the store there"
-        )
+    # Checked before overwrite: "pass overwrite=True" would be wrong advice for a file or a
+    # folder of someone else's that overwrite would refuse too.
     if os.path.islink(path) or not os.path.isdir(path) or not _is_store(path):
         raise FileExistsError(
             f"{path!r} exists and is not a loaderx store; refusing to remove it even with "
             "overwrite=True (delete it yourself or pick another path)"
+        )
+    if not overwrite:
+        raise FileExistsError(
+            f"{path!r} already exists; pass overwrite=True to replace the store there"
         )
     foreign = _foreign_entries(path)
     if foreign:

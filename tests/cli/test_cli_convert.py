@@ -86,7 +86,9 @@ def test_convert_npz_checks_every_array_before_converting_any(
         b = np.arange(3.0)
     np.savez(tmp_path / "in.npz", a=np.arange(300), b=b)
     dest = tmp_path / "out"
-    if refused in ("exists", "foreign"):
+    if refused == "exists":  # a store: --overwrite would replace it
+        from_numpy(dest / "b", np.arange(2.0))
+    if refused == "foreign":  # no store: --overwrite would refuse it too
         (dest / "b").mkdir(parents=True)
         (dest / "b" / "precious").write_bytes(b"keep")
     before = tree(tmp_path)

@@ -555,3 +555,19 @@ def test_a_refused_recode_creates_nothing(tmp_path: Path) -> None:
         found = ds[:]
     assert [len(r) for r in found] == [2] * 3 + [0] * 20
     assert all(np.array_equal(r, np.arange(2)) for r in found[:3])
+
+
+def test_a_destination_that_is_no_store_is_named_so_without_overwrite(tmp_path: Path) -> None:
+    # It was told "pass overwrite=True to replace the store there", which overwrite=True then
+    # refused: a file or a folder of the user's is never removed.
+    (tmp_path / "notes.txt").write_text("keep")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("keep")
+    for name in ("notes.txt", "mine"):
+        for overwrite in (False, True):
+            with pytest.raises(FileExistsError, match=re.escape(
+                    f"{str(tmp_path / name)!r} exists and is not a loaderx store; refusing to "
+                    "remove it even with overwrite=True")):
+                from_numpy(tmp_path / name, np.arange(3), overwrite=overwrite)
+    assert (tmp_path / "notes.txt").read_text() == "keep"
+    assert os.listdir(tmp_path / "mine") == ["a.txt"]
