@@ -60,6 +60,11 @@ def open_store(path: str, readonly: bool = True) -> Store:
         return DenseDataset(path, readonly=readonly)
     if is_file(os.path.join(path, META_FILE)):
         return Zrecord(path, readonly=readonly)
+    inside = stores_inside(path)
+    if inside:  # what a conversion of an .npz or a Parquet file writes: name one of them
+        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+        raise Problem(f"{path}: a folder of {len(inside)} stores ({shown}), not one store: "
+                      f"give one of them, e.g. {os.path.join(path, inside[0])}")
     raise Problem(f"{path}: not a loaderx dataset or Zrecord store (no {SCHEMA_FILE}, no meta.zr)")
 
 

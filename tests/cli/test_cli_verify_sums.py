@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 
 from loaderx.cli import EXIT_OK, EXIT_PROBLEM, main
 from loaderx.converter import from_numpy
@@ -117,3 +118,17 @@ def test_verify_checks_every_store_a_conversion_wrote_into_one_folder(tmp_path: 
     assert [report["path"] for report in reports] == [str(out / "images"), str(out / "labels")]
     assert [report["ok"] for report in reports] == [True, False]
     assert reports[1]["bad"] == [{"index": 7, "reason": "checksum"}]
+
+
+def test_commands_of_one_store_name_the_stores_a_folder_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stats, head, bench and compact of a conversion's folder said only "not a loaderx dataset".
+    out = tmp_path / "out"
+    for name in ("labels", "images"):
+        from_numpy(out / name, np.arange(10, dtype=np.int64), codec="raw")
+    for command in (["stats"], ["head"], ["bench", "--rounds", "1"], ["compact"]):
+        status, text = run(command[0], str(out), *command[1:])
+        assert status == EXIT_PROBLEM and text == ""
+        assert (f"{out}: a folder of 2 stores (images, labels), not one store: give one of "
+                f"them, e.g. {out / 'images'}") in capsys.readouterr().err
