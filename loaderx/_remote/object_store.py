@@ -177,6 +177,9 @@ class ObjectStore:
         except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as exc:
             raise _refused(what, url, exc) from exc
         except FileNotFoundError as exc:
+            if what in ("writing", "uploading"):
+                # A write creates the object: only its bucket or container can be missing.
+                raise FileNotFoundError(f"{what} {url}: no such bucket or container") from exc
             raise FileNotFoundError(f"{what} {url}: no such object") from exc
         except exceptions.AlreadyExistsError as exc:
             raise FileExistsError(f"{what} {url}: the object already exists") from exc
@@ -219,6 +222,16 @@ class ObjectStore:
             return found
 
         return self._call("", "listing", listing)
+
+    def require_container(self) -> None:
+        """FileNotFoundError naming the URL when its bucket or container does not exist. A
+        HEAD's 404 has no body, so it reads the same for a missing object and a missing bucket;
+        a listing's names which (one LIST request: only its first page is read)."""
+
+        def first_page(client: Any) -> None:
+            next(iter(self._obstore.list(client, None, chunk_size=1)), None)
+
+        self._call("", "listing", first_page)
 
     def head(self, name: str) -> RemoteObject:
         return self._call(name, "reading", lambda client: _remote_object(

@@ -55,8 +55,9 @@ _STORE_FILES: Final = ("schema.msgpack", "meta.zr", "sums.zr", "dict.zr")
 
 
 def open_destination(url: str) -> ObjectStore:
-    """The object store a write goes to; refuses a read-only scheme (https://) and names the
-    missing extra, before any work is done."""
+    """The object store a write goes to; refuses a read-only scheme (https://), names the
+    missing extra, and raises FileNotFoundError for a missing bucket or container, before any
+    work is done."""
     location = parse(url)
     if location.scheme in READ_ONLY_SCHEMES:
         raise UnsupportedURLError(
@@ -66,7 +67,11 @@ def open_destination(url: str) -> ObjectStore:
     # The writer lock's settings, refused before anything is built or sent.
     seconds_setting(LEASE_ENV, LEASE_SECONDS_DEFAULT, zero_allowed=False)
     seconds_setting(WAIT_ENV, WAIT_SECONDS_DEFAULT, zero_allowed=True)
-    return ObjectStore(location)
+    store = ObjectStore(location)
+    # A missing bucket (a typo) is refused now, not after the dataset was built on local disk
+    # (the first write, the writer lock's, would be the first request to meet it).
+    store.require_container()
+    return store
 
 
 def refuse_existing(store: ObjectStore, append: bool, overwrite: bool) -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ from loaderx.converter import from_iterator, from_numpy, recode
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import RemoteError, SchemaError, UnsupportedURLError
 
-from .conftest import RemoteRoot
+from .conftest import WRITABLE_SCHEMES, RemoteRoot
 from .gcs_server import GCSServer
 from .s3_server import S3Server
 from .test_remote_read import images
@@ -105,6 +107,35 @@ def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: 
     with pytest.raises(UnsupportedURLError, match="read only"):
         from_numpy("https://example.invalid/ds", data)
     assert not any(tmp_path.iterdir()) or sorted(p.name for p in tmp_path.iterdir()) == ["uploads"]
+
+
+@pytest.mark.parametrize("writable_root", WRITABLE_SCHEMES, indirect=True)
+def test_a_write_to_a_missing_bucket_is_refused_before_anything_is_built(
+    writable_root: RemoteRoot, upload_dir: Path
+) -> None:
+    """The check for a dataset already there was a HEAD of the manifest, whose 404 without a
+    body reads the same for a missing bucket: the whole dataset was built on local disk first,
+    and only the writer lock's upload then failed, as "no such object"."""
+    scheme = writable_root.url.split("://")[0]
+    url = f"{scheme}://loaderx-test-missing-{uuid.uuid4().hex[:12]}/ds"
+    reason = {"s3": "NoSuchBucket", "az": "ContainerNotFound"}[scheme]
+    pulled: list[int] = []
+
+    def records() -> Iterator[np.ndarray]:
+        for size in range(5):
+            pulled.append(size)
+            yield np.arange(size, dtype=np.int32)
+
+    with pytest.raises(FileNotFoundError, match=f"{url}: no such bucket or container "
+                                                f"\\(HTTP 404 Not Found, {reason}\\)"):
+        from_iterator(url, records())
+    assert pulled == []  # refused before the build
+    assert not any(upload_dir.rglob("*"))
+    with pytest.raises(FileNotFoundError, match=f"{url}: no such bucket or container"):
+        from_numpy(url, images(10, 8), append=True)
+    # A write that meets a bucket gone since the check names the bucket, not the object.
+    with pytest.raises(FileNotFoundError, match="writing .*/ds/x: no such bucket or container"):
+        ObjectStore(parse(url)).put("x", b"1")
 
 
 @pytest.mark.parametrize("setting", ["LOADERX_REMOTE_LOCK_LEASE_SECONDS=0",
