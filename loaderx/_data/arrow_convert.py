@@ -41,6 +41,7 @@ from loaderx._store.schema import Codec, check_codec, make_schema
 from loaderx._store.shard_commit import commit_shards
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._store.zrecord import Zrecord
+from loaderx.errors import UnsupportedURLError
 
 # Records copied at a time when a bytes column's parts are joined into one Zrecord.
 _COPY_RECORDS: Final = 4096
@@ -290,23 +291,53 @@ def arrow_to_datasets(
     plans = [plan_column(name, sub, opened.schema.field(name).type)
              for name, sub in chosen.items()]
     _check_plans(plans, codec)
+    if is_url(folder):
+        # Built on local disk, then each column uploaded to folder/<column> (docs/remote.md):
+        # a URL handed here (the CLI's Parquet conversion) must never become a local folder.
+        _refuse_bare_stores(folder, plans)
+        rows = write_columns_to_url(folder, overwrite, lambda local: _convert(
+            local, opened, plans, codec, False, rows_per_batch, progress, count_workers,
+            per_shard, start_method))
+        return rows, {plan.name: f"{folder.rstrip('/')}/{plan.folder}" for plan in plans}
     for plan in plans:  # every destination checked before the first byte is written
         check_destination(os.path.join(folder, plan.folder), overwrite)
+    rows = _convert(folder, opened, plans, codec, overwrite, rows_per_batch, progress,
+                    count_workers, per_shard, start_method)
+    return rows, {plan.name: os.path.join(folder, plan.folder) for plan in plans}
+
+
+def _refuse_bare_stores(url: str, plans: list[Any]) -> None:
+    """UnsupportedURLError for binary and string columns bound for a URL, before anything is
+    built or sent: each becomes a bare Zrecord, which has no schema, so neither the upload
+    (which publishes datasets) nor any reader at a URL (Zrecord takes local folders only) could
+    use it."""
+    bare = [plan.name for plan in plans if plan.kind == "bytes"]
+    if bare:
+        raise UnsupportedURLError(
+            f"{url}: columns {bare} are binary or string columns, which become bare Zrecord "
+            "stores, and a bare Zrecord cannot be stored at a URL (it has no schema, and "
+            "Zrecord opens local folders only); leave them out with columns=, or convert them "
+            "to a local folder"
+        )
+
+
+def _convert(folder: str, opened: Any, plans: list[Any], codec: Codec, overwrite: bool,
+             rows_per_batch: int | None, progress: ProgressOption, count_workers: int,
+             per_shard: int, start_method: str | None) -> int:
+    """Every planned column written under the local folder; the rows written."""
     created = not os.path.lexists(folder)
     try:
         if len(opened.parts) == 1 or count_workers == 1:
-            rows = _convert_here(folder, opened, plans, codec, overwrite, rows_per_batch,
+            return _convert_here(folder, opened, plans, codec, overwrite, rows_per_batch,
                                  progress)
-        else:
-            rows = _convert_in_workers(folder, opened, plans, codec, overwrite, rows_per_batch,
-                                       count_workers, per_shard, start_method)
+        return _convert_in_workers(folder, opened, plans, codec, overwrite, rows_per_batch,
+                                   count_workers, per_shard, start_method)
     except BaseException:
         # A null met halfway (or any failure) leaves no trace: not even the folder we made.
         if created:
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
         raise
-    return rows, {plan.name: os.path.join(folder, plan.folder) for plan in plans}
 
 
 def from_arrow(
@@ -326,7 +357,8 @@ def from_arrow(
     Numbers (bool, integers, floats) and fixed_size_lists of them become DenseDatasets;
     list / large_list columns of those RaggedDatasets (an empty list is an empty record);
     binary and string columns bare Zrecord stores, one record per value (strings as UTF-8
-    bytes). Other types (structs, dictionaries, dates, decimals) are refused (TypeError)
+    bytes; refused with UnsupportedURLError when path is a URL, where no reader opens a bare
+    Zrecord). Other types (structs, dictionaries, dates, decimals) are refused (TypeError)
     before anything is written, saying how to prepare them; a null is refused (ValueError)
     naming its column and row, and leaves every destination as it was.
 
@@ -338,11 +370,6 @@ def from_arrow(
     RecordBatchReader is read by this process only. Every column is moved into place only
     when every column has been written.
     """
-    where = fs_path(path)
-    if is_url(where):
-        return write_columns_to_url(where, overwrite, lambda local: from_arrow(
-            source, local, columns, codec, False, progress, workers, batch_rows, shard_records,
-            start_method))
     rows, _ = arrow_to_datasets(source, path, columns, codec, overwrite, progress, workers,
                                 batch_rows, shard_records, start_method)
     return rows
