@@ -102,6 +102,15 @@ def parse(url: str) -> DatasetURL:
             f"{url!r} has a query or fragment; give the dataset's URL alone (credentials and "
             "endpoints come from the environment, see docs/remote.md)"
         )
+    # Segments the client cannot take as written: it resolves "." and ".." (s3://b/a/../c
+    # would read and write s3://b/c), and refuses an empty one ("a//c") only at its first
+    # request. The one slash after the host and trailing slashes are not segments.
+    segments = parts.path[1:].split("/") if parts.path else []
+    if any(urllib.parse.unquote(segment) in ("", ".", "..") for segment in segments):
+        raise UnsupportedURLError(
+            f"{url!r} has an empty, '.' or '..' segment in its path; name the dataset's prefix "
+            "as its object keys spell it (s3://bucket/a/b, no '//', './' or '../')"
+        )
     prefix = urllib.parse.unquote(parts.path).strip("/")
     # The store's root is the bucket (or the server); the dataset lies under the URL's path.
     return DatasetURL(url.rstrip("/"), scheme, f"{scheme}://{parts.netloc}", prefix)

@@ -160,6 +160,30 @@ def test_the_cli_converts_parquet_to_a_url(
     assert objects(s3_env, s3_bucket) == before and list(work.iterdir()) == []
 
 
+@pytest.mark.parametrize("key", ["a/../c", "a/./c", "a//c", "/a"])
+def test_a_url_with_dot_or_empty_segments_is_refused_before_anything_moves(
+    s3_env: S3Server, s3_bucket: str, upload_dir: Path, tmp_path: Path, key: str
+) -> None:
+    """The client resolves "." and ".." in a URL's path, so from_numpy("s3://b/a/../c") wrote
+    the dataset to s3://b/c (and a reader of s3://b/a/../c kept it in another cache folder than
+    one of s3://b/c); an empty segment ("a//c") failed at the first request as "cannot reach".
+    Neither can name an object key as written, so both are refused."""
+    url = f"s3://{s3_bucket}/{key}"
+    with pytest.raises(UnsupportedURLError, match=r"empty, '\.' or '\.\.' segment"):
+        from_numpy(url, images(10, 8))
+    assert objects(s3_env, s3_bucket) == {}
+    with pytest.raises(UnsupportedURLError, match=r"empty, '\.' or '\.\.' segment"):
+        DenseDataset(url, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+    # A trailing slash names the same dataset, and keys with spaces, '%' or unicode are kept.
+    for odd in ("c/", "my data/100%/données"):
+        from_numpy(f"s3://{s3_bucket}/{odd}", images(10, 8))
+        with DenseDataset(f"s3://{s3_bucket}/{odd}", cache_dir=tmp_path / "cache") as ds:
+            np.testing.assert_array_equal(ds[:], images(10, 8))
+    assert {name.split("/shard-")[0] for name in objects(s3_env, s3_bucket)} >= {
+        "c", "my data/100%/données"}
+
+
 def test_urls_a_writer_cannot_take_create_nothing(s3_env: S3Server, upload_dir: Path,
                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
