@@ -146,7 +146,12 @@ class ObjectStore:
                         self.location.url, retry_config=_retry_config(), client_options=options
                     )
                 except Exception as exc:
-                    raise RemoteError(f"cannot reach {self.location.url}: {exc}") from exc
+                    # Only the settings are checked here (no request is sent): a key pair
+                    # missing half, an account not named. Say which variables to set.
+                    raise RemoteError(
+                        f"cannot set up the client for {self.location.url}: {_first_line(exc)}; "
+                        f"{_SETUP_HINTS.get(self.location.scheme, _SETUP_HINT_OTHER)}"
+                    ) from exc
                 self._client_pid = _runtime_pid = os.getpid()
             return self._client
 
@@ -312,6 +317,22 @@ class ObjectStore:
 
     def names(self) -> Iterator[str]:
         return (found.name for found in self.list())
+
+
+# What each cloud's client reads from the environment (docs/remote.md, Set-up), for an error
+# in its settings.
+_AWS_HINT: Final = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (both, with "
+                    "AWS_SESSION_TOKEN for temporary ones), and AWS_ENDPOINT_URL for an "
+                    "S3-compatible server, or give the machine a role")
+_AZURE_HINT: Final = ("set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
+                      "AZURE_STORAGE_SAS_TOKEN (or use a managed identity)")
+_SETUP_HINTS: Final = {
+    "s3": _AWS_HINT, "s3a": _AWS_HINT,
+    "gs": "set GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS (a service account's "
+          "key file)",
+    "az": _AZURE_HINT, "azure": _AZURE_HINT, "abfs": _AZURE_HINT, "abfss": _AZURE_HINT,
+}
+_SETUP_HINT_OTHER: Final = "check the URL and the store's settings in the environment"
 
 
 def _refuse_forked(url: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.errors import RemoteError
 
 from .azurite_server import AzuriteServer, account_sas
 from .credential_env import point_aws_at
@@ -133,3 +134,25 @@ def test_azure_credentials_without_a_permission_are_refused_at_the_request_that_
         with pytest.raises(PermissionError, match=f"reading {url}/[^:]+{denied}"):
             reader(url, cache_dir=tmp_path / "list-only")
         assert time.monotonic() - started < PROMPT_S
+
+
+@pytest.mark.parametrize("missing", ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"])
+def test_half_a_key_pair_names_the_variables_to_set(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    missing: str
+) -> None:
+    """A key pair missing its secret (or its id) made the client's setup fail with "cannot
+    reach <url>: Generic S3 error: Missing SecretAccessKey" and obstore's multi-line debug
+    dump: nothing was unreachable, and no variable was named."""
+    monkeypatch.setenv("LOADERX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOADERX_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.delenv(missing)
+    url = f"s3://{s3_bucket}/ds"
+    for attempt in (lambda: DenseDataset(url), lambda: from_numpy(url, images(4, 8))):
+        with pytest.raises(RemoteError) as refused:
+            attempt()
+        message = str(refused.value)
+        assert message.startswith(f"cannot set up the client for {url}: ")
+        assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in message
+        assert "\n" not in message and "Debug source" not in message
+    assert s3_env.objects(s3_bucket) == {}
