@@ -42,7 +42,7 @@ from loaderx._loading.process_workers import (
     refuse_fork_over_urls,
 )
 from loaderx._loading.ragged_batch import RaggedStream
-from loaderx._loading.ragged_layout import Layout, ragged_layouts
+from loaderx._loading.ragged_layout import Layout, extra_key, ragged_layouts
 
 __all__ = ["MixtureLoader"]
 
@@ -204,6 +204,14 @@ class MixtureLoader(LoaderShell):
                                   [d for source in sources for d in source.values()])
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
+        # The sources are written last: a ragged stream's cu_seqlens or mask of the same key
+        # would have been replaced by them without a word.
+        for name, layout in self._layouts.items():
+            if source_key == extra_key(name, layout):
+                raise ValueError(
+                    f"source_key {source_key!r} is also a key of the batch: ragged stream "
+                    f"{name!r}'s {'cu_seqlens' if layout is None else 'mask'}"
+                )
         self._sampler = MixtureSampler(lengths, weights, batch_size, seed, shard)
         self._sources = [dict(source) for source in sources]
         self._identities: list[dict[str, str]] | None = None

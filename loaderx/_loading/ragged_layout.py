@@ -102,6 +102,12 @@ def _layout(entry: object, where: str) -> Layout:
     raise TypeError(f"{where} must be 'packed' or a loaderx.dataloader.Padding, not {entry!r}")
 
 
+def extra_key(name: str, layout: Layout) -> str:
+    """The batch key a ragged stream adds beside its own: its cu_seqlens when packed, its mask
+    when padded."""
+    return name + (CU_SEQLENS_SUFFIX if layout is None else MASK_SUFFIX)
+
+
 def ragged_layouts(streams: Mapping[str, DatasetBase], ragged: object) -> dict[str, Layout]:
     """The layout of every ragged stream from a loader's `ragged=` argument: None or "packed"
     (all packed), a Padding (all padded), or a dict stream name -> either (the rest packed).
@@ -125,11 +131,12 @@ def ragged_layouts(streams: Mapping[str, DatasetBase], ragged: object) -> dict[s
             raise ValueError(f"stream {name!r} has rows of 0 bytes: its record lengths are unknown")
         if layout is not None:
             padding_value(layout.value, dataset.dtype)  # a ValueError naming the value
-        extra = name + (CU_SEQLENS_SUFFIX if layout is None else MASK_SUFFIX)
+        extra = extra_key(name, layout)
         if extra in keys:
             raise ValueError(f"the batch key {extra!r} of ragged stream {name!r} is also a stream")
         keys.add(extra)
     return layouts
 
 
-__all__ = ["CU_SEQLENS_SUFFIX", "MASK_SUFFIX", "PACKED", "Layout", "Padding", "ragged_layouts"]
+__all__ = ["CU_SEQLENS_SUFFIX", "MASK_SUFFIX", "PACKED", "Layout", "Padding", "extra_key",
+           "ragged_layouts"]

@@ -449,3 +449,20 @@ def test_mixture_of_ragged_sources(tmp_path: Path) -> None:
         for source in sources:
             for dataset in source.values():
                 dataset.close()
+
+
+def test_a_mixture_refuses_a_source_key_that_is_a_ragged_streams_key(tokens: RaggedDataset) -> None:
+    """source_key names the batch key of each row's source: one equal to a ragged stream's
+    cu_seqlens or mask key would have replaced those offsets or that mask with source numbers
+    (the sources are written last), so it is refused as a stream name is."""
+    for layout, key in ((None, "tokens.cu_seqlens"), (Padding(LONGEST), "tokens.mask")):
+        with pytest.raises(ValueError, match=f"source_key '{key}' is also a key of the batch"):
+            MixtureLoader([{"tokens": tokens}], [1.0], batch_size=4, source_key=key,
+                          ragged=layout)
+    # The other ragged key is free: a padded batch holds no cu_seqlens, a packed one no mask.
+    with MixtureLoader([{"tokens": tokens}], [1.0], batch_size=4, source_key="tokens.mask",
+                       seed=2) as loader:
+        batch = next(loader)
+        assert batch["tokens.mask"].tolist() == [0, 0, 0, 0]
+        check_packed(batch, "tokens", tokens, loader.sampler.batch(0)[1])
+
