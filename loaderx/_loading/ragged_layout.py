@@ -122,6 +122,13 @@ def ragged_layouts(streams: Mapping[str, DatasetBase], ragged: object) -> dict[s
         layouts = {name: _layout(ragged.get(name), f"ragged[{name!r}]") for name in names}
     else:
         every = _layout(ragged, "ragged")
+        if every is not None and not names:
+            # As a dict naming a dense stream is refused: the batch would lack the padded
+            # arrays and masks asked for, and nothing would say why.
+            raise ValueError(
+                f"ragged={every!r} pads the ragged streams, but no stream is ragged "
+                f"(streams: {', '.join(map(repr, streams))})"
+            )
         layouts = {name: every for name in names}
     keys = set(streams)
     for name, layout in layouts.items():

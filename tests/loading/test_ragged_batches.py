@@ -466,3 +466,16 @@ def test_a_mixture_refuses_a_source_key_that_is_a_ragged_streams_key(tokens: Rag
         assert batch["tokens.mask"].tolist() == [0, 0, 0, 0]
         check_packed(batch, "tokens", tokens, loader.sampler.batch(0)[1])
 
+
+
+def test_a_padding_with_no_ragged_stream_is_refused(labels: DenseDataset) -> None:
+    """A Padding pads the ragged streams; with none among the streams it would do nothing,
+    and the batch would lack the padded arrays and masks asked for, so it is refused as a
+    dict naming a dense stream is."""
+    with pytest.raises(ValueError, match="no stream is ragged"):
+        DataLoader({"label": labels}, batch_size=4, ragged=Padding(8))
+    with pytest.raises(ValueError, match="no stream is ragged"):
+        MixtureLoader([{"label": labels}], [1.0], batch_size=4, ragged=Padding())
+    for packed in (None, "packed"):  # packed is every ragged stream's default: nothing to refuse
+        with DataLoader({"label": labels}, batch_size=4, ragged=packed, mode="sequential") as loader:
+            assert next(loader)["label"].tolist() == [0, 3, 6, 9]
