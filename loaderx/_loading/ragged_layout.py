@@ -95,7 +95,9 @@ Layout = Padding | None  # None: packed
 
 
 def _layout(entry: object, where: str) -> Layout:
-    if entry is None or entry == PACKED:
+    # Compared only as a str: a NumPy array's == is elementwise, so ["packed"] passed for
+    # "packed" and two elements raised NumPy's ambiguous truth value instead of this TypeError.
+    if entry is None or (isinstance(entry, str) and entry == PACKED):
         return None
     if isinstance(entry, Padding):
         return entry

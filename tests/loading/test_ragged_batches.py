@@ -479,3 +479,16 @@ def test_a_padding_with_no_ragged_stream_is_refused(labels: DenseDataset) -> Non
     for packed in (None, "packed"):  # packed is every ragged stream's default: nothing to refuse
         with DataLoader({"label": labels}, batch_size=4, ragged=packed, mode="sequential") as loader:
             assert next(loader)["label"].tolist() == [0, 3, 6, 9]
+
+
+def test_a_layout_is_compared_as_a_string_only(tokens: RaggedDataset) -> None:
+    """ragged= takes "packed" or a Padding: an array of strings is refused by type, not taken
+    for "packed" when it holds one (NumPy's == gives an array, true when its one element is)
+    or refused by NumPy's ambiguous truth value when it holds two."""
+    for layout in (np.array(["packed"]), np.array(["packed", "packed"])):
+        with pytest.raises(TypeError, match="'packed' or a loaderx.dataloader.Padding"):
+            DataLoader({"tokens": tokens}, batch_size=4, ragged=layout)
+        with pytest.raises(TypeError, match=r"ragged\['tokens'\] must be 'packed'"):
+            DataLoader({"tokens": tokens}, batch_size=4, ragged={"tokens": layout})
+    with DataLoader({"tokens": tokens}, batch_size=2, ragged=np.str_("packed"), seed=1) as loader:
+        check_packed(next(loader), "tokens", tokens, loader.indices(0))
