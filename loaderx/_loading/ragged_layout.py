@@ -21,11 +21,18 @@ CU_SEQLENS_SUFFIX: Final = ".cu_seqlens"
 MASK_SUFFIX: Final = ".mask"
 
 
+# A padded length is a dimension of a NumPy array (an intp): a longer one only failed later,
+# with an OverflowError about a C long from the loader.
+_LENGTH_MAX: Final = 2**63 - 1
+
+
 def _positive(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
+    if value > _LENGTH_MAX:
+        raise ValueError(f"{name} must be at most 2**63 - 1 (an array dimension), got {value}")
     return int(value)
 
 

@@ -492,3 +492,12 @@ def test_a_layout_is_compared_as_a_string_only(tokens: RaggedDataset) -> None:
             DataLoader({"tokens": tokens}, batch_size=4, ragged={"tokens": layout})
     with DataLoader({"tokens": tokens}, batch_size=2, ragged=np.str_("packed"), seed=1) as loader:
         check_packed(next(loader), "tokens", tokens, loader.indices(0))
+
+
+@pytest.mark.parametrize("kwargs", [{"length": 2**63}, {"buckets": (8, 2**70)}])
+def test_padding_refuses_a_length_no_array_dimension_can_have(kwargs: dict[str, Any]) -> None:
+    """A padded array's length is a NumPy dimension (at most 2**63 - 1): a longer one is refused
+    by Padding itself, not later by an OverflowError about a C long from the loader."""
+    with pytest.raises(ValueError, match=r"at most 2\*\*63 - 1"):
+        Padding(**kwargs)
+    assert Padding(2**63 - 1).length == 2**63 - 1
