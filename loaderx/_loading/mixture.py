@@ -41,7 +41,7 @@ from loaderx._loading.process_workers import (
     default_start_method,
     refuse_fork_over_urls,
 )
-from loaderx._loading.ragged_batch import RaggedStream
+from loaderx._loading.ragged_batch import RaggedStream, longest_rows
 from loaderx._loading.ragged_layout import Layout, extra_key, ragged_layouts
 
 __all__ = ["MixtureLoader"]
@@ -106,6 +106,16 @@ class _MixtureMaker:
         self.transform = loader.transform
         self.source_key = loader.source_key
         self.layouts = loader.layouts
+        # With shard=, a padded stream whose length depends on the batch pads to the longest
+        # record of the whole global batch (loaderx._loading.ragged_batch): its sampler, whose
+        # rows are the hosts' rows in another order.
+        sampler = self.sampler
+        self.whole: MixtureSampler | None = None
+        if sampler.shard[1] > 1 and any(
+            layout is not None and layout.length is None for layout in self.layouts.values()
+        ):
+            self.whole = MixtureSampler(sampler.lengths, sampler.weights,
+                                        sampler.global_batch_size, sampler.seed)
 
     def maker(self, first_step: int) -> _MixtureMaker:
         return self
@@ -114,10 +124,15 @@ class _MixtureMaker:
         sources, indices = self.sampler.batch(step)
         counts = np.bincount(sources, minlength=len(self.sources)).tolist()
         batch: dict[str, npt.NDArray[Any]] = {}
+        everyone = None if self.whole is None else self.whole.batch(step)
         for name in self.names:
             reference = self.sources[0][name]
             if isinstance(reference, RaggedDataset):
-                self._gather_ragged(name, reference, counts, indices, batch)
+                layout = self.layouts[name]
+                longest = -1
+                if everyone is not None and layout is not None and layout.length is None:
+                    longest = self._longest(name, *everyone)
+                self._gather_ragged(name, reference, counts, indices, batch, longest)
                 continue
             out = np.empty((self.batch_size, *reference.item_shape), dtype=reference.dtype)
             row = 0
@@ -139,8 +154,19 @@ class _MixtureMaker:
             )
         return result
 
+    def _longest(self, name: str, sources: npt.NDArray[Any],
+                 indices: npt.NDArray[np.int64]) -> int:
+        """The rows of the longest record of stream `name` among the global batch's rows."""
+        longest = 0
+        for source in np.unique(sources).tolist():
+            dataset = self.sources[source][name]
+            assert isinstance(dataset, RaggedDataset)
+            longest = max(longest, longest_rows(dataset, indices[sources == source]))
+        return longest
+
     def _gather_ragged(self, name: str, reference: RaggedDataset, counts: list[int],
-                       indices: npt.NDArray[np.int64], batch: dict[str, Any]) -> None:
+                       indices: npt.NDArray[np.int64], batch: dict[str, Any],
+                       longest: int) -> None:
         """Ragged stream `name` of a step: one gather per source into one packed buffer, in new
         arrays (the mixture's batches are always the consumer's)."""
         parts = []
@@ -152,7 +178,7 @@ class _MixtureMaker:
                 parts.append((dataset, indices[row : row + count]))
                 row += count
         stream = RaggedStream(name, reference, self.layouts[name], self.batch_size, 1)
-        stream.gather(parts, 0, False, batch)
+        stream.gather(parts, 0, False, batch, longest)
 
 
 class MixtureLoader(LoaderShell):

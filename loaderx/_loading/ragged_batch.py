@@ -17,6 +17,13 @@ array, repeats the padding row after it and writes the mask. A buffer too small 
 makes either call copy nothing and say what it needs; the step then makes a buffer that big and
 a quarter more, and calls again.
 
+With shard=, a length picked per batch (Padding() or buckets) is picked from the whole global
+batch, not this host's part of it: the maker reads the lengths of the global batch's records
+(longest_rows) and passes the longest to gather, so every host pads a step to one length, and
+the hosts' batches put together are the global batch, as with dense streams (a data-parallel
+step needs one shape on every host). A record too long for the padding then fails that step on
+every host, not only on the one that read it.
+
 A mixture's step sizes every source first (record_offsets), then gathers each into its part of
 one packed buffer; padded, a second native call (loaderx._native.padded_batch.pad_rows) copies
 each record of that buffer into its row of the padded array. (A call per source into the padded
@@ -114,6 +121,14 @@ def gather_packed(parts: Sequence[Part], offsets: npt.NDArray[np.uint64],
     )
 
 
+def longest_rows(dataset: RaggedDataset, indices: npt.NDArray[np.int64]) -> int:
+    """The rows of the longest record of indices (0 for none): what a host pads a step to when
+    indices are the whole global batch (module doc)."""
+    if len(indices) == 0:
+        return 0
+    return int(dataset.lengths(indices).max())
+
+
 def _fit(held: Buffer | None, size: int) -> Buffer:
     """held when it has room for size bytes, else a new buffer with a quarter to spare, so that
     batches a little longer than the last do not allocate again. (A loader's first step asks
@@ -192,6 +207,9 @@ class RaggedStream:
             self._pad_row = row.reshape(-1).view(_UINT8)
             allowed = (layout.length,) if layout.length is not None else layout.buckets
             self._lengths = np.array(allowed or (), dtype=_UINT64)
+        # Whether the padded length depends on the batch (Padding() or buckets), so that a
+        # sharded loader's maker passes gather the global batch's longest record.
+        self.picks_length: bool = layout is not None and layout.length is None
         # The largest padded buffer and mask made so far, what a new one starts at.
         self._padded_capacity: int = 0
         self._mask_capacity: int = 0
@@ -212,12 +230,14 @@ class RaggedStream:
             slots.append(None)
 
     def gather(self, parts: Sequence[Part], slot: int, reusable: bool,
-               batch: dict[str, Any]) -> None:
+               batch: dict[str, Any], longest: int = -1) -> None:
         """The stream's arrays of a step into batch: the records of every part (a dataset of
         the stream's dtype and item shape, and indices into it) in order, written into slot's
-        buffers when `reusable` (nothing else references them), else into new ones."""
+        buffers when `reusable` (nothing else references them), else into new ones. Padded,
+        `longest` (when >= 0) is the longest record of the whole global batch, which then
+        picks the length instead of these records (module doc)."""
         if self.layout is not None and len(parts) == 1:
-            self._gather_padded(parts[0], slot, reusable, batch)
+            self._gather_padded(parts[0], slot, reusable, batch, longest)
             return
         offsets = self._offsets[slot]
         packed = self.layout is None
@@ -237,7 +257,7 @@ class RaggedStream:
             buffer = gather_packed(parts, offsets, cu, self.name, self._buffers_after(held))
         self._packed[slot] = buffer
         if self.layout is not None:
-            self._pad(buffer, cu, slot, reusable, batch)
+            self._pad(buffer, cu, slot, reusable, batch, longest)
             return
         values = buffer[: int(offsets[-1])].view(self._dtype)
         # Records of single values (tokens) are already (rows,): a reshape would cost a
@@ -263,7 +283,7 @@ class RaggedStream:
         return np.empty(self._capacity, dtype=_UINT8)
 
     def _gather_padded(self, part: Part, slot: int, reusable: bool,
-                       batch: dict[str, Any]) -> None:
+                       batch: dict[str, Any], longest: int) -> None:
         """A DataLoader's padded step: one native call (gather_padded) into slot's buffers, or
         new ones, that sizes the batch, picks its length and copies every record into its row.
         When the buffers are too small it copies nothing and says the length; the step then
@@ -278,6 +298,12 @@ class RaggedStream:
             rows = np.empty(count + 1, dtype=_UINT64)
         row_size = dataset.row_size
         lengths = self._lengths
+        if longest >= 0:
+            # The global batch's length (module doc), the only one allowed; 0 (every record
+            # empty) is what the batch's own longest gives too, with no length to allow.
+            length = layout.target(longest)
+            if length > 0:
+                lengths = np.array((length,), dtype=_UINT64)
         out = self._padded[slot] if reusable else None
         mask = self._mask[slot] if reusable else None
         if out is None:
@@ -311,14 +337,14 @@ class RaggedStream:
         batch[self.name + MASK_SUFFIX] = mask[:cells].view(np.bool_).reshape(count, length)
 
     def _pad(self, packed: Buffer, cu: npt.NDArray[np.int32], slot: int, reusable: bool,
-             batch: dict[str, Any]) -> None:
+             batch: dict[str, Any], longest: int) -> None:
         """The step's records (packed, at the rows cu gives) padded into slot's buffers, or new
-        ones, in one native call."""
+        ones, in one native call; to the length `longest` picks when >= 0 (gather)."""
         layout = self.layout
         pad_row = self._pad_row
         assert layout is not None and pad_row is not None
         count = self._batch_size
-        length = layout.target(int(np.diff(cu).max()))
+        length = layout.target(max(int(np.diff(cu).max()), longest))
         dataset = self.dataset
         size = count * length * dataset.row_size
         padded = _fit(self._padded[slot] if reusable else None, size)
@@ -331,4 +357,4 @@ class RaggedStream:
         batch[self.name + MASK_SUFFIX] = mask_bytes[: count * length].view(np.bool_).reshape(count, length)
 
 
-__all__ = ["RaggedStream", "gather_packed", "pad_into", "row_offsets"]
+__all__ = ["RaggedStream", "gather_packed", "longest_rows", "pad_into", "row_offsets"]

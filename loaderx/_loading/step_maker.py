@@ -14,7 +14,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Final, SupportsIndex
+from typing import Any, Final, SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +24,9 @@ from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_shell import Batch
 from loaderx._loading.prefetch import Prefetcher
-from loaderx._loading.ragged_batch import RaggedStream
+from loaderx._loading.ragged_batch import RaggedStream, longest_rows
 from loaderx._loading.ragged_layout import Layout
-from loaderx._loading.sampler import Sampler
+from loaderx._loading.sampler import Mode, Sampler
 from loaderx._native.calls import NativeCalls, StreamsCall, address
 from loaderx._native.library import GATHER_STREAMS_MAX
 from loaderx._os.kept_locks import release_kept
@@ -132,6 +132,12 @@ class StepMaker:
                 self._plan.append((name, len(self._names)))
                 self._names.append(name)
                 self._datasets.append(dataset)
+        # With shard=, a padded stream whose length depends on the batch pads to the longest
+        # record of the whole global batch (loaderx._loading.ragged_batch): its sampler.
+        self._global: Sampler | None = None
+        if sampler.shard_count > 1 and any(stream.picks_length for stream in self._ragged):
+            self._global = Sampler(sampler.length, sampler.global_batch_size,
+                                   mode=cast(Mode, sampler.mode), seed=sampler.seed)
         self._shapes: list[tuple[int, ...]] = [
             (batch_size, *dataset.item_shape) for dataset in self._datasets
         ]
@@ -304,7 +310,7 @@ class StepMaker:
         names = self._names
         batch: dict[str, npt.NDArray[Any]] = {}
         if self._ragged:
-            self._gather_ragged(indices, slot, released, batch)
+            self._gather_ragged(step, indices, slot, released, batch)
         else:
             for i in range(len(names)):
                 batch[names[i]] = self._output(i, slot, released)
@@ -314,18 +320,25 @@ class StepMaker:
                 datasets[i].gather_into(indices, batch[names[i]])
         return batch
 
-    def _gather_ragged(self, indices: npt.NDArray[np.int64], slot: int, released: bool,
-                       batch: dict[str, npt.NDArray[Any]]) -> None:
+    def _gather_ragged(self, step: int, indices: npt.NDArray[np.int64], slot: int,
+                       released: bool, batch: dict[str, npt.NDArray[Any]]) -> None:
         """The dense streams' arrays of `slot` into batch and every ragged stream gathered, in
         the streams' order (the dense ones are gathered after, by the caller)."""
         reuse = self._reuse_buffers or released
+        everyone: npt.NDArray[np.int64] | None = None  # the global batch's indices, when needed
         for name, position in self._plan:
             if position >= 0:
                 batch[name] = self._output(position, slot, released)
                 continue
             stream = self._ragged[-1 - position]
             parts = [(stream.dataset, indices)]
-            stream.gather(parts, slot, reuse or self._ragged_released(stream, slot), batch)
+            longest = -1
+            if self._global is not None and stream.picks_length:
+                if everyone is None:
+                    everyone = self._global.batch(step)
+                longest = longest_rows(stream.dataset, everyone)
+            stream.gather(parts, slot, reuse or self._ragged_released(stream, slot), batch,
+                          longest)
 
     def _gather_together(self, slot: int) -> bool:
         """Every stream of `slot` in one native call (self._together): True once done; False

@@ -501,3 +501,64 @@ def test_padding_refuses_a_length_no_array_dimension_can_have(kwargs: dict[str, 
     with pytest.raises(ValueError, match=r"at most 2\*\*63 - 1"):
         Padding(**kwargs)
     assert Padding(2**63 - 1).length == 2**63 - 1
+
+
+@pytest.mark.parametrize("padding", [Padding(value=-1), Padding(buckets=(1024, 2048, 3072, 4096))],
+                         ids=["longest", "buckets"])
+def test_hosts_pad_to_the_length_of_the_global_batch(tokens: RaggedDataset,
+                                                     padding: Padding) -> None:
+    """With shard=, a length picked per batch (the longest record, or the bucket holding it) is
+    picked from the whole global batch, so every host pads a step to the same length and the
+    hosts' batches put together are the global batch, as dense streams are: hosts of a
+    data-parallel step must hand the model arrays of one shape (a global jax.Array, or one
+    compiled shape per bucket on every host)."""
+    hosts = [DataLoader({"tokens": tokens}, batch_size=4, seed=3, shard=(i, 3), ragged=padding)
+             for i in range(3)]
+    single = DataLoader({"tokens": tokens}, batch_size=12, seed=3, ragged=padding)
+    try:
+        for step in range(3 * TOKENS // 12):
+            whole = next(single)
+            parts = [next(host) for host in hosts]
+            for key in ("tokens", "tokens.mask"):
+                joined = np.concatenate([part[key] for part in parts])
+                assert joined.shape == whole[key].shape
+                assert joined.tobytes() == whole[key].tobytes()
+            length = whole["tokens"].shape[1]
+            for host, part in zip(hosts, parts):
+                check_padded(part, "tokens", tokens, host.indices(step), length, padding.value)
+    finally:
+        for loader in (*hosts, single):
+            loader.close()
+
+
+def test_mixture_hosts_pad_to_the_length_of_the_global_batch(tmp_path: Path) -> None:
+    """A mixture's hosts pad each step to the length its whole global batch needs (their rows
+    come in another order than a single host's, so the shapes and records are compared)."""
+    sources = []
+    for s, count in enumerate((70, 50)):
+        ragged = RaggedDataset(tmp_path / f"t{s}", dtype=np.int32)
+        ragged.append(token_records(count, seed=30 + s, longest=700))
+        sources.append({"tokens": ragged})
+    try:
+        for padding in (Padding(value=-1), Padding(buckets=(16, 128, 1024), value=-1)):
+            hosts = [MixtureLoader(sources, [0.5, 0.5], batch_size=3, seed=4, shard=(i, 2),
+                                   source_key="source", ragged=padding) for i in range(2)]
+            single = MixtureLoader(sources, [0.5, 0.5], batch_size=6, seed=4, ragged=padding)
+            try:
+                for step in range(20):
+                    length = next(single)["tokens"].shape[1]
+                    for host in hosts:
+                        batch = next(host)
+                        assert batch["tokens"].shape == (3, length)
+                        chosen, indices = host.sampler.batch(step)
+                        for i, (c, index) in enumerate(zip(chosen, indices)):
+                            record = sources[c]["tokens"][int(index)]
+                            assert batch["tokens"][i, : len(record)].tolist() == record.tolist()
+                            assert (batch["tokens"][i, len(record) :] == -1).all()
+                            assert batch["tokens.mask"][i].sum() == len(record)
+            finally:
+                for loader in (*hosts, single):
+                    loader.close()
+    finally:
+        for source in sources:
+            source["tokens"].close()
