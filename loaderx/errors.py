@@ -80,19 +80,21 @@ class StateMismatchError(LoaderxError, ValueError):
 
 
 class WorkerError(LoaderxError, RuntimeError):
-    """A worker process of a parallel conversion failed or died; the destination is unchanged.
+    """A worker process failed or died: one of a parallel conversion (the destination is
+    unchanged) or one of a loader's (loaderx.dataloader.WorkerError, a subclass).
 
-    `worker` is the failed worker's index; the message names its part and its cause (the
-    exception with the worker's traceback, or the signal that killed it).
+    `worker` is a conversion's failed worker's index, or None for a loader's, whose message
+    names the step instead; the message names the cause (the exception with the worker's
+    traceback, or the signal that killed it).
     """
 
-    worker: int
+    worker: int | None
 
-    def __init__(self, worker: int, message: str) -> None:
+    def __init__(self, worker: int | None, message: str) -> None:
         super().__init__(message)
         self.worker = worker
 
-    def __reduce__(self) -> tuple[type[WorkerError], tuple[int, str]]:
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[int | None, str]]:
         return (type(self), (self.worker, str(self)))
 
 

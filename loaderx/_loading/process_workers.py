@@ -61,6 +61,7 @@ from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_ba
 from loaderx._loading.step_maker import StepMaker
 from loaderx._os.deferred_interrupt import sigint_deferred
 from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx import errors
 from loaderx.errors import RemoteError
 
 Batch = dict[str, Any]
@@ -79,9 +80,17 @@ class Recipe(Protocol):
     def maker(self, first_step: int) -> Maker: ...
 
 
-class WorkerError(RuntimeError):
+class WorkerError(errors.WorkerError):
     """A worker process failed: its transform raised (the message holds its traceback), or
-    the process itself died."""
+    the process itself died. A loaderx.errors.WorkerError, so that one `except` catches the
+    failures of a loader's workers and of a conversion's, as docs/guide.md promises; its
+    `worker` is None, since the message names the step to restart from."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(None, message)
+
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[str]]:  # type: ignore[override]
+        return (type(self), (str(self),))
 
 
 class RemoteWorkerError(WorkerError, RemoteError):
