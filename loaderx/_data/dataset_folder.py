@@ -12,10 +12,12 @@ from loaderx._os.folder_swap import interrupted_swap, recover
 from loaderx._os.paths import is_file
 from loaderx._store.schema import (
     Schema,
+    check_codec,
     has_schema,
     make_schema,
     read_schema,
     require_same,
+    resolve_dict_size,
     schema_path,
     write_schema,
 )
@@ -121,6 +123,11 @@ def create_schema(
     if dtype is None:
         if item_shape is not None:
             raise TypeError("item_shape was given without dtype; a new dataset needs both")
+        # Opening uses the stored codec and dictionary size, but a name that is none (a typo
+        # such as "gzip") is still refused, as Zrecord refuses it: it must not pass for a
+        # setting.
+        check_codec(codec)
+        resolve_dict_size(dict_size)
         return None
     return make_schema(kind, dtype, () if item_shape is None else item_shape, codec, dict_size)
 

@@ -132,3 +132,23 @@ def test_opening_a_missing_dataset_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="pass create=True"):
         zrecord.Zrecord(tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize("kind", [DenseDataset, RaggedDataset])
+def test_opening_refuses_an_unknown_codec_or_dict_size(tmp_path: Path, kind: type) -> None:
+    """Only opening (no dtype=), a dataset took codec="gzip" or dict_size="huge" without a word,
+    though the guide says an unknown codec is a ValueError listing the valid names (and
+    Zrecord refuses it when opening): a typo must not pass for a setting."""
+    kind(tmp_path / "d", dtype=np.uint8, item_shape=(2,)).close()
+    with pytest.raises(ValueError, match=r"^codec must be one of 'raw', 'zstd', 'zstd_dict'; "
+                                         r"got 'gzip'$"):
+        kind(tmp_path / "d", codec="gzip")
+    with pytest.raises(ValueError, match=r"^dict_size must be one of 'small', 'balanced', 'max' "
+                                         r"or a byte count; got 'huge'$"):
+        kind(tmp_path / "d", dict_size="huge")
+    with pytest.raises(ValueError, match=r"^dict_size 10 is under the 1024-byte minimum$"):
+        kind(tmp_path / "d", codec="zstd_dict", dict_size=10)
+    # Valid settings that differ from the stored ones are not compared without dtype=: the
+    # stored schema is used.
+    with kind(tmp_path / "d", codec="raw", dict_size="max") as ds:
+        assert ds.codec == "zstd" and ds.dict_size == 0
