@@ -107,6 +107,11 @@ def _weight(weight: object, position: int) -> float:
 
 def _float_weights(weights: Sequence[float]) -> list[float]:
     """The weights as floats, each checked (_weight)."""
+    if isinstance(weights, (str, bytes, bytearray)):
+        # Sequences too, of characters or of ints: bytes would pass as numbers byte by byte.
+        raise TypeError(
+            f"weights must be a sequence of numbers, one per source, not {type(weights).__name__}"
+        )
     return [_weight(weight, position) for position, weight in enumerate(weights)]
 
 

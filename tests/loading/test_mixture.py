@@ -101,6 +101,21 @@ def test_weights_must_be_numbers(sources: list[dict[str, DenseDataset]]) -> None
     assert shares(numbers) == shares([0.5, 3, 1.5])  # type: ignore[arg-type]
 
 
+def test_weights_given_as_text_or_bytes_are_refused(sources: list[dict[str, DenseDataset]]) -> None:
+    # b"\x03\x01" is a sequence of ints, so weights=b"..." mixed 3:1 without a word although a
+    # bytes weight is refused; a str of digits only failed on its first character.
+    for bad, kind in ((b"\x03\x01", "bytes"), (bytearray(b"\x03\x01"), "bytearray"),
+                      ("31", "str")):
+        message = f"^weights must be a sequence of numbers, one per source, not {kind}$"
+        with pytest.raises(TypeError, match=message):
+            shares(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=message):
+            MixtureSampler([10, 10], bad, 8)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^weights must be a sequence of numbers, one per "
+                                        "source, not bytes$"):
+        MixtureLoader(sources[:2], b"\x03\x01", 8)  # bytes is a Sequence[int]: mypy takes it
+
+
 def test_per_batch_counts_follow_the_weights() -> None:
     """Counts are deterministic, not sampled: each batch is within 3 rows of G * w_i, and the
     running total within 8 rows of its share, for 40 random mixtures (fixed seed).
