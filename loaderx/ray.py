@@ -83,6 +83,31 @@ def _refuse_hidden(mapping: dict[str, str]) -> None:
 # --- one column's shards inside one write task ------------------------------------------------
 
 
+def _nested(value: Any) -> Any:
+    """One row as one array. Ray gives an Arrow list column as an object array holding each
+    row's array, and a list of lists as object arrays of such arrays: those are stacked, so a
+    fixed-size list becomes a fixed-shape sample. Anything else is left to the dataset's own
+    checks (which refuse strings and objects)."""
+    if not isinstance(value, np.ndarray) or value.dtype != object or len(value) == 0:
+        return value
+    return _stacked(value)
+
+
+def _stacked(values: Any) -> Any:
+    """The rows in values (an object array of per-row arrays, or an array already) as one
+    array; rows of different shapes raise ValueError naming two of them."""
+    if not isinstance(values, np.ndarray) or values.dtype != object or len(values) == 0:
+        return values
+    rows = [np.asarray(_nested(v)) for v in values]
+    shapes = {row.shape for row in rows}
+    if len(shapes) > 1:
+        first, other = sorted(shapes)[:2]
+        raise ValueError(f"rows of different shapes ({first} and {other}) cannot be stored "
+                         "as fixed-shape samples")
+    return np.stack(rows)
+
+
+
 class _ColumnWriter:
     """Appends one column's values to shard folders of at most shard_records records each."""
 
@@ -110,7 +135,12 @@ class _ColumnWriter:
             raise type(exc)(f"column {self.column!r}: {exc}") from exc
 
     def add(self, values: Any) -> None:
-        rows: Any = list(values) if self.ragged else np.ascontiguousarray(values)
+        try:
+            rows: Any = ([_nested(v) for v in values] if self.ragged
+                         else np.ascontiguousarray(_stacked(values)))
+        except ValueError as exc:
+            hint = "" if self.ragged else f"; pass ragged=[{self.column!r}] to keep each length"
+            raise ValueError(f"column {self.column!r}: {exc}{hint}") from exc
         offset = 0
         while offset < len(rows):
             if self.current is None or len(self.current) >= self.shard_records:
