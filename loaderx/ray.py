@@ -301,6 +301,8 @@ def write_dataset(ds: ray.data.Dataset, path: PathArg,
     existing datasets (in every column or, on a failure, in none) instead of creating path.
     """
     chosen = columns if columns is not None else ds.columns()
+    if chosen is None:  # Ray knows no schema for a dataset without rows
+        raise ValueError("the Ray dataset has no rows (and so no columns): nothing to write")
     where = fs_path(path)
     if is_url(where):
         # Built on local disk, then each column uploaded to where/<column> (docs/remote.md).

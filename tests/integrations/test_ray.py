@@ -543,3 +543,14 @@ def test_a_dense_list_column_of_several_lengths_names_ragged(tmp_path: Path) -> 
         write_dataset(ds, str(web))
     assert not web.exists()
     assert hidden_beside(web) == []
+
+
+def test_an_empty_dataset_is_refused_with_or_without_columns(tmp_path: Path) -> None:
+    """A Ray dataset with no rows has no schema, so ds.columns() is None: columns=None used to
+    fail with "TypeError: 'NoneType' object is not iterable". Both ways now say why."""
+    web = tmp_path / "web"
+    for columns in (None, ["id"]):
+        with pytest.raises(ValueError, match="no rows"):
+            write_dataset(ray.data.range(0), str(web), columns=columns)
+        assert not web.exists()
+        assert hidden_beside(web) == []
