@@ -330,11 +330,26 @@ def _find_columns(path: str, columns: Mapping[str, str] | Sequence[str] | None) 
         return {c: os.path.join(path, f) for c, f in _check_columns(columns).items()}
     if os.path.isfile(schema_path(path)):
         return {os.path.basename(path.rstrip(os.sep)): path}
-    found = {n: os.path.join(path, n) for n in sorted(os.listdir(path))
-             if not n.startswith(".") and os.path.isfile(schema_path(os.path.join(path, n)))}
+    found = _dataset_folders(path)
     if not found:
         raise FileNotFoundError(f"no loaderx dataset at {path!r} or in its subfolders")
     return found
+
+
+def _dataset_folders(path: str) -> dict[str, str]:
+    """{relative folder: folder} of every dataset under path, at any depth: write_dataset takes
+    folders such as "parts/label", and a column there must not be dropped. Hidden names (the
+    append journals, the staging folders) are skipped, and nothing inside a dataset is
+    looked at."""
+    found: dict[str, str] = {}
+    for root, dirs, _ in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in list(dirs):
+            folder = os.path.join(root, name)
+            if os.path.isfile(schema_path(folder)):
+                found[os.path.relpath(folder, path).replace(os.sep, "/")] = folder
+                dirs.remove(name)  # a dataset's own folders are no columns
+    return dict(sorted(found.items()))
 
 
 def _open(folder: str) -> DenseDataset | RaggedDataset:
@@ -433,8 +448,8 @@ def read_dataset(path: PathArg,
     """A ray.data.Dataset of loaderx datasets: path itself, or the column datasets under it.
 
     columns: a list of dataset folders under path (each becomes a column of that name) or a
-    {column: folder} mapping; None takes every dataset folder under path (or path itself,
-    named after its folder). Dense columns are fixed-shape tensors, ragged ones
+    {column: folder} mapping; None takes every dataset folder under path, at any depth and
+    named by its path relative to path ("parts/label"), or path itself, named after its folder. Dense columns are fixed-shape tensors, ragged ones
     variable-shaped; rows come in index order.
     """
     source = LoaderxDatasource(path, columns)

@@ -554,3 +554,17 @@ def test_an_empty_dataset_is_refused_with_or_without_columns(tmp_path: Path) -> 
             write_dataset(ray.data.range(0), str(web), columns=columns)
         assert not web.exists()
         assert hidden_beside(web) == []
+
+
+def test_read_dataset_finds_the_nested_column_folders_write_dataset_made(tmp_path: Path) -> None:
+    """write_dataset takes folders such as "parts/label"; read_dataset(path) listed only the
+    datasets directly under path and dropped such a column without a word."""
+    web = tmp_path / "web"
+    ds = ray.data.range(9).map_batches(lambda b: {"a": b["id"], "b": b["id"] * 10})
+    write_dataset(ds, str(web), columns={"a": "x", "b": "parts/label"})
+    (web / "parts" / "notes").mkdir()  # a folder holding no dataset is no column
+    back = read_dataset(str(web), override_num_blocks=2)
+    assert back.columns() == ["parts/label", "x"]
+    rows = back.take_all()
+    assert [int(r["x"]) for r in rows] == list(range(9))
+    assert [int(r["parts/label"]) for r in rows] == [10 * i for i in range(9)]
