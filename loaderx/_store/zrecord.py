@@ -138,6 +138,9 @@ class Zrecord(NativeCalls):
         self._codec = codec
         self._durable = bool(durable)
         self._readonly = bool(readonly)
+        # readonly wins over create (a read-only open never makes anything), and the message
+        # for a missing store must then not suggest the create=True the caller passed.
+        asked_to_create = bool(create)
         if self._readonly:
             create = False
         verify_flag = verify_flags(verify)
@@ -151,9 +154,10 @@ class Zrecord(NativeCalls):
         if create:
             os.makedirs(self._path, exist_ok=True)
         elif not is_file(os.path.join(self._path, META_FILE)):
+            advice = ("readonly=True never creates one: open it without readonly to create it"
+                      if asked_to_create else "pass create=True to create one")
             raise FileNotFoundError(
-                f"no Zrecord store at {self._path!r} (meta.zr is missing); pass create=True to "
-                "create one"
+                f"no Zrecord store at {self._path!r} (meta.zr is missing); {advice}"
             )
         flags = (
             (_native.OPEN_CREATE if create else 0)

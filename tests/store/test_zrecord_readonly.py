@@ -48,8 +48,13 @@ def test_readonly_refuses_every_write_before_touching_anything(store_path: str) 
 
 def test_readonly_never_creates(tmp_path: Path) -> None:
     missing = str(tmp_path / "nothing")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="pass create=True to create one"):
         Zrecord(missing, readonly=True)
+    assert not os.path.exists(missing)
+    # create=True with readonly=True: the advice must not be the create=True already passed.
+    with pytest.raises(FileNotFoundError, match="meta.zr is missing; readonly=True never "
+                                                "creates one: open it without readonly"):
+        Zrecord(missing, create=True, readonly=True)
     assert not os.path.exists(missing)
     with pytest.raises(FileNotFoundError):
         DenseDataset(missing, readonly=True)
