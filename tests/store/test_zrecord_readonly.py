@@ -52,7 +52,7 @@ def test_readonly_never_creates(tmp_path: Path) -> None:
         Zrecord(missing, readonly=True)
     assert not os.path.exists(missing)
     # create=True with readonly=True: the advice must not be the create=True already passed.
-    with pytest.raises(FileNotFoundError, match="meta.zr is missing; readonly=True never "
+    with pytest.raises(FileNotFoundError, match=r"meta.zr is missing\); readonly=True never "
                                                 "creates one: open it without readonly"):
         Zrecord(missing, create=True, readonly=True)
     assert not os.path.exists(missing)
