@@ -18,9 +18,10 @@ from typing import Final, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
-from loaderx._remote.fetcher import Fetcher
+from loaderx._remote.fetcher import REQUESTS_ENV, REQUESTS_IN_FLIGHT, Fetcher
 from loaderx._remote.object_store import ObjectStore
 from loaderx._remote.record_map import RecordMap
+from loaderx._remote.settings import count_setting
 from loaderx._store.layout import TOP_LEVEL
 from loaderx._store.sums_expected import SUMS_FILE, missing_sums
 from loaderx._remote.replica import default_cache_dir, open_replica
@@ -71,6 +72,9 @@ class RemoteSource:
         self, url: str, cache_dir: str | os.PathLike[str] | None, cache_bytes: SupportsIndex | None
     ) -> None:
         location = parse(url)
+        # The fetcher reads this only after the listing and the metadata downloads; checked
+        # here, a bad value is refused before any request or cache file (remote.md, Failures).
+        count_setting(REQUESTS_ENV, REQUESTS_IN_FLIGHT, minimum=1)
         self.url = location.url
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_bytes_asked = None if cache_bytes is None else int(cache_bytes.__index__())

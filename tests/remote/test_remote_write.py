@@ -381,3 +381,24 @@ def test_a_reader_setting_out_of_range_is_refused_at_open(
     monkeypatch.delenv(name)
     with DenseDataset(url, cache_dir=tmp_path / "cache") as ds:
         np.testing.assert_array_equal(ds[:], images(10, 8))
+
+
+def test_a_bad_request_count_is_refused_before_any_request(
+    s3_env: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """remote.md: every setting is checked "before any request". LOADERX_REMOTE_REQUESTS was
+    read only once the dataset had been listed and its metadata downloaded into the cache, so a
+    bad value cost a round of requests (or, with the server down, a minute of retries ending in
+    RemoteError instead of the ValueError naming the setting)."""
+    url = f"s3://{s3_bucket}/ds"
+    from_numpy(url, images(10, 8), codec="raw")
+    monkeypatch.setenv("LOADERX_REMOTE_REQUESTS", "0")
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match="LOADERX_REMOTE_REQUESTS='0' must be at least 1"):
+        DenseDataset(url, cache_dir=cache)
+    assert [p for p in cache.rglob("*") if p.is_file()] == []
+    # With the server unreachable the setting is still what is reported, at once.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("LOADERX_REMOTE_RETRIES", "0")
+    with pytest.raises(ValueError, match="LOADERX_REMOTE_REQUESTS='0' must be at least 1"):
+        DenseDataset(url, cache_dir=cache)
