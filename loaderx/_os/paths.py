@@ -15,6 +15,7 @@ import uuid
 from typing import Final, TypeAlias
 
 from loaderx._os import descriptors
+from loaderx._os.urls import refuse_lost_slashes
 
 # A path as the public API takes it: bytes too, as the os functions take them.
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
@@ -22,8 +23,10 @@ PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
 def fs_path(path: PathArg) -> str:
     """path as a str; bytes are decoded as os.fsdecode does, so that every file name (even one
-    that is not UTF-8) round-trips to the same name through os.fsencode."""
-    return os.fsdecode(path)
+    that is not UTF-8) round-trips to the same name through os.fsencode. A URL that lost its
+    "//" ("s3:/bucket/ds", as a Path makes it) is refused here, where every public path enters,
+    before anything is created."""
+    return refuse_lost_slashes(os.fsdecode(path))
 
 
 def exists(path: str) -> bool:

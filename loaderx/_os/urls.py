@@ -34,6 +34,9 @@ READ_ONLY_SCHEMES: Final = frozenset({"http", "https"})
 # A scheme as RFC 3986 spells it, followed by "://". One letter is a Windows drive ("C:/"),
 # never a scheme.
 _SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+# A first path segment that is a scheme and its colon with the "//" gone: "s3:/bucket/ds" is
+# what str(Path("s3://bucket/ds")) gives, since pathlib collapses the double slash.
+_LOST_SLASHES: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,23 @@ def is_url(path: object) -> bool:
         return False
     scheme = scheme_of(path)
     return scheme is not None and scheme != "file"
+
+
+def refuse_lost_slashes(path: str) -> str:
+    """path unchanged, unless its first segment is an object store's scheme and a colon not
+    followed by "//" ("s3:/bucket/ds", "gs:bucket/ds"): UnsupportedURLError then, since taken
+    as a local path it would make a folder named "s3:" in the working directory, the typo this
+    module exists to refuse."""
+    found = _LOST_SLASHES.match(path)
+    if found is None or found.group(1).lower() not in OBJECT_SCHEMES:
+        return path
+    scheme = found.group(1).lower()
+    rest = path[found.end():].lstrip("/")
+    raise UnsupportedURLError(
+        f"{path!r} looks like the URL {scheme}://{rest} with '//' lost (pathlib's Path "
+        f"collapses it: pass the URL as a str); a local folder named {found.group(0)!r} "
+        "is not made"
+    )
 
 
 def local_path(path: str) -> str:
@@ -134,6 +154,7 @@ __all__ = [
     "is_url",
     "local_path",
     "parse",
+    "refuse_lost_slashes",
     "refuse_url",
     "scheme_of",
 ]
