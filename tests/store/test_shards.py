@@ -360,3 +360,21 @@ def test_a_rollover_closes_the_view_it_replaces(tmp_path: Path) -> None:
         open_views = [view for view in _OPEN_VIEWS if view.name == path and not view.closed]
         assert len(open_views) == 1 and len(open_views[0]) == 600
         assert np.array_equal(ds[:], np.arange(600))
+
+
+def test_a_sharded_datasets_lock_files_follow_the_umask(tmp_path: Path) -> None:
+    """decisions.md: new files get the umask's mode, so that a dataset shared by a group stays
+    usable by its members. shards.lock and shards.readers.lock were made 0o644 whatever the
+    umask: under umask 002 another member of the group could read the dataset but not append to
+    it, commit a shard or delete (each opens its lock file for writing)."""
+    old = os.umask(0o002)
+    try:
+        with DenseDataset(tmp_path / "ds", dtype=np.int64, item_shape=(), codec="raw",
+                          shard_records=10) as ds:
+            ds.append(np.arange(25, dtype=np.int64))  # rollovers: the commit lock
+            ds.delete([0, 12])  # over two shards: the readers lock
+    finally:
+        os.umask(old)
+    modes = {name: (tmp_path / "ds" / name).stat().st_mode & 0o777
+             for name in ("shards.lock", "shards.readers.lock", "shards.msgpack")}
+    assert modes == {"shards.lock": 0o664, "shards.readers.lock": 0o664, "shards.msgpack": 0o664}
