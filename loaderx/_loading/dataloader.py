@@ -181,8 +181,17 @@ class DataLoader(LoaderShell):
         worker_type: str = "thread",
         start_method: str | None = None,
         ragged: object = None,
+        # Collected to be refused: without *extra, the compiled loader (mypyc's argument
+        # parsing of a signature with **unknown) dropped a 14th positional argument silently.
+        *extra: Never,
         **unknown: Never,
     ) -> None:
+        if extra:
+            raise TypeError(
+                f"DataLoader takes at most {len(_PARAMETERS)} positional arguments (streams and "
+                f"{len(_PARAMETERS) - 1} settings), but {len(_PARAMETERS) + len(extra)} were "
+                "given; pass the settings by name"
+            )
         _refuse_keywords(unknown)
         if worker_type not in WORKER_TYPES:
             raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")

@@ -214,3 +214,19 @@ def test_a_wrong_keyword_names_the_right_one(
         DataLoader(streams, **{keyword: 2})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unexpected keyword argument 'zzz'$"):
         DataLoader(streams, zzz=1)  # type: ignore[arg-type]
+
+
+def test_an_extra_positional_argument_is_refused(streams: dict[str, DenseDataset]) -> None:
+    """Twelve settings follow streams; a thirteenth used to be dropped without a word by the
+    compiled loader (mypyc's argument parsing of a signature with **keywords and no *args),
+    while the interpreted one raised."""
+    arguments: list[Any] = [8, None, "iid", 1, 0, 2, 1, None, False, "thread", None, None]
+    with DataLoader(streams, *arguments) as loader:
+        assert (loader.batch_size, loader.mode, loader.seed, loader.prefetch) == (8, "iid", 1, 2)
+    for extra in ([0], [0, "more"]):
+        with pytest.raises(
+            TypeError,
+            match=rf"^DataLoader takes at most 13 positional arguments \(streams and 12 "
+            rf"settings\), but {13 + len(extra)} were given; pass the settings by name$",
+        ):
+            DataLoader(streams, *arguments, *extra)
