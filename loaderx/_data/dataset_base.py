@@ -32,6 +32,15 @@ from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import DictionaryError, ReadOnlyStoreError, StoreLockedError
 
+try:  # read by mypyc at compile time; users' environments need not have it
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - exercised only without mypy installed
+
+    def mypyc_attr(  # type: ignore[misc]
+        *_args: object, **_kwargs: object
+    ) -> Callable[[type[Any]], type[Any]]:
+        return lambda cls: cls
+
 D = TypeVar("D", bound="DatasetBase")
 
 
@@ -54,6 +63,12 @@ def check_array(value: object, what: str, dtype: np.dtype[Any]) -> npt.NDArray[A
     return value
 
 
+# Users subclass the datasets (a read that post-processes, attributes of their own): compiled
+# without allow_interpreted_subclasses, such a class could be defined but not made ("interpreted
+# classes cannot inherit from compiled"), while the interpreted build allowed it. The datasets
+# themselves still call their methods through mypyc's vtable; a subclass's overrides are
+# called through its shadow vtable, so the loader uses them too.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DatasetBase:
     """What dense and ragged datasets share: the schema, the store and its maintenance."""
 
@@ -497,4 +512,4 @@ def reopen_dataset(
                     cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
-__all__ = ["DatasetBase", "check_array", "reopen_dataset"]
+__all__ = ["DatasetBase", "check_array", "mypyc_attr", "reopen_dataset"]

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx._data.dataset_base import DatasetBase, check_array
+from loaderx._data.dataset_base import DatasetBase, check_array, mypyc_attr
 from loaderx._data.dataset_folder import Store
 from loaderx._native.calls import NDARRAY, NativeCalls, gather_fixed
 from loaderx._native.result_buffers import POOL as RESULT_BUFFERS
@@ -64,6 +64,8 @@ def _new_result(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) -> np
     return RESULT_BUFFERS.empty(shape, dtype, nbytes)
 
 
+# Subclassed by users (dataset_base.py says why this is allowed).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DenseDataset(DatasetBase):
     """A dataset of fixed-shape samples: every record is one item_shape array of dtype.
 

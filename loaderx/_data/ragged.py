@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx._data.dataset_base import DatasetBase, check_array
+from loaderx._data.dataset_base import DatasetBase, check_array, mypyc_attr
 from loaderx._data.dataset_folder import Store
 from loaderx._native.calls import PACKED_DECLINED, NativeCalls, gather_packed
 from loaderx._store.indexing import normalize_index, normalize_selection
@@ -49,6 +49,8 @@ def _gather_packed(
 _ITERATION_BLOCK_RECORDS: Final = 64
 
 
+# Subclassed by users (dataset_base.py says why this is allowed).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RaggedDataset(DatasetBase):
     """A dataset of variable-length records: record i has shape (L_i, *item_shape).
 

@@ -39,7 +39,7 @@ from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
-from loaderx._loading.loader_shell import Batch, LoaderShell
+from loaderx._loading.loader_shell import Batch, LoaderShell, mypyc_attr
 from loaderx._loading.look_ahead import start_look_ahead
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
@@ -141,6 +141,10 @@ def _refuse_keywords(unknown: Mapping[str, object]) -> None:
         raise TypeError(text)
 
 
+# Users subclass the loader (a __next__ that adds to each batch, attributes of their own):
+# compiled without this, such a class could be defined but not made, while the interpreted
+# build allowed it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DataLoader(LoaderShell):
     """Endless iteration over dict batches {name: (batch_size, *item_shape) array}.
 

@@ -191,4 +191,4 @@ class LoaderShell:
         self.close()
 
 
-__all__ = ["Batch", "LoaderShell", "Steps", "Stoppable"]
+__all__ = ["Batch", "LoaderShell", "Steps", "Stoppable", "mypyc_attr"]
