@@ -9,6 +9,7 @@ Compiled with mypyc: Final constants, plain classes with annotated attributes, n
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -435,14 +436,24 @@ class DatasetBase:
             report.missing_sums,
         )
 
-    def content_identity(self, length: int | None = None) -> str:
+    def content_identity(self, length: SupportsIndex | None = None) -> str:
         """An identity of the first `length` records (default: all of them) that changes with
         their content: equal for the same records in the same order (the dataset reopened,
         opened read-only, copied with `cp -a`, or read from a URL), different once any of them
         was rewritten or deleted. A digest of the schema and of each record's checksum
         (loaderx._store.content_identity): it reads 4 bytes a record, so ask once. A loader
         puts it in its checkpoint's fingerprint."""
-        count = len(self) if length is None else int(length)
+        # An integer (NumPy's too) as an index is taken: int() took "3" and 1.5 interpreted,
+        # and an int annotation made the compiled method refuse np.int64 with mypyc's words.
+        if length is None:
+            count = len(self)
+        else:
+            try:
+                count = operator.index(length)
+            except TypeError:
+                raise TypeError(
+                    f"length must be an integer or None, not {type(length).__name__}"
+                ) from None
         if not 0 <= count <= len(self):
             raise ValueError(f"length must be in [0, {len(self)}], got {count}")
         store = self._store

@@ -110,3 +110,18 @@ def test_the_schema_facts_are_read_only(tmp_path: Path) -> None:
             np.testing.assert_array_equal(ds[[7, 0]], records[[7, 0]])
             assert ragged.dtype == np.int16 and ragged.item_shape == () and ragged.row_size == 2
             assert [r.tolist() for r in ragged[[2, 1, 0]]] == [[0, 1, 2, 3, 4], [], [0, 1]]
+
+
+def test_content_identity_takes_integers_only(tmp_path: Path) -> None:
+    """The interpreted dataset took content_identity("3") and content_identity(1.5) (as 3 and
+    1), the compiled one refused them, and np.int64(3), with mypyc's "int or None object
+    expected"; both now take any integer and refuse the rest by name."""
+    with dense_of(tmp_path / "d", np.arange(10, dtype=np.int64)) as ds:
+        three = ds.content_identity(3)
+        assert ds.content_identity(np.int64(3)) == three != ds.content_identity()
+        assert ds.content_identity(None) == ds.content_identity(10) == ds.content_identity()
+        for wrong, name in (("3", "str"), (1.5, "float"), (np.float64(3), "float64")):
+            with pytest.raises(TypeError, match=f"^length must be an integer or None, not {name}$"):
+                ds.content_identity(wrong)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^length must be in \[0, 10\], got 11$"):
+            ds.content_identity(11)
