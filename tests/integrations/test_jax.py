@@ -374,11 +374,8 @@ def test_any_pytree_batch_is_placed_with_its_structure(streams: dict[str, DenseD
     assert np.asarray(made[1][0]).tolist() == [0] * 8
 
 
-def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A string or object leaf raises TypeError naming where it sits, in its step's turn,
-    before any array of that batch goes to the device; the next step goes on."""
+def recorded_device_puts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The arguments of every jax.device_put call from now on (each still placed)."""
     placed: list[Any] = []
     put = jax.device_put
 
@@ -387,6 +384,15 @@ def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
         return put(*args)
 
     monkeypatch.setattr(jax, "device_put", recorded)
+    return placed
+
+
+def test_leaves_that_are_not_arrays_raise_a_clear_type_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A string or object leaf raises TypeError naming where it sits, in its step's turn,
+    before any array of that batch goes to the device; the next step goes on."""
+    placed = recorded_device_puts(monkeypatch)
     bad: Any = iter([{"x": np.zeros(2), "name": "cat"},
                      (np.zeros(2), [np.array([None, 1], dtype=object)]),
                      {"x": np.zeros(2), "words": {"w": np.array(["a", "b"])}},
@@ -420,14 +426,7 @@ def test_64_bit_integers_jax_would_wrap_are_refused_naming_the_leaf(
     Such a batch is refused before any of its arrays moves; 64-bit values that fit, and every
     value once x64 is on, are placed exactly."""
     assert jax.dtypes.canonicalize_dtype(np.int64) == np.int32  # x64 off, as by default
-    placed: list[Any] = []
-    put = jax.device_put
-
-    def recorded(*args: Any) -> Any:
-        placed.append(args)
-        return put(*args)
-
-    monkeypatch.setattr(jax, "device_put", recorded)
+    placed = recorded_device_puts(monkeypatch)
     fits = np.array([-(2**31), 0, 2**31 - 1], dtype=np.int64)
     bad: Any = iter([{"a": np.zeros(2), "ids": np.array([1, 2**40 + 5], dtype=np.int64)},
                      {"u": np.array([2**32], dtype=">u8")},
