@@ -117,12 +117,13 @@ def allow() -> None:
 
 
 class _Ticker:
-    """A daemon thread that calls redraw every `every` seconds until stop()."""
+    """A daemon thread that calls redraw until stop(): first after `every` seconds, then after
+    as many seconds as redraw returns (when the next redraw is due)."""
 
     _stop: EventFlag
     _thread: threading.Thread | None
 
-    def __init__(self, every: float, redraw: Callable[[], None]) -> None:
+    def __init__(self, every: float, redraw: Callable[[], float]) -> None:
         self._stop = EventFlag()
         self._every = every
         self._redraw = redraw
@@ -130,8 +131,9 @@ class _Ticker:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            self._redraw()
+        wait = self._every
+        while not self._stop.wait(wait):
+            wait = self._redraw()
 
     def stop(self) -> None:
         self._stop.set()
@@ -250,11 +252,18 @@ class Progress:
         if kind is not None:
             self.abandon()
 
-    def _tick(self, every: float) -> None:
+    def _tick(self, every: float) -> float:
+        """Redraws if the last draw is `every` seconds old, and says when to look again: at
+        that draw's age of `every`. Ticking at a fixed period instead let a line stand still
+        for almost two periods: a block's draw just after a tick made the next tick too early
+        to draw, and the one after it the first to draw."""
         now = time.monotonic()
-        if now - self._drawn >= every:
-            self._drawn = now
-            self._draw("")
+        due = self._drawn + every
+        if now < due:
+            return due - now
+        self._drawn = now
+        self._draw("")
+        return every
 
     def _stop_ticker(self) -> None:
         ticker = self._ticker
@@ -377,12 +386,16 @@ class Elapsed:
         else:
             _SCREEN.write(stream, self.line(None, suffix) + "\n", leaves_open=False)
 
+    def _redraw(self, every: float) -> float:
+        self._draw()
+        return every
+
     def __enter__(self) -> Elapsed:
         if self.enabled:
             self._started = time.monotonic()
             self._draw()
             every = TICK_S if _is_terminal(self._out()) else LOG_INTERVAL_S
-            self._ticker = _Ticker(every, self._draw)
+            self._ticker = _Ticker(every, lambda: self._redraw(every))
         return self
 
     def __exit__(

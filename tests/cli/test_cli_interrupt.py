@@ -145,6 +145,26 @@ def test_a_terminal_line_moves_at_least_once_a_second_while_a_step_runs() -> Non
     assert "10/10" in draws[-1] and "done in 0:00:03" in draws[-1]
 
 
+def test_a_block_drawn_between_ticks_is_redrawn_a_second_after_its_draw() -> None:
+    # The ticker once ran at a fixed period of one second and redrew only a line a second
+    # old: a block drawn half a period after the ticker started was redrawn only at the second
+    # tick, 1.5 s after its draw. The next look is now due when the draw is a second old.
+    stream = TerminalLike()
+    with Progress("converting to x", 10, True, stream) as report:
+        time.sleep(0.5)
+        drawn = time.monotonic()
+        report.update(1, 100)
+        draws = 1
+        while draws < 2 and time.monotonic() - drawn < 3.0:
+            time.sleep(0.01)
+            draws = sum(" 1/10," in draw for draw in stream.getvalue().split("\r"))
+        redrawn_after = time.monotonic() - drawn
+        report.finish()
+    assert draws == 2, stream.getvalue()
+    # 1.0 s plus the ticker thread's wake-up; the fixed-period ticker took 1.5 s.
+    assert redrawn_after < 1.4, redrawn_after
+
+
 @pytest.mark.parametrize("fails", [False, True])
 def test_an_elapsed_step_that_fails_ends_its_line(fails: bool) -> None:
     stream = TerminalLike()
