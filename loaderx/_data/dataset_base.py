@@ -20,6 +20,7 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from loaderx._data.dataset_folder import Shape, Store, create_schema, open_store
+from loaderx._native.calls import mypyc_attr
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._remote.remote_source import RemoteSource, opening_version
@@ -32,15 +33,6 @@ from loaderx._store.layout import SHARD_RECORDS_MAX, manifest_path, sharded_data
 from loaderx._store.verify import BadRecord, VerifyReport
 from loaderx._store.zrecord import Zrecord
 from loaderx.errors import DictionaryError, ReadOnlyStoreError, StoreLockedError
-
-try:  # read by mypyc at compile time; users' environments need not have it
-    from mypy_extensions import mypyc_attr
-except ImportError:  # pragma: no cover - exercised only without mypy installed
-
-    def mypyc_attr(  # type: ignore[misc]
-        *_args: object, **_kwargs: object
-    ) -> Callable[[type[Any]], type[Any]]:
-        return lambda cls: cls
 
 D = TypeVar("D", bound="DatasetBase")
 
@@ -523,4 +515,4 @@ def reopen_dataset(
                     cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
-__all__ = ["DatasetBase", "check_array", "mypyc_attr", "reopen_dataset"]
+__all__ = ["DatasetBase", "check_array", "reopen_dataset"]

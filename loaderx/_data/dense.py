@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx._data.dataset_base import DatasetBase, check_array, mypyc_attr
+from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._data.dataset_folder import Store
-from loaderx._native.calls import NDARRAY, NativeCalls, gather_fixed
+from loaderx._native.calls import NDARRAY, NativeCalls, gather_fixed, mypyc_attr
 from loaderx._native.result_buffers import POOL as RESULT_BUFFERS
 from loaderx._remote.remote_source import RemoteSource
 from loaderx._store.indexing import normalize_selection

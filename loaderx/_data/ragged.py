@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from loaderx._data.dataset_base import DatasetBase, check_array, mypyc_attr
+from loaderx._data.dataset_base import DatasetBase, check_array
 from loaderx._data.dataset_folder import Store
-from loaderx._native.calls import PACKED_DECLINED, NativeCalls, gather_packed
+from loaderx._native.calls import PACKED_DECLINED, NativeCalls, gather_packed, mypyc_attr
 from loaderx._store.indexing import normalize_index, normalize_selection
 from loaderx._store.schema import RECORD_SIZE_MAX
 from loaderx._store.sharded_store import ShardedStore

@@ -39,7 +39,7 @@ from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.loader_arguments import as_int, check_count
-from loaderx._loading.loader_shell import Batch, LoaderShell, mypyc_attr
+from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.look_ahead import start_look_ahead
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
@@ -59,6 +59,7 @@ from loaderx._loading.process_workers import (
 from loaderx._loading.ragged_layout import Layout, Padding, ragged_layouts
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.step_maker import StepMaker, Transform
+from loaderx._native.calls import mypyc_attr
 
 __all__ = ["DataLoader", "Batch", "Padding", "Transform"]
 

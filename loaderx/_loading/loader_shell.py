@@ -16,15 +16,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from loaderx._loading.checkpoint import make_state, read_state
-
-try:  # read by mypyc at compile time; users' environments need not have it
-    from mypy_extensions import mypyc_attr
-except ImportError:  # pragma: no cover - exercised only without mypy installed
-
-    def mypyc_attr(  # type: ignore[misc]
-        *_args: object, **_kwargs: object
-    ) -> Callable[[type[Any]], type[Any]]:
-        return lambda cls: cls
+from loaderx._native.calls import mypyc_attr
 
 Batch = dict[str, Any]
 L = TypeVar("L", bound="LoaderShell")
@@ -191,4 +183,4 @@ class LoaderShell:
         self.close()
 
 
-__all__ = ["Batch", "LoaderShell", "Steps", "Stoppable", "mypyc_attr"]
+__all__ = ["Batch", "LoaderShell", "Steps", "Stoppable"]

@@ -40,8 +40,10 @@ from loaderx._native import library as _native
 from loaderx._native import array_fields
 from loaderx._os.kept_locks import release_kept
 
-try:  # read by mypyc at compile time; users' environments need not have it
-    from mypy_extensions import mypyc_attr
+# The one fallback of mypyc_attr, which the compiled classes import from here: read by mypyc at
+# compile time, and a no-op where a user's environment lacks mypy_extensions.
+try:
+    from mypy_extensions import mypyc_attr as mypyc_attr
 except ImportError:  # pragma: no cover - exercised only without mypy installed
 
     def mypyc_attr(  # type: ignore[misc]
