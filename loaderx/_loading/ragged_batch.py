@@ -278,9 +278,15 @@ class RaggedStream:
 
     def _fresh(self, size: int) -> Buffer:
         """A new packed buffer of at least size bytes: as big as the largest made so far, or
-        size and a quarter more."""
-        self._capacity = max(self._capacity, size + size // 4)
-        return np.empty(self._capacity, dtype=_UINT8)
+        size and a quarter more.
+
+        The largest size is a hint the threads making steps share, and another thread may
+        write a smaller one between this call's write and its allocation (a lost update; the
+        GIL does not prevent it, and free-threaded builds make it likelier). So the buffer is
+        sized from this call's own value, never from the attribute read again."""
+        capacity = max(self._capacity, size + size // 4)
+        self._capacity = capacity
+        return np.empty(capacity, dtype=_UINT8)
 
     def _gather_padded(self, part: Part, slot: int, reusable: bool,
                        batch: dict[str, Any], longest: int) -> None:
@@ -316,13 +322,17 @@ class RaggedStream:
             length = int(rows[-1])
             if len(lengths) and length > int(lengths[-1]):
                 layout.target(length)  # the ValueError that says how to pad longer records
+            # Sized from local values, as in _fresh: the capacities are hints shared by threads.
             size = count * length * row_size
             if out.nbytes < size:
-                self._padded_capacity = max(self._padded_capacity, size + size // 4)
-                out = np.empty(self._padded_capacity, dtype=_UINT8)
-            if mask.nbytes < count * length:
-                self._mask_capacity = max(self._mask_capacity, count * length + count * length // 4)
-                mask = np.empty(self._mask_capacity, dtype=_UINT8)
+                capacity = max(self._padded_capacity, size + size // 4)
+                self._padded_capacity = capacity
+                out = np.empty(capacity, dtype=_UINT8)
+            cells = count * length
+            if mask.nbytes < cells:
+                capacity = max(self._mask_capacity, cells + cells // 4)
+                self._mask_capacity = capacity
+                mask = np.empty(capacity, dtype=_UINT8)
         else:
             raise ValueError(
                 f"records of stream {self.name!r} kept growing while being gathered "
