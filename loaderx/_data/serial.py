@@ -23,6 +23,8 @@ from loaderx._data.destination import check_destination, write_in_place
 from loaderx._data.dictionary_sample import check_trainable, sample_positions
 from loaderx._data.progress import Elapsed, Progress, ProgressOption, check_progress
 from loaderx._data.ragged import RaggedDataset
+from loaderx._data.shard_budget import check_shard_count, stream_refusal
+from loaderx._store import layout
 from loaderx._store.schema import (
     Codec,
     Schema,
@@ -60,12 +62,16 @@ def check_array(
         raise ValueError("from_numpy needs an array with at least one dimension (axis 0: records)")
     schema = make_schema("dense", data.dtype, data.shape[1:], codec, dict_size)
     block_bytes = check_chunk_bytes(chunk_bytes)
-    count = int(data.shape[0])
-    if count > RECORD_COUNT_MAX:  # before any worker starts
+    check_record_count(int(data.shape[0]))  # before any worker starts
+    return data, schema, block_bytes
+
+
+def check_record_count(count: int) -> None:
+    """ValueError when count records are more than any dataset holds."""
+    if count > RECORD_COUNT_MAX:
         raise ValueError(
             f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
         )
-    return data, schema, block_bytes
 
 
 def dictionary_sample(data: npt.NDArray[Any], dict_size: int) -> npt.NDArray[Any]:
@@ -96,6 +102,9 @@ def array_to_dataset(
     progress = check_progress(progress)
     data, schema, block_bytes = check_array(array, codec, dict_size, chunk_bytes)
     count = int(data.shape[0])
+    # Before any byte is written: the store's commit would refuse the shard past the limit
+    # only once every shard before it was written.
+    check_shard_count(path, [(0, count)], shard_records, False)
     trains = schema.codec == "zstd_dict" and count > 0 and dictionary is None
     if dictionary is None:
         check_trainable(schema.codec, count)
@@ -197,6 +206,10 @@ def records_to_dataset(
     # Everything that needs no record is checked before the first is taken: a refused call
     # must leave the caller's iterator as it was (a retry with overwrite=True lost record 0).
     check_destination(path, overwrite)
+    total = len(iterable) if isinstance(iterable, Sequence) else None
+    if total is not None:  # as from_numpy refuses as many records
+        check_record_count(total)
+        check_shard_count(path, [(0, total)], shard_records, False)
     records: Iterator[Any] = iter(iterable)
     first: object = next(records, _END)
     if dtype is None and first is _END:
@@ -206,13 +219,15 @@ def records_to_dataset(
     found_dtype = given_dtype if given_dtype is not None else np.asarray(first).dtype
     shape = given_shape if given_shape is not None else _item_shape(first, found_dtype)
     schema = make_schema("ragged", found_dtype, shape, codec, "balanced")
-    total = len(iterable) if isinstance(iterable, Sequence) else None
+    # A stream's length is known only as it is read: the first record past the limit stops it.
+    limit = layout.SHARD_COUNT_MAX * shard_records
 
     def write(staged: str) -> int:
         with RaggedDataset(staged, schema.dtype, schema.item_shape, schema.codec,
                            shard_records=shard_records) as ds:
             with Progress(f"converting to {path}", total, progress) as report:
-                _stream_records(ds, first, records, block_bytes, report)
+                _stream_records(ds, first, records, block_bytes, report,
+                                (limit, stream_refusal(path, shard_records)))
             return len(ds)
 
     return write_in_place(path, overwrite, write)
@@ -229,12 +244,20 @@ def _item_shape(first: object, dtype: np.dtype[Any]) -> tuple[int, ...]:
 
 
 def _stream_records(
-    ds: RaggedDataset, first: object, rest: Iterator[Any], block_bytes: int, report: Progress
+    ds: RaggedDataset, first: object, rest: Iterator[Any], block_bytes: int, report: Progress,
+    limit: tuple[int, str],
 ) -> None:
+    """The records into ds in blocks of about block_bytes; limit: the most records the dataset
+    may take, and the ValueError's message for the first record past them."""
     pending: list[npt.NDArray[Any]] = []
     pending_bytes = 0
+    taken = 0
+    records_max, refusal = limit
     current = first
     while current is not _END:
+        taken += 1
+        if taken > records_max:
+            raise ValueError(refusal)
         record = _as_record(current, ds.dtype)
         pending.append(record)
         pending_bytes += record.nbytes
@@ -251,5 +274,6 @@ def _stream_records(
 
 
 __all__ = ["CHUNK_BYTES_DEFAULT", "array_to_dataset", "check_array", "check_chunk_bytes",
+           "check_record_count",
            "dictionary_sample", "train_dictionary",
            "records_to_dataset", "refuse_dictionary"]

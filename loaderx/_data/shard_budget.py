@@ -42,6 +42,14 @@ def check_shard_count(final: str, ranges: Sequence[tuple[int, int]], shard_recor
             have))
 
 
+def stream_refusal(final: str, shard_records: int) -> str:
+    """The refusal of one iterator read in this process whose records pass a dataset's limit:
+    said as a parallel conversion's sources are (ShardBudget)."""
+    return _over_the_limit(
+        final, f"the iterator's records in shards of at most {shard_records} make more than "
+        f"{layout.SHARD_COUNT_MAX} shards", 0)
+
+
 class ShardLimitReached(JobRefused):
     """Raised in a worker that needs a shard when the conversion has none left to write."""
 
@@ -66,4 +74,5 @@ class ShardBudget:
             self.left.value -= 1
 
 
-__all__ = ["ShardBudget", "ShardLimitReached", "check_shard_count", "shards_held"]
+__all__ = ["ShardBudget", "ShardLimitReached", "check_shard_count", "shards_held",
+           "stream_refusal"]
