@@ -36,8 +36,11 @@ _registry_lock: Final = threading.RLock()
 _open_descriptors: set[int] = set()
 
 
-def open_descriptor(path: str, flags: int, mode: int = 0o644) -> int:
-    """os.open(path, flags, mode), registered until close_descriptor."""
+def open_descriptor(path: str, flags: int, mode: int = 0o666) -> int:
+    """os.open(path, flags, mode), registered until close_descriptor. A file it creates takes
+    the umask's mode by default, as every file loaderx makes (decisions.md): a fixed 0o644
+    kept the other members of a group sharing a cache or dataset (umask 002) from opening a
+    lock file for writing."""
     with Entered(_registry_lock):
         # Out of descriptors, the soft limit rises towards the hard one (descriptors.py).
         fd = descriptors.os_open(path, flags, mode)

@@ -40,7 +40,7 @@ def sized_and_allocated(path: str, size: int, grow_only: bool = False) -> None:
     behind it (ftruncate makes holes) needs one at its first write (and on tmpfs at its first
     read), and on a full disk the kernel answers that fault with SIGBUS, which kills the
     process. Allocated here, a full disk is an OSError naming the file, raised at open."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask's mode, as every cache file
     try:
         length = os.fstat(fd).st_size
         if length < size or (length != size and not grow_only):

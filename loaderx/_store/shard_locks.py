@@ -41,10 +41,9 @@ def _exclusive(folder: str | os.PathLike[str], name: str) -> Iterator[None]:
     # lock ends with our close (loaderx._os.lock_descriptors).
     path = os.path.join(os.fspath(folder), name)
     try:
-        # Never through a link: O_CREAT would make the file wherever the link points. Mode
-        # 0o666 leaves it to the umask, as every store file: a fixed 0o644 kept the other
-        # members of a group-shared dataset (umask 002) from taking the lock to write.
-        fd = open_descriptor(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o666)
+        # Never through a link: O_CREAT would make the file wherever the link points. The
+        # umask gives its mode (open_descriptor), as every store file's.
+        fd = open_descriptor(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW)
     except OSError as error:
         if not (error.errno == errno.ELOOP and os.path.islink(path)):
             raise
