@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -129,25 +129,34 @@ def _check_plans(plans: list[Any], codec: Codec) -> None:
 # --- one process ------------------------------------------------------------------------------
 
 
-def _convert_here(path: str, opened: Any, plans: list[Any], codec: Codec, overwrite: bool,
-                  batch_rows: int | None, progress: ProgressOption) -> int:
-    """Every column into its own staging folder, all moved into place once all are written."""
-    from loaderx._data.arrow_writer import ColumnWriter
-
+@contextlib.contextmanager
+def _moved_together() -> Iterator[list[tuple[StagedFolder, bool]]]:
+    """A list the block fills with each column's staging folder (and whether it replaces an old
+    store). When the block ends, every one is moved into place; when it raises, or a move does,
+    every one is aborted and the error goes on."""
     staged: list[tuple[StagedFolder, bool]] = []
     try:
-        for plan in plans:
-            staged.append(stage_conversion(os.path.join(path, plan.folder), overwrite))
-        writers = [ColumnWriter(plan, codec, lambda _piece, s=s: s.path, None)
-                   for plan, (s, _) in zip(plans, staged)]
-        rows = _write_part(opened.parts[0], plans, writers, batch_rows,
-                           Progress(f"converting to {path}", opened.rows, progress))
+        yield staged
         for staging, replace in staged:
             commit_conversion(staging, replace)
     except BaseException:
         for staging, _ in staged:
             staging.abort()
         raise
+
+
+def _convert_here(path: str, opened: Any, plans: list[Any], codec: Codec, overwrite: bool,
+                  batch_rows: int | None, progress: ProgressOption) -> int:
+    """Every column into its own staging folder, all moved into place once all are written."""
+    from loaderx._data.arrow_writer import ColumnWriter
+
+    with _moved_together() as staged:
+        for plan in plans:
+            staged.append(stage_conversion(os.path.join(path, plan.folder), overwrite))
+        writers = [ColumnWriter(plan, codec, lambda _piece, s=s: s.path, None)
+                   for plan, (s, _) in zip(plans, staged)]
+        rows = _write_part(opened.parts[0], plans, writers, batch_rows,
+                           Progress(f"converting to {path}", opened.rows, progress))
     return rows
 
 
@@ -238,26 +247,20 @@ def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
                         start_method: str | None) -> int:
     finals = [os.path.abspath(os.path.join(path, plan.folder)) for plan in plans]
     stagings: list[str] = []
-    staged: list[tuple[StagedFolder, bool]] = []
     try:
-        for final in finals:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            stagings.append(make_staging(final))
-        jobs = [_ArrowJob(i, part, plans, stagings, codec, batch_rows, shard_records)
-                for i, part in enumerate(opened.parts)]
-        results = run_workers(jobs, workers, start_method,
-                              lambda i: f"rows from {opened.parts[i].start}")
-        # Every column complete (a bytes column's parts copied into one Zrecord, which can run
-        # out of disk) before the first is moved into place, as in one process.
-        for column, (plan, final) in enumerate(zip(plans, finals)):
-            parts = [part for written in results for part in written[column]]
-            staged.append(_stage_column(final, plan, parts, codec, overwrite))
-        for staging, replace in staged:
-            commit_conversion(staging, replace)
-    except BaseException:
-        for staging, _ in staged:
-            staging.abort()
-        raise
+        with _moved_together() as staged:
+            for final in finals:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                stagings.append(make_staging(final))
+            jobs = [_ArrowJob(i, part, plans, stagings, codec, batch_rows, shard_records)
+                    for i, part in enumerate(opened.parts)]
+            results = run_workers(jobs, workers, start_method,
+                                  lambda i: f"rows from {opened.parts[i].start}")
+            # Every column complete (a bytes column's parts copied into one Zrecord, which can
+            # run out of disk) before the first is moved into place, as in one process.
+            for column, (plan, final) in enumerate(zip(plans, finals)):
+                parts = [part for written in results for part in written[column]]
+                staged.append(_stage_column(final, plan, parts, codec, overwrite))
     finally:
         for staging_folder in stagings:
             claims.discard(staging_folder)
