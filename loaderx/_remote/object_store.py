@@ -124,13 +124,17 @@ class ObjectStore:
         _retry_config()
         seconds_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
         self._lock = ForkSafeLock()  # no lock a Ctrl-C or a fork left held
-        self._client: Any = None
+        # The client that retries as _retry_config says (True) and, made only for a GCS
+        # listing (_listed), one that never retries (False).
+        self._clients: dict[bool, Any] = {}
         self._client_pid = -1
 
-    def _store(self) -> Any:
+    def _store(self, retrying: bool = True) -> Any:
         global _runtime_pid
         with self._lock:
-            if self._client is None or self._client_pid != os.getpid():
+            if self._client_pid != os.getpid():
+                self._clients = {}  # a forked child's copies do not work (_refuse_forked)
+            if retrying not in self._clients:
                 _refuse_forked(self.location.url)
                 timeout = seconds_setting(REQUEST_TIMEOUT_ENV, REQUEST_TIMEOUT_DEFAULT)
                 options: dict[str, Any] = {
@@ -141,9 +145,10 @@ class ObjectStore:
                     # Explicit client options replace the ones obstore reads from the
                     # environment, so the standard setting is passed on here.
                     options["allow_http"] = True
+                retry = _retry_config() if retrying else {"max_retries": 0}
                 try:
-                    self._client = self._obstore.store.from_url(
-                        self.location.url, retry_config=_retry_config(), client_options=options
+                    self._clients[retrying] = self._obstore.store.from_url(
+                        self.location.url, retry_config=retry, client_options=options
                     )
                 except Exception as exc:
                     # Only the settings are checked here (no request is sent): a key pair
@@ -153,7 +158,7 @@ class ObjectStore:
                         f"{_SETUP_HINTS.get(self.location.scheme, _SETUP_HINT_OTHER)}"
                     ) from exc
                 self._client_pid = _runtime_pid = os.getpid()
-            return self._client
+            return self._clients[retrying]
 
     def _call(self, name: str, what: str, call: Callable[[Any], _T]) -> _T:
         """call(client), with obstore's exceptions turned into loaderx's naming the object."""
@@ -226,7 +231,27 @@ class ObjectStore:
                     found.append(_remote_object(meta))
             return found
 
-        return self._call("", "listing", listing)
+        return self._listed(listing)
+
+    def _listed(self, call: Callable[[Any], _T]) -> _T:
+        """call(client) for a listing, the first request an open or a write sends. A missing
+        bucket gets 404 from S3, Azure and GCS, which no client retries; but fake-gcs-server
+        (the GCS emulator) answers 500 "no bucket named ...", which the client retried for its
+        whole budget (LOADERX_REMOTE_RETRY_SECONDS) before it told. So on gs:// the listing
+        is sent once without retries first: that answer is a missing bucket at once, and any
+        other failure sends it again with them (one request more, only when it failed)."""
+        if self.location.scheme != "gs":
+            return self._call("", "listing", call)
+        try:
+            return call(self._store(retrying=False))
+        except Exception as exc:
+            reason = _NO_BUCKET.search(str(exc))
+            if reason is None:
+                return self._call("", "listing", call)
+            raise FileNotFoundError(
+                f"listing {self.location.url}: no such bucket or container (HTTP 500 Internal "
+                f"Server Error, {reason.group(1)})"
+            ) from exc
 
     def require_container(self) -> None:
         """FileNotFoundError naming the URL when its bucket or container does not exist. A
@@ -236,7 +261,7 @@ class ObjectStore:
         def first_page(client: Any) -> None:
             next(iter(self._obstore.list(client, None, chunk_size=1)), None)
 
-        self._call("", "listing", first_page)
+        self._listed(first_page)
 
     def head(self, name: str) -> RemoteObject:
         return self._call(name, "reading", lambda client: _remote_object(
@@ -361,6 +386,9 @@ def _remote_object(meta: Any) -> RemoteObject:
 _REFUSED_STATUS: Final = re.compile(r"status code: (401|403)\b[^:<]*")
 _MISSING_STATUS: Final = re.compile(r"status code: 404\b[^:<]*")
 _ERROR_CODE: Final = re.compile(r"<Code>(\w+)</Code>")
+# fake-gcs-server's answer to a listing of a missing bucket (GCS's own is a 404).
+_NO_BUCKET: Final = re.compile(r"status code: 500\b[^<]*<errorResponse><Error><Code>500</Code>"
+                               r"<Message>(no bucket named [^<]+)</Message>")
 
 
 def _answer(exc: BaseException, status_pattern: re.Pattern[str]) -> str:

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +21,11 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.errors import RemoteError
 
+from .credential_env import point_google_at
+from .gcs_server import GCSServer
 from .proxied import ROOT, NetProxy, proxied_images
 from .s3_server import S3Server, s3_store
+from .server_process import HOST, free_port
 from .test_remote_write import objects, writer_process
 from .test_remote_read import images
 
@@ -267,3 +270,39 @@ def test_an_upload_longer_than_the_lock_lease_is_never_mixed_with_another_writer
     else:
         assert slow.returncode == 0, slow_err[-2000:]
         assert values == {0: 10, 1: 120, 2: 30}
+
+
+
+class GCSBehindProxy(GCSServer):
+    """A fake-gcs-server of its own that takes path-style requests sent to `public_host` (the
+    proxy in front of it: the proxy passes the Host header on as the client wrote it)."""
+
+    def __init__(self, program: str, public_host: str) -> None:
+        super().__init__(program)
+        self.public_host = public_host
+
+    def _command(self) -> Sequence[str]:
+        command = list(super()._command())
+        command[command.index("-public-host") + 1] = self.public_host
+        return command
+
+
+def test_a_gcs_listing_that_fails_otherwise_is_still_retried(
+    gcs_server: GCSServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gs:// listing is sent once without retries, so that fake-gcs-server's 500 for a
+    missing bucket is told at once (object_store.py, _listed); any other 500 must still be
+    retried: here the first two GETs (the listing, then its second sending) fail, and the open
+    succeeds and reads exactly."""
+    data = images(50, 40)
+    from_numpy(str(tmp_path / "local"), data, codec="zstd")
+    proxy_port = free_port()
+    with GCSBehindProxy(gcs_server.program, f"{HOST}:{proxy_port}") as server, \
+            NetProxy(server.endpoint, port=proxy_port) as proxy:
+        server.create_bucket("behind-proxy")
+        server.upload_tree(tmp_path / "local", "behind-proxy", "ds")
+        point_google_at(monkeypatch, proxy.url)
+        proxy.set_faults(fail_next=2)
+        with DenseDataset("gs://behind-proxy/ds", cache_dir=tmp_path / "cache") as ds:
+            np.testing.assert_array_equal(ds[np.arange(50)], data)
+        assert proxy.stats().failed == 2
