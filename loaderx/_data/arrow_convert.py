@@ -37,6 +37,7 @@ from loaderx._os.folder_swap import StagedFolder
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.process_pool import JobRefused, check_workers, run_workers
 from loaderx._store.layout import SHARD_RECORDS_MAX
+from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec, check_codec, make_schema
 from loaderx._store.shard_commit import commit_shards
 from loaderx._store.sharded_store import check_shard_records
@@ -272,11 +273,12 @@ def _convert_in_workers(path: str, opened: Any, plans: list[Any], codec: Codec,
 
 def arrow_to_datasets(
     source: object, path: PathArg, columns: Columns = None, codec: Codec = "zstd",
-    overwrite: bool = False, progress: ProgressOption = None, workers: int = 1,
+    overwrite: Flag = False, progress: ProgressOption = None, workers: int = 1,
     batch_rows: int | None = None, shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """from_arrow, returning the rows written and {column: its dataset's folder}."""
+    overwrite = check_flag("overwrite", overwrite)
     try:
         from loaderx._data.arrow_columns import plan_column
         from loaderx._data.arrow_source import open_source
@@ -345,7 +347,7 @@ def _convert(folder: str, opened: Any, plans: list[Any], codec: Codec, overwrite
 
 def from_arrow(
     source: object, path: PathArg, columns: Columns = None, codec: Codec = "zstd",
-    overwrite: bool = False, progress: ProgressOption = None, workers: int = 1,
+    overwrite: Flag = False, progress: ProgressOption = None, workers: int = 1,
     batch_rows: int | None = None, shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:

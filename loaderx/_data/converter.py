@@ -27,6 +27,7 @@ from loaderx._data.serial import (
 from loaderx._data.remote_write import write_to_url
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.urls import is_url
+from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec
 from loaderx._store.layout import SHARD_RECORDS_MAX
 from loaderx._store.sharded_store import check_shard_records
@@ -38,10 +39,10 @@ def from_numpy(
     codec: Codec = "zstd",
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-    overwrite: bool = False,
+    overwrite: Flag = False,
     progress: ProgressOption = None,
     workers: int = 1,
-    append: bool = False,
+    append: Flag = False,
     shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:
@@ -62,6 +63,8 @@ def from_numpy(
     start (default "fork" where available).
     """
     path = fs_path(path)
+    overwrite = check_flag("overwrite", overwrite)
+    append = check_flag("append", append)
     check_append_or_overwrite(append, overwrite)
     if is_url(path):
         return write_to_url(path, append, overwrite, lambda local: from_numpy(
@@ -83,10 +86,10 @@ def from_iterator(
     dtype: DTypeLike | None = None,
     item_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-    overwrite: bool = False,
+    overwrite: Flag = False,
     progress: ProgressOption = None,
     workers: int | None = None,
-    append: bool = False,
+    append: Flag = False,
     shard_records: int = SHARD_RECORDS_MAX,
     start_method: str | None = None,
 ) -> int:
@@ -107,6 +110,8 @@ def from_iterator(
     append=True adds them to the dataset at path in one atomic commit.
     """
     path = fs_path(path)
+    overwrite = check_flag("overwrite", overwrite)
+    append = check_flag("append", append)
     check_append_or_overwrite(append, overwrite)
     if is_url(path):
         return write_to_url(path, append, overwrite, lambda local: from_iterator(

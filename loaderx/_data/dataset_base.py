@@ -26,6 +26,7 @@ from loaderx._os.paths import PathArg, fs_path, is_file
 from loaderx._remote.remote_source import RemoteSource, opening_version
 from loaderx._os.urls import is_url, local_path
 from loaderx._store.content_identity import content_identity
+from loaderx._store.flags import Flag, check_flag, check_optional_flag
 from loaderx._store.indexing import normalize_index
 from loaderx._store.schema import Codec, Schema, resolve_dict_size
 from loaderx._store.sharded_store import ShardedStore, check_shard_records
@@ -90,11 +91,15 @@ class DatasetBase:
         dict_size: str | SupportsIndex = "balanced",
         *,
         shard_records: SupportsIndex | None = None,
-        readonly: bool = False,
-        verify: bool | None = None,
+        readonly: Flag = False,
+        verify: Flag | None = None,
         cache_dir: PathArg | None = None,
         cache_bytes: SupportsIndex | None = None,
     ) -> None:
+        # The flags are annotated so that mypyc lets any value reach these checks
+        # (loaderx._store.flags), which run before anything is opened or created.
+        readonly = check_flag("readonly", readonly)
+        verify = check_optional_flag("verify", verify)
         kind = self._kind()
         wanted = create_schema(kind, dtype, item_shape, codec, dict_size)
         capacity = SHARD_RECORDS_MAX if shard_records is None else shard_records

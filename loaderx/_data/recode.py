@@ -18,6 +18,7 @@ from loaderx._data.serial import CHUNK_BYTES_DEFAULT, check_chunk_bytes
 from loaderx._data.remote_write import write_to_url
 from loaderx._os.urls import is_url, refuse_url
 from loaderx._os.paths import PathArg, fs_path
+from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec, Schema, has_schema, read_schema
 
 # Ragged stores: how many record lengths are looked at at once when cutting blocks.
@@ -71,7 +72,7 @@ def recode(
     codec: Codec = "zstd",
     dict_size: str | int = "balanced",
     chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-    overwrite: bool = False,
+    overwrite: Flag = False,
     progress: ProgressOption = None,
 ) -> int:
     """Rewrites the dataset at src into dst with another codec (any codec to any codec).
@@ -83,6 +84,7 @@ def recode(
     """
     src_path = fs_path(src)
     dst_path = fs_path(dst)
+    overwrite = check_flag("overwrite", overwrite)
     refuse_url(src_path, "recode's source", "recode reads a local dataset (its destination may be a URL)")
     progress = check_progress(progress)
     if is_url(dst_path):

@@ -60,6 +60,7 @@ from loaderx._loading.ragged_layout import Layout, Padding, ragged_layouts
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.step_maker import StepMaker, Transform
 from loaderx._native.calls import mypyc_attr
+from loaderx._store.flags import Flag, check_flag
 
 __all__ = ["DataLoader", "Batch", "Padding", "Transform"]
 
@@ -182,7 +183,7 @@ class DataLoader(LoaderShell):
         prefetch: SupportsIndex = PREFETCH_DEFAULT,
         workers: SupportsIndex | None = None,
         shard: Sequence[SupportsIndex] | None = None,
-        reuse_buffers: bool = False,
+        reuse_buffers: Flag = False,
         worker_type: str = "thread",
         start_method: str | None = None,
         ragged: object = None,
@@ -198,6 +199,9 @@ class DataLoader(LoaderShell):
                 "given; pass the settings by name"
             )
         _refuse_keywords(unknown)
+        # reuse_buffers is annotated so that mypyc lets any value reach the check and its
+        # message (loaderx._store.flags says how).
+        reuse = check_flag("reuse_buffers", reuse_buffers)
         if worker_type not in WORKER_TYPES:
             raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
         if start_method is not None and start_method not in START_METHODS:
@@ -241,10 +245,10 @@ class DataLoader(LoaderShell):
         self._shard: tuple[int, int] | None = None if shard is None else self._sampler.shard
         self._prefetch = depth
         self._workers = threads
-        self._reuse_buffers: bool = reuse_buffers
+        self._reuse_buffers: bool = reuse
         self._transform: Transform | None = transform
         self._maker: StepMaker = StepMaker(
-            self._sampler, self._streams, self._batch_size, transform, depth + 1, reuse_buffers,
+            self._sampler, self._streams, self._batch_size, transform, depth + 1, reuse,
             first_step, self._layouts,
         )
         self._produce: partial[Batch] = partial(self._maker.make)

@@ -15,6 +15,7 @@ import numpy as np
 
 from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.ragged import RaggedDataset, padding_value
+from loaderx._store.flags import Flag, check_flag
 
 PACKED: Final = "packed"
 CU_SEQLENS_SUFFIX: Final = ".cu_seqlens"
@@ -56,7 +57,7 @@ class Padding:
         *,
         buckets: Sequence[int] | None = None,
         value: Any = 0,
-        truncate: bool = False,
+        truncate: Flag = False,
     ) -> None:
         if length is not None and buckets is not None:
             raise ValueError("give Padding a length or buckets, not both")
@@ -70,8 +71,7 @@ class Padding:
             if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
                 raise ValueError(f"buckets must increase, got {sizes}")
             self.buckets = sizes
-        if not isinstance(truncate, bool):
-            raise TypeError(f"truncate must be a bool, not {type(truncate).__name__}")
+        truncate = check_flag("truncate", truncate)
         if truncate and self.length is None and self.buckets is None:
             raise ValueError("truncate=True needs a length or buckets to truncate to")
         self.value = value

@@ -21,11 +21,10 @@ Records: TypeAlias = "Sequence[Any] | npt.NDArray[Any]"
 
 
 def verify_flags(verify: bool | None) -> int:
-    """lx_store_open's flags for a gather verification setting (None: the default)."""
+    """lx_store_open's flags for a gather verification setting (None: the default), checked
+    by loaderx._store.flags.check_optional_flag first."""
     if verify is None:
         return 0
-    if not isinstance(verify, bool):
-        raise TypeError(f"verify must be True, False or None, not {type(verify).__name__}")
     return _native.OPEN_VERIFY_ALL if verify else _native.OPEN_VERIFY_NONE
 
 

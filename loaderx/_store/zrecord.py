@@ -46,6 +46,7 @@ from loaderx._store.record_batches import (
     pack_records,
     verify_flags,
 )
+from loaderx._store.flags import Flag, check_optional_flag
 from loaderx._store.schema import Codec
 from loaderx._store.store_open import open_store_handle, track_open
 from loaderx._store.layout import META_FILE, sharded_dataset_of
@@ -121,7 +122,7 @@ class Zrecord(NativeCalls):
         codec: Codec = "zstd",
         durable: bool = False,
         readonly: bool = False,
-        verify: bool | None = None,
+        verify: Flag | None = None,
         _dataset_owned: bool = False,
     ) -> None:
         """verify: which records gathers check against their checksum. None (the default):
@@ -132,6 +133,7 @@ class Zrecord(NativeCalls):
         keeps a sharded dataset's manifest in step with its shards
         (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
         must not take (loaderx._data.dataset_base)."""
+        verify = check_optional_flag("verify", verify)
         refuse_url(path, "Zrecord", "open a dataset at a URL with DenseDataset or RaggedDataset")
         self._path = local_path(fs_path(path))
         self._codec_id = codec_id(codec)

@@ -1,0 +1,173 @@
+"""The interpreted and the compiled build take the same arguments and give the same errors.
+
+Boolean flags take a bool or a NumPy bool and refuse anything else with a TypeError naming the
+parameter and the value, before any file is touched (the compiled build refused np.True_ with
+mypyc's "bool object expected; got numpy.bool", the interpreted one took readonly="no" for
+True).
+
+`build.py test` runs this module again against the compiled modules (pytest -m compiled).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loaderx.converter import from_arrow, from_iterator, from_numpy, recode
+from loaderx.dataloader import DataLoader, Padding
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.zrecord import Zrecord
+
+pytestmark = pytest.mark.compiled
+
+NOT_FLAGS = [1, 0, "no", "", None, [True], np.int64(1)]
+NOT_OPTIONAL_FLAGS = [1, 0, "no", [True], np.int64(1)]
+
+
+def _dense(path: Path) -> DenseDataset:
+    ds = DenseDataset(path, dtype=np.float32, item_shape=(2,))
+    ds.append(np.arange(16, dtype=np.float32).reshape(8, 2))
+    return ds
+
+
+def _ragged(path: Path) -> RaggedDataset:
+    rs = RaggedDataset(path, dtype=np.int32, item_shape=())
+    rs.append([np.arange(n, dtype=np.int32) for n in (3, 0, 5, 1, 2, 4, 1, 1)])
+    return rs
+
+
+# --- boolean flags ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("true", [True, np.True_])
+def test_dataset_flags_take_python_and_numpy_bools(tmp_path: Path, true: Any) -> None:
+    false = not true if isinstance(true, bool) else np.False_
+    _dense(tmp_path / "d").close()
+    _ragged(tmp_path / "r").close()
+    for kind in (DenseDataset, RaggedDataset):
+        path = tmp_path / ("d" if kind is DenseDataset else "r")
+        with kind(path, readonly=true, verify=false) as ds:
+            assert ds.readonly is True
+            assert ds.store.verify_reads is False
+        with kind(path, readonly=false, verify=true) as ds:
+            assert ds.readonly is False
+            assert ds.store.verify_reads is True
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+@pytest.mark.parametrize("kind", [DenseDataset, RaggedDataset])
+def test_datasets_refuse_a_readonly_that_is_no_bool(
+    tmp_path: Path, kind: type[DenseDataset] | type[RaggedDataset], value: Any
+) -> None:
+    existing = _dense(tmp_path / "d") if kind is DenseDataset else _ragged(tmp_path / "d")
+    existing.close()
+    with pytest.raises(TypeError) as refused:
+        kind(tmp_path / "d", readonly=value)
+    assert str(refused.value) == f"readonly must be True or False, got {value!r}"
+    with pytest.raises(TypeError) as refused:
+        kind(tmp_path / "new", dtype=np.float32, item_shape=(2,), readonly=value)
+    assert str(refused.value) == f"readonly must be True or False, got {value!r}"
+    assert not os.path.lexists(tmp_path / "new")
+
+
+@pytest.mark.parametrize("value", NOT_OPTIONAL_FLAGS)
+@pytest.mark.parametrize("kind", [DenseDataset, RaggedDataset])
+def test_datasets_refuse_a_verify_that_is_no_bool_or_none(
+    tmp_path: Path, kind: type[DenseDataset] | type[RaggedDataset], value: Any
+) -> None:
+    with pytest.raises(TypeError) as refused:
+        kind(tmp_path / "new", dtype=np.float32, item_shape=(2,), verify=value)
+    assert str(refused.value) == f"verify must be True, False or None, got {value!r}"
+    assert not os.path.lexists(tmp_path / "new")
+
+
+def test_a_zrecord_verify_takes_numpy_bools_and_names_what_it_refuses(tmp_path: Path) -> None:
+    with Zrecord(tmp_path / "z", create=True, verify=np.True_) as store:
+        assert store.verify_reads is True
+    with pytest.raises(TypeError) as refused:
+        Zrecord(tmp_path / "new", create=True, verify=1)  # type: ignore[arg-type]
+    assert str(refused.value) == "verify must be True, False or None, got 1"
+    assert not os.path.lexists(tmp_path / "new")
+
+
+@pytest.mark.parametrize("true", [True, np.True_])
+def test_reuse_buffers_takes_python_and_numpy_bools(tmp_path: Path, true: Any) -> None:
+    ds = _dense(tmp_path / "d")
+    with DataLoader({"x": ds}, batch_size=2, reuse_buffers=true) as loader:
+        assert loader.reuse_buffers is True
+        assert next(loader)["x"].shape == (2, 2)
+    with DataLoader({"x": ds}, batch_size=2, reuse_buffers=np.False_) as loader:
+        assert loader.reuse_buffers is False
+    ds.close()
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+def test_reuse_buffers_refuses_what_is_no_bool(tmp_path: Path, value: Any) -> None:
+    ds = _dense(tmp_path / "d")
+    with pytest.raises(TypeError) as refused:
+        DataLoader({"x": ds}, batch_size=2, reuse_buffers=value)
+    assert str(refused.value) == f"reuse_buffers must be True or False, got {value!r}"
+    ds.close()
+
+
+@pytest.mark.parametrize("true", [True, np.True_])
+def test_padding_truncate_takes_python_and_numpy_bools(true: Any) -> None:
+    assert Padding(4, truncate=true).truncate is True
+    assert Padding(4, truncate=np.False_).truncate is False
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+def test_padding_truncate_refuses_what_is_no_bool(value: Any) -> None:
+    with pytest.raises(TypeError) as refused:
+        Padding(4, truncate=value)
+    assert str(refused.value) == f"truncate must be True or False, got {value!r}"
+
+
+def _converters(tmp_path: Path) -> dict[str, Callable[..., int]]:
+    """Each converter with its arguments but the flags (the destination is tmp_path/out)."""
+    source = _dense(tmp_path / "src")
+    source.close()
+    out = tmp_path / "out"
+    table = pytest.importorskip("pyarrow").table({"a": [1, 2, 3]})
+    return {
+        "from_numpy": lambda **flags: from_numpy(out, np.zeros((3, 2)), **flags),
+        # With workers, each item is a source of records (append=True always takes sources).
+        "from_iterator": lambda **flags: from_iterator(out, [[np.zeros(2)] * 3], workers=1,
+                                                       **flags),
+        "recode": lambda **flags: recode(tmp_path / "src", out, **flags),
+        "from_arrow": lambda **flags: from_arrow(table, out, **flags),
+    }
+
+
+CONVERTER_FLAGS = [("from_numpy", "overwrite"), ("from_numpy", "append"),
+                   ("from_iterator", "overwrite"), ("from_iterator", "append"),
+                   ("recode", "overwrite"), ("from_arrow", "overwrite")]
+
+
+@pytest.mark.parametrize(("converter", "flag"), CONVERTER_FLAGS)
+def test_converter_flags_take_numpy_bools(tmp_path: Path, converter: str, flag: str) -> None:
+    convert = _converters(tmp_path)[converter]
+    rows = 8 if converter == "recode" else 3
+    assert convert(**{flag: np.False_}) == rows
+    assert convert(**{flag: np.True_}) == rows  # over the first (overwrite) or onto it (append)
+    folder = tmp_path / "out" / "a" if converter == "from_arrow" else tmp_path / "out"
+    kind = RaggedDataset if converter == "from_iterator" else DenseDataset
+    with kind(folder, readonly=True) as written:
+        assert len(written) == (2 * rows if flag == "append" else rows)
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+@pytest.mark.parametrize(("converter", "flag"), CONVERTER_FLAGS)
+def test_converter_flags_refuse_what_is_no_bool(
+    tmp_path: Path, converter: str, flag: str, value: Any
+) -> None:
+    convert = _converters(tmp_path)[converter]
+    with pytest.raises(TypeError) as refused:
+        convert(**{flag: value})
+    assert str(refused.value) == f"{flag} must be True or False, got {value!r}"
+    assert not os.path.lexists(tmp_path / "out")
