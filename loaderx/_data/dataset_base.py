@@ -87,7 +87,7 @@ class DatasetBase:
         path: PathArg,
         dtype: DTypeLike | None = None,
         item_shape: Shape | None = None,
-        codec: Codec = "zstd",
+        codec: Codec | np.str_ = "zstd",
         dict_size: str | SupportsIndex = "balanced",
         *,
         shard_records: SupportsIndex | None = None,
@@ -96,8 +96,8 @@ class DatasetBase:
         cache_dir: PathArg | None = None,
         cache_bytes: SupportsIndex | None = None,
     ) -> None:
-        # The flags are annotated so that mypyc lets any value reach these checks
-        # (loaderx._store.flags), which run before anything is opened or created.
+        # The flags and the codec are annotated so that mypyc lets any value reach these
+        # checks (loaderx._store.flags), which run before anything is opened or created.
         readonly = check_flag("readonly", readonly)
         verify = check_optional_flag("verify", verify)
         kind = self._kind()

@@ -116,10 +116,12 @@ def create_schema(
     kind: str,
     dtype: DTypeLike | None,
     item_shape: Shape | None,
-    codec: str,
+    codec: object,
     dict_size: str | SupportsIndex,
 ) -> Schema | None:
-    """The schema a constructor asked for, or None when it only opens."""
+    """The schema a constructor asked for, or None when it only opens. codec is any object:
+    a str annotation would have the compiled build refuse None or 1 with mypyc's words before
+    check_codec names the codecs."""
     if dtype is None:
         if item_shape is not None:
             raise TypeError("item_shape was given without dtype; a new dataset needs both")

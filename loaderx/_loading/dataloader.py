@@ -57,7 +57,7 @@ from loaderx._loading.process_workers import (
     refuse_fork_over_urls,
 )
 from loaderx._loading.ragged_layout import Layout, Padding, ragged_layouts
-from loaderx._loading.sampler import Mode, Sampler
+from loaderx._loading.sampler import Mode, Sampler, check_mode
 from loaderx._loading.step_maker import StepMaker, Transform
 from loaderx._native.calls import mypyc_attr
 from loaderx._store.flags import Flag, check_flag
@@ -100,6 +100,22 @@ def _check_streams(streams: object) -> int:
     if length == 0:
         raise ValueError("the streams are empty: there is nothing to load")
     return length
+
+
+def _worker_settings(worker_type: object, start_method: object) -> tuple[str, str]:
+    """worker_type and start_method (None: the default) checked, as plain strs. Taken as
+    objects: narrowed from `str | np.str_ | None` by an `is not None`, the compiled build cast
+    start_method to str and refused 1 with mypyc's words before the check could name it."""
+    if worker_type not in WORKER_TYPES:
+        raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
+    if start_method is None:
+        return str(worker_type), default_start_method()
+    if start_method not in START_METHODS:
+        raise ValueError(
+            f"start_method must be one of {', '.join(START_METHODS)} or None, not "
+            f"{start_method!r}"
+        )
+    return str(worker_type), str(start_method)
 
 
 # Keywords that users of other loaders reach for, and what loaderx calls (or does instead of) them.
@@ -177,15 +193,15 @@ class DataLoader(LoaderShell):
         streams: Mapping[str, DatasetBase],
         batch_size: SupportsIndex = BATCH_SIZE_DEFAULT,
         transform: Transform | None = None,
-        mode: Mode = "cyclic",
+        mode: Mode | np.str_ = "cyclic",
         seed: SupportsIndex = 0,
         start_step: SupportsIndex = 0,
         prefetch: SupportsIndex = PREFETCH_DEFAULT,
         workers: SupportsIndex | None = None,
         shard: Sequence[SupportsIndex] | None = None,
         reuse_buffers: Flag = False,
-        worker_type: str = "thread",
-        start_method: str | None = None,
+        worker_type: str | np.str_ = "thread",
+        start_method: str | np.str_ | None = None,
         ragged: object = None,
         # Collected to be refused: without *extra, the compiled loader (mypyc's argument
         # parsing of a signature with **unknown) dropped a 14th positional argument silently.
@@ -199,20 +215,10 @@ class DataLoader(LoaderShell):
                 "given; pass the settings by name"
             )
         _refuse_keywords(unknown)
-        # reuse_buffers is annotated so that mypyc lets any value reach the check and its
-        # message (loaderx._store.flags says how).
+        # reuse_buffers, mode, worker_type and start_method are annotated so that mypyc lets
+        # any value reach the checks and their messages (loaderx._store.flags says how).
         reuse = check_flag("reuse_buffers", reuse_buffers)
-        if worker_type not in WORKER_TYPES:
-            raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
-        if start_method is not None and start_method not in START_METHODS:
-            raise ValueError(
-                f"start_method must be one of {', '.join(START_METHODS)} or None, not "
-                f"{start_method!r}"
-            )
-        self._worker_type = worker_type
-        self._start_method = (
-            default_start_method() if start_method is None else start_method
-        )
+        self._worker_type, self._start_method = _worker_settings(worker_type, start_method)
         length = _check_streams(streams)
         self._layouts: dict[str, Layout] = ragged_layouts(streams, ragged)
         if self._layouts and worker_type == "process":
@@ -240,7 +246,7 @@ class DataLoader(LoaderShell):
         first_step = as_int("start_step", start_step, got="got")
         self._streams: dict[str, DatasetBase] = dict(streams)
         self._batch_size = self._sampler.batch_size
-        self._mode: Mode = mode
+        self._mode: Mode = check_mode(self._sampler.mode)  # checked: a plain str
         self._seed: int = self._sampler.seed
         self._shard: tuple[int, int] | None = None if shard is None else self._sampler.shard
         self._prefetch = depth

@@ -77,6 +77,18 @@ def check_integer(value: object, name: str) -> int:
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
 
 
+def check_mode(mode: object) -> Mode:
+    """mode as one of MODES (a plain str, also for a NumPy str); TypeError for what is no
+    str, ValueError naming the modes for another str."""
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, one of {MODES}, not {type(mode).__name__}")
+    for name in MODES:
+        if mode == name:
+            return name
+    valid = ", ".join(repr(known) for known in MODES)
+    raise ValueError(f"unknown sampler mode {mode!r}; valid modes are {valid}")
+
+
 def check_step(step: object) -> int:
     """A valid step as a Python int: 0 <= step < 2**64."""
     value = check_integer(step, "step")
@@ -124,7 +136,7 @@ class Sampler:
         self,
         length: SupportsIndex,
         batch_size: SupportsIndex,
-        mode: Mode = "cyclic",
+        mode: Mode | np.str_ = "cyclic",
         seed: SupportsIndex = 0,
         shard: Sequence[SupportsIndex] | None = None,
     ) -> None:
@@ -132,12 +144,8 @@ class Sampler:
         batch_size = check_integer(batch_size, "batch_size")
         seed = check_integer(seed, "seed")
         shard_index, shard_count = check_shard(shard)
-        if not isinstance(mode, str):
-            raise TypeError(f"mode must be a str, one of {MODES}, not {type(mode).__name__}")
-        mode_id = _MODE_IDS.get(mode)
-        if mode_id is None:
-            valid = ", ".join(repr(known) for known in MODES)
-            raise ValueError(f"unknown sampler mode {mode!r}; valid modes are {valid}")
+        mode = check_mode(mode)
+        mode_id = _MODE_IDS[mode]
         if length < 1:
             raise ValueError(f"length must be >= 1 (there is nothing to sample), got {length}")
         if length > LENGTH_MAX:

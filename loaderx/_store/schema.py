@@ -183,9 +183,12 @@ def check_item_shape(item_shape: SupportsIndex | Sequence[SupportsIndex]) -> tup
 
 
 def check_codec(codec: object) -> Codec:
-    """codec as a Codec; ValueError naming the valid codecs for anything else."""
-    if codec == "raw" or codec == "zstd" or codec == "zstd_dict":
-        return codec
+    """codec as a Codec (a plain str, also for a NumPy str); ValueError naming the valid codecs
+    for anything else."""
+    if isinstance(codec, str):
+        for name in CODEC_NAMES:
+            if codec == name:
+                return name
     raise ValueError(f"codec must be one of {', '.join(map(repr, CODEC_NAMES))}; got {codec!r}")
 
 
@@ -210,7 +213,7 @@ def make_schema(
     kind: str,
     dtype: DTypeLike,
     item_shape: SupportsIndex | Sequence[SupportsIndex],
-    codec: str,
+    codec: object,
     dict_size: str | SupportsIndex,
 ) -> Schema:
     """A validated Schema; raises TypeError / ValueError naming the argument at fault."""
@@ -220,7 +223,7 @@ def make_schema(
     shape = check_item_shape(item_shape)
     checked = check_codec(codec)
     size = resolve_dict_size(dict_size)
-    schema = Schema(kind, found_dtype, shape, checked, size if codec == "zstd_dict" else 0)
+    schema = Schema(kind, found_dtype, shape, checked, size if checked == "zstd_dict" else 0)
     if len(shape) > ITEM_DIMS_MAX:
         raise ValueError(
             f"item_shape has {len(shape)} dimensions, over the {ITEM_DIMS_MAX} a {kind} dataset "

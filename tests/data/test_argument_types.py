@@ -3,7 +3,8 @@
 Boolean flags take a bool or a NumPy bool and refuse anything else with a TypeError naming the
 parameter and the value, before any file is touched (the compiled build refused np.True_ with
 mypyc's "bool object expected; got numpy.bool", the interpreted one took readonly="no" for
-True).
+True). A str choice given None or an int gets the parameter's own error, not mypyc's "str
+object expected; got None".
 
 `build.py test` runs this module again against the compiled modules (pytest -m compiled).
 """
@@ -21,6 +22,7 @@ import pytest
 from loaderx.converter import from_arrow, from_iterator, from_numpy, recode
 from loaderx.dataloader import DataLoader, Padding
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.mixture import MixtureLoader
 from loaderx.zrecord import Zrecord
 
 pytestmark = pytest.mark.compiled
@@ -171,3 +173,75 @@ def test_converter_flags_refuse_what_is_no_bool(
         convert(**{flag: value})
     assert str(refused.value) == f"{flag} must be True or False, got {value!r}"
     assert not os.path.lexists(tmp_path / "out")
+
+
+# --- str choices -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, 1, b"zstd", "gzip"])
+@pytest.mark.parametrize("kind", [DenseDataset, RaggedDataset])
+def test_a_codec_that_is_none_of_the_codecs_is_named(
+    tmp_path: Path, kind: type[DenseDataset] | type[RaggedDataset], value: Any
+) -> None:
+    message = f"codec must be one of 'raw', 'zstd', 'zstd_dict'; got {value!r}"
+    with pytest.raises(ValueError) as refused:
+        kind(tmp_path / "new", dtype=np.float32, item_shape=(2,), codec=value)
+    assert str(refused.value) == message
+    assert not os.path.lexists(tmp_path / "new")
+    _dense(tmp_path / "d").close() if kind is DenseDataset else _ragged(tmp_path / "d").close()
+    with pytest.raises(ValueError) as refused:
+        kind(tmp_path / "d", codec=value)
+    assert str(refused.value) == message
+
+
+def test_a_codec_given_as_a_numpy_str_is_taken(tmp_path: Path) -> None:
+    with DenseDataset(tmp_path / "d", dtype=np.float32, item_shape=(2,),
+                      codec=np.str_("raw")) as ds:
+        assert ds.codec == "raw" and type(ds.codec) is str
+    with RaggedDataset(tmp_path / "r", dtype=np.float32, codec=np.str_("zstd")) as rs:
+        assert rs.codec == "zstd" and type(rs.codec) is str
+
+
+@pytest.mark.parametrize(("value", "error", "message"), [
+    (None, TypeError, "mode must be a str, one of ('sequential', 'iid', 'cyclic'), not NoneType"),
+    (1, TypeError, "mode must be a str, one of ('sequential', 'iid', 'cyclic'), not int"),
+    ("random", ValueError,
+     "unknown sampler mode 'random'; valid modes are 'sequential', 'iid', 'cyclic'"),
+])
+def test_a_loader_mode_that_is_none_of_the_modes_is_named(
+    tmp_path: Path, value: Any, error: type[Exception], message: str
+) -> None:
+    ds = _dense(tmp_path / "d")
+    with pytest.raises(error) as refused:
+        DataLoader({"x": ds}, batch_size=2, mode=value)
+    assert type(refused.value) is error and str(refused.value) == message
+    ds.close()
+
+
+def test_a_loader_mode_given_as_a_numpy_str_is_taken(tmp_path: Path) -> None:
+    ds = _dense(tmp_path / "d")
+    with DataLoader({"x": ds}, batch_size=2, mode=np.str_("sequential")) as loader:
+        assert loader.mode == "sequential" and type(loader.mode) is str
+        assert next(loader)["x"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    ds.close()
+
+
+@pytest.mark.parametrize("loader", ["DataLoader", "MixtureLoader"])
+@pytest.mark.parametrize(("keyword", "value", "message"), [
+    ("worker_type", None, "worker_type must be 'thread' or 'process', not None"),
+    ("worker_type", 1, "worker_type must be 'thread' or 'process', not 1"),
+    ("start_method", 1, "start_method must be one of spawn, forkserver, fork or None, not 1"),
+    ("start_method", b"spawn",
+     "start_method must be one of spawn, forkserver, fork or None, not b'spawn'"),
+])
+def test_a_worker_setting_that_is_none_of_the_choices_is_named(
+    tmp_path: Path, loader: str, keyword: str, value: Any, message: str
+) -> None:
+    ds = _dense(tmp_path / "d")
+    with pytest.raises(ValueError) as refused:
+        if loader == "DataLoader":
+            DataLoader({"x": ds}, batch_size=2, **{keyword: value})
+        else:
+            MixtureLoader([{"x": ds}], [1.0], batch_size=2, **{keyword: value})
+    assert str(refused.value) == message
+    ds.close()
