@@ -65,10 +65,12 @@ def open_store(
         create = wanted is not None and not readonly
         # The dataset guards a shard folder opened by itself (_refuse_if_shard), and its
         # own checks (a rollover elsewhere) must come first: its store skips Zrecord's.
-        return found, Zrecord(
+        single = Zrecord(
             path, create=create, codec=found.codec, readonly=readonly, verify=verify,
             _dataset_owned=True,
         )
+        single.name_as_dataset()
+        return found, single
     if wanted is None or readonly:
         if readonly and interrupted_swap(path):
             raise FileNotFoundError(
@@ -97,6 +99,7 @@ def open_store(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
         )
     store = Zrecord(path, create=True, codec=wanted.codec, verify=verify, _dataset_owned=True)
+    store.name_as_dataset()
     count = len(store)
     if count > 0:
         store.close()

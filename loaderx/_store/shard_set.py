@@ -98,7 +98,7 @@ class ShardSet:
     def check_open(self) -> None:
         """A closed dataset raises, as a closed single store does, rather than look empty."""
         if self.closed:
-            raise ValueError(f"sharded dataset {self.path!r} is closed")
+            raise ValueError(f"dataset {self.path!r} is closed")
 
     def read(self, read: Callable[[View], _T], without_shards: Callable[[], _T]) -> _T:
         """read(view) through the current view, made again through the new one when a rollover

@@ -97,6 +97,8 @@ class Zrecord(NativeCalls):
     """
 
     _path: str
+    # What a closed store calls itself: "Zrecord", or "dataset" (name_as_dataset).
+    _named: str = "Zrecord"
     _codec: str
     _durable: bool
     _readonly: bool
@@ -194,7 +196,13 @@ class Zrecord(NativeCalls):
     # --- lifetime ---------------------------------------------------------------------------
 
     def _describe(self) -> str:
-        return f"Zrecord {self._path!r}"
+        return f"{self._named} {self._path!r}"
+
+    def name_as_dataset(self) -> None:
+        """Has this store call itself "dataset" when a call finds it closed: it is a dataset's
+        own store (loaderx._data.dataset_folder), whose closed reads then say "dataset '/path'
+        is closed", as a closed dataset at a URL does."""
+        self._named = "dataset"
 
     def _label(self) -> str:
         return repr(self._path)

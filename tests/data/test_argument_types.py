@@ -4,7 +4,8 @@ Boolean flags take a bool or a NumPy bool and refuse anything else with a TypeEr
 parameter and the value, before any file is touched (the compiled build refused np.True_ with
 mypyc's "bool object expected; got numpy.bool", the interpreted one took readonly="no" for
 True). A str choice given None or an int gets the parameter's own error, not mypyc's "str
-object expected; got None".
+object expected; got None". A closed local dataset, single or sharded, says "dataset '/path'
+is closed", as a closed remote one does, while a closed Zrecord still names itself.
 
 `build.py test` runs this module again against the compiled modules (pytest -m compiled).
 """
@@ -245,3 +246,67 @@ def test_a_worker_setting_that_is_none_of_the_choices_is_named(
             MixtureLoader([{"x": ds}], [1.0], batch_size=2, **{keyword: value})
     assert str(refused.value) == message
     ds.close()
+
+
+# --- closed datasets -------------------------------------------------------------------------
+
+
+def test_a_closed_dense_dataset_names_itself_a_dataset(tmp_path: Path) -> None:
+    ds = _dense(tmp_path / "d")
+    ds.close()
+    message = f"dataset {str(tmp_path / 'd')!r} is closed"
+    out = np.empty((2, 2), dtype=np.float32)
+    for call in (
+        lambda: ds.read(0),
+        lambda: ds[np.array([0, 1])],
+        lambda: ds[0:2],
+        lambda: len(ds),
+        lambda: ds.gather_into(np.array([0, 1]), out),
+        lambda: ds.read(np.array([0, 1]), out=out),
+    ):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+def test_a_closed_ragged_dataset_names_itself_a_dataset(tmp_path: Path) -> None:
+    rs = _ragged(tmp_path / "r")
+    rs.close()
+    message = f"dataset {str(tmp_path / 'r')!r} is closed"
+    for call in (
+        lambda: rs.read(0),
+        lambda: rs[np.array([0, 1])],
+        lambda: len(rs),
+        lambda: rs.lengths(np.array([0, 1])),
+        lambda: rs.read(slice(0, 2)),
+    ):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+def test_a_closed_sharded_dataset_names_itself_a_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    ds = DenseDataset(path, dtype=np.int64, item_shape=(), shard_records=4)
+    ds.append(np.arange(10, dtype=np.int64))
+    assert ds.sharded
+    ds.close()
+    out = np.empty(2, dtype=np.int64)
+    for call in (
+        lambda: ds.read(0),
+        lambda: ds[np.array([0, 5])],
+        lambda: len(ds),
+        lambda: ds.gather_into(np.array([0, 5]), out),
+    ):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == f"dataset {str(path)!r} is closed"
+
+
+def test_a_closed_zrecord_still_names_itself(tmp_path: Path) -> None:
+    _dense(tmp_path / "d").close()
+    store = Zrecord(tmp_path / "d")
+    store.close()
+    with pytest.raises(ValueError) as refused:
+        len(store)
+    assert str(refused.value) == f"Zrecord {str(tmp_path / 'd')!r} is closed"

@@ -390,7 +390,7 @@ def test_a_closed_sharded_dataset_raises_as_a_closed_store_does(tmp_path: Path) 
         lambda: ds.verify(),
         lambda: ds.compact(),
     ):
-        with pytest.raises(ValueError, match="sharded dataset .* is closed"):
+        with pytest.raises(ValueError, match=r"^dataset .* is closed$"):
             call()
     assert (out == 7).all()
     with DenseDataset(path) as reopened:  # nothing changed
