@@ -46,7 +46,7 @@ from loaderx._store.record_batches import (
     pack_records,
     verify_flags,
 )
-from loaderx._store.flags import Flag, check_optional_flag
+from loaderx._store.flags import Flag, check_flag, check_optional_flag
 from loaderx._store.schema import Codec
 from loaderx._store.store_open import open_store_handle, track_open
 from loaderx._store.layout import META_FILE, sharded_dataset_of
@@ -120,10 +120,10 @@ class Zrecord(NativeCalls):
         self,
         path: PathArg,
         *,
-        create: bool = False,
+        create: Flag = False,
         codec: Codec = "zstd",
-        durable: bool = False,
-        readonly: bool = False,
+        durable: Flag = False,
+        readonly: Flag = False,
         verify: Flag | None = None,
         _dataset_owned: bool = False,
     ) -> None:
@@ -135,16 +135,19 @@ class Zrecord(NativeCalls):
         keeps a sharded dataset's manifest in step with its shards
         (loaderx._store.sharded_store) and refuses the writes that a shard opened by itself
         must not take (loaderx._data.dataset_base)."""
+        create = check_flag("create", create)
+        durable = check_flag("durable", durable)
+        readonly = check_flag("readonly", readonly)
         verify = check_optional_flag("verify", verify)
         refuse_url(path, "Zrecord", "open a dataset at a URL with DenseDataset or RaggedDataset")
         self._path = local_path(fs_path(path))
         self._codec_id = codec_id(codec)
         self._codec = codec
-        self._durable = bool(durable)
-        self._readonly = bool(readonly)
+        self._durable = durable
+        self._readonly = readonly
         # readonly wins over create (a read-only open never makes anything), and the message
         # for a missing store must then not suggest the create=True the caller passed.
-        asked_to_create = bool(create)
+        asked_to_create = create
         if self._readonly:
             create = False
         verify_flag = verify_flags(verify)

@@ -89,12 +89,23 @@ def test_datasets_refuse_a_verify_that_is_no_bool_or_none(
     assert not os.path.lexists(tmp_path / "new")
 
 
-def test_a_zrecord_verify_takes_numpy_bools_and_names_what_it_refuses(tmp_path: Path) -> None:
-    with Zrecord(tmp_path / "z", create=True, verify=np.True_) as store:
-        assert store.verify_reads is True
+def test_zrecord_flags_take_numpy_bools(tmp_path: Path) -> None:
+    with Zrecord(tmp_path / "z", create=np.True_, durable=np.False_, readonly=np.False_,
+                 verify=np.True_) as store:
+        assert store.verify_reads is True and store.readonly is False
+    with Zrecord(tmp_path / "z", create=np.False_, readonly=np.True_, verify=np.False_) as store:
+        assert store.verify_reads is False and store.readonly is True
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    *((flag, value) for flag in ("create", "durable", "readonly") for value in NOT_FLAGS),
+    *(("verify", value) for value in NOT_OPTIONAL_FLAGS),
+])
+def test_zrecord_flags_refuse_what_is_no_bool(tmp_path: Path, flag: str, value: Any) -> None:
     with pytest.raises(TypeError) as refused:
-        Zrecord(tmp_path / "new", create=True, verify=1)  # type: ignore[arg-type]
-    assert str(refused.value) == "verify must be True, False or None, got 1"
+        Zrecord(tmp_path / "new", **{"create": True, flag: value})
+    choices = "True, False or None" if flag == "verify" else "True or False"
+    assert str(refused.value) == f"{flag} must be {choices}, got {value!r}"
     assert not os.path.lexists(tmp_path / "new")
 
 
