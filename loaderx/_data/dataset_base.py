@@ -117,6 +117,7 @@ class DatasetBase:
         except BaseException:
             self._close_remote()
             raise
+        store.name_as_dataset(self._path)  # a URL, not its replica in the cache
         self._schema = schema
         self._dtype = schema.dtype
         self._item_shape = schema.item_shape
@@ -354,6 +355,7 @@ class DatasetBase:
             if isinstance(store, ShardedStore):
                 return store
             sharded = ShardedStore.adopt(self._path, store, self._schema, self._shard_records)
+            sharded.name_as_dataset(self._path)
             self._store = sharded
             return sharded
 

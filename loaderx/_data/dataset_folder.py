@@ -69,7 +69,7 @@ def open_store(
             path, create=create, codec=found.codec, readonly=readonly, verify=verify,
             _dataset_owned=True,
         )
-        single.name_as_dataset()
+        single.name_as_dataset(path)
         return found, single
     if wanted is None or readonly:
         if readonly and interrupted_swap(path):
@@ -99,7 +99,7 @@ def open_store(
             f"no loaderx dataset at {path!r}; pass dtype= (and item_shape=) to create one"
         )
     store = Zrecord(path, create=True, codec=wanted.codec, verify=verify, _dataset_owned=True)
-    store.name_as_dataset()
+    store.name_as_dataset(path)
     count = len(store)
     if count > 0:
         store.close()

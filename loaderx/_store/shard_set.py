@@ -78,6 +78,8 @@ class ShardSet:
     # this handle resolved it for reading, and its next write settles it on disk first.
     settled: bool
     closed: bool
+    # The name a closed dataset's calls give (ShardedStore.name_as_dataset), else the path.
+    shown: str
 
     def __init__(self, path: str, schema: Schema, readonly: bool, verify: bool | None) -> None:
         self.path = path
@@ -91,6 +93,7 @@ class ShardSet:
         self.signature = None
         self.settled = True
         self.closed = False
+        self.shown = ""
         # Guards replacing the view: a reader that met a stale one and the writer that changed
         # the shards may both make the new one.
         self._view_lock = ForkSafeLock()
@@ -98,7 +101,7 @@ class ShardSet:
     def check_open(self) -> None:
         """A closed dataset raises, as a closed single store does, rather than look empty."""
         if self.closed:
-            raise ValueError(f"dataset {self.path!r} is closed")
+            raise ValueError(f"dataset {self.shown or self.path!r} is closed")
 
     def read(self, read: Callable[[View], _T], without_shards: Callable[[], _T]) -> _T:
         """read(view) through the current view, made again through the new one when a rollover

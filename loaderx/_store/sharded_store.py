@@ -204,6 +204,11 @@ class ShardedStore:
         sharded._shards.adopt(store)
         return sharded
 
+    def name_as_dataset(self, name: str) -> None:
+        """A closed dataset's calls say "dataset 'name' is closed": its name as its user opened
+        it (a URL for a remote dataset, whose replica this store reads), not this folder."""
+        self._shards.shown = name
+
     def _refuse_if_readonly(self, operation: str) -> None:
         self._shards.check_open()
         if self._readonly:

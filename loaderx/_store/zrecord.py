@@ -97,8 +97,8 @@ class Zrecord(NativeCalls):
     """
 
     _path: str
-    # What a closed store calls itself: "Zrecord", or "dataset" (name_as_dataset).
-    _named: str = "Zrecord"
+    # What a closed store calls itself: empty for "Zrecord '/path'", or what name_as_dataset set.
+    _named: str = ""
     _codec: str
     _durable: bool
     _readonly: bool
@@ -199,13 +199,13 @@ class Zrecord(NativeCalls):
     # --- lifetime ---------------------------------------------------------------------------
 
     def _describe(self) -> str:
-        return f"{self._named} {self._path!r}"
+        return self._named or f"Zrecord {self._path!r}"
 
-    def name_as_dataset(self) -> None:
-        """Has this store call itself "dataset" when a call finds it closed: it is a dataset's
-        own store (loaderx._data.dataset_folder), whose closed reads then say "dataset '/path'
-        is closed", as a closed dataset at a URL does."""
-        self._named = "dataset"
+    def name_as_dataset(self, name: str) -> None:
+        """Has this store call itself "dataset 'name'" when a call finds it closed: it is the
+        store of a dataset opened as `name` (a path, or a URL whose replica this store reads),
+        so a closed dataset's every call names it as its user opened it."""
+        self._named = f"dataset {name!r}"
 
     def _label(self) -> str:
         return repr(self._path)

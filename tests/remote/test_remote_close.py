@@ -9,7 +9,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,29 @@ def test_close_releases_every_mapping_and_descriptor(
             closed.gather_into(np.array([1], dtype=np.int64), np.empty((1, 500), np.uint8))
     ds.close()  # a second close does nothing
     assert held_in(cache) == []
+
+
+def test_every_call_on_a_closed_dataset_names_it_by_what_it_was_opened_with(
+    dense: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = dense
+    remote = DenseDataset(url, cache_dir=tmp_path / "cache")
+    local = DenseDataset(str(tmp_path / "local"), readonly=True)
+    np.testing.assert_array_equal(remote[3], data[3])
+    remote.close()
+    local.close()
+    for closed, name in ((remote, url), (local, str(tmp_path / "local"))):
+        calls: dict[str, Callable[[], object]] = {
+            "len": lambda: len(closed),
+            "ds[i]": lambda: closed[1],
+            "ds[idx]": lambda: closed[np.array([1, 2], dtype=np.int64)],
+            "gather_into": lambda: closed.gather_into(np.array([1], dtype=np.int64),
+                                                      np.empty((1, 500), np.uint8)),
+        }
+        for what, call in calls.items():
+            with pytest.raises(ValueError) as raised:
+                call()
+            assert str(raised.value) == f"dataset {name!r} is closed", (what, raised.value)
 
 
 def test_the_context_managers_release_the_cache_with_a_loader(
