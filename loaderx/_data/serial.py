@@ -33,7 +33,7 @@ from loaderx._store.schema import (
     check_item_shape,
     make_schema,
 )
-from loaderx._store.layout import DICT_FILE, RECORD_COUNT_MAX, SHARD_RECORDS_MAX
+from loaderx._store.layout import DICT_FILE, SHARD_RECORDS_MAX
 
 CHUNK_BYTES_DEFAULT: Final = 64 << 20
 # Marks the end of an iterator (None could be a record, if a wrong one).
@@ -67,10 +67,11 @@ def check_array(
 
 
 def check_record_count(count: int) -> None:
-    """ValueError when count records are more than any dataset holds."""
-    if count > RECORD_COUNT_MAX:
+    """ValueError when count records are more than any dataset holds (the limit read from
+    loaderx._store.layout at each call, as shard_budget reads its own)."""
+    if count > layout.RECORD_COUNT_MAX:
         raise ValueError(
-            f"{count} records exceed a dataset's limit of {RECORD_COUNT_MAX} (2^20 shards)"
+            f"{count} records exceed a dataset's limit of {layout.RECORD_COUNT_MAX} (2^20 shards)"
         )
 
 
