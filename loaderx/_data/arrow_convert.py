@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from loaderx._data.arrow_limits import check_rows, stream_limit
 from loaderx._data.destination import (
     check_destination,
     commit_conversion,
@@ -157,19 +158,24 @@ def _convert_here(path: str, opened: Any, plans: list[Any], codec: Codec, overwr
         writers = [ColumnWriter(plan, codec, lambda _piece, s=s: s.path, None)
                    for plan, (s, _) in zip(plans, staged)]
         rows = _write_part(opened.parts[0], plans, writers, batch_rows,
-                           Progress(f"converting to {path}", opened.rows, progress))
+                           Progress(f"converting to {path}", opened.rows, progress),
+                           stream_limit(plans))
     return rows
 
 
 def _write_part(part: Any, plans: list[Any], writers: list[Any], batch_rows: int | None,
-                report: Progress) -> int:
-    """Every batch of one part into the columns' writers; the rows written."""
+                report: Progress, limit: tuple[int, str] | None = None) -> int:
+    """Every batch of one part into the columns' writers; the rows written. limit: the most
+    rows the part may hold and the ValueError's message for a batch that passes them, refused
+    before any of it is written (a source whose length is known was checked up front)."""
     row = part.start
     with report:
         try:
             for writer in writers:
                 writer.open()
             for batch in part.batches([plan.name for plan in plans], batch_rows):
+                if limit is not None and row - part.start + batch.num_rows > limit[0]:
+                    raise ValueError(limit[1])
                 for position, writer in enumerate(writers):
                     writer.add(batch.column(position), row)
                 row += batch.num_rows
@@ -296,6 +302,9 @@ def arrow_to_datasets(
     plans = [plan_column(name, sub, opened.schema.field(name).type)
              for name, sub in chosen.items()]
     _check_plans(plans, codec)
+    # Before any byte is written: a store's limit of records for a bytes column, a dataset's
+    # for the others.
+    check_rows(folder, plans, opened.rows, None, per_shard)
     if is_url(folder):
         # Built on local disk, then each column uploaded to folder/<column> (docs/remote.md):
         # a URL handed here (the CLI's Parquet conversion) must never become a local folder.
