@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from loaderx._data.arrow_limits import check_rows, stream_limit
+from loaderx._data.arrow_limits import check_rows, stream_limit, worker_ranges
 from loaderx._data.destination import (
     check_destination,
     commit_conversion,
@@ -302,9 +302,12 @@ def arrow_to_datasets(
     plans = [plan_column(name, sub, opened.schema.field(name).type)
              for name, sub in chosen.items()]
     _check_plans(plans, codec)
-    # Before any byte is written: a store's limit of records for a bytes column, a dataset's
-    # for the others.
-    check_rows(folder, plans, opened.rows, None, per_shard)
+    # Before any byte is written, as _convert chooses its way: a store's limit of records for
+    # a bytes column, a dataset's of shards for the others.
+    parallel = count_workers > 1 and len(opened.parts) > 1
+    check_rows(folder, plans, opened.rows,
+               worker_ranges([part.start for part in opened.parts], opened.rows)
+               if parallel and opened.rows is not None else None, per_shard)
     if is_url(folder):
         # Built on local disk, then each column uploaded to folder/<column> (docs/remote.md):
         # a URL handed here (the CLI's Parquet conversion) must never become a local folder.
@@ -341,7 +344,7 @@ def _convert(folder: str, opened: Any, plans: list[Any], codec: Codec, overwrite
     """Every planned column written under the local folder; the rows written."""
     created = not os.path.lexists(folder)
     try:
-        if len(opened.parts) == 1 or count_workers == 1:
+        if len(opened.parts) == 1 or count_workers == 1:  # as arrow_to_datasets checks
             return _convert_here(folder, opened, plans, codec, overwrite, rows_per_batch,
                                  progress)
         return _convert_in_workers(folder, opened, plans, codec, overwrite, rows_per_batch,

@@ -60,4 +60,10 @@ def stream_limit(plans: Sequence[Any]) -> tuple[int, str]:
                                      f"{layout.RECORD_COUNT_MAX} (2^20 shards)")
 
 
-__all__ = ["check_rows", "stream_limit"]
+def worker_ranges(starts: Sequence[int], rows: int) -> list[tuple[int, int]]:
+    """Each part's rows [start, stop), from the parts' first rows and the source's row count."""
+    stops = list(starts[1:]) + [rows]
+    return list(zip(starts, stops))
+
+
+__all__ = ["check_rows", "stream_limit", "worker_ranges"]

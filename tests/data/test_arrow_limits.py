@@ -4,7 +4,8 @@ as the other conversions do: before any byte is written when the source's row co
 before it is written (a RecordBatchReader); every destination is left as it was.
 
 Before: a binary or string column (one bare Zrecord, at most 2^24 records) of a longer source
-failed partway through the conversion.
+failed partway through the conversion, and with workers and a small shard_records the shard
+count was refused only by the commit, once every worker had written every part.
 
 The limits are lowered with monkeypatch (the conversion reads them from loaderx._store.layout
 at each call) so that no test writes 2^24 rows.
@@ -26,6 +27,7 @@ from loaderx._store import layout  # private: the limits, lowered to keep the so
 from loaderx.cli import EXIT_PROBLEM, main
 from loaderx.converter import from_arrow
 from loaderx.zrecord import Zrecord
+from loaderx._store.manifest import read_manifest  # private: the shards a conversion made
 
 pa: Any = pytest.importorskip("pyarrow")
 pq: Any = pytest.importorskip("pyarrow.parquet")
@@ -185,3 +187,27 @@ def test_convert_of_a_parquet_file_longer_than_a_store_refuses_in_one_line(
         f"loaderx convert: {tmp_path / 'data.parquet'}: "
         f"{BYTES_REFUSAL.format(rows='5 rows')}; nothing was converted\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_workers_refuse_too_many_shards_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hf_datasets: Any
+) -> None:
+    """9 rows in two shares (5 and 4) of shards of at most 2 make 3 + 2 shards."""
+    out = tmp_path / "out"
+    before = old_output(out)
+    monkeypatch.setattr(layout, "SHARD_COUNT_MAX", 4)
+    table = table_of(9).select(["label"])
+    with monkeypatch.context() as patch:
+        patch.setattr(arrow_convert, "run_workers", no_writing)
+        patch.setattr(arrow_convert, "make_staging", no_writing)
+        for source in sources(tmp_path, table, hf_datasets):
+            with pytest.raises(ValueError, match=re.escape(
+                    "9 records in shards of at most 2 make 5 shards, over a dataset's limit "
+                    "of 4; pass a larger shard_records")):
+                from_arrow(source, out, overwrite=True, workers=2, shard_records=2)
+            assert tree(out) == before
+    # 8 rows make 2 + 2 shards: exactly the limit.
+    assert from_arrow(table.slice(0, 8), out, overwrite=True, workers=2, shard_records=2) == 8
+    manifest = read_manifest(out / "label")
+    assert manifest is not None
+    assert [shard.records for shard in manifest.shards] == [2, 2, 2, 2]
