@@ -386,6 +386,12 @@ def from_arrow(
     column's shares becoming the shards (of at most shard_records records) of its dataset; a
     RecordBatchReader is read by this process only. Every column is moved into place only
     when every column has been written.
+
+    More rows than a column's store holds (2^24 for a bytes column's one Zrecord; a dataset's
+    2^20 shards for the others, of at most shard_records each with workers) are refused with
+    ValueError before anything is written when the row count is known (all sources but a
+    RecordBatchReader), and a reader at the batch holding the first row past the limit, before
+    that batch is written.
     """
     rows, _ = arrow_to_datasets(source, path, columns, codec, overwrite, progress, workers,
                                 batch_rows, shard_records, start_method)
