@@ -27,8 +27,9 @@ worker tries again at its next one, as a thread loader's reads fail and go on. W
 forked from a consumer reading a URL (refuse_fork_over_urls). A worker that dies (a signal,
 os._exit) is noticed by its process sentinel: next() raises WorkerError naming the worker, its
 exit code and the step, and the loader closes. Workers ignore SIGINT, so Ctrl-C reaches the
-consumer only, which holds it back while it starts a worker (sigint_deferred: an interrupt in
-multiprocessing's start killed the forkserver) and raises it once the worker is booked. Workers
+consumer only, which holds it (any signal with a Python handler) back while it starts a worker
+(signals_deferred: an interrupt in multiprocessing's start killed the forkserver) and raises it
+once the worker is booked. Workers
 leave when their pipe closes (the consumer closed, or died; a worker started with fork first
 closes its copies of the consumer's pipe ends). An interrupt that lands while an
 answer is read or booked may lose it, so the next next() starts new workers at the next step
@@ -59,7 +60,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
 from loaderx._loading.step_maker import StepMaker
-from loaderx._os.deferred_interrupt import sigint_deferred
+from loaderx._os.deferred_interrupt import default_handlers, signals_deferred
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx import errors
 from loaderx.errors import RemoteError
@@ -179,6 +180,7 @@ def _worker_main(environment: ConsumerEnvironment | None, recipe: Recipe | bytes
     """A worker process: (step, slot) in, the step written into the slot, (step, slot, error
     text or None, whether it was a RemoteError, whether the recipe failed to load) out, until
     its pipe closes or says None."""
+    default_handlers()  # forked: not the consumer's handlers (started in signals_deferred)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
     # With the fork start method this process has copies of the consumer's ends of its own pipe
     # and of the pipes of the workers started before it. Held here, they would keep those pipes
@@ -275,7 +277,7 @@ class _Workers:
             # poll's timeout later), which the closing of the pipes and processes waits for.
             # That part itself holds Ctrl-C back (in the main thread): a SIGINT storm cut it
             # short in _close_ends' reaping, after which nothing ran it again.
-            with sigint_deferred():
+            with signals_deferred():
                 self._release()
 
     def _release(self) -> None:
@@ -451,10 +453,12 @@ class ProcessSteps:
                 args=(ConsumerEnvironment(), self._sent, layout, files.prefix, there, ends),
                 name=f"loaderx-worker-{index}", daemon=True,
             )
-            # Ctrl-C waits until the process is started and booked (loaderx._os
-            # .deferred_interrupt): cut short in multiprocessing's start, it killed the
-            # forkserver or left a child that close() did not know of.
-            with sigint_deferred():
+            # Ctrl-C (any signal with a Python handler) waits until the process is started
+            # and booked (loaderx._os.deferred_interrupt): cut short in multiprocessing's
+            # start, it killed the forkserver or left a child that close() did not know of.
+            with signals_deferred():
+                if self.closed:
+                    break  # by a handler between two starts: a worker now would stay
                 process.start()
                 there.close()
                 _ALL_WORKERS.add(process)

@@ -1,50 +1,113 @@
-"""Holding Ctrl-C back for a section that an interrupt would leave broken.
+"""Holding signals back for a section that a signal handler would leave broken.
 
 Starting a worker process is such a section: multiprocessing's Process.start() is not proof
-against a KeyboardInterrupt. Cut short in the forkserver handshake (the consumer sends its file
+against an exception. Cut short in the forkserver handshake (the consumer sends its file
 descriptors, then reads the child's pid), the forkserver read a half-sent message, raised
 EOFError and exited, and every later start failed with BrokenPipeError; cut short after the
 fork, a child ran that the consumer did not know of. Seen with SIGINT every 20 ms while loaders
-with worker processes were made and closed in a loop.
+with worker processes were made and closed in a loop; and the same with any other signal whose
+Python handler raises (a SIGUSR1 handler raising every 10 ms left 50 worker processes and 37
+/dev/shm slot files behind in 8 s, and killed the forkserver), or that closes the loader
+whose workers are starting.
 
-`with sigint_deferred():` runs its block with a SIGINT handler that only notes the signal, and
-once the block is over puts the previous handler back and, if a SIGINT came, gives it to that
-handler (Python's default one raises KeyboardInterrupt there). Only in the main thread, where
-Python runs signal handlers: in any other thread no handler interrupts the block anyway.
+`with signals_deferred():` runs its block with every signal that has a Python handler (Ctrl-C's
+default one included, and SIGINT with no handler at all) handled by one that only notes the
+signal; once the block is over it puts the previous handlers back and raises each noted signal
+again (signal.raise_signal), so its own handler runs there, as if it had come then: Python's
+default SIGINT handler raises KeyboardInterrupt, SIGINT's default action ends the process.
+Signals whose action is the system's (SIG_DFL, SIG_IGN) are left alone: no Python code runs for
+them. Only in the main thread, where Python runs signal handlers: in any other thread no handler
+interrupts the block anyway.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, Final
+
+# Every signal a handler can be set for (SIGKILL and SIGSTOP cannot have one).
+_SIGNALS: Final = sorted(set(signal.valid_signals()) - {
+    getattr(signal, "SIGKILL", -1), getattr(signal, "SIGSTOP", -1)})
+
+
+def _deferrable(signum: int) -> Any:
+    """The handler to put back after the block, or None when signum is left alone."""
+    try:
+        handler = signal.getsignal(signum)
+    except (OSError, ValueError):
+        return None
+    if callable(handler) or (signum == signal.SIGINT and handler == signal.SIG_DFL):
+        return handler
+    return None  # SIG_IGN, SIG_DFL, or a handler installed outside Python (None)
 
 
 @contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """The block with SIGINT held back, delivered to the previous handler after it."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
-        # None: a handler installed outside Python, which could not be put back.
+def signals_deferred() -> Iterator[None]:
+    """The block with every Python-handled signal held back, each raised again after it."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[FrameType | None] = []
+    caught: list[int] = []
 
     def note(signum: int, frame: FrameType | None) -> None:
-        caught.append(frame)
+        if signum not in caught:  # a signal pending twice is delivered once, as by the kernel
+            caught.append(signum)
 
-    signal.signal(signal.SIGINT, note)
+    replaced: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
     try:
+        for signum in _SIGNALS:
+            previous = _deferrable(signum)
+            if previous is not None:
+                replaced[signum] = previous  # first: put back whatever happens next
+                signal.signal(signum, note)
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, caught[0])  # Python's default raises KeyboardInterrupt
-            elif previous == signal.SIG_DFL:
-                signal.raise_signal(signal.SIGINT)  # the default action: the process ends
+        try:
+            _put_back(replaced)
+        finally:
+            _deliver(caught)
 
 
-__all__ = ["sigint_deferred"]
+def _put_back(replaced: dict[int, Any]) -> None:
+    """The previous handlers, every one of them also when a handler put back first raises (a
+    signal that came meanwhile): its exception is raised once all are back."""
+    raised: BaseException | None = None
+    for signum, previous in replaced.items():
+        while True:
+            try:
+                signal.signal(signum, previous)
+                break
+            except BaseException as error:  # its handler, just put back, ran and raised
+                raised = raised or error
+    if raised is not None:
+        raise raised
+
+
+def _deliver(caught: list[int]) -> None:
+    """Raises each noted signal again, its own handler running in raise_signal. When one
+    raises, the rest are sent to this process (the kernel delivers them at once: their
+    handlers run wherever Python next checks), and that exception goes up."""
+    for index, signum in enumerate(caught):
+        try:
+            signal.raise_signal(signum)
+        except BaseException:
+            for later in caught[index + 1:]:
+                os.kill(os.getpid(), later)
+            raise
+
+
+def default_handlers() -> None:
+    """In a forked child (a worker process started with fork, maybe inside signals_deferred):
+    the system's action for every signal that has a Python handler, as a spawned child has,
+    instead of the parent's handlers or the block's noting one, which would swallow them."""
+    for signum in _SIGNALS:
+        if _deferrable(signum) is not None:
+            signal.signal(signum, signal.SIG_DFL)
+
+
+__all__ = ["default_handlers", "signals_deferred"]
