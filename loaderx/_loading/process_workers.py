@@ -33,8 +33,8 @@ once the worker is booked. Workers
 leave when their pipe closes (the consumer closed, or died; a worker started with fork first
 closes its copies of the consumer's pipe ends). An interrupt that lands while an
 answer is read or booked may lose it, so the next next() starts new workers at the next step
-rather than wait for it. close() from another thread makes a waiting next() raise
-StopIteration. close() and garbage collection stop the workers and unlink every slot file,
+rather than wait for it. close() from another thread (or a handler on this one) makes a
+waiting next() raise StopIteration. close() and garbage collection stop the workers and unlink every slot file,
 also when a second Ctrl-C cuts close() short. A child forked from the consumer with os.fork()
 drops the workers from multiprocessing's children, whose exit hook would stop them.
 
@@ -598,8 +598,22 @@ class ProcessSteps:
         return slot
 
     def _issue(self) -> None:
-        """Sends steps to the workers, round robin, up to depth steps ahead of the consumer."""
+        """Sends steps to the workers, round robin, up to depth steps ahead of the consumer.
+        Returns early when the loader closes meanwhile, also when a signal handler on this
+        thread closed it in the middle of a send: `using` is re-entrant, so that close() went
+        through and took the pipes and maps from under this (TypeError, IndexError), and a
+        slot file made after its unlink was left in /dev/shm."""
         workers = self._ring()
+        try:
+            self._send(workers)
+        except Exception:
+            if not self.closed:
+                raise
+        finally:
+            if self.closed:
+                workers.files.unlink_all()
+
+    def _send(self, workers: _Workers) -> None:
         while self._issued < self.next_step + self._depth and not self.closed:
             with workers.using:  # stop() closes nothing meanwhile (_Workers.using)
                 if self.closed:
@@ -631,7 +645,7 @@ class ProcessSteps:
                 sentinels = {process.sentinel: i for i, process in enumerate(workers.processes)}
                 ready = multiprocessing.connection.wait([*workers.pipes, *sentinels],
                                                         timeout=0.5)
-            except (OSError, ValueError):
+            except Exception:
                 if self.closed:  # closed by a signal handler on this thread (`using` re-enters)
                     raise StopIteration from None
                 raise
@@ -641,8 +655,12 @@ class ProcessSteps:
                     continue  # a sentinel: its process's exit code says why, below
                 try:
                     answer: tuple[int, int, str | None, bool, bool] = cast(Any, item).recv()
-                except (EOFError, OSError):
-                    continue  # its sentinel says why
+                except Exception as failure:
+                    if self.closed:  # by a signal handler in the read (TypeError, OSError)
+                        raise StopIteration from None
+                    if isinstance(failure, (EOFError, OSError)):
+                        continue  # its sentinel says why
+                    raise
                 step, slot, error, remote, loading = answer
                 self._pending.pop(step, None)
                 self._done[step] = (slot, error, remote, loading)

@@ -1,19 +1,21 @@
-"""worker_type="process" under signal handlers other than Ctrl-C's default one: one that raises
-while workers start or stop.
+"""worker_type="process" under signal handlers other than Ctrl-C's default one: a handler that
+closes the loader on the consumer's own thread, and one that raises while workers start or stop.
 Real signals throughout (signal.raise_signal at a chosen point, setitimer, kill). Helpers and
 fixtures (the datasets, the leak check after every test) are test_process_workers'."""
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_process_workers import augment, children, no_leaks, shm_files, streams
+from test_process_workers import augment, children, no_leaks, shm_files, sleeps, streams
 
 from loaderx._loading import process_workers  # private: a signal raised at a chosen point inside
 from loaderx.dataloader import DataLoader
@@ -36,6 +38,110 @@ def on_sigusr1() -> Iterator[Callable[[Callable[[], None]], None]]:
 
     yield install
     signal.signal(signal.SIGUSR1, previous)
+
+
+def _signal_once(target: Any, method: str) -> None:
+    """The first call of target.method (patched on the instance) raises SIGUSR1, a real signal
+    whose Python handler runs there, before the method itself runs."""
+    original = getattr(target, method)
+    fired: list[bool] = []
+
+    def signalled(*args: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGUSR1)
+        return original(*args)
+
+    setattr(target, method, signalled)
+
+
+def _outcome(loader: DataLoader, kept: list[Any] | None) -> str:
+    """Reads until the loader ends: 'StopIteration', or the other exception's name; 'never
+    ended' after 30 s (a bound, not a check of its length: the close comes within 20 ms)."""
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        try:
+            batch = next(loader)
+        except StopIteration:
+            return "StopIteration"
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        if kept is not None:
+            kept.append(batch)  # kept: every step needs a new slot file
+    return "never ended"
+
+
+@pytest.mark.parametrize("where", ["pipe write", "slot file creation"])
+def test_a_handler_that_closes_the_loader_as_a_step_is_sent(
+        streams: dict[str, DenseDataset], on_sigusr1: Callable[[Callable[[], None]], None],
+        where: str) -> None:
+    """A handler that calls close() on the consumer's own thread while next() sends a step:
+    the ring's lock is re-entrant, so the close went through under the send, which then raised
+    TypeError ('NoneType' object cannot be interpreted as an integer: the pipe was closed) or
+    IndexError (the slot maps were gone), and a slot file made after the close's unlink stayed
+    in /dev/shm for good. Now next() ends with StopIteration and nothing is left. (A SIGALRM
+    closing at random moments hit it in 20 of 300 loaders.)"""
+    loader = DataLoader(streams, batch_size=10, transform=augment, worker_type="process",
+                        workers=2, start_method="fork")
+    kept = [next(loader), next(loader)]
+    on_sigusr1(loader.close)
+    ring = loader._prefetcher._workers  # type: ignore[attr-defined]
+    if where == "pipe write":  # past Connection.send's check that the pipe is open
+        for pipe in ring.pipes:
+            _signal_once(pipe, "_send")
+    else:
+        _signal_once(ring.files, "create")
+    assert _outcome(loader, kept) == "StopIteration"
+    assert loader.closed
+    assert shm_files() == [] and children() == []
+
+
+def test_a_handler_that_closes_the_loader_while_next_waits(
+        streams: dict[str, DenseDataset]) -> None:
+    """The same while next() waits for a worker (busy for 30 s): StopIteration, at once. This
+    worked before; a guard for the wait itself."""
+    loader = DataLoader(streams, batch_size=10, transform=sleeps, worker_type="process",
+                        workers=2, start_method="forkserver")
+    next(loader)
+    previous = signal.signal(signal.SIGALRM, lambda *_: loader.close())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        started = time.monotonic()
+        with pytest.raises(StopIteration):
+            next(loader)
+        # A hang would be the 30 s sleep; close() itself waits 0.3 s for the workers.
+        assert time.monotonic() - started < 15
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert loader.closed
+
+
+def test_a_handler_that_closes_the_loader_at_random_moments(
+        streams: dict[str, DenseDataset]) -> None:
+    """SIGALRM after 0.5 to 20 ms, its handler closing the loader, for loaders read as fast as
+    they go, for 4 s: every one ends in StopIteration and leaves nothing."""
+    rng = random.Random(5)
+    outcomes: dict[str, int] = {}
+    previous = signal.getsignal(signal.SIGALRM)
+    end = time.monotonic() + 4
+    try:
+        while time.monotonic() < end:
+            loader = DataLoader(streams, batch_size=10, transform=augment,
+                                worker_type="process", workers=2, start_method="fork",
+                                reuse_buffers=rng.random() < 0.5)
+            next(loader)
+            signal.signal(signal.SIGALRM, lambda *_, closing=loader: closing.close())
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.02))
+            outcome = _outcome(loader, None)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            loader.close()
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            assert shm_files() == [], outcomes
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert list(outcomes) == ["StopIteration"], outcomes
 
 
 class _SignalOnAdd:
