@@ -10,6 +10,13 @@ interrupts over a remote loader's reads). So the claims a thread holds are recor
 as soon as it is taken, and given back by drop(): at the end of the fetch, and, for a drop that
 an interrupt cut short, when the same thread fetches again or closes the dataset (a fetch nests
 none, so whatever a thread still holds then is what an interrupt kept).
+
+drop() and the opening of a claim's descriptor run with signals held back (loaderx._os
+.deferred_interrupt): a second Ctrl-C in drop(), between popping a claim and closing its
+descriptor (or inside close_descriptor, before its os.close), lost that descriptor with the
+flock on it, and the next fetch of that store, by any thread or process, waited for ever on
+the flock; one as open_descriptor returned lost a descriptor the same way. The wait for the
+flock itself stays interruptible.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 
+from loaderx._os.deferred_interrupt import signals_deferred
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx._os.lock_descriptors import close_descriptor, open_descriptor
 
@@ -49,22 +57,29 @@ class StoreClaims:
             self._locks[number].__enter__()  # an interrupt as it returns keeps no level
             held.append((number, -1))  # recorded before anything can raise
             self._refuse()
-            fd = open_descriptor(os.path.join(self._state, f"{number}.fetch.lock"),
-                                 os.O_RDWR | os.O_CREAT)
-            held[-1] = (number, fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            with signals_deferred():  # the descriptor recorded as soon as it exists
+                fd = open_descriptor(os.path.join(self._state, f"{number}.fetch.lock"),
+                                     os.O_RDWR | os.O_CREAT)
+                held[-1] = (number, fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # interruptible: the claim is recorded
 
     def drop(self, me: int) -> None:
         """Gives back every claim thread `me` holds (closing a descriptor drops its flock)."""
-        held = self._mine().get(me)
-        while held:  # popped one by one: one a second interrupt cuts short is the only one lost
-            number, fd = held.pop()
-            try:
-                if fd >= 0:
-                    close_descriptor(fd)
-            finally:
-                self._locks[number].__exit__(None, None, None)
-        self._mine().pop(me, None)
+        if not self._mine().get(me):
+            self._mine().pop(me, None)
+            return
+        with signals_deferred():  # a second Ctrl-C here lost a held flock (module doc)
+            held = self._mine()[me]
+            while True:  # not `while held:` inside a with (CPython 3.13, docs/concurrency.md)
+                if not held:
+                    break
+                number, fd = held.pop()  # an error closing one leaves the rest recorded
+                try:
+                    if fd >= 0:
+                        close_descriptor(fd)
+                finally:
+                    self._locks[number].__exit__(None, None, None)
+            self._mine().pop(me, None)
 
     def wait_idle(self) -> None:
         """Waits for the fetches holding claims (close(): their flock descriptors). The
