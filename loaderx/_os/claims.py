@@ -33,6 +33,7 @@ import uuid
 from contextlib import suppress
 from typing import Final
 
+from loaderx._os.deferred_interrupt import signals_deferred
 from loaderx._os.folder_swap import FOLDER_LOCKS_WORK, FolderLock, try_lock
 from loaderx._os.fork_safe_lock import ForkSafeLock
 
@@ -101,14 +102,19 @@ def release(path: str) -> None:
     A process that does not hold the claim (a forked child of its holder, say) takes the marker
     away only once the folder is gone from path (it moved the folder into a dataset itself):
     while the folder is there the marker is its holder's, and without it a cleaner would never
-    judge the folder, which stayed for good once its holder was killed."""
-    with _held_guard:
-        lock = _held.pop(path, None)
-    if lock is not None or not os.path.lexists(path):
-        with suppress(FileNotFoundError):
-            os.unlink(path + LIVE_SUFFIX)
-    if lock is not None:
-        lock.release()
+    judge the folder, which stayed for good once its holder was killed.
+
+    Signals wait until it is done (loaderx._os.deferred_interrupt): a Ctrl-C between taking
+    the claim from this process's books and closing its lock's descriptor lost that
+    descriptor, and with it, until the process ended, the marker's flock (and the marker)."""
+    with signals_deferred():
+        with _held_guard:
+            lock = _held.pop(path, None)
+        if lock is not None or not os.path.lexists(path):
+            with suppress(FileNotFoundError):
+                os.unlink(path + LIVE_SUFFIX)
+        if lock is not None:
+            lock.release()
 
 
 def discard(path: str) -> None:

@@ -4,6 +4,7 @@ the next cleaner once its process is dead (killed without any cleanup)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -173,3 +174,29 @@ def test_a_forked_childs_release_leaves_its_parents_live_claim(tmp_path: Path) -
     assert _names(tmp_path) == sorted(["published", used, used + claims.LIVE_SUFFIX])
     assert claims.remove_dead(str(tmp_path), PREFIX, CLAIM) == 1  # its holder is dead
     assert _names(tmp_path) == ["published"]
+
+
+def test_a_ctrl_c_as_a_claim_is_released_still_releases_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT as release() removes the marker (the claim already off this process's
+    books): the marker goes and its lock's descriptor is closed, and the interrupt is raised
+    after. Before, both stayed until the process ended (no later release found the claim), so
+    the marker's flock was held and no cleaner could judge it."""
+    from loaderx._os.lock_descriptors import open_count  # private: descriptors held open
+
+    before = open_count()
+    path = claims.claim_folder(str(tmp_path), PREFIX, CLAIM)
+    unlink = os.unlink
+    interrupts = [signal.SIGINT]
+
+    def interrupted_then_unlinking(target: str, *args: object, **kwargs: object) -> None:
+        if interrupts and str(target).endswith(claims.LIVE_SUFFIX):
+            signal.raise_signal(interrupts.pop())  # Python's handler runs here
+        unlink(target)
+
+    monkeypatch.setattr(os, "unlink", interrupted_then_unlinking)
+    with pytest.raises(KeyboardInterrupt):
+        claims.discard(path)
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert not interrupts
+    assert _names(tmp_path) == [] and open_count() == before
