@@ -543,23 +543,32 @@ class Fetcher:
         return checked, sorted(bad)
 
     def _check_ranges(self, ranges: list[_Range]) -> list[int]:
+        """One window's ranges. Interrupted (Ctrl-C, a failure), the ranges not started are
+        cancelled (only this thread waits for them): they ran on, and close() waited for the
+        whole window (with the store down, each request's retry budget in turn)."""
         pool = self._executor()
-        futures = [(piece, pool.submit(
-            self._objects.get_range, self._map.stores[piece.store].chunk_object(piece.chunk),
-            piece.start, piece.end,
-            self._chunk_etag(self._map.stores[piece.store].chunk_object(piece.chunk))))
-            for piece in ranges]
+        futures = [(piece, pool.submit(self._verify_range, piece)) for piece in ranges]
         bad: list[int] = []
-        for piece, future in futures:
-            store = self._map.stores[piece.store]
-            assert store.sums is not None
-            entries = store.entries[piece.records]
-            offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
-            sums = record_sums(future.result(), offsets, entries["stored"], entries["logical"],
-                               entries["codec"])
-            wrong = piece.records[sums != store.sums[piece.records]]
-            bad += (wrong + int(self._map.starts[piece.store])).tolist()
+        try:
+            for piece, future in futures:
+                store = self._map.stores[piece.store]
+                assert store.sums is not None
+                entries = store.entries[piece.records]
+                offsets = entries["offset"].astype(np.uint64) - np.uint64(piece.start)
+                sums = record_sums(future.result(), offsets, entries["stored"],
+                                   entries["logical"], entries["codec"])
+                wrong = piece.records[sums != store.sums[piece.records]]
+                bad += (wrong + int(self._map.starts[piece.store])).tolist()
+        except BaseException:
+            for _, future in futures:
+                future.cancel()
+            raise
         return bad
+
+    def _verify_range(self, piece: _Range) -> bytes:
+        self._refuse_if_closing()  # queued before close(): it sends no request (_fetch_range)
+        name = self._map.stores[piece.store].chunk_object(piece.chunk)
+        return self._objects.get_range(name, piece.start, piece.end, self._chunk_etag(name))
 
     # --- eviction ---------------------------------------------------------------------------
 
