@@ -60,7 +60,7 @@ from loaderx._data.dense import DenseDataset
 from loaderx._loading.sampler import Mode, Sampler
 from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_batch
 from loaderx._loading.step_maker import StepMaker
-from loaderx._os.deferred_interrupt import default_handlers, signals_deferred
+from loaderx._os.deferred_interrupt import call_deferred, default_handlers, signals_deferred
 from loaderx._os.fork_safe_lock import ForkSafeLock
 from loaderx import errors
 from loaderx.errors import RemoteError
@@ -275,10 +275,9 @@ class _Workers:
             # good). The files go and the workers are killed first, without waiting: a consumer
             # waiting in _receive wakes at their deaths and gives up `using` (at most its
             # poll's timeout later), which the closing of the pipes and processes waits for.
-            # That part itself holds Ctrl-C back (in the main thread): a SIGINT storm cut it
-            # short in _close_ends' reaping, after which nothing ran it again.
-            with signals_deferred():
-                self._release()
+            # That part itself holds signals back (in the main thread): a SIGINT storm cut it
+            # short in _close_ends' reaping, or as the deferral began, and nothing ran it again.
+            call_deferred(self._release)
 
     def _release(self) -> None:
         """Unlinks the slot files, kills the workers, then closes the pipes and processes."""

@@ -59,18 +59,39 @@ def signals_deferred() -> Iterator[None]:
             caught.append(signum)
 
     replaced: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
+    early: BaseException | None = None
     try:
-        for signum in _SIGNALS:
-            previous = _deferrable(signum)
-            if previous is not None:
-                replaced[signum] = previous  # first: put back whatever happens next
-                signal.signal(signum, note)
+        early = _replace(replaced, note)
         yield
     finally:
         try:
             _put_back(replaced)
         finally:
             _deliver(caught)
+    if early is not None:
+        raise early
+
+
+def _replace(replaced: dict[int, Any], note: Callable[[int, FrameType | None], None]
+             ) -> BaseException | None:
+    """Puts `note` in place of every deferrable handler, recording the previous ones; returns
+    what a handler not yet replaced raised meanwhile (a signal just before its turn), which
+    goes up after the block like one that came during it. Raised here, it skipped the block:
+    the release of a ring's processes and files, which then nothing ran again."""
+    raised: BaseException | None = None
+    for signum in _SIGNALS:
+        while True:
+            try:
+                if signum not in replaced:
+                    previous = _deferrable(signum)
+                    if previous is None:
+                        break
+                    replaced[signum] = previous  # first: put back whatever happens next
+                signal.signal(signum, note)
+                break
+            except BaseException as error:  # its handler ran and raised: noted, then again
+                raised = raised or error
+    return raised
 
 
 def _put_back(replaced: dict[int, Any]) -> None:
@@ -101,6 +122,28 @@ def _deliver(caught: list[int]) -> None:
             raise
 
 
+def call_deferred(action: Callable[[], None]) -> None:
+    """action() inside signals_deferred, for a release that nothing runs again: also when a
+    handler raised as the deferral began, before action could start (Python runs handlers at
+    the calls on the way in); then action runs on a second try and that exception goes up
+    after it."""
+    early: BaseException | None = None
+    for _ in range(3):  # a third signal on the way in is as unlikely as it gets
+        begun = False
+        try:
+            with signals_deferred():
+                begun = True
+                action()
+        except BaseException as error:
+            if begun:
+                raise
+            early = early or error
+            continue
+        break
+    if early is not None:
+        raise early
+
+
 def default_handlers() -> None:
     """In a forked child (a worker process started with fork, maybe inside signals_deferred):
     the system's action for every signal that has a Python handler, as a spawned child has,
@@ -110,4 +153,4 @@ def default_handlers() -> None:
             signal.signal(signum, signal.SIG_DFL)
 
 
-__all__ = ["default_handlers", "signals_deferred"]
+__all__ = ["call_deferred", "default_handlers", "signals_deferred"]

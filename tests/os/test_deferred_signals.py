@@ -78,3 +78,58 @@ def test_signals_left_to_the_system_are_not_touched(handlers: None) -> None:
     with signals_deferred():
         signal.raise_signal(signal.SIGUSR1)  # ignored, now as before
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+
+
+def test_a_handler_that_raises_as_the_deferral_begins_raises_after_the_block(
+        handlers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal whose handler is not yet replaced when it comes (it raises on the way in):
+    the block still runs, and the exception goes up after it. Raised on the way in, it skipped
+    the block, a ring's release, which nothing ran again (a SIGINT storm left 4 slot files)."""
+    from loaderx._os import deferred_interrupt  # private: a signal at a chosen point inside
+
+    def raises(signum: int, frame: object) -> None:
+        raise Raised
+
+    signal.signal(signal.SIGUSR1, raises)
+    deferrable = deferred_interrupt._deferrable
+    interrupts = [signal.SIGUSR1]
+
+    def signalled_first(signum: int) -> object:
+        if interrupts and signum == signal.SIGUSR1:
+            signal.raise_signal(interrupts.pop())  # its own handler, not yet replaced
+        return deferrable(signum)
+
+    monkeypatch.setattr(deferred_interrupt, "_deferrable", signalled_first)
+    ran: list[bool] = []
+    with pytest.raises(Raised):
+        with signals_deferred():
+            ran.append(True)
+    assert ran == [True] and not interrupts
+    assert signal.getsignal(signal.SIGUSR1) is raises
+
+
+def test_call_deferred_runs_its_action_when_the_deferral_was_cut_short_on_the_way_in(
+        handlers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    from loaderx._os import deferred_interrupt  # private: a signal at a chosen point inside
+
+    def raises(signum: int, frame: object) -> None:
+        raise Raised
+
+    signal.signal(signal.SIGUSR1, raises)
+    deferring = deferred_interrupt.signals_deferred
+    interrupts = [signal.SIGUSR1]
+
+    @contextmanager
+    def interrupted_on_the_way_in() -> Iterator[None]:
+        if interrupts:
+            signal.raise_signal(interrupts.pop())  # before anything is held back
+        with deferring():
+            yield
+
+    monkeypatch.setattr(deferred_interrupt, "signals_deferred", interrupted_on_the_way_in)
+    ran: list[bool] = []
+    with pytest.raises(Raised):
+        deferred_interrupt.call_deferred(lambda: ran.append(True))
+    assert ran == [True] and not interrupts
