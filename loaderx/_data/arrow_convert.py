@@ -38,6 +38,7 @@ from loaderx._os.folder_swap import StagedFolder
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.process_pool import JobRefused, check_workers, run_workers
 from loaderx._store.layout import SHARD_RECORDS_MAX
+from loaderx._store.choices import START_METHODS, check_optional_choice
 from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec, check_codec, make_schema
 from loaderx._store.shard_commit import commit_shards
@@ -297,6 +298,8 @@ def arrow_to_datasets(
     count_workers = check_workers(workers)
     rows_per_batch = _check_batch_rows(batch_rows)
     per_shard = check_shard_records(shard_records)
+    # Checked also where no worker process starts, as the loaders check it.
+    start_method = check_optional_choice("start_method", start_method, START_METHODS)
     opened = open_source(source, count_workers)
     chosen = choose_columns(opened.schema.names, columns)
     plans = [plan_column(name, sub, opened.schema.field(name).type)

@@ -27,6 +27,7 @@ from loaderx._data.serial import (
 from loaderx._data.remote_write import write_to_url
 from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.urls import is_url
+from loaderx._store.choices import START_METHODS, check_optional_choice
 from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec
 from loaderx._store.layout import SHARD_RECORDS_MAX
@@ -66,6 +67,8 @@ def from_numpy(
     overwrite = check_flag("overwrite", overwrite)
     append = check_flag("append", append)
     check_append_or_overwrite(append, overwrite)
+    # Checked also where no worker process starts, as the loaders check it.
+    start_method = check_optional_choice("start_method", start_method, START_METHODS)
     if is_url(path):
         return write_to_url(path, append, overwrite, lambda local: from_numpy(
             local, array, codec, dict_size, chunk_bytes, False, progress, workers, False,
@@ -113,6 +116,8 @@ def from_iterator(
     overwrite = check_flag("overwrite", overwrite)
     append = check_flag("append", append)
     check_append_or_overwrite(append, overwrite)
+    # Checked also where no worker process starts, as the loaders check it.
+    start_method = check_optional_choice("start_method", start_method, START_METHODS)
     if is_url(path):
         return write_to_url(path, append, overwrite, lambda local: from_iterator(
             local, iterable, codec, dtype, item_shape, chunk_bytes, False, progress, workers,

@@ -38,7 +38,7 @@ import numpy.typing as npt
 from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
-from loaderx._loading.loader_arguments import as_int, check_count
+from loaderx._loading.loader_arguments import as_int, check_count, worker_settings
 from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.look_ahead import start_look_ahead
 from loaderx._loading.prefetch import (
@@ -50,7 +50,6 @@ from loaderx._loading.prefetch import (
     default_workers,
 )
 from loaderx._loading.process_workers import (
-    START_METHODS,
     ProcessSteps,
     StepRecipe,
     default_start_method,
@@ -102,22 +101,6 @@ def _check_streams(streams: object) -> int:
     return length
 
 
-def _worker_settings(worker_type: object, start_method: object) -> tuple[str, str]:
-    """worker_type and start_method (None: the default) checked, as plain strs. Taken as
-    objects: narrowed from `str | np.str_ | None` by an `is not None`, the compiled build cast
-    start_method to str and refused 1 with mypyc's words before the check could name it."""
-    if worker_type not in WORKER_TYPES:
-        raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
-    if start_method is None:
-        return str(worker_type), default_start_method()
-    if start_method not in START_METHODS:
-        raise ValueError(
-            f"start_method must be one of {', '.join(START_METHODS)} or None, not "
-            f"{start_method!r}"
-        )
-    return str(worker_type), str(start_method)
-
-
 # Keywords that users of other loaders reach for, and what loaderx calls (or does instead of) them.
 _KEYWORD_HINTS: Final[dict[str, str]] = {
     "num_workers": 'workers= (threads; with worker_type="process", processes)',
@@ -143,7 +126,6 @@ _PARAMETERS: Final = (
     "streams", "batch_size", "transform", "mode", "seed", "start_step", "prefetch", "workers",
     "shard", "reuse_buffers", "worker_type", "start_method", "ragged",
 )
-WORKER_TYPES: Final = ("thread", "process")
 
 
 def _refuse_keywords(unknown: Mapping[str, object]) -> None:
@@ -218,7 +200,7 @@ class DataLoader(LoaderShell):
         # reuse_buffers, mode, worker_type and start_method are annotated so that mypyc lets
         # any value reach the checks and their messages (loaderx._store.flags says how).
         reuse = check_flag("reuse_buffers", reuse_buffers)
-        self._worker_type, self._start_method = _worker_settings(worker_type, start_method)
+        self._worker_type, self._start_method = worker_settings(worker_type, start_method)
         length = _check_streams(streams)
         self._layouts: dict[str, Layout] = ragged_layouts(streams, ragged)
         if self._layouts and worker_type == "process":

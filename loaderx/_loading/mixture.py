@@ -24,7 +24,7 @@ from loaderx._data.dataset_base import DatasetBase
 from loaderx._data.dense import DenseDataset
 from loaderx._data.ragged import RaggedDataset
 from loaderx._loading.look_ahead import start_mixture_look_ahead
-from loaderx._loading.loader_arguments import as_int, check_count
+from loaderx._loading.loader_arguments import as_int, check_count, worker_settings
 from loaderx._loading.loader_shell import Batch, LoaderShell
 from loaderx._loading.prefetch import (
     DEPTH_MAX,
@@ -36,9 +36,7 @@ from loaderx._loading.prefetch import (
 )
 from loaderx._loading.mixture_sampler import STEP_END_REASON, MixtureSampler
 from loaderx._loading.process_workers import (
-    START_METHODS,
     ProcessSteps,
-    default_start_method,
     refuse_fork_over_urls,
 )
 from loaderx._loading.ragged_batch import RaggedStream, longest_rows
@@ -205,27 +203,19 @@ class MixtureLoader(LoaderShell):
         workers: SupportsIndex | None = None,
         shard: tuple[SupportsIndex, SupportsIndex] | None = None,
         source_key: str | None = None,
-        worker_type: str = "thread",
-        start_method: str | None = None,
+        worker_type: str | np.str_ = "thread",
+        start_method: str | np.str_ | None = None,
         ragged: object = None,
     ) -> None:
-        if worker_type not in ("thread", "process"):
-            raise ValueError(f"worker_type must be 'thread' or 'process', not {worker_type!r}")
-        if start_method is not None and start_method not in START_METHODS:
-            raise ValueError(
-                f"start_method must be one of {', '.join(START_METHODS)} or None, not "
-                f"{start_method!r}"
-            )
-        self._worker_type = worker_type
-        self._start_method = default_start_method() if start_method is None else start_method
+        self._worker_type, self._start_method = worker_settings(worker_type, start_method)
         names, lengths = _check_sources(sources)
         self._layouts: dict[str, Layout] = ragged_layouts(sources[0], ragged)
-        if self._layouts and worker_type == "process":
+        if self._layouts and self._worker_type == "process":
             raise ValueError(
                 "worker_type='process' needs batches of fixed shapes, and ragged streams change "
                 "shape from batch to batch: use worker_type='thread' for them"
             )
-        if worker_type == "process":
+        if self._worker_type == "process":
             refuse_fork_over_urls(self._start_method,
                                   [d for source in sources for d in source.values()])
         if source_key is not None and source_key in names:
@@ -247,7 +237,7 @@ class MixtureLoader(LoaderShell):
         self._batch_size = self._sampler.batch_size
         self._prefetch = check_count("prefetch", prefetch, DEPTH_MAX)
         self._workers = (
-            default_workers(transform is None and worker_type == "thread")
+            default_workers(transform is None and self._worker_type == "thread")
             if workers is None
             else check_count("workers", workers, WORKERS_MAX)
         )

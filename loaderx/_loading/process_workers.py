@@ -62,11 +62,11 @@ from loaderx._loading.shared_ring import Layout, SlotFiles, read_batch, write_ba
 from loaderx._loading.step_maker import StepMaker
 from loaderx._os.deferred_interrupt import call_deferred, default_handlers, signals_deferred
 from loaderx._os.fork_safe_lock import ForkSafeLock
+from loaderx._store.choices import START_METHODS
 from loaderx import errors
 from loaderx.errors import RemoteError
 
 Batch = dict[str, Any]
-START_METHODS = ("spawn", "forkserver", "fork")
 _JOIN_SECONDS = 0.3
 
 

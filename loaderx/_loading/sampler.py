@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loaderx._native import library as _native
+from loaderx._store.choices import check_choice
 
 __all__ = ["Sampler", "MODES", "Mode"]
 
@@ -79,14 +80,8 @@ def check_integer(value: object, name: str) -> int:
 
 def check_mode(mode: object) -> Mode:
     """mode as one of MODES (a plain str, also for a NumPy str); TypeError for what is no
-    str, ValueError naming the modes for another str."""
-    if not isinstance(mode, str):
-        raise TypeError(f"mode must be a str, one of {MODES}, not {type(mode).__name__}")
-    for name in MODES:
-        if mode == name:
-            return name
-    valid = ", ".join(repr(known) for known in MODES)
-    raise ValueError(f"unknown sampler mode {mode!r}; valid modes are {valid}")
+    str, ValueError for another str, both listing the modes (loaderx._store.choices)."""
+    return check_choice("mode", mode, MODES)
 
 
 def check_step(step: object) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from loaderx._store.choices import START_METHODS, check_optional_choice
 from loaderx.errors import WorkerError
 
 # A worker's report travels through a pipe before it exits; a huge message or traceback is cut
@@ -42,11 +43,13 @@ def check_workers(workers: object) -> int:
 def pool_context(start_method: str | None) -> Any:
     """The multiprocessing context (typed Any: typeshed's BaseContext lacks Process)."""
     methods = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        start_method = "fork" if "fork" in methods else "spawn"
-    if start_method not in methods:
-        raise ValueError(f"start_method must be one of {methods}, got {start_method!r}")
-    return multiprocessing.get_context(start_method)
+    method = check_optional_choice("start_method", start_method, START_METHODS)
+    if method is None:
+        method = "fork" if "fork" in methods else "spawn"
+    if method not in methods:
+        raise ValueError(f"start_method {method!r} is not available here (this platform has "
+                         f"{', '.join(methods)})")
+    return multiprocessing.get_context(method)
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, job: Callable[[], Any]) -> None:

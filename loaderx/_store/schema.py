@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from loaderx._os import descriptors
+from loaderx._store.choices import check_choice
 from loaderx.errors import SchemaError
 from loaderx._os.paths import is_file, write_file_atomically
 
@@ -183,13 +184,9 @@ def check_item_shape(item_shape: SupportsIndex | Sequence[SupportsIndex]) -> tup
 
 
 def check_codec(codec: object) -> Codec:
-    """codec as a Codec (a plain str, also for a NumPy str); ValueError naming the valid codecs
-    for anything else."""
-    if isinstance(codec, str):
-        for name in CODEC_NAMES:
-            if codec == name:
-                return name
-    raise ValueError(f"codec must be one of {', '.join(map(repr, CODEC_NAMES))}; got {codec!r}")
+    """codec as a Codec (a plain str, also for a NumPy str); TypeError for what is no str,
+    ValueError for another str, both listing the codecs (loaderx._store.choices)."""
+    return check_choice("codec", codec, CODEC_NAMES)
 
 
 def resolve_dict_size(dict_size: str | SupportsIndex) -> int:

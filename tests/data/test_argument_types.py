@@ -3,8 +3,9 @@
 Boolean flags take a bool or a NumPy bool and refuse anything else with a TypeError naming the
 parameter and the value, before any file is touched (the compiled build refused np.True_ with
 mypyc's "bool object expected; got numpy.bool", the interpreted one took readonly="no" for
-True). A str choice given None or an int gets the parameter's own error, not mypyc's "str
-object expected; got None". A closed local dataset, single or sharded, says "dataset '/path'
+True). A str choice (codec=, mode=, worker_type=, start_method=) given what is no str gets a
+TypeError, given an unknown str a ValueError, both "<name> must be one of <choices>, got
+<value>" (not mypyc's "str object expected; got None"), wherever the parameter is taken. A closed local dataset, single or sharded, says "dataset '/path'
 is closed", as a closed remote one does, while a closed Zrecord still names itself.
 
 `build.py test` runs this module again against the compiled modules (pytest -m compiled).
@@ -24,6 +25,7 @@ from loaderx.converter import from_arrow, from_iterator, from_numpy, recode
 from loaderx.dataloader import DataLoader, Padding
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.mixture import MixtureLoader
+from loaderx.sampler import Sampler
 from loaderx.zrecord import Zrecord
 
 pytestmark = pytest.mark.compiled
@@ -151,8 +153,8 @@ def _converters(tmp_path: Path) -> dict[str, Callable[..., int]]:
     return {
         "from_numpy": lambda **flags: from_numpy(out, np.zeros((3, 2)), **flags),
         # With workers, each item is a source of records (append=True always takes sources).
-        "from_iterator": lambda **flags: from_iterator(out, [[np.zeros(2)] * 3], workers=1,
-                                                       **flags),
+        "from_iterator": lambda **flags: from_iterator(out, [[np.zeros(2)] * 3],
+                                                       **{"workers": 1, **flags}),
         "recode": lambda **flags: recode(tmp_path / "src", out, **flags),
         "from_arrow": lambda **flags: from_arrow(table, out, **flags),
     }
@@ -190,20 +192,45 @@ def test_converter_flags_refuse_what_is_no_bool(
 # --- str choices -----------------------------------------------------------------------------
 
 
+CODECS = "'raw', 'zstd', 'zstd_dict'"
+MODES = "'sequential', 'iid', 'cyclic'"
+WORKER_TYPES = "'thread', 'process'"
+START_METHODS = "'spawn', 'forkserver', 'fork' or None"
+
+
+def _refusal(name: str, choices: str, value: object) -> tuple[type[Exception], str]:
+    """The one rule for a str choice: TypeError for what is no str, ValueError for an unknown
+    str, both listing the choices and naming the value."""
+    error = ValueError if isinstance(value, str) else TypeError
+    return error, f"{name} must be one of {choices}, got {value!r}"
+
+
 @pytest.mark.parametrize("value", [None, 1, b"zstd", "gzip"])
 @pytest.mark.parametrize("kind", [DenseDataset, RaggedDataset])
 def test_a_codec_that_is_none_of_the_codecs_is_named(
     tmp_path: Path, kind: type[DenseDataset] | type[RaggedDataset], value: Any
 ) -> None:
-    message = f"codec must be one of 'raw', 'zstd', 'zstd_dict'; got {value!r}"
-    with pytest.raises(ValueError) as refused:
+    error, message = _refusal("codec", CODECS, value)
+    with pytest.raises(error) as refused:
         kind(tmp_path / "new", dtype=np.float32, item_shape=(2,), codec=value)
-    assert str(refused.value) == message
+    assert type(refused.value) is error and str(refused.value) == message
     assert not os.path.lexists(tmp_path / "new")
     _dense(tmp_path / "d").close() if kind is DenseDataset else _ragged(tmp_path / "d").close()
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(error) as refused:
         kind(tmp_path / "d", codec=value)
-    assert str(refused.value) == message
+    assert type(refused.value) is error and str(refused.value) == message
+
+
+@pytest.mark.parametrize("value", [None, 1, b"zstd", "gzip"])
+@pytest.mark.parametrize("converter", ["from_numpy", "from_iterator", "recode", "from_arrow"])
+def test_a_converter_codec_that_is_none_of_the_codecs_is_named(
+    tmp_path: Path, converter: str, value: Any
+) -> None:
+    error, message = _refusal("codec", CODECS, value)
+    with pytest.raises(error) as refused:
+        _converters(tmp_path)[converter](codec=value)
+    assert type(refused.value) is error and str(refused.value) == message
+    assert not os.path.lexists(tmp_path / "out")
 
 
 def test_a_codec_given_as_a_numpy_str_is_taken(tmp_path: Path) -> None:
@@ -214,18 +241,18 @@ def test_a_codec_given_as_a_numpy_str_is_taken(tmp_path: Path) -> None:
         assert rs.codec == "zstd" and type(rs.codec) is str
 
 
-@pytest.mark.parametrize(("value", "error", "message"), [
-    (None, TypeError, "mode must be a str, one of ('sequential', 'iid', 'cyclic'), not NoneType"),
-    (1, TypeError, "mode must be a str, one of ('sequential', 'iid', 'cyclic'), not int"),
-    ("random", ValueError,
-     "unknown sampler mode 'random'; valid modes are 'sequential', 'iid', 'cyclic'"),
-])
-def test_a_loader_mode_that_is_none_of_the_modes_is_named(
-    tmp_path: Path, value: Any, error: type[Exception], message: str
+@pytest.mark.parametrize("value", [None, 1, b"iid", "random"])
+@pytest.mark.parametrize("user", ["DataLoader", "Sampler"])
+def test_a_mode_that_is_none_of_the_modes_is_named(
+    tmp_path: Path, user: str, value: Any
 ) -> None:
+    error, message = _refusal("mode", MODES, value)
     ds = _dense(tmp_path / "d")
     with pytest.raises(error) as refused:
-        DataLoader({"x": ds}, batch_size=2, mode=value)
+        if user == "DataLoader":
+            DataLoader({"x": ds}, batch_size=2, mode=value)
+        else:
+            Sampler(8, 2, mode=value)
     assert type(refused.value) is error and str(refused.value) == message
     ds.close()
 
@@ -239,24 +266,36 @@ def test_a_loader_mode_given_as_a_numpy_str_is_taken(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("loader", ["DataLoader", "MixtureLoader"])
-@pytest.mark.parametrize(("keyword", "value", "message"), [
-    ("worker_type", None, "worker_type must be 'thread' or 'process', not None"),
-    ("worker_type", 1, "worker_type must be 'thread' or 'process', not 1"),
-    ("start_method", 1, "start_method must be one of spawn, forkserver, fork or None, not 1"),
-    ("start_method", b"spawn",
-     "start_method must be one of spawn, forkserver, fork or None, not b'spawn'"),
+@pytest.mark.parametrize(("keyword", "choices", "value"), [
+    *(("worker_type", WORKER_TYPES, value) for value in (None, 1, b"thread", "threads")),
+    *(("start_method", START_METHODS, value) for value in (1, b"spawn", "vfork")),
 ])
 def test_a_worker_setting_that_is_none_of_the_choices_is_named(
-    tmp_path: Path, loader: str, keyword: str, value: Any, message: str
+    tmp_path: Path, loader: str, keyword: str, choices: str, value: Any
 ) -> None:
+    error, message = _refusal(keyword, choices, value)
     ds = _dense(tmp_path / "d")
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(error) as refused:
         if loader == "DataLoader":
             DataLoader({"x": ds}, batch_size=2, **{keyword: value})
         else:
             MixtureLoader([{"x": ds}], [1.0], batch_size=2, **{keyword: value})
-    assert str(refused.value) == message
+    assert type(refused.value) is error and str(refused.value) == message
     ds.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("value", [1, b"spawn", "vfork"])
+@pytest.mark.parametrize("converter", ["from_numpy", "from_iterator", "from_arrow"])
+def test_a_converter_start_method_that_is_none_of_the_choices_is_named(
+    tmp_path: Path, converter: str, value: Any, workers: int
+) -> None:
+    """Refused as the loaders refuse it, also where no worker process would start."""
+    error, message = _refusal("start_method", START_METHODS, value)
+    with pytest.raises(error) as refused:
+        _converters(tmp_path)[converter](start_method=value, workers=workers)
+    assert type(refused.value) is error and str(refused.value) == message
+    assert not os.path.lexists(tmp_path / "out")
 
 
 # --- closed datasets -------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def test_opening_refuses_an_unknown_codec_or_dict_size(tmp_path: Path, kind: typ
     though the guide says an unknown codec is a ValueError listing the valid names (and
     Zrecord refuses it when opening): a typo must not pass for a setting."""
     kind(tmp_path / "d", dtype=np.uint8, item_shape=(2,)).close()
-    with pytest.raises(ValueError, match=r"^codec must be one of 'raw', 'zstd', 'zstd_dict'; "
+    with pytest.raises(ValueError, match=r"^codec must be one of 'raw', 'zstd', 'zstd_dict', "
                                          r"got 'gzip'$"):
         kind(tmp_path / "d", codec="gzip")
     with pytest.raises(ValueError, match=r"^dict_size must be one of 'small', 'balanced', 'max' "
