@@ -40,6 +40,7 @@ from loaderx._os.paths import PathArg, fs_path
 from loaderx._os.urls import is_url
 from loaderx._store.sharded_store import check_shard_records
 from loaderx._data.column_append import append_all, recover_appends, refuse_some_new
+from loaderx._store.flags import Flag, check_flag
 from loaderx._store.schema import Codec, Schema, check_codec, differences, read_schema, schema_path
 from loaderx._store.layout import SHARD_RECORDS_MAX
 
@@ -170,8 +171,9 @@ class LoaderxDatasink(Datasink[TaskParts]):
     """
 
     def __init__(self, path: PathArg, columns: Mapping[str, str] | Sequence[str],
-                 codec: str = "zstd", ragged: Sequence[str] = (), append: bool = False,
+                 codec: str = "zstd", ragged: Sequence[str] = (), append: Flag = False,
                  shard_records: int = SHARD_RECORDS_MAX) -> None:
+        append = check_flag("append", append)
         self.path = os.path.abspath(fs_path(path))
         self.columns = _check_columns(columns)
         _refuse_hidden(self.columns)
@@ -288,7 +290,7 @@ def _column_schema(column: str, parts: list[Part], ragged: frozenset[str]) -> Sc
 
 def write_dataset(ds: ray.data.Dataset, path: PathArg,
                   columns: Mapping[str, str] | Sequence[str] | None = None, codec: str = "zstd",
-                  ragged: Sequence[str] = (), append: bool = False,
+                  ragged: Sequence[str] = (), append: Flag = False,
                   shard_records: int = SHARD_RECORDS_MAX) -> int:
     """Writes columns of ds as loaderx datasets under path; returns the records written per
     column (with append=True the rows added, not the new total, as from_numpy returns).
@@ -300,6 +302,8 @@ def write_dataset(ds: ray.data.Dataset, path: PathArg,
     one); every column gets the same rows in the same order. append=True adds shards to the
     existing datasets (in every column or, on a failure, in none) instead of creating path.
     """
+    append = check_flag("append", append)  # before any work, as the converters check it
+    check_codec(codec)
     chosen = columns if columns is not None else ds.columns()
     if chosen is None:  # Ray knows no schema for a dataset without rows
         raise ValueError("the Ray dataset has no rows (and so no columns): nothing to write")

@@ -50,6 +50,7 @@ import torch.utils.data
 
 from loaderx._loading.dataloader import DataLoader
 from loaderx._data.dense import DenseDataset
+from loaderx._store.flags import Flag, check_flag
 from loaderx._store.indexing import is_scalar_index, normalize_index
 
 __all__ = ["CollatedBatch", "TorchDataset", "TorchLoader", "collate"]
@@ -273,7 +274,7 @@ class TorchDataset(torch.utils.data.Dataset[S]):
         self: TorchDataset[torch.Tensor],
         streams: DenseDataset,
         transform: Callable[[Any], Any] | None = None,
-        collated: bool = False,
+        collated: Flag = False,
     ) -> None: ...
 
     @overload
@@ -281,17 +282,16 @@ class TorchDataset(torch.utils.data.Dataset[S]):
         self: TorchDataset[TensorBatch],
         streams: Mapping[str, DenseDataset],
         transform: Callable[[Any], Any] | None = None,
-        collated: bool = False,
+        collated: Flag = False,
     ) -> None: ...
 
     def __init__(
         self,
         streams: Mapping[str, DenseDataset] | DenseDataset,
         transform: Callable[[Any], Any] | None = None,
-        collated: bool = False,
+        collated: Flag = False,
     ) -> None:
-        if not isinstance(collated, bool):
-            raise TypeError(f"collated must be True or False, not {type(collated).__name__}")
+        collated = check_flag("collated", collated)
         self.single = isinstance(streams, DenseDataset)
         self.streams = _streams(streams)
         self.transform = transform
@@ -465,12 +465,13 @@ class TorchLoader:
     def __init__(
         self,
         loader: DataLoader,
-        pin_memory: bool = False,
+        pin_memory: Flag = False,
         device: str | torch.device | None = None,
         ring: int = RING_DEFAULT,
     ) -> None:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"loader must be a loaderx DataLoader, not {type(loader).__name__}")
+        pin_memory = check_flag("pin_memory", pin_memory)
         if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
             raise ValueError(f"ring must be an int >= 1, got {ring!r}")
         if pin_memory:

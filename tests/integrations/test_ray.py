@@ -151,6 +151,42 @@ def test_columns_map_to_folders_and_append_adds_shards(tmp_path: Path) -> None:
     assert [int(r["y"]) for r in single] == list(range(2 * ROWS))
 
 
+@pytest.mark.parametrize("value", [1, 0, "no", "", None, [True], np.int64(1)])
+def test_append_refuses_what_is_no_bool(tmp_path: Path, value: Any) -> None:
+    """Checked before any work, as the converters' append= is: append="no" was taken for True
+    (and appended), append=0 for False."""
+    corpus = tmp_path / "corpus"
+    with pytest.raises(TypeError) as refused:
+        write_dataset(source(), str(corpus), columns=["label"], append=value)
+    assert str(refused.value) == f"append must be True or False, got {value!r}"
+    with pytest.raises(TypeError) as refused:
+        LoaderxDatasink(str(corpus), ["label"], append=value)
+    assert str(refused.value) == f"append must be True or False, got {value!r}"
+    assert not corpus.exists() and hidden_beside(corpus) == []
+
+
+@pytest.mark.parametrize(("value", "error"), [(None, TypeError), (b"zstd", TypeError),
+                                              ("gzip", ValueError)])
+def test_a_codec_that_is_none_of_the_codecs_is_named(
+    tmp_path: Path, value: Any, error: type[Exception]
+) -> None:
+    corpus = tmp_path / "corpus"
+    with pytest.raises(error) as refused:
+        write_dataset(source(), str(corpus), columns=["label"], codec=value)
+    assert type(refused.value) is error
+    assert str(refused.value) == f"codec must be one of 'raw', 'zstd', 'zstd_dict', got {value!r}"
+    assert not corpus.exists() and hidden_beside(corpus) == []
+
+
+def test_append_takes_numpy_bools(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    assert write_dataset(source(), str(corpus), columns=["label"], append=np.False_) == ROWS
+    assert write_dataset(source(first=ROWS), str(corpus), columns=["label"],
+                         append=np.True_) == ROWS
+    with DenseDataset(str(corpus / "label")) as label:
+        np.testing.assert_array_equal(label[:], np.arange(2 * ROWS))
+
+
 def test_failing_task_leaves_a_new_destination_absent(tmp_path: Path) -> None:
     web = tmp_path / "web"
     ds = ray.data.range(ROWS, override_num_blocks=4).map_batches(fail_at(450))

@@ -114,7 +114,7 @@ def test_single_samples_and_errors(adapter: TorchDataset[TensorBatch]) -> None:
         adapter.loader(4, collate_fn=collate)
     with pytest.raises(TypeError, match="must be a DenseDataset"):
         TorchDataset({"x": np.zeros(3)})  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match="collated must be True or False"):
+    with pytest.raises(TypeError, match=r"^collated must be True or False, got 1$"):
         TorchDataset(adapter.streams, collated=1)  # type: ignore[call-overload]
     batch = adapter.__getitems__([5, 3, 5])
     assert isinstance(batch, dict)
@@ -230,6 +230,34 @@ def test_pinned_memory_without_an_accelerator_is_a_clear_error(folder: Path) -> 
                 TorchLoader(loader, pin_memory=True)
         with pytest.raises(TypeError, match="loaderx DataLoader"):
             TorchLoader(iter([]))  # type: ignore[arg-type]
+
+
+NOT_FLAGS = [1, 0, "no", "", None, [True], np.int64(1)]
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+def test_flags_refuse_what_is_no_bool(folder: Path, value: Any) -> None:
+    """collated= and pin_memory= refuse as the loader's own flags do (loaderx._store.flags):
+    pin_memory="no" was taken for True and tried to pin, pin_memory=0 for False."""
+    streams = {"label": DenseDataset(folder / "label")}
+    with pytest.raises(TypeError) as refused:
+        TorchDataset(streams, collated=value)
+    assert str(refused.value) == f"collated must be True or False, got {value!r}"
+    with DataLoader(streams, batch_size=4) as loader:
+        with pytest.raises(TypeError) as refused:
+            TorchLoader(loader, pin_memory=value)
+        assert str(refused.value) == f"pin_memory must be True or False, got {value!r}"
+
+
+def test_flags_take_numpy_bools(folder: Path) -> None:
+    streams = {"label": DenseDataset(folder / "label")}
+    assert TorchDataset(streams, collated=np.True_).collated is True
+    assert TorchDataset(streams, collated=np.False_).collated is False
+    with DataLoader(streams, batch_size=4) as loader:
+        tensors = TorchLoader(loader, pin_memory=np.False_)
+        assert tensors.pin_memory is False
+        assert next(tensors)["label"].shape == (4,)
+        tensors.close()
 
 
 def test_the_staging_ring_reuses_its_buffers() -> None:
