@@ -188,7 +188,8 @@ class MixtureLoader(LoaderShell):
     function of (seed, k); prefetch, workers, transform, shard, worker_type and start_method
     work as in DataLoader, and
     state_dict / load_state_dict checkpoint it. With source_key="source" each batch also holds
-    the source of every row under that name.
+    the source of every row under that name (None, the default: no such stream; anything but
+    a str or None is a TypeError).
     """
 
     def __init__(
@@ -218,6 +219,10 @@ class MixtureLoader(LoaderShell):
         if self._worker_type == "process":
             refuse_fork_over_urls(self._start_method,
                                   [d for source in sources for d in source.values()])
+        if source_key is not None:
+            if not isinstance(source_key, str):
+                raise TypeError(f"source_key must be a str or None, got {source_key!r}")
+            source_key = str(source_key)  # a NumPy str as the plain str, as the batch's key
         if source_key is not None and source_key in names:
             raise ValueError(f"source_key {source_key!r} is also a stream name")
         # The sources are written last: a ragged stream's cu_seqlens or mask of the same key

@@ -300,6 +300,26 @@ def test_mixture_errors(sources: list[dict[str, DenseDataset]]) -> None:
         MixtureLoader(sources, [1, 1, 1], 8, source_key="id")
 
 
+@pytest.mark.parametrize("value", [1, b"source", ["source"], np.int64(0)])
+def test_a_source_key_that_is_no_str_is_refused(
+    sources: list[dict[str, DenseDataset]], value: object
+) -> None:
+    """source_key=1 was taken and became the batch's key 1 (None means "no source key")."""
+    with pytest.raises(TypeError) as refused:
+        MixtureLoader(sources, [1, 1, 1], 8, source_key=value)  # type: ignore[arg-type]
+    assert str(refused.value) == f"source_key must be a str or None, got {value!r}"
+
+
+def test_a_source_key_given_as_a_numpy_str_is_taken(
+    sources: list[dict[str, DenseDataset]],
+) -> None:
+    with MixtureLoader(sources, [1, 1, 1], 8, source_key=np.str_("source")) as loader:
+        assert loader.source_key == "source" and type(loader.source_key) is str
+        assert set(next(loader)) == {"id", "x", "source"}
+    with MixtureLoader(sources, [1, 1, 1], 8, source_key=None) as loader:
+        assert loader.source_key is None and set(next(loader)) == {"id", "x"}
+
+
 def test_numpy_integers_work_as_in_dataloader(sources: list[dict[str, DenseDataset]]) -> None:
     weights = [0.5, 0.3, 0.2]
     with MixtureLoader(sources, weights, batch_size=12, seed=7, shard=(1, 2)) as plain:
