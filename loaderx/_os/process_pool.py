@@ -18,7 +18,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from loaderx._store.choices import START_METHODS, check_optional_choice
 from loaderx.errors import WorkerError
 
 # A worker's report travels through a pipe before it exits; a huge message or traceback is cut
@@ -41,9 +40,11 @@ def check_workers(workers: object) -> int:
 
 
 def pool_context(start_method: str | None) -> Any:
-    """The multiprocessing context (typed Any: typeshed's BaseContext lacks Process)."""
+    """The multiprocessing context (typed Any: typeshed's BaseContext lacks Process).
+    start_method is already one of the choices or None: the converters check it, with the
+    loaders' rule and message (loaderx._store.choices, a layer above this one)."""
     methods = multiprocessing.get_all_start_methods()
-    method = check_optional_choice("start_method", start_method, START_METHODS)
+    method = start_method
     if method is None:
         method = "fork" if "fork" in methods else "spawn"
     if method not in methods:
