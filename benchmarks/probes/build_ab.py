@@ -16,7 +16,9 @@ Rows (public API only, so that any commit since the spec can be measured):
 - loader + labels: the same with an int64 label stream;
 - ds[i]: one 12 KiB record;
 - ds[idx] 1 KiB: 256 random indices into 1 KiB records;
-- gather_into: 256 random 12 KiB records into one reused array.
+- gather_into: 256 random 12 KiB records into one reused array;
+- with --augment, also the DataLoader with the bench's GIL-bound `augment` transform in 2
+  worker threads and in 2 worker processes (builds from issue 38 on: worker_type="process").
 """
 
 from __future__ import annotations
@@ -71,14 +73,23 @@ with DataLoader({"x": x, "y": y}, batch_size=256, seed=0) as loader:
 rates["ds[i]"] = rate(lambda: x[17])
 rates["ds[idx] 1 KiB"] = rate(lambda: s[idx_small])
 rates["gather_into"] = rate(lambda: x.gather_into(idx, out))
+if len(sys.argv) > 3:  # --augment: the bench's transform, from this probe's benchmarks folder
+    sys.path.append(sys.argv[3])
+    from layers.loaders import StreamTransform, augment
+    for kind in ("thread", "process"):
+        with DataLoader({"x": x}, batch_size=256, seed=0, mode="cyclic", workers=2,
+                        transform=StreamTransform(augment), worker_type=kind) as loader:
+            it = iter(loader)
+            rates[f"augment, {kind} w2"] = rate(lambda: next(it))
 print(json.dumps(rates))
 """
 
 
-def run_child(checkout: Path, folder: Path, block: float) -> dict[str, float]:
+def run_child(checkout: Path, folder: Path, block: float, augment: bool) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(block)], env=env,
-                          check=True, capture_output=True, text=True)
+    extra = [str(Path(__file__).resolve().parents[1])] if augment else []
+    done = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(block), *extra],
+                          env=env, check=True, capture_output=True, text=True)
     rates: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return rates
 
@@ -89,25 +100,28 @@ def main() -> None:
     parser.add_argument("--b", type=Path, required=True, help="the checkout measured against it")
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--block", type=float, default=1.0, help="seconds per row per child")
+    parser.add_argument("--augment", action="store_true",
+                        help="also the loader with a GIL-bound transform, threads and processes")
     args = parser.parse_args()
     builds = {"a": args.a.resolve(), "b": args.b.resolve()}
     with tempfile.TemporaryDirectory(prefix="loaderx-ab-") as tmp:
         folders = {name: Path(tmp) / name for name in builds}
         for name, folder in folders.items():
             folder.mkdir()
-            run_child(builds[name], folder, 0.05)  # writes the records; not timed
+            run_child(builds[name], folder, 0.05, False)  # writes the records; not timed
         ratios: dict[str, list[float]] = {}
         for pair in range(args.pairs):
             order = ["a", "b"] if pair % 2 == 0 else ["b", "a"]
-            got = {name: run_child(builds[name], folders[name], args.block) for name in order}
+            got = {name: run_child(builds[name], folders[name], args.block, args.augment)
+                   for name in order}
             for row in got["a"]:
                 ratios.setdefault(row, []).append(got["b"][row] / got["a"][row])
             print(f"pair {pair + 1}: " + ", ".join(f"{row} {r[-1]:.3f}"
                                                    for row, r in ratios.items()), flush=True)
     print(f"\nB ({builds['b']}) over A ({builds['a']}), {args.pairs} pairs")
-    print(f"{'row':<16} {'median':>7} {'lowest':>7} {'highest':>7}")
+    print(f"{'row':<18} {'median':>7} {'lowest':>7} {'highest':>7}")
     for row, r in ratios.items():
-        print(f"{row:<16} {statistics.median(r):>6.3f}x {min(r):>6.3f}x {max(r):>6.3f}x")
+        print(f"{row:<18} {statistics.median(r):>6.3f}x {min(r):>6.3f}x {max(r):>6.3f}x")
 
 
 if __name__ == "__main__":
